@@ -10,3 +10,7 @@
 //! Invariant: nothing here depends on actix, tokio or the CLI. The actors crate drives this
 //! library; it never reaches around it.
 #![warn(missing_docs)]
+
+pub mod config;
+pub mod outcome;
+pub mod rl;

@@ -1,0 +1,221 @@
+//! What evaluating one candidate produced, the score it earns and the feedback the next turn sees.
+//!
+//! An outcome is data, never an error: a kernel that does not compile is an ordinary result of
+//! the environment. Every variant renders into the feedback text that the policy reads in its
+//! next turn, so each one says what went wrong precisely enough to fix it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::rl;
+
+/// Speedups above this are flagged: they are more often a hole in the harness than a real win.
+pub const SUSPICIOUS_SPEEDUP: f64 = 10.0;
+
+/// The first element where a candidate's output disagreed with the reference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mismatch {
+    /// The output tensor's name.
+    pub output: String,
+    /// Flat (row-major) index of the element.
+    pub index: u64,
+    /// The reference value.
+    pub expected: f64,
+    /// The candidate's value (NaN when it left the element unwritten).
+    pub got: f64,
+    /// Number of elements out of tolerance in that output.
+    pub mismatches: u64,
+    /// Which correctness trial (0-based) found it.
+    pub trial: u32,
+}
+
+/// The result of evaluating one candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The response has no kernel or breaks the candidate format.
+    FormatError {
+        /// What to fix, addressed to the policy.
+        reason: String,
+    },
+    /// The compiler rejected the kernel.
+    CompileError {
+        /// The compiler's log, trimmed for feedback.
+        log: String,
+    },
+    /// The launch plan could not be executed (bad configuration, too many resources).
+    LaunchError {
+        /// What failed.
+        reason: String,
+    },
+    /// The kernel crashed its worker (illegal address, trap, misaligned access, ...).
+    Crash {
+        /// What the worker reported.
+        reason: String,
+    },
+    /// A stage did not finish before its deadline.
+    Timeout {
+        /// The stage that ran out of time (compile, verify, profile).
+        stage: String,
+        /// The deadline in milliseconds.
+        limit_ms: u64,
+    },
+    /// The kernel ran but its result is wrong (or it clobbered an input, or raced).
+    Wrong {
+        /// A one-line reason (e.g. "input A was modified").
+        reason: String,
+        /// The first mismatching element, when the failure was a value mismatch.
+        mismatch: Option<Mismatch>,
+    },
+    /// The kernel used something the execution backend cannot reproduce faithfully.
+    Unsupported {
+        /// The feature.
+        feature: String,
+    },
+    /// Correct, with its timing against the baseline.
+    Correct {
+        /// Median kernel time (ms).
+        kernel_ms: f64,
+        /// Median baseline time (ms).
+        baseline_ms: f64,
+        /// Relative spread of the kernel's timing (e.g. interquartile range / median).
+        spread: f64,
+        /// Where the times come from ("cuda" or "cpu" or "simulated"): CPU timings say so.
+        timing: String,
+    },
+}
+
+impl Outcome {
+    /// Short machine-readable kind, as in the JSON tag.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::FormatError { .. } => "format_error",
+            Outcome::CompileError { .. } => "compile_error",
+            Outcome::LaunchError { .. } => "launch_error",
+            Outcome::Crash { .. } => "crash",
+            Outcome::Timeout { .. } => "timeout",
+            Outcome::Wrong { .. } => "wrong",
+            Outcome::Unsupported { .. } => "unsupported",
+            Outcome::Correct { .. } => "correct",
+        }
+    }
+
+    /// True only for a correct kernel.
+    pub fn is_correct(&self) -> bool {
+        matches!(self, Outcome::Correct { .. })
+    }
+
+    /// T_baseline / T_kernel for a correct kernel, None otherwise.
+    pub fn speedup(&self) -> Option<f64> {
+        match self {
+            Outcome::Correct { kernel_ms, baseline_ms, .. } if *kernel_ms > 0.0 => {
+                Some(baseline_ms / kernel_ms)
+            }
+            _ => None,
+        }
+    }
+
+    /// True when a correct kernel's speedup is suspiciously large.
+    pub fn flagged(&self) -> bool {
+        self.speedup().is_some_and(|s| s > SUSPICIOUS_SPEEDUP)
+    }
+
+    /// The turn score S = 0.3 * 1[correct] + speedup * 1[correct].
+    pub fn score(&self) -> f64 {
+        rl::turn_score(self.is_correct(), self.speedup().unwrap_or(0.0))
+    }
+
+    /// The feedback text the policy sees about this turn in its next prompt.
+    pub fn feedback(&self) -> String {
+        match self {
+            Outcome::FormatError { reason } => {
+                format!("Format error: {reason}. Answer with one ```cuda block and the kevin launch lines.")
+            }
+            Outcome::CompileError { log } => format!("Compilation failed:\n{log}"),
+            Outcome::LaunchError { reason } => format!("Launch failed: {reason}"),
+            Outcome::Crash { reason } => format!("The kernel crashed: {reason}"),
+            Outcome::Timeout { stage, limit_ms } => {
+                format!("Timed out during {stage} after {limit_ms} ms (an infinite loop or far too much work?)")
+            }
+            Outcome::Wrong { reason, mismatch: Some(m) } => format!(
+                "Wrong result: {reason}. First mismatch in output {} at flat index {}: expected {}, got {} \
+                 ({} elements out of tolerance, trial {}).",
+                m.output, m.index, m.expected, m.got, m.mismatches, m.trial
+            ),
+            Outcome::Wrong { reason, mismatch: None } => format!("Wrong result: {reason}."),
+            Outcome::Unsupported { feature } => {
+                format!("Not supported by this execution backend: {feature}. Rewrite without it.")
+            }
+            Outcome::Correct { kernel_ms, baseline_ms, spread, timing } => {
+                let speedup = self.speedup().unwrap_or(0.0);
+                let clock = if timing == "cuda" { String::new() } else { format!(" ({timing} timing)") };
+                let mut text = format!(
+                    "Correct. Kernel {kernel_ms:.4} ms (spread {:.1}%), baseline {baseline_ms:.4} ms: \
+                     speedup {speedup:.2}x{clock}.",
+                    spread * 100.0
+                );
+                if self.flagged() {
+                    text.push_str(" This speedup is flagged for review.");
+                }
+                text
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn correct(kernel_ms: f64, baseline_ms: f64) -> Outcome {
+        Outcome::Correct { kernel_ms, baseline_ms, spread: 0.01, timing: "cuda".into() }
+    }
+
+    #[test]
+    fn score_and_speedup() {
+        let c = correct(0.5, 1.0);
+        assert_eq!(c.speedup(), Some(2.0));
+        assert!((c.score() - 2.3).abs() < 1e-12);
+        assert!(!c.flagged());
+        assert!(correct(0.05, 1.0).flagged());
+        let w = Outcome::Wrong { reason: "bad".into(), mismatch: None };
+        assert_eq!(w.score(), 0.0);
+        assert_eq!(w.speedup(), None);
+    }
+
+    #[test]
+    fn feedback_texts() {
+        let check = |o: Outcome, expected: &str| assert_eq!(o.feedback(), expected);
+        check(
+            Outcome::Timeout { stage: "verify".into(), limit_ms: 2000 },
+            "Timed out during verify after 2000 ms (an infinite loop or far too much work?)",
+        );
+        check(
+            Outcome::Wrong {
+                reason: "values differ".into(),
+                mismatch: Some(Mismatch {
+                    output: "Y".into(),
+                    index: 7,
+                    expected: 1.5,
+                    got: f64::NAN,
+                    mismatches: 3,
+                    trial: 0,
+                }),
+            },
+            "Wrong result: values differ. First mismatch in output Y at flat index 7: expected 1.5, got NaN \
+             (3 elements out of tolerance, trial 0).",
+        );
+        check(correct(0.5, 1.0), "Correct. Kernel 0.5000 ms (spread 1.0%), baseline 1.0000 ms: speedup 2.00x.");
+        check(
+            Outcome::Correct { kernel_ms: 2.0, baseline_ms: 1.0, spread: 0.0, timing: "cpu".into() },
+            "Correct. Kernel 2.0000 ms (spread 0.0%), baseline 1.0000 ms: speedup 0.50x (cpu timing).",
+        );
+    }
+
+    #[test]
+    fn outcome_json_is_tagged() {
+        let json = serde_json::to_string(&Outcome::CompileError { log: "x".into() }).unwrap();
+        assert_eq!(json, r#"{"kind":"compile_error","log":"x"}"#);
+        let back: Outcome = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.kind(), "compile_error");
+    }
+}
