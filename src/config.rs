@@ -176,11 +176,13 @@ pub struct SimPolicySection {
     pub token_ms: f64,
     /// Tokens in each simulated response.
     pub response_tokens: u32,
+    /// Probability that a response has no kernel at all (a format error).
+    pub p_format_error: f64,
 }
 
 impl Default for SimPolicySection {
     fn default() -> Self {
-        SimPolicySection { batch_ms: 5.0, token_ms: 0.02, response_tokens: 64 }
+        SimPolicySection { batch_ms: 5.0, token_ms: 0.02, response_tokens: 64, p_format_error: 0.05 }
     }
 }
 
@@ -251,6 +253,8 @@ pub struct SimEnvSection {
     pub improve_per_turn: f64,
     /// Median speedup of a correct kernel (log-normal around it).
     pub median_speedup: f64,
+    /// Probability that compiling panics inside the environment (to exercise supervision).
+    pub p_panic: f64,
 }
 
 impl Default for SimEnvSection {
@@ -264,6 +268,7 @@ impl Default for SimEnvSection {
             p_crash: 0.02,
             improve_per_turn: 0.7,
             median_speedup: 0.8,
+            p_panic: 0.0,
         }
     }
 }
@@ -662,6 +667,8 @@ impl Config {
             ("env.simulated.p_wrong", s.p_wrong),
             ("env.simulated.p_crash", s.p_crash),
             ("env.simulated.improve_per_turn", s.improve_per_turn),
+            ("env.simulated.p_panic", s.p_panic),
+            ("policy.simulated.p_format_error", f.policy.simulated.p_format_error),
         ] {
             check_range(key, v, 0.0, 1.0)?;
         }

@@ -14,3 +14,13 @@
 pub mod config;
 pub mod outcome;
 pub mod rl;
+pub mod env;
+pub mod episode;
+pub mod learner;
+pub mod policy;
+pub mod prompt;
+pub mod replay;
+pub mod rng;
+pub mod run_dir;
+pub mod sampler;
+pub mod sim;

@@ -1,0 +1,302 @@
+//! The replay queue's logic: groups in, returns and advantages computed, stale groups dropped,
+//! batches out, and a write-ahead log so that an accepted group survives a crash.
+//!
+//! A group is *accepted* once its WAL record is on disk (written and fsynced); only then does the
+//! rollout's hand-off complete. Every accepted group later ends in exactly one learner step's
+//! record, as trained or as dropped-stale (see [`crate::run_dir`] for the record and recovery).
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ReplaySection;
+use crate::episode::Group;
+use crate::rl;
+
+/// A group with its per-turn returns and advantages, numbered by the queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScoredGroup {
+    /// Acceptance sequence number (unique, increasing across restarts).
+    pub seq: u64,
+    /// The group.
+    pub group: Group,
+    /// Return of every turn, shaped like `group.trajectories`.
+    pub returns: Vec<Vec<f64>>,
+    /// Advantage of every turn, shaped like `group.trajectories`.
+    pub advantages: Vec<Vec<f64>>,
+}
+
+/// Computes discounted returns per trajectory and advantages over all m*n turn-samples.
+pub fn score_group(seq: u64, group: Group, cfg: &ReplaySection) -> ScoredGroup {
+    let returns: Vec<Vec<f64>> = group
+        .trajectories
+        .iter()
+        .map(|t| rl::turn_returns(&t.iter().map(|r| r.score).collect::<Vec<_>>(), cfg.gamma, cfg.aggregation))
+        .collect();
+    let flat: Vec<f64> = returns.iter().flatten().copied().collect();
+    let flat_adv = rl::group_advantages(&flat, cfg.std_normalize);
+    let mut it = flat_adv.into_iter();
+    let advantages = returns.iter().map(|r| r.iter().map(|_| it.next().unwrap_or(0.0)).collect()).collect();
+    ScoredGroup { seq, group, returns, advantages }
+}
+
+/// A failure of the replay queue's storage.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The write-ahead log could not be written or read.
+    #[error("write-ahead log {path}: {reason}")]
+    Wal {
+        /// The log file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One WAL line.
+#[derive(Serialize, Deserialize)]
+struct WalRecord {
+    seq: u64,
+    group: ScoredGroup,
+}
+
+/// Append-only JSON-lines log of accepted groups. A torn last line (the process died mid-write)
+/// is detected on open and cut off before new records are appended.
+#[derive(Debug)]
+pub struct Wal {
+    path: PathBuf,
+    file: File,
+}
+
+impl Wal {
+    /// Opens (creating) the log and returns every intact record in order.
+    pub fn open(path: &Path) -> Result<(Wal, Vec<ScoredGroup>), ReplayError> {
+        let err = |e: std::io::Error| ReplayError::Wal { path: path.display().to_string(), reason: e.to_string() };
+        let mut file = OpenOptions::new().create(true).read(true).append(true).open(path).map_err(err)?;
+        let mut groups = Vec::new();
+        let mut good_len: u64 = 0;
+        {
+            let mut reader = BufReader::new(&file);
+            let mut line = String::new();
+            loop {
+                line.clear();
+                let n = reader.read_line(&mut line).map_err(err)?;
+                if n == 0 || !line.ends_with('\n') {
+                    break;
+                }
+                match serde_json::from_str::<WalRecord>(&line) {
+                    Ok(rec) if rec.seq == rec.group.seq => {
+                        groups.push(rec.group);
+                        good_len += n as u64;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        let len = file.metadata().map_err(err)?.len();
+        if len != good_len {
+            tracing::warn!(path = %path.display(), kept = good_len, cut = len - good_len, "cutting a torn tail off the write-ahead log");
+            file.set_len(good_len).map_err(err)?;
+            file.seek(SeekFrom::End(0)).map_err(err)?;
+        }
+        Ok((Wal { path: path.to_path_buf(), file }, groups))
+    }
+
+    /// Appends one group and fsyncs: when this returns Ok, the group survives kill -9.
+    pub fn append(&mut self, group: &ScoredGroup) -> Result<(), ReplayError> {
+        let mut line = serde_json::to_string(&WalRecord { seq: group.seq, group: group.clone() })
+            .map_err(|e| ReplayError::Wal { path: self.path.display().to_string(), reason: e.to_string() })?;
+        line.push('\n');
+        let err = |e: std::io::Error| ReplayError::Wal { path: self.path.display().to_string(), reason: e.to_string() };
+        self.file.write_all(line.as_bytes()).map_err(err)?;
+        self.file.sync_data().map_err(err)
+    }
+}
+
+/// A batch for the learner, with the groups dropped as stale since the previous batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// Learner version the batch was formed at.
+    pub learner_version: u64,
+    /// Fresh groups, oldest first.
+    pub groups: Vec<ScoredGroup>,
+    /// Sequence numbers of groups dropped as stale since the previous batch.
+    pub dropped: Vec<u64>,
+    /// Version gap (learner version - oldest turn version) of each group in the batch.
+    pub staleness: Vec<u64>,
+}
+
+/// The queue itself: accepted groups waiting for the learner.
+#[derive(Debug)]
+pub struct ReplayBuffer {
+    cfg: ReplaySection,
+    pending: VecDeque<ScoredGroup>,
+    next_seq: u64,
+    dropped_since_batch: Vec<u64>,
+    dropped_total: u64,
+    accepted_total: u64,
+    wal: Option<Wal>,
+}
+
+impl ReplayBuffer {
+    /// A queue holding `recovered` (groups accepted before a restart and not yet consumed), with
+    /// sequence numbers continuing after `next_seq`.
+    pub fn new(cfg: ReplaySection, wal: Option<Wal>, recovered: Vec<ScoredGroup>, next_seq: u64) -> Self {
+        ReplayBuffer {
+            cfg,
+            pending: recovered.into(),
+            next_seq,
+            dropped_since_batch: Vec::new(),
+            dropped_total: 0,
+            accepted_total: 0,
+            wal,
+        }
+    }
+
+    /// Scores `group`, logs it, queues it; returns its sequence number.
+    pub fn accept(&mut self, group: Group) -> Result<u64, ReplayError> {
+        let seq = self.next_seq;
+        let scored = score_group(seq, group, &self.cfg);
+        if let Some(wal) = &mut self.wal {
+            wal.append(&scored)?;
+        }
+        self.next_seq += 1;
+        self.accepted_total += 1;
+        self.pending.push_back(scored);
+        Ok(seq)
+    }
+
+    /// Drops stale groups (counted), then returns the oldest `tasks_per_batch` fresh groups if
+    /// there are that many.
+    pub fn take_batch(&mut self, learner_version: u64) -> Option<Batch> {
+        let max = self.cfg.max_staleness;
+        let before = self.pending.len();
+        let mut kept = VecDeque::with_capacity(before);
+        for g in self.pending.drain(..) {
+            if rl::is_stale(g.group.oldest_policy_version(), learner_version, max) {
+                self.dropped_since_batch.push(g.seq);
+            } else {
+                kept.push_back(g);
+            }
+        }
+        self.dropped_total += (before - kept.len()) as u64;
+        self.pending = kept;
+        let n = self.cfg.tasks_per_batch as usize;
+        if self.pending.len() < n {
+            return None;
+        }
+        let groups: Vec<ScoredGroup> = self.pending.drain(..n).collect();
+        let staleness = groups.iter().map(|g| learner_version.saturating_sub(g.group.oldest_policy_version())).collect();
+        Some(Batch { learner_version, groups, dropped: std::mem::take(&mut self.dropped_since_batch), staleness })
+    }
+
+    /// Puts a batch back at the front (its receiver went away before taking it).
+    pub fn put_back(&mut self, batch: Batch) {
+        for g in batch.groups.into_iter().rev() {
+            self.pending.push_front(g);
+        }
+        let mut dropped = batch.dropped;
+        dropped.append(&mut self.dropped_since_batch);
+        self.dropped_since_batch = dropped;
+    }
+
+    /// Groups waiting.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// True when no group waits.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Sequence numbers of the waiting groups.
+    pub fn pending_seqs(&self) -> Vec<u64> {
+        self.pending.iter().map(|g| g.seq).collect()
+    }
+
+    /// Groups dropped as stale since this process started.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped_total
+    }
+
+    /// Groups accepted since this process started.
+    pub fn accepted_total(&self) -> u64 {
+        self.accepted_total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::episode::tests::turn;
+    use crate::outcome::Outcome;
+
+    fn group(id: u64, version: u64) -> Group {
+        let ok = Outcome::Correct { kernel_ms: 1.0, baseline_ms: 2.0, spread: 0.0, timing: "cuda".into() };
+        let bad = Outcome::CompileError { log: String::new() };
+        Group {
+            id,
+            task: format!("t{id}"),
+            trajectories: vec![
+                vec![turn(0, bad.clone(), version), turn(1, ok.clone(), version)],
+                vec![turn(0, bad.clone(), version), turn(1, bad, version)],
+            ],
+        }
+    }
+
+    #[test]
+    fn scoring_matches_hand_values() {
+        let cfg = ReplaySection::default();
+        let s = score_group(0, group(0, 0), &cfg);
+        // Trajectory 0: scores [0, 2.3] -> returns [0.92, 2.3]; trajectory 1: [0, 0].
+        assert!((s.returns[0][0] - 0.92).abs() < 1e-12 && (s.returns[0][1] - 2.3).abs() < 1e-12);
+        // Mean of (0.92, 2.3, 0, 0) = 0.805.
+        assert!((s.advantages[0][0] - 0.115).abs() < 1e-12);
+        assert!((s.advantages[1][1] + 0.805).abs() < 1e-12);
+    }
+
+    #[test]
+    fn stale_groups_are_dropped_and_counted() {
+        let cfg = ReplaySection { tasks_per_batch: 2, max_staleness: 1, ..ReplaySection::default() };
+        let mut q = ReplayBuffer::new(cfg, None, Vec::new(), 0);
+        for (id, v) in [(0, 0), (1, 3), (2, 4), (3, 2)] {
+            q.accept(group(id, v)).unwrap();
+        }
+        // Learner at 4 with staleness 1: versions 0 and 2 are stale.
+        let b = q.take_batch(4).unwrap();
+        assert_eq!(b.groups.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(b.dropped, vec![0, 3]);
+        assert_eq!(b.staleness, vec![1, 0]);
+        assert_eq!(q.dropped_total(), 2);
+        assert!(q.take_batch(4).is_none());
+    }
+
+    #[test]
+    fn wal_survives_a_torn_tail() {
+        let dir = std::env::temp_dir().join(format!("kevin-wal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("replay.wal");
+        std::fs::remove_file(&path).ok();
+        {
+            let (wal, got) = Wal::open(&path).unwrap();
+            assert!(got.is_empty());
+            let mut q = ReplayBuffer::new(ReplaySection::default(), Some(wal), Vec::new(), 0);
+            q.accept(group(0, 0)).unwrap();
+            q.accept(group(1, 0)).unwrap();
+        }
+        // Simulate a crash in the middle of the third append.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"seq\":2,\"group\":{\"seq\":2,\"gro").unwrap();
+        drop(f);
+        let (mut wal, got) = Wal::open(&path).unwrap();
+        assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![0, 1]);
+        wal.append(&score_group(2, group(2, 0), &ReplaySection::default())).unwrap();
+        let (_, got) = Wal::open(&path).unwrap();
+        assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
