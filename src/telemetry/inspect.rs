@@ -168,7 +168,15 @@ pub fn inspect(run_dir: &Path) -> Result<InspectReport, InspectError> {
             dir: run_dir.to_owned(),
         });
     }
-    names.sort();
+    // Sessions in the order they ran: `trace.json` first, then by number (trace-9 before
+    // trace-10), then any other `trace-*.json` by name.
+    names.sort_by_key(|n| {
+        let order = match n.as_str() {
+            "trace.json" => 0,
+            _ => super::session_number(n).unwrap_or(u64::MAX),
+        };
+        (order, n.clone())
+    });
     let files = names
         .iter()
         .map(|n| read_trace(&run_dir.join(n)))

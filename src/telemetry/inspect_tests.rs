@@ -219,3 +219,33 @@ fn a_damaged_middle_line_names_file_and_line() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn slowest_spans_survive_the_running_cut_and_sessions_sort_by_number() {
+    let dir = temp_dir("many");
+    let spans: Vec<String> = (0..100)
+        .map(|i| {
+            span(
+                1,
+                &format!("s{i}"),
+                "message",
+                (i * 100) as f64,
+                ((i * 37) % 100) as f64,
+                "",
+            )
+        })
+        .collect();
+    write_trace(&dir.join("trace-10.json"), &spans, true);
+    write_trace(&dir.join("trace-9.json"), &[], true);
+    let report = inspect(&dir).unwrap();
+    let files: Vec<&str> = report.sessions.iter().map(|s| s.file.as_str()).collect();
+    assert_eq!(files, ["trace-9.json", "trace-10.json"]);
+    let mut want: Vec<(f64, String)> = (0..100)
+        .map(|i| (((i * 37) % 100) as f64, format!("s{i}")))
+        .collect();
+    want.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let got: Vec<&str> = report.slowest.iter().map(|s| s.name.as_str()).collect();
+    let want: Vec<&str> = want[..10].iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(got, want);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -25,6 +25,9 @@ pub mod inspect;
 pub mod reader;
 mod stats;
 
+use std::io;
+use std::path::{Path, PathBuf};
+
 pub use chrome::{
     chrome_layer, chrome_layer_with_capacity, ChromeLayer, TraceGuard, TraceSummary,
     DEFAULT_CAPACITY,
@@ -51,4 +54,56 @@ pub const COUNTER_TARGET: &str = "kevin::telemetry::counter";
 /// filter (see [`chrome`]). Costs nothing when no subscriber listens.
 pub fn counter(name: &str, value: f64) {
     tracing::trace!(target: COUNTER_TARGET, counter = name, value = value);
+}
+
+/// Where this daemon session writes its trace in `run_dir`: `trace-NNNN.json`, numbered one past
+/// the highest session already there, so a resumed run never overwrites an earlier session's
+/// trace and `kevin inspect` reads them all in order.
+pub fn session_trace_path(run_dir: &Path) -> io::Result<PathBuf> {
+    let mut last = 0;
+    for entry in std::fs::read_dir(run_dir)? {
+        let name = entry?.file_name();
+        if let Some(n) = name.to_str().and_then(session_number) {
+            last = last.max(n);
+        }
+    }
+    Ok(run_dir.join(format!("trace-{:04}.json", last + 1)))
+}
+
+/// The session number of a file named `trace-N.json`.
+fn session_number(file_name: &str) -> Option<u64> {
+    file_name
+        .strip_prefix("trace-")?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_paths_count_up_past_existing_ones() {
+        let dir = std::env::temp_dir().join(format!("kevin-sessions-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(
+            session_trace_path(&dir).unwrap(),
+            dir.join("trace-0001.json")
+        );
+        for name in [
+            "trace-0001.json",
+            "trace-9.json",
+            "trace.json",
+            "trace-x.json",
+        ] {
+            std::fs::write(dir.join(name), "[\n").unwrap();
+        }
+        assert_eq!(
+            session_trace_path(&dir).unwrap(),
+            dir.join("trace-0010.json")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
