@@ -15,6 +15,34 @@
 //! A span's event runs from its creation to its close (wall time, not busy time): the actors
 //! create a span when a message arrives and drop it when the work for that message ends, possibly
 //! on another thread, so this is the message's handling latency.
+//!
+//! # Installing it
+//! Give the terminal output its own per-layer filter, so `RUST_LOG` quiets the logs without
+//! starving the trace of spans or of the `TRACE`-level [`super::counter`] samples:
+//!
+//! ```no_run
+//! use tracing_subscriber::{filter::filter_fn, layer::SubscriberExt, EnvFilter, Layer};
+//!
+//! # fn main() -> std::io::Result<()> {
+//! # let run_dir = std::path::Path::new("runs/demo");
+//! let (chrome, guard) = kevin::telemetry::chrome_layer(&kevin::telemetry::session_trace_path(run_dir)?)?;
+//! let stats = guard.stats(); // snapshot() it every learner step for metrics.jsonl
+//! let subscriber = tracing_subscriber::registry()
+//!     .with(tracing_subscriber::fmt::layer().with_filter(EnvFilter::from_default_env()))
+//!     // Only kevin's own spans (the core library and the actors crate) become trace events.
+//!     .with(chrome.with_filter(filter_fn(|meta| meta.target().starts_with("kevin"))));
+//! tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+//!
+//! // In a handler: one span per message, dropped when the message's work is done.
+//! let span = tracing::info_span!("Compile", actor = "Compiler", task = "relu_1");
+//! let _entered = span.enter();
+//! kevin::telemetry::counter("mailbox.Compiler", 3.0);
+//! # drop(_entered);
+//! // At shutdown, after the actors stopped: write the last event and close the array.
+//! guard.finish()?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::collections::HashMap;
 use std::fmt;

@@ -523,7 +523,7 @@ impl fmt::Display for InspectReport {
             .collect();
         table(
             f,
-            &["session", "wall s", "spans", "dropped", "file"],
+            &["session", "wall s", "spans", "dropped", "state"],
             &[0, 4],
             &rows,
         )?;
