@@ -23,6 +23,7 @@
 pub mod chrome;
 pub mod inspect;
 pub mod reader;
+mod report_text;
 mod stats;
 
 use std::io;
