@@ -1,7 +1,7 @@
 //! `kevin inspect RUN_DIR`: which actor is the bottleneck.
 //!
 //! Reads every trace file of a run (`trace.json` and `trace-*.json`, one per daemon session) and
-//! the mailbox high-water marks in `metrics.jsonl`, and reports per actor: the share of the traced
+//! the mailbox high-water marks in `metrics.jsonl` (and in `mailbox.<actor>` counters), and reports per actor: the share of the traced
 //! wall-clock time it was busy (the union of its spans) and idle, its summed busy time and
 //! concurrency when its spans overlap (a pool of workers on one track), messages handled, exact
 //! mean and p99 handling latency, mailbox high-water mark; and the ten slowest spans overall.
@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 
 use super::chrome::DROPPED_COUNTER;
 use super::reader::{read_trace, TraceEvent, TraceFile};
+use super::{MAILBOX_COUNTER_PREFIX, VALUE_FIELD};
 
 /// How many of the slowest spans the report lists.
 const SLOWEST: usize = 10;
@@ -112,7 +113,8 @@ pub struct ActorReport {
     pub mean_ms: f64,
     /// 99th-percentile handling latency (nearest rank), in milliseconds.
     pub p99_ms: f64,
-    /// Deepest mailbox seen, from metrics.jsonl.
+    /// Deepest mailbox seen: the highest of metrics.jsonl's `mailbox_high_water` and the trace's
+    /// `mailbox.<actor>` counter samples.
     pub mailbox_high_water: Option<u64>,
 }
 
@@ -189,7 +191,7 @@ pub fn inspect(run_dir: &Path) -> Result<InspectReport, InspectError> {
 fn report(
     run_dir: &Path,
     files: &[TraceFile],
-    mailbox: BTreeMap<String, u64>,
+    mut mailbox: BTreeMap<String, u64>,
     mut warnings: Vec<String>,
 ) -> InspectReport {
     let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
@@ -217,6 +219,10 @@ fn report(
                     hi = hi.max(*ts_us);
                     if name == DROPPED_COUNTER {
                         dropped = args.get("dropped").and_then(Value::as_u64).unwrap_or(0);
+                    } else if let Some(actor) = name.strip_prefix(MAILBOX_COUNTER_PREFIX) {
+                        let depth = args.get(VALUE_FIELD).and_then(Value::as_f64).unwrap_or(0.0);
+                        let slot = mailbox.entry(actor.to_owned()).or_insert(0);
+                        *slot = (*slot).max(depth as u64);
                     }
                 }
             }

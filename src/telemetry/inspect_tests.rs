@@ -69,6 +69,7 @@ fn synthetic_run(test: &str) -> PathBuf {
     write_trace(&dir.join("trace-1.json"), &first, true);
     let second = [
         dropped(0.0, 0),
+        r#"{"name":"mailbox.Verifier","ph":"C","ts":5,"pid":1,"args":{"value":4}}"#.to_owned(),
         name(1, "Generator"),
         span(1, "generate_batch", "message", 0.0, 1000.0, r#""batch":16"#),
     ];
@@ -95,7 +96,7 @@ fn busy_share_counts_latency_and_mailboxes_are_exact() {
     let report = inspect(&dir).unwrap();
     assert!(close(report.wall_ms, 2.0), "wall {}", report.wall_ms);
     let actors: Vec<&str> = report.actors.iter().map(|a| a.actor.as_str()).collect();
-    assert_eq!(actors, ["Generator", "Compiler", "Learner"]);
+    assert_eq!(actors, ["Generator", "Compiler", "Learner", "Verifier"]);
 
     let g = &report.actors[0];
     // Union 400 + 1000 us of 2000; three messages of 300, 100, 1000 us.
@@ -117,6 +118,12 @@ fn busy_share_counts_latency_and_mailboxes_are_exact() {
 
     let l = &report.actors[2];
     assert_eq!((l.messages, l.mailbox_high_water), (0, Some(2)));
+    let v = &report.actors[3];
+    assert_eq!(
+        (v.messages, v.mailbox_high_water),
+        (0, Some(4)),
+        "from the trace's counter"
+    );
 
     let slow: Vec<(&str, &str, f64, f64, &str)> = report
         .slowest

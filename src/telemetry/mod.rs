@@ -44,6 +44,9 @@ pub const OTHER_TRACK: &str = "other";
 pub const COUNTER_FIELD: &str = "counter";
 /// The numeric event field that carries a counter sample's value.
 pub const VALUE_FIELD: &str = "value";
+/// Counters named `mailbox.<actor>` (e.g. `mailbox.Compiler`) sample that actor's mailbox depth;
+/// `kevin inspect` reports their highest value as the actor's mailbox high-water mark.
+pub const MAILBOX_COUNTER_PREFIX: &str = "mailbox.";
 /// The target of events emitted by [`counter`]; filter it out of log output if it shows up.
 pub const COUNTER_TARGET: &str = "kevin::telemetry::counter";
 
