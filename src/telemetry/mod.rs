@@ -6,7 +6,7 @@
 //!   and keeps live per-actor totals ([`TraceStats`]) for metrics.jsonl;
 //! - [`reader`]: a lenient reader of those files, which accepts the unterminated array a killed
 //!   daemon leaves behind;
-//! - [`inspect`]: the report behind `kevin inspect RUN_DIR`: busy and idle share, messages,
+//! - [`inspect`](mod@inspect): the report behind `kevin inspect RUN_DIR`: busy and idle share, messages,
 //!   latency mean and p99, mailbox high-water mark per actor, and the slowest spans.
 //!
 //! # Conventions the actors follow
@@ -18,7 +18,12 @@
 //!   [`OTHER_TRACK`]. Every other span field becomes an arg of the event.
 //! - Queue depths and other sampled values: [`counter`], which emits a `TRACE`-level event with
 //!   fields `counter` (the name) and `value` (a number) under target [`COUNTER_TARGET`]; the layer
-//!   turns any event with those two fields into a Chrome counter event.
+//!   turns any event with those two fields into a Chrome counter event. Mailbox depths are
+//!   counters named `mailbox.<actor>` ([`MAILBOX_COUNTER_PREFIX`]).
+//! - One trace file per daemon session, at [`session_trace_path`] (`trace-0001.json`, ...), so a
+//!   resumed run keeps every earlier session's trace; `kevin inspect` reads them all.
+//! - Async handlers keep their span alive with `future.instrument(span)` (or by moving it into
+//!   the future); the event closes when the future, and so the message's work, is done.
 
 pub mod chrome;
 pub mod inspect;

@@ -3,7 +3,7 @@
 //! holds hours of useful trace. A complete document (an array, or an object with `traceEvents`)
 //! is read as such; anything else is read one event per line, as [`super::chrome`] writes it.
 //!
-//! Only what [`super::inspect`] needs is typed: complete events (`"ph":"X"`), thread names and
+//! Only what [`inspect`](mod@super::inspect) needs is typed: complete events (`"ph":"X"`), thread names and
 //! counters. Other phases are skipped. Damage anywhere but the last line is an error naming the
 //! file and the line.
 
