@@ -12,15 +12,16 @@
 #![warn(missing_docs)]
 
 pub mod config;
-pub mod outcome;
-pub mod rl;
 pub mod env;
 pub mod episode;
 pub mod learner;
+pub mod outcome;
 pub mod policy;
 pub mod prompt;
 pub mod replay;
+pub mod rl;
 pub mod rng;
 pub mod run_dir;
 pub mod sampler;
 pub mod sim;
+pub mod telemetry;

@@ -1,0 +1,479 @@
+//! `kevin inspect RUN_DIR`: which actor is the bottleneck.
+//!
+//! Reads every trace file of a run (`trace.json` and `trace-*.json`, one per daemon session) and
+//! the mailbox high-water marks in `metrics.jsonl` (and in `mailbox.<actor>` counters), and reports per actor: the share of the traced
+//! wall-clock time it was busy (the union of its spans) and idle, its summed busy time and
+//! concurrency when its spans overlap (a pool of workers on one track), messages handled, exact
+//! mean and p99 handling latency, mailbox high-water mark; and the ten slowest spans overall.
+//!
+//! The traced window of a session runs from its earliest to its latest timestamp; the chrome
+//! writer puts a counter at 0 and one at finish, so a whole daemon session is covered, including
+//! the time before the first message. Shares are of the sum of all sessions' windows.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::chrome::DROPPED_COUNTER;
+use super::reader::{read_trace, TraceEvent, TraceFile};
+use super::{MAILBOX_COUNTER_PREFIX, VALUE_FIELD};
+
+/// How many of the slowest spans the report lists.
+const SLOWEST: usize = 10;
+/// Longest args summary shown for a slow span.
+const ARGS_WIDTH: usize = 60;
+
+/// Why a run directory could not be inspected. Each names the file (and line) at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    /// The run directory could not be listed.
+    #[error("cannot list run directory {}: {source}", dir.display())]
+    ReadDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The run directory holds no `trace.json` or `trace-*.json`.
+    #[error("no trace file (trace.json or trace-*.json) in {}", dir.display())]
+    NoTraceFiles {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A trace file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A trace file is damaged somewhere other than its last line.
+    #[error("{}: {at}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Where in it: `line N`, `event N` or `top level`.
+        at: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Everything `kevin inspect` reports; printed as tables by `Display`, as JSON by serde.
+#[derive(Clone, Debug, Serialize)]
+pub struct InspectReport {
+    /// The run directory inspected.
+    pub run_dir: PathBuf,
+    /// One entry per trace file, in name order.
+    pub sessions: Vec<SessionReport>,
+    /// Traced wall-clock time of all sessions together, in milliseconds.
+    pub wall_ms: f64,
+    /// One entry per actor, busiest first.
+    pub actors: Vec<ActorReport>,
+    /// The slowest spans of all sessions, slowest first.
+    pub slowest: Vec<SlowSpan>,
+    /// Things a reader should know (cut files, dropped records, an unreadable metrics file).
+    pub warnings: Vec<String>,
+}
+
+/// One trace file (one daemon session).
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionReport {
+    /// File name within the run directory.
+    pub file: String,
+    /// Traced wall-clock time, in milliseconds.
+    pub wall_ms: f64,
+    /// Spans read.
+    pub spans: usize,
+    /// Whether the writer closed the file (false: the daemon was killed).
+    pub complete: bool,
+    /// Records the writer dropped, as last reported in the file.
+    pub dropped: u64,
+}
+
+/// One actor (one trace track).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ActorReport {
+    /// The actor (track name).
+    pub actor: String,
+    /// Messages handled (message spans; nested work spans are not counted).
+    pub messages: u64,
+    /// Percent of the traced time during which at least one of its spans was open.
+    pub busy_pct: f64,
+    /// `100 - busy_pct`.
+    pub idle_pct: f64,
+    /// Summed message durations as a percent of traced time; above 100 for a busy pool.
+    pub busy_summed_pct: f64,
+    /// Most message spans open at once (1 for a single-threaded actor).
+    pub concurrency: u64,
+    /// Mean handling latency, in milliseconds.
+    pub mean_ms: f64,
+    /// 99th-percentile handling latency (nearest rank), in milliseconds.
+    pub p99_ms: f64,
+    /// Deepest mailbox seen: the highest of metrics.jsonl's `mailbox_high_water` and the trace's
+    /// `mailbox.<actor>` counter samples.
+    pub mailbox_high_water: Option<u64>,
+}
+
+/// One of the slowest spans.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlowSpan {
+    /// Its actor (track name).
+    pub actor: String,
+    /// The span name.
+    pub name: String,
+    /// Duration, in milliseconds.
+    pub dur_ms: f64,
+    /// Start, in milliseconds since its session's window began.
+    pub start_ms: f64,
+    /// Trace file it is in.
+    pub session: String,
+    /// Its args, `key=value` separated by spaces, cut to a readable width.
+    pub args: String,
+}
+
+/// Running totals of one actor over all sessions.
+#[derive(Default)]
+struct Acc {
+    union_us: f64,
+    summed_us: f64,
+    durations_us: Vec<f64>,
+    concurrency: u64,
+}
+
+/// One track's spans in one session, as `(start, end)` in microseconds.
+#[derive(Default)]
+struct TrackSpans {
+    /// Every span: what the busy union is made of.
+    all: Vec<(f64, f64)>,
+    /// Message spans only: messages, latency, summed busy time, concurrency.
+    messages: Vec<(f64, f64)>,
+}
+
+/// Inspects the run directory `run_dir`; see the module docs.
+pub fn inspect(run_dir: &Path) -> Result<InspectReport, InspectError> {
+    let entries = std::fs::read_dir(run_dir).map_err(|source| InspectError::ReadDir {
+        dir: run_dir.to_owned(),
+        source,
+    })?;
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n == "trace.json" || (n.starts_with("trace-") && n.ends_with(".json")))
+        .collect();
+    if names.is_empty() {
+        return Err(InspectError::NoTraceFiles {
+            dir: run_dir.to_owned(),
+        });
+    }
+    // Sessions in the order they ran: `trace.json` first, then by number (trace-9 before
+    // trace-10), then any other `trace-*.json` by name.
+    names.sort_by_key(|n| {
+        let order = match n.as_str() {
+            "trace.json" => 0,
+            _ => super::session_number(n).unwrap_or(u64::MAX),
+        };
+        (order, n.clone())
+    });
+    let files = names
+        .iter()
+        .map(|n| read_trace(&run_dir.join(n)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut warnings = Vec::new();
+    let mailbox = mailbox_high_water(&run_dir.join("metrics.jsonl"), &mut warnings);
+    Ok(report(run_dir, &files, mailbox, warnings))
+}
+
+/// Builds the report from files already read (and the mailbox marks already gathered).
+fn report(
+    run_dir: &Path,
+    files: &[TraceFile],
+    mut mailbox: BTreeMap<String, u64>,
+    mut warnings: Vec<String>,
+) -> InspectReport {
+    let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
+    let mut sessions = Vec::new();
+    let mut slow: Vec<SlowSpan> = Vec::new();
+    let mut wall_us = 0.0;
+    // Spans shorter than this cannot enter the slowest list any more.
+    let mut slow_floor_ms = 0.0;
+    for file in files {
+        let session = file_name(&file.path);
+        let mut tracks: BTreeMap<u64, String> = BTreeMap::new();
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        let mut dropped = 0;
+        for event in &file.events {
+            match event {
+                TraceEvent::ThreadName { tid, name } => {
+                    tracks.insert(*tid, name.clone());
+                }
+                TraceEvent::Span { ts_us, dur_us, .. } => {
+                    lo = lo.min(*ts_us);
+                    hi = hi.max(ts_us + dur_us);
+                }
+                TraceEvent::Counter { name, ts_us, args } => {
+                    lo = lo.min(*ts_us);
+                    hi = hi.max(*ts_us);
+                    if name == DROPPED_COUNTER {
+                        dropped = args.get("dropped").and_then(Value::as_u64).unwrap_or(0);
+                    } else if let Some(actor) = name.strip_prefix(MAILBOX_COUNTER_PREFIX) {
+                        let depth = args.get(VALUE_FIELD).and_then(Value::as_f64).unwrap_or(0.0);
+                        let slot = mailbox.entry(actor.to_owned()).or_insert(0);
+                        *slot = (*slot).max(depth as u64);
+                    }
+                }
+            }
+        }
+        let window = if hi > lo { hi - lo } else { 0.0 };
+        wall_us += window;
+
+        // Per track: all spans for the busy union, message spans for the rest.
+        let mut spans_of: BTreeMap<String, TrackSpans> = BTreeMap::new();
+        let mut n_spans = 0;
+        for event in &file.events {
+            let TraceEvent::Span {
+                name,
+                cat,
+                tid,
+                ts_us,
+                dur_us,
+                args,
+            } = event
+            else {
+                continue;
+            };
+            n_spans += 1;
+            let actor = tracks
+                .get(tid)
+                .cloned()
+                .unwrap_or_else(|| format!("tid {tid}"));
+            let entry = spans_of.entry(actor.clone()).or_default();
+            entry.all.push((*ts_us, ts_us + dur_us));
+            if cat.as_deref().is_none_or(|c| c == "message") {
+                entry.messages.push((*ts_us, ts_us + dur_us));
+            }
+            // Keep the list short as we go (a long run has millions of spans), and summarise
+            // args only for spans that can still make it.
+            let dur_ms = dur_us / 1000.0;
+            if slow.len() >= SLOWEST && dur_ms < slow_floor_ms {
+                continue;
+            }
+            slow.push(SlowSpan {
+                actor,
+                name: name.clone(),
+                dur_ms,
+                start_ms: (ts_us - lo) / 1000.0,
+                session: session.clone(),
+                args: summarize(args),
+            });
+            if slow.len() >= 4 * SLOWEST {
+                sort_slowest(&mut slow);
+                slow.truncate(SLOWEST);
+                slow_floor_ms = slow[SLOWEST - 1].dur_ms;
+            }
+        }
+        for (actor, TrackSpans { all, messages }) in spans_of {
+            let a = acc.entry(actor).or_default();
+            a.union_us += union_length(all);
+            a.summed_us += messages.iter().map(|(s, e)| e - s).sum::<f64>();
+            a.concurrency = a.concurrency.max(max_overlap(&messages));
+            a.durations_us.extend(messages.iter().map(|(s, e)| e - s));
+        }
+
+        if !file.complete {
+            let torn = if file.torn {
+                ", torn last line skipped"
+            } else {
+                ""
+            };
+            warnings.push(format!(
+                "{session}: not closed (daemon killed?); read {} events{torn}",
+                file.events.len()
+            ));
+        }
+        if dropped > 0 {
+            warnings.push(format!(
+                "{session}: the trace writer dropped {dropped} records (it could not keep up)"
+            ));
+        }
+        sessions.push(SessionReport {
+            file: session,
+            wall_ms: window / 1000.0,
+            spans: n_spans,
+            complete: file.complete,
+            dropped,
+        });
+    }
+    sort_slowest(&mut slow);
+    slow.truncate(SLOWEST);
+
+    for actor in mailbox.keys() {
+        acc.entry(actor.clone()).or_default();
+    }
+    let pct = |us: f64| {
+        if wall_us > 0.0 {
+            100.0 * us / wall_us
+        } else {
+            0.0
+        }
+    };
+    let mut actors: Vec<ActorReport> = acc
+        .into_iter()
+        .map(|(actor, mut a)| {
+            a.durations_us.sort_by(f64::total_cmp);
+            let n = a.durations_us.len();
+            let busy_pct = pct(a.union_us);
+            ActorReport {
+                messages: n as u64,
+                busy_pct,
+                idle_pct: 100.0 - busy_pct,
+                busy_summed_pct: pct(a.summed_us),
+                concurrency: a.concurrency,
+                mean_ms: if n == 0 {
+                    0.0
+                } else {
+                    a.summed_us / n as f64 / 1000.0
+                },
+                p99_ms: percentile(&a.durations_us, 0.99) / 1000.0,
+                mailbox_high_water: mailbox.get(&actor).copied(),
+                actor,
+            }
+        })
+        .collect();
+    actors.sort_by(|a, b| {
+        b.busy_pct
+            .total_cmp(&a.busy_pct)
+            .then_with(|| b.busy_summed_pct.total_cmp(&a.busy_summed_pct))
+            .then_with(|| a.actor.cmp(&b.actor))
+    });
+    InspectReport {
+        run_dir: run_dir.to_owned(),
+        sessions,
+        wall_ms: wall_us / 1000.0,
+        actors,
+        slowest: slow,
+        warnings,
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// Slowest first; ties by session, then start, so the order is reproducible.
+fn sort_slowest(slow: &mut [SlowSpan]) {
+    slow.sort_by(|a, b| {
+        b.dur_ms
+            .total_cmp(&a.dur_ms)
+            .then_with(|| a.session.cmp(&b.session))
+            .then_with(|| a.start_ms.total_cmp(&b.start_ms))
+    });
+}
+
+/// Nearest-rank percentile of ascending `sorted` values (0 when empty).
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Total length covered by the intervals `(start, end)`.
+fn union_length(mut spans: Vec<(f64, f64)>) -> f64 {
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut total = 0.0;
+    let mut current: Option<(f64, f64)> = None;
+    for (s, e) in spans {
+        current = match current {
+            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    total + current.map_or(0.0, |(s, e)| e - s)
+}
+
+/// Most intervals open at one instant; an interval ending where another starts does not overlap.
+fn max_overlap(spans: &[(f64, f64)]) -> u64 {
+    let mut edges: Vec<(f64, i64)> = spans.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]).collect();
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut open, mut most) = (0i64, 0i64);
+    for (_, delta) in edges {
+        open += delta;
+        most = most.max(open);
+    }
+    most as u64
+}
+
+/// `key=value` pairs of a span's args, cut to [`ARGS_WIDTH`] characters.
+fn summarize(args: &Map<String, Value>) -> String {
+    let mut out = String::new();
+    for (k, v) in args {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        match v {
+            Value::String(s) => out.push_str(&format!("{k}={s}")),
+            other => out.push_str(&format!("{k}={other}")),
+        }
+    }
+    if out.chars().count() > ARGS_WIDTH {
+        out = out.chars().take(ARGS_WIDTH - 3).collect::<String>() + "...";
+    }
+    out
+}
+
+/// Highest `mailbox_high_water` per actor over all lines of metrics.jsonl. The file is optional
+/// and advisory: trouble with it becomes a warning, and a cut last line is expected after a kill.
+fn mailbox_high_water(path: &Path, warnings: &mut Vec<String>) -> BTreeMap<String, u64> {
+    let mut marks = BTreeMap::new();
+    let text = match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => {
+            warnings.push(format!(
+                "{}: {e}; no mailbox high-water marks",
+                path.display()
+            ));
+            return marks;
+        }
+    };
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .collect();
+    for (k, &(i, line)) in lines.iter().enumerate() {
+        let value: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(_) if k + 1 == lines.len() => break,
+            Err(e) => {
+                warnings.push(format!("{}: line {}: {e}; skipped", path.display(), i + 1));
+                continue;
+            }
+        };
+        let Some(Value::Object(mb)) = value.get("mailbox_high_water") else {
+            continue;
+        };
+        for (actor, depth) in mb {
+            let Some(depth) = depth.as_u64().or_else(|| depth.as_f64().map(|f| f as u64)) else {
+                continue;
+            };
+            let slot = marks.entry(actor.clone()).or_insert(0);
+            *slot = depth.max(*slot);
+        }
+    }
+    marks
+}
+
+#[cfg(test)]
+#[path = "inspect_tests.rs"]
+mod tests;
