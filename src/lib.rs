@@ -15,6 +15,7 @@ pub mod config;
 pub mod env;
 pub mod episode;
 pub mod learner;
+pub mod metrics;
 pub mod outcome;
 pub mod policy;
 pub mod prompt;

@@ -203,6 +203,11 @@ impl ReplayBuffer {
         self.dropped_since_batch = dropped;
     }
 
+    /// The most recently accepted group still waiting.
+    pub fn last(&self) -> Option<&ScoredGroup> {
+        self.pending.back()
+    }
+
     /// Groups waiting.
     pub fn len(&self) -> usize {
         self.pending.len()

@@ -1,0 +1,275 @@
+//! The command line: `kevin train | eval | bench | inspect | tasks` (and the hidden `worker`).
+//!
+//! Exit codes: 0 success, 1 failure, 2 usage or configuration error.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kevin::config::Config;
+use tracing_subscriber::filter::{filter_fn, EnvFilter};
+use tracing_subscriber::prelude::*;
+
+use crate::system::{self, StopReason, TrainOptions};
+
+/// The default config of `kevin train`, relative to the repository root.
+pub const DEFAULT_CONFIG: &str = "configs/quickstart.toml";
+
+/// kevin: multi-turn RL that teaches language models to write fast CUDA kernels.
+#[derive(Parser, Debug)]
+#[command(name = "kevin", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter (tracing EnvFilter syntax, e.g. "info" or "kevin=debug"); default: the config's
+    /// telemetry.log_level, or RUST_LOG when set.
+    #[arg(long, global = true)]
+    pub log: Option<String>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train a policy: a long-running daemon. Stop it with Ctrl-C (SIGINT) or SIGTERM; run the
+    /// same command again to resume from the run directory.
+    Train {
+        /// Experiment config (TOML). Layers: defaults < this file < KEVIN__SECTION__KEY=value.
+        /// Default: configs/quickstart.toml, or the config stored in --run-dir when resuming.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Run directory (default: <run.runs_dir>/<run.name>).
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
+        /// Stop when the learner reaches this version (overrides run.max_steps).
+        #[arg(long)]
+        max_steps: Option<u64>,
+    },
+    /// Evaluate kernels or a checkpoint on the task suite (not available yet).
+    Eval {
+        /// Arguments of the future command.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
+    /// Benchmark the system itself.
+    Bench {
+        /// What to benchmark.
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+    /// Per-actor busy/idle, message counts, latencies, mailbox high-water marks and the slowest
+    /// spans of a run, from its trace files and metrics.jsonl.
+    Inspect {
+        /// The run directory.
+        run_dir: PathBuf,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the task suite (not available yet).
+    Tasks {
+        /// Arguments of the future command.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
+    /// Serve as an evaluation worker process (internal: started by kevin itself).
+    #[command(hide = true)]
+    Worker {
+        /// Arguments of the worker.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// `kevin bench` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// The actor pipeline's own cost with zero-latency simulated components, and async vs sync
+    /// throughput with the simulated latencies of a real run.
+    Pipeline {
+        /// Learner steps of the zero-latency run.
+        #[arg(long, default_value_t = 60)]
+        steps: u64,
+        /// Seconds each of the async and sync runs lasts.
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
+        /// Also write the results as markdown to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn init_logging(filter: &str, trace_file: Option<&Path>) -> Result<Option<kevin::telemetry::TraceGuard>, String> {
+    let env_filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .map_or_else(|| EnvFilter::try_new(filter).map_err(|e| format!("log filter {filter:?}: {e}")), Ok)?;
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false).with_filter(env_filter);
+    match trace_file {
+        Some(path) => {
+            let (chrome, guard) =
+                kevin::telemetry::chrome_layer(path).map_err(|e| format!("trace file {}: {e}", path.display()))?;
+            // Per-layer filter: the trace gets every kevin span and counter whatever the log level.
+            let chrome = chrome.with_filter(filter_fn(|m| m.target().starts_with("kevin")));
+            tracing_subscriber::registry().with(fmt).with(chrome).try_init().map_err(|e| e.to_string())?;
+            Ok(Some(guard))
+        }
+        None => {
+            tracing_subscriber::registry().with(fmt).try_init().map_err(|e| e.to_string())?;
+            Ok(None)
+        }
+    }
+}
+
+/// Resolves SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    eprintln!("kevin: stopping (drain, checkpoint); send the signal again only if you must abandon in-flight work");
+}
+
+fn env_vars() -> Vec<(String, String)> {
+    std::env::vars().collect()
+}
+
+fn usage_error(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("kevin: {msg}");
+    ExitCode::from(2)
+}
+
+fn failure(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("kevin: {msg}");
+    ExitCode::from(1)
+}
+
+fn cmd_train(cli_log: Option<String>, config: Option<PathBuf>, run_dir: Option<PathBuf>, max_steps: Option<u64>) -> ExitCode {
+    // Resuming a run directory without --config uses the config stored in it.
+    let stored = run_dir.as_ref().map(|d| d.join("config.toml")).filter(|p| p.exists());
+    let path = match (config, stored) {
+        (Some(p), _) => p,
+        (None, Some(stored)) => stored,
+        (None, None) => {
+            let p = PathBuf::from(DEFAULT_CONFIG);
+            if !p.exists() {
+                return usage_error(format!(
+                    "the default config {DEFAULT_CONFIG} is not here (run kevin from the repository root or pass --config FILE)"
+                ));
+            }
+            p
+        }
+    };
+    let mut config = match Config::load(Some(&path), &env_vars()) {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
+    if let Some(n) = max_steps {
+        config.file.run.max_steps = n;
+        config.sources.push(format!("--max-steps {n}"));
+    }
+    let run_dir = config.run_dir(run_dir.as_deref());
+    if let Err(e) = std::fs::create_dir_all(&run_dir) {
+        return failure(format!("run directory {}: {e}", run_dir.display()));
+    }
+    let trace = if config.telemetry.trace {
+        match kevin::telemetry::session_trace_path(&run_dir) {
+            Ok(p) => Some(p),
+            Err(e) => return failure(format!("run directory {}: {e}", run_dir.display())),
+        }
+    } else {
+        None
+    };
+    let filter = cli_log.unwrap_or_else(|| config.telemetry.log_level.clone());
+    let guard = match init_logging(&filter, trace.as_deref()) {
+        Ok(g) => g,
+        Err(e) => return usage_error(e),
+    };
+    tracing::info!(config = %path.display(), layers = %config.sources.join(" < "), "config");
+    let trace_stats = guard.as_ref().map(|g| g.stats());
+    let result = system::train(TrainOptions { config, run_dir, trace_stats }, shutdown_signal());
+    if let Some(guard) = guard {
+        match guard.finish() {
+            Ok(s) if s.dropped > 0 => tracing::warn!(dropped = s.dropped, "trace records dropped (writer fell behind)"),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "could not finish the trace file"),
+        }
+    }
+    match result {
+        Ok(s) => {
+            let why = match s.reason {
+                StopReason::MaxSteps => "max steps reached",
+                StopReason::Signal => "stopped by signal",
+            };
+            println!(
+                "kevin train: {why}; learner version {} ({} steps this session{}), {} turns; run directory {}",
+                s.version,
+                s.steps,
+                s.resumed_from.map(|v| format!(", resumed from {v}")).unwrap_or_default(),
+                s.turns,
+                s.run_dir.display()
+            );
+            if let Some(c) = s.checkpoint {
+                println!("checkpoint: {}", c.display());
+            }
+            println!("inspect it with: kevin inspect {}", s.run_dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(system::TrainError::ConfigMismatch { dir, key }) => usage_error(system::TrainError::ConfigMismatch { dir, key }),
+        Err(e) => failure(e),
+    }
+}
+
+fn cmd_inspect(run_dir: &Path, json: bool) -> ExitCode {
+    match kevin::telemetry::inspect(run_dir) {
+        Ok(report) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).expect("report serialises"));
+            } else {
+                print!("{report}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => failure(e),
+    }
+}
+
+fn not_available(command: &str, what: &str) -> ExitCode {
+    failure(format!("`kevin {command}` is not available yet: {what}. Nothing was done."))
+}
+
+/// The binary's entry point.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Train { config, run_dir, max_steps } => cmd_train(cli.log, config, run_dir, max_steps),
+        Command::Inspect { run_dir, json } => cmd_inspect(&run_dir, json),
+        Command::Bench { what: BenchCommand::Pipeline { steps, seconds, out } } => {
+            if let Err(e) = init_logging(cli.log.as_deref().unwrap_or("warn"), None) {
+                return usage_error(e);
+            }
+            match crate::bench::pipeline(steps, seconds, out.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failure(e),
+            }
+        }
+        Command::Eval { .. } => not_available("eval", "the evaluation harness (GPU workers, CPU backend) is not built yet"),
+        Command::Tasks { .. } => not_available("tasks", "the task suite is not built yet"),
+        Command::Worker { .. } => not_available("worker", "no worker role is built yet"),
+    }
+}

@@ -1,0 +1,96 @@
+//! The Compiler actor: fronts the compile pool. A candidate that compiles goes on to the Verifier;
+//! one that does not gets its compile-error outcome straight back to its episode.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use kevin::env::KernelEnv;
+
+use crate::failures::Failures;
+use crate::mailbox::{actix_capacity, Handle};
+use crate::messages::{Compile, Restart, Verify};
+use crate::pool::BlockingPool;
+use crate::stage::{run_stage, StageFailure};
+use crate::verifier::Verifier;
+
+/// The Compiler actor.
+pub struct Compiler {
+    env: Arc<dyn KernelEnv>,
+    workers: usize,
+    pool: BlockingPool,
+    verifier: Handle<Verifier>,
+    timeout_ms: u64,
+    credits: usize,
+    failures: Arc<Failures>,
+}
+
+impl Compiler {
+    /// A compiler with `workers` threads in front of `env`.
+    pub fn new(
+        env: Arc<dyn KernelEnv>,
+        workers: usize,
+        verifier: Handle<Verifier>,
+        timeout_ms: u64,
+        credits: usize,
+        failures: Arc<Failures>,
+    ) -> Self {
+        Compiler { pool: BlockingPool::new("compile", workers), env, workers, verifier, timeout_ms, credits, failures }
+    }
+}
+
+impl Actor for Compiler {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(actix_capacity(self.credits));
+    }
+}
+
+impl Supervised for Compiler {
+    fn restarting(&mut self, _ctx: &mut Context<Self>) {
+        // A panic may have left the component's threads in a bad state: start fresh ones.
+        self.pool = BlockingPool::new("compile", self.workers);
+        self.failures.count("Compiler.restart");
+        tracing::warn!(actor = "Compiler", "restarted after a component failure");
+    }
+}
+
+impl Handler<Compile> for Compiler {
+    type Result = ();
+
+    fn handle(&mut self, msg: Compile, ctx: &mut Context<Self>) {
+        let span = tracing::info_span!("Compile", actor = "Compiler", task = %msg.task);
+        let (env, pool, verifier, limit) = (self.env.clone(), self.pool.clone(), self.verifier.clone(), self.timeout_ms);
+        let me = ctx.address();
+        let Compile { task, source, reply, ticket } = msg;
+        actix::spawn(async move {
+            match run_stage(&pool, span, "compile", limit, move || env.compile(&task, &source)).await {
+                // Keep this stage's credit until the next stage has accepted the work: that is
+                // what carries backpressure from the Profiler back to the Rollout.
+                Ok(Ok(compiled)) => {
+                    if verifier.send(|t| Verify { compiled, reply, ticket: t }).await.is_err() {
+                        tracing::error!("the Verifier is gone; a candidate was not verified");
+                    }
+                }
+                Ok(Err(outcome)) => {
+                    let _ = reply.send(outcome);
+                }
+                Err(failure) => {
+                    if matches!(failure, StageFailure::Panicked(_)) {
+                        me.do_send(Restart);
+                    }
+                    let _ = reply.send(failure.into_outcome());
+                }
+            }
+            drop(ticket);
+        });
+    }
+}
+
+impl Handler<Restart> for Compiler {
+    type Result = ();
+
+    fn handle(&mut self, _: Restart, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

@@ -1,0 +1,58 @@
+//! What the three evaluation stages (Compiler, Verifier, Profiler) share: running one blocking
+//! environment call on the stage's pool under a deadline, and turning a component failure into
+//! the candidate's outcome.
+
+use std::time::Duration;
+
+use kevin::outcome::Outcome;
+use tracing::Span;
+
+use crate::pool::BlockingPool;
+
+/// Extra time the actor grants beyond the environment's own deadline before it gives up on the
+/// call: the environment enforces deadlines in its worker processes; this is the safety net for
+/// an environment that does not.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// How a stage call ended when it did not return normally.
+pub enum StageFailure {
+    /// The component panicked: the candidate gets a crash outcome and the actor restarts.
+    Panicked(Outcome),
+    /// No answer within the deadline: the candidate gets a timeout outcome.
+    TimedOut(Outcome),
+}
+
+impl StageFailure {
+    /// The outcome the candidate receives.
+    pub fn into_outcome(self) -> Outcome {
+        match self {
+            StageFailure::Panicked(o) | StageFailure::TimedOut(o) => o,
+        }
+    }
+}
+
+/// Runs `f` on `pool` inside `span`, waiting at most `limit_ms` + grace.
+pub async fn run_stage<T, F>(pool: &BlockingPool, span: Span, stage: &'static str, limit_ms: u64, f: F) -> Result<T, StageFailure>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let rx = pool.run(move || {
+        let _entered = span.enter();
+        f()
+    });
+    match tokio::time::timeout(Duration::from_millis(limit_ms) + GRACE, rx).await {
+        Ok(Ok(Ok(value))) => Ok(value),
+        Ok(Ok(Err(panic))) => Err(StageFailure::Panicked(Outcome::Crash {
+            reason: format!("the evaluation environment failed during {stage}: {}", panic.0),
+        })),
+        // The pool dropped the job: only when its threads are gone.
+        Ok(Err(_)) => Err(StageFailure::Panicked(Outcome::Crash {
+            reason: format!("the {stage} pool is gone"),
+        })),
+        Err(_) => {
+            tracing::error!(stage, limit_ms, "an environment call outlived its deadline and the grace period");
+            Err(StageFailure::TimedOut(Outcome::Timeout { stage: stage.to_string(), limit_ms }))
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The Verifier actor: fronts the verification pool (the correctness protocol). A correct
+//! candidate goes on to the Profiler; any other gets its outcome straight back to its episode.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use kevin::env::KernelEnv;
+
+use crate::failures::Failures;
+use crate::mailbox::{actix_capacity, Handle};
+use crate::messages::{Profile, Restart, Verify};
+use crate::pool::BlockingPool;
+use crate::profiler::Profiler;
+use crate::stage::{run_stage, StageFailure};
+
+/// The Verifier actor.
+pub struct Verifier {
+    env: Arc<dyn KernelEnv>,
+    workers: usize,
+    pool: BlockingPool,
+    profiler: Handle<Profiler>,
+    timeout_ms: u64,
+    credits: usize,
+    failures: Arc<Failures>,
+}
+
+impl Verifier {
+    /// A verifier with `workers` threads in front of `env`.
+    pub fn new(
+        env: Arc<dyn KernelEnv>,
+        workers: usize,
+        profiler: Handle<Profiler>,
+        timeout_ms: u64,
+        credits: usize,
+        failures: Arc<Failures>,
+    ) -> Self {
+        Verifier { pool: BlockingPool::new("verify", workers), env, workers, profiler, timeout_ms, credits, failures }
+    }
+}
+
+impl Actor for Verifier {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(actix_capacity(self.credits));
+    }
+}
+
+impl Supervised for Verifier {
+    fn restarting(&mut self, _ctx: &mut Context<Self>) {
+        self.pool = BlockingPool::new("verify", self.workers);
+        self.failures.count("Verifier.restart");
+        tracing::warn!(actor = "Verifier", "restarted after a component failure");
+    }
+}
+
+impl Handler<Verify> for Verifier {
+    type Result = ();
+
+    fn handle(&mut self, msg: Verify, ctx: &mut Context<Self>) {
+        let span = tracing::info_span!("Verify", actor = "Verifier", task = %msg.compiled.task);
+        let (env, pool, profiler, limit) = (self.env.clone(), self.pool.clone(), self.profiler.clone(), self.timeout_ms);
+        let me = ctx.address();
+        let Verify { compiled, reply, ticket } = msg;
+        actix::spawn(async move {
+            let c = compiled.clone();
+            match run_stage(&pool, span, "verify", limit, move || env.verify(&c)).await {
+                Ok(Ok(())) => {
+                    if profiler.send(|t| Profile { compiled, reply, ticket: t }).await.is_err() {
+                        tracing::error!("the Profiler is gone; a candidate was not timed");
+                    }
+                }
+                Ok(Err(outcome)) => {
+                    let _ = reply.send(outcome);
+                }
+                Err(failure) => {
+                    if matches!(failure, StageFailure::Panicked(_)) {
+                        me.do_send(Restart);
+                    }
+                    let _ = reply.send(failure.into_outcome());
+                }
+            }
+            drop(ticket);
+        });
+    }
+}
+
+impl Handler<Restart> for Verifier {
+    type Result = ();
+
+    fn handle(&mut self, _: Restart, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

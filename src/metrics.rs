@@ -1,0 +1,95 @@
+//! The per-step metrics record: one line of `metrics.jsonl` per learner step.
+//!
+//! Everything a researcher plots or a monitor alerts on is here: reward and correctness of the
+//! batch, speedups, staleness, queue depths, actor utilisation, drops and failures. The learner
+//! actor fills it; the telemetry actor writes it; `kevin inspect` and `kevin report` read it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::replay::Batch;
+
+/// One learner step's metrics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepMetrics {
+    /// Learner version after the step.
+    pub step: u64,
+    /// Seconds since this daemon session started.
+    pub elapsed_s: f64,
+    /// Unix time (seconds).
+    pub unix_s: f64,
+    /// Mean turn score over the batch.
+    pub reward_mean: f64,
+    /// Fraction of the batch's turns that were correct.
+    pub correct_rate: f64,
+    /// Mean speedup of the correct turns (0 when none).
+    pub mean_speedup: f64,
+    /// Fraction of turns per outcome kind.
+    pub outcomes: BTreeMap<String, f64>,
+    /// Version gap -> number of groups in the batch with that staleness.
+    pub staleness: BTreeMap<u64, u64>,
+    /// Groups in the batch.
+    pub groups: u64,
+    /// Groups dropped as stale before this step.
+    pub dropped: u64,
+    /// Groups dropped as stale in this run (all sessions).
+    pub dropped_total: u64,
+    /// Groups accepted in this run (all sessions).
+    pub accepted_total: u64,
+    /// Turns completed per second in this session.
+    pub turns_per_s: f64,
+    /// Groups waiting in the replay queue after the batch was taken.
+    pub replay_pending: u64,
+    /// Current mailbox depth per actor.
+    pub mailbox_depth: BTreeMap<String, u64>,
+    /// Highest mailbox depth per actor in this session.
+    pub mailbox_high_water: BTreeMap<String, u64>,
+    /// Busy fraction per actor since the previous step (from the trace; absent when tracing is off).
+    pub busy: BTreeMap<String, f64>,
+    /// Restarts of supervised actors and panics caught in components, per name.
+    pub failures: BTreeMap<String, u64>,
+    /// Training loss.
+    pub loss: f64,
+    /// Fraction of clipped tokens.
+    pub clip_fraction: f64,
+    /// Gradient norm.
+    pub grad_norm: f64,
+    /// Tokens trained on.
+    pub tokens: u64,
+    /// Seconds the learner spent on this step.
+    pub train_s: f64,
+}
+
+impl StepMetrics {
+    /// Fills the batch-derived fields from `batch`.
+    pub fn from_batch(step: u64, batch: &Batch) -> StepMetrics {
+        let mut m = StepMetrics { step, groups: batch.groups.len() as u64, dropped: batch.dropped.len() as u64, ..Default::default() };
+        let mut turns = 0u64;
+        let (mut score, mut correct, mut speedup_sum) = (0.0, 0u64, 0.0);
+        let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+        for g in &batch.groups {
+            for t in g.group.turns() {
+                turns += 1;
+                score += t.score;
+                *kinds.entry(t.outcome.kind().to_string()).or_default() += 1;
+                if let Some(s) = t.outcome.speedup() {
+                    correct += 1;
+                    speedup_sum += s;
+                }
+            }
+        }
+        for s in &batch.staleness {
+            *m.staleness.entry(*s).or_default() += 1;
+        }
+        if turns > 0 {
+            m.reward_mean = score / turns as f64;
+            m.correct_rate = correct as f64 / turns as f64;
+            m.outcomes = kinds.into_iter().map(|(k, n)| (k, n as f64 / turns as f64)).collect();
+        }
+        if correct > 0 {
+            m.mean_speedup = speedup_sum / correct as f64;
+        }
+        m
+    }
+}
