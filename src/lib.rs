@@ -11,3 +11,4 @@
 //! library; it never reaches around it.
 #![warn(missing_docs)]
 pub mod ops;
+pub mod tasks;

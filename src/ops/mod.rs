@@ -60,9 +60,14 @@ mod kernels;
 pub mod lexer;
 mod parse;
 pub mod round;
+pub mod torch;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod interp_tests;
+#[cfg(test)]
+mod torch_tests;
 
 pub use ast::{BinOp, Const, Decl, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, Stmt};
 pub use ast::{TensorType, UnaryFn};
