@@ -343,6 +343,21 @@ pub fn check(program: &mut Program) -> Result<(), CheckError> {
             ));
         }
     }
+    let symbols = program.size_symbols();
+    let decls = program.inputs.iter().chain(&program.outputs);
+    let names = decls
+        .map(|d| (&d.name, d.line))
+        .chain(program.consts.iter().map(|c| (&c.name, c.line)));
+    let names = names.chain(program.stmts.iter().map(|s| (&s.target, s.line)));
+    for (name, line) in names {
+        if symbols.contains(name) {
+            return Err(at(
+                line,
+                None,
+                format!("`{name}` names both a size and a tensor or constant"),
+            ));
+        }
+    }
     if program.outputs.is_empty() {
         return Err(at(0, None, "the program declares no output"));
     }

@@ -163,12 +163,12 @@ pub fn map_lanes(x: &Tensor, axis: usize, f: impl Fn(&[f64], &mut [f64])) -> Ten
     let (mut lane, mut res) = (vec![0.0; n], vec![0.0; n]);
     for o in 0..outer {
         for i in 0..inner {
-            for k in 0..n {
-                lane[k] = x.data[(o * n + k) * inner + i];
+            for (k, l) in lane.iter_mut().enumerate() {
+                *l = x.data[(o * n + k) * inner + i];
             }
             f(&lane, &mut res);
-            for k in 0..n {
-                out[(o * n + k) * inner + i] = res[k];
+            for (k, r) in res.iter().enumerate() {
+                out[(o * n + k) * inner + i] = *r;
             }
         }
     }

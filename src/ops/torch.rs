@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use super::ast::{BinOp, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, UnaryFn};
+use super::ast::{BinOp, Decl, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, UnaryFn};
 use super::check::infer_expr;
 
 /// Why a module could not be rendered.
@@ -17,7 +17,8 @@ pub enum RenderError {
     MissingSize(String),
 }
 
-fn torch_dtype(d: Dtype) -> &'static str {
+/// The PyTorch spelling of a dtype, e.g. `torch.float32`.
+pub fn torch_dtype(d: Dtype) -> &'static str {
     match d {
         Dtype::F32 => "torch.float32",
         Dtype::F16 => "torch.float16",
@@ -32,11 +33,30 @@ fn num(v: f64) -> String {
 }
 
 /// Renders `program` with the size constants in `sizes` (one per size symbol, in order of first
-/// appearance).
+/// appearance); `get_inputs()` draws every input with `torch.randn`.
 pub fn render_module(program: &Program, sizes: &Sizes) -> Result<String, RenderError> {
+    render_module_with(program, sizes, None, &|_, _| None)
+}
+
+/// Like [`render_module`], with a docstring for `Model` and a say in how inputs are drawn:
+/// `init(decl, dims)` returns the Python expression creating the input (given its dims as
+/// Python, e.g. `"M, K"`), or `None` for `torch.randn(dims, dtype=...)`.
+pub fn render_module_with(
+    program: &Program,
+    sizes: &Sizes,
+    doc: Option<&str>,
+    init: &dyn Fn(&Decl, &str) -> Option<String>,
+) -> Result<String, RenderError> {
     let mut s = String::new();
     s.push_str("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n");
     s.push_str("class Model(nn.Module):\n");
+    if let Some(doc) = doc {
+        let _ = writeln!(
+            s,
+            "    \"\"\"{}\"\"\"\n",
+            doc.replace('\\', "\\\\").replace("\"\"\"", "'''")
+        );
+    }
     s.push_str("    def __init__(self):\n        super().__init__()\n\n");
     let args: Vec<String> = program
         .inputs
@@ -84,12 +104,9 @@ pub fn render_module(program: &Program, sizes: &Sizes) -> Result<String, RenderE
         } else {
             "torch.zeros"
         };
-        let _ = writeln!(
-            s,
-            "    {} = {make}({shape}, dtype={})",
-            d.name,
-            torch_dtype(d.ty.dtype)
-        );
+        let value = init(d, &shape)
+            .unwrap_or_else(|| format!("{make}({shape}, dtype={})", torch_dtype(d.ty.dtype)));
+        let _ = writeln!(s, "    {} = {value}", d.name);
     }
     let names: Vec<&str> = program.inputs.iter().map(|d| d.name.as_str()).collect();
     let _ = writeln!(s, "    return [{}]\n\n", names.join(", "));

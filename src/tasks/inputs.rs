@@ -96,6 +96,23 @@ impl InputDist {
         Ok(())
     }
 
+    /// The PyTorch expression drawing a tensor of `dims` and `dtype` from this distribution, or
+    /// `None` for the standard normal (`torch.randn`, the renderer's default).
+    pub fn torch_expr(&self, dims: &str, dtype: &str) -> Option<String> {
+        let r = |f: &str| format!("torch.{f}({dims}, dtype={dtype})");
+        match *self {
+            InputDist::Normal { mean, std } if mean == 0.0 && std == 1.0 => None,
+            InputDist::Normal { mean: 0.0, std } => Some(format!("{} * {std:?}", r("randn"))),
+            InputDist::Normal { mean, std } => Some(format!("{} * {std:?} + {mean:?}", r("randn"))),
+            InputDist::Uniform { lo, hi } => {
+                Some(format!("{} * {:?} + {lo:?}", r("rand"), hi - lo))
+            }
+            InputDist::Positive { min, std } => {
+                Some(format!("{}.abs() * {std:?} + {min:?}", r("randn")))
+            }
+        }
+    }
+
     fn sample(&self, rng: &mut StdRng) -> f64 {
         match *self {
             InputDist::Normal { mean, std } => mean + std * standard_normal(rng),

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::ops::interp::{self, InterpError};
-use crate::ops::torch::{render_module, RenderError};
+use crate::ops::torch::{render_module_with, torch_dtype, RenderError};
 use crate::ops::{Dtype, Program, Sizes};
 
 pub use inputs::InputDist;
@@ -192,9 +192,21 @@ impl Task {
         Ok(outs.into_iter().map(|t| t.data).collect())
     }
 
-    /// The equivalent PyTorch module (KernelBench style) with the sizes of `preset`.
+    /// The equivalent PyTorch module (KernelBench style) with the sizes of `preset`, the
+    /// description as its docstring, and `get_inputs()` drawing from each input's distribution.
     pub fn torch_module(&self, preset: Preset) -> Result<String, RenderError> {
-        render_module(&self.program, self.sizes(preset))
+        let init = |d: &crate::ops::Decl, dims: &str| {
+            let i = self.program.inputs.iter().position(|x| x.name == d.name)?;
+            self.inputs
+                .get(i)
+                .and_then(|dist| dist.torch_expr(dims, torch_dtype(d.ty.dtype)))
+        };
+        render_module_with(
+            &self.program,
+            self.sizes(preset),
+            Some(&self.description),
+            &init,
+        )
     }
 }
 
