@@ -252,3 +252,26 @@ fn torch_module_has_the_description_and_input_distributions() {
     );
     assert!(m.contains("M = 33\nN = 65\n"), "{m}");
 }
+
+/// Writes, for every task, the PyTorch module at the small preset, inputs and reference outputs
+/// as JSON into `$KEVIN_XCHECK_DIR`, for a cross-check of renderer and interpreter against
+/// PyTorch in float64 where PyTorch is installed (`scripts/torch_xcheck.py`).
+#[test]
+#[ignore = "writes cross-check files; set KEVIN_XCHECK_DIR"]
+fn dump_cross_check() {
+    let Ok(dir) = std::env::var("KEVIN_XCHECK_DIR") else {
+        return;
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    for t in suite().tasks() {
+        let inputs = t.generate_inputs(Preset::Small, 11);
+        let outputs = t.reference(Preset::Small, &inputs).unwrap();
+        let sig = t.signature(Preset::Small);
+        let shapes: Vec<&Vec<usize>> = sig.tensors.iter().map(|s| &s.shape).collect();
+        let j = serde_json::json!({
+            "module": t.torch_module(Preset::Small).unwrap(),
+            "inputs": inputs, "outputs": outputs, "shapes": shapes,
+        });
+        std::fs::write(format!("{dir}/{}.json", t.name), j.to_string()).unwrap();
+    }
+}
