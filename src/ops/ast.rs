@@ -1,0 +1,382 @@
+//! The syntax tree of the op language: declarations, statements and expressions, plus the element
+//! types and symbolic shapes they carry. The parser builds it, the checker fills in the type of
+//! every statement, and the interpreter, the PyTorch renderer and the task loader read it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Element type of a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dtype {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16 (half).
+    F16,
+    /// bfloat16: binary32 with the mantissa cut to 7 bits.
+    Bf16,
+    /// 64-bit signed integer; only produced by argmax/argmin.
+    I64,
+}
+
+impl Dtype {
+    /// Parses the spelling used in programs (`f32`, `f16`, `bf16`, `i64`).
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        match name {
+            "f32" => Some(Dtype::F32),
+            "f16" => Some(Dtype::F16),
+            "bf16" => Some(Dtype::Bf16),
+            "i64" => Some(Dtype::I64),
+            _ => None,
+        }
+    }
+
+    /// The spelling used in programs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+            Dtype::I64 => "i64",
+        }
+    }
+
+    /// Size of one element in bytes.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::I64 => 8,
+        }
+    }
+
+    /// True for the floating-point types.
+    pub fn is_float(self) -> bool {
+        self != Dtype::I64
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One dimension of a declared shape: a size symbol such as `M`, or a literal extent.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    /// A size symbol, bound to a concrete value per size preset.
+    Sym(String),
+    /// A literal extent.
+    Lit(usize),
+}
+
+impl Dim {
+    /// The concrete extent under `sizes`, or `None` when a symbol is unbound.
+    pub fn resolve(&self, sizes: &Sizes) -> Option<usize> {
+        match self {
+            Dim::Sym(s) => sizes.get(s).copied(),
+            Dim::Lit(n) => Some(*n),
+        }
+    }
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Sym(s) => f.write_str(s),
+            Dim::Lit(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Concrete values of size symbols, e.g. `{M: 4096, N: 1024}`.
+pub type Sizes = BTreeMap<String, usize>;
+
+/// Element type and symbolic shape of a tensor, e.g. `f32[M, N]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorType {
+    /// Element type.
+    pub dtype: Dtype,
+    /// Symbolic shape; empty for a rank-0 tensor.
+    pub shape: Vec<Dim>,
+}
+
+impl TensorType {
+    /// The concrete shape under `sizes`, or the first unbound symbol.
+    pub fn concrete_shape(&self, sizes: &Sizes) -> Result<Vec<usize>, String> {
+        self.shape
+            .iter()
+            .map(|d| d.resolve(sizes).ok_or_else(|| d.to_string()))
+            .collect()
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[", self.dtype)?;
+        for (i, d) in self.shape.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// An `input` or `output` declaration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decl {
+    /// Tensor name.
+    pub name: String,
+    /// Declared type.
+    pub ty: TensorType,
+    /// 1-based source line.
+    pub line: usize,
+}
+
+/// A named scalar constant: `const alpha = 0.5`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Const {
+    /// Constant name.
+    pub name: String,
+    /// Its value.
+    pub value: f64,
+    /// 1-based source line.
+    pub line: usize,
+}
+
+/// An assignment `target = expr`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmt {
+    /// Name assigned: an output or a new intermediate.
+    pub target: String,
+    /// Right-hand side.
+    pub expr: Expr,
+    /// 1-based source line.
+    pub line: usize,
+}
+
+/// Binary operators, written infix (`+ - * / @`) or as calls (`maximum`, `minimum`, `pow`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    /// `a + b`, broadcasting.
+    Add,
+    /// `a - b`, broadcasting.
+    Sub,
+    /// `a * b`, broadcasting.
+    Mul,
+    /// `a / b`, broadcasting.
+    Div,
+    /// `maximum(a, b)`, broadcasting.
+    Max,
+    /// `minimum(a, b)`, broadcasting.
+    Min,
+    /// `pow(a, b)`, broadcasting.
+    Pow,
+    /// `a @ b`: matrix product (2-D, batched 3-D, 3-D by 2-D, matrix by vector).
+    MatMul,
+}
+
+/// Elementwise functions of one tensor without parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryFn {
+    /// max(x, 0)
+    Relu,
+    /// x * Phi(x), with the exact erf form.
+    Gelu,
+    /// The tanh approximation of GELU.
+    GeluTanh,
+    /// x * sigmoid(x)
+    Silu,
+    /// 1 / (1 + exp(-x))
+    Sigmoid,
+    /// tanh(x)
+    Tanh,
+    /// exp(x)
+    Exp,
+    /// Natural logarithm.
+    Log,
+    /// |x|
+    Abs,
+    /// -x
+    Neg,
+    /// Square root.
+    Sqrt,
+    /// 1 / sqrt(x)
+    Rsqrt,
+    /// x * x
+    Square,
+    /// log(1 + exp(x))
+    Softplus,
+    /// x * tanh(softplus(x))
+    Mish,
+    /// relu6(x + 3) / 6
+    Hardsigmoid,
+    /// x * relu6(x + 3) / 6
+    Hardswish,
+}
+
+/// Reductions over one axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceKind {
+    /// Sum.
+    Sum,
+    /// Arithmetic mean.
+    Mean,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+    /// Product.
+    Prod,
+    /// Index of the first maximum (i64 result).
+    Argmax,
+    /// Index of the first minimum (i64 result).
+    Argmin,
+    /// log(sum(exp(x))), computed stably.
+    Logsumexp,
+}
+
+/// A built-in operation applied by a call, with its constant parameters resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// A parameterless elementwise function.
+    Unary(UnaryFn),
+    /// `leaky_relu(x, slope=0.01)`.
+    LeakyRelu {
+        /// Slope for negative inputs.
+        slope: f64,
+    },
+    /// `elu(x, alpha=1.0)`.
+    Elu {
+        /// Scale of the negative branch.
+        alpha: f64,
+    },
+    /// `clamp(x, lo, hi)` or `hardtanh(x, lo=-1, hi=1)` (`hardtanh` sets `hardtanh`).
+    Clamp {
+        /// Lower bound.
+        lo: f64,
+        /// Upper bound.
+        hi: f64,
+        /// Written as `hardtanh` (rendered as `F.hardtanh`).
+        hardtanh: bool,
+    },
+    /// `sum(x, axis=-1, keepdim=false)` and friends.
+    Reduce {
+        /// Which reduction.
+        kind: ReduceKind,
+        /// Axis (negative counts from the end).
+        axis: i64,
+        /// Keep the reduced axis with extent 1.
+        keepdim: bool,
+    },
+    /// `softmax(x, axis=-1)`.
+    Softmax {
+        /// Axis.
+        axis: i64,
+    },
+    /// `log_softmax(x, axis=-1)`.
+    LogSoftmax {
+        /// Axis.
+        axis: i64,
+    },
+    /// `cumsum(x, axis=-1)`.
+    Cumsum {
+        /// Axis.
+        axis: i64,
+    },
+    /// `cumprod(x, axis=-1)`.
+    Cumprod {
+        /// Axis.
+        axis: i64,
+    },
+    /// `layer_norm(x, weight?, bias?, eps=1e-5)` over the last axis (biased variance).
+    LayerNorm {
+        /// Added to the variance.
+        eps: f64,
+        /// A weight operand follows `x`.
+        weight: bool,
+        /// A bias operand follows (after the weight, if any).
+        bias: bool,
+    },
+    /// `rms_norm(x, weight?, eps=1e-6)` over the last axis.
+    RmsNorm {
+        /// Added to the mean square.
+        eps: f64,
+        /// A weight operand follows `x`.
+        weight: bool,
+    },
+    /// `l2norm(x, axis=-1, eps=1e-12)`: x / max(||x||_2, eps).
+    L2Norm {
+        /// Axis.
+        axis: i64,
+        /// Lower bound on the norm.
+        eps: f64,
+    },
+    /// `transpose(x, a=-2, b=-1)`: swaps two axes.
+    Transpose {
+        /// First axis.
+        a: i64,
+        /// Second axis.
+        b: i64,
+    },
+}
+
+/// An expression.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// A scalar literal.
+    Num(f64),
+    /// A tensor (input, output or intermediate) or a named constant.
+    Var(String),
+    /// Unary minus: `-x`.
+    Neg(Box<Expr>),
+    /// A binary operation.
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// A built-in call; `args` are its tensor operands in order (for `layer_norm`: x, weight,
+    /// bias, as given).
+    Call {
+        /// The operation.
+        op: Op,
+        /// Tensor operands.
+        args: Vec<Expr>,
+    },
+}
+
+/// A parsed and type-checked program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    /// Inputs, in declaration order (the order of `forward`'s arguments).
+    pub inputs: Vec<Decl>,
+    /// Outputs, in declaration order (the order of returned values).
+    pub outputs: Vec<Decl>,
+    /// Named constants.
+    pub consts: Vec<Const>,
+    /// Statements, in order.
+    pub stmts: Vec<Stmt>,
+    /// Type of every tensor name: inputs, outputs and intermediates (filled by the checker).
+    pub types: BTreeMap<String, TensorType>,
+}
+
+impl Program {
+    /// Size symbols in order of first appearance in the declarations.
+    pub fn size_symbols(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for d in self.inputs.iter().chain(&self.outputs) {
+            for dim in &d.ty.shape {
+                if let Dim::Sym(s) = dim {
+                    if !out.contains(s) {
+                        out.push(s.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The value of a named constant.
+    pub fn const_value(&self, name: &str) -> Option<f64> {
+        self.consts.iter().find(|c| c.name == name).map(|c| c.value)
+    }
+}

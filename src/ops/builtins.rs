@@ -1,0 +1,268 @@
+//! The table of built-in functions: each name's parameters (tensor operands and constant scalar
+//! parameters with their defaults) and how a call binds its positional and keyword arguments into
+//! an [`Expr`]. The parser calls [`bind`]; the module doc of [`crate::ops`] lists the same table.
+
+use super::ast::{BinOp, Expr, Op, ReduceKind, UnaryFn};
+
+/// One formal parameter.
+#[derive(Clone, Copy)]
+enum P {
+    /// A required tensor operand.
+    T(&'static str),
+    /// An optional tensor operand.
+    OptT(&'static str),
+    /// A float parameter with an optional default.
+    F(&'static str, Option<f64>),
+    /// An integer parameter (an axis) with an optional default.
+    I(&'static str, Option<i64>),
+    /// A boolean parameter with an optional default.
+    B(&'static str, Option<bool>),
+}
+
+impl P {
+    fn name(self) -> &'static str {
+        match self {
+            P::T(n) | P::OptT(n) | P::F(n, _) | P::I(n, _) | P::B(n, _) => n,
+        }
+    }
+}
+
+/// A bound argument value.
+#[derive(Clone)]
+enum V {
+    Tensor(Expr),
+    Absent,
+    F(f64),
+    I(i64),
+    B(bool),
+}
+
+fn unary_fn(name: &str) -> Option<UnaryFn> {
+    use UnaryFn::*;
+    Some(match name {
+        "relu" => Relu,
+        "gelu" => Gelu,
+        "gelu_tanh" => GeluTanh,
+        "silu" => Silu,
+        "sigmoid" => Sigmoid,
+        "tanh" => Tanh,
+        "exp" => Exp,
+        "log" => Log,
+        "abs" => Abs,
+        "neg" => Neg,
+        "sqrt" => Sqrt,
+        "rsqrt" => Rsqrt,
+        "square" => Square,
+        "softplus" => Softplus,
+        "mish" => Mish,
+        "hardsigmoid" => Hardsigmoid,
+        "hardswish" => Hardswish,
+        _ => return None,
+    })
+}
+
+fn reduce_kind(name: &str) -> Option<ReduceKind> {
+    use ReduceKind::*;
+    Some(match name {
+        "sum" => Sum,
+        "mean" => Mean,
+        "max" => Max,
+        "min" => Min,
+        "prod" => Prod,
+        "argmax" => Argmax,
+        "argmin" => Argmin,
+        "logsumexp" => Logsumexp,
+        _ => return None,
+    })
+}
+
+fn signature(name: &str) -> Option<Vec<P>> {
+    use P::*;
+    if unary_fn(name).is_some() {
+        return Some(vec![T("x")]);
+    }
+    if reduce_kind(name).is_some() {
+        return Some(vec![T("x"), I("axis", Some(-1)), B("keepdim", Some(false))]);
+    }
+    Some(match name {
+        "leaky_relu" => vec![T("x"), F("slope", Some(0.01))],
+        "elu" => vec![T("x"), F("alpha", Some(1.0))],
+        "clamp" => vec![T("x"), F("lo", None), F("hi", None)],
+        "hardtanh" => vec![T("x"), F("lo", Some(-1.0)), F("hi", Some(1.0))],
+        "maximum" | "minimum" | "pow" => vec![T("a"), T("b")],
+        "softmax" | "log_softmax" | "cumsum" | "cumprod" => vec![T("x"), I("axis", Some(-1))],
+        "l2norm" => vec![T("x"), I("axis", Some(-1)), F("eps", Some(1e-12))],
+        "layer_norm" => vec![T("x"), OptT("weight"), OptT("bias"), F("eps", Some(1e-5))],
+        "rms_norm" => vec![T("x"), OptT("weight"), F("eps", Some(1e-6))],
+        "transpose" => vec![T("x"), I("a", Some(-2)), I("b", Some(-1))],
+        _ => return None,
+    })
+}
+
+/// True when `name` is a built-in function (such names cannot name tensors).
+pub fn is_builtin(name: &str) -> bool {
+    signature(name).is_some()
+}
+
+/// Evaluates a constant scalar argument: a literal, a negation, or a named constant.
+fn const_value(e: &Expr, consts: &dyn Fn(&str) -> Option<f64>) -> Option<f64> {
+    match e {
+        Expr::Num(v) => Some(*v),
+        Expr::Neg(inner) => const_value(inner, consts).map(|v| -v),
+        Expr::Var(n) => consts(n),
+        _ => None,
+    }
+}
+
+/// Binds a call `name(args)`; each argument is `(keyword, value)`. Errors are messages for the
+/// parser to locate.
+pub fn bind(
+    name: &str,
+    args: Vec<(Option<String>, Expr)>,
+    consts: &dyn Fn(&str) -> Option<f64>,
+) -> Result<Expr, String> {
+    let params = signature(name).ok_or_else(|| format!("unknown function `{name}`"))?;
+    let mut slots: Vec<Option<Expr>> = vec![None; params.len()];
+    let mut next_positional = 0usize;
+    let mut seen_keyword = false;
+    for (kw, value) in args {
+        let idx = match kw {
+            None => {
+                if seen_keyword {
+                    return Err(format!("positional argument after a keyword in `{name}`"));
+                }
+                if next_positional >= params.len() {
+                    return Err(format!("`{name}` takes at most {} arguments", params.len()));
+                }
+                next_positional += 1;
+                next_positional - 1
+            }
+            Some(k) => {
+                seen_keyword = true;
+                let idx = params.iter().position(|p| p.name() == k).ok_or_else(|| {
+                    let names: Vec<&str> = params.iter().map(|p| p.name()).collect();
+                    format!(
+                        "`{name}` has no parameter `{k}` (it has {})",
+                        names.join(", ")
+                    )
+                })?;
+                if slots[idx].is_some() {
+                    return Err(format!("parameter `{k}` of `{name}` given twice"));
+                }
+                idx
+            }
+        };
+        slots[idx] = Some(value);
+    }
+    let mut vals = Vec::with_capacity(params.len());
+    for (p, slot) in params.iter().zip(slots) {
+        let v = match (*p, slot) {
+            (P::T(_) | P::OptT(_), Some(e)) => V::Tensor(e),
+            (P::OptT(_), None) => V::Absent,
+            (P::F(_, Some(d)), None) => V::F(d),
+            (P::I(_, Some(d)), None) => V::I(d),
+            (P::B(_, Some(d)), None) => V::B(d),
+            (P::F(n, _), Some(e)) => V::F(const_value(&e, consts).ok_or_else(|| {
+                format!("parameter `{n}` of `{name}` must be a number or a constant")
+            })?),
+            (P::I(n, _), Some(e)) => match const_value(&e, consts) {
+                Some(v) if v.fract() == 0.0 && v.abs() < 1e9 => V::I(v as i64),
+                _ => return Err(format!("parameter `{n}` of `{name}` must be an integer")),
+            },
+            (P::B(n, _), Some(e)) => match e {
+                Expr::Var(s) if s == "true" => V::B(true),
+                Expr::Var(s) if s == "false" => V::B(false),
+                _ => return Err(format!("parameter `{n}` of `{name}` must be true or false")),
+            },
+            (p, None) => return Err(format!("`{name}` needs argument `{}`", p.name())),
+        };
+        vals.push(v);
+    }
+    Ok(build(name, vals))
+}
+
+fn build(name: &str, vals: Vec<V>) -> Expr {
+    let mut tensors = Vec::new();
+    let (mut floats, mut ints, mut bools) = (Vec::new(), Vec::new(), Vec::new());
+    // Which optional tensor operands were given, in parameter order.
+    let mut present = Vec::new();
+    for v in vals {
+        match v {
+            V::Tensor(e) => {
+                if !tensors.is_empty() {
+                    present.push(true);
+                }
+                tensors.push(e)
+            }
+            V::Absent => present.push(false),
+            V::F(f) => floats.push(f),
+            V::I(i) => ints.push(i),
+            V::B(b) => bools.push(b),
+        }
+    }
+    let f = |i: usize| floats.get(i).copied().unwrap_or(0.0);
+    let n = |i: usize| ints.get(i).copied().unwrap_or(-1);
+    let call = |op: Op, args: Vec<Expr>| Expr::Call { op, args };
+    if let Some(u) = unary_fn(name) {
+        return call(Op::Unary(u), tensors);
+    }
+    if let Some(kind) = reduce_kind(name) {
+        let keepdim = bools.first().copied().unwrap_or(false);
+        return call(
+            Op::Reduce {
+                kind,
+                axis: n(0),
+                keepdim,
+            },
+            tensors,
+        );
+    }
+    let binop = match name {
+        "maximum" => Some(BinOp::Max),
+        "minimum" => Some(BinOp::Min),
+        "pow" => Some(BinOp::Pow),
+        _ => None,
+    };
+    if let Some(op) = binop {
+        let mut it = tensors.into_iter();
+        let (a, b) = (it.next(), it.next());
+        return match (a, b) {
+            (Some(a), Some(b)) => Expr::Binary(op, Box::new(a), Box::new(b)),
+            // Unreachable: both operands are required by the signature.
+            _ => Expr::Num(f64::NAN),
+        };
+    }
+    let op = match name {
+        "leaky_relu" => Op::LeakyRelu { slope: f(0) },
+        "elu" => Op::Elu { alpha: f(0) },
+        "clamp" => Op::Clamp {
+            lo: f(0),
+            hi: f(1),
+            hardtanh: false,
+        },
+        "hardtanh" => Op::Clamp {
+            lo: f(0),
+            hi: f(1),
+            hardtanh: true,
+        },
+        "softmax" => Op::Softmax { axis: n(0) },
+        "log_softmax" => Op::LogSoftmax { axis: n(0) },
+        "cumsum" => Op::Cumsum { axis: n(0) },
+        "cumprod" => Op::Cumprod { axis: n(0) },
+        "l2norm" => Op::L2Norm {
+            axis: n(0),
+            eps: f(0),
+        },
+        "layer_norm" => Op::LayerNorm {
+            eps: f(0),
+            weight: present.first() == Some(&true),
+            bias: present.get(1) == Some(&true),
+        },
+        "rms_norm" => Op::RmsNorm {
+            eps: f(0),
+            weight: present.first() == Some(&true),
+        },
+        _ => Op::Transpose { a: n(0), b: n(1) },
+    };
+    call(op, tensors)
+}

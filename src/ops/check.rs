@@ -1,0 +1,449 @@
+//! Type and shape checker of the op language. Shapes stay symbolic: two dims agree when they are
+//! the same symbol or the same literal, and only a literal 1 broadcasts. The checker also enforces
+//! the program's bookkeeping (names defined once, inputs and intermediates used, outputs assigned
+//! once with their declared type) and records the type of every tensor in [`Program::types`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::ast::{BinOp, Dim, Dtype, Expr, Op, Program, ReduceKind, TensorType, UnaryFn};
+use super::CheckError;
+
+/// The type of an expression: a tensor type, or a Python-like scalar (`dtype == None`, rank 0)
+/// that takes the dtype of the tensor it meets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExprType {
+    /// Element type; `None` for a scalar literal or constant.
+    pub dtype: Option<Dtype>,
+    /// Symbolic shape.
+    pub shape: Vec<Dim>,
+}
+
+impl ExprType {
+    fn of(t: &TensorType) -> Self {
+        ExprType {
+            dtype: Some(t.dtype),
+            shape: t.shape.clone(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.dtype {
+            Some(d) => TensorType {
+                dtype: d,
+                shape: self.shape.clone(),
+            }
+            .to_string(),
+            None => "a scalar".to_string(),
+        }
+    }
+}
+
+/// The name a call is written with, for messages.
+pub fn op_name(op: &Op) -> &'static str {
+    use UnaryFn::*;
+    match op {
+        Op::Unary(u) => match u {
+            Relu => "relu",
+            Gelu => "gelu",
+            GeluTanh => "gelu_tanh",
+            Silu => "silu",
+            Sigmoid => "sigmoid",
+            Tanh => "tanh",
+            Exp => "exp",
+            Log => "log",
+            Abs => "abs",
+            Neg => "neg",
+            Sqrt => "sqrt",
+            Rsqrt => "rsqrt",
+            Square => "square",
+            Softplus => "softplus",
+            Mish => "mish",
+            Hardsigmoid => "hardsigmoid",
+            Hardswish => "hardswish",
+        },
+        Op::LeakyRelu { .. } => "leaky_relu",
+        Op::Elu { .. } => "elu",
+        Op::Clamp { hardtanh: true, .. } => "hardtanh",
+        Op::Clamp { .. } => "clamp",
+        Op::Reduce { kind, .. } => match kind {
+            ReduceKind::Sum => "sum",
+            ReduceKind::Mean => "mean",
+            ReduceKind::Max => "max",
+            ReduceKind::Min => "min",
+            ReduceKind::Prod => "prod",
+            ReduceKind::Argmax => "argmax",
+            ReduceKind::Argmin => "argmin",
+            ReduceKind::Logsumexp => "logsumexp",
+        },
+        Op::Softmax { .. } => "softmax",
+        Op::LogSoftmax { .. } => "log_softmax",
+        Op::Cumsum { .. } => "cumsum",
+        Op::Cumprod { .. } => "cumprod",
+        Op::LayerNorm { .. } => "layer_norm",
+        Op::RmsNorm { .. } => "rms_norm",
+        Op::L2Norm { .. } => "l2norm",
+        Op::Transpose { .. } => "transpose",
+    }
+}
+
+/// Normalises a possibly negative axis against `rank`.
+pub fn normalize_axis(axis: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    (0..r).contains(&a).then_some(a as usize)
+}
+
+/// Infers the type of `expr` inside a checked `program` (names resolve through
+/// [`Program::types`] and the program's constants).
+pub fn infer_expr(program: &Program, expr: &Expr) -> Result<ExprType, String> {
+    let lookup = |n: &str| -> Result<ExprType, String> {
+        if let Some(t) = program.types.get(n) {
+            Ok(ExprType::of(t))
+        } else if program.const_value(n).is_some() {
+            Ok(ExprType {
+                dtype: None,
+                shape: vec![],
+            })
+        } else {
+            Err(format!("unknown name `{n}`"))
+        }
+    };
+    infer(expr, &lookup)
+}
+
+fn join_dtype(a: Option<Dtype>, b: Option<Dtype>, what: &str) -> Result<Option<Dtype>, String> {
+    Ok(match (a, b) {
+        (Some(Dtype::I64), _) | (_, Some(Dtype::I64)) => {
+            return Err(format!("{what} needs floating-point operands, got i64"))
+        }
+        (None, x) | (x, None) => x,
+        (Some(x), Some(y)) if x == y => Some(x),
+        _ => Some(Dtype::F32),
+    })
+}
+
+fn broadcast(a: &ExprType, b: &ExprType) -> Result<Vec<Dim>, String> {
+    let n = a.shape.len().max(b.shape.len());
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let da = (i + a.shape.len()).checked_sub(n).map(|j| &a.shape[j]);
+        let db = (i + b.shape.len()).checked_sub(n).map(|j| &b.shape[j]);
+        let d = match (da, db) {
+            (Some(x), None) | (None, Some(x)) => x.clone(),
+            (Some(x), Some(y)) if x == y => x.clone(),
+            (Some(Dim::Lit(1)), Some(y)) => y.clone(),
+            (Some(x), Some(Dim::Lit(1))) => x.clone(),
+            _ => {
+                let msg = format!("cannot broadcast {} with {}", a.describe(), b.describe());
+                return Err(msg);
+            }
+        };
+        out.push(d);
+    }
+    Ok(out)
+}
+
+fn float_tensor(t: &ExprType, what: &str) -> Result<(), String> {
+    match t.dtype {
+        Some(Dtype::I64) => Err(format!(
+            "`{what}` needs a floating-point operand, got {}",
+            t.describe()
+        )),
+        None => Err(format!("`{what}` needs a tensor operand, got a scalar")),
+        Some(_) => Ok(()),
+    }
+}
+
+fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<ExprType, String> {
+    match e {
+        Expr::Num(_) => Ok(ExprType {
+            dtype: None,
+            shape: vec![],
+        }),
+        Expr::Var(n) => lookup(n),
+        Expr::Neg(inner) => {
+            let t = infer(inner, lookup)?;
+            if t.dtype == Some(Dtype::I64) {
+                return Err(format!(
+                    "unary minus needs a floating-point operand, got {}",
+                    t.describe()
+                ));
+            }
+            Ok(t)
+        }
+        Expr::Binary(BinOp::MatMul, a, b) => {
+            let (ta, tb) = (infer(a, lookup)?, infer(b, lookup)?);
+            float_tensor(&ta, "@")?;
+            float_tensor(&tb, "@")?;
+            let dtype = join_dtype(ta.dtype, tb.dtype, "@")?;
+            let (sa, sb) = (&ta.shape, &tb.shape);
+            let mismatch = || {
+                format!(
+                    "cannot multiply {} by {} with @",
+                    ta.describe(),
+                    tb.describe()
+                )
+            };
+            let shape = match (sa.len(), sb.len()) {
+                (2, 2) if sa[1] == sb[0] => vec![sa[0].clone(), sb[1].clone()],
+                (3, 3) if sa[2] == sb[1] && sa[0] == sb[0] => {
+                    vec![sa[0].clone(), sa[1].clone(), sb[2].clone()]
+                }
+                (3, 2) if sa[2] == sb[0] => vec![sa[0].clone(), sa[1].clone(), sb[1].clone()],
+                (2, 1) if sa[1] == sb[0] => vec![sa[0].clone()],
+                _ => return Err(mismatch()),
+            };
+            Ok(ExprType { dtype, shape })
+        }
+        Expr::Binary(op, a, b) => {
+            let (ta, tb) = (infer(a, lookup)?, infer(b, lookup)?);
+            let what = match op {
+                BinOp::Add => "+",
+                BinOp::Sub => "-",
+                BinOp::Mul => "*",
+                BinOp::Div => "/",
+                BinOp::Max => "maximum",
+                BinOp::Min => "minimum",
+                BinOp::Pow => "pow",
+                BinOp::MatMul => "@",
+            };
+            let dtype = join_dtype(ta.dtype, tb.dtype, &format!("`{what}`"))?;
+            Ok(ExprType {
+                dtype,
+                shape: broadcast(&ta, &tb)?,
+            })
+        }
+        Expr::Call { op, args } => {
+            let name = op_name(op);
+            let mut types = Vec::with_capacity(args.len());
+            for a in args {
+                types.push(infer(a, lookup)?);
+            }
+            let Some(x) = types.first().cloned() else {
+                return Err(format!("`{name}` has no operand"));
+            };
+            if let Op::Unary(_) | Op::LeakyRelu { .. } | Op::Elu { .. } | Op::Clamp { .. } = op {
+                if x.dtype == Some(Dtype::I64) {
+                    return Err(format!(
+                        "`{name}` needs a floating-point operand, got {}",
+                        x.describe()
+                    ));
+                }
+                return Ok(x);
+            }
+            float_tensor(&x, name)?;
+            let axis_of = |axis: i64| {
+                normalize_axis(axis, x.shape.len()).ok_or_else(|| {
+                    format!(
+                        "axis {axis} of `{name}` is out of range for {}",
+                        x.describe()
+                    )
+                })
+            };
+            match op {
+                Op::Reduce {
+                    kind,
+                    axis,
+                    keepdim,
+                } => {
+                    let ax = axis_of(*axis)?;
+                    let mut shape = x.shape.clone();
+                    if *keepdim {
+                        shape[ax] = Dim::Lit(1);
+                    } else {
+                        shape.remove(ax);
+                    }
+                    let dtype = match kind {
+                        ReduceKind::Argmax | ReduceKind::Argmin => Some(Dtype::I64),
+                        _ => x.dtype,
+                    };
+                    Ok(ExprType { dtype, shape })
+                }
+                Op::Softmax { axis }
+                | Op::LogSoftmax { axis }
+                | Op::Cumsum { axis }
+                | Op::Cumprod { axis }
+                | Op::L2Norm { axis, .. } => {
+                    axis_of(*axis)?;
+                    Ok(x)
+                }
+                Op::Transpose { a, b } => {
+                    let (a, b) = (axis_of(*a)?, axis_of(*b)?);
+                    let mut shape = x.shape.clone();
+                    shape.swap(a, b);
+                    Ok(ExprType {
+                        dtype: x.dtype,
+                        shape,
+                    })
+                }
+                _ => {
+                    // layer_norm / rms_norm: weight and bias have the shape of the last axis.
+                    let last = x.shape.last().cloned().ok_or_else(|| {
+                        format!(
+                            "`{name}` needs an operand of rank >= 1, got {}",
+                            x.describe()
+                        )
+                    })?;
+                    let mut dtype = x.dtype;
+                    for t in &types[1..] {
+                        if t.shape != [last.clone()] || t.dtype.is_none() {
+                            return Err(format!(
+                                "`{name}` weight/bias must have shape [{last}], got {}",
+                                t.describe()
+                            ));
+                        }
+                        dtype = join_dtype(dtype, t.dtype, &format!("`{name}`"))?;
+                    }
+                    Ok(ExprType {
+                        dtype,
+                        shape: x.shape,
+                    })
+                }
+            }
+        }
+    }
+}
+
+fn collect_vars(e: &Expr, out: &mut BTreeSet<String>) {
+    match e {
+        Expr::Num(_) => {}
+        Expr::Var(n) => {
+            out.insert(n.clone());
+        }
+        Expr::Neg(a) => collect_vars(a, out),
+        Expr::Binary(_, a, b) => {
+            collect_vars(a, out);
+            collect_vars(b, out);
+        }
+        Expr::Call { args, .. } => args.iter().for_each(|a| collect_vars(a, out)),
+    }
+}
+
+fn at(line: usize, target: Option<&str>, message: impl Into<String>) -> CheckError {
+    CheckError {
+        line,
+        target: target.map(str::to_string),
+        message: message.into(),
+    }
+}
+
+/// Checks `program` and fills in [`Program::types`].
+pub fn check(program: &mut Program) -> Result<(), CheckError> {
+    let mut declared: BTreeMap<String, usize> = BTreeMap::new();
+    let decls = program.inputs.iter().chain(&program.outputs);
+    let names = decls
+        .map(|d| (&d.name, d.line))
+        .chain(program.consts.iter().map(|c| (&c.name, c.line)));
+    for (name, line) in names {
+        if let Some(prev) = declared.insert(name.clone(), line) {
+            return Err(at(
+                line,
+                None,
+                format!("`{name}` is already declared on line {prev}"),
+            ));
+        }
+    }
+    let symbols = program.size_symbols();
+    let decls = program.inputs.iter().chain(&program.outputs);
+    let names = decls
+        .map(|d| (&d.name, d.line))
+        .chain(program.consts.iter().map(|c| (&c.name, c.line)));
+    let names = names.chain(program.stmts.iter().map(|s| (&s.target, s.line)));
+    for (name, line) in names {
+        if symbols.contains(name) {
+            return Err(at(
+                line,
+                None,
+                format!("`{name}` names both a size and a tensor or constant"),
+            ));
+        }
+    }
+    if program.outputs.is_empty() {
+        return Err(at(0, None, "the program declares no output"));
+    }
+    let mut env: BTreeMap<String, ExprType> = BTreeMap::new();
+    for c in &program.consts {
+        env.insert(
+            c.name.clone(),
+            ExprType {
+                dtype: None,
+                shape: vec![],
+            },
+        );
+    }
+    for d in &program.inputs {
+        env.insert(d.name.clone(), ExprType::of(&d.ty));
+    }
+    let outputs: BTreeMap<&str, &TensorType> = program
+        .outputs
+        .iter()
+        .map(|d| (d.name.as_str(), &d.ty))
+        .collect();
+    let mut types: BTreeMap<String, TensorType> = program
+        .inputs
+        .iter()
+        .map(|d| (d.name.clone(), d.ty.clone()))
+        .collect();
+    let mut used = BTreeSet::new();
+    for s in &program.stmts {
+        let err = |m: String| at(s.line, Some(&s.target), m);
+        let lookup = |n: &str| -> Result<ExprType, String> {
+            if let Some(t) = env.get(n) {
+                Ok(t.clone())
+            } else if outputs.contains_key(n) {
+                Err(format!("output `{n}` is used before it is assigned"))
+            } else {
+                Err(format!("unknown name `{n}`"))
+            }
+        };
+        let t = infer(&s.expr, &lookup).map_err(err)?;
+        collect_vars(&s.expr, &mut used);
+        let Some(dtype) = t.dtype else {
+            return Err(err(
+                "the right-hand side is a bare scalar, not a tensor".into()
+            ));
+        };
+        let ty = TensorType {
+            dtype,
+            shape: t.shape.clone(),
+        };
+        if env.contains_key(&s.target) {
+            return Err(err(format!("`{}` is already defined", s.target)));
+        }
+        if let Some(decl) = outputs.get(s.target.as_str()) {
+            if **decl != ty {
+                return Err(err(format!(
+                    "produces {ty} but the output is declared {decl}"
+                )));
+            }
+        }
+        env.insert(s.target.clone(), t);
+        types.insert(s.target.clone(), ty);
+    }
+    for d in &program.outputs {
+        if !env.contains_key(&d.name) {
+            return Err(at(
+                d.line,
+                None,
+                format!("output `{}` is never assigned", d.name),
+            ));
+        }
+    }
+    for d in &program.inputs {
+        if !used.contains(&d.name) {
+            return Err(at(
+                d.line,
+                None,
+                format!("input `{}` is never used", d.name),
+            ));
+        }
+    }
+    for s in &program.stmts {
+        if !outputs.contains_key(s.target.as_str()) && !used.contains(&s.target) {
+            let msg = format!("intermediate `{}` is never used", s.target);
+            return Err(at(s.line, Some(&s.target), msg));
+        }
+    }
+    program.types = types;
+    Ok(())
+}

@@ -1,0 +1,235 @@
+//! The trusted reference interpreter: runs a checked [`Program`] on the CPU in f64 for concrete
+//! sizes and row-major input data. Inputs of a narrower dtype are first rounded to it (so the
+//! reference sees exactly the values a GPU kernel sees); everything after that is computed in f64
+//! and outputs are returned unrounded. The numerics live in `kernels.rs`.
+
+use std::collections::BTreeMap;
+
+use super::ast::{BinOp, Expr, Op, Program, Sizes};
+use super::check::normalize_axis;
+use super::kernels as k;
+use super::round::round_to;
+
+/// A dense row-major f64 tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Extents, outermost first; empty for a scalar.
+    pub shape: Vec<usize>,
+    /// `shape.iter().product()` values in row-major order.
+    pub data: Vec<f64>,
+}
+
+impl Tensor {
+    /// A rank-0 tensor.
+    pub fn scalar(v: f64) -> Tensor {
+        Tensor {
+            shape: vec![],
+            data: vec![v],
+        }
+    }
+}
+
+/// Why a program could not be run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InterpError {
+    /// A size symbol of the program has no value.
+    #[error("size `{0}` has no value")]
+    MissingSize(String),
+    /// A size symbol is zero.
+    #[error("size `{0}` is zero")]
+    ZeroSize(String),
+    /// The number of input tensors differs from the program's inputs.
+    #[error("expected {expected} input tensors, got {got}")]
+    InputCount {
+        /// Inputs declared.
+        expected: usize,
+        /// Tensors given.
+        got: usize,
+    },
+    /// An input tensor has the wrong number of elements.
+    #[error("input `{name}` needs {expected} values, got {got}")]
+    InputLength {
+        /// The input.
+        name: String,
+        /// Elements of its concrete shape.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// Evaluating a statement failed (a program that was not type-checked, or a bug).
+    #[error("line {line}, statement `{target}`: {message}")]
+    Eval {
+        /// Line of the statement.
+        line: usize,
+        /// Its target.
+        target: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Runs `program` with `sizes` on `inputs` (one row-major vector per declared input, in order)
+/// and returns the outputs in declaration order.
+pub fn run(
+    program: &Program,
+    sizes: &Sizes,
+    inputs: &[Vec<f64>],
+) -> Result<Vec<Tensor>, InterpError> {
+    for sym in program.size_symbols() {
+        match sizes.get(&sym) {
+            None => return Err(InterpError::MissingSize(sym)),
+            Some(0) => return Err(InterpError::ZeroSize(sym)),
+            Some(_) => {}
+        }
+    }
+    if inputs.len() != program.inputs.len() {
+        return Err(InterpError::InputCount {
+            expected: program.inputs.len(),
+            got: inputs.len(),
+        });
+    }
+    let mut env: BTreeMap<String, Tensor> = BTreeMap::new();
+    for c in &program.consts {
+        env.insert(c.name.clone(), Tensor::scalar(c.value));
+    }
+    for (d, data) in program.inputs.iter().zip(inputs) {
+        let shape =
+            d.ty.concrete_shape(sizes)
+                .map_err(InterpError::MissingSize)?;
+        let expected: usize = shape.iter().product();
+        if data.len() != expected {
+            let name = d.name.clone();
+            return Err(InterpError::InputLength {
+                name,
+                expected,
+                got: data.len(),
+            });
+        }
+        let data = data.iter().map(|&v| round_to(d.ty.dtype, v)).collect();
+        env.insert(d.name.clone(), Tensor { shape, data });
+    }
+    for s in &program.stmts {
+        let fail = |message: String| InterpError::Eval {
+            line: s.line,
+            target: s.target.clone(),
+            message,
+        };
+        let value = eval(&s.expr, &env).map_err(fail)?;
+        if let Some(ty) = program.types.get(&s.target) {
+            let want = ty.concrete_shape(sizes).map_err(InterpError::MissingSize)?;
+            if want != value.shape {
+                let msg = format!("computed shape {:?}, expected {want:?}", value.shape);
+                return Err(fail(msg));
+            }
+        }
+        env.insert(s.target.clone(), value);
+    }
+    let mut outs = Vec::with_capacity(program.outputs.len());
+    for d in &program.outputs {
+        match env.remove(&d.name) {
+            Some(t) => outs.push(t),
+            None => {
+                let message = "output never assigned".to_string();
+                return Err(InterpError::Eval {
+                    line: d.line,
+                    target: d.name.clone(),
+                    message,
+                });
+            }
+        }
+    }
+    Ok(outs)
+}
+
+fn axis(x: &Tensor, a: i64) -> Result<usize, String> {
+    normalize_axis(a, x.shape.len())
+        .ok_or_else(|| format!("axis {a} out of range for shape {:?}", x.shape))
+}
+
+fn eval(e: &Expr, env: &BTreeMap<String, Tensor>) -> Result<Tensor, String> {
+    Ok(match e {
+        Expr::Num(v) => Tensor::scalar(*v),
+        Expr::Var(n) => env
+            .get(n)
+            .cloned()
+            .ok_or_else(|| format!("unknown name `{n}`"))?,
+        Expr::Neg(a) => {
+            let mut t = eval(a, env)?;
+            t.data.iter_mut().for_each(|v| *v = -*v);
+            t
+        }
+        Expr::Binary(BinOp::MatMul, a, b) => k::matmul(&eval(a, env)?, &eval(b, env)?)?,
+        Expr::Binary(op, a, b) => k::broadcast(*op, &eval(a, env)?, &eval(b, env)?)?,
+        Expr::Call { op, args } => {
+            let mut vals = Vec::with_capacity(args.len());
+            for a in args {
+                vals.push(eval(a, env)?);
+            }
+            let mut it = vals.into_iter();
+            let mut x = it.next().ok_or("call without operands")?;
+            let map =
+                |x: &mut Tensor, f: &dyn Fn(f64) -> f64| x.data.iter_mut().for_each(|v| *v = f(*v));
+            match *op {
+                Op::Unary(u) => map(&mut x, &|v| k::unary(u, v)),
+                Op::LeakyRelu { slope } => map(&mut x, &|v| if v >= 0.0 { v } else { slope * v }),
+                Op::Elu { alpha } => map(&mut x, &|v| if v > 0.0 { v } else { alpha * v.exp_m1() }),
+                Op::Clamp { lo, hi, .. } => map(&mut x, &|v| v.max(lo).min(hi)),
+                Op::Reduce {
+                    kind,
+                    axis: a,
+                    keepdim,
+                } => {
+                    if x.shape.is_empty() {
+                        return Err("cannot reduce a scalar".into());
+                    }
+                    x = k::reduce(&x, kind, axis(&x, a)?, keepdim)
+                }
+                Op::Softmax { axis: a } => x = k::map_lanes(&x, axis(&x, a)?, k::softmax_lane),
+                Op::LogSoftmax { axis: a } => {
+                    x = k::map_lanes(&x, axis(&x, a)?, k::log_softmax_lane)
+                }
+                Op::Cumsum { axis: a } => {
+                    x = k::map_lanes(&x, axis(&x, a)?, |l, o| k::scan_lane(l, o, false))
+                }
+                Op::Cumprod { axis: a } => {
+                    x = k::map_lanes(&x, axis(&x, a)?, |l, o| k::scan_lane(l, o, true))
+                }
+                Op::L2Norm { axis: a, eps } => {
+                    x = k::map_lanes(&x, axis(&x, a)?, |l, o| k::l2norm_lane(l, o, eps))
+                }
+                Op::LayerNorm { eps, weight, bias } => {
+                    let w = if weight { it.next() } else { None };
+                    let b = if bias { it.next() } else { None };
+                    x = norm(&x, eps, false, w.as_ref(), b.as_ref())?
+                }
+                Op::RmsNorm { eps, weight } => {
+                    let w = if weight { it.next() } else { None };
+                    x = norm(&x, eps, true, w.as_ref(), None)?
+                }
+                Op::Transpose { a, b } => x = k::transpose(&x, axis(&x, a)?, axis(&x, b)?),
+            }
+            x
+        }
+    })
+}
+
+fn norm(
+    x: &Tensor,
+    eps: f64,
+    rms: bool,
+    w: Option<&Tensor>,
+    b: Option<&Tensor>,
+) -> Result<Tensor, String> {
+    let Some(&n) = x.shape.last() else {
+        return Err("cannot normalise a scalar".into());
+    };
+    for t in w.iter().chain(b.iter()) {
+        if t.shape != [n] {
+            return Err(format!(
+                "weight/bias of shape {:?} does not match {n}",
+                t.shape
+            ));
+        }
+    }
+    Ok(k::norm_last(x, eps, rms, w, b))
+}

@@ -1,0 +1,334 @@
+//! The f64 numerics behind the reference interpreter: scalar functions (erf, GELU, stable
+//! sigmoid and softplus, ...), broadcasting, reductions and scans along an axis, norms, matrix
+//! products and transposes on row-major [`Tensor`]s. Plain loops, written for clarity and
+//! trustworthiness, not speed.
+
+use super::ast::{BinOp, ReduceKind, UnaryFn};
+use super::interp::Tensor;
+
+/// erf(x) to about 1e-15: the everywhere-positive series
+/// erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_n (2x^2)^n x / (1*3*...*(2n+1)), and +-1 beyond |x| = 6.
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    if a >= 6.0 {
+        return x.signum();
+    }
+    let (mut term, mut sum) = (a, a);
+    let mut n = 0.0;
+    while term > sum * 1e-17 {
+        n += 1.0;
+        term *= 2.0 * a * a / (2.0 * n + 1.0);
+        sum += term;
+    }
+    let v = 2.0 / std::f64::consts::PI.sqrt() * (-a * a).exp() * sum;
+    v.min(1.0).copysign(x)
+}
+
+fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn softplus(x: f64) -> f64 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}
+
+fn relu6(x: f64) -> f64 {
+    x.clamp(0.0, 6.0)
+}
+
+/// Applies a parameterless elementwise function.
+pub fn unary(f: UnaryFn, x: f64) -> f64 {
+    use UnaryFn::*;
+    match f {
+        Relu => x.max(0.0),
+        Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+        GeluTanh => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        }
+        Silu => x * sigmoid(x),
+        Sigmoid => sigmoid(x),
+        Tanh => x.tanh(),
+        Exp => x.exp(),
+        Log => x.ln(),
+        Abs => x.abs(),
+        Neg => -x,
+        Sqrt => x.sqrt(),
+        Rsqrt => 1.0 / x.sqrt(),
+        Square => x * x,
+        Softplus => softplus(x),
+        Mish => x * softplus(x).tanh(),
+        Hardsigmoid => relu6(x + 3.0) / 6.0,
+        Hardswish => x * relu6(x + 3.0) / 6.0,
+    }
+}
+
+/// Applies an elementwise binary operator (not `@`).
+pub fn binary(op: BinOp, a: f64, b: f64) -> f64 {
+    match op {
+        BinOp::Add => a + b,
+        BinOp::Sub => a - b,
+        BinOp::Mul => a * b,
+        BinOp::Div => a / b,
+        BinOp::Max => a.max(b),
+        BinOp::Min => a.min(b),
+        BinOp::Pow => a.powf(b),
+        BinOp::MatMul => f64::NAN,
+    }
+}
+
+/// Row-major strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Visits every index of `shape` in row-major order, with the offsets given by two stride sets.
+fn for_each_index(shape: &[usize], sa: &[usize], sb: &[usize], mut f: impl FnMut(usize, usize)) {
+    let total: usize = shape.iter().product();
+    let mut idx = vec![0usize; shape.len()];
+    let (mut oa, mut ob) = (0usize, 0usize);
+    for _ in 0..total {
+        f(oa, ob);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            oa += sa[d];
+            ob += sb[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            oa -= sa[d] * shape[d];
+            ob -= sb[d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Elementwise `op` with NumPy broadcasting.
+pub fn broadcast(op: BinOp, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
+    let n = a.shape.len().max(b.shape.len());
+    let pad = |t: &Tensor| {
+        let mut s = vec![1; n - t.shape.len()];
+        s.extend(&t.shape);
+        s
+    };
+    let (pa, pb) = (pad(a), pad(b));
+    let mut shape = Vec::with_capacity(n);
+    for (&x, &y) in pa.iter().zip(&pb) {
+        if x != y && x != 1 && y != 1 {
+            return Err(format!(
+                "cannot broadcast shapes {:?} and {:?}",
+                a.shape, b.shape
+            ));
+        }
+        shape.push(if x == 1 { y } else { x });
+    }
+    let bstrides = |p: &[usize]| -> Vec<usize> {
+        let s = strides(p);
+        p.iter()
+            .zip(s)
+            .map(|(&d, st)| if d == 1 { 0 } else { st })
+            .collect()
+    };
+    let (sa, sb) = (bstrides(&pa), bstrides(&pb));
+    let mut data = Vec::with_capacity(shape.iter().product());
+    for_each_index(&shape, &sa, &sb, |i, j| {
+        data.push(binary(op, a.data[i], b.data[j]))
+    });
+    Ok(Tensor { shape, data })
+}
+
+/// Splits `shape` around `axis` into (outer, extent, inner).
+fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    let outer = shape[..axis].iter().product();
+    let inner = shape[axis + 1..].iter().product();
+    (outer, shape[axis], inner)
+}
+
+/// Applies `f` to every lane along `axis`, writing a lane of the same length.
+pub fn map_lanes(x: &Tensor, axis: usize, f: impl Fn(&[f64], &mut [f64])) -> Tensor {
+    let (outer, n, inner) = split(&x.shape, axis);
+    let mut out = vec![0.0; x.data.len()];
+    let (mut lane, mut res) = (vec![0.0; n], vec![0.0; n]);
+    for o in 0..outer {
+        for i in 0..inner {
+            for (k, l) in lane.iter_mut().enumerate() {
+                *l = x.data[(o * n + k) * inner + i];
+            }
+            f(&lane, &mut res);
+            for (k, r) in res.iter().enumerate() {
+                out[(o * n + k) * inner + i] = *r;
+            }
+        }
+    }
+    Tensor {
+        shape: x.shape.clone(),
+        data: out,
+    }
+}
+
+fn logsumexp(lane: &[f64]) -> f64 {
+    let m = lane.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY || m.is_nan() {
+        return m;
+    }
+    m + lane.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+}
+
+fn first_index(lane: &[f64], better: impl Fn(f64, f64) -> bool) -> f64 {
+    let mut best = 0;
+    for (k, &v) in lane.iter().enumerate() {
+        if better(v, lane[best]) {
+            best = k;
+        }
+    }
+    best as f64
+}
+
+/// Reduces along `axis`.
+pub fn reduce(x: &Tensor, kind: ReduceKind, axis: usize, keepdim: bool) -> Tensor {
+    let (outer, n, inner) = split(&x.shape, axis);
+    let mut data = Vec::with_capacity(outer * inner);
+    let mut lane = vec![0.0; n];
+    for o in 0..outer {
+        for i in 0..inner {
+            for (k, l) in lane.iter_mut().enumerate() {
+                *l = x.data[(o * n + k) * inner + i];
+            }
+            data.push(match kind {
+                ReduceKind::Sum => lane.iter().sum(),
+                ReduceKind::Mean => lane.iter().sum::<f64>() / n as f64,
+                ReduceKind::Max => lane.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                ReduceKind::Min => lane.iter().copied().fold(f64::INFINITY, f64::min),
+                ReduceKind::Prod => lane.iter().product(),
+                ReduceKind::Argmax => first_index(&lane, |v, b| v > b),
+                ReduceKind::Argmin => first_index(&lane, |v, b| v < b),
+                ReduceKind::Logsumexp => logsumexp(&lane),
+            });
+        }
+    }
+    let mut shape = x.shape.clone();
+    if keepdim {
+        shape[axis] = 1;
+    } else {
+        shape.remove(axis);
+    }
+    Tensor { shape, data }
+}
+
+/// Softmax of one lane, shifted by its maximum for stability.
+pub fn softmax_lane(lane: &[f64], out: &mut [f64]) {
+    let m = lane.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut s = 0.0;
+    for (o, &v) in out.iter_mut().zip(lane) {
+        *o = (v - m).exp();
+        s += *o;
+    }
+    out.iter_mut().for_each(|o| *o /= s);
+}
+
+/// Log-softmax of one lane.
+pub fn log_softmax_lane(lane: &[f64], out: &mut [f64]) {
+    let l = logsumexp(lane);
+    for (o, &v) in out.iter_mut().zip(lane) {
+        *o = v - l;
+    }
+}
+
+/// Running sum (`prod == false`) or product of one lane.
+pub fn scan_lane(lane: &[f64], out: &mut [f64], prod: bool) {
+    let mut acc = if prod { 1.0 } else { 0.0 };
+    for (o, &v) in out.iter_mut().zip(lane) {
+        acc = if prod { acc * v } else { acc + v };
+        *o = acc;
+    }
+}
+
+/// `lane / max(||lane||_2, eps)`.
+pub fn l2norm_lane(lane: &[f64], out: &mut [f64], eps: f64) {
+    let norm = lane.iter().map(|v| v * v).sum::<f64>().sqrt().max(eps);
+    for (o, &v) in out.iter_mut().zip(lane) {
+        *o = v / norm;
+    }
+}
+
+/// Layer norm (`rms == false`, biased variance) or RMS norm over the last axis, then the optional
+/// weight and bias.
+pub fn norm_last(
+    x: &Tensor,
+    eps: f64,
+    rms: bool,
+    w: Option<&Tensor>,
+    b: Option<&Tensor>,
+) -> Tensor {
+    let axis = x.shape.len() - 1;
+    map_lanes(x, axis, |lane, out| {
+        let n = lane.len() as f64;
+        let mean = if rms {
+            0.0
+        } else {
+            lane.iter().sum::<f64>() / n
+        };
+        let var = lane.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let inv = 1.0 / (var + eps).sqrt();
+        for (k, (o, &v)) in out.iter_mut().zip(lane).enumerate() {
+            *o = (v - mean) * inv * w.map_or(1.0, |w| w.data[k]) + b.map_or(0.0, |b| b.data[k]);
+        }
+    })
+}
+
+/// Matrix product for the shape pairs the checker allows: (2,2), (3,3), (3,2), (2,1).
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
+    let bad = || format!("cannot multiply shapes {:?} and {:?}", a.shape, b.shape);
+    let (batch, m, k, n, b_batched, vec_rhs) = match (a.shape.as_slice(), b.shape.as_slice()) {
+        (&[m, k], &[k2, n]) if k == k2 => (1, m, k, n, false, false),
+        (&[bs, m, k], &[bs2, k2, n]) if k == k2 && bs == bs2 => (bs, m, k, n, true, false),
+        (&[bs, m, k], &[k2, n]) if k == k2 => (bs, m, k, n, false, false),
+        (&[m, k], &[k2]) if k == k2 => (1, m, k, 1, false, true),
+        _ => return Err(bad()),
+    };
+    let mut data = vec![0.0; batch * m * n];
+    for bi in 0..batch {
+        let ao = bi * m * k;
+        let bo = if b_batched { bi * k * n } else { 0 };
+        for i in 0..m {
+            let row = &mut data[(bi * m + i) * n..(bi * m + i + 1) * n];
+            for p in 0..k {
+                let av = a.data[ao + i * k + p];
+                let brow = &b.data[bo + p * n..bo + (p + 1) * n];
+                for (r, &bv) in row.iter_mut().zip(brow) {
+                    *r += av * bv;
+                }
+            }
+        }
+    }
+    let shape = match (a.shape.len(), vec_rhs) {
+        (_, true) => vec![m],
+        (2, false) => vec![m, n],
+        _ => vec![batch, m, n],
+    };
+    Ok(Tensor { shape, data })
+}
+
+/// Swaps axes `a` and `b`, producing a contiguous tensor.
+pub fn transpose(x: &Tensor, a: usize, b: usize) -> Tensor {
+    let mut shape = x.shape.clone();
+    shape.swap(a, b);
+    let mut src = strides(&x.shape);
+    src.swap(a, b);
+    let zero = vec![0; shape.len()];
+    let mut data = Vec::with_capacity(x.data.len());
+    for_each_index(&shape, &src, &zero, |i, _| data.push(x.data[i]));
+    Tensor { shape, data }
+}

@@ -1,0 +1,139 @@
+//! The op language: small tensor programs that define kevin's tasks.
+//!
+//! A program declares named inputs and outputs with an element type and a symbolic shape, optional
+//! scalar constants, and then assigns each output (and any intermediates) with one statement per
+//! line. [`Program::parse`] parses and type-checks it; [`interp`] is the trusted fp64 reference
+//! interpreter; [`torch`] renders the equivalent PyTorch module shown in prompts.
+//!
+//! ```text
+//! # Linear layer, GELU, then a row softmax.
+//! input A: f32[M, K]
+//! input W: f32[K, N]
+//! input b: f32[N]
+//! const scale = 0.5
+//! output Y: f32[M, N]
+//! T = gelu(A @ W + b) * scale
+//! Y = softmax(T, axis=-1)
+//! ```
+//!
+//! Grammar (one declaration or statement per line; newlines inside `()` or `[]` are ignored;
+//! `#` starts a comment):
+//!
+//! ```text
+//! program := (line? NEWLINE)* line?
+//! line    := 'input' NAME ':' type | 'output' NAME ':' type
+//!          | 'const' NAME '=' '-'? NUMBER | NAME '=' expr
+//! type    := DTYPE '[' (dim (',' dim)*)? ']'     DTYPE: f32 f16 bf16 i64; dim: NAME | INTEGER
+//! expr    := term (('+' | '-') term)*
+//! term    := unary (('*' | '/' | '@') unary)*   # '@' binds like '*', as in Python
+//! unary   := '-' unary | atom
+//! atom    := NUMBER | NAME | NAME '(' args? ')' | '(' expr ')'
+//! args    := arg (',' arg)*            arg := expr | NAME '=' expr
+//! ```
+//!
+//! Built-ins (positional arguments bind in order; parameters also by name; scalar parameters
+//! take a literal, a negated literal, a constant name, or `true`/`false`):
+//!
+//! - elementwise: `relu gelu gelu_tanh silu sigmoid tanh exp log abs neg sqrt rsqrt square
+//!   softplus mish hardsigmoid hardswish` (one tensor), `leaky_relu(x, slope=0.01)`,
+//!   `elu(x, alpha=1.0)`, `clamp(x, lo, hi)`, `hardtanh(x, lo=-1, hi=1)`;
+//! - binary with NumPy broadcasting: `+ - * /`, `maximum(a, b)`, `minimum(a, b)`, `pow(a, b)`;
+//! - reductions: `sum mean max min prod argmax argmin logsumexp` as `f(x, axis=-1,
+//!   keepdim=false)` (argmax/argmin give i64);
+//! - along an axis: `softmax log_softmax cumsum cumprod` as `f(x, axis=-1)`,
+//!   `l2norm(x, axis=-1, eps=1e-12)`;
+//! - over the last axis: `layer_norm(x, weight?, bias?, eps=1e-5)`, `rms_norm(x, weight?,
+//!   eps=1e-6)`;
+//! - `A @ B`: `[M,K]@[K,N]`, `[B,M,K]@[B,K,N]`, `[B,M,K]@[K,N]`, `[M,K]@[K]`;
+//!   `transpose(x, a=-2, b=-1)`.
+//!
+//! Shapes are checked symbolically: two dims agree when they are the same symbol or the same
+//! literal, and a literal 1 broadcasts. Every input must be used, every intermediate used, every
+//! output assigned exactly once with exactly its declared type. Errors name the line and column
+//! (parse errors) or the line and statement (type errors).
+
+pub mod ast;
+mod builtins;
+mod check;
+pub mod interp;
+mod kernels;
+pub mod lexer;
+mod parse;
+pub mod round;
+pub mod torch;
+
+#[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
+mod interp_tests;
+#[cfg(test)]
+mod torch_tests;
+
+pub use ast::{BinOp, Const, Decl, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, Stmt};
+pub use ast::{TensorType, UnaryFn};
+pub use check::{infer_expr, normalize_axis, op_name, ExprType};
+
+use std::fmt;
+
+/// A syntax error, located by line and column.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {col}: {message}")]
+pub struct ParseError {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub col: usize,
+    /// What was expected or found.
+    pub message: String,
+}
+
+impl ParseError {
+    pub(crate) fn new(line: usize, col: usize, message: impl Into<String>) -> Self {
+        ParseError {
+            line,
+            col,
+            message: message.into(),
+        }
+    }
+}
+
+/// A type or shape error, located by line and naming the statement or declaration.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct CheckError {
+    /// 1-based line of the statement or declaration (0 when it concerns the whole program).
+    pub line: usize,
+    /// The name assigned or declared on that line, if any.
+    pub target: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.target, self.line) {
+            (Some(t), l) if l > 0 => write!(f, "line {l}, statement `{t}`: {}", self.message),
+            (None, l) if l > 0 => write!(f, "line {l}: {}", self.message),
+            _ => f.write_str(&self.message),
+        }
+    }
+}
+
+/// Why a program text was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OpsError {
+    /// The text is not a program.
+    #[error("syntax error: {0}")]
+    Parse(#[from] ParseError),
+    /// The program is ill-typed.
+    #[error("type error: {0}")]
+    Check(#[from] CheckError),
+}
+
+impl Program {
+    /// Parses and type-checks a program.
+    pub fn parse(src: &str) -> Result<Program, OpsError> {
+        let mut program = parse::parse(src)?;
+        check::check(&mut program)?;
+        Ok(program)
+    }
+}

@@ -1,0 +1,135 @@
+//! The serde-facing form of a task file and its validation into a [`Task`]. Unknown keys are
+//! rejected; every validation error names the file and the dotted key that is wrong.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{InputDist, Split, Task, TaskError, Tolerance};
+use crate::ops::{Dtype, Program, Sizes};
+
+/// A task file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskFile {
+    name: String,
+    level: u8,
+    split: Split,
+    description: String,
+    program: String,
+    sizes: SizesFile,
+    #[serde(default)]
+    inputs: BTreeMap<String, InputDist>,
+    tolerance: Option<Tolerance>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SizesFile {
+    gpu: Sizes,
+    small: Sizes,
+}
+
+/// Parses and validates the text of the task file at `path`.
+pub fn parse_task(path: &Path, text: &str) -> Result<Task, TaskError> {
+    let raw: TaskFile = toml::from_str(text).map_err(|e| TaskError::Toml {
+        file: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let invalid = |key: &str, message: String| TaskError::Invalid {
+        file: path.to_path_buf(),
+        key: key.to_string(),
+        message,
+    };
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
+    if raw.name != stem {
+        return Err(invalid(
+            "name",
+            format!("`{}` must equal the file stem `{stem}`", raw.name),
+        ));
+    }
+    if !(1..=2).contains(&raw.level) {
+        return Err(invalid(
+            "level",
+            format!("{} is not a level (1 or 2)", raw.level),
+        ));
+    }
+    if raw.description.trim().is_empty() {
+        return Err(invalid("description", "is empty".into()));
+    }
+    let program = Program::parse(&raw.program).map_err(|e| invalid("program", e.to_string()))?;
+    let symbols = program.size_symbols();
+    for (preset, sizes) in [("gpu", &raw.sizes.gpu), ("small", &raw.sizes.small)] {
+        for s in &symbols {
+            match sizes.get(s) {
+                None => return Err(invalid(&format!("sizes.{preset}.{s}"), "is missing".into())),
+                Some(0) => {
+                    return Err(invalid(
+                        &format!("sizes.{preset}.{s}"),
+                        "must be positive".into(),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(extra) = sizes.keys().find(|k| !symbols.contains(k)) {
+            let msg = "is not a size symbol of the program".to_string();
+            return Err(invalid(&format!("sizes.{preset}.{extra}"), msg));
+        }
+    }
+    if let Some(extra) = raw
+        .inputs
+        .keys()
+        .find(|k| !program.inputs.iter().any(|d| &d.name == *k))
+    {
+        return Err(invalid(
+            &format!("inputs.{extra}"),
+            "is not an input of the program".into(),
+        ));
+    }
+    let mut inputs = Vec::with_capacity(program.inputs.len());
+    for d in &program.inputs {
+        let dist = raw.inputs.get(&d.name).copied().unwrap_or_default();
+        dist.validate()
+            .map_err(|m| invalid(&format!("inputs.{}", d.name), m))?;
+        inputs.push(dist);
+    }
+    let tolerance = match raw.tolerance {
+        Some(t) => {
+            if !(t.atol >= 0.0 && t.rtol >= 0.0 && t.atol.is_finite() && t.rtol.is_finite()) {
+                return Err(invalid(
+                    "tolerance",
+                    "atol and rtol must be finite and >= 0".into(),
+                ));
+            }
+            t
+        }
+        None => default_tolerance(&program),
+    };
+    Ok(Task {
+        name: raw.name,
+        level: raw.level,
+        split: raw.split,
+        description: raw.description.trim().to_string(),
+        source: raw.program,
+        program,
+        gpu_sizes: raw.sizes.gpu,
+        small_sizes: raw.sizes.small,
+        inputs,
+        tolerance,
+        path: path.to_path_buf(),
+    })
+}
+
+/// The loosest dtype default among the program's floating-point tensors.
+fn default_tolerance(program: &Program) -> Tolerance {
+    let decls = program.inputs.iter().chain(&program.outputs);
+    let half = decls
+        .into_iter()
+        .any(|d| matches!(d.ty.dtype, Dtype::F16 | Dtype::Bf16));
+    Tolerance::for_dtype(if half { Dtype::Bf16 } else { Dtype::F32 })
+}

@@ -1,0 +1,277 @@
+//! Tests of the task loader against the real `tasks/` directory (counts, splits, every task runs
+//! through the reference interpreter, GPU presets are big enough) and against broken files (each
+//! error names the file and the key).
+
+use std::path::PathBuf;
+
+use super::*;
+
+fn suite() -> TaskSuite {
+    TaskSuite::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tasks")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn suite_has_enough_tasks_per_level_and_held_out_share() {
+    let s = suite();
+    for level in [1, 2] {
+        let n = s.level(level).count();
+        let held = s.level(level).filter(|t| t.split == Split::Heldout).count();
+        assert!(n >= 22, "level {level} has {n} tasks");
+        assert!(
+            held >= 5 && held * 5 >= n,
+            "level {level}: {held} of {n} held out"
+        );
+    }
+    assert_eq!(
+        s.tasks().len(),
+        s.split(Split::Train).count() + s.split(Split::Heldout).count()
+    );
+}
+
+#[test]
+fn every_task_runs_at_the_small_preset_with_finite_outputs() {
+    for t in suite().tasks() {
+        let inputs = t.generate_inputs(Preset::Small, 7);
+        let sig = t.signature(Preset::Small);
+        let n_in: usize = sig
+            .tensors
+            .iter()
+            .filter(|s| s.role == Role::Input)
+            .map(|s| s.numel())
+            .sum();
+        assert!(
+            n_in <= 20_000,
+            "{}: small preset has {n_in} input elements",
+            t.name
+        );
+        let outs = t
+            .reference(Preset::Small, &inputs)
+            .unwrap_or_else(|e| panic!("{}: {e}", t.name));
+        let out_specs: Vec<&TensorSpec> = sig
+            .tensors
+            .iter()
+            .filter(|s| s.role == Role::Output)
+            .collect();
+        assert_eq!(outs.len(), out_specs.len(), "{}", t.name);
+        for (o, spec) in outs.iter().zip(out_specs) {
+            assert_eq!(o.len(), spec.numel(), "{}: output {}", t.name, spec.name);
+            assert!(
+                o.iter().all(|v| v.is_finite()),
+                "{}: output {} not finite",
+                t.name,
+                spec.name
+            );
+        }
+        assert!(t.torch_module(Preset::Gpu).is_ok(), "{}", t.name);
+    }
+}
+
+#[test]
+fn gpu_presets_are_estimated_at_least_a_tenth_of_a_millisecond() {
+    for t in suite().tasks() {
+        let ms = t.estimate_gpu_baseline_ms();
+        assert!(ms >= 0.1, "{}: estimated {ms:.3} ms", t.name);
+        assert!(ms <= 50.0, "{}: estimated {ms:.3} ms", t.name);
+    }
+}
+
+#[test]
+fn small_presets_include_sizes_that_are_not_multiples_of_32() {
+    let s = suite();
+    let odd = s
+        .tasks()
+        .iter()
+        .filter(|t| t.small_sizes.values().any(|v| v % 32 != 0))
+        .count();
+    assert!(
+        odd * 2 >= s.tasks().len(),
+        "only {odd} tasks have a non-multiple-of-32 size"
+    );
+}
+
+#[test]
+fn inputs_are_deterministic_rounded_and_follow_their_distribution() {
+    let s = suite();
+    let t = s.get("rsqrt_positive").unwrap();
+    let a = t.generate_inputs(Preset::Small, 1);
+    assert_eq!(a, t.generate_inputs(Preset::Small, 1));
+    assert_ne!(a, t.generate_inputs(Preset::Small, 2));
+    assert!(a[0].iter().all(|&v| v >= 0.1 && v as f32 as f64 == v));
+    let t = s.get("gelu_f16").unwrap();
+    let x = &t.generate_inputs(Preset::Small, 3)[0];
+    assert!(x.iter().all(|&v| crate::ops::round::round_f16(v) == v));
+    let mean = x.iter().sum::<f64>() / x.len() as f64;
+    assert!(mean.abs() < 0.2, "mean {mean}");
+}
+
+#[test]
+fn signature_lists_inputs_then_outputs_with_concrete_shapes() {
+    let s = suite();
+    let sig = s.get("gemm_bias_relu").unwrap().signature(Preset::Small);
+    let sizes: Vec<(&str, usize)> = sig.sizes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    assert_eq!(sizes, [("M", 33), ("K", 17), ("N", 65)]);
+    let t: Vec<(&str, Role, Vec<usize>)> = sig
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.role, t.shape.clone()))
+        .collect();
+    assert_eq!(
+        t,
+        [
+            ("A", Role::Input, vec![33, 17]),
+            ("W", Role::Input, vec![17, 65]),
+            ("b", Role::Input, vec![65]),
+            ("Y", Role::Output, vec![33, 65]),
+        ]
+    );
+    assert_eq!(
+        s.get("gemm_bias_relu").unwrap().tolerance,
+        Tolerance::for_dtype(crate::ops::Dtype::F32)
+    );
+    assert_eq!(s.get("matmul_bf16").unwrap().tolerance.atol, 1e-2);
+}
+
+const GOOD: &str = r#"name = "t"
+level = 1
+split = "train"
+description = "relu"
+program = """
+input X: f32[M]
+output Y: f32[M]
+Y = relu(X)
+"""
+[sizes.gpu]
+M = 100000000
+[sizes.small]
+M = 33
+"#;
+
+/// Loads a directory holding one file `t.toml` with `text`; returns the error message.
+fn load_err(text: &str) -> String {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("kevin-tasks-{}-{}", std::process::id(), text.len()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("t.toml"), text).unwrap();
+    let r = TaskSuite::load(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    match r {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[track_caller]
+fn check_err(text: &str, expected: &[&str]) {
+    let msg = load_err(text);
+    for e in expected {
+        assert!(msg.contains(e), "`{msg}` lacks `{e}`");
+    }
+}
+
+#[test]
+fn broken_files_name_the_file_and_the_key() {
+    assert_eq!(load_err(GOOD), "");
+    check_err(
+        &GOOD.replace("name = \"t\"", "name = \"u\""),
+        &["t.toml: key `name`", "file stem"],
+    );
+    check_err(&GOOD.replace("level = 1", "level = 3"), &["key `level`"]);
+    check_err(
+        &GOOD.replace("split = \"train\"", "split = \"test\""),
+        &["t.toml", "split"],
+    );
+    check_err(
+        &GOOD.replace("[sizes.small]\nM = 33", "[sizes.small]\nN = 33"),
+        &["key `sizes.small.M`: is missing"],
+    );
+    check_err(
+        &GOOD.replace("M = 33", "M = 33\nQ = 2"),
+        &["key `sizes.small.Q`"],
+    );
+    check_err(
+        &GOOD.replace("Y = relu(X)", "Y = relu(X"),
+        &["key `program`", "line 4, column 1"],
+    );
+    check_err(
+        &format!("{GOOD}[inputs.Z]\ndist = \"normal\"\n"),
+        &["key `inputs.Z`"],
+    );
+    check_err(
+        &format!("{GOOD}[inputs.X]\ndist = \"uniform\"\nlo = 1.0\nhi = 0.0\n"),
+        &["key `inputs.X`", "`lo`"],
+    );
+    check_err(
+        &format!("{GOOD}[inputs.X]\ndist = \"normal\"\nsdt = 1.0\n"),
+        &["t.toml", "sdt"],
+    );
+    check_err(&format!("{GOOD}colour = 1\n"), &["t.toml", "colour"]);
+    check_err(
+        &format!("{GOOD}[tolerance]\natol = -1.0\nrtol = 0.0\n"),
+        &["key `tolerance`"],
+    );
+}
+
+#[test]
+fn empty_directory_is_an_error() {
+    let dir = std::env::temp_dir().join(format!("kevin-tasks-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = TaskSuite::load(&dir).unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(e.to_string().starts_with("no task files"), "{e}");
+}
+
+#[test]
+#[ignore = "prints the estimate of every task; run with --ignored --nocapture"]
+fn print_estimates() {
+    for t in suite().tasks() {
+        println!(
+            "{:28} L{} {:?} {:8.3} ms",
+            t.name,
+            t.level,
+            t.split,
+            t.estimate_gpu_baseline_ms()
+        );
+    }
+}
+
+#[test]
+fn torch_module_has_the_description_and_input_distributions() {
+    let s = suite();
+    let m = s
+        .get("rsqrt_positive")
+        .unwrap()
+        .torch_module(Preset::Small)
+        .unwrap();
+    assert!(
+        m.contains("class Model(nn.Module):\n    \"\"\"Elementwise reciprocal square root"),
+        "{m}"
+    );
+    assert!(
+        m.contains("X = torch.randn(M, N, dtype=torch.float32).abs() * 1.0 + 0.1\n"),
+        "{m}"
+    );
+    assert!(m.contains("M = 33\nN = 65\n"), "{m}");
+}
+
+/// Writes, for every task, the PyTorch module at the small preset, inputs and reference outputs
+/// as JSON into `$KEVIN_XCHECK_DIR`, for a cross-check of renderer and interpreter against
+/// PyTorch in float64 where PyTorch is installed (`scripts/torch_xcheck.py`).
+#[test]
+#[ignore = "writes cross-check files; set KEVIN_XCHECK_DIR"]
+fn dump_cross_check() {
+    let Ok(dir) = std::env::var("KEVIN_XCHECK_DIR") else {
+        return;
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    for t in suite().tasks() {
+        let inputs = t.generate_inputs(Preset::Small, 11);
+        let outputs = t.reference(Preset::Small, &inputs).unwrap();
+        let sig = t.signature(Preset::Small);
+        let shapes: Vec<&Vec<usize>> = sig.tensors.iter().map(|s| &s.shape).collect();
+        let j = serde_json::json!({
+            "module": t.torch_module(Preset::Small).unwrap(),
+            "inputs": inputs, "outputs": outputs, "shapes": shapes,
+        });
+        std::fs::write(format!("{dir}/{}.json", t.name), j.to_string()).unwrap();
+    }
+}
