@@ -1,0 +1,3 @@
+//! stub
+/// stub
+pub fn worker_main() -> Result<(), crate::worker::ServeError> { Ok(()) }
