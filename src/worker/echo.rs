@@ -74,8 +74,11 @@ fn handle(req: EchoRequest) -> EchoResponse {
         }
         EchoRequest::Segfault => {
             #[cfg(unix)]
-            // SAFETY: raising a signal has no memory-safety preconditions.
+            // SAFETY: resetting a handler and raising a signal have no memory-safety
+            // preconditions. The reset matters: Rust's stack-overflow handler would otherwise
+            // swallow a raised (not faulting) SIGSEGV.
             unsafe {
+                libc::signal(libc::SIGSEGV, libc::SIG_DFL);
                 libc::raise(libc::SIGSEGV);
             }
             std::process::abort()
