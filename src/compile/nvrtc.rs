@@ -194,6 +194,20 @@ pub fn compile_in_process(
     let log = program.log()?;
     match status {
         sys::nvrtcResult::NVRTC_SUCCESS => {}
+        // Includes passed the allow-list, so a header that cannot be found is missing from
+        // this installation, not the candidate's fault.
+        sys::nvrtcResult::NVRTC_ERROR_COMPILATION
+            if include_dirs.is_empty() && log.contains("could not open source file") =>
+        {
+            return Err(CompileError::Unavailable {
+                reason: format!(
+                    "CUDA headers (cuda_fp16.h, ...) not found: `python3 -m pip install \
+                     nvidia-cuda-runtime-cu12` (found next to libnvrtc on LD_LIBRARY_PATH) or set \
+                     {CUDA_INCLUDE_ENV}; NVRTC said: {}",
+                    super::feedback::trim_log(&log)
+                ),
+            })
+        }
         sys::nvrtcResult::NVRTC_ERROR_COMPILATION => {
             return Err(CompileError::Source {
                 log: super::feedback::trim_log(&log),
