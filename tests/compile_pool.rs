@@ -14,8 +14,14 @@ use kevin::worker::WorkerFailure;
 fn main() {
     common::main(&[
         ("compiles_in_a_worker", compiles_in_a_worker),
-        ("hanging_compile_is_killed_and_the_next_succeeds", hanging_compile_is_killed_and_the_next_succeeds),
-        ("worker_without_nvrtc_reports_the_hint", worker_without_nvrtc_reports_the_hint),
+        (
+            "hanging_compile_is_killed_and_the_next_succeeds",
+            hanging_compile_is_killed_and_the_next_succeeds,
+        ),
+        (
+            "worker_without_nvrtc_reports_the_hint",
+            worker_without_nvrtc_reports_the_hint,
+        ),
     ]);
 }
 
@@ -48,7 +54,10 @@ fn skip_unless_nvrtc(test: &str) -> bool {
         "{test}: KEVIN_REQUIRE_NVRTC=1 but NVRTC is missing: {}",
         kevin::compile::INSTALL_HINT
     );
-    eprintln!("skipping {test}: NVRTC not found ({})", kevin::compile::INSTALL_HINT);
+    eprintln!(
+        "skipping {test}: NVRTC not found ({})",
+        kevin::compile::INSTALL_HINT
+    );
     true
 }
 
@@ -87,8 +96,14 @@ fn hanging_compile_is_killed_and_the_next_succeeds() {
         Ok(Err(CompileError::Source { .. })) => eprintln!("note: NVRTC rejected the bomb itself"),
         other => panic!("expected a timeout, got {other:?}"),
     }
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
-    let next = pool.request(&CompileRequest::ptx(KERNEL, &["relu"])).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let next = pool
+        .request(&CompileRequest::ptx(KERNEL, &["relu"]))
+        .unwrap();
     assert!(next.is_ok(), "{next:?}");
 }
 
@@ -101,7 +116,10 @@ fn worker_without_nvrtc_reports_the_hint() {
     let pool = spawn_compile_pool(command, 1).unwrap();
     match pool.request(&CompileRequest::ptx(KERNEL, &["relu"])) {
         Ok(Err(CompileError::Unavailable { reason })) => {
-            assert!(reason.contains("pip install nvidia-cuda-nvrtc-cu12"), "{reason}")
+            assert!(
+                reason.contains("pip install nvidia-cuda-nvrtc-cu12"),
+                "{reason}"
+            )
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }

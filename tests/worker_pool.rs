@@ -17,12 +17,30 @@ fn main() {
         ("timeout_kills_and_respawns", timeout_kills_and_respawns),
         ("abort_is_a_crash_with_stderr", abort_is_a_crash_with_stderr),
         ("segfault_is_a_crash", segfault_is_a_crash),
-        ("exit_without_answer_is_a_crash", exit_without_answer_is_a_crash),
-        ("garbage_is_a_protocol_failure", garbage_is_a_protocol_failure),
-        ("stdout_prints_do_not_corrupt_frames", stdout_prints_do_not_corrupt_frames),
-        ("failure_does_not_touch_other_requests", failure_does_not_touch_other_requests),
-        ("missing_program_is_a_spawn_failure", missing_program_is_a_spawn_failure),
-        ("unknown_role_is_a_spawn_failure", unknown_role_is_a_spawn_failure),
+        (
+            "exit_without_answer_is_a_crash",
+            exit_without_answer_is_a_crash,
+        ),
+        (
+            "garbage_is_a_protocol_failure",
+            garbage_is_a_protocol_failure,
+        ),
+        (
+            "stdout_prints_do_not_corrupt_frames",
+            stdout_prints_do_not_corrupt_frames,
+        ),
+        (
+            "failure_does_not_touch_other_requests",
+            failure_does_not_touch_other_requests,
+        ),
+        (
+            "missing_program_is_a_spawn_failure",
+            missing_program_is_a_spawn_failure,
+        ),
+        (
+            "unknown_role_is_a_spawn_failure",
+            unknown_role_is_a_spawn_failure,
+        ),
     ]);
 }
 
@@ -41,7 +59,10 @@ fn echo(text: &str) -> EchoRequest {
 
 /// After a failure the pool must serve the next request with a fresh child.
 fn assert_recovered(pool: &EchoPool) {
-    assert_eq!(pool.request(&echo("again")), Ok(EchoResponse::Text("again".into())));
+    assert_eq!(
+        pool.request(&echo("again")),
+        Ok(EchoResponse::Text("again".into()))
+    );
     let stats = pool.stats();
     assert!(stats.respawns >= 1, "{stats:?}");
     assert!(stats.respawn_latency_max > Duration::ZERO, "{stats:?}");
@@ -49,8 +70,14 @@ fn assert_recovered(pool: &EchoPool) {
 
 fn echo_and_ping() {
     let pool = pool(2);
-    assert_eq!(pool.request(&echo("hi ✓")), Ok(EchoResponse::Text("hi ✓".into())));
-    assert_eq!(pool.request(&EchoRequest::Sleep { ms: 10 }), Ok(EchoResponse::Slept(10)));
+    assert_eq!(
+        pool.request(&echo("hi ✓")),
+        Ok(EchoResponse::Text("hi ✓".into()))
+    );
+    assert_eq!(
+        pool.request(&EchoRequest::Sleep { ms: 10 }),
+        Ok(EchoResponse::Slept(10))
+    );
     assert!(pool.ping(Duration::from_secs(5)).is_ok());
     let pings = pool.ping_all(Duration::from_secs(5));
     assert_eq!(pings.len(), 2);
@@ -66,7 +93,11 @@ fn timeout_kills_and_respawns() {
     let start = Instant::now();
     let result = pool.request_with_timeout(&EchoRequest::Sleep { ms: 60_000 }, limit);
     assert_eq!(result, Err(WorkerFailure::Timeout { limit }));
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     assert_ne!(pool.pids()[0], old_pid, "the hung child was replaced");
     assert_eq!(pool.stats().timeouts, 1);
     assert_recovered(&pool);
@@ -162,7 +193,10 @@ fn failure_does_not_touch_other_requests() {
             let (i, r) = h.join().unwrap();
             assert_eq!(r, Ok(EchoResponse::Text(format!("req {i}"))));
         }
-        assert!(matches!(hung.join().unwrap(), Err(WorkerFailure::Timeout { .. })));
+        assert!(matches!(
+            hung.join().unwrap(),
+            Err(WorkerFailure::Timeout { .. })
+        ));
     });
     assert_eq!(pool.stats().succeeded, 3);
 }
@@ -179,7 +213,10 @@ fn missing_program_is_a_spawn_failure() {
 }
 
 fn unknown_role_is_a_spawn_failure() {
-    match EchoPool::new(common::self_as_worker("no-such-role"), PoolConfig::default()) {
+    match EchoPool::new(
+        common::self_as_worker("no-such-role"),
+        PoolConfig::default(),
+    ) {
         Err(WorkerFailure::Spawn { reason, .. }) => {
             assert!(reason.contains("exit code 2"), "{reason}");
             assert!(reason.contains("unknown role"), "{reason}");

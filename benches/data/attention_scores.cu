@@ -14,5 +14,5 @@ extern "C" __global__ void attention_scores(const float* __restrict__ q, const f
         for (int d = 0; d < TS; ++d) acc += qs[threadIdx.y][d] * ks[threadIdx.x][d];
         __syncthreads();
     }
-    if (row < L && col < L) s[row * L + col] = col > row ? -INFINITY : acc * scale;
+    if (row < L && col < L) s[row * L + col] = col > row ? __int_as_float(0xff800000) : acc * scale;
 }

@@ -11,7 +11,7 @@ __device__ float block_reduce(float v, bool is_max) {
     if (lane == 0) buf[warp] = v;
     __syncthreads();
     int warps = (blockDim.x + 31) / 32;
-    v = lane < warps ? buf[lane] : (is_max ? -INFINITY : 0.0f);
+    v = lane < warps ? buf[lane] : (is_max ? __int_as_float(0xff800000) : 0.0f);
     for (int o = 16; o > 0; o >>= 1) {
         float other = __shfl_xor_sync(0xffffffffu, v, o);
         v = is_max ? fmaxf(v, other) : v + other;
@@ -22,7 +22,7 @@ __device__ float block_reduce(float v, bool is_max) {
 extern "C" __global__ void softmax_row(const float* __restrict__ x, float* __restrict__ y, int n) {
     const float* row = x + (long long)blockIdx.x * n;
     float* out = y + (long long)blockIdx.x * n;
-    float m = -INFINITY;
+    float m = __int_as_float(0xff800000);
     for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
     m = block_reduce(m, true);
     float s = 0.0f;

@@ -87,9 +87,17 @@ impl CompileRequest {
                 self.source.len()
             ));
         }
-        let digits = self.arch.strip_prefix("sm_").map(|a| a.trim_end_matches('a'));
-        if !digits.is_some_and(|d| (2..=3).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit())) {
-            return invalid(format!("architecture {:?} is not of the form sm_90", self.arch));
+        let digits = self
+            .arch
+            .strip_prefix("sm_")
+            .map(|a| a.trim_end_matches('a'));
+        if !digits
+            .is_some_and(|d| (2..=3).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return invalid(format!(
+                "architecture {:?} is not of the form sm_90",
+                self.arch
+            ));
         }
         for name in &self.kernel_names {
             source_check::check_kernel_name(name).or_else(invalid)?;

@@ -152,7 +152,17 @@ pub fn nvrtc_options(req: &CompileRequest, include_dirs: &[PathBuf]) -> Vec<Stri
         // No fast math: correctness is checked at 1e-4 and approximate division/sqrt would make
         // a correct algorithm fail. A candidate may still call the intrinsics explicitly.
     ];
-    opts.extend(include_dirs.iter().map(|d| format!("--include-path={}", d.display())));
+    // -minimal (NVRTC >= 12.4) leaves out texture/surface functions, the device runtime API
+    // and device-side launches, none of which device-only candidates can use: about 13% less
+    // compile time (benches/results), and less surface for untrusted code.
+    if locate_nvrtc().is_ok_and(|lib| lib.version >= (12, 4)) {
+        opts.push("-minimal".to_string());
+    }
+    opts.extend(
+        include_dirs
+            .iter()
+            .map(|d| format!("--include-path={}", d.display())),
+    );
     opts.extend(req.extra_options.iter().cloned());
     opts
 }

@@ -211,8 +211,14 @@ mod tests {
 
     #[test]
     fn device_headers_are_allowed() {
-        check("#include <cuda_fp16.h>\n#  include <cooperative_groups/reduce.h>\n", Ok(()));
-        check("// #include \"/etc/passwd\"\nconst char* s = \"#include <x>\";", Ok(()));
+        check(
+            "#include <cuda_fp16.h>\n#  include <cooperative_groups/reduce.h>\n",
+            Ok(()),
+        );
+        check(
+            "// #include \"/etc/passwd\"\nconst char* s = \"#include <x>\";",
+            Ok(()),
+        );
         check("/* #include \"/etc/passwd\" */ int x;", Ok(()));
     }
 
@@ -232,7 +238,10 @@ mod tests {
     fn hidden_directives_are_found() {
         check("#inc\\\nlude \"/etc/passwd\"", Err("k.cu(1)"));
         check("int a;\n# /* x */ include \"/etc/passwd\"", Err("k.cu(2)"));
-        check("#/* multi\nline */include \"/etc/passwd\"", Err("not allowed"));
+        check(
+            "#/* multi\nline */include \"/etc/passwd\"",
+            Err("not allowed"),
+        );
         check("x = 1; \\\n\n#include \"/etc/passwd\"", Err("k.cu(3)"));
         check("int a; /*\n\n*/ int b;\n#include \"/x\"", Err("k.cu(4)"));
         check("int a; /*\n\n*/ int b;\n#include \"/x\"", Err("k.cu(4)"));

@@ -47,7 +47,10 @@ fn compiles_ptx_with_lowered_names() {
     assert!(ptx.contains(".target sm_90"), "{ptx}");
     assert_eq!(out.lowered_names["saxpy"], "saxpy");
     let scale = &out.lowered_names["scale"];
-    assert!(scale.starts_with("_Z") && ptx.contains(&format!(".entry {scale}")), "{scale}");
+    assert!(
+        scale.starts_with("_Z") && ptx.contains(&format!(".entry {scale}")),
+        "{scale}"
+    );
     assert!(out.compile_ms > 0.0);
 }
 
@@ -118,12 +121,19 @@ extern "C" __global__ void h(const __half* x, __nv_bfloat16* y, int n) {
     }
     if find_cuda_include_dirs().is_empty() {
         let msg = "no CUDA headers found (pip install nvidia-cuda-runtime-cu12)";
-        assert!(std::env::var("KEVIN_REQUIRE_NVRTC").as_deref() != Ok("1"), "{msg}");
+        assert!(
+            std::env::var("KEVIN_REQUIRE_NVRTC").as_deref() != Ok("1"),
+            "{msg}"
+        );
         eprintln!("skipping the rest of half_and_bfloat16_headers_are_found: {msg}");
         return;
     }
     let out = compile_here(&req);
-    assert!(out.is_ok(), "{out:?} (include dirs: {:?})", find_cuda_include_dirs());
+    assert!(
+        out.is_ok(),
+        "{out:?} (include dirs: {:?})",
+        find_cuda_include_dirs()
+    );
 }
 
 #[test]
@@ -133,7 +143,10 @@ fn bogus_library_path_gives_the_install_hint() {
         panic!("expected Unavailable, got {err:?}")
     };
     assert!(reason.contains("/nonexistent/libnvrtc.so.12"), "{reason}");
-    assert!(reason.contains("pip install nvidia-cuda-nvrtc-cu12"), "{reason}");
+    assert!(
+        reason.contains("pip install nvidia-cuda-nvrtc-cu12"),
+        "{reason}"
+    );
     assert!(reason.contains("LD_LIBRARY_PATH"), "{reason}");
 }
 
@@ -151,7 +164,10 @@ fn invalid_requests_are_rejected_before_nvrtc() {
         },
         "architecture",
     );
-    check(CompileRequest::ptx(SAXPY, &["k<int>"]), "not a C++ identifier");
+    check(
+        CompileRequest::ptx(SAXPY, &["k<int>"]),
+        "not a C++ identifier",
+    );
     check(
         CompileRequest::ptx("x".repeat(MAX_SOURCE_BYTES + 1), &[]),
         "limit",
@@ -180,7 +196,9 @@ fn options_follow_the_output_kind() {
     let opts = nvrtc::nvrtc_options(&req, &["/inc".into()]);
     assert!(opts.contains(&"--gpu-architecture=compute_90".to_string()));
     assert!(opts.contains(&"--include-path=/inc".to_string()));
-    assert!(!opts.iter().any(|o| o.contains("fast-math") || o.contains("fast_math")));
+    assert!(!opts
+        .iter()
+        .any(|o| o.contains("fast-math") || o.contains("fast_math")));
     req.output = OutputKind::Cubin;
     let opts = nvrtc::nvrtc_options(&req, &[]);
     assert!(opts.contains(&"--gpu-architecture=sm_90".to_string()));

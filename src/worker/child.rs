@@ -136,7 +136,6 @@ impl<Resp: DeserializeOwned + Send + 'static> ChildProc<Resp> {
             stderr_done,
         })
     }
-
 }
 
 impl<Resp> ChildProc<Resp> {

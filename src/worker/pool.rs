@@ -332,32 +332,30 @@ where
         };
         child.send(frame);
         let deadline = Instant::now() + limit;
-        let failure = loop {
-            match child.next(deadline) {
-                Next::Msg(msg) => match (&expect, &msg) {
-                    (Expect::Response(want), FromChild::Response { id, .. }) if id == want => {
-                        return Ok(msg)
-                    }
-                    (Expect::Pong(want), FromChild::Pong { nonce }) if nonce == want => {
-                        return Ok(msg)
-                    }
-                    (_, FromChild::Error { message }) => {
-                        break protocol(child, format!("worker reported: {message}"))
-                    }
-                    _ => break protocol(child, format!("unexpected message {}", describe(&msg))),
-                },
-                Next::Bad(e) => break protocol(child, e.to_string()),
-                Next::Eof => {
-                    let exit = child.reap(Duration::from_secs(1));
-                    break WorkerFailure::Crashed {
-                        exit,
-                        stderr_tail: child.stderr_tail(Duration::from_millis(200)),
-                    };
+        // Exactly one message settles the exchange: children are killed after any failure, so
+        // a stale reply to an earlier request can never be waiting here.
+        let failure = match child.next(deadline) {
+            Next::Msg(msg) => match (&expect, &msg) {
+                (Expect::Response(want), FromChild::Response { id, .. }) if id == want => {
+                    return Ok(msg)
                 }
-                Next::TimedOut => {
-                    child.kill();
-                    break WorkerFailure::Timeout { limit };
+                (Expect::Pong(want), FromChild::Pong { nonce }) if nonce == want => return Ok(msg),
+                (_, FromChild::Error { message }) => {
+                    protocol(child, format!("worker reported: {message}"))
                 }
+                _ => protocol(child, format!("unexpected message {}", describe(&msg))),
+            },
+            Next::Bad(e) => protocol(child, e.to_string()),
+            Next::Eof => {
+                let exit = child.reap(Duration::from_secs(1));
+                WorkerFailure::Crashed {
+                    exit,
+                    stderr_tail: child.stderr_tail(Duration::from_millis(200)),
+                }
+            }
+            Next::TimedOut => {
+                child.kill();
+                WorkerFailure::Timeout { limit }
             }
         };
         child.kill();
@@ -430,10 +428,7 @@ impl<Req, Resp> Drop for WorkerPool<Req, Resp> {
     }
 }
 
-fn protocol<Resp>(
-    child: &mut ChildProc<Resp>,
-    reason: String,
-) -> WorkerFailure {
+fn protocol<Resp>(child: &mut ChildProc<Resp>, reason: String) -> WorkerFailure {
     child.kill();
     WorkerFailure::Protocol {
         reason,

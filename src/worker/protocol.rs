@@ -293,7 +293,10 @@ mod tests {
         }
         let mut reader = stream.as_slice();
         for m in &msgs {
-            assert_eq!(read_frame::<_, Msg>(&mut reader, MAX).unwrap().as_ref(), Some(m));
+            assert_eq!(
+                read_frame::<_, Msg>(&mut reader, MAX).unwrap().as_ref(),
+                Some(m)
+            );
         }
         assert_eq!(read_frame::<_, Msg>(&mut reader, MAX).unwrap(), None);
 
@@ -377,7 +380,11 @@ mod tests {
 
     #[test]
     fn bad_json_payload() {
-        for payload in [&b"not json"[..], b"{\"type\":\"launch_missiles\"}", b"\xff\xfe"] {
+        for payload in [
+            &b"not json"[..],
+            b"{\"type\":\"launch_missiles\"}",
+            b"\xff\xfe",
+        ] {
             let err = decode_frame::<Msg>(
                 &frame(&MAGIC, PROTOCOL_VERSION, payload.len() as u32, payload),
                 MAX,
