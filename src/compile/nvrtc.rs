@@ -69,8 +69,13 @@ pub fn locate_nvrtc() -> Result<NvrtcLibrary, CompileError> {
 /// it loaded for the life of the process; returns which one. The error lists what was tried and
 /// how to install NVRTC.
 pub fn probe_library(candidates: &[String]) -> Result<String, CompileError> {
-    let mut failures = Vec::new();
+    let mut tried: Vec<&str> = Vec::new();
+    let mut first_error = None;
     for candidate in candidates {
+        if tried.contains(&candidate.as_str()) {
+            continue;
+        }
+        tried.push(candidate);
         // SAFETY: loading libnvrtc runs only its (trusted, NVIDIA-shipped) initialisers.
         match unsafe { libloading::Library::new(candidate) } {
             Ok(lib) => {
@@ -78,17 +83,16 @@ pub fn probe_library(candidates: &[String]) -> Result<String, CompileError> {
                 std::mem::forget(lib);
                 return Ok(candidate.clone());
             }
-            Err(e) => failures.push(format!("{candidate}: {e}")),
+            Err(e) => {
+                first_error.get_or_insert_with(|| e.to_string());
+            }
         }
     }
     Err(CompileError::Unavailable {
         reason: format!(
-            "NVRTC (libnvrtc) not found; tried {}. To fix: {INSTALL_HINT}",
-            if failures.is_empty() {
-                "nothing".to_string()
-            } else {
-                failures.join("; ")
-            }
+            "NVRTC (libnvrtc) not found; tried {} ({}). To fix: {INSTALL_HINT}",
+            tried.join(", "),
+            first_error.unwrap_or_else(|| "no candidates".into())
         ),
     })
 }
