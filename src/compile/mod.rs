@@ -2,7 +2,7 @@
 //!
 //! The daemon builds a [`CompileRequest`] and sends it through a [`CompilePool`] (a
 //! [`WorkerPool`] of `kevin worker --role compile` children, default deadline 10 s); the child runs
-//! [`worker_main`], which checks the source ([`source_check`]: only CUDA device headers may be
+//! [`worker_main`], which checks the source (`source_check`: only CUDA device headers may be
 //! included), compiles it with [`nvrtc::compile_in_process`] and answers a [`CompileResponse`].
 //! A compile error is data ([`CompileError::Source`] with a trimmed log naming file and line); a
 //! candidate that hangs or crashes NVRTC becomes a [`WorkerFailure`] for its request, and the

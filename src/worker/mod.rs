@@ -4,7 +4,7 @@
 //! (`kevin worker --role <role>`) over a framed, versioned protocol on the child's stdin/stdout
 //! ([`protocol`]); a [`WorkerPool`] owns N such children, gives every request a deadline, and
 //! turns a hang, a crash or garbage on the wire into a [`WorkerFailure`] for that request alone,
-//! killing and respawning the child. The child runs [`serve`] with a handler for its role.
+//! killing and respawning the child. The child runs [`serve()`] with a handler for its role.
 //!
 //! Roles: `compile` ([`crate::compile::worker_main`]) and `echo` (a test worker that misbehaves on
 //! request, [`echo`]). A new role (the GPU evaluation workers) is one more arm in
