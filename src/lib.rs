@@ -6,11 +6,14 @@
 //! write-ahead log ([`replay`]), the run directory and its checkpoints ([`run_dir`]), telemetry
 //! (trace file, metrics, inspection: [`telemetry`]), and the simulated components that let the
 //! whole system run before (and beside) the real policy and kernel environment ([`sim`]).
+//! Untrusted candidate code is handled only in worker child processes ([`worker`]: protocol,
+//! pool, child serve loop); [`compile`] is the NVRTC compile step those workers run.
 //!
 //! Invariant: nothing here depends on actix, tokio or the CLI. The actors crate drives this
 //! library; it never reaches around it.
 #![warn(missing_docs)]
 
+pub mod compile;
 pub mod config;
 pub mod env;
 pub mod episode;
@@ -28,3 +31,4 @@ pub mod sampler;
 pub mod sim;
 pub mod tasks;
 pub mod telemetry;
+pub mod worker;

@@ -1,5 +1,11 @@
 //! The `kevin` binary: parse the command line, set up telemetry, call the library.
 
 fn main() -> std::process::ExitCode {
+    // A worker child speaks frames on stdout: it must take over before clap or tracing could
+    // print anything there.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("worker") {
+        std::process::exit(kevin::worker::child_main_from_args(&args[2..]));
+    }
     kevin_actors::cli::main()
 }

@@ -1,0 +1,120 @@
+//! The "echo" worker role: a child that misbehaves on request, so the pool's timeout, crash,
+//! garbage and respawn paths are tested against real processes. Harmless in production (it
+//! touches nothing), and it doubles as a smoke test of the worker entry point.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::protocol::DEFAULT_MAX_FRAME_BYTES;
+use super::serve::{serve, ServeError, FRAME_FD};
+
+/// What the echo worker should do with a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "do", rename_all = "snake_case")]
+pub enum EchoRequest {
+    /// Answer with the same text.
+    Echo {
+        /// The text.
+        text: String,
+    },
+    /// Sleep, then answer (a slow request, or a hang when longer than the deadline).
+    Sleep {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// Write `text` to stderr, then abort (SIGABRT).
+    Abort {
+        /// The last words, expected in the crash report.
+        text: String,
+    },
+    /// Raise SIGSEGV.
+    Segfault,
+    /// Exit with this status without answering.
+    Exit {
+        /// Exit status.
+        code: i32,
+    },
+    /// Write these bytes onto the frame channel instead of an answer.
+    Raw {
+        /// The garbage.
+        bytes: Vec<u8>,
+    },
+    /// Print to stdout (which a worker must not do) and answer normally.
+    PrintToStdout {
+        /// The text printed.
+        text: String,
+    },
+}
+
+/// The echo worker's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EchoResponse {
+    /// Answer to [`EchoRequest::Echo`] or [`EchoRequest::PrintToStdout`].
+    Text(String),
+    /// Answer to [`EchoRequest::Sleep`].
+    Slept(u64),
+}
+
+/// Runs the echo role's serve loop on stdin/stdout.
+pub fn echo_main() -> Result<(), ServeError> {
+    serve("echo", DEFAULT_MAX_FRAME_BYTES, handle)
+}
+
+fn handle(req: EchoRequest) -> EchoResponse {
+    match req {
+        EchoRequest::Echo { text } => EchoResponse::Text(text),
+        EchoRequest::Sleep { ms } => {
+            std::thread::sleep(Duration::from_millis(ms));
+            EchoResponse::Slept(ms)
+        }
+        EchoRequest::Abort { text } => {
+            eprintln!("{text}");
+            std::process::abort()
+        }
+        EchoRequest::Segfault => {
+            #[cfg(unix)]
+            // SAFETY: resetting a handler and raising a signal have no memory-safety
+            // preconditions. The reset matters: Rust's stack-overflow handler would otherwise
+            // swallow a raised (not faulting) SIGSEGV.
+            unsafe {
+                libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+                libc::raise(libc::SIGSEGV);
+            }
+            std::process::abort()
+        }
+        EchoRequest::Exit { code } => std::process::exit(code),
+        EchoRequest::Raw { bytes } => {
+            write_raw(&bytes);
+            // Then hang: the parent must act on the garbage, not on a later valid frame.
+            std::thread::sleep(Duration::from_secs(3600));
+            EchoResponse::Text(String::new())
+        }
+        EchoRequest::PrintToStdout { text } => {
+            println!("{text}");
+            EchoResponse::Text(text)
+        }
+    }
+}
+
+#[cfg(unix)]
+fn write_raw(bytes: &[u8]) {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    let fd = FRAME_FD.load(std::sync::atomic::Ordering::SeqCst);
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: `fd` is the live frame descriptor set by `serve`; ManuallyDrop keeps this
+    // temporary File from closing it.
+    let mut file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    let _ = file.write_all(bytes);
+    let _ = file.flush();
+}
+
+#[cfg(not(unix))]
+fn write_raw(bytes: &[u8]) {
+    use std::io::Write;
+    let _ = FRAME_FD.load(std::sync::atomic::Ordering::SeqCst);
+    let _ = std::io::stdout().write_all(bytes);
+}

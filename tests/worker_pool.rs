@@ -1,0 +1,227 @@
+//! The worker pool against real child processes (the "echo" role of this very binary): answers,
+//! pings, and every failure path (timeout, abort, segfault, exit, garbage on the wire, bad start)
+//! followed by a working respawned child.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use kevin::worker::echo::{EchoRequest, EchoResponse};
+use kevin::worker::{PoolConfig, WorkerCommand, WorkerFailure, WorkerPool, PROTOCOL_VERSION};
+
+type EchoPool = WorkerPool<EchoRequest, EchoResponse>;
+
+fn main() {
+    common::main(&[
+        ("echo_and_ping", echo_and_ping),
+        ("timeout_kills_and_respawns", timeout_kills_and_respawns),
+        ("abort_is_a_crash_with_stderr", abort_is_a_crash_with_stderr),
+        ("segfault_is_a_crash", segfault_is_a_crash),
+        (
+            "exit_without_answer_is_a_crash",
+            exit_without_answer_is_a_crash,
+        ),
+        (
+            "garbage_is_a_protocol_failure",
+            garbage_is_a_protocol_failure,
+        ),
+        (
+            "stdout_prints_do_not_corrupt_frames",
+            stdout_prints_do_not_corrupt_frames,
+        ),
+        (
+            "failure_does_not_touch_other_requests",
+            failure_does_not_touch_other_requests,
+        ),
+        (
+            "missing_program_is_a_spawn_failure",
+            missing_program_is_a_spawn_failure,
+        ),
+        (
+            "unknown_role_is_a_spawn_failure",
+            unknown_role_is_a_spawn_failure,
+        ),
+    ]);
+}
+
+fn pool(workers: usize) -> EchoPool {
+    let config = PoolConfig {
+        workers,
+        request_timeout: Duration::from_secs(5),
+        ..PoolConfig::default()
+    };
+    WorkerPool::new(common::self_as_worker("echo"), config).expect("echo pool starts")
+}
+
+fn echo(text: &str) -> EchoRequest {
+    EchoRequest::Echo { text: text.into() }
+}
+
+/// After a failure the pool must serve the next request with a fresh child.
+fn assert_recovered(pool: &EchoPool) {
+    assert_eq!(
+        pool.request(&echo("again")),
+        Ok(EchoResponse::Text("again".into()))
+    );
+    let stats = pool.stats();
+    assert!(stats.respawns >= 1, "{stats:?}");
+    assert!(stats.respawn_latency_max > Duration::ZERO, "{stats:?}");
+}
+
+fn echo_and_ping() {
+    let pool = pool(2);
+    assert_eq!(
+        pool.request(&echo("hi ✓")),
+        Ok(EchoResponse::Text("hi ✓".into()))
+    );
+    assert_eq!(
+        pool.request(&EchoRequest::Sleep { ms: 10 }),
+        Ok(EchoResponse::Slept(10))
+    );
+    assert!(pool.ping(Duration::from_secs(5)).is_ok());
+    let pings = pool.ping_all(Duration::from_secs(5));
+    assert_eq!(pings.len(), 2);
+    assert!(pings.iter().all(Result::is_ok), "{pings:?}");
+    let stats = pool.stats();
+    assert_eq!((stats.requests, stats.succeeded, stats.respawns), (2, 2, 0));
+}
+
+fn timeout_kills_and_respawns() {
+    let pool = pool(1);
+    let old_pid = pool.pids()[0];
+    let limit = Duration::from_millis(300);
+    let start = Instant::now();
+    let result = pool.request_with_timeout(&EchoRequest::Sleep { ms: 60_000 }, limit);
+    assert_eq!(result, Err(WorkerFailure::Timeout { limit }));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_ne!(pool.pids()[0], old_pid, "the hung child was replaced");
+    assert_eq!(pool.stats().timeouts, 1);
+    assert_recovered(&pool);
+}
+
+fn abort_is_a_crash_with_stderr() {
+    let pool = pool(1);
+    let result = pool.request(&EchoRequest::Abort {
+        text: "last words".into(),
+    });
+    match result {
+        Err(WorkerFailure::Crashed { exit, stderr_tail }) => {
+            assert_eq!(exit.signal, Some(6), "{exit}");
+            assert!(stderr_tail.contains("last words"), "{stderr_tail:?}");
+        }
+        other => panic!("expected a crash, got {other:?}"),
+    }
+    assert_eq!(pool.stats().crashes, 1);
+    assert_recovered(&pool);
+}
+
+fn segfault_is_a_crash() {
+    let pool = pool(1);
+    match pool.request(&EchoRequest::Segfault) {
+        Err(WorkerFailure::Crashed { exit, .. }) => assert_eq!(exit.signal, Some(11), "{exit}"),
+        other => panic!("expected a crash, got {other:?}"),
+    }
+    assert_recovered(&pool);
+}
+
+fn exit_without_answer_is_a_crash() {
+    let pool = pool(1);
+    match pool.request(&EchoRequest::Exit { code: 3 }) {
+        Err(WorkerFailure::Crashed { exit, .. }) => assert_eq!(exit.code, Some(3), "{exit}"),
+        other => panic!("expected a crash, got {other:?}"),
+    }
+    assert_recovered(&pool);
+}
+
+fn garbage_is_a_protocol_failure() {
+    let header = |version: u16, len: u32| {
+        let mut v = b"KVWK".to_vec();
+        v.extend(version.to_le_bytes());
+        v.extend(len.to_le_bytes());
+        v
+    };
+    let mut bad_json = header(PROTOCOL_VERSION, 5);
+    bad_json.extend(b"{oops");
+    // (bytes written instead of an answer, text the failure reason must contain)
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"Segmentation fault (core dumped)\n".to_vec(), "bad magic"),
+        (header(PROTOCOL_VERSION + 1, 2), "version mismatch"),
+        (header(PROTOCOL_VERSION, u32::MAX), "exceeds the maximum"),
+        (bad_json, "bad JSON"),
+    ];
+    let pool = pool(1);
+    for (bytes, expected) in cases {
+        match pool.request(&EchoRequest::Raw { bytes }) {
+            Err(WorkerFailure::Protocol { reason, .. }) => {
+                assert!(reason.contains(expected), "{reason:?} lacks {expected:?}")
+            }
+            other => panic!("expected a protocol failure ({expected}), got {other:?}"),
+        }
+        assert_recovered(&pool);
+    }
+    assert_eq!(pool.stats().protocol_errors, 4);
+}
+
+fn stdout_prints_do_not_corrupt_frames() {
+    let pool = pool(1);
+    let req = EchoRequest::PrintToStdout {
+        text: "printf from a kernel".into(),
+    };
+    assert_eq!(
+        pool.request(&req),
+        Ok(EchoResponse::Text("printf from a kernel".into()))
+    );
+    assert_eq!(pool.stats().respawns, 0);
+}
+
+fn failure_does_not_touch_other_requests() {
+    let pool = &pool(2);
+    std::thread::scope(|s| {
+        let hung = s.spawn(|| {
+            pool.request_with_timeout(&EchoRequest::Sleep { ms: 60_000 }, Duration::from_secs(2))
+        });
+        // Give the hung request time to take a worker; the others share the second one.
+        std::thread::sleep(Duration::from_millis(200));
+        let others: Vec<_> = (0..3)
+            .map(|i| s.spawn(move || (i, pool.request(&echo(&format!("req {i}"))))))
+            .collect();
+        for h in others {
+            let (i, r) = h.join().unwrap();
+            assert_eq!(r, Ok(EchoResponse::Text(format!("req {i}"))));
+        }
+        assert!(matches!(
+            hung.join().unwrap(),
+            Err(WorkerFailure::Timeout { .. })
+        ));
+    });
+    assert_eq!(pool.stats().succeeded, 3);
+}
+
+fn missing_program_is_a_spawn_failure() {
+    let command = WorkerCommand::kevin_role("/nonexistent/kevin", "echo");
+    match EchoPool::new(command, PoolConfig::default()) {
+        Err(WorkerFailure::Spawn { program, .. }) => {
+            assert_eq!(program.to_str(), Some("/nonexistent/kevin"))
+        }
+        Err(other) => panic!("expected a spawn failure, got {other:?}"),
+        Ok(_) => panic!("expected a spawn failure, got a pool"),
+    }
+}
+
+fn unknown_role_is_a_spawn_failure() {
+    match EchoPool::new(
+        common::self_as_worker("no-such-role"),
+        PoolConfig::default(),
+    ) {
+        Err(WorkerFailure::Spawn { reason, .. }) => {
+            assert!(reason.contains("exit code 2"), "{reason}");
+            assert!(reason.contains("unknown role"), "{reason}");
+        }
+        Err(other) => panic!("expected a spawn failure, got {other:?}"),
+        Ok(_) => panic!("expected a spawn failure, got a pool"),
+    }
+}
