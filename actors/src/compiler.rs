@@ -59,7 +59,8 @@ impl Handler<Compile> for Compiler {
     type Result = ();
 
     fn handle(&mut self, msg: Compile, ctx: &mut Context<Self>) {
-        let span = tracing::info_span!("Compile", actor = "Compiler", task = %msg.task);
+        let task_name = msg.task.clone();
+        let span = move || tracing::info_span!("Compile", actor = "Compiler", task = %task_name);
         let (env, pool, verifier, limit) = (self.env.clone(), self.pool.clone(), self.verifier.clone(), self.timeout_ms);
         let me = ctx.address();
         let Compile { task, source, reply, ticket } = msg;

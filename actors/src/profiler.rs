@@ -49,7 +49,8 @@ impl Handler<Profile> for Profiler {
     type Result = ();
 
     fn handle(&mut self, msg: Profile, ctx: &mut Context<Self>) {
-        let span = tracing::info_span!("Profile", actor = "Profiler", task = %msg.compiled.task);
+        let task_name = msg.compiled.task.clone();
+        let span = move || tracing::info_span!("Profile", actor = "Profiler", task = %task_name);
         let (env, pool, limit) = (self.env.clone(), self.pool.clone(), self.timeout_ms);
         let me = ctx.address();
         let Profile { compiled, reply, ticket } = msg;

@@ -31,13 +31,17 @@ impl StageFailure {
     }
 }
 
-/// Runs `f` on `pool` inside `span`, waiting at most `limit_ms` + grace.
-pub async fn run_stage<T, F>(pool: &BlockingPool, span: Span, stage: &'static str, limit_ms: u64, f: F) -> Result<T, StageFailure>
+/// Runs `f` on `pool` inside the span `make_span` creates, waiting at most `limit_ms` + grace.
+/// The span is created on the pool thread when the work starts, so the trace shows work, not
+/// queueing (queueing shows as mailbox depth).
+pub async fn run_stage<T, F, S>(pool: &BlockingPool, make_span: S, stage: &'static str, limit_ms: u64, f: F) -> Result<T, StageFailure>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
+    S: FnOnce() -> Span + Send + 'static,
 {
     let rx = pool.run(move || {
+        let span = make_span();
         let _entered = span.enter();
         f()
     });

@@ -58,7 +58,8 @@ impl Handler<Verify> for Verifier {
     type Result = ();
 
     fn handle(&mut self, msg: Verify, ctx: &mut Context<Self>) {
-        let span = tracing::info_span!("Verify", actor = "Verifier", task = %msg.compiled.task);
+        let task_name = msg.compiled.task.clone();
+        let span = move || tracing::info_span!("Verify", actor = "Verifier", task = %task_name);
         let (env, pool, profiler, limit) = (self.env.clone(), self.pool.clone(), self.profiler.clone(), self.timeout_ms);
         let me = ctx.address();
         let Verify { compiled, reply, ticket } = msg;
