@@ -10,3 +10,4 @@
 //! Invariant: nothing here depends on actix, tokio or the CLI. The actors crate drives this
 //! library; it never reaches around it.
 #![warn(missing_docs)]
+pub mod candidate;
