@@ -105,7 +105,7 @@ pub enum DirectiveError {
         kernel: String,
     },
     /// A grid or block dimension is out of range.
-    #[error("{key} {axis} = `{expr}` = {value}, but it must be between 1 and {max}")]
+    #[error("{key} {axis} = {value}{}, but it must be between 1 and {max}", written_as(.expr, *.value))]
     Dim {
         /// `grid` or `block`.
         key: &'static str,
@@ -127,7 +127,7 @@ pub enum DirectiveError {
         max: i64,
     },
     /// Shared memory out of range.
-    #[error("smem = `{expr}` = {value} bytes, but it must be between 0 and {max}")]
+    #[error("smem = {value} bytes{}, but it must be between 0 and {max}", written_as(.expr, *.value))]
     Smem {
         /// The expression.
         expr: String,
@@ -189,11 +189,20 @@ pub enum DirectiveError {
         what: &'static str,
     },
     /// A scratch buffer with no elements.
-    #[error("element count `{expr}` = {value}, but a scratch buffer needs at least 1 element")]
+    #[error("element count = {value}{}, but a scratch buffer needs at least 1 element", written_as(.expr, *.value))]
     ScratchEmpty {
         /// The expression.
         expr: String,
         /// Its value.
         value: i64,
     },
+}
+
+/// " (`expr`)" when the expression says more than its value, else "".
+pub(crate) fn written_as(expr: &str, value: impl std::fmt::Display) -> String {
+    if expr == value.to_string() {
+        String::new()
+    } else {
+        format!(" (`{expr}`)")
+    }
 }

@@ -226,11 +226,12 @@ pub(crate) fn check_tokens(toks: &[Token<'_>]) -> Result<(), (usize, RuleViolati
         } else if t.kind == TokKind::Ident {
             let next = toks.get(i + 1);
             let called = next.is_some_and(|n| n.is_punct("("));
-            let prev_is_scope = i > 0 && toks[i - 1].is_punct("::");
+            // `cuda::std::` is libcu++ (device code); `std::` and `::std::` are the host's.
+            let libcu = i >= 2 && toks[i - 1].is_punct("::") && toks[i - 2].is_ident("cuda");
             if let Some(v) = check_ident(t.text, called) {
                 return at(v);
             }
-            if t.text == "std" && !prev_is_scope && next.is_some_and(|n| n.is_punct("::")) {
+            if t.text == "std" && !libcu && next.is_some_and(|n| n.is_punct("::")) {
                 let name = toks.get(i + 2).map_or("", |n| n.text).to_string();
                 return at(RuleViolation::StdLibrary { name });
             }

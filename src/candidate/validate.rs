@@ -413,7 +413,7 @@ impl Ctx<'_> {
             ))),
             (ParamKind::Pointer(pointee), Some((resolved, dtype, what))) => match pointee {
                 Pointee::Dtype(want) if want != dtype => Err(mismatch(format!(
-                    "is a {dtype} {what} but {p} points to {want} elements"
+                    "is a {what} of {dtype} elements but {p} points to {want} elements"
                 ))),
                 _ => Ok(resolved),
             },
@@ -424,19 +424,24 @@ impl Ctx<'_> {
                 "is a {what} but {p} is a scalar (pass a size, an expression or a literal)"
             ))),
             (ParamKind::Scalar(ty), None) => {
-                let scalar = match arg {
-                    Arg::Float(v) if ty.is_float() => float_scalar(*v, ty),
+                let (scalar, value) = match arg {
+                    Arg::Float(v) if ty.is_float() => (float_scalar(*v, ty), format!("{v:?}")),
                     Arg::Float(_) => {
                         return Err(mismatch(format!("is a float but {p} is an integer")));
                     }
                     Arg::Expr(e) => {
                         let v = self.eval(e, &format!("argument {index}"))?;
-                        int_scalar(v, ty)
+                        (int_scalar(v, ty), v.to_string())
                     }
                 };
-                scalar
-                    .map(ResolvedArg::Scalar)
-                    .ok_or_else(|| mismatch(format!("does not fit {p} (a {})", ty.c_name())))
+                scalar.map(ResolvedArg::Scalar).ok_or_else(|| {
+                    let shown = if value == arg.to_string() {
+                        String::new()
+                    } else {
+                        format!("= {value} ")
+                    };
+                    mismatch(format!("{shown}is out of range for {p} ({})", ty.c_name()))
+                })
             }
         }
     }
