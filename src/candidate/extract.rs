@@ -18,6 +18,9 @@ use thiserror::Error;
 /// Languages accepted on the opening fence of the code block (compared case-insensitively).
 pub const ACCEPTED_LANGUAGES: [&str; 3] = ["cuda", "cu", "cuh"];
 
+/// How many distinct block labels a [`FormatError::NoCudaBlock`] names.
+const MAX_LABELS_SHOWN: usize = 4;
+
 /// The parts of a response that [`super::parse_response`] keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extracted<'a> {
@@ -37,7 +40,7 @@ pub enum FormatError {
         found_suffix(.found)
     )]
     NoCudaBlock {
-        /// Labels of the blocks that were there ("" for an unlabelled one).
+        /// Distinct labels of the blocks that were there, at most four ("" for unlabelled).
         found: Vec<String>,
     },
     /// The last cuda block never closes.
@@ -144,9 +147,17 @@ pub fn extract(response: &str) -> Result<Extracted<'_>, FormatError> {
             .any(|a| a.eq_ignore_ascii_case(lang))
     };
     let Some(block) = blocks.iter().rev().find(|b| accepted(b.lang)) else {
-        return Err(FormatError::NoCudaBlock {
-            found: blocks.iter().map(|b| b.lang.to_string()).collect(),
-        });
+        // Distinct labels, a few at most: the message must stay short whatever the response.
+        let mut found: Vec<String> = Vec::new();
+        for b in &blocks {
+            if found.len() == MAX_LABELS_SHOWN {
+                break;
+            }
+            if !found.iter().any(|f| f == b.lang) {
+                found.push(b.lang.chars().take(20).collect());
+            }
+        }
+        return Err(FormatError::NoCudaBlock { found });
     };
     let Some(after) = block.after else {
         return Err(FormatError::Unclosed {

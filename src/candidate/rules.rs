@@ -243,9 +243,11 @@ pub(crate) fn check_tokens(toks: &[Token<'_>]) -> Result<(), (usize, RuleViolati
 
 fn check_ident(name: &str, called: bool) -> Option<RuleViolation> {
     let b = name.as_bytes();
-    let host_api = (name.starts_with("cuda") && b.get(4).is_some_and(u8::is_ascii_uppercase))
-        || DRIVER_PREFIXES.iter().any(|p| name.starts_with(p))
-        || HOST_LIBRARIES.iter().any(|p| name.starts_with(p));
+    // Every host-API prefix starts with `c` or `n`; most identifiers skip the lists.
+    let host_api = matches!(b.first(), Some(b'c' | b'n'))
+        && ((name.starts_with("cuda") && b.get(4).is_some_and(u8::is_ascii_uppercase))
+            || DRIVER_PREFIXES.iter().any(|p| name.starts_with(p))
+            || HOST_LIBRARIES.iter().any(|p| name.starts_with(p)));
     if host_api {
         return Some(RuleViolation::HostApi {
             name: name.to_string(),

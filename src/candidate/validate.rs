@@ -186,10 +186,12 @@ impl Ctx<'_> {
         })
     }
 
-    fn eval(&self, e: &Expr, what: &str) -> Result<i64, DirectiveError> {
+    /// Evaluates `e`; `what` names it in an error (built only on failure: every candidate's
+    /// validation runs through here, so the success path does not format).
+    fn eval(&self, e: &Expr, what: impl FnOnce() -> String) -> Result<i64, DirectiveError> {
         e.eval(&|n| self.size(n))
             .map_err(|error| DirectiveError::Eval {
-                what: what.to_string(),
+                what: what(),
                 error,
             })
     }
@@ -197,23 +199,20 @@ impl Ctx<'_> {
     fn resolve_scratch(&mut self, candidate: &Candidate) -> Result<(), CandidateError> {
         let cap = self.limits.scratch_cap(self.sig);
         let mut total: u64 = 0;
+        let mut seen = std::collections::HashMap::new();
         for d in &candidate.plan.scratch {
             let at = |error| CandidateError::Directive {
                 line: d.line,
                 context: format!("scratch `{}`", d.name),
                 error: Box::new(error),
             };
-            if let Some(first) = candidate
-                .plan
-                .scratch
-                .iter()
-                .find(|s| s.name == d.name && s.line < d.line)
-            {
+            if let Some(&first_line) = seen.get(d.name.as_str()) {
                 return Err(at(DirectiveError::DuplicateScratch {
                     name: d.name.clone(),
-                    first_line: first.line,
+                    first_line,
                 }));
             }
+            seen.insert(d.name.as_str(), d.line);
             let taken = if self.sig.tensor(&d.name).is_some() {
                 Some("tensor")
             } else {
@@ -225,7 +224,9 @@ impl Ctx<'_> {
                     what,
                 }));
             }
-            let elems = self.eval(&d.elems, "element count").map_err(at)?;
+            let elems = self
+                .eval(&d.elems, || "element count".to_string())
+                .map_err(at)?;
             if elems < 1 {
                 return Err(at(DirectiveError::ScratchEmpty {
                     expr: d.elems.to_string(),
@@ -297,7 +298,7 @@ impl Ctx<'_> {
                 _ => l.max_block_xy,
             }
             .min(i64::from(u32::MAX));
-            let value = self.eval(e, &format!("{key} {axis}"))?;
+            let value = self.eval(e, || format!("{key} {axis}"))?;
             if !(1..=max).contains(&value) {
                 return Err(DirectiveError::Dim {
                     key,
@@ -326,7 +327,7 @@ impl Ctx<'_> {
         let smem_bytes = match &l.smem {
             None => 0,
             Some(e) => {
-                let value = self.eval(e, "smem")?;
+                let value = self.eval(e, || "smem".to_string())?;
                 let max = self.limits.max_smem_bytes.min(i64::from(u32::MAX));
                 if !(0..=max).contains(&value) {
                     return Err(DirectiveError::Smem {
@@ -376,7 +377,11 @@ impl Ctx<'_> {
             arg: arg.to_string(),
             problem,
         };
-        let p = format!("parameter {index} `{}` of `{kernel}`", param.text);
+        let p = ParamRef {
+            index,
+            param,
+            kernel,
+        };
         let name = match arg {
             Arg::Expr(e) => e.as_sym(),
             Arg::Float(_) => None,
@@ -430,7 +435,7 @@ impl Ctx<'_> {
                         return Err(mismatch(format!("is a float but {p} is an integer")));
                     }
                     Arg::Expr(e) => {
-                        let v = self.eval(e, &format!("argument {index}"))?;
+                        let v = self.eval(e, || format!("argument {index}"))?;
                         (int_scalar(v, ty), v.to_string())
                     }
                 };
@@ -444,6 +449,23 @@ impl Ctx<'_> {
                 })
             }
         }
+    }
+}
+
+/// "parameter 3 `int n` of `k`", formatted only when an error needs it.
+struct ParamRef<'a> {
+    index: usize,
+    param: &'a Param,
+    kernel: &'a str,
+}
+
+impl std::fmt::Display for ParamRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "parameter {} `{}` of `{}`",
+            self.index, self.param.text, self.kernel
+        )
     }
 }
 

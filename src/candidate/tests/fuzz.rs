@@ -178,7 +178,12 @@ fn mutate(rng: &mut StdRng, bytes: &mut Vec<u8>) {
         }
         7 => {
             let i = pos(rng, bytes);
-            let n = rng.random_range(1..3000);
+            // Mostly around the depth limit; now and then far beyond it.
+            let n = if rng.random_bool(0.05) {
+                rng.random_range(1..5000)
+            } else {
+                rng.random_range(1..100)
+            };
             let (open, close) = if rng.random_bool(0.5) {
                 ("(", ")")
             } else {
@@ -240,7 +245,7 @@ fn check_invariants(plan: &ResolvedPlan, sig: &TaskSignature, limits: &Limits) {
 #[test]
 fn fuzz_parse_and_validate_never_panic() {
     let iters = env_u64("KEVIN_FUZZ_ITERS", DEFAULT_ITERS);
-    let seed = env_u64("KEVIN_FUZZ_SEED", 0x6b65_7669_6e);
+    let seed = env_u64("KEVIN_FUZZ_SEED", 0x006b_6576_696e);
     let mut rng = StdRng::seed_from_u64(seed);
     let sig = super::gemm_task();
     let limits = Limits::default();
@@ -282,6 +287,99 @@ fn fuzz_parse_and_validate_never_panic() {
         assert!(
             parsed * 10 > iters && accepted * 50 > iters,
             "parsed {parsed}, accepted {accepted}"
+        );
+    }
+}
+
+/// Inputs built to be slow or deep; each must be answered quickly (generous bound: the machine
+/// may be loaded).
+#[test]
+fn pathological_inputs_are_fast() {
+    let sig = super::gemm_task();
+    let limits = Limits::default();
+    let launch = "// kevin: launch k grid=1 block=1 args=()\n__global__ void k() {}\n";
+    let cases: Vec<(&str, String)> = vec![
+        ("many opening fences", "```cuda\n".repeat(200_000)),
+        ("many closed blocks", "```\nx\n```\n".repeat(100_000)),
+        (
+            "deep parens in a directive",
+            format!(
+                "```cuda\n// kevin: launch k grid=({}1) block=1 args=()\n```\ns",
+                "(".repeat(500_000)
+            ),
+        ),
+        (
+            "huge argument list",
+            format!(
+                "```cuda\n// kevin: launch k grid=1 block=1 args=({})\n```\ns",
+                "N,".repeat(300_000)
+            ),
+        ),
+        (
+            "many directives",
+            format!(
+                "```cuda\n{}```\ns",
+                "// kevin: scratch S f32[1]\n".repeat(100_000)
+            ),
+        ),
+        (
+            "many scratch buffers",
+            format!(
+                "```cuda\n{launch}{}```\ns",
+                (0..2000)
+                    .map(|i| format!("// kevin: scratch S{i} u8[1]\n"))
+                    .collect::<String>()
+            ),
+        ),
+        (
+            "unclosed parameter lists",
+            format!(
+                "```cuda\n{launch}{}\n```\ns",
+                "__global__ void k(".repeat(3000)
+            ),
+        ),
+        (
+            "nested template angles",
+            format!(
+                "```cuda\n{launch}__global__ void k({}) {{}}\n```\ns",
+                "a<".repeat(10_000)
+            ),
+        ),
+        (
+            "unterminated comment",
+            format!("```cuda\n{launch}/*{}\n```\ns", "x".repeat(60_000)),
+        ),
+        (
+            "unterminated raw string",
+            format!("```cuda\n{launch}R\"x({}\n```\ns", "y".repeat(60_000)),
+        ),
+        (
+            "directive continuation",
+            format!(
+                "```cuda\n{launch}#define X \\\n{}```\ns",
+                "a \\\n".repeat(10_000)
+            ),
+        ),
+        (
+            "adjacent strings",
+            format!("```cuda\n{launch}{}\n```\ns", "\"%glob\" ".repeat(6_000)),
+        ),
+    ];
+    for (name, response) in cases {
+        let start = Instant::now();
+        let error = match parse_response(&response) {
+            Err(e) => Some(e),
+            Ok(c) => validate(&c, &sig, &limits).err(),
+        };
+        let secs = start.elapsed().as_secs_f64();
+        assert!(secs < 2.0, "{name}: {secs:.2} s");
+        eprintln!(
+            "{name}: {secs:.3} s: {}",
+            error.map_or("ok".to_string(), |e| e
+                .to_string()
+                .chars()
+                .take(120)
+                .collect())
         );
     }
 }
