@@ -17,7 +17,7 @@ pub(crate) enum TokKind {
     Str,
     /// A character literal, quotes included.
     Char,
-    /// Punctuation: `<<<`, `>>>`, `::`, `##`, `<<`, `>>`, or a single character.
+    /// Punctuation: `%:%:`, `<<<`, `>>>`, `::`, `##`, `%:`, `<<`, `>>`, or a single character.
     Punct,
 }
 
@@ -104,11 +104,17 @@ pub(crate) fn lex(src: &str) -> Vec<Token<'_>> {
         let start_line = line;
         let mut starts_directive = false;
         let kind;
-        if c == b'#' && at_line_start {
+        // `%:` is the digraph of `#`, and works as one.
+        let hash_len = match (c, b.get(i + 1)) {
+            (b'#', _) => 1,
+            (b'%', Some(b':')) => 2,
+            _ => 0,
+        };
+        if hash_len > 0 && at_line_start {
             in_directive = true;
             starts_directive = true;
             kind = TokKind::Punct;
-            i += 1;
+            i += hash_len;
         } else if c.is_ascii_alphabetic() || c == b'_' {
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
                 i += 1;
@@ -219,7 +225,7 @@ fn raw_string_end(b: &[u8], i: usize, line: &mut usize) -> usize {
 
 /// Length in bytes of the punctuation token at the start of `s` (never 0 for non-empty `s`).
 fn punct_len(s: &str) -> usize {
-    for p in ["<<<", ">>>", "::", "##", "<<", ">>"] {
+    for p in ["%:%:", "<<<", ">>>", "::", "##", "%:", "<<", ">>"] {
         if s.starts_with(p) {
             return p.len();
         }

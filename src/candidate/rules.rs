@@ -19,8 +19,9 @@
 //!   [`ALLOWED_INCLUDE_DIRS`]), `#pragma unroll` / `#pragma nounroll`, and the macro directives
 //!   (`#define`, `#undef`, `#if`, `#ifdef`, `#ifndef`, `#elif`, `#else`, `#endif`); `"quoted"`
 //!   includes (they could read arbitrary files into the compile log); `_Pragma`; and token
-//!   pasting `##`, which could assemble a banned identifier out of harmless halves. Macro bodies
-//!   are checked like any other code.
+//!   pasting `##` (or its digraph `%:%:`), which could assemble a banned identifier out of
+//!   harmless halves; and a line splice (`\` at the end of a line) inside a word, for the same
+//!   reason. Macro bodies are checked like any other code; `%:` counts as `#`.
 //!
 //! `cuda_runtime.h` is allowed although it is a host header: models include it by habit, it is
 //! harmless without host calls, and every host call is rejected by name.
@@ -176,6 +177,9 @@ pub enum RuleViolation {
         /// The directive's name.
         name: String,
     },
+    /// A line splice inside an identifier, number or word.
+    #[error("a line continuation (`\\` at the end of a line) may not split a word; join the line")]
+    SplitToken,
     /// `##`.
     #[error("token pasting (`##`) is not allowed")]
     TokenPasting,
@@ -189,7 +193,37 @@ pub enum RuleViolation {
 
 /// Checks the rules on `source`; the error carries the 1-based line of the first violation.
 pub fn check(source: &str) -> Result<(), (usize, RuleViolation)> {
-    check_tokens(&super::lex::lex(source))
+    check_source(source, &super::lex::lex(source))
+}
+
+/// Checks the rules on `source` and its tokens.
+pub(crate) fn check_source(source: &str, toks: &[Token<'_>]) -> Result<(), (usize, RuleViolation)> {
+    check_splices(source)?;
+    check_tokens(toks)
+}
+
+/// Rejects a line splice (`\` at the end of a line) between two identifier characters: the
+/// compiler joins the halves into one token (`cuda\⏎Malloc` is `cudaMalloc`), which the
+/// token rules would not see. Splices elsewhere (ending a `#define` line) are fine.
+fn check_splices(source: &str) -> Result<(), (usize, RuleViolation)> {
+    let b = source.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'%';
+    let mut line = 1;
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'\n' {
+            line += 1;
+        } else if c == b'\\' && i > 0 && word(b[i - 1]) {
+            let after = match (b.get(i + 1), b.get(i + 2)) {
+                (Some(b'\n'), next) => next,
+                (Some(b'\r'), Some(b'\n')) => b.get(i + 3),
+                _ => continue,
+            };
+            if after.is_some_and(|&n| word(n)) {
+                return Err((line, RuleViolation::SplitToken));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks the rules on a token stream.
@@ -207,7 +241,8 @@ pub(crate) fn check_tokens(toks: &[Token<'_>]) -> Result<(), (usize, RuleViolati
             let mut joined = String::new();
             let mut j = i;
             while j < toks.len() && toks[j].kind == TokKind::Str {
-                joined.extend(toks[j].text.chars().filter(|&c| c != '"'));
+                let text = toks[j].text.replace("\\\r\n", "").replace("\\\n", "");
+                joined.extend(text.chars().filter(|&c| c != '"'));
                 j += 1;
             }
             if let Some(r) = TIMER_REGISTERS.iter().find(|r| joined.contains(*r)) {
@@ -220,7 +255,7 @@ pub(crate) fn check_tokens(toks: &[Token<'_>]) -> Result<(), (usize, RuleViolati
         } else if t.kind == TokKind::Punct {
             match t.text {
                 "<<<" => return at(RuleViolation::LaunchSyntax),
-                "##" => return at(RuleViolation::TokenPasting),
+                "##" | "%:%:" => return at(RuleViolation::TokenPasting),
                 _ => {}
             }
         } else if t.kind == TokKind::Ident {

@@ -101,7 +101,7 @@ pub fn validate(
         });
     }
     let tokens = lex(source);
-    rules::check_tokens(&tokens)
+    rules::check_source(source, &tokens)
         .map_err(|(line, violation)| CandidateError::Rule { line, violation })?;
     let plan = &candidate.plan;
     if plan.launches.is_empty() {

@@ -223,3 +223,46 @@ fn pragmas_and_directives() {
     // Continuation lines belong to the directive.
     check("#define F(x) \\\n  ((x) + 1)\n#pragma unroll\n", None);
 }
+
+#[test]
+fn digraphs_count_as_hashes() {
+    check(
+        "%:include <stdio.h>",
+        Some("line 1: `#include <stdio.h>` is not allowed; allowed: <cuda_fp16.h>, <cuda_bf16.h>, <cuda_fp8.h>, \
+              <cuda_runtime.h>, <mma.h>, <cooperative_groups.h>, <cuda_pipeline.h>, <math_constants.h>, \
+              <cooperative_groups/...>, <cuda/...>"),
+    );
+    check(
+        "%:define CAT(a, b) a%:%:b",
+        Some("line 1: token pasting (`##`) is not allowed"),
+    );
+    check(
+        "%:include <cuda_fp16.h>\n__device__ int f(int a, int b) { return a %b; }",
+        None,
+    );
+}
+
+#[test]
+fn line_splices_may_not_split_words() {
+    let split = |line: usize| {
+        format!("line {line}: a line continuation (`\\` at the end of a line) may not split a word; join the line")
+    };
+    check("void f() { cuda\\\nMalloc(0); }", Some(&split(1)));
+    check("\nvoid f() { cuda\\\r\nMalloc(0); }", Some(&split(2)));
+    check(
+        "__device__ void t() { asm(\"mov.u64 %0, %glob\\\naltimer;\"); }",
+        Some(&split(1)),
+    );
+    check(
+        "__device__ void t() { asm(\"mov.u64 %0, %\\\nglobaltimer;\"); }",
+        Some(&split(1)),
+    );
+    check(
+        "__device__ void t() { asm(\"mov.u64 %0, \\\n%globaltimer;\"); }",
+        Some("line 1: reading the GPU clock (`%globaltimer`) is not allowed"),
+    );
+    check(
+        "#define F(x) foo(x)\\\n  + 1\n#define G(x) x \\\n  * 2\n",
+        None,
+    );
+}
