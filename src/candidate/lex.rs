@@ -152,11 +152,17 @@ pub(crate) fn lex(src: &str) -> Vec<Token<'_>> {
     out
 }
 
-/// If `b[i..]` starts with a newline (`\n` or `\r\n`), its length.
+/// If `b[i..]` starts with a newline (`\n` or `\r\n`), possibly after spaces and tabs (compilers
+/// accept `\` + spaces + newline as a splice, with a warning), its length.
 fn next_is_newline(b: &[u8], i: usize) -> Option<usize> {
-    match (b.get(i), b.get(i + 1)) {
-        (Some(b'\n'), _) => Some(1),
-        (Some(b'\r'), Some(b'\n')) => Some(2),
+    let spaces = b[i.min(b.len())..]
+        .iter()
+        .take_while(|&&c| c == b' ' || c == b'\t')
+        .count();
+    let j = i + spaces;
+    match (b.get(j), b.get(j + 1)) {
+        (Some(b'\n'), _) => Some(spaces + 1),
+        (Some(b'\r'), Some(b'\n')) => Some(spaces + 2),
         _ => None,
     }
 }

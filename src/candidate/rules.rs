@@ -10,8 +10,9 @@
 //! - the host C++ standard library: `std::` (but `cuda::std::`, libcu++, is fine);
 //! - files, processes and the environment: calls of `fopen`, `system`, `popen`, `exit`, `fork`,
 //!   `getenv`, `dlopen`, `syscall`, `pthread_create` and the like;
-//! - timer reads: `clock`, `clock64`, `globaltimer`, and string literals (adjacent literals
-//!   joined) containing `%clock` or `%globaltimer`. Inline PTX (`asm`, `asm volatile`) is
+//! - timer reads: identifiers containing `clock`, `globaltimer` or `chrono` (`clock64()`,
+//!   `cuda::ptx::get_sreg_globaltimer()`, `cuda::std::chrono`), and string literals (adjacent
+//!   literals joined) containing `%clock` or `%globaltimer`. Inline PTX (`asm`, `asm volatile`) is
 //!   otherwise allowed, because `mma`, `ldmatrix` and `cp.async` are legitimate speed; the timer
 //!   registers are the part of PTX that could tell a timed run from a checked one. A PTX string
 //!   assembled by macros is not seen; the harness's events time the run from the host anyway;
@@ -21,7 +22,8 @@
 //!   includes (they could read arbitrary files into the compile log); `_Pragma`; and token
 //!   pasting `##` (or its digraph `%:%:`), which could assemble a banned identifier out of
 //!   harmless halves; and a line splice (`\` at the end of a line) inside a word, for the same
-//!   reason. Macro bodies are checked like any other code; `%:` counts as `#`.
+//!   reason; and a `\` outside a literal (a universal character name such as `\u0063` could
+//!   spell a banned identifier). Macro bodies are checked like any other code; `%:` counts as `#`.
 //!
 //! `cuda_runtime.h` is allowed although it is a host header: models include it by habit, it is
 //! harmless without host calls, and every host call is rejected by name.
@@ -110,8 +112,9 @@ const SYSTEM_CALLS: [&str; 33] = [
     "pthread_create",
 ];
 
-/// Identifiers that read a clock.
-const TIMERS: [&str; 4] = ["clock", "clock64", "globaltimer", "__globaltimer"];
+/// Identifiers that read a clock contain one of these (`clock64`, `__globaltimer`,
+/// `cuda::ptx::get_sreg_clock64`, `cuda::std::chrono::system_clock`).
+const TIMER_WORDS: [&str; 3] = ["clock", "globaltimer", "chrono"];
 
 /// PTX special registers that read a clock, looked for in string literals.
 const TIMER_REGISTERS: [&str; 2] = ["%clock", "%globaltimer"];
@@ -180,6 +183,9 @@ pub enum RuleViolation {
     /// A line splice inside an identifier, number or word.
     #[error("a line continuation (`\\` at the end of a line) may not split a word; join the line")]
     SplitToken,
+    /// A `\` outside a literal: a universal character name (`\u0063udaMalloc` is `cudaMalloc`).
+    #[error("`\\` outside a string or character literal is not allowed (no universal character names in identifiers)")]
+    Backslash,
     /// `##`.
     #[error("token pasting (`##`) is not allowed")]
     TokenPasting,
@@ -256,6 +262,7 @@ pub(crate) fn check_tokens(toks: &[Token<'_>]) -> Result<(), (usize, RuleViolati
             match t.text {
                 "<<<" => return at(RuleViolation::LaunchSyntax),
                 "##" | "%:%:" => return at(RuleViolation::TokenPasting),
+                "\\" => return at(RuleViolation::Backslash),
                 _ => {}
             }
         } else if t.kind == TokKind::Ident {
@@ -294,7 +301,7 @@ fn check_ident(name: &str, called: bool) -> Option<RuleViolation> {
         "_Pragma" | "__pragma" => Some(RuleViolation::PragmaOperator {
             name: name.to_string(),
         }),
-        _ if TIMERS.contains(&name) => Some(RuleViolation::Timer {
+        _ if TIMER_WORDS.iter().any(|w| name.contains(w)) => Some(RuleViolation::Timer {
             name: name.to_string(),
         }),
         _ if called && SYSTEM_CALLS.contains(&name) => Some(RuleViolation::SystemCall {

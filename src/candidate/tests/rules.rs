@@ -266,3 +266,28 @@ fn line_splices_may_not_split_words() {
         None,
     );
 }
+
+#[test]
+fn universal_character_names_and_library_timers() {
+    let backslash = "line 1: `\\` outside a string or character literal is not allowed (no universal character names in identifiers)";
+    check("void f() { \\u0063udaMalloc(0); }", Some(backslash));
+    check(
+        "__device__ char c = '\\\\'; __device__ const char* s = \"\\u0063\";",
+        None,
+    );
+    let timer = |name: &str| format!("line 1: reading the GPU clock (`{name}`) is not allowed");
+    check(
+        "__device__ auto t() { return cuda::ptx::get_sreg_globaltimer(); }",
+        Some(&timer("get_sreg_globaltimer")),
+    );
+    check(
+        "__device__ auto t() { return cuda::std::chrono::system_clock::now(); }",
+        Some(&timer("chrono")),
+    );
+    check(
+        "__device__ long long t() { return __clock64(); }",
+        Some(&timer("__clock64")),
+    );
+    // A backslash, then spaces, then a newline is still a splice.
+    check("#define F(x) x \\  \n  + 1\n", None);
+}
