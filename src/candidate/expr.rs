@@ -7,7 +7,7 @@
 //!
 //! The parser is recursive descent with a depth limit ([`MAX_DEPTH`]), so a response of a
 //! million `(` cannot overflow the stack. The directive-line tokenizer lives here too, since
-//! [`super::plan`] parses whole directive lines with the same [`Parser`].
+//! [`super::plan`] parses whole directive lines with the same `Parser`.
 
 use std::fmt;
 

@@ -15,7 +15,7 @@
 //!
 //! 1. [`parse_response`] extracts the block and the summary ([`extract`]) and parses the launch
 //!    plan ([`plan`]) into a [`Candidate`] with unevaluated expressions. It needs no task.
-//! 2. [`validate`] checks the candidate against a task ([`TaskSignature`]) and [`Limits`]: the
+//! 2. [`validate()`] checks the candidate against a task ([`TaskSignature`]) and [`Limits`]: the
 //!    source size, the static rules ([`rules`]: no host code, no timer reads, an `#include`
 //!    allowlist), the `__global__` signatures of the launched kernels ([`signature`]), and every
 //!    launch's dimensions and arguments. It returns a [`ResolvedPlan`]: numbers, indices and
@@ -136,7 +136,7 @@ pub struct TensorParam {
     pub is_output: bool,
 }
 
-/// What [`validate`] needs to know about a task: its tensors and sizes. The task suite builds
+/// What [`validate()`] needs to know about a task: its tensors and sizes. The task suite builds
 /// one per task and size preset.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskSignature {

@@ -7,7 +7,7 @@
 //!
 //! A directive is a whole-line `//` comment whose text starts with `kevin:`. Keys of a launch
 //! may come in any order; `smem` defaults to 0; `grid=N` is accepted for `grid=(N)`. An argument
-//! is an expression (a bare name may be a tensor, a scratch buffer or a size: [`super::validate`]
+//! is an expression (a bare name may be a tensor, a scratch buffer or a size: [`super::validate()`]
 //! decides) or a whole float literal such as `0.5` or `-1e-3f` for a float parameter. A trailing
 //! `// comment` on a directive line is ignored. A comment that looks like a misspelled directive
 //! (`// kevin launch ...`, `// Kevin: scratch ...`) is an error rather than silently ignored.

@@ -1,6 +1,6 @@
-//! Static rules: what the cuda block may not contain, checked on the token stream of
-//! [`super::lex`] so that comments and string literals never trip a rule ("no cudaMalloc here"
-//! in a comment is fine).
+//! Static rules: what the cuda block may not contain, checked on the token stream of the
+//! tokenizer (`lex.rs`) so that comments and string literals never trip a rule ("no cudaMalloc
+//! here" in a comment is fine).
 //!
 //! The block holds device code only; the harness owns memory, streams and launches. Rejected:
 //! - host code: a `main(` function, `<<<` launch syntax, `__host__`, CUDA runtime and driver API

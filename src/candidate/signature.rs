@@ -1,10 +1,10 @@
 //! Reading kernel signatures from the source, lightly: for each `__global__` (and, for better
 //! messages, `__device__`) function, its name, whether it is a template, whether this is a
 //! definition, and for each parameter whether it is a pointer (and to what) or a scalar (and of
-//! which C type). That is what [`super::validate`] needs to check a launch's arguments and what
+//! which C type). That is what [`super::validate()`] needs to check a launch's arguments and what
 //! a worker needs to pack them.
 //!
-//! This is not a C++ parser. It reads the token stream of [`super::lex`] (comments and strings
+//! This is not a C++ parser. It reads the token stream of the tokenizer (`lex.rs`) (comments and strings
 //! already out of the way, directive lines skipped), so macros are not expanded: a kernel whose
 //! signature is built by a macro is not found, and the error says which kernels were.
 
