@@ -146,12 +146,25 @@ struct Ctx<'a> {
     scratch: Vec<ScratchBuffer>,
 }
 
+/// How many names a message lists before it writes "...".
+const MAX_NAMES_SHOWN: usize = 16;
+
+/// "a, b, c" (distinct names, at most [`MAX_NAMES_SHOWN`] of them), or "none".
 fn list_or_none<'s>(names: impl Iterator<Item = &'s str>) -> String {
-    let v: Vec<&str> = names.collect();
-    if v.is_empty() {
+    let mut shown: Vec<&str> = Vec::new();
+    for n in names {
+        if shown.len() == MAX_NAMES_SHOWN {
+            shown.push("...");
+            break;
+        }
+        if !shown.contains(&n) {
+            shown.push(n);
+        }
+    }
+    if shown.is_empty() {
         "none".to_string()
     } else {
-        v.join(", ")
+        shown.join(", ")
     }
 }
 
@@ -260,16 +273,9 @@ impl Ctx<'_> {
                     kernel: name.to_string(),
                 });
             }
-            let mut names: Vec<&str> = self
-                .functions
-                .kernels
-                .iter()
-                .map(|k| k.name.as_str())
-                .collect();
-            names.dedup();
             return Err(DirectiveError::UnknownKernel {
                 kernel: name.to_string(),
-                available: list_or_none(names.into_iter()),
+                available: list_or_none(self.functions.kernels.iter().map(|k| k.name.as_str())),
             });
         }
         let defs: Vec<&KernelSig> = all.iter().copied().filter(|k| k.is_definition).collect();

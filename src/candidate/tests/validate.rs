@@ -439,3 +439,22 @@ fn resolved_plan_serde_round_trip() {
     assert_eq!(limits.max_launches, 4);
     assert!(serde_json::from_str::<Limits>(r#"{"max_lunches": 4}"#).is_err());
 }
+
+#[test]
+fn long_name_lists_are_cut() {
+    let kernels: String = (0..20)
+        .map(|i| format!("__global__ void k{i}() {{}}\n__global__ void k{i}();\n"))
+        .collect();
+    let listed: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
+    check_source(
+        &format!("// kevin: launch nope grid=1 block=1 args=()\n{kernels}"),
+        &task(),
+        Err(&launch_err(
+            "nope",
+            &format!(
+                "no `__global__` kernel named `nope` in the cuda block (kernels: {}, ...)",
+                listed.join(", ")
+            ),
+        )),
+    );
+}
