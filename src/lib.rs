@@ -13,6 +13,7 @@
 //! library; it never reaches around it.
 #![warn(missing_docs)]
 
+pub mod candidate;
 pub mod compile;
 pub mod config;
 pub mod env;
