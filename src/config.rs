@@ -56,7 +56,11 @@ pub enum ConfigError {
 }
 
 fn invalid(key: &str, value: impl std::fmt::Display, allowed: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key: key.to_string(), value: value.to_string(), allowed: allowed.into() }
+    ConfigError::Invalid {
+        key: key.to_string(),
+        value: value.to_string(),
+        allowed: allowed.into(),
+    }
 }
 
 /// Asynchronous (off-policy) or synchronous (on-policy baseline) training.
@@ -141,7 +145,10 @@ pub struct TasksSection {
 
 impl Default for TasksSection {
     fn default() -> Self {
-        TasksSection { source: TaskSource::Simulated, simulated_count: 16 }
+        TasksSection {
+            source: TaskSource::Simulated,
+            simulated_count: 16,
+        }
     }
 }
 
@@ -162,7 +169,12 @@ pub struct RolloutSection {
 
 impl Default for RolloutSection {
     fn default() -> Self {
-        RolloutSection { trajectories: 16, turns: 4, max_inflight_groups: 16, prompt_budget_chars: 24_000 }
+        RolloutSection {
+            trajectories: 16,
+            turns: 4,
+            max_inflight_groups: 16,
+            prompt_budget_chars: 24_000,
+        }
     }
 }
 
@@ -182,7 +194,12 @@ pub struct SimPolicySection {
 
 impl Default for SimPolicySection {
     fn default() -> Self {
-        SimPolicySection { batch_ms: 5.0, token_ms: 0.02, response_tokens: 64, p_format_error: 0.05 }
+        SimPolicySection {
+            batch_ms: 5.0,
+            token_ms: 0.02,
+            response_tokens: 64,
+            p_format_error: 0.05,
+        }
     }
 }
 
@@ -198,7 +215,10 @@ pub struct PolicySection {
 
 impl Default for PolicySection {
     fn default() -> Self {
-        PolicySection { kind: ComponentKind::Simulated, simulated: SimPolicySection::default() }
+        PolicySection {
+            kind: ComponentKind::Simulated,
+            simulated: SimPolicySection::default(),
+        }
     }
 }
 
@@ -415,7 +435,11 @@ pub struct TelemetrySection {
 
 impl Default for TelemetrySection {
     fn default() -> Self {
-        TelemetrySection { log_level: "info".into(), trace: true, episodes: true }
+        TelemetrySection {
+            log_level: "info".into(),
+            trace: true,
+            episodes: true,
+        }
     }
 }
 
@@ -465,7 +489,11 @@ fn env_overrides(vars: &[(String, String)]) -> Vec<(String, String, String)> {
     vars.iter()
         .filter_map(|(k, v)| {
             let rest = k.strip_prefix(&prefix)?;
-            let key = rest.split(ENV_SEPARATOR).map(str::to_ascii_lowercase).collect::<Vec<_>>().join(".");
+            let key = rest
+                .split(ENV_SEPARATOR)
+                .map(str::to_ascii_lowercase)
+                .collect::<Vec<_>>()
+                .join(".");
             Some((key, k.clone(), v.clone()))
         })
         .collect()
@@ -479,7 +507,9 @@ fn set_dotted(table: &mut toml::Table, key: &str, value: toml::Value) {
             current.insert(part.to_string(), value);
             return;
         }
-        let entry = current.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let entry = current
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if !entry.is_table() {
             *entry = toml::Value::Table(toml::Table::new());
         }
@@ -490,7 +520,11 @@ fn set_dotted(table: &mut toml::Table, key: &str, value: toml::Value) {
 /// Checks every key of `user` against the schema `known`; returns the first unknown key.
 fn find_unknown(user: &toml::Table, known: &toml::Table, prefix: &str) -> Option<(String, String)> {
     for (k, v) in user {
-        let dotted = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        let dotted = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
         match known.get(k) {
             None => {
                 let allowed = known.keys().cloned().collect::<Vec<_>>().join(", ");
@@ -522,7 +556,12 @@ fn lookup<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
 /// into our one-line error. serde's messages from toml name the key path in the form
 /// "... for key `rollout.turns`" or (toml) with a table path; we search the merged table instead.
 fn type_error(message: &str, merged: &toml::Table) -> ConfigError {
-    let line = message.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+    let line = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
     // toml's deserializer reports the failing key path as `key` in backticks or in the form
     // "in `section.key`": find the longest dotted path that exists in the merged table.
     let mut best: Option<String> = None;
@@ -533,10 +572,16 @@ fn type_error(message: &str, merged: &toml::Table) -> ConfigError {
     }
     match best {
         Some(key) => {
-            let value = lookup(merged, &key).map(|v| v.to_string()).unwrap_or_default();
+            let value = lookup(merged, &key)
+                .map(|v| v.to_string())
+                .unwrap_or_default();
             invalid(&key, value, line)
         }
-        None => ConfigError::Invalid { key: "?".into(), value: "?".into(), allowed: line },
+        None => ConfigError::Invalid {
+            key: "?".into(),
+            value: "?".into(),
+            allowed: line,
+        },
     }
 }
 
@@ -546,7 +591,10 @@ impl ConfigFile {
     ///
     /// Unknown keys are looked for in each layer separately, before merging, so the error can
     /// name the file or the environment variable that brought the key in.
-    pub fn load(path: Option<&Path>, vars: &[(String, String)]) -> Result<(ConfigFile, Vec<String>), ConfigError> {
+    pub fn load(
+        path: Option<&Path>,
+        vars: &[(String, String)],
+    ) -> Result<(ConfigFile, Vec<String>), ConfigError> {
         let defaults = ConfigFile::default();
         let known = toml::Table::try_from(&defaults).expect("defaults serialise");
         let mut builder = config::Config::builder()
@@ -554,12 +602,21 @@ impl ConfigFile {
         let mut sources = vec!["defaults".to_string()];
         if let Some(path) = path {
             let shown = path.display().to_string();
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ConfigError::File { path: shown.clone(), reason: e.to_string() })?;
-            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::File {
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
                 path: shown.clone(),
-                reason: e.to_string().lines().next().unwrap_or("not valid TOML").to_string(),
+                reason: e.to_string(),
             })?;
+            let table: toml::Table =
+                text.parse()
+                    .map_err(|e: toml::de::Error| ConfigError::File {
+                        path: shown.clone(),
+                        reason: e
+                            .to_string()
+                            .lines()
+                            .next()
+                            .unwrap_or("not valid TOML")
+                            .to_string(),
+                    })?;
             if let Some((key, allowed)) = find_unknown(&table, &known, "") {
                 return Err(unknown(key, shown.clone(), allowed));
             }
@@ -584,11 +641,15 @@ impl ConfigFile {
                 .source(Some(env)),
         );
         let layered = builder.build().map_err(|e| ConfigError::File {
-            path: path.map(|p| p.display().to_string()).unwrap_or_else(|| "(none)".into()),
+            path: path
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "(none)".into()),
             reason: e.to_string(),
         })?;
         let merged: toml::Table = layered.clone().try_deserialize().unwrap_or_default();
-        let file: ConfigFile = layered.try_deserialize().map_err(|e| type_error(&e.to_string(), &merged))?;
+        let file: ConfigFile = layered
+            .try_deserialize()
+            .map_err(|e| type_error(&e.to_string(), &merged))?;
         Ok((file, sources))
     }
 }
@@ -598,7 +659,12 @@ fn unknown(key: String, origin: String, allowed: String) -> ConfigError {
         Some((s, _)) => format!(" in [{s}]"),
         None => String::new(),
     };
-    ConfigError::UnknownKey { key, origin, section, allowed }
+    ConfigError::UnknownKey {
+        key,
+        origin,
+        section,
+        allowed,
+    }
 }
 
 fn check_range(key: &str, v: f64, lo: f64, hi: f64) -> Result<(), ConfigError> {
@@ -629,24 +695,59 @@ impl Config {
     /// Validates every value of `file`.
     pub fn from_file(file: ConfigFile) -> Result<Config, ConfigError> {
         let f = &file;
-        if f.run.name.is_empty() || f.run.name.contains(['/', '\\']) || f.run.name.starts_with('.') {
-            return Err(invalid("run.name", format!("{:?}", f.run.name), "a non-empty name without path separators"));
+        if f.run.name.is_empty() || f.run.name.contains(['/', '\\']) || f.run.name.starts_with('.')
+        {
+            return Err(invalid(
+                "run.name",
+                format!("{:?}", f.run.name),
+                "a non-empty name without path separators",
+            ));
         }
         check_min("run.checkpoint_every", f.run.checkpoint_every, 1)?;
         check_range("run.drain_timeout_s", f.run.drain_timeout_s, 0.0, 86_400.0)?;
         check_min("tasks.simulated_count", f.tasks.simulated_count.into(), 1)?;
         check_min("rollout.trajectories", f.rollout.trajectories.into(), 1)?;
         check_min("rollout.turns", f.rollout.turns.into(), 1)?;
-        check_min("rollout.max_inflight_groups", f.rollout.max_inflight_groups.into(), 1)?;
-        check_min("rollout.prompt_budget_chars", f.rollout.prompt_budget_chars.into(), 256)?;
-        check_range("policy.simulated.batch_ms", f.policy.simulated.batch_ms, 0.0, 3.6e6)?;
-        check_range("policy.simulated.token_ms", f.policy.simulated.token_ms, 0.0, 3.6e6)?;
-        check_min("policy.simulated.response_tokens", f.policy.simulated.response_tokens.into(), 1)?;
+        check_min(
+            "rollout.max_inflight_groups",
+            f.rollout.max_inflight_groups.into(),
+            1,
+        )?;
+        check_min(
+            "rollout.prompt_budget_chars",
+            f.rollout.prompt_budget_chars.into(),
+            256,
+        )?;
+        check_range(
+            "policy.simulated.batch_ms",
+            f.policy.simulated.batch_ms,
+            0.0,
+            3.6e6,
+        )?;
+        check_range(
+            "policy.simulated.token_ms",
+            f.policy.simulated.token_ms,
+            0.0,
+            3.6e6,
+        )?;
+        check_min(
+            "policy.simulated.response_tokens",
+            f.policy.simulated.response_tokens.into(),
+            1,
+        )?;
         check_range("sampling.temperature", f.sampling.temperature, 0.0, 10.0)?;
         if !(f.sampling.top_p > 0.0 && f.sampling.top_p <= 1.0) {
-            return Err(invalid("sampling.top_p", f.sampling.top_p, "must be in (0, 1]"));
+            return Err(invalid(
+                "sampling.top_p",
+                f.sampling.top_p,
+                "must be in (0, 1]",
+            ));
         }
-        check_min("sampling.max_new_tokens", f.sampling.max_new_tokens.into(), 1)?;
+        check_min(
+            "sampling.max_new_tokens",
+            f.sampling.max_new_tokens.into(),
+            1,
+        )?;
         check_min("sampling.max_batch", f.sampling.max_batch.into(), 1)?;
         check_min("env.compile_workers", f.env.compile_workers.into(), 1)?;
         check_min("env.verify_workers", f.env.verify_workers.into(), 1)?;
@@ -668,7 +769,10 @@ impl Config {
             ("env.simulated.p_crash", s.p_crash),
             ("env.simulated.improve_per_turn", s.improve_per_turn),
             ("env.simulated.p_panic", s.p_panic),
-            ("policy.simulated.p_format_error", f.policy.simulated.p_format_error),
+            (
+                "policy.simulated.p_format_error",
+                f.policy.simulated.p_format_error,
+            ),
         ] {
             check_range(key, v, 0.0, 1.0)?;
         }
@@ -686,7 +790,10 @@ impl Config {
             return Err(invalid(
                 "rollout.max_inflight_groups",
                 f.rollout.max_inflight_groups,
-                format!("must be at least replay.tasks_per_batch ({}) in sync mode", f.replay.tasks_per_batch),
+                format!(
+                    "must be at least replay.tasks_per_batch ({}) in sync mode",
+                    f.replay.tasks_per_batch
+                ),
             ));
         }
         if f.rollout.max_inflight_groups < f.replay.tasks_per_batch {
@@ -702,16 +809,37 @@ impl Config {
         if !(f.learner.lr > 0.0 && f.learner.lr < 1.0) {
             return Err(invalid("learner.lr", f.learner.lr, "must be in (0, 1)"));
         }
-        check_min("learner.optimizer_steps", f.learner.optimizer_steps.into(), 1)?;
+        check_min(
+            "learner.optimizer_steps",
+            f.learner.optimizer_steps.into(),
+            1,
+        )?;
         check_range("learner.clip_low", f.learner.clip_low, 0.0, 1.0)?;
         check_range("learner.clip_high", f.learner.clip_high, 0.0, 10.0)?;
         if !(f.learner.grad_clip > 0.0) {
-            return Err(invalid("learner.grad_clip", f.learner.grad_clip, "must be > 0"));
+            return Err(invalid(
+                "learner.grad_clip",
+                f.learner.grad_clip,
+                "must be > 0",
+            ));
         }
         check_range("learner.kl_coef", f.learner.kl_coef, 0.0, 100.0)?;
-        check_range("learner.decoupled_weight_cap", f.learner.decoupled_weight_cap, 1.0, 1e6)?;
-        check_range("learner.simulated.step_ms", f.learner.simulated.step_ms, 0.0, 3.6e6)?;
-        Ok(Config { file, sources: vec!["defaults".into()] })
+        check_range(
+            "learner.decoupled_weight_cap",
+            f.learner.decoupled_weight_cap,
+            1.0,
+            1e6,
+        )?;
+        check_range(
+            "learner.simulated.step_ms",
+            f.learner.simulated.step_ms,
+            0.0,
+            3.6e6,
+        )?;
+        Ok(Config {
+            file,
+            sources: vec!["defaults".into()],
+        })
     }
 
     /// The run directory: `--run-dir` when given, else `<run.runs_dir>/<run.name>`.
@@ -724,7 +852,10 @@ impl Config {
 
     /// The resolved configuration as TOML, as written into the run directory.
     pub fn to_toml(&self) -> String {
-        let header = format!("# resolved kevin config; layers: {}\n", self.sources.join(" < "));
+        let header = format!(
+            "# resolved kevin config; layers: {}\n",
+            self.sources.join(" < ")
+        );
         header + &toml::to_string_pretty(&self.file).expect("config serialises")
     }
 }
@@ -733,7 +864,11 @@ impl Config {
 pub fn known_keys() -> BTreeSet<String> {
     fn walk(t: &toml::Table, prefix: &str, out: &mut BTreeSet<String>) {
         for (k, v) in t {
-            let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
             match v {
                 toml::Value::Table(sub) => walk(sub, &key, out),
                 _ => {
@@ -743,7 +878,11 @@ pub fn known_keys() -> BTreeSet<String> {
         }
     }
     let mut out = BTreeSet::new();
-    walk(&toml::Table::try_from(ConfigFile::default()).expect("defaults serialise"), "", &mut out);
+    walk(
+        &toml::Table::try_from(ConfigFile::default()).expect("defaults serialise"),
+        "",
+        &mut out,
+    );
     out
 }
 
@@ -756,16 +895,24 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{:x}.toml", text.len() * 31 + vars.len()));
         std::fs::write(&path, text).unwrap();
-        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let result = Config::load(Some(&path), &vars);
         std::fs::remove_file(&path).ok();
         result
     }
 
     fn check_err(text: &str, vars: &[(&str, &str)], expected_start: &str) {
-        let err = load_str(text, vars).expect_err("must be rejected").to_string();
+        let err = load_str(text, vars)
+            .expect_err("must be rejected")
+            .to_string();
         assert!(!err.contains('\n'), "error must be one line: {err}");
-        assert!(err.starts_with(expected_start), "got: {err}\nexpected to start with: {expected_start}");
+        assert!(
+            err.starts_with(expected_start),
+            "got: {err}\nexpected to start with: {expected_start}"
+        );
     }
 
     #[test]
@@ -785,10 +932,22 @@ mod tests {
 
     #[test]
     fn layers_file_then_environment() {
-        let c = load_str("[rollout]\nturns = 8\ntrajectories = 4\n", &[("KEVIN__ROLLOUT__TURNS", "2")]).unwrap();
+        let c = load_str(
+            "[rollout]\nturns = 8\ntrajectories = 4\n",
+            &[("KEVIN__ROLLOUT__TURNS", "2")],
+        )
+        .unwrap();
         assert_eq!(c.rollout.turns, 2, "environment wins over the file");
         assert_eq!(c.rollout.trajectories, 4, "file wins over defaults");
-        let c = load_str("", &[("KEVIN__ENV__SIMULATED__COMPILE_MS", "0.5"), ("KEVIN__RUN__MODE", "sync"), ("KEVIN__REPLAY__MAX_STALENESS", "0")]).unwrap();
+        let c = load_str(
+            "",
+            &[
+                ("KEVIN__ENV__SIMULATED__COMPILE_MS", "0.5"),
+                ("KEVIN__RUN__MODE", "sync"),
+                ("KEVIN__REPLAY__MAX_STALENESS", "0"),
+            ],
+        )
+        .unwrap();
         assert_eq!(c.env.simulated.compile_ms, 0.5);
         assert_eq!(c.run.mode, Mode::Sync);
         assert!(c.sources.iter().any(|s| s.starts_with("KEVIN__RUN__MODE")));
@@ -798,21 +957,61 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_rejected_with_their_name() {
-        check_err("[rollout]\nturnz = 3\n", &[], "unknown config key `rollout.turnz` (from ");
+        check_err(
+            "[rollout]\nturnz = 3\n",
+            &[],
+            "unknown config key `rollout.turnz` (from ",
+        );
         check_err("[rolout]\nturns = 3\n", &[], "unknown config key `rolout`");
-        check_err("", &[("KEVIN__ROLLOUT__TURNZ", "3")], "unknown config key `rollout.turnz` (from environment variable KEVIN__ROLLOUT__TURNZ)");
-        check_err("[env.simulated]\ncompile_mss = 1\n", &[], "unknown config key `env.simulated.compile_mss`");
+        check_err(
+            "",
+            &[("KEVIN__ROLLOUT__TURNZ", "3")],
+            "unknown config key `rollout.turnz` (from environment variable KEVIN__ROLLOUT__TURNZ)",
+        );
+        check_err(
+            "[env.simulated]\ncompile_mss = 1\n",
+            &[],
+            "unknown config key `env.simulated.compile_mss`",
+        );
     }
 
     #[test]
     fn bad_values_are_rejected_with_key_value_and_rule() {
-        check_err("[rollout]\nturns = 0\n", &[], "config key `rollout.turns` = 0 is invalid: must be at least 1");
-        check_err("[rollout]\nturns = \"four\"\n", &[], "config key `rollout.turns` = \"four\" is invalid");
-        check_err("[run]\nmode = \"fast\"\n", &[], "config key `run.mode` = \"fast\" is invalid");
-        check_err("[replay]\ngamma = 1.5\n", &[], "config key `replay.gamma` = 1.5 is invalid: must be between 0 and 1");
-        check_err("", &[("KEVIN__SAMPLING__TOP_P", "0")], "config key `sampling.top_p` = 0 is invalid");
-        check_err("[run]\nmode = \"sync\"\n", &[], "config key `replay.max_staleness` = 2 is invalid: must be 0 when");
-        check_err("[run]\nname = \"../x\"\n", &[], "config key `run.name` = \"../x\" is invalid");
+        check_err(
+            "[rollout]\nturns = 0\n",
+            &[],
+            "config key `rollout.turns` = 0 is invalid: must be at least 1",
+        );
+        check_err(
+            "[rollout]\nturns = \"four\"\n",
+            &[],
+            "config key `rollout.turns` = \"four\" is invalid",
+        );
+        check_err(
+            "[run]\nmode = \"fast\"\n",
+            &[],
+            "config key `run.mode` = \"fast\" is invalid",
+        );
+        check_err(
+            "[replay]\ngamma = 1.5\n",
+            &[],
+            "config key `replay.gamma` = 1.5 is invalid: must be between 0 and 1",
+        );
+        check_err(
+            "",
+            &[("KEVIN__SAMPLING__TOP_P", "0")],
+            "config key `sampling.top_p` = 0 is invalid",
+        );
+        check_err(
+            "[run]\nmode = \"sync\"\n",
+            &[],
+            "config key `replay.max_staleness` = 2 is invalid: must be 0 when",
+        );
+        check_err(
+            "[run]\nname = \"../x\"\n",
+            &[],
+            "config key `run.name` = \"../x\" is invalid",
+        );
         check_err("not toml [", &[], "config file ");
     }
 
@@ -832,7 +1031,8 @@ mod tests {
         for entry in std::fs::read_dir(&root).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "toml") {
-                Config::load(Some(&path), &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                Config::load(Some(&path), &[])
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 n += 1;
             }
         }

@@ -101,7 +101,12 @@ pub struct Episode {
 impl Episode {
     /// A fresh trajectory of `max_turns` turns on `task`.
     pub fn new(task: Arc<EpisodeTask>, max_turns: u32, prompt_budget_chars: usize) -> Self {
-        Episode { task, max_turns, prompt_budget_chars, turns: Vec::new() }
+        Episode {
+            task,
+            max_turns,
+            prompt_budget_chars,
+            turns: Vec::new(),
+        }
     }
 
     /// The task.
@@ -165,10 +170,20 @@ pub(crate) mod tests {
 
     #[test]
     fn episode_runs_n_turns_and_carries_history() {
-        let task = Arc::new(EpisodeTask { name: "t".into(), level: 1, statement: "Write relu.".into() });
+        let task = Arc::new(EpisodeTask {
+            name: "t".into(),
+            level: 1,
+            statement: "Write relu.".into(),
+        });
         let mut e = Episode::new(task, 2, 10_000);
         assert_eq!(e.prompt(), prompt::build("Write relu.", &[], 10_000));
-        e.record(turn(0, Outcome::CompileError { log: "error: x".into() }, 3));
+        e.record(turn(
+            0,
+            Outcome::CompileError {
+                log: "error: x".into(),
+            },
+            3,
+        ));
         assert!(!e.is_done());
         let p = e.prompt();
         assert!(p.contains("kernel 0") && p.contains("summary 0") && p.contains("error: x"));
@@ -179,7 +194,12 @@ pub(crate) mod tests {
 
     #[test]
     fn group_statistics() {
-        let ok = Outcome::Correct { kernel_ms: 1.0, baseline_ms: 1.0, spread: 0.0, timing: "cuda".into() };
+        let ok = Outcome::Correct {
+            kernel_ms: 1.0,
+            baseline_ms: 1.0,
+            spread: 0.0,
+            timing: "cuda".into(),
+        };
         let g = Group {
             id: 1,
             task: "t".into(),

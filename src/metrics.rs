@@ -64,7 +64,12 @@ pub struct StepMetrics {
 impl StepMetrics {
     /// Fills the batch-derived fields from `batch`.
     pub fn from_batch(step: u64, batch: &Batch) -> StepMetrics {
-        let mut m = StepMetrics { step, groups: batch.groups.len() as u64, dropped: batch.dropped.len() as u64, ..Default::default() };
+        let mut m = StepMetrics {
+            step,
+            groups: batch.groups.len() as u64,
+            dropped: batch.dropped.len() as u64,
+            ..Default::default()
+        };
         let mut turns = 0u64;
         let (mut score, mut correct, mut speedup_sum) = (0.0, 0u64, 0.0);
         let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
@@ -85,7 +90,10 @@ impl StepMetrics {
         if turns > 0 {
             m.reward_mean = score / turns as f64;
             m.correct_rate = correct as f64 / turns as f64;
-            m.outcomes = kinds.into_iter().map(|(k, n)| (k, n as f64 / turns as f64)).collect();
+            m.outcomes = kinds
+                .into_iter()
+                .map(|(k, n)| (k, n as f64 / turns as f64))
+                .collect();
         }
         if correct > 0 {
             m.mean_speedup = speedup_sum / correct as f64;

@@ -107,9 +107,11 @@ impl Outcome {
     /// T_baseline / T_kernel for a correct kernel, None otherwise.
     pub fn speedup(&self) -> Option<f64> {
         match self {
-            Outcome::Correct { kernel_ms, baseline_ms, .. } if *kernel_ms > 0.0 => {
-                Some(baseline_ms / kernel_ms)
-            }
+            Outcome::Correct {
+                kernel_ms,
+                baseline_ms,
+                ..
+            } if *kernel_ms > 0.0 => Some(baseline_ms / kernel_ms),
             _ => None,
         }
     }
@@ -167,7 +169,12 @@ mod tests {
     use super::*;
 
     fn correct(kernel_ms: f64, baseline_ms: f64) -> Outcome {
-        Outcome::Correct { kernel_ms, baseline_ms, spread: 0.01, timing: "cuda".into() }
+        Outcome::Correct {
+            kernel_ms,
+            baseline_ms,
+            spread: 0.01,
+            timing: "cuda".into(),
+        }
     }
 
     #[test]
@@ -177,7 +184,10 @@ mod tests {
         assert!((c.score() - 2.3).abs() < 1e-12);
         assert!(!c.flagged());
         assert!(correct(0.05, 1.0).flagged());
-        let w = Outcome::Wrong { reason: "bad".into(), mismatch: None };
+        let w = Outcome::Wrong {
+            reason: "bad".into(),
+            mismatch: None,
+        };
         assert_eq!(w.score(), 0.0);
         assert_eq!(w.speedup(), None);
     }
@@ -186,7 +196,10 @@ mod tests {
     fn feedback_texts() {
         let check = |o: Outcome, expected: &str| assert_eq!(o.feedback(), expected);
         check(
-            Outcome::Timeout { stage: "verify".into(), limit_ms: 2000 },
+            Outcome::Timeout {
+                stage: "verify".into(),
+                limit_ms: 2000,
+            },
             "Timed out during verify after 2000 ms (an infinite loop or far too much work?)",
         );
         check(
@@ -204,7 +217,10 @@ mod tests {
             "Wrong result: values differ. First mismatch in output Y at flat index 7: expected 1.5, got NaN \
              (3 elements out of tolerance, trial 0).",
         );
-        check(correct(0.5, 1.0), "Correct. Kernel 0.5000 ms (spread 1.0%), baseline 1.0000 ms: speedup 2.00x.");
+        check(
+            correct(0.5, 1.0),
+            "Correct. Kernel 0.5000 ms (spread 1.0%), baseline 1.0000 ms: speedup 2.00x.",
+        );
         check(
             Outcome::Correct { kernel_ms: 2.0, baseline_ms: 1.0, spread: 0.0, timing: "cpu".into() },
             "Correct. Kernel 2.0000 ms (spread 0.0%), baseline 1.0000 ms: speedup 0.50x (cpu timing).",

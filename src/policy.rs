@@ -96,7 +96,11 @@ pub trait Policy: Send {
     /// Learner version of the current weights.
     fn version(&self) -> u64;
     /// Generates one completion per request, in request order.
-    fn generate(&mut self, batch: &[GenRequest], sampling: &SamplingSection) -> Result<Vec<Completion>, PolicyError>;
+    fn generate(
+        &mut self,
+        batch: &[GenRequest],
+        sampling: &SamplingSection,
+    ) -> Result<Vec<Completion>, PolicyError>;
     /// Replaces the weights; called between batches only.
     fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError>;
 }

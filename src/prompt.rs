@@ -41,7 +41,9 @@ pub fn build(statement: &str, history: &[TurnRecord], budget_chars: usize) -> St
     out.push_str(statement);
     out.push_str("\n\n## Earlier attempts\n");
     if cut > 0 {
-        out.push_str(&format!("({cut} earliest attempt(s) omitted to fit the context.)\n"));
+        out.push_str(&format!(
+            "({cut} earliest attempt(s) omitted to fit the context.)\n"
+        ));
     }
     for r in &rendered[cut..] {
         out.push_str(r);
@@ -58,7 +60,14 @@ mod tests {
 
     #[test]
     fn history_snapshot() {
-        let h = [turn(0, Outcome::Wrong { reason: "values differ".into(), mismatch: None }, 0)];
+        let h = [turn(
+            0,
+            Outcome::Wrong {
+                reason: "values differ".into(),
+                mismatch: None,
+            },
+            0,
+        )];
         let expected = "TASK\n\n## Earlier attempts\n### Turn 1\nKernel:\n```cuda\nkernel 0\n```\nSummary: summary 0\n\
                         Feedback: Wrong result: values differ.\n\nRefine the kernel: fix what the feedback reports, \
                         then make it faster. Answer in the same format.\n";
@@ -67,7 +76,17 @@ mod tests {
 
     #[test]
     fn earliest_turns_are_cut_first() {
-        let h: Vec<_> = (0..5).map(|i| turn(i, Outcome::CompileError { log: "x".repeat(100) }, 0)).collect();
+        let h: Vec<_> = (0..5)
+            .map(|i| {
+                turn(
+                    i,
+                    Outcome::CompileError {
+                        log: "x".repeat(100),
+                    },
+                    0,
+                )
+            })
+            .collect();
         let full = build("T", &h, 100_000);
         let small = build("T", &h, full.len() - 50);
         assert!(small.contains("(1 earliest attempt(s) omitted"));

@@ -34,13 +34,27 @@ pub fn score_group(seq: u64, group: Group, cfg: &ReplaySection) -> ScoredGroup {
     let returns: Vec<Vec<f64>> = group
         .trajectories
         .iter()
-        .map(|t| rl::turn_returns(&t.iter().map(|r| r.score).collect::<Vec<_>>(), cfg.gamma, cfg.aggregation))
+        .map(|t| {
+            rl::turn_returns(
+                &t.iter().map(|r| r.score).collect::<Vec<_>>(),
+                cfg.gamma,
+                cfg.aggregation,
+            )
+        })
         .collect();
     let flat: Vec<f64> = returns.iter().flatten().copied().collect();
     let flat_adv = rl::group_advantages(&flat, cfg.std_normalize);
     let mut it = flat_adv.into_iter();
-    let advantages = returns.iter().map(|r| r.iter().map(|_| it.next().unwrap_or(0.0)).collect()).collect();
-    ScoredGroup { seq, group, returns, advantages }
+    let advantages = returns
+        .iter()
+        .map(|r| r.iter().map(|_| it.next().unwrap_or(0.0)).collect())
+        .collect();
+    ScoredGroup {
+        seq,
+        group,
+        returns,
+        advantages,
+    }
 }
 
 /// A failure of the replay queue's storage.
@@ -74,8 +88,16 @@ pub struct Wal {
 impl Wal {
     /// Opens (creating) the log and returns every intact record in order.
     pub fn open(path: &Path) -> Result<(Wal, Vec<ScoredGroup>), ReplayError> {
-        let err = |e: std::io::Error| ReplayError::Wal { path: path.display().to_string(), reason: e.to_string() };
-        let mut file = OpenOptions::new().create(true).read(true).append(true).open(path).map_err(err)?;
+        let err = |e: std::io::Error| ReplayError::Wal {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        };
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(err)?;
         let mut groups = Vec::new();
         let mut good_len: u64 = 0;
         {
@@ -102,15 +124,30 @@ impl Wal {
             file.set_len(good_len).map_err(err)?;
             file.seek(SeekFrom::End(0)).map_err(err)?;
         }
-        Ok((Wal { path: path.to_path_buf(), file }, groups))
+        Ok((
+            Wal {
+                path: path.to_path_buf(),
+                file,
+            },
+            groups,
+        ))
     }
 
     /// Appends one group and fsyncs: when this returns Ok, the group survives kill -9.
     pub fn append(&mut self, group: &ScoredGroup) -> Result<(), ReplayError> {
-        let mut line = serde_json::to_string(&WalRecord { seq: group.seq, group: group.clone() })
-            .map_err(|e| ReplayError::Wal { path: self.path.display().to_string(), reason: e.to_string() })?;
+        let mut line = serde_json::to_string(&WalRecord {
+            seq: group.seq,
+            group: group.clone(),
+        })
+        .map_err(|e| ReplayError::Wal {
+            path: self.path.display().to_string(),
+            reason: e.to_string(),
+        })?;
         line.push('\n');
-        let err = |e: std::io::Error| ReplayError::Wal { path: self.path.display().to_string(), reason: e.to_string() };
+        let err = |e: std::io::Error| ReplayError::Wal {
+            path: self.path.display().to_string(),
+            reason: e.to_string(),
+        };
         self.file.write_all(line.as_bytes()).map_err(err)?;
         self.file.sync_data().map_err(err)
     }
@@ -144,7 +181,12 @@ pub struct ReplayBuffer {
 impl ReplayBuffer {
     /// A queue holding `recovered` (groups accepted before a restart and not yet consumed), with
     /// sequence numbers continuing after `next_seq`.
-    pub fn new(cfg: ReplaySection, wal: Option<Wal>, recovered: Vec<ScoredGroup>, next_seq: u64) -> Self {
+    pub fn new(
+        cfg: ReplaySection,
+        wal: Option<Wal>,
+        recovered: Vec<ScoredGroup>,
+        next_seq: u64,
+    ) -> Self {
         ReplayBuffer {
             cfg,
             pending: recovered.into(),
@@ -169,28 +211,42 @@ impl ReplayBuffer {
         Ok(seq)
     }
 
-    /// Drops stale groups (counted), then returns the oldest `tasks_per_batch` fresh groups if
-    /// there are that many.
-    pub fn take_batch(&mut self, learner_version: u64) -> Option<Batch> {
+    /// Drops the groups that are stale at `learner_version` (counted, and remembered for the next
+    /// batch's record); returns their sequence numbers.
+    pub fn drop_stale(&mut self, learner_version: u64) -> Vec<u64> {
         let max = self.cfg.max_staleness;
-        let before = self.pending.len();
-        let mut kept = VecDeque::with_capacity(before);
-        for g in self.pending.drain(..) {
-            if rl::is_stale(g.group.oldest_policy_version(), learner_version, max) {
-                self.dropped_since_batch.push(g.seq);
-            } else {
-                kept.push_back(g);
+        let mut dropped = Vec::new();
+        self.pending.retain(|g| {
+            let stale = rl::is_stale(g.group.oldest_policy_version(), learner_version, max);
+            if stale {
+                dropped.push(g.seq);
             }
-        }
-        self.dropped_total += (before - kept.len()) as u64;
-        self.pending = kept;
+            !stale
+        });
+        self.dropped_total += dropped.len() as u64;
+        self.dropped_since_batch.extend_from_slice(&dropped);
+        dropped
+    }
+
+    /// Drops stale groups (see [`ReplayBuffer::drop_stale`]), then returns the oldest
+    /// `tasks_per_batch` fresh groups if there are that many.
+    pub fn take_batch(&mut self, learner_version: u64) -> Option<Batch> {
+        self.drop_stale(learner_version);
         let n = self.cfg.tasks_per_batch as usize;
         if self.pending.len() < n {
             return None;
         }
         let groups: Vec<ScoredGroup> = self.pending.drain(..n).collect();
-        let staleness = groups.iter().map(|g| learner_version.saturating_sub(g.group.oldest_policy_version())).collect();
-        Some(Batch { learner_version, groups, dropped: std::mem::take(&mut self.dropped_since_batch), staleness })
+        let staleness = groups
+            .iter()
+            .map(|g| learner_version.saturating_sub(g.group.oldest_policy_version()))
+            .collect();
+        Some(Batch {
+            learner_version,
+            groups,
+            dropped: std::mem::take(&mut self.dropped_since_batch),
+            staleness,
+        })
     }
 
     /// Puts a batch back at the front (its receiver went away before taking it).
@@ -218,9 +274,17 @@ impl ReplayBuffer {
         self.pending.is_empty()
     }
 
-    /// Sequence numbers of the waiting groups.
+    /// Sequence numbers of the groups not yet consumed by a learner step's record: the waiting
+    /// ones, and the ones dropped as stale whose drop the next batch will record.
     pub fn pending_seqs(&self) -> Vec<u64> {
-        self.pending.iter().map(|g| g.seq).collect()
+        let mut seqs: Vec<u64> = self
+            .pending
+            .iter()
+            .map(|g| g.seq)
+            .chain(self.dropped_since_batch.iter().copied())
+            .collect();
+        seqs.sort_unstable();
+        seqs
     }
 
     /// Groups dropped as stale since this process started.
@@ -241,7 +305,12 @@ mod tests {
     use crate::outcome::Outcome;
 
     fn group(id: u64, version: u64) -> Group {
-        let ok = Outcome::Correct { kernel_ms: 1.0, baseline_ms: 2.0, spread: 0.0, timing: "cuda".into() };
+        let ok = Outcome::Correct {
+            kernel_ms: 1.0,
+            baseline_ms: 2.0,
+            spread: 0.0,
+            timing: "cuda".into(),
+        };
         let bad = Outcome::CompileError { log: String::new() };
         Group {
             id,
@@ -266,14 +335,21 @@ mod tests {
 
     #[test]
     fn stale_groups_are_dropped_and_counted() {
-        let cfg = ReplaySection { tasks_per_batch: 2, max_staleness: 1, ..ReplaySection::default() };
+        let cfg = ReplaySection {
+            tasks_per_batch: 2,
+            max_staleness: 1,
+            ..ReplaySection::default()
+        };
         let mut q = ReplayBuffer::new(cfg, None, Vec::new(), 0);
         for (id, v) in [(0, 0), (1, 3), (2, 4), (3, 2)] {
             q.accept(group(id, v)).unwrap();
         }
         // Learner at 4 with staleness 1: versions 0 and 2 are stale.
         let b = q.take_batch(4).unwrap();
-        assert_eq!(b.groups.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(
+            b.groups.iter().map(|g| g.seq).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
         assert_eq!(b.dropped, vec![0, 3]);
         assert_eq!(b.staleness, vec![1, 0]);
         assert_eq!(q.dropped_total(), 2);
@@ -295,11 +371,13 @@ mod tests {
         }
         // Simulate a crash in the middle of the third append.
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(b"{\"seq\":2,\"group\":{\"seq\":2,\"gro").unwrap();
+        f.write_all(b"{\"seq\":2,\"group\":{\"seq\":2,\"gro")
+            .unwrap();
         drop(f);
         let (mut wal, got) = Wal::open(&path).unwrap();
         assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![0, 1]);
-        wal.append(&score_group(2, group(2, 0), &ReplaySection::default())).unwrap();
+        wal.append(&score_group(2, group(2, 0), &ReplaySection::default()))
+            .unwrap();
         let (_, got) = Wal::open(&path).unwrap();
         assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
         std::fs::remove_dir_all(&dir).ok();

@@ -94,7 +94,10 @@ pub struct Clip {
 
 impl Default for Clip {
     fn default() -> Self {
-        Clip { eps_low: 0.2, eps_high: 0.28 }
+        Clip {
+            eps_low: 0.2,
+            eps_high: 0.28,
+        }
     }
 }
 
@@ -121,10 +124,18 @@ fn clipped_objective(ratio: f64, advantage: f64, clip: Clip) -> (f64, bool) {
 
 /// PPO/GRPO clipped surrogate for one token against the behaviour policy:
 /// loss = -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), r = exp(logp_new - logp_behaviour).
-pub fn clipped_surrogate(logp_new: f64, logp_behaviour: f64, advantage: f64, clip: Clip) -> TokenLoss {
+pub fn clipped_surrogate(
+    logp_new: f64,
+    logp_behaviour: f64,
+    advantage: f64,
+    clip: Clip,
+) -> TokenLoss {
     let ratio = (logp_new - logp_behaviour).exp();
     let (objective, clipped) = clipped_objective(ratio, advantage, clip);
-    TokenLoss { loss: -objective, clipped }
+    TokenLoss {
+        loss: -objective,
+        clipped,
+    }
 }
 
 /// The decoupled off-policy objective for one token: the ratio is clipped against a proximal
@@ -142,7 +153,10 @@ pub fn decoupled_surrogate(
     let ratio = (logp_new - logp_prox).exp();
     let weight = (logp_prox - logp_behaviour).exp().min(weight_cap);
     let (objective, clipped) = clipped_objective(ratio, advantage, clip);
-    TokenLoss { loss: -weight * objective, clipped }
+    TokenLoss {
+        loss: -weight * objective,
+        clipped,
+    }
 }
 
 /// Dr. GRPO's constant normaliser: the summed token losses of a batch are divided by
@@ -171,7 +185,10 @@ mod tests {
         let got = turn_returns(scores, gamma, agg);
         assert_eq!(got.len(), expected.len());
         for (g, e) in got.iter().zip(expected) {
-            assert!(close(*g, *e), "scores {scores:?}: got {got:?}, expected {expected:?}");
+            assert!(
+                close(*g, *e),
+                "scores {scores:?}: got {got:?}, expected {expected:?}"
+            );
         }
     }
 
@@ -190,13 +207,23 @@ mod tests {
         // R2 = 0   + 0.4 * 2.3   = 0.92
         // R1 = 1.3 + 0.4 * 0.92  = 1.668
         // R0 = 0.3 + 0.4 * 1.668 = 0.9672
-        check_returns(&[0.3, 1.3, 0.0, 2.3], 0.4, ReturnAggregation::Sum, &[0.9672, 1.668, 0.92, 2.3]);
+        check_returns(
+            &[0.3, 1.3, 0.0, 2.3],
+            0.4,
+            ReturnAggregation::Sum,
+            &[0.9672, 1.668, 0.92, 2.3],
+        );
     }
 
     #[test]
     fn four_turn_max_returns_with_gamma_0_4() {
         // R3 = 2.3; R2 = max(0, 0.92) = 0.92; R1 = max(1.3, 0.368) = 1.3; R0 = max(0.3, 0.52) = 0.52
-        check_returns(&[0.3, 1.3, 0.0, 2.3], 0.4, ReturnAggregation::Max, &[0.52, 1.3, 0.92, 2.3]);
+        check_returns(
+            &[0.3, 1.3, 0.0, 2.3],
+            0.4,
+            ReturnAggregation::Max,
+            &[0.52, 1.3, 0.92, 2.3],
+        );
     }
 
     #[test]
@@ -218,7 +245,12 @@ mod tests {
         for (got, c) in s.iter().zip([-2.0, -1.0, 0.0, 3.0]) {
             assert!((got - c / (std + ADVANTAGE_EPS)).abs() < 1e-12);
         }
-        assert!(group_advantages(&[0.7, 0.7, 0.7], true).iter().all(|a| a.abs() < 1e-9), "equal returns: no signal");
+        assert!(
+            group_advantages(&[0.7, 0.7, 0.7], true)
+                .iter()
+                .all(|a| a.abs() < 1e-9),
+            "equal returns: no signal"
+        );
         assert!(group_advantages(&[], true).is_empty());
     }
 

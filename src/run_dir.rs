@@ -59,7 +59,10 @@ pub enum RunDirError {
 }
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> RunDirError + '_ {
-    move |e| RunDirError::Io { path: path.display().to_string(), reason: e.to_string() }
+    move |e| RunDirError::Io {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    }
 }
 
 /// One line of the learner's record.
@@ -109,7 +112,8 @@ pub struct CheckpointState {
 pub struct Recovery {
     /// Path and state of the checkpoint resumed from, if any.
     pub checkpoint: Option<(PathBuf, CheckpointState)>,
-    /// Checkpoint folders skipped because they were incomplete or corrupt.
+    /// Checkpoint folders skipped because they were incomplete or corrupt, after being renamed
+    /// to `torn-<name>-<pid>`.
     pub skipped: Vec<PathBuf>,
     /// Accepted groups not yet consumed, oldest first.
     pub pending: Vec<ScoredGroup>,
@@ -148,12 +152,17 @@ impl RunDir {
         if let Ok(text) = fs::read_to_string(&lock) {
             if let Ok(pid) = text.trim().parse::<u32>() {
                 if pid != std::process::id() && pid_alive(pid) {
-                    return Err(RunDirError::Locked { dir: root.display().to_string(), pid });
+                    return Err(RunDirError::Locked {
+                        dir: root.display().to_string(),
+                        pid,
+                    });
                 }
             }
         }
         fs::write(&lock, format!("{}\n", std::process::id())).map_err(io_err(&lock))?;
-        Ok(RunDir { root: root.to_path_buf() })
+        Ok(RunDir {
+            root: root.to_path_buf(),
+        })
     }
 
     /// The directory.
@@ -167,7 +176,10 @@ impl RunDir {
         match fs::read_to_string(&path) {
             Ok(text) => toml::from_str(&text)
                 .map(Some)
-                .map_err(|e| RunDirError::Io { path: path.display().to_string(), reason: e.to_string() }),
+                .map_err(|e| RunDirError::Io {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err(&path)(e)),
         }
@@ -189,7 +201,11 @@ impl RunDir {
     /// Appends one step to the learner's record and fsyncs it.
     pub fn append_step(&self, record: &StepRecord) -> Result<(), RunDirError> {
         let path = self.root.join("learner.jsonl");
-        let mut f = OpenOptions::new().create(true).append(true).open(&path).map_err(io_err(&path))?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
         let mut line = serde_json::to_string(record).expect("record serialises");
         line.push('\n');
         f.write_all(line.as_bytes()).map_err(io_err(&path))?;
@@ -218,10 +234,18 @@ impl RunDir {
     /// Writes a checkpoint of `learner` and `state` at `state.learner_version`: into a temporary
     /// folder first, manifest last, then renamed into place, so a crash leaves either the whole
     /// checkpoint or one that [`RunDir::latest_checkpoint`] skips.
-    pub fn write_checkpoint(&self, learner: &dyn Learner, state: &CheckpointState) -> Result<PathBuf, RunDirError> {
+    pub fn write_checkpoint(
+        &self,
+        learner: &dyn Learner,
+        state: &CheckpointState,
+    ) -> Result<PathBuf, RunDirError> {
         let dir = self.root.join("checkpoints");
         let final_path = dir.join(format!("step-{:08}", state.learner_version));
-        let tmp = dir.join(format!(".tmp-step-{:08}-{}", state.learner_version, std::process::id()));
+        let tmp = dir.join(format!(
+            ".tmp-step-{:08}-{}",
+            state.learner_version,
+            std::process::id()
+        ));
         if tmp.exists() {
             fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
         }
@@ -232,13 +256,16 @@ impl RunDir {
         let manifest = manifest_of(&tmp)?;
         let complete = tmp.join("COMPLETE");
         let mut f = File::create(&complete).map_err(io_err(&complete))?;
-        f.write_all(manifest.as_bytes()).map_err(io_err(&complete))?;
+        f.write_all(manifest.as_bytes())
+            .map_err(io_err(&complete))?;
         f.sync_all().map_err(io_err(&complete))?;
         if final_path.exists() {
             fs::remove_dir_all(&final_path).map_err(io_err(&final_path))?;
         }
         fs::rename(&tmp, &final_path).map_err(io_err(&final_path))?;
-        File::open(&dir).and_then(|d| d.sync_all()).map_err(io_err(&dir))?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(&dir))?;
         self.prune_checkpoints();
         Ok(final_path)
     }
@@ -247,7 +274,11 @@ impl RunDir {
         let mut dirs: Vec<PathBuf> = fs::read_dir(self.root.join("checkpoints"))
             .map(|rd| {
                 rd.filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("step-")))
+                    .filter(|p| {
+                        p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with("step-"))
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -284,6 +315,20 @@ impl RunDir {
     /// Finds where the run stopped: see the module documentation.
     pub fn recover(&self) -> Result<Recovery, RunDirError> {
         let (checkpoint, skipped) = self.latest_checkpoint();
+        // Set torn checkpoints aside (kept for forensics) so that pruning and later recoveries
+        // never mistake them for the newest.
+        let mut set_aside = Vec::new();
+        for dir in skipped {
+            let name = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("step")
+                .to_string();
+            let target = dir.with_file_name(format!("torn-{name}-{}", std::process::id()));
+            fs::rename(&dir, &target).map_err(io_err(&dir))?;
+            set_aside.push(target);
+        }
+        let skipped = set_aside;
         let version = checkpoint.as_ref().map_or(0, |(_, s)| s.learner_version);
         let steps = self.read_steps()?;
         let total_lines = steps.len();
@@ -299,11 +344,25 @@ impl RunDir {
         if record_path.exists() {
             write_atomic(&record_path, text.as_bytes())?;
         }
-        let consumed: BTreeSet<u64> = kept.iter().flat_map(|s| s.trained.iter().chain(&s.dropped)).copied().collect();
+        let consumed: BTreeSet<u64> = kept
+            .iter()
+            .flat_map(|s| s.trained.iter().chain(&s.dropped))
+            .copied()
+            .collect();
         let (wal, groups) = Wal::open(&self.root.join("replay.wal"))?;
         let next_seq = groups.last().map_or(0, |g| g.seq + 1);
-        let pending = groups.into_iter().filter(|g| !consumed.contains(&g.seq)).collect();
-        Ok(Recovery { checkpoint, skipped, pending, next_seq, wal, record_lines_cut })
+        let pending = groups
+            .into_iter()
+            .filter(|g| !consumed.contains(&g.seq))
+            .collect();
+        Ok(Recovery {
+            checkpoint,
+            skipped,
+            pending,
+            next_seq,
+            wal,
+            record_lines_cut,
+        })
     }
 }
 
@@ -334,7 +393,11 @@ fn manifest_of(dir: &Path) -> Result<String, RunDirError> {
                 walk(base, &path, out)?;
             } else if path.file_name().is_some_and(|n| n != "COMPLETE") {
                 let bytes = fs::read(&path).map_err(io_err(&path))?;
-                let rel = path.strip_prefix(base).unwrap_or(&path).display().to_string();
+                let rel = path
+                    .strip_prefix(base)
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string();
                 out.push(format!("{rel} {} {:016x}", bytes.len(), fnv1a(&bytes)));
             }
         }
@@ -347,7 +410,8 @@ fn manifest_of(dir: &Path) -> Result<String, RunDirError> {
 }
 
 fn verify_checkpoint(dir: &Path) -> Result<CheckpointState, String> {
-    let expected = fs::read_to_string(dir.join("COMPLETE")).map_err(|_| "no COMPLETE manifest".to_string())?;
+    let expected =
+        fs::read_to_string(dir.join("COMPLETE")).map_err(|_| "no COMPLETE manifest".to_string())?;
     let actual = manifest_of(dir).map_err(|e| e.to_string())?;
     if expected != actual {
         return Err("files differ from the COMPLETE manifest".into());
@@ -422,7 +486,10 @@ mod tests {
         fs::write(root.join("kevin.lock"), "4294967295\n").unwrap();
         let rd = RunDir::open(&root).unwrap();
         drop(rd);
-        assert!(!root.join("kevin.lock").exists(), "the lock is released on drop");
+        assert!(
+            !root.join("kevin.lock").exists(),
+            "the lock is released on drop"
+        );
         fs::remove_dir_all(&root).ok();
     }
 
@@ -435,7 +502,11 @@ mod tests {
         let (wal, _) = Wal::open(&root.join("replay.wal")).unwrap();
         let mut q = ReplayBuffer::new(ReplaySection::default(), Some(wal), vec![], 0);
         for id in 0..5 {
-            let g = crate::episode::Group { id, task: "t".into(), trajectories: vec![] };
+            let g = crate::episode::Group {
+                id,
+                task: "t".into(),
+                trajectories: vec![],
+            };
             q.accept(g).unwrap();
         }
         let rec = |version, trained: Vec<u64>, dropped: Vec<u64>| StepRecord {
@@ -445,13 +516,17 @@ mod tests {
             stats: TrainStats::default(),
         };
         rd.append_step(&rec(1, vec![0], vec![1])).unwrap();
-        rd.write_checkpoint(&SimLearner::new(0.0), &state(1)).unwrap();
+        rd.write_checkpoint(&SimLearner::new(0.0), &state(1))
+            .unwrap();
         // Step 2 happened but its checkpoint did not: it must be redone.
         rd.append_step(&rec(2, vec![2, 3], vec![])).unwrap();
         let r = rd.recover().unwrap();
         assert_eq!(r.checkpoint.as_ref().unwrap().1.learner_version, 1);
         assert_eq!(r.record_lines_cut, 1);
-        assert_eq!(r.pending.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![2, 3, 4]);
+        assert_eq!(
+            r.pending.iter().map(|g| g.seq).collect::<Vec<_>>(),
+            vec![2, 3, 4]
+        );
         assert_eq!(r.next_seq, 5);
         assert_eq!(rd.read_steps().unwrap().len(), 1);
         drop(rd);

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{LearnerSection, SimEnvSection, SimPolicySection, SamplingSection};
+use crate::config::{LearnerSection, SamplingSection, SimEnvSection, SimPolicySection};
 use crate::env::{Compiled, KernelEnv};
 use crate::learner::{Learner, LearnerError, TrainStats};
 use crate::outcome::{Mismatch, Outcome};
@@ -57,7 +57,11 @@ impl Policy for SimPolicy {
         self.version
     }
 
-    fn generate(&mut self, batch: &[GenRequest], _sampling: &SamplingSection) -> Result<Vec<Completion>, PolicyError> {
+    fn generate(
+        &mut self,
+        batch: &[GenRequest],
+        _sampling: &SamplingSection,
+    ) -> Result<Vec<Completion>, PolicyError> {
         // A batched forward pass costs about the same for the whole batch: that is why the
         // generator batches, and the simulation keeps that property.
         sleep_ms(self.cfg.batch_ms + self.cfg.token_ms * self.cfg.response_tokens as f64);
@@ -119,7 +123,11 @@ impl SimEnv {
     }
 
     fn artifact(compiled: &Compiled) -> SimArtifact {
-        compiled.artifact.downcast_ref::<SimArtifact>().copied().unwrap_or(SimArtifact { turn: 0, draw: 0 })
+        compiled
+            .artifact
+            .downcast_ref::<SimArtifact>()
+            .copied()
+            .unwrap_or(SimArtifact { turn: 0, draw: 0 })
     }
 
     fn p(&self, base: f64, turn: u32) -> f64 {
@@ -128,7 +136,9 @@ impl SimEnv {
 }
 
 fn parse_marker(source: &str) -> Option<SimArtifact> {
-    let line = source.lines().find_map(|l| l.trim().strip_prefix("// sim:"))?;
+    let line = source
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("// sim:"))?;
     let mut turn = None;
     let mut draw = None;
     for part in line.split_whitespace() {
@@ -138,7 +148,10 @@ fn parse_marker(source: &str) -> Option<SimArtifact> {
             draw = v.parse().ok();
         }
     }
-    Some(SimArtifact { turn: turn?, draw: draw? })
+    Some(SimArtifact {
+        turn: turn?,
+        draw: draw?,
+    })
 }
 
 impl KernelEnv for SimEnv {
@@ -153,7 +166,8 @@ impl KernelEnv for SimEnv {
         sleep_ms(self.cfg.compile_ms);
         let Some(art) = parse_marker(source) else {
             return Err(Outcome::CompileError {
-                log: "simulated compiler: this source was not written by the simulated policy".into(),
+                log: "simulated compiler: this source was not written by the simulated policy"
+                    .into(),
             });
         };
         let mut rng = SplitMix64::derive(art.draw, 11);
@@ -165,7 +179,11 @@ impl KernelEnv for SimEnv {
                 log: "sim.cu(3): error: identifier \"tile\" is undefined (simulated)".into(),
             });
         }
-        Ok(Compiled { task: task.to_string(), artifact: Arc::new(art), compile_ms: self.cfg.compile_ms })
+        Ok(Compiled {
+            task: task.to_string(),
+            artifact: Arc::new(art),
+            compile_ms: self.cfg.compile_ms,
+        })
     }
 
     fn verify(&self, compiled: &Compiled) -> Result<(), Outcome> {
@@ -173,7 +191,9 @@ impl KernelEnv for SimEnv {
         let art = Self::artifact(compiled);
         let mut rng = SplitMix64::derive(art.draw, 12);
         if rng.next_f64() < self.p(self.cfg.p_crash, art.turn) {
-            return Err(Outcome::Crash { reason: "simulated illegal memory access".into() });
+            return Err(Outcome::Crash {
+                reason: "simulated illegal memory access".into(),
+            });
         }
         if rng.next_f64() < self.p(self.cfg.p_wrong, art.turn) {
             return Err(Outcome::Wrong {
@@ -195,8 +215,14 @@ impl KernelEnv for SimEnv {
         sleep_ms(self.cfg.profile_ms);
         let art = Self::artifact(compiled);
         let mut rng = SplitMix64::derive(art.draw, 13);
-        let speedup = self.cfg.median_speedup * (0.5 * rng.normal()).exp() * (1.0 + 0.1 * art.turn as f64);
-        Outcome::Correct { kernel_ms: 1.0 / speedup, baseline_ms: 1.0, spread: 0.005, timing: "simulated".into() }
+        let speedup =
+            self.cfg.median_speedup * (0.5 * rng.normal()).exp() * (1.0 + 0.1 * art.turn as f64);
+        Outcome::Correct {
+            kernel_ms: 1.0 / speedup,
+            baseline_ms: 1.0,
+            spread: 0.005,
+            timing: "simulated".into(),
+        }
     }
 }
 
@@ -215,19 +241,30 @@ impl SimLearner {
     pub fn new(step_ms: f64) -> Self {
         let mut cfg = LearnerSection::default();
         cfg.simulated.step_ms = step_ms;
-        SimLearner { cfg, max_tokens: 4096, version: 0 }
+        SimLearner {
+            cfg,
+            max_tokens: 4096,
+            version: 0,
+        }
     }
 
     /// A simulated learner configured by the `[learner]` section; `max_tokens` is the Dr. GRPO
     /// normaliser's token budget (sampling.max_new_tokens).
     pub fn from_config(cfg: &LearnerSection, max_tokens: u32) -> Self {
-        SimLearner { cfg: cfg.clone(), max_tokens: max_tokens as usize, version: 0 }
+        SimLearner {
+            cfg: cfg.clone(),
+            max_tokens: max_tokens as usize,
+            version: 0,
+        }
     }
 }
 
 impl Learner for SimLearner {
     fn describe(&self) -> String {
-        format!("simulated learner (no model): {} ms per optimizer step", self.cfg.simulated.step_ms)
+        format!(
+            "simulated learner (no model): {} ms per optimizer step",
+            self.cfg.simulated.step_ms
+        )
     }
 
     fn version(&self) -> u64 {
@@ -235,7 +272,10 @@ impl Learner for SimLearner {
     }
 
     fn train(&mut self, batch: &Batch) -> Result<TrainStats, LearnerError> {
-        let clip = rl::Clip { eps_low: self.cfg.clip_low, eps_high: self.cfg.clip_high };
+        let clip = rl::Clip {
+            eps_low: self.cfg.clip_low,
+            eps_high: self.cfg.clip_high,
+        };
         let mut stats = TrainStats::default();
         for step in 0..self.cfg.optimizer_steps {
             sleep_ms(self.cfg.simulated.step_ms);
@@ -249,8 +289,10 @@ impl Learner for SimLearner {
                             .iter()
                             .enumerate()
                             .map(|(i, &lp)| {
-                                let drift = 0.05 * (((i as u64 + step as u64) % 7) as f64 - 3.0) / 3.0;
-                                let l = rl::clipped_surrogate(lp as f64 + drift, lp as f64, *adv, clip);
+                                let drift =
+                                    0.05 * (((i as u64 + step as u64) % 7) as f64 - 3.0) / 3.0;
+                                let l =
+                                    rl::clipped_surrogate(lp as f64 + drift, lp as f64, *adv, clip);
                                 clipped += l.clipped as u64;
                                 l.loss
                             })
@@ -260,7 +302,8 @@ impl Learner for SimLearner {
                     }
                 }
             }
-            stats.loss += rl::drgrpo_loss(&per_sample, self.max_tokens) / self.cfg.optimizer_steps as f64;
+            stats.loss +=
+                rl::drgrpo_loss(&per_sample, self.max_tokens) / self.cfg.optimizer_steps as f64;
             stats.clip_fraction = clipped as f64 / tokens.max(1) as f64;
             stats.tokens = tokens;
             stats.samples = per_sample.len() as u64;
@@ -271,13 +314,22 @@ impl Learner for SimLearner {
     }
 
     fn weights(&self) -> Weights {
-        Weights { version: self.version, payload: Arc::new(()) }
+        Weights {
+            version: self.version,
+            payload: Arc::new(()),
+        }
     }
 
     fn save(&self, dir: &Path) -> Result<(), LearnerError> {
         let path = dir.join("learner.json");
-        std::fs::write(&path, format!("{{\"kind\":\"simulated\",\"version\":{}}}\n", self.version)).map_err(|e| {
-            LearnerError::Checkpoint { learner: "simulated".into(), path: path.display().to_string(), reason: e.to_string() }
+        std::fs::write(
+            &path,
+            format!("{{\"kind\":\"simulated\",\"version\":{}}}\n", self.version),
+        )
+        .map_err(|e| LearnerError::Checkpoint {
+            learner: "simulated".into(),
+            path: path.display().to_string(),
+            reason: e.to_string(),
         })
     }
 
@@ -290,7 +342,9 @@ impl Learner for SimLearner {
         };
         let text = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
-        self.version = v["version"].as_u64().ok_or_else(|| fail("no version".into()))?;
+        self.version = v["version"]
+            .as_u64()
+            .ok_or_else(|| fail("no version".into()))?;
         Ok(())
     }
 }
@@ -301,9 +355,20 @@ mod tests {
 
     #[test]
     fn simulated_policy_and_env_round_trip() {
-        let mut p = SimPolicy::new(SimPolicySection { batch_ms: 0.0, token_ms: 0.0, ..Default::default() });
+        let mut p = SimPolicy::new(SimPolicySection {
+            batch_ms: 0.0,
+            token_ms: 0.0,
+            ..Default::default()
+        });
         let out = p
-            .generate(&[GenRequest { id: 7, prompt: "task".into(), seed: 1 }], &SamplingSection::default())
+            .generate(
+                &[GenRequest {
+                    id: 7,
+                    prompt: "task".into(),
+                    seed: 1,
+                }],
+                &SamplingSection::default(),
+            )
             .unwrap();
         assert_eq!(out[0].id, 7);
         assert_eq!(out[0].token_ids.len(), out[0].logprobs.len());
@@ -316,20 +381,38 @@ mod tests {
             p_crash: 0.0,
             ..Default::default()
         });
-        let source = out[0].text.split("```cuda\n").nth(1).unwrap().split("```").next().unwrap();
+        let source = out[0]
+            .text
+            .split("```cuda\n")
+            .nth(1)
+            .unwrap()
+            .split("```")
+            .next()
+            .unwrap();
         let c = env.compile("t", source).unwrap();
         env.verify(&c).unwrap();
         let o = env.profile(&c);
         assert!(o.is_correct() && o.feedback().contains("simulated timing"));
-        assert!(matches!(env.compile("t", "__global__ void k(){}"), Err(Outcome::CompileError { .. })));
+        assert!(matches!(
+            env.compile("t", "__global__ void k(){}"),
+            Err(Outcome::CompileError { .. })
+        ));
     }
 
     #[test]
     fn later_turns_fail_less() {
-        let env = SimEnv::new(SimEnvSection { compile_ms: 0.0, p_compile_error: 0.5, improve_per_turn: 0.2, ..Default::default() });
+        let env = SimEnv::new(SimEnvSection {
+            compile_ms: 0.0,
+            p_compile_error: 0.5,
+            improve_per_turn: 0.2,
+            ..Default::default()
+        });
         let fails = |turn: u32| {
             (0..2000)
-                .filter(|d| env.compile("t", &format!("// sim: turn={turn} draw={d}")).is_err())
+                .filter(|d| {
+                    env.compile("t", &format!("// sim: turn={turn} draw={d}"))
+                        .is_err()
+                })
                 .count()
         };
         let (first, later) = (fails(0), fails(2));

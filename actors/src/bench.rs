@@ -25,8 +25,15 @@ fn cpu_seconds() -> Option<f64> {
     Some((utime + stime) / 100.0) // USER_HZ is 100 on Linux
 }
 
-fn run(file: ConfigFile, stop_after: Option<Duration>) -> Result<(TrainSummary, f64, Option<f64>), String> {
-    let dir = std::env::temp_dir().join(format!("kevin-bench-{}-{}", std::process::id(), file.run.name));
+fn run(
+    file: ConfigFile,
+    stop_after: Option<Duration>,
+) -> Result<(TrainSummary, f64, Option<f64>), String> {
+    let dir = std::env::temp_dir().join(format!(
+        "kevin-bench-{}-{}",
+        std::process::id(),
+        file.run.name
+    ));
     std::fs::remove_dir_all(&dir).ok();
     let config = Config::from_file(file).map_err(|e| e.to_string())?;
     let (t0, c0) = (Instant::now(), cpu_seconds());
@@ -36,8 +43,15 @@ fn run(file: ConfigFile, stop_after: Option<Duration>) -> Result<(TrainSummary, 
             None => std::future::pending::<()>().await,
         }
     };
-    let summary = system::train(TrainOptions { config, run_dir: dir.clone(), trace_stats: None }, shutdown)
-        .map_err(|e| e.to_string())?;
+    let summary = system::train(
+        TrainOptions {
+            config,
+            run_dir: dir.clone(),
+            trace_stats: None,
+        },
+        shutdown,
+    )
+    .map_err(|e| e.to_string())?;
     let wall = t0.elapsed().as_secs_f64();
     let cpu = c0.zip(cpu_seconds()).map(|(a, b)| b - a);
     std::fs::remove_dir_all(&dir).ok();
@@ -105,7 +119,8 @@ pub fn pipeline(steps: u64, seconds: f64, out: Option<&Path>) -> Result<(), Stri
         wall,
         turns / wall,
         wall / turns * 1e6,
-        cpu.map(|c| format!("{:.1}", c / turns * 1e6)).unwrap_or_else(|| "n/a".into())
+        cpu.map(|c| format!("{:.1}", c / turns * 1e6))
+            .unwrap_or_else(|| "n/a".into())
     );
     eprintln!("{report}");
     report += &format!(
@@ -129,7 +144,10 @@ pub fn pipeline(steps: u64, seconds: f64, out: Option<&Path>) -> Result<(), Stri
         );
         eprintln!("{mode:?}: {} turns in {wall:.1} s", s.turns);
     }
-    report += &format!("\nasync / sync trajectories per hour: {:.2}x\n", rates[0] / rates[1].max(1e-9));
+    report += &format!(
+        "\nasync / sync trajectories per hour: {:.2}x\n",
+        rates[0] / rates[1].max(1e-9)
+    );
     println!("{report}");
     if let Some(path) = out {
         std::fs::write(path, &report).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -99,23 +99,39 @@ pub enum BenchCommand {
     },
 }
 
-fn init_logging(filter: &str, trace_file: Option<&Path>) -> Result<Option<kevin::telemetry::TraceGuard>, String> {
+fn init_logging(
+    filter: &str,
+    trace_file: Option<&Path>,
+) -> Result<Option<kevin::telemetry::TraceGuard>, String> {
     let env_filter = std::env::var("RUST_LOG")
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
-        .map_or_else(|| EnvFilter::try_new(filter).map_err(|e| format!("log filter {filter:?}: {e}")), Ok)?;
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false).with_filter(env_filter);
+        .map_or_else(
+            || EnvFilter::try_new(filter).map_err(|e| format!("log filter {filter:?}: {e}")),
+            Ok,
+        )?;
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_filter(env_filter);
     match trace_file {
         Some(path) => {
-            let (chrome, guard) =
-                kevin::telemetry::chrome_layer(path).map_err(|e| format!("trace file {}: {e}", path.display()))?;
+            let (chrome, guard) = kevin::telemetry::chrome_layer(path)
+                .map_err(|e| format!("trace file {}: {e}", path.display()))?;
             // Per-layer filter: the trace gets every kevin span and counter whatever the log level.
             let chrome = chrome.with_filter(filter_fn(|m| m.target().starts_with("kevin")));
-            tracing_subscriber::registry().with(fmt).with(chrome).try_init().map_err(|e| e.to_string())?;
+            tracing_subscriber::registry()
+                .with(fmt)
+                .with(chrome)
+                .try_init()
+                .map_err(|e| e.to_string())?;
             Ok(Some(guard))
         }
         None => {
-            tracing_subscriber::registry().with(fmt).try_init().map_err(|e| e.to_string())?;
+            tracing_subscriber::registry()
+                .with(fmt)
+                .try_init()
+                .map_err(|e| e.to_string())?;
             Ok(None)
         }
     }
@@ -152,9 +168,17 @@ fn failure(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn cmd_train(cli_log: Option<String>, config: Option<PathBuf>, run_dir: Option<PathBuf>, max_steps: Option<u64>) -> ExitCode {
+fn cmd_train(
+    cli_log: Option<String>,
+    config: Option<PathBuf>,
+    run_dir: Option<PathBuf>,
+    max_steps: Option<u64>,
+) -> ExitCode {
     // Resuming a run directory without --config uses the config stored in it.
-    let stored = run_dir.as_ref().map(|d| d.join("config.toml")).filter(|p| p.exists());
+    let stored = run_dir
+        .as_ref()
+        .map(|d| d.join("config.toml"))
+        .filter(|p| p.exists());
     let path = match (config, stored) {
         (Some(p), _) => p,
         (None, Some(stored)) => stored,
@@ -195,10 +219,20 @@ fn cmd_train(cli_log: Option<String>, config: Option<PathBuf>, run_dir: Option<P
     };
     tracing::info!(config = %path.display(), layers = %config.sources.join(" < "), "config");
     let trace_stats = guard.as_ref().map(|g| g.stats());
-    let result = system::train(TrainOptions { config, run_dir, trace_stats }, shutdown_signal());
+    let result = system::train(
+        TrainOptions {
+            config,
+            run_dir,
+            trace_stats,
+        },
+        shutdown_signal(),
+    );
     if let Some(guard) = guard {
         match guard.finish() {
-            Ok(s) if s.dropped > 0 => tracing::warn!(dropped = s.dropped, "trace records dropped (writer fell behind)"),
+            Ok(s) if s.dropped > 0 => tracing::warn!(
+                dropped = s.dropped,
+                "trace records dropped (writer fell behind)"
+            ),
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "could not finish the trace file"),
         }
@@ -223,7 +257,9 @@ fn cmd_train(cli_log: Option<String>, config: Option<PathBuf>, run_dir: Option<P
             println!("inspect it with: kevin inspect {}", s.run_dir.display());
             ExitCode::SUCCESS
         }
-        Err(system::TrainError::ConfigMismatch { dir, key }) => usage_error(system::TrainError::ConfigMismatch { dir, key }),
+        Err(system::TrainError::ConfigMismatch { dir, key }) => {
+            usage_error(system::TrainError::ConfigMismatch { dir, key })
+        }
         Err(e) => failure(e),
     }
 }
@@ -232,7 +268,10 @@ fn cmd_inspect(run_dir: &Path, json: bool) -> ExitCode {
     match kevin::telemetry::inspect(run_dir) {
         Ok(report) => {
             if json {
-                println!("{}", serde_json::to_string_pretty(&report).expect("report serialises"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("report serialises")
+                );
             } else {
                 print!("{report}");
             }
@@ -243,7 +282,9 @@ fn cmd_inspect(run_dir: &Path, json: bool) -> ExitCode {
 }
 
 fn not_available(command: &str, what: &str) -> ExitCode {
-    failure(format!("`kevin {command}` is not available yet: {what}. Nothing was done."))
+    failure(format!(
+        "`kevin {command}` is not available yet: {what}. Nothing was done."
+    ))
 }
 
 /// The binary's entry point.
@@ -257,9 +298,20 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Train { config, run_dir, max_steps } => cmd_train(cli.log, config, run_dir, max_steps),
+        Command::Train {
+            config,
+            run_dir,
+            max_steps,
+        } => cmd_train(cli.log, config, run_dir, max_steps),
         Command::Inspect { run_dir, json } => cmd_inspect(&run_dir, json),
-        Command::Bench { what: BenchCommand::Pipeline { steps, seconds, out } } => {
+        Command::Bench {
+            what:
+                BenchCommand::Pipeline {
+                    steps,
+                    seconds,
+                    out,
+                },
+        } => {
             if let Err(e) = init_logging(cli.log.as_deref().unwrap_or("warn"), None) {
                 return usage_error(e);
             }
@@ -268,7 +320,10 @@ pub fn main() -> ExitCode {
                 Err(e) => failure(e),
             }
         }
-        Command::Eval { .. } => not_available("eval", "the evaluation harness (GPU workers, CPU backend) is not built yet"),
+        Command::Eval { .. } => not_available(
+            "eval",
+            "the evaluation harness (GPU workers, CPU backend) is not built yet",
+        ),
         Command::Tasks { .. } => not_available("tasks", "the task suite is not built yet"),
         Command::Worker { .. } => not_available("worker", "no worker role is built yet"),
     }

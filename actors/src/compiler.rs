@@ -34,7 +34,15 @@ impl Compiler {
         credits: usize,
         failures: Arc<Failures>,
     ) -> Self {
-        Compiler { pool: BlockingPool::new("compile", workers), env, workers, verifier, timeout_ms, credits, failures }
+        Compiler {
+            pool: BlockingPool::new("compile", workers),
+            env,
+            workers,
+            verifier,
+            timeout_ms,
+            credits,
+            failures,
+        }
     }
 }
 
@@ -61,15 +69,37 @@ impl Handler<Compile> for Compiler {
     fn handle(&mut self, msg: Compile, ctx: &mut Context<Self>) {
         let task_name = msg.task.clone();
         let span = move || tracing::info_span!("Compile", actor = "Compiler", task = %task_name);
-        let (env, pool, verifier, limit) = (self.env.clone(), self.pool.clone(), self.verifier.clone(), self.timeout_ms);
+        let (env, pool, verifier, limit) = (
+            self.env.clone(),
+            self.pool.clone(),
+            self.verifier.clone(),
+            self.timeout_ms,
+        );
         let me = ctx.address();
-        let Compile { task, source, reply, ticket } = msg;
+        let Compile {
+            task,
+            source,
+            reply,
+            ticket,
+        } = msg;
         actix::spawn(async move {
-            match run_stage(&pool, span, "compile", limit, move || env.compile(&task, &source)).await {
+            match run_stage(&pool, span, "compile", limit, move || {
+                env.compile(&task, &source)
+            })
+            .await
+            {
                 // Keep this stage's credit until the next stage has accepted the work: that is
                 // what carries backpressure from the Profiler back to the Rollout.
                 Ok(Ok(compiled)) => {
-                    if verifier.send(|t| Verify { compiled, reply, ticket: t }).await.is_err() {
+                    if verifier
+                        .send(|t| Verify {
+                            compiled,
+                            reply,
+                            ticket: t,
+                        })
+                        .await
+                        .is_err()
+                    {
                         tracing::error!("the Verifier is gone; a candidate was not verified");
                     }
                 }

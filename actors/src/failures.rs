@@ -15,7 +15,12 @@ pub struct Failures {
 impl Failures {
     /// Counts one failure of `what` (e.g. "Compiler.restart", "Generator.policy_error").
     pub fn count(&self, what: &str) {
-        *self.counts.lock().expect("failure counters").entry(what.to_string()).or_default() += 1;
+        *self
+            .counts
+            .lock()
+            .expect("failure counters")
+            .entry(what.to_string())
+            .or_default() += 1;
     }
 
     /// The counts so far.

@@ -33,7 +33,12 @@ pub struct Generator {
 
 impl Generator {
     /// A generator in front of `policy`.
-    pub fn new(policy: Box<dyn Policy>, sampling: SamplingSection, credits: usize, failures: Arc<Failures>) -> Self {
+    pub fn new(
+        policy: Box<dyn Policy>,
+        sampling: SamplingSection,
+        credits: usize,
+        failures: Arc<Failures>,
+    ) -> Self {
         Generator {
             policy: Arc::new(Mutex::new(policy)),
             pool: BlockingPool::new("policy", 1),
@@ -57,13 +62,21 @@ impl Generator {
         let (policy, sampling) = (self.policy.clone(), self.sampling.clone());
         self.busy = true;
         let rx = self.pool.run(move || -> Result<Vec<Completion>, String> {
-            let span = tracing::info_span!("generate_batch", actor = "Generator", batch = requests.len());
+            let span = tracing::info_span!(
+                "generate_batch",
+                actor = "Generator",
+                batch = requests.len()
+            );
             let _entered = span.enter();
-            let mut policy = policy.lock().map_err(|_| "the policy is poisoned by an earlier panic".to_string())?;
+            let mut policy = policy
+                .lock()
+                .map_err(|_| "the policy is poisoned by an earlier panic".to_string())?;
             if let Some(w) = weights {
                 policy.set_weights(&w).map_err(|e| e.to_string())?;
             }
-            policy.generate(&requests, &sampling).map_err(|e| e.to_string())
+            policy
+                .generate(&requests, &sampling)
+                .map_err(|e| e.to_string())
         });
         ctx.spawn(actix::fut::wrap_future::<_, Self>(rx).map(move |result, act, ctx| {
             let result = match result {

@@ -19,7 +19,9 @@ use tokio::sync::{oneshot, watch};
 use crate::failures::Failures;
 use crate::generator::Generator;
 use crate::mailbox::Mailbox;
-use crate::messages::{Finish, GetReplayStatus, GetSamplerState, PublishWeights, RecordMetrics, TakeBatch};
+use crate::messages::{
+    Finish, GetReplayStatus, GetSamplerState, PublishWeights, RecordMetrics, TakeBatch,
+};
 use crate::pool::BlockingPool;
 use crate::replay_queue::ReplayQueue;
 use crate::task_sampler::TaskSamplerActor;
@@ -91,7 +93,11 @@ pub struct LearnerActor {
 impl LearnerActor {
     /// A learner actor; its loop starts with the actor.
     pub fn new(ctx: LearnerCtx) -> Self {
-        LearnerActor { ctx: Some(ctx), finishing: watch::channel(false).0, done: None }
+        LearnerActor {
+            ctx: Some(ctx),
+            finishing: watch::channel(false).0,
+            done: None,
+        }
     }
 }
 
@@ -118,17 +124,27 @@ impl Handler<Finish> for LearnerActor {
                     error: Some("the learner loop ended without a summary".into()),
                     ..Default::default()
                 }),
-                None => LearnerSummary { error: Some("Finish was sent twice".into()), ..Default::default() },
+                None => LearnerSummary {
+                    error: Some("Finish was sent twice".into()),
+                    ..Default::default()
+                },
             }
         })
     }
 }
 
 fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
-async fn learner_loop(mut c: LearnerCtx, mut finishing: watch::Receiver<bool>, done: oneshot::Sender<LearnerSummary>) {
+async fn learner_loop(
+    mut c: LearnerCtx,
+    mut finishing: watch::Receiver<bool>,
+    done: oneshot::Sender<LearnerSummary>,
+) {
     let pool = BlockingPool::new("learner", 1);
     let session_start = Instant::now();
     let mut version = c.learner.lock().map(|l| l.version()).unwrap_or(0);
@@ -154,7 +170,14 @@ async fn learner_loop(mut c: LearnerCtx, mut finishing: watch::Receiver<bool>, d
             break;
         }
         let (tx, rx) = oneshot::channel();
-        if c.replay.send(TakeBatch { learner_version: version, reply: tx }).await.is_err() {
+        if c.replay
+            .send(TakeBatch {
+                learner_version: version,
+                reply: tx,
+            })
+            .await
+            .is_err()
+        {
             error = Some("the replay queue is gone".to_string());
             break;
         }
@@ -164,13 +187,20 @@ async fn learner_loop(mut c: LearnerCtx, mut finishing: watch::Receiver<bool>, d
         };
         let started = Instant::now();
         let (learner, run_dir) = (c.learner.clone(), c.run_dir.clone());
-        let span = tracing::info_span!("train_step", actor = "Learner", step = version + 1, groups = batch.groups.len());
+        let span = tracing::info_span!(
+            "train_step",
+            actor = "Learner",
+            step = version + 1,
+            groups = batch.groups.len()
+        );
         let batch = Arc::new(batch);
         let b = batch.clone();
         let result = pool
             .run(move || -> Result<_, String> {
                 let _entered = span.enter();
-                let mut l = learner.lock().map_err(|_| "the learner is poisoned by an earlier panic".to_string())?;
+                let mut l = learner
+                    .lock()
+                    .map_err(|_| "the learner is poisoned by an earlier panic".to_string())?;
                 let stats = l.train(&b).map_err(|e| e.to_string())?;
                 let record = StepRecord {
                     version: l.version(),
@@ -211,10 +241,12 @@ async fn learner_loop(mut c: LearnerCtx, mut finishing: watch::Receiver<bool>, d
         m.dropped_total = c.base_counters.groups_dropped + status.dropped;
         m.accepted_total = c.base_counters.groups_accepted + status.accepted;
         m.turns_per_s = c.turns_done.load(Ordering::Relaxed) as f64 / m.elapsed_s.max(1e-9);
-        m.replay_pending = status.pending.len() as u64;
+        m.replay_pending = status.waiting as u64;
         for mb in &c.mailboxes {
-            m.mailbox_depth.insert(mb.name().to_string(), mb.depth() as u64);
-            m.mailbox_high_water.insert(mb.name().to_string(), mb.high_water() as u64);
+            m.mailbox_depth
+                .insert(mb.name().to_string(), mb.depth() as u64);
+            m.mailbox_high_water
+                .insert(mb.name().to_string(), mb.high_water() as u64);
         }
         if let Some(stats) = &c.trace_stats {
             let now = stats.snapshot();
@@ -265,10 +297,20 @@ async fn learner_loop(mut c: LearnerCtx, mut finishing: watch::Receiver<bool>, d
             None
         }
     };
-    let _ = done.send(LearnerSummary { version, steps, checkpoint: checkpoint_path, error });
+    let _ = done.send(LearnerSummary {
+        version,
+        steps,
+        checkpoint: checkpoint_path,
+        error,
+    });
 }
 
-async fn checkpoint(c: &LearnerCtx, pool: &BlockingPool, version: u64, trained: u64) -> Result<std::path::PathBuf, String> {
+async fn checkpoint(
+    c: &LearnerCtx,
+    pool: &BlockingPool,
+    version: u64,
+    trained: u64,
+) -> Result<std::path::PathBuf, String> {
     let sampler = c.sampler.send(GetSamplerState).await.ok();
     let status = c.replay.send(GetReplayStatus).await.unwrap_or_default();
     let state = CheckpointState {
@@ -288,8 +330,12 @@ async fn checkpoint(c: &LearnerCtx, pool: &BlockingPool, version: u64, trained: 
     match pool
         .run(move || {
             let _entered = span.enter();
-            let l = learner.lock().map_err(|_| "the learner is poisoned".to_string())?;
-            run_dir.write_checkpoint(l.as_ref(), &state).map_err(|e| e.to_string())
+            let l = learner
+                .lock()
+                .map_err(|_| "the learner is poisoned".to_string())?;
+            run_dir
+                .write_checkpoint(l.as_ref(), &state)
+                .map_err(|e| e.to_string())
         })
         .await
     {

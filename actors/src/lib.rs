@@ -33,5 +33,3 @@ pub mod system;
 pub mod task_sampler;
 pub mod telemetry;
 pub mod verifier;
-
-mod candidate_text;

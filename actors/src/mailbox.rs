@@ -67,10 +67,18 @@ impl Mailbox {
 
     /// Waits for a credit.
     pub async fn ticket(&self) -> Ticket {
-        let permit = self.credits.clone().acquire_owned().await.expect("mailbox semaphores are never closed");
+        let permit = self
+            .credits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("mailbox semaphores are never closed");
         let depth = self.depth();
         if self.high_water.fetch_max(depth, Ordering::Relaxed) < depth {
-            kevin::telemetry::counter(&format!("{}{}", kevin::telemetry::MAILBOX_COUNTER_PREFIX, self.name), depth as f64);
+            kevin::telemetry::counter(
+                &format!("{}{}", kevin::telemetry::MAILBOX_COUNTER_PREFIX, self.name),
+                depth as f64,
+            );
         }
         Ticket { _permit: permit }
     }
@@ -86,7 +94,10 @@ pub struct Handle<A: Actor> {
 
 impl<A: Actor> Clone for Handle<A> {
     fn clone(&self) -> Self {
-        Handle { addr: self.addr.clone(), mailbox: self.mailbox.clone() }
+        Handle {
+            addr: self.addr.clone(),
+            mailbox: self.mailbox.clone(),
+        }
     }
 }
 

@@ -125,8 +125,10 @@ pub struct TakeBatch {
 /// What the replay queue holds and has counted.
 #[derive(Debug, Clone, Default)]
 pub struct ReplayStatus {
-    /// Waiting sequence numbers.
+    /// Sequence numbers accepted but not yet consumed by a learner step's record.
     pub pending: Vec<u64>,
+    /// Groups waiting for the learner.
+    pub waiting: usize,
     /// Accepted in this session.
     pub accepted: u64,
     /// Dropped as stale in this session.

@@ -43,7 +43,11 @@ impl BlockingPool {
                 })
                 .expect("spawning a worker thread");
         }
-        BlockingPool { name: name.to_string(), jobs: tx, panics: Arc::new(AtomicU64::new(0)) }
+        BlockingPool {
+            name: name.to_string(),
+            jobs: tx,
+            panics: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// Runs `f` on a pool thread; await the receiver for its result.

@@ -24,8 +24,21 @@ pub struct Profiler {
 
 impl Profiler {
     /// A profiler with `workers` threads (one per device: timings must not share one).
-    pub fn new(env: Arc<dyn KernelEnv>, workers: usize, timeout_ms: u64, credits: usize, failures: Arc<Failures>) -> Self {
-        Profiler { pool: BlockingPool::new("profile", workers), env, workers, timeout_ms, credits, failures }
+    pub fn new(
+        env: Arc<dyn KernelEnv>,
+        workers: usize,
+        timeout_ms: u64,
+        credits: usize,
+        failures: Arc<Failures>,
+    ) -> Self {
+        Profiler {
+            pool: BlockingPool::new("profile", workers),
+            env,
+            workers,
+            timeout_ms,
+            credits,
+            failures,
+        }
     }
 }
 
@@ -53,9 +66,17 @@ impl Handler<Profile> for Profiler {
         let span = move || tracing::info_span!("Profile", actor = "Profiler", task = %task_name);
         let (env, pool, limit) = (self.env.clone(), self.pool.clone(), self.timeout_ms);
         let me = ctx.address();
-        let Profile { compiled, reply, ticket } = msg;
+        let Profile {
+            compiled,
+            reply,
+            ticket,
+        } = msg;
         actix::spawn(async move {
-            let outcome = match run_stage(&pool, span, "profile", limit, move || env.profile(&compiled)).await {
+            let outcome = match run_stage(&pool, span, "profile", limit, move || {
+                env.profile(&compiled)
+            })
+            .await
+            {
                 Ok(outcome) => outcome,
                 Err(failure) => {
                     if matches!(failure, StageFailure::Panicked(_)) {

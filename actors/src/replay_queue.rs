@@ -13,7 +13,9 @@ use tokio::sync::oneshot;
 
 use crate::failures::Failures;
 use crate::mailbox::{actix_capacity, Handle};
-use crate::messages::{GetReplayStatus, GroupDone, GroupSlot, RecordGroup, ReplayStatus, TakeBatch, TaskFeedback};
+use crate::messages::{
+    GetReplayStatus, GroupDone, GroupSlot, RecordGroup, ReplayStatus, TakeBatch, TaskFeedback,
+};
 use crate::task_sampler::TaskSamplerActor;
 use crate::telemetry::Telemetry;
 
@@ -38,14 +40,32 @@ impl ReplayQueue {
         credits: usize,
         failures: Arc<Failures>,
     ) -> Self {
-        ReplayQueue { buffer, slots: HashMap::new(), waiting: None, sampler, telemetry, credits, failures }
+        ReplayQueue {
+            buffer,
+            slots: HashMap::new(),
+            waiting: None,
+            sampler,
+            telemetry,
+            credits,
+            failures,
+        }
     }
 
     fn try_fill(&mut self) {
-        let Some((version, _)) = &self.waiting else { return };
-        let Some(batch) = self.buffer.take_batch(*version) else { return };
+        let Some((version, _)) = &self.waiting else {
+            return;
+        };
+        let version = *version;
+        // A stale group's slot is released at once, so the sampler can start a fresh group in
+        // its place; the drop itself is recorded with the next batch.
+        for seq in self.buffer.drop_stale(version) {
+            self.slots.remove(&seq);
+        }
+        let Some(batch) = self.buffer.take_batch(version) else {
+            return;
+        };
         let (_, reply) = self.waiting.take().expect("checked above");
-        let consumed: Vec<u64> = batch.groups.iter().map(|g| g.seq).chain(batch.dropped.iter().copied()).collect();
+        let consumed: Vec<u64> = batch.groups.iter().map(|g| g.seq).collect();
         match reply.send(batch) {
             Ok(()) => {
                 for seq in consumed {
@@ -70,7 +90,8 @@ impl Handler<GroupDone> for ReplayQueue {
     type Result = Result<u64, String>;
 
     fn handle(&mut self, msg: GroupDone, _ctx: &mut Context<Self>) -> Self::Result {
-        let _span = tracing::info_span!("GroupDone", actor = "ReplayQueue", task = %msg.group.task).entered();
+        let _span = tracing::info_span!("GroupDone", actor = "ReplayQueue", task = %msg.group.task)
+            .entered();
         let (task, rate) = (msg.group.task.clone(), msg.group.correct_rate());
         let seq = self.buffer.accept(msg.group).map_err(|e| {
             self.failures.count("ReplayQueue.wal_error");
@@ -78,11 +99,19 @@ impl Handler<GroupDone> for ReplayQueue {
             e.to_string()
         })?;
         self.slots.insert(seq, msg.slot);
-        self.sampler.do_send(TaskFeedback { task, correct_rate: rate });
+        self.sampler.do_send(TaskFeedback {
+            task,
+            correct_rate: rate,
+        });
         if let Some(scored) = self.buffer.last().cloned() {
             let telemetry = self.telemetry.clone();
             actix::spawn(async move {
-                let _ = telemetry.send(|ticket| RecordGroup { group: scored, ticket }).await;
+                let _ = telemetry
+                    .send(|ticket| RecordGroup {
+                        group: scored,
+                        ticket,
+                    })
+                    .await;
             });
         }
         self.try_fill();
@@ -106,6 +135,7 @@ impl Handler<GetReplayStatus> for ReplayQueue {
     fn handle(&mut self, _: GetReplayStatus, _ctx: &mut Context<Self>) -> Self::Result {
         MessageResult(ReplayStatus {
             pending: self.buffer.pending_seqs(),
+            waiting: self.buffer.len(),
             accepted: self.buffer.accepted_total(),
             dropped: self.buffer.dropped_total(),
         })

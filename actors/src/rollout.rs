@@ -76,14 +76,24 @@ impl Handler<StartGroup> for Rollout {
     fn handle(&mut self, msg: StartGroup, _ctx: &mut Context<Self>) {
         let _span = tracing::info_span!("StartGroup", actor = "Rollout", task = %msg.task.name, group = msg.group_id).entered();
         self.shared.inflight.fetch_add(1, Ordering::SeqCst);
-        actix::spawn(run_group(self.shared.clone(), msg.task, msg.group_id, msg.slot));
+        actix::spawn(run_group(
+            self.shared.clone(),
+            msg.task,
+            msg.group_id,
+            msg.slot,
+        ));
         // The group runs on; this message is handled: its credit returns now. The group's own
         // bound is its slot.
         drop(msg.ticket);
     }
 }
 
-async fn run_group(shared: Arc<RolloutShared>, task: Arc<EpisodeTask>, group_id: u64, slot: GroupSlot) {
+async fn run_group(
+    shared: Arc<RolloutShared>,
+    task: Arc<EpisodeTask>,
+    group_id: u64,
+    slot: GroupSlot,
+) {
     let handles: Vec<_> = (0..shared.cfg.trajectories)
         .map(|i| actix::spawn(run_trajectory(shared.clone(), task.clone(), group_id, i)))
         .collect();
@@ -100,8 +110,20 @@ async fn run_group(shared: Arc<RolloutShared>, task: Arc<EpisodeTask>, group_id:
         shared.failures.count("Rollout.group_abandoned");
         tracing::error!(actor = "Rollout", task = %task.name, group = group_id, %reason, "group abandoned");
     } else {
-        let group = Group { id: group_id, task: task.name.clone(), trajectories };
-        match shared.replay.send(|ticket| GroupDone { group, slot, ticket }).await {
+        let group = Group {
+            id: group_id,
+            task: task.name.clone(),
+            trajectories,
+        };
+        match shared
+            .replay
+            .send(|ticket| GroupDone {
+                group,
+                slot,
+                ticket,
+            })
+            .await
+        {
             Ok(Ok(_seq)) => {}
             Ok(Err(e)) => {
                 shared.failures.count("ReplayQueue.rejected");
@@ -124,7 +146,11 @@ async fn run_trajectory(
     group_id: u64,
     index: u32,
 ) -> Result<Vec<TurnRecord>, String> {
-    let mut episode = Episode::new(task.clone(), shared.cfg.turns, shared.cfg.prompt_budget_chars as usize);
+    let mut episode = Episode::new(
+        task.clone(),
+        shared.cfg.turns,
+        shared.cfg.prompt_budget_chars as usize,
+    );
     while !episode.is_done() {
         let turn = episode.next_turn();
         let prompt = {
@@ -132,33 +158,66 @@ async fn run_trajectory(
             episode.prompt()
         };
         let started = Instant::now();
-        let request = GenRequest { id: group_id, prompt: prompt.clone(), seed: turn_seed(shared.seed, group_id, index, turn) };
+        let request = GenRequest {
+            id: group_id,
+            prompt: prompt.clone(),
+            seed: turn_seed(shared.seed, group_id, index, turn),
+        };
         let mut completion = Err(String::new());
         for attempt in 0..GENERATE_ATTEMPTS {
             let (tx, rx) = oneshot::channel();
             let req = request.clone();
-            if shared.generator.send(|ticket| Generate { request: req, reply: tx, ticket }).await.is_err() {
+            if shared
+                .generator
+                .send(|ticket| Generate {
+                    request: req,
+                    reply: tx,
+                    ticket,
+                })
+                .await
+                .is_err()
+            {
                 return Err("the generator is gone".into());
             }
-            completion = rx.await.unwrap_or_else(|_| Err("the generator dropped the request".into()));
+            completion = rx
+                .await
+                .unwrap_or_else(|_| Err("the generator dropped the request".into()));
             if completion.is_ok() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
         }
-        let completion = completion.map_err(|e| format!("generation failed {GENERATE_ATTEMPTS} times: {e}"))?;
+        let completion =
+            completion.map_err(|e| format!("generation failed {GENERATE_ATTEMPTS} times: {e}"))?;
         let generate_ms = started.elapsed().as_secs_f64() * 1e3;
         let evaluated = Instant::now();
         let parsed = {
             let _s = tracing::info_span!("ParseResponse", actor = "Rollout", turn).entered();
-            crate::candidate_text::extract(&completion.text)
+            kevin::candidate::parse_response(&completion.text)
         };
         let (kernel, summary, outcome) = match parsed {
-            Err(reason) => (None, None, Outcome::FormatError { reason }),
-            Ok((source, summary)) => {
+            Err(e) => (
+                None,
+                None,
+                Outcome::FormatError {
+                    reason: e.to_string(),
+                },
+            ),
+            Ok(candidate) => {
+                let (source, summary) = (candidate.source, Some(candidate.summary));
                 let (tx, rx) = oneshot::channel();
                 let (t, s) = (task.name.clone(), source.clone());
-                if shared.compiler.send(|ticket| Compile { task: t, source: s, reply: tx, ticket }).await.is_err() {
+                if shared
+                    .compiler
+                    .send(|ticket| Compile {
+                        task: t,
+                        source: s,
+                        reply: tx,
+                        ticket,
+                    })
+                    .await
+                    .is_err()
+                {
                     return Err("the compiler is gone".into());
                 }
                 let outcome = rx.await.unwrap_or_else(|_| Outcome::Crash {

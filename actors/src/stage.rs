@@ -34,7 +34,13 @@ impl StageFailure {
 /// Runs `f` on `pool` inside the span `make_span` creates, waiting at most `limit_ms` + grace.
 /// The span is created on the pool thread when the work starts, so the trace shows work, not
 /// queueing (queueing shows as mailbox depth).
-pub async fn run_stage<T, F, S>(pool: &BlockingPool, make_span: S, stage: &'static str, limit_ms: u64, f: F) -> Result<T, StageFailure>
+pub async fn run_stage<T, F, S>(
+    pool: &BlockingPool,
+    make_span: S,
+    stage: &'static str,
+    limit_ms: u64,
+    f: F,
+) -> Result<T, StageFailure>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
@@ -48,15 +54,25 @@ where
     match tokio::time::timeout(Duration::from_millis(limit_ms) + GRACE, rx).await {
         Ok(Ok(Ok(value))) => Ok(value),
         Ok(Ok(Err(panic))) => Err(StageFailure::Panicked(Outcome::Crash {
-            reason: format!("the evaluation environment failed during {stage}: {}", panic.0),
+            reason: format!(
+                "the evaluation environment failed during {stage}: {}",
+                panic.0
+            ),
         })),
         // The pool dropped the job: only when its threads are gone.
         Ok(Err(_)) => Err(StageFailure::Panicked(Outcome::Crash {
             reason: format!("the {stage} pool is gone"),
         })),
         Err(_) => {
-            tracing::error!(stage, limit_ms, "an environment call outlived its deadline and the grace period");
-            Err(StageFailure::TimedOut(Outcome::Timeout { stage: stage.to_string(), limit_ms }))
+            tracing::error!(
+                stage,
+                limit_ms,
+                "an environment call outlived its deadline and the grace period"
+            );
+            Err(StageFailure::TimedOut(Outcome::Timeout {
+                stage: stage.to_string(),
+                limit_ms,
+            }))
         }
     }
 }

@@ -111,7 +111,11 @@ fn first_difference(a: &ConfigFile, b: &ConfigFile) -> Option<String> {
             (toml::Value::Table(ta), toml::Value::Table(tb)) => {
                 let keys: std::collections::BTreeSet<_> = ta.keys().chain(tb.keys()).collect();
                 keys.into_iter().find_map(|k| {
-                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
                     match (ta.get(k), tb.get(k)) {
                         (Some(x), Some(y)) => walk(x, y, &key),
                         _ => Some(key),
@@ -126,7 +130,11 @@ fn first_difference(a: &ConfigFile, b: &ConfigFile) -> Option<String> {
     let mut b = b.clone();
     a.run.max_steps = 0;
     b.run.max_steps = 0;
-    walk(&toml::Value::try_from(&a).ok()?, &toml::Value::try_from(&b).ok()?, "")
+    walk(
+        &toml::Value::try_from(&a).ok()?,
+        &toml::Value::try_from(&b).ok()?,
+        "",
+    )
 }
 
 /// The tasks episodes are sampled from (train split only).
@@ -161,18 +169,27 @@ fn build_env(config: &Config) -> Arc<dyn KernelEnv> {
 
 fn build_learner(config: &Config) -> Box<dyn Learner> {
     match config.learner.kind {
-        ComponentKind::Simulated => Box::new(SimLearner::from_config(&config.learner, config.sampling.max_new_tokens)),
+        ComponentKind::Simulated => Box::new(SimLearner::from_config(
+            &config.learner,
+            config.sampling.max_new_tokens,
+        )),
     }
 }
 
 /// Runs a training session until `max_steps` or `shutdown`. Blocks the calling thread (it runs
 /// its own actix system).
-pub fn train(opts: TrainOptions, shutdown: impl Future<Output = ()> + 'static) -> Result<TrainSummary, TrainError> {
+pub fn train(
+    opts: TrainOptions,
+    shutdown: impl Future<Output = ()> + 'static,
+) -> Result<TrainSummary, TrainError> {
     let config = opts.config;
     let run_dir = Arc::new(RunDir::open(&opts.run_dir)?);
     if let Some(stored) = run_dir.stored_config()? {
         if let Some(key) = first_difference(&stored, &config.file) {
-            return Err(TrainError::ConfigMismatch { dir: opts.run_dir.display().to_string(), key });
+            return Err(TrainError::ConfigMismatch {
+                dir: opts.run_dir.display().to_string(),
+                key,
+            });
         }
     }
     run_dir.write_config(&config.to_toml())?;
@@ -181,18 +198,26 @@ pub fn train(opts: TrainOptions, shutdown: impl Future<Output = ()> + 'static) -
         tracing::warn!(checkpoint = %skipped.display(), "skipped an incomplete checkpoint; using the previous one");
     }
     if recovery.record_lines_cut > 0 {
-        tracing::warn!(lines = recovery.record_lines_cut, "learner steps after the last checkpoint will be redone");
+        tracing::warn!(
+            lines = recovery.record_lines_cut,
+            "learner steps after the last checkpoint will be redone"
+        );
     }
 
     let tasks = build_tasks(&config);
     let policy = build_policy(&config);
     let env = build_env(&config);
     let mut learner = build_learner(&config);
-    let mut sampler = TaskSampler::new(tasks.iter().map(|t| t.name.clone()).collect(), config.run.seed);
+    let mut sampler = TaskSampler::new(
+        tasks.iter().map(|t| t.name.clone()).collect(),
+        config.run.seed,
+    );
     let mut base_counters = Default::default();
     let resumed_from = match &recovery.checkpoint {
         Some((path, state)) => {
-            learner.load(&path.join("learner")).map_err(RunDirError::from)?;
+            learner
+                .load(&path.join("learner"))
+                .map_err(RunDirError::from)?;
             if let Some(s) = &state.sampler {
                 sampler.restore(s.clone());
             }
@@ -203,7 +228,9 @@ pub fn train(opts: TrainOptions, shutdown: impl Future<Output = ()> + 'static) -
     };
     tracing::info!(policy = %policy.describe(), env = %env.describe(), learner = %learner.describe(), "components");
     match resumed_from {
-        Some(v) => tracing::info!(run_dir = %opts.run_dir.display(), version = v, recovered_groups = recovery.pending.len(), "resuming"),
+        Some(v) => {
+            tracing::info!(run_dir = %opts.run_dir.display(), version = v, recovered_groups = recovery.pending.len(), "resuming")
+        }
         None => tracing::info!(run_dir = %opts.run_dir.display(), "starting a new run"),
     }
     let recovered_groups = recovery.pending.len();
@@ -370,7 +397,11 @@ mod tests {
         let a = ConfigFile::default();
         let mut b = a.clone();
         b.run.max_steps = 99;
-        assert_eq!(first_difference(&a, &b), None, "max_steps may change on resume");
+        assert_eq!(
+            first_difference(&a, &b),
+            None,
+            "max_steps may change on resume"
+        );
         b.rollout.turns = 7;
         assert_eq!(first_difference(&a, &b).as_deref(), Some("rollout.turns"));
     }

@@ -52,7 +52,18 @@ impl TaskSamplerActor {
         version: watch::Receiver<u64>,
     ) -> Self {
         let tasks = tasks.into_iter().map(|t| (t.name.clone(), t)).collect();
-        TaskSamplerActor { sampler, tasks, rollout, inflight, mode, batch, started_this_round: 0, round_version: 0, version, stopped: false }
+        TaskSamplerActor {
+            sampler,
+            tasks,
+            rollout,
+            inflight,
+            mode,
+            batch,
+            started_this_round: 0,
+            round_version: 0,
+            version,
+            stopped: false,
+        }
     }
 }
 
@@ -77,48 +88,62 @@ impl Handler<Tick> for TaskSamplerActor {
             // Wait for the learner to publish the version trained on this round's groups.
             let mut version = self.version.clone();
             let current = self.round_version;
-            ctx.spawn(actix::fut::wrap_future::<_, Self>(async move {
-                while *version.borrow() <= current {
-                    if version.changed().await.is_err() {
-                        break;
+            ctx.spawn(
+                actix::fut::wrap_future::<_, Self>(async move {
+                    while *version.borrow() <= current {
+                        if version.changed().await.is_err() {
+                            break;
+                        }
                     }
-                }
-            })
-            .map(|_, act, ctx| {
-                act.started_this_round = 0;
-                ctx.notify(Tick);
-            }));
+                })
+                .map(|_, act, ctx| {
+                    act.started_this_round = 0;
+                    ctx.notify(Tick);
+                }),
+            );
             return;
         }
         // Waiting for a slot must not block this actor: it still answers GetSamplerState (the
         // learner's checkpoint needs it while all slots are taken).
         let inflight = self.inflight.clone();
-        ctx.spawn(actix::fut::wrap_future::<_, Self>(inflight.acquire_owned()).map(|permit, act, ctx| {
-            let Ok(slot) = permit else { return };
-            if act.stopped {
-                return;
-            }
-            let _span = tracing::info_span!("PickTask", actor = "TaskSampler").entered();
-            if act.started_this_round == 0 {
-                act.round_version = *act.version.borrow();
-            }
-            let (name, group_id) = act.sampler.pick();
-            let task = act.tasks[&name].clone();
-            act.started_this_round += 1;
-            let rollout = act.rollout.clone();
-            ctx.spawn(
-                actix::fut::wrap_future::<_, Self>(async move {
-                    rollout.send(|ticket| StartGroup { task, group_id, slot, ticket }).await
-                })
-                .map(|sent, _act, ctx| {
-                    if sent.is_ok() {
-                        ctx.notify(Tick);
-                    } else {
-                        tracing::error!(actor = "TaskSampler", "the rollout actor is gone; sampling stops");
-                    }
-                }),
-            );
-        }));
+        ctx.spawn(
+            actix::fut::wrap_future::<_, Self>(inflight.acquire_owned()).map(|permit, act, ctx| {
+                let Ok(slot) = permit else { return };
+                if act.stopped {
+                    return;
+                }
+                let _span = tracing::info_span!("PickTask", actor = "TaskSampler").entered();
+                if act.started_this_round == 0 {
+                    act.round_version = *act.version.borrow();
+                }
+                let (name, group_id) = act.sampler.pick();
+                let task = act.tasks[&name].clone();
+                act.started_this_round += 1;
+                let rollout = act.rollout.clone();
+                ctx.spawn(
+                    actix::fut::wrap_future::<_, Self>(async move {
+                        rollout
+                            .send(|ticket| StartGroup {
+                                task,
+                                group_id,
+                                slot,
+                                ticket,
+                            })
+                            .await
+                    })
+                    .map(|sent, _act, ctx| {
+                        if sent.is_ok() {
+                            ctx.notify(Tick);
+                        } else {
+                            tracing::error!(
+                                actor = "TaskSampler",
+                                "the rollout actor is gone; sampling stops"
+                            );
+                        }
+                    }),
+                );
+            }),
+        );
     }
 }
 

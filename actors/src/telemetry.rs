@@ -27,13 +27,22 @@ pub struct Telemetry {
 }
 
 fn append(path: &Path) -> std::io::Result<BufWriter<File>> {
-    Ok(BufWriter::new(OpenOptions::new().create(true).append(true).open(path)?))
+    Ok(BufWriter::new(
+        OpenOptions::new().create(true).append(true).open(path)?,
+    ))
 }
 
 /// Score recorded in the first line of a best-kernel file.
 fn best_score(path: &Path) -> Option<f64> {
     let text = std::fs::read_to_string(path).ok()?;
-    text.lines().next()?.split("score=").nth(1)?.split_whitespace().next()?.parse().ok()
+    text.lines()
+        .next()?
+        .split("score=")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl Telemetry {
@@ -44,13 +53,19 @@ impl Telemetry {
         let mut best = HashMap::new();
         for entry in std::fs::read_dir(&best_dir)?.flatten() {
             let path = entry.path();
-            if let (Some(stem), Some(score)) = (path.file_stem().and_then(|s| s.to_str()), best_score(&path)) {
+            if let (Some(stem), Some(score)) =
+                (path.file_stem().and_then(|s| s.to_str()), best_score(&path))
+            {
                 best.insert(stem.to_string(), score);
             }
         }
         Ok(Telemetry {
             metrics: append(&run_dir.join("metrics.jsonl"))?,
-            episodes: if episodes { Some(append(&run_dir.join("episodes.jsonl"))?) } else { None },
+            episodes: if episodes {
+                Some(append(&run_dir.join("episodes.jsonl"))?)
+            } else {
+                None
+            },
             best_dir,
             best,
             credits,
@@ -58,7 +73,13 @@ impl Telemetry {
     }
 
     fn record(&mut self, g: &ScoredGroup) -> std::io::Result<()> {
-        for (ti, (traj, (rets, advs))) in g.group.trajectories.iter().zip(g.returns.iter().zip(&g.advantages)).enumerate() {
+        for (ti, (traj, (rets, advs))) in g
+            .group
+            .trajectories
+            .iter()
+            .zip(g.returns.iter().zip(&g.advantages))
+            .enumerate()
+        {
             for (turn, (ret, adv)) in traj.iter().zip(rets.iter().zip(advs)) {
                 if let Some(out) = &mut self.episodes {
                     let line = json!({
@@ -71,8 +92,14 @@ impl Telemetry {
                     serde_json::to_writer(&mut *out, &line)?;
                     out.write_all(b"\n")?;
                 }
-                let best = self.best.get(&g.group.task).copied().unwrap_or(f64::NEG_INFINITY);
-                if let (true, Some(kernel)) = (turn.outcome.is_correct() && turn.score > best, &turn.kernel) {
+                let best = self
+                    .best
+                    .get(&g.group.task)
+                    .copied()
+                    .unwrap_or(f64::NEG_INFINITY);
+                if let (true, Some(kernel)) =
+                    (turn.outcome.is_correct() && turn.score > best, &turn.kernel)
+                {
                     self.best.insert(g.group.task.clone(), turn.score);
                     let header = format!(
                         "// kevin best: score={} speedup={:.3} seq={} turn={} policy_version={}\n",

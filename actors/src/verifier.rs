@@ -34,7 +34,15 @@ impl Verifier {
         credits: usize,
         failures: Arc<Failures>,
     ) -> Self {
-        Verifier { pool: BlockingPool::new("verify", workers), env, workers, profiler, timeout_ms, credits, failures }
+        Verifier {
+            pool: BlockingPool::new("verify", workers),
+            env,
+            workers,
+            profiler,
+            timeout_ms,
+            credits,
+            failures,
+        }
     }
 }
 
@@ -60,14 +68,31 @@ impl Handler<Verify> for Verifier {
     fn handle(&mut self, msg: Verify, ctx: &mut Context<Self>) {
         let task_name = msg.compiled.task.clone();
         let span = move || tracing::info_span!("Verify", actor = "Verifier", task = %task_name);
-        let (env, pool, profiler, limit) = (self.env.clone(), self.pool.clone(), self.profiler.clone(), self.timeout_ms);
+        let (env, pool, profiler, limit) = (
+            self.env.clone(),
+            self.pool.clone(),
+            self.profiler.clone(),
+            self.timeout_ms,
+        );
         let me = ctx.address();
-        let Verify { compiled, reply, ticket } = msg;
+        let Verify {
+            compiled,
+            reply,
+            ticket,
+        } = msg;
         actix::spawn(async move {
             let c = compiled.clone();
             match run_stage(&pool, span, "verify", limit, move || env.verify(&c)).await {
                 Ok(Ok(())) => {
-                    if profiler.send(|t| Profile { compiled, reply, ticket: t }).await.is_err() {
+                    if profiler
+                        .send(|t| Profile {
+                            compiled,
+                            reply,
+                            ticket: t,
+                        })
+                        .await
+                        .is_err()
+                    {
                         tracing::error!("the Profiler is gone; a candidate was not timed");
                     }
                 }

@@ -1,0 +1,495 @@
+//! End-to-end tests of `kevin train` with the simulated components: the real binary, the real
+//! actor system, real files. They check that groups flow in async and sync mode, stale groups are
+//! dropped and counted, the learner version advances, a stopped run resumes, a kill -9 loses no
+//! accepted group and trains none twice, component panics are survived, and bad configs exit 2.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn kevin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kevin"));
+    c.env("RUST_LOG", "warn")
+        .env_remove("KEVIN__RUN__MAX_STEPS");
+    c
+}
+
+/// A fresh directory for one test, with a config file made of the fast base plus `extra`.
+fn setup(name: &str, extra: &str) -> (PathBuf, PathBuf) {
+    let root = std::env::temp_dir().join(format!("kevin-it-{name}-{}", std::process::id()));
+    std::fs::remove_dir_all(&root).ok();
+    std::fs::create_dir_all(&root).unwrap();
+    let config = root.join("config.toml");
+    // Fast simulated components: a run of a few steps takes well under a second.
+    let base = r#"
+[run]
+name = "it"
+checkpoint_every = 2
+[rollout]
+trajectories = 4
+turns = 3
+max_inflight_groups = 8
+[replay]
+tasks_per_batch = 2
+[policy.simulated]
+batch_ms = 1.0
+token_ms = 0.0
+response_tokens = 8
+[env.simulated]
+compile_ms = 0.2
+verify_ms = 0.2
+profile_ms = 0.2
+[learner.simulated]
+step_ms = 2.0
+"#;
+    std::fs::write(&config, merge_toml(base, extra)).unwrap();
+    (root.join("run"), config)
+}
+
+/// `extra` overrides keys of `base` (both TOML).
+fn merge_toml(base: &str, extra: &str) -> String {
+    fn merge(a: &mut toml::Table, b: toml::Table) {
+        for (k, v) in b {
+            match (a.get_mut(&k), v) {
+                (Some(toml::Value::Table(x)), toml::Value::Table(y)) => merge(x, y),
+                (_, v) => {
+                    a.insert(k, v);
+                }
+            }
+        }
+    }
+    let mut a: toml::Table = base.parse().unwrap();
+    merge(&mut a, extra.parse().unwrap());
+    toml::to_string(&a).unwrap()
+}
+
+fn train(run: &Path, config: &Path, max_steps: u64) -> Output {
+    kevin()
+        .args(["train", "--config"])
+        .arg(config)
+        .arg("--run-dir")
+        .arg(run)
+        .args(["--max-steps", &max_steps.to_string()])
+        .output()
+        .unwrap()
+}
+
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "kevin failed ({:?}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn seqs(v: &Value, key: &str) -> Vec<u64> {
+    v[key]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+/// Every accepted group (in the WAL) is consumed exactly once by the learner's record or is
+/// still pending in the newest checkpoint; nothing is consumed twice.
+fn check_no_loss_no_duplicates(run: &Path) {
+    let wal: Vec<u64> = jsonl(&run.join("replay.wal"))
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
+    let wal_set: BTreeSet<u64> = wal.iter().copied().collect();
+    assert_eq!(wal.len(), wal_set.len(), "WAL sequence numbers are unique");
+    let mut consumed: BTreeMap<u64, u32> = BTreeMap::new();
+    for step in jsonl(&run.join("learner.jsonl")) {
+        for s in seqs(&step, "trained")
+            .into_iter()
+            .chain(seqs(&step, "dropped"))
+        {
+            *consumed.entry(s).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = consumed.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "groups consumed twice: {twice:?}");
+    let ckpt = newest_checkpoint(run);
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json")).unwrap()).unwrap();
+    let pending: BTreeSet<u64> = seqs(&state, "replay_pending").into_iter().collect();
+    for s in &wal_set {
+        let c = consumed.contains_key(s);
+        let p = pending.contains(s);
+        assert!(
+            c ^ p,
+            "group {s}: consumed={c} pending={p} (must be exactly one)"
+        );
+    }
+    for s in consumed.keys() {
+        assert!(
+            wal_set.contains(s),
+            "the learner consumed group {s}, which was never accepted"
+        );
+    }
+}
+
+fn newest_checkpoint(run: &Path) -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("step-")
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop().expect("a checkpoint")
+}
+
+#[test]
+fn async_run_writes_everything_and_inspect_reads_it() {
+    let (run, config) = setup("async", "");
+    let out = train(&run, &config, 4);
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("learner version 4"), "{stdout}");
+    for f in [
+        "config.toml",
+        "metrics.jsonl",
+        "episodes.jsonl",
+        "trace-0001.json",
+        "replay.wal",
+        "learner.jsonl",
+    ] {
+        assert!(run.join(f).exists(), "{f} missing");
+    }
+    let metrics = jsonl(&run.join("metrics.jsonl"));
+    assert_eq!(
+        metrics
+            .iter()
+            .map(|m| m["step"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    for m in &metrics {
+        assert_eq!(m["groups"], 2);
+        for key in [
+            "reward_mean",
+            "correct_rate",
+            "mean_speedup",
+            "staleness",
+            "mailbox_high_water",
+            "busy",
+            "dropped_total",
+        ] {
+            assert!(!m[key].is_null(), "metrics lack {key}: {m}");
+        }
+    }
+    let episodes = jsonl(&run.join("episodes.jsonl"));
+    assert!(
+        episodes.len() >= 4 * 2 * 4 * 3,
+        "every turn of every trained group is recorded"
+    );
+    assert!(episodes
+        .iter()
+        .all(|e| e["prompt"].is_string() && e["outcome"]["kind"].is_string()));
+    // Later turns see the history.
+    assert!(episodes
+        .iter()
+        .any(|e| e["turn"] == 2 && e["prompt"].as_str().unwrap().contains("### Turn 2")));
+    // The trace is a complete JSON array after a clean stop.
+    let trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("trace-0001.json")).unwrap())
+            .unwrap();
+    assert!(trace.as_array().unwrap().len() > 50);
+    check_no_loss_no_duplicates(&run);
+
+    let out = kevin().arg("inspect").arg(&run).output().unwrap();
+    assert_ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for actor in [
+        "Generator",
+        "Compiler",
+        "Verifier",
+        "Profiler",
+        "ReplayQueue",
+        "Learner",
+        "Rollout",
+    ] {
+        assert!(text.contains(actor), "inspect lacks {actor}:\n{text}");
+    }
+    assert!(text.contains("slowest spans"), "{text}");
+}
+
+#[test]
+fn sync_mode_trains_on_policy() {
+    let (run, config) = setup(
+        "sync",
+        "[run]\nmode = \"sync\"\n[replay]\nmax_staleness = 0\n[rollout]\nmax_inflight_groups = 2\n",
+    );
+    assert_ok(&train(&run, &config, 3));
+    let metrics = jsonl(&run.join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 3);
+    for m in &metrics {
+        let st = m["staleness"].as_object().unwrap();
+        assert_eq!(
+            st.keys().collect::<Vec<_>>(),
+            vec!["0"],
+            "sync groups are on-policy: {m}"
+        );
+        assert_eq!(m["dropped"], 0);
+    }
+    // Each round's groups were sampled by the version the learner then trained.
+    let versions: BTreeSet<u64> = jsonl(&run.join("episodes.jsonl"))
+        .iter()
+        .map(|e| e["policy_version"].as_u64().unwrap())
+        .collect();
+    // (Groups of version 3 may have started before the stop and been drained into the queue.)
+    assert!(
+        versions.is_superset(&BTreeSet::from([0, 1, 2])) && versions.iter().all(|v| *v <= 3),
+        "{versions:?}"
+    );
+}
+
+#[test]
+fn stale_groups_are_dropped_and_counted() {
+    // A slow generator, a fast learner, many groups in flight and no staleness allowed: groups
+    // started before the last update are stale by the time the learner sees them.
+    let (run, config) = setup(
+        "stale",
+        "[replay]\nmax_staleness = 0\ntasks_per_batch = 1\n[rollout]\nmax_inflight_groups = 8\n[policy.simulated]\nbatch_ms = 5.0\n",
+    );
+    assert_ok(&train(&run, &config, 5));
+    let metrics = jsonl(&run.join("metrics.jsonl"));
+    let dropped: u64 = metrics.iter().map(|m| m["dropped"].as_u64().unwrap()).sum();
+    assert!(dropped > 0, "no group was dropped: {metrics:?}");
+    assert_eq!(
+        metrics.last().unwrap()["dropped_total"].as_u64().unwrap(),
+        dropped
+    );
+    let recorded: usize = jsonl(&run.join("learner.jsonl"))
+        .iter()
+        .map(|s| seqs(s, "dropped").len())
+        .sum();
+    assert_eq!(
+        recorded as u64, dropped,
+        "drops are in the learner's record"
+    );
+    check_no_loss_no_duplicates(&run);
+}
+
+fn wait_for_steps(run: &Path, steps: usize, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while jsonl(&run.join("learner.jsonl")).len() < steps {
+        assert!(child.try_wait().unwrap().is_none(), "kevin exited early");
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn spawn_train(run: &Path, config: &Path) -> Child {
+    kevin()
+        .args(["train", "--config"])
+        .arg(config)
+        .arg("--run-dir")
+        .arg(run)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn sigint_checkpoints_and_the_run_resumes() {
+    let (run, config) = setup("resume", "[policy.simulated]\nbatch_ms = 5.0\n");
+    let mut child = spawn_train(&run, &config);
+    wait_for_steps(&run, 3, &mut child);
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out);
+    let stopped_at = jsonl(&run.join("learner.jsonl")).len() as u64;
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stopped by signal"));
+    assert!(
+        newest_checkpoint(&run).ends_with(format!("step-{stopped_at:08}")),
+        "final checkpoint at the last step"
+    );
+    check_no_loss_no_duplicates(&run);
+
+    // Resume without --config: the stored config is used; --max-steps counts learner versions.
+    let out = kevin()
+        .arg("train")
+        .arg("--run-dir")
+        .arg(&run)
+        .args(["--max-steps", &(stopped_at + 2).to_string()])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("resumed from {stopped_at}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("learner version {}", stopped_at + 2)),
+        "{stdout}"
+    );
+    let steps: Vec<u64> = jsonl(&run.join("learner.jsonl"))
+        .iter()
+        .map(|s| s["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, (1..=stopped_at + 2).collect::<Vec<_>>());
+    assert!(
+        run.join("trace-0002.json").exists(),
+        "one trace file per session"
+    );
+    check_no_loss_no_duplicates(&run);
+
+    // A different config on the same run directory is refused with exit code 2.
+    let (_, other) = setup(
+        "resume-other",
+        "[policy.simulated]\nbatch_ms = 5.0\n[rollout]\nturns = 2\n",
+    );
+    let out = train(&run, &other, 10);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("rollout.turns differs"), "{stderr}");
+}
+
+#[test]
+fn kill_9_loses_no_accepted_group_and_trains_none_twice() {
+    let (run, config) = setup(
+        "kill9",
+        "[run]\ncheckpoint_every = 3\n[policy.simulated]\nbatch_ms = 3.0\n",
+    );
+    let mut child = spawn_train(&run, &config);
+    wait_for_steps(&run, 5, &mut child);
+    child.kill().unwrap(); // SIGKILL: no drain, no final checkpoint
+    child.wait().unwrap();
+    let steps_before = jsonl(&run.join("learner.jsonl")).len() as u64;
+    let accepted_before = jsonl(&run.join("replay.wal")).len();
+    // Simulate a checkpoint torn by the kill: a newer checkpoint folder without its manifest.
+    let torn = run
+        .join("checkpoints")
+        .join(format!("step-{:08}", steps_before + 100));
+    std::fs::create_dir_all(torn.join("learner")).unwrap();
+    std::fs::write(torn.join("state.json"), "{\"learner_version\": 9").unwrap();
+
+    let out = train(&run, &config, steps_before + 3);
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let resumed: u64 = stdout
+        .split("resumed from ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        resumed <= steps_before && resumed >= 3,
+        "resumed from the last complete checkpoint, not the torn one: {stdout}"
+    );
+    assert!(
+        jsonl(&run.join("replay.wal")).len() >= accepted_before,
+        "accepted groups survive"
+    );
+    let versions: Vec<u64> = jsonl(&run.join("learner.jsonl"))
+        .iter()
+        .map(|s| s["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        versions,
+        (1..=steps_before + 3).collect::<Vec<_>>(),
+        "steps after the checkpoint were redone once"
+    );
+    check_no_loss_no_duplicates(&run);
+}
+
+#[test]
+fn component_panics_are_survived_and_counted() {
+    let (run, config) = setup("panic", "[env.simulated]\np_panic = 0.1\n");
+    assert_ok(&train(&run, &config, 4));
+    let last = jsonl(&run.join("metrics.jsonl")).pop().unwrap();
+    let restarts = last["failures"]["Compiler.restart"].as_u64().unwrap_or(0);
+    assert!(restarts > 0, "{last}");
+    let crashes = jsonl(&run.join("episodes.jsonl"))
+        .iter()
+        .filter(|e| {
+            e["outcome"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("injected panic"))
+        })
+        .count();
+    assert!(
+        crashes > 0,
+        "the panicking candidates were scored as crashes"
+    );
+}
+
+fn check_config_error(extra_file: &str, env: &[(&str, &str)], expected: &str) {
+    let (run, config) = setup("badcfg", "");
+    std::fs::write(&config, extra_file).unwrap();
+    let mut cmd = kevin();
+    cmd.args(["train", "--config"])
+        .arg(&config)
+        .arg("--run-dir")
+        .arg(&run);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains(expected), "{stderr}");
+}
+
+#[test]
+fn bad_configs_exit_2_with_one_line_naming_the_key() {
+    check_config_error(
+        "[rollout]\nturnz = 4\n",
+        &[],
+        "unknown config key `rollout.turnz`",
+    );
+    check_config_error(
+        "[replay]\ngamma = 2.0\n",
+        &[],
+        "config key `replay.gamma` = 2 is invalid: must be between 0 and 1",
+    );
+    check_config_error(
+        "",
+        &[("KEVIN__SAMPLING__TEMPERATURE", "hot")],
+        "config key `sampling.temperature` = \"hot\" is invalid",
+    );
+    check_config_error(
+        "",
+        &[("KEVIN__NOPE__X", "1")],
+        "unknown config key `nope` (from environment variable KEVIN__NOPE__X)",
+    );
+}
+
+#[test]
+fn commands_not_built_yet_say_so() {
+    let out = kevin().arg("eval").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not available yet"));
+    let out = kevin().arg("frobnicate").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+}
