@@ -1,0 +1,35 @@
+// Single fused elementwise pass: Y = gelu_erf(X) * w[col] + b[col] (float4 vectorised, precise erff).
+// kevin: launch gelu_affine grid=(cdiv(M*N,1024)) block=(256) smem=0 args=(X, w, b, Y, M, N)
+
+__device__ __forceinline__ float op(float x_v, float w_v, float b_v) {
+    return 0.5f * x_v * (1.f + erff(x_v * 0.70710678118654752f)) * w_v + b_v;
+}
+
+// Each thread handles 4 consecutive elements of the flattened [M, N] array: one float4 when
+// N % 4 == 0 (the 4 elements then share a row and are 16-byte aligned), else 4 guarded scalars.
+__global__ void __launch_bounds__(256) gelu_affine(const float* __restrict__ X, const float* __restrict__ w, const float* __restrict__ b, float* __restrict__ Y, int M, int N) {
+    const long long total = (long long)M * N;
+    const long long e0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (e0 >= total) return;
+    if ((N & 3) == 0) {
+        const int c = (int)(e0 % N);
+        const float4 X4 = __ldg(reinterpret_cast<const float4*>(X + e0));
+        const float4 w4 = __ldg(reinterpret_cast<const float4*>(w + c));
+        const float4 b4 = __ldg(reinterpret_cast<const float4*>(b + c));
+        float4 o;
+        o.x = op(X4.x, w4.x, b4.x);
+        o.y = op(X4.y, w4.y, b4.y);
+        o.z = op(X4.z, w4.z, b4.z);
+        o.w = op(X4.w, w4.w, b4.w);
+        *reinterpret_cast<float4*>(Y + e0) = o;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const long long e = e0 + j;
+            if (e < total) {
+                const int c = (int)(e % N);
+                Y[e] = op(__ldg(X + e), __ldg(w + c), __ldg(b + c));
+            }
+        }
+    }
+}

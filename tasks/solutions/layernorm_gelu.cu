@@ -1,0 +1,101 @@
+// Fused row kernel: LayerNorm (eps 1e-5, two-pass from a shared-memory row cache) then exact GELU, one read and one write of X/Y.
+// kevin: launch layernorm_gelu grid=(M) block=(256) smem=N*4 args=(X, g, b, Y, N)
+
+#define NEG_INF __int_as_float(0xff800000)
+// ---- block reductions (blockDim.x a multiple of 32, at most 1024)
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Every thread gets the block total. red: __shared__ float[32].
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();                 // red may still be read from a previous call
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float* red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : NEG_INF;
+    return warp_max(v);
+}
+
+// Row access in steps of 4 (one float4, vec = N % 4 == 0) or 1 (scalar; v[1..3] = 0).
+__device__ __forceinline__ void ldrow(const float* __restrict__ p, int i, bool vec, float v[4]) {
+    if (vec) {
+        const float4 t = __ldg(reinterpret_cast<const float4*>(p + i));
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    } else {
+        v[0] = __ldg(p + i); v[1] = v[2] = v[3] = 0.f;
+    }
+}
+__device__ __forceinline__ void ldsrow(const float* p, int i, bool vec, float v[4]) {
+    if (vec) {
+        const float4 t = *reinterpret_cast<const float4*>(p + i);
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    } else {
+        v[0] = p[i]; v[1] = v[2] = v[3] = 0.f;
+    }
+}
+__device__ __forceinline__ void strow(float* p, int i, bool vec, const float v[4]) {
+    if (vec) *reinterpret_cast<float4*>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+    else p[i] = v[0];
+}
+
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+
+// One block per row; the pre-norm row is cached in dynamic shared memory (N floats; each thread
+// re-reads only the elements it wrote), two-pass mean / variance from it.
+__global__ void __launch_bounds__(256) layernorm_gelu(const float* __restrict__ X, const float* __restrict__ g, const float* __restrict__ b, float* __restrict__ Y, int N) {
+    extern __shared__ float4 srow4[];
+    float* srow = reinterpret_cast<float*>(srow4);
+    __shared__ float red[32];
+    const size_t ro = (size_t)blockIdx.x * N;
+    const bool vec = (N & 3) == 0;
+    const int step = vec ? 4 : 1;
+    float s = 0.f;
+    for (int i = threadIdx.x * step; i < N; i += blockDim.x * step) {
+        float xv[4];
+        ldrow(X + ro, i, vec, xv);
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float v = xv[e];
+            pv[e] = v;
+            if (e < step) { s += v; }
+        }
+        strow(srow, i, vec, pv);
+    }
+    const float mean = block_sum(s, red) / (float)N;
+    float ss = 0.f;
+    for (int i = threadIdx.x * step; i < N; i += blockDim.x * step) {
+        float v[4];
+        ldsrow(srow, i, vec, v);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (e < step) { const float d = v[e] - mean; ss = fmaf(d, d, ss); }
+    }
+    const float rstd = 1.f / sqrtf(block_sum(ss, red) / (float)N + 1e-5f);
+    for (int i = threadIdx.x * step; i < N; i += blockDim.x * step) {
+        float gv[4], bv[4];
+        ldrow(g, i, vec, gv); ldrow(b, i, vec, bv);
+        float pv[4], o[4];
+        ldsrow(srow, i, vec, pv);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) { const float v = (pv[e] - mean) * rstd; o[e] = gelu_erf(v * gv[e] + bv[e]); }
+        strow(Y + ro, i, vec, o);
+    }
+}

@@ -1,0 +1,91 @@
+// Fused row kernel: X + R, then RMSNorm with weight (eps 1e-6; the sum row is cached in shared memory).
+// kevin: launch residual_rmsnorm grid=(M) block=(256) smem=N*4 args=(X, R, g, Y, N)
+
+#define NEG_INF __int_as_float(0xff800000)
+// ---- block reductions (blockDim.x a multiple of 32, at most 1024)
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Every thread gets the block total. red: __shared__ float[32].
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();                 // red may still be read from a previous call
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float* red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : NEG_INF;
+    return warp_max(v);
+}
+
+// Row access in steps of 4 (one float4, vec = N % 4 == 0) or 1 (scalar; v[1..3] = 0).
+__device__ __forceinline__ void ldrow(const float* __restrict__ p, int i, bool vec, float v[4]) {
+    if (vec) {
+        const float4 t = __ldg(reinterpret_cast<const float4*>(p + i));
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    } else {
+        v[0] = __ldg(p + i); v[1] = v[2] = v[3] = 0.f;
+    }
+}
+__device__ __forceinline__ void ldsrow(const float* p, int i, bool vec, float v[4]) {
+    if (vec) {
+        const float4 t = *reinterpret_cast<const float4*>(p + i);
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    } else {
+        v[0] = p[i]; v[1] = v[2] = v[3] = 0.f;
+    }
+}
+__device__ __forceinline__ void strow(float* p, int i, bool vec, const float v[4]) {
+    if (vec) *reinterpret_cast<float4*>(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+    else p[i] = v[0];
+}
+
+// One block per row; the pre-norm row is cached in dynamic shared memory (N floats; each thread
+// re-reads only the elements it wrote), sum of squares from it.
+__global__ void __launch_bounds__(256) residual_rmsnorm(const float* __restrict__ X, const float* __restrict__ R, const float* __restrict__ g, float* __restrict__ Y, int N) {
+    extern __shared__ float4 srow4[];
+    float* srow = reinterpret_cast<float*>(srow4);
+    __shared__ float red[32];
+    const size_t ro = (size_t)blockIdx.x * N;
+    const bool vec = (N & 3) == 0;
+    const int step = vec ? 4 : 1;
+    float s = 0.f;
+    for (int i = threadIdx.x * step; i < N; i += blockDim.x * step) {
+        float xv[4], rv[4];
+        ldrow(X + ro, i, vec, xv); ldrow(R + ro, i, vec, rv);
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float v = xv[e] + rv[e];
+            pv[e] = v;
+            if (e < step) { s = fmaf(v, v, s); }
+        }
+        strow(srow, i, vec, pv);
+    }
+    const float mean = 0.f;
+    const float rstd = 1.f / sqrtf(block_sum(s, red) / (float)N + 1e-6f);
+    for (int i = threadIdx.x * step; i < N; i += blockDim.x * step) {
+        float gv[4];
+        ldrow(g, i, vec, gv);
+        float pv[4], o[4];
+        ldsrow(srow, i, vec, pv);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) { const float v = (pv[e] - mean) * rstd; o[e] = v * gv[e]; }
+        strow(Y + ro, i, vec, o);
+    }
+}
