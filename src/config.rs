@@ -73,11 +73,30 @@ pub enum Mode {
     Sync,
 }
 
-/// Which implementation backs a component.
+/// Which policy writes the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ComponentKind {
-    /// The simulated stand-in, with configured latencies and outcome distributions.
+pub enum PolicyKind {
+    /// The simulated policy: no model; configured latency; canned or corpus answers.
+    Simulated,
+}
+
+/// Which kernel environment judges the kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvKind {
+    /// Everything simulated: configured latencies and outcome distributions.
+    Simulated,
+    /// Real static checks, launch-plan validation and NVRTC compilation in worker processes;
+    /// correctness and timing still simulated (and labelled so) until an execution backend lands.
+    Nvrtc,
+}
+
+/// Which learner optimises the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LearnerKind {
+    /// The simulated learner: the real loss on the batch, no model.
     Simulated,
 }
 
@@ -87,6 +106,8 @@ pub enum ComponentKind {
 pub enum TaskSource {
     /// Synthetic task names for the simulated environment.
     Simulated,
+    /// The task suite in `tasks.dir` (train split only).
+    Suite,
 }
 
 /// The off-policy correction of the policy-gradient loss.
@@ -137,8 +158,12 @@ impl Default for RunSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TasksSection {
-    /// "simulated" (synthetic tasks for the simulated environment).
+    /// "suite" (the task files in `dir`) or "simulated" (synthetic tasks).
     pub source: TaskSource,
+    /// The task suite's folder.
+    pub dir: String,
+    /// Size preset prompts and evaluation use: "small" (CPU) or "gpu".
+    pub preset: crate::tasks::Preset,
     /// Number of synthetic tasks when `source = "simulated"`.
     pub simulated_count: u32,
 }
@@ -146,7 +171,9 @@ pub struct TasksSection {
 impl Default for TasksSection {
     fn default() -> Self {
         TasksSection {
-            source: TaskSource::Simulated,
+            source: TaskSource::Suite,
+            dir: "tasks".into(),
+            preset: crate::tasks::Preset::Gpu,
             simulated_count: 16,
         }
     }
@@ -190,6 +217,11 @@ pub struct SimPolicySection {
     pub response_tokens: u32,
     /// Probability that a response has no kernel at all (a format error).
     pub p_format_error: f64,
+    /// A folder of `<task>.cu` answers (e.g. "tasks/solutions"): when set, the simulated policy
+    /// answers each task with its file, sometimes broken (`p_mutate`), instead of a canned kernel.
+    pub corpus: String,
+    /// Probability that a corpus answer is broken on the first turn (halved at each later turn).
+    pub p_mutate: f64,
 }
 
 impl Default for SimPolicySection {
@@ -199,6 +231,8 @@ impl Default for SimPolicySection {
             token_ms: 0.02,
             response_tokens: 64,
             p_format_error: 0.05,
+            corpus: String::new(),
+            p_mutate: 0.3,
         }
     }
 }
@@ -208,7 +242,7 @@ impl Default for SimPolicySection {
 #[serde(default, deny_unknown_fields)]
 pub struct PolicySection {
     /// Which policy runs ("simulated").
-    pub kind: ComponentKind,
+    pub kind: PolicyKind,
     /// Cost model of the simulated policy.
     pub simulated: SimPolicySection,
 }
@@ -216,7 +250,7 @@ pub struct PolicySection {
 impl Default for PolicySection {
     fn default() -> Self {
         PolicySection {
-            kind: ComponentKind::Simulated,
+            kind: PolicyKind::Simulated,
             simulated: SimPolicySection::default(),
         }
     }
@@ -297,8 +331,10 @@ impl Default for SimEnvSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnvSection {
-    /// Which environment runs ("simulated").
-    pub kind: ComponentKind,
+    /// Which environment runs: "simulated" or "nvrtc".
+    pub kind: EnvKind,
+    /// Target architecture of compilation (sm_90: the H200).
+    pub arch: String,
     /// Compile workers (compilation is CPU-bound and parallel).
     pub compile_workers: u32,
     /// Verification workers (one or more per GPU).
@@ -318,7 +354,8 @@ pub struct EnvSection {
 impl Default for EnvSection {
     fn default() -> Self {
         EnvSection {
-            kind: ComponentKind::Simulated,
+            kind: EnvKind::Simulated,
+            arch: "sm_90".into(),
             compile_workers: 2,
             verify_workers: 1,
             profile_workers: 1,
@@ -380,7 +417,7 @@ impl Default for SimLearnerSection {
 #[serde(default, deny_unknown_fields)]
 pub struct LearnerSection {
     /// Which learner runs ("simulated").
-    pub kind: ComponentKind,
+    pub kind: LearnerKind,
     /// Off-policy correction: "clipped" or "decoupled".
     pub correction: Correction,
     /// Learning rate (constant after warm-up).
@@ -406,7 +443,7 @@ pub struct LearnerSection {
 impl Default for LearnerSection {
     fn default() -> Self {
         LearnerSection {
-            kind: ComponentKind::Simulated,
+            kind: LearnerKind::Simulated,
             correction: Correction::Clipped,
             lr: 1e-6,
             warmup_steps: 10,
@@ -706,6 +743,13 @@ impl Config {
         check_min("run.checkpoint_every", f.run.checkpoint_every, 1)?;
         check_range("run.drain_timeout_s", f.run.drain_timeout_s, 0.0, 86_400.0)?;
         check_min("tasks.simulated_count", f.tasks.simulated_count.into(), 1)?;
+        if f.env.kind == EnvKind::Nvrtc && f.tasks.source != TaskSource::Suite {
+            return Err(invalid("env.kind", "\"nvrtc\"", "needs tasks.source = \"suite\" (real compilation needs real tasks)"));
+        }
+        if !(f.env.arch.starts_with("sm_") && f.env.arch[3..].parse::<u32>().is_ok_and(|v| v >= 50)) {
+            return Err(invalid("env.arch", format!("{:?}", f.env.arch), "an architecture such as \"sm_90\""));
+        }
+        check_range("policy.simulated.p_mutate", f.policy.simulated.p_mutate, 0.0, 1.0)?;
         check_min("rollout.trajectories", f.rollout.trajectories.into(), 1)?;
         check_min("rollout.turns", f.rollout.turns.into(), 1)?;
         check_min(

@@ -20,6 +20,7 @@ pub mod env;
 pub mod episode;
 pub mod learner;
 pub mod metrics;
+pub mod nvrtc_env;
 pub mod ops;
 pub mod outcome;
 pub mod policy;

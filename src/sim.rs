@@ -7,6 +7,7 @@
 //! response and every outcome's timing label. They do compute for real what is not simulated:
 //! the simulated learner evaluates the actual clipped-surrogate loss on the batch it is given.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,18 +32,50 @@ fn earlier_turns(prompt: &str) -> u32 {
     prompt.matches("\n### Turn ").count() as u32
 }
 
-/// A policy that writes well-formed but meaningless candidates after a configured delay.
+/// A policy that answers after a configured delay: with a canned, meaningless kernel, or, when a
+/// corpus folder is configured, with the task's file from it (e.g. the reference solutions),
+/// sometimes broken on purpose so the compiler has something to reject.
 #[derive(Debug)]
 pub struct SimPolicy {
     cfg: SimPolicySection,
     version: u64,
+    corpus: HashMap<String, Option<String>>,
 }
 
 impl SimPolicy {
     /// A simulated policy with the given cost model.
     pub fn new(cfg: SimPolicySection) -> Self {
-        SimPolicy { cfg, version: 0 }
+        SimPolicy { cfg, version: 0, corpus: HashMap::new() }
     }
+
+    /// The corpus answer for the task named in the prompt's `# Task:` header, if any.
+    fn corpus_answer(&mut self, prompt: &str) -> Option<(String, String)> {
+        if self.cfg.corpus.is_empty() {
+            return None;
+        }
+        let task = prompt.lines().find_map(|l| l.strip_prefix("# Task: "))?.split_whitespace().next()?.to_string();
+        let dir = Path::new(&self.cfg.corpus);
+        let source = self
+            .corpus
+            .entry(task.clone())
+            .or_insert_with(|| std::fs::read_to_string(dir.join(format!("{task}.cu"))).ok())
+            .clone()?;
+        Some((task, source))
+    }
+}
+
+/// Breaks `source` so that it no longer compiles: removes one statement terminator.
+fn break_source(source: &str, rng: &mut SplitMix64) -> String {
+    let semis: Vec<usize> = source
+        .char_indices()
+        .filter(|(i, c)| *c == ';' && !source[..*i].rsplit('\n').next().unwrap_or("").trim_start().starts_with("//"))
+        .map(|(i, _)| i)
+        .collect();
+    if semis.is_empty() {
+        return format!("{source}\n#error simulated breakage\n");
+    }
+    let at = semis[rng.below(semis.len() as u64) as usize];
+    format!("{}{}", &source[..at], &source[at + 1..])
 }
 
 impl Policy for SimPolicy {
@@ -71,8 +104,19 @@ impl Policy for SimPolicy {
                 let mut rng = SplitMix64::new(req.seed);
                 let turn = earlier_turns(&req.prompt);
                 let draw = rng.next_u64();
+                let corpus = self.corpus_answer(&req.prompt);
                 let text = if rng.next_f64() < self.cfg.p_format_error {
                     format!("Simulated reasoning (policy v{}) that forgot to write a kernel.", self.version)
+                } else if let Some((task, source)) = corpus {
+                    let broken = rng.next_f64() < self.cfg.p_mutate * 0.5f64.powi(turn as i32);
+                    let source = if broken { break_source(&source, &mut rng) } else { source };
+                    format!(
+                        "Simulated reasoning (policy v{v}).\n```cuda\n{}\n```\nSimulated summary: the corpus answer for \
+                         {task}{}.",
+                        source.trim_end(),
+                        if broken { ", broken on purpose" } else { "" },
+                        v = self.version
+                    )
                 } else {
                     format!(
                         "Simulated reasoning (policy v{v}).\n```cuda\n// sim: turn={turn} draw={draw}\n\
@@ -102,11 +146,23 @@ impl Policy for SimPolicy {
     }
 }
 
-/// The artifact of a simulated compile: the marker the simulated policy wrote.
+/// What the simulated environment decides from: the turn and random draw the simulated policy
+/// wrote into its canned kernel, or, for any other source, a hash of the source (turn 0).
 #[derive(Debug, Clone, Copy)]
-struct SimArtifact {
+pub struct SimArtifact {
     turn: u32,
     draw: u64,
+}
+
+impl SimArtifact {
+    /// The artifact of `source`.
+    pub fn of(source: &str) -> SimArtifact {
+        parse_marker(source).unwrap_or_else(|| {
+            // FNV-1a: any stable hash does; the same source always gets the same verdicts.
+            let draw = source.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+            SimArtifact { turn: 0, draw }
+        })
+    }
 }
 
 /// An environment whose latencies and outcome probabilities are configured; later turns fail

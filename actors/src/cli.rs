@@ -66,11 +66,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List the task suite (not available yet).
+    /// List the task suite (name, level, split, sizes), or show a task's first-turn prompt.
     Tasks {
-        /// Arguments of the future command.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        args: Vec<String>,
+        /// The task suite's folder.
+        #[arg(long, default_value = "tasks", global = true)]
+        dir: PathBuf,
+        /// Print the suite as JSON (for tools).
+        #[arg(long)]
+        json: bool,
+        /// `show NAME`: print the exact first-turn prompt of a task.
+        #[command(subcommand)]
+        show: Option<TasksCommand>,
     },
     /// Serve as an evaluation worker process (internal: started by kevin itself).
     #[command(hide = true)]
@@ -78,6 +84,19 @@ pub enum Command {
         /// Arguments of the worker.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+}
+
+/// `kevin tasks` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum TasksCommand {
+    /// Print the exact first-turn prompt a policy sees for a task.
+    Show {
+        /// The task's name.
+        name: String,
+        /// Size preset shown in the prompt: "gpu" or "small".
+        #[arg(long, default_value = "gpu", value_parser = ["gpu", "small"])]
+        preset: String,
     },
 }
 
@@ -324,7 +343,19 @@ pub fn main() -> ExitCode {
             "eval",
             "the evaluation harness (GPU workers, CPU backend) is not built yet",
         ),
-        Command::Tasks { .. } => not_available("tasks", "the task suite is not built yet"),
+        Command::Tasks { dir, json, show } => {
+            let result = match show {
+                None => crate::tasks_cmd::list(&dir, json),
+                Some(TasksCommand::Show { name, preset }) => {
+                    let preset = if preset == "small" { kevin::tasks::Preset::Small } else { kevin::tasks::Preset::Gpu };
+                    crate::tasks_cmd::show(&dir, &name, preset)
+                }
+            };
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failure(e),
+            }
+        }
         Command::Worker { .. } => not_available("worker", "no worker role is built yet"),
     }
 }

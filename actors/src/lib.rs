@@ -31,5 +31,6 @@ pub mod rollout;
 pub mod stage;
 pub mod system;
 pub mod task_sampler;
+pub mod tasks_cmd;
 pub mod telemetry;
 pub mod verifier;

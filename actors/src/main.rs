@@ -7,5 +7,13 @@ fn main() -> std::process::ExitCode {
     if args.get(1).map(String::as_str) == Some("worker") {
         std::process::exit(kevin::worker::child_main_from_args(&args[2..]));
     }
+    // Listing commands die quietly when their reader goes away (`kevin tasks | head`), as Unix
+    // tools do; the training daemon keeps Rust's default (a failed write is an error, not death).
+    if args.get(1).map(String::as_str) != Some("train") {
+        // SAFETY: restoring the default disposition of a signal, before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     kevin_actors::cli::main()
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use kevin::config::{ComponentKind, Config, ConfigFile, TaskSource};
+use kevin::config::{Config, ConfigFile, EnvKind, LearnerKind, PolicyKind, TaskSource};
 use kevin::env::KernelEnv;
 use kevin::episode::EpisodeTask;
 use kevin::learner::Learner;
@@ -22,7 +22,10 @@ use kevin::policy::Policy;
 use kevin::replay::ReplayBuffer;
 use kevin::run_dir::{RunDir, RunDirError};
 use kevin::sampler::TaskSampler;
+use kevin::nvrtc_env::NvrtcEnv;
 use kevin::sim::{SimEnv, SimLearner, SimPolicy};
+use kevin::tasks::{Split, TaskSuite};
+use kevin::worker::WorkerCommand;
 use kevin::telemetry::TraceStats;
 use tokio::sync::{oneshot, watch, Semaphore};
 
@@ -95,9 +98,9 @@ pub enum TrainError {
         /// The first differing key.
         key: String,
     },
-    /// The configuration names something this build cannot run.
+    /// A component could not be set up (task suite, compiler, ...).
     #[error("{0}")]
-    Unsupported(String),
+    Setup(String),
     /// A component failed fatally during the run.
     #[error("training failed: {0}")]
     Failed(String),
@@ -137,9 +140,30 @@ fn first_difference(a: &ConfigFile, b: &ConfigFile) -> Option<String> {
     )
 }
 
-/// The tasks episodes are sampled from (train split only).
-fn build_tasks(config: &Config) -> Vec<Arc<EpisodeTask>> {
+/// The task suite (None for simulated tasks).
+fn load_suite(config: &Config) -> Result<Option<Arc<TaskSuite>>, TrainError> {
     match config.tasks.source {
+        TaskSource::Simulated => Ok(None),
+        TaskSource::Suite => TaskSuite::load(&config.tasks.dir)
+            .map(|s| Some(Arc::new(s)))
+            .map_err(|e| TrainError::Setup(format!("task suite (tasks.dir = {:?}): {e}", config.tasks.dir))),
+    }
+}
+
+/// The tasks episodes are sampled from: the train split only.
+fn build_tasks(config: &Config, suite: Option<&TaskSuite>) -> Result<Vec<Arc<EpisodeTask>>, TrainError> {
+    if let Some(suite) = suite {
+        return suite
+            .split(Split::Train)
+            .map(|t| {
+                let statement = kevin::prompt::first_turn(t, config.tasks.preset)
+                    .map_err(|e| TrainError::Setup(format!("task {}: {e}", t.name)))?;
+                Ok(Arc::new(EpisodeTask { name: t.name.clone(), level: t.level, statement }))
+            })
+            .collect();
+    }
+    Ok(match config.tasks.source {
+        TaskSource::Suite => Vec::new(),
         TaskSource::Simulated => (0..config.tasks.simulated_count)
             .map(|i| {
                 Arc::new(EpisodeTask {
@@ -152,24 +176,40 @@ fn build_tasks(config: &Config) -> Vec<Arc<EpisodeTask>> {
                 })
             })
             .collect(),
-    }
+    })
 }
 
 fn build_policy(config: &Config) -> Box<dyn Policy> {
     match config.policy.kind {
-        ComponentKind::Simulated => Box::new(SimPolicy::new(config.policy.simulated.clone())),
+        PolicyKind::Simulated => Box::new(SimPolicy::new(config.policy.simulated.clone())),
     }
 }
 
-fn build_env(config: &Config) -> Arc<dyn KernelEnv> {
+fn build_env(config: &Config, suite: Option<&Arc<TaskSuite>>) -> Result<Arc<dyn KernelEnv>, TrainError> {
     match config.env.kind {
-        ComponentKind::Simulated => Arc::new(SimEnv::new(config.env.simulated.clone())),
+        EnvKind::Simulated => Ok(Arc::new(SimEnv::new(config.env.simulated.clone()))),
+        EnvKind::Nvrtc => {
+            let suite = suite.ok_or_else(|| TrainError::Setup("env.kind = \"nvrtc\" needs the task suite".into()))?;
+            // Compile workers are this very binary, started as `kevin worker --role compile`.
+            let exe = std::env::current_exe().map_err(|e| TrainError::Setup(format!("locating the kevin binary: {e}")))?;
+            let env = NvrtcEnv::new(
+                suite.clone(),
+                config.tasks.preset,
+                &config.env.arch,
+                WorkerCommand::kevin_role(exe, "compile"),
+                config.env.compile_workers as usize,
+                config.env.compile_timeout_ms,
+                config.env.simulated.clone(),
+            )
+            .map_err(TrainError::Setup)?;
+            Ok(Arc::new(env))
+        }
     }
 }
 
 fn build_learner(config: &Config) -> Box<dyn Learner> {
     match config.learner.kind {
-        ComponentKind::Simulated => Box::new(SimLearner::from_config(
+        LearnerKind::Simulated => Box::new(SimLearner::from_config(
             &config.learner,
             config.sampling.max_new_tokens,
         )),
@@ -204,9 +244,13 @@ pub fn train(
         );
     }
 
-    let tasks = build_tasks(&config);
+    let suite = load_suite(&config)?;
+    let tasks = build_tasks(&config, suite.as_deref())?;
+    if tasks.is_empty() {
+        return Err(TrainError::Setup("no training tasks: the suite's train split is empty".into()));
+    }
     let policy = build_policy(&config);
-    let env = build_env(&config);
+    let env = build_env(&config, suite.as_ref())?;
     let mut learner = build_learner(&config);
     let mut sampler = TaskSampler::new(
         tasks.iter().map(|t| t.name.clone()).collect(),

@@ -28,6 +28,8 @@ fn setup(name: &str, extra: &str) -> (PathBuf, PathBuf) {
 [run]
 name = "it"
 checkpoint_every = 2
+[tasks]
+source = "simulated"
 [rollout]
 trajectories = 4
 turns = 3

@@ -51,7 +51,15 @@ pub fn locate_nvrtc() -> Result<NvrtcLibrary, CompileError> {
         .get_or_init(|| {
             let loaded_from = match std::env::var(NVRTC_LIB_ENV) {
                 Ok(path) if !path.is_empty() => probe_library(&[path])?,
-                _ => probe_library(&cudarc::get_lib_name_candidates("nvrtc"))?,
+                _ => {
+                    let mut candidates = cudarc::get_lib_name_candidates("nvrtc");
+                    // Last resort: the pip wheel's folder, so a fresh machine needs no
+                    // LD_LIBRARY_PATH after `pip install nvidia-cuda-nvrtc-cu12`.
+                    if let Some(dir) = pip_nvrtc_lib_dir() {
+                        candidates.push(dir.join("libnvrtc.so.12").display().to_string());
+                    }
+                    probe_library(&candidates)?
+                }
             };
             let (mut major, mut minor) = (0, 0);
             // SAFETY: the library is loaded (probed above); the out-pointers are valid.
@@ -97,6 +105,23 @@ pub fn probe_library(candidates: &[String]) -> Result<String, CompileError> {
     })
 }
 
+/// The `lib` folder of the `nvidia-cuda-nvrtc-cu12` wheel, as `python3` on the PATH sees it
+/// (asked once per process; None when python3 or the wheel is missing).
+pub fn pip_nvrtc_lib_dir() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // `nvidia.cuda_nvrtc` is a namespace package: its location is __path__[0], not __file__.
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import nvidia.cuda_nvrtc as m; print(m.__path__[0])"])
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
+        (out.status.success() && dir.join("libnvrtc.so.12").exists()).then_some(dir)
+    })
+    .clone()
+}
+
 /// Directories with the CUDA device headers (`cuda_fp16.h`, `cuda_bf16.h`, ...), in search order:
 /// `KEVIN_CUDA_INCLUDE`; the `cuda_runtime` pip package next to the libnvrtc on
 /// `LD_LIBRARY_PATH` or `KEVIN_NVRTC_LIB` (site-packages/nvidia/cuda_runtime/include);
@@ -115,6 +140,7 @@ pub fn find_cuda_include_dirs() -> Vec<PathBuf> {
             lib_dirs.insert(0, dir.to_path_buf());
         }
     }
+    lib_dirs.extend(pip_nvrtc_lib_dir());
     for dir in lib_dirs {
         if dir.join("libnvrtc.so.12").exists() || dir.join("libnvrtc.so").exists() {
             // pip layout: nvidia/cuda_nvrtc/lib -> nvidia/cuda_runtime/include;

@@ -35,7 +35,8 @@ pub enum Split {
 }
 
 /// A size preset of a task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Preset {
     /// Sizes for timing on a GPU (op-by-op baseline of at least 0.1 ms on an H200).
     Gpu,
@@ -137,6 +138,30 @@ impl Task {
         match preset {
             Preset::Gpu => &self.gpu_sizes,
             Preset::Small => &self.small_sizes,
+        }
+    }
+
+    /// The signature the candidate validator checks launch plans against, at `preset`.
+    pub fn candidate_signature(&self, preset: Preset) -> crate::candidate::TaskSignature {
+        use crate::candidate::{Dtype as C, TaskSignature, TensorParam};
+        let sig = self.signature(preset);
+        TaskSignature {
+            tensors: sig
+                .tensors
+                .iter()
+                .map(|t| TensorParam {
+                    name: t.name.clone(),
+                    dtype: match t.dtype {
+                        Dtype::F32 => C::F32,
+                        Dtype::F16 => C::F16,
+                        Dtype::Bf16 => C::Bf16,
+                        Dtype::I64 => C::I64,
+                    },
+                    elems: t.shape.iter().product::<usize>() as u64,
+                    is_output: t.role == Role::Output,
+                })
+                .collect(),
+            sizes: sig.sizes.into_iter().map(|(k, v)| (k, v as i64)).collect(),
         }
     }
 

@@ -1,0 +1,138 @@
+//! The "nvrtc" kernel environment: everything up to a loadable module is real, the rest is not
+//! yet. A candidate goes through the static rules ([`crate::candidate::rules`]), its launch plan
+//! is parsed and validated against the task's tensors and sizes, and its source is compiled by
+//! NVRTC in a pool of `kevin worker --role compile` processes (untrusted source can hang or crash
+//! NVRTC; a worker that does is killed at its deadline and replaced, and the candidate gets the
+//! outcome). Correctness and timing are decided by the simulated environment until an execution
+//! backend lands, and their outcomes say "simulated".
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::candidate::{self, Candidate, Limits, ResolvedPlan};
+use crate::compile::{self, CompileError, CompilePool, CompileRequest, ModuleImage};
+use crate::config::SimEnvSection;
+use crate::env::{Compiled, KernelEnv};
+use crate::outcome::Outcome;
+use crate::sim::{SimArtifact, SimEnv};
+use crate::tasks::{Preset, TaskSuite};
+use crate::worker::{WorkerCommand, WorkerFailure};
+
+/// A compiled candidate: the module image, the kernels' symbols and the resolved launch plan.
+#[derive(Debug, Clone)]
+pub struct CompiledKernel {
+    /// PTX or CUBIN.
+    pub image: ModuleImage,
+    /// Source kernel name -> symbol in the module.
+    pub lowered_names: std::collections::BTreeMap<String, String>,
+    /// Launches with evaluated grids and resolved arguments.
+    pub plan: ResolvedPlan,
+}
+
+/// What [`NvrtcEnv`] stores in [`Compiled::artifact`].
+#[derive(Debug)]
+struct Artifact {
+    kernel: CompiledKernel,
+    sim: SimArtifact,
+}
+
+/// The environment.
+pub struct NvrtcEnv {
+    suite: Arc<TaskSuite>,
+    preset: Preset,
+    arch: String,
+    limits: Limits,
+    pool: CompilePool,
+    timeout: Duration,
+    sim: SimEnv,
+}
+
+impl NvrtcEnv {
+    /// Starts `workers` compile workers (`worker` is the command that runs one). Fails, with the
+    /// install hint, when NVRTC is not available in this process either.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        suite: Arc<TaskSuite>,
+        preset: Preset,
+        arch: &str,
+        worker: WorkerCommand,
+        workers: usize,
+        timeout_ms: u64,
+        sim: SimEnvSection,
+    ) -> Result<NvrtcEnv, String> {
+        compile::locate_nvrtc().map_err(|e| e.to_string())?;
+        let pool = compile::spawn_compile_pool(worker, workers).map_err(|e| format!("compile workers: {e}"))?;
+        Ok(NvrtcEnv {
+            suite,
+            preset,
+            arch: arch.to_string(),
+            limits: Limits::default(),
+            pool,
+            timeout: Duration::from_millis(timeout_ms),
+            sim: SimEnv::new(sim),
+        })
+    }
+
+    fn sim_compiled(compiled: &Compiled) -> Compiled {
+        let sim = compiled.artifact.downcast_ref::<Artifact>().map_or(SimArtifact::of(""), |a| a.sim);
+        Compiled { task: compiled.task.clone(), artifact: Arc::new(sim), compile_ms: compiled.compile_ms }
+    }
+
+    /// The compiled kernel inside an artifact this environment made.
+    pub fn kernel(compiled: &Compiled) -> Option<&CompiledKernel> {
+        compiled.artifact.downcast_ref::<Artifact>().map(|a| &a.kernel)
+    }
+}
+
+impl KernelEnv for NvrtcEnv {
+    fn describe(&self) -> String {
+        format!(
+            "nvrtc environment: real rules, launch-plan validation and NVRTC compilation for {} in {} worker \
+             process(es); correctness and timing simulated",
+            self.arch,
+            self.pool.workers()
+        )
+    }
+
+    fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
+        let started = Instant::now();
+        let task = self.suite.get(task_name).ok_or_else(|| Outcome::LaunchError {
+            reason: format!("unknown task `{task_name}`"),
+        })?;
+        if let Err((line, violation)) = candidate::rules::check(source) {
+            return Err(Outcome::FormatError { reason: format!("line {line} of the cuda block: {violation}") });
+        }
+        let plan = candidate::plan::parse_plan(source).map_err(|e| Outcome::FormatError { reason: e.to_string() })?;
+        let cand = Candidate { source: source.to_string(), summary: String::new(), plan };
+        let plan = candidate::validate(&cand, &task.candidate_signature(self.preset), &self.limits)
+            .map_err(|e| Outcome::LaunchError { reason: e.to_string() })?;
+        let mut names: Vec<&str> = plan.launches.iter().map(|l| l.kernel.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut request = CompileRequest::ptx(source, &names);
+        request.arch = self.arch.clone();
+        let limit_ms = self.timeout.as_millis() as u64;
+        match self.pool.request_with_timeout(&request, self.timeout) {
+            Ok(Ok(out)) => Ok(Compiled {
+                task: task_name.to_string(),
+                artifact: Arc::new(Artifact {
+                    kernel: CompiledKernel { image: out.image, lowered_names: out.lowered_names, plan },
+                    sim: SimArtifact::of(source),
+                }),
+                compile_ms: started.elapsed().as_secs_f64() * 1e3,
+            }),
+            Ok(Err(CompileError::Source { log })) => Err(Outcome::CompileError { log }),
+            Ok(Err(e)) => Err(Outcome::CompileError { log: e.to_string() }),
+            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout { stage: "compile".into(), limit_ms }),
+            Err(failure) => Err(Outcome::Crash { reason: format!("the compiler failed on this kernel: {failure}") }),
+        }
+    }
+
+    fn verify(&self, compiled: &Compiled) -> Result<(), Outcome> {
+        self.sim.verify(&Self::sim_compiled(compiled))
+    }
+
+    fn profile(&self, compiled: &Compiled) -> Outcome {
+        self.sim.profile(&Self::sim_compiled(compiled))
+    }
+}
