@@ -1,6 +1,7 @@
-//! Compile latency and compile-pool throughput over the kernels in benches/data/*.cu.
+//! Compile latency and compile-pool throughput over the reference solutions in
+//! tasks/solutions/*.cu (or `--dir DIR`, e.g. benches/data with its hand-picked kernels).
 //!
-//! `cargo bench -p kevin --bench compile [-- --reps N --rounds R --opts A,B --out FILE]`
+//! `cargo bench -p kevin --bench compile [-- --reps N --rounds R --opts A,B --dir DIR --out FILE]`
 //!
 //! Per kernel: one warm-up compile, then `reps` timed compiles in this process (PTX for
 //! compute_90, and CUBIN for sm_90); median and p90. Then the pool: every kernel `rounds` times
@@ -47,8 +48,16 @@ fn main() {
         }
     };
     let include_dirs = find_cuda_include_dirs();
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/data");
+    // Default: every reference solution of the task suite (what the policy's candidates look
+    // like); `--dir benches/data` for the hand-picked set.
+    let data = flag("--dir")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/solutions"));
     let mut kernels = load_kernels(&data);
+    if kernels.is_empty() {
+        eprintln!("compile bench: no kernels in {}", data.display());
+        std::process::exit(1);
+    }
     for k in &mut kernels {
         k.request.extra_options = extra.clone();
     }
@@ -59,9 +68,11 @@ fn main() {
     report +=
         &format!(
         "- command: `LD_LIBRARY_PATH=<site-packages>/nvidia/cuda_nvrtc/lib cargo bench -p kevin \
-         --bench compile -- --reps {reps} --rounds {rounds}{}`\n",
-        if extra.is_empty() { String::new() } else { format!(" --opts {}", extra.join(",")) }
+         --bench compile -- --reps {reps} --rounds {rounds}{}{}`\n",
+        if extra.is_empty() { String::new() } else { format!(" --opts {}", extra.join(",")) },
+        flag("--dir").map(|d| format!(" --dir {d}")).unwrap_or_default()
     );
+    report += &format!("- kernels: {} files from {}\n", kernels.len(), data.display());
     report += &format!(
         "- machine: {} CPU cores available (shared with other jobs), no GPU\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -182,13 +193,20 @@ fn load_kernels(dir: &Path) -> Vec<Kernel> {
         .into_iter()
         .filter_map(|path| {
             let source = std::fs::read_to_string(&path).ok()?;
-            let names: Vec<&str> = source
-                .lines()
-                .next()?
-                .strip_prefix("// kernels:")?
-                .split(',')
-                .map(str::trim)
-                .collect();
+            // Kernel names: a `// kernels: a, b` first line (benches/data), else the launch plan
+            // (reference solutions).
+            let mut names: Vec<String> = match source.lines().next()?.strip_prefix("// kernels:") {
+                Some(list) => list.split(',').map(|n| n.trim().to_string()).collect(),
+                None => kevin::candidate::plan::parse_plan(&source)
+                    .ok()?
+                    .launches
+                    .into_iter()
+                    .map(|l| l.kernel)
+                    .collect(),
+            };
+            names.sort();
+            names.dedup();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
             Some(Kernel {
                 file: path.file_name()?.to_string_lossy().into_owned(),
                 request: CompileRequest::ptx(source.clone(), &names),
