@@ -322,7 +322,14 @@ class Interp:
             elif k in ("T", "O"):
                 vals[p] = self.ev(e, env)
             else:
-                vals[p] = self.scalar(e)
+                v = self.scalar(e)
+                if k == "I":
+                    if float(v) != int(v):
+                        raise ValueError(f"parameter {p} of {name} must be an integer")
+                    v = int(v)
+                elif k == "F":
+                    v = float(v)
+                vals[p] = v
         x = vals.get("x")
         if name in UNARY:
             if name == "relu":
