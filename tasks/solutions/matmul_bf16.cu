@@ -1,17 +1,25 @@
-// matmul_bf16: tensor-core GEMM with inline PTX (ldmatrix + mma.sync m16n8k16 bf16, fp32 accumulate), 128x128x32
-// block tiles, 8 warps each 64x32, double-buffered padded shared tiles (conflict-free ldmatrix) with 16-byte
-// register-prefetched global loads (guarded scalar path at edges or when K/N % 8 != 0), bf16 rounding at the end.
+// matmul_bf16: tensor-core GEMM with inline PTX (cp.async 3-stage pipeline, ldmatrix, mma.sync m16n8k16 bf16 with
+// fp32 accumulate), 128x128x32 block tiles, 8 warps each 64x32, XOR-swizzled shared tiles (conflict-free
+// ldmatrix, 48 KiB static), zero-filled / scalar edge chunks when K or N % 8 != 0, bf16 rounding at the end.
 // No <mma.h>: inline PTX needs no header beyond cuda_bf16.h.
 #include <cuda_bf16.h>
 
 #define TBM 128
 #define TBN 128
 #define TBK 32
-#define LDA (TBK + 8)   // bf16 per shared A row: 80-byte stride, 8 ldmatrix rows hit distinct banks
-#define LDB (TBN + 8)   // bf16 per shared B row: 272-byte stride
-#define A_TILE (TBM * LDA)
-#define B_TILE (TBK * LDB)
+#define STAGES 3
+#define A_ELEMS (TBM * TBK)   // 4096 bf16: rows of 4 16-byte chunks, chunk c stored at c ^ ((row >> 1) & 3)
+#define B_ELEMS (TBK * TBN)   // 4096 bf16: rows of 16 chunks, chunk c stored at c ^ (row & 7)
+#define STAGE_ELEMS (A_ELEMS + B_ELEMS)
 
+__device__ __forceinline__ int a_off(int row, int chunk) { return row * TBK + ((chunk ^ ((row >> 1) & 3)) << 3); }
+__device__ __forceinline__ int b_off(int row, int chunk) { return row * TBN + ((chunk ^ (row & 7)) << 3); }
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::); }
 __device__ __forceinline__ void ldsm_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
@@ -30,48 +38,50 @@ __device__ __forceinline__ void mma_bf16(float* d, const unsigned* a, unsigned b
 __global__ void __launch_bounds__(256) gemm_bf16_mma(const __nv_bfloat16* __restrict__ A,
                                                      const __nv_bfloat16* __restrict__ B,
                                                      __nv_bfloat16* __restrict__ C, int M, int N, int K) {
-    __shared__ __align__(128) __nv_bfloat16 smem[2 * (A_TILE + B_TILE)];  // 37,888 bytes
+    __shared__ __align__(128) __nv_bfloat16 smem[STAGES * STAGE_ELEMS];  // 49,152 bytes (static limit)
     const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
     const int wm = warp >> 2, wn = warp & 3;  // warp tile: rows wm*64..+63, cols wn*32..+31
     const int m0 = blockIdx.y * TBM, n0 = blockIdx.x * TBN;
     const bool kvec = (K & 7) == 0, nvec = (N & 7) == 0;
-    const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(smem);
 
-    uint4 ra[2], rb[2];
-    auto load = [&](int k0) {
+    // Loads one k-tile into a stage: 16-byte cp.async per chunk (zero-fill when the chunk is entirely outside),
+    // element-wise guarded stores for chunks that straddle an edge or are misaligned.
+    auto load_stage = [&](int stage, int k0) {
+        __nv_bfloat16* as = smem + stage * STAGE_ELEMS;
+        __nv_bfloat16* bs = as + A_ELEMS;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const int idx = t + i * 256;
-            {   // A: 128 rows x 32 k, 4 chunks of 8 per row
-                const int r = m0 + (idx >> 2), c = k0 + (idx & 3) * 8;
-                if (kvec && r < M && c + 7 < K) {
-                    ra[i] = __ldg(reinterpret_cast<const uint4*>(A + (long long)r * K + c));
+            {
+                const int row = idx >> 2, chunk = idx & 3;
+                const int r = m0 + row, c = k0 + chunk * 8;
+                const int off = a_off(row, chunk);
+                if (r < M && c + 7 < K && kvec) {
+                    cp_async16(sbase + (stage * STAGE_ELEMS + off) * 2, A + (long long)r * K + c, 16);
+                } else if (r >= M || c >= K) {
+                    cp_async16(sbase + (stage * STAGE_ELEMS + off) * 2, A, 0);
                 } else {
-                    __nv_bfloat16* h = reinterpret_cast<__nv_bfloat16*>(&ra[i]);
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) h[j] = (r < M && c + j < K) ? A[(long long)r * K + c + j] : zero;
+                    for (int j = 0; j < 8; ++j)
+                        as[off + j] = c + j < K ? A[(long long)r * K + c + j] : __float2bfloat16(0.0f);
                 }
             }
-            {   // B: 32 k x 128 cols, 16 chunks of 8 per row
-                const int r = k0 + (idx >> 4), c = n0 + (idx & 15) * 8;
-                if (nvec && r < K && c + 7 < N) {
-                    rb[i] = __ldg(reinterpret_cast<const uint4*>(B + (long long)r * N + c));
+            {
+                const int row = idx >> 4, chunk = idx & 15;
+                const int r = k0 + row, c = n0 + chunk * 8;
+                const int off = b_off(row, chunk);
+                const unsigned dst = sbase + (stage * STAGE_ELEMS + A_ELEMS + off) * 2;
+                if (r < K && c + 7 < N && nvec) {
+                    cp_async16(dst, B + (long long)r * N + c, 16);
+                } else if (r >= K || c >= N) {
+                    cp_async16(dst, B, 0);
                 } else {
-                    __nv_bfloat16* h = reinterpret_cast<__nv_bfloat16*>(&rb[i]);
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) h[j] = (r < K && c + j < N) ? B[(long long)r * N + c + j] : zero;
+                    for (int j = 0; j < 8; ++j)
+                        bs[off + j] = c + j < N ? B[(long long)r * N + c + j] : __float2bfloat16(0.0f);
                 }
             }
-        }
-    };
-    auto store = [&](int buf) {
-        __nv_bfloat16* as = smem + buf * (A_TILE + B_TILE);
-        __nv_bfloat16* bs = as + A_TILE;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int idx = t + i * 256;
-            *reinterpret_cast<uint4*>(as + (idx >> 2) * LDA + (idx & 3) * 8) = ra[i];
-            *reinterpret_cast<uint4*>(bs + (idx >> 4) * LDB + (idx & 15) * 8) = rb[i];
         }
     };
 
@@ -83,38 +93,38 @@ __global__ void __launch_bounds__(256) gemm_bf16_mma(const __nv_bfloat16* __rest
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-    const unsigned smem_base = (unsigned)__cvta_generic_to_shared(smem);
     const int ktiles = (K + TBK - 1) / TBK;
-    load(0);
-    store(0);
-    __syncthreads();
-    int cur = 0;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ktiles) load_stage(s, s * TBK);
+        cp_async_commit();
+    }
     for (int kt = 0; kt < ktiles; ++kt) {
-        const bool more = kt + 1 < ktiles;
-        if (more) load((kt + 1) * TBK);
-        const unsigned as = smem_base + cur * (A_TILE + B_TILE) * 2;
-        const unsigned bs = as + A_TILE * 2;
+        cp_async_wait_1();  // the group of tile kt has landed (one newer group may be in flight)
+        __syncthreads();    // ... for every thread; and stage (kt - 1) % STAGES is free again
+        if (kt + STAGES - 1 < ktiles) load_stage((kt + STAGES - 1) % STAGES, (kt + STAGES - 1) * TBK);
+        cp_async_commit();
+        const int stage = kt % STAGES;
+        const unsigned as = sbase + stage * STAGE_ELEMS * 2;
+        const unsigned bs = as + A_ELEMS * 2;
 #pragma unroll
         for (int kk = 0; kk < TBK; kk += 16) {
             unsigned fa[4][4], fb[4][2];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int row = wm * 64 + i * 16 + (lane & 15), col = kk + (lane >> 4) * 8;
-                ldsm_x4(as + (row * LDA + col) * 2, fa[i][0], fa[i][1], fa[i][2], fa[i][3]);
+                const int row = wm * 64 + i * 16 + (lane & 15), chunk = (kk >> 3) + (lane >> 4);
+                ldsm_x4(as + a_off(row, chunk) * 2, fa[i][0], fa[i][1], fa[i][2], fa[i][3]);
             }
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-                const int row = kk + (lane & 15), col = wn * 32 + j * 16 + (lane >> 4) * 8;
-                ldsm_x4_t(bs + (row * LDB + col) * 2, fb[2 * j][0], fb[2 * j][1], fb[2 * j + 1][0], fb[2 * j + 1][1]);
+                const int row = kk + (lane & 15), chunk = ((wn * 32 + j * 16) >> 3) + (lane >> 4);
+                ldsm_x4_t(bs + b_off(row, chunk) * 2, fb[2 * j][0], fb[2 * j][1], fb[2 * j + 1][0], fb[2 * j + 1][1]);
             }
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) mma_bf16(acc[i][j], fa[i], fb[j][0], fb[j][1]);
         }
-        if (more) store(cur ^ 1);
-        __syncthreads();
-        cur ^= 1;
     }
 
     const bool even = (N & 1) == 0;
