@@ -155,10 +155,16 @@ fn parse_decls(src: &str) -> Result<(Vec<Scratch>, Vec<Launch>), String> {
         if let Some(r) = rest.strip_prefix("scratch") {
             // NAME dtype[expr]
             let r = r.trim();
-            let (name, ty) = r.split_once(char::is_whitespace).ok_or_else(|| err("bad scratch"))?;
+            let (name, ty) = r
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| err("bad scratch"))?;
             let ty = ty.trim();
-            let open = ty.find('[').ok_or_else(|| err("scratch type needs [numel]"))?;
-            let close = ty.rfind(']').ok_or_else(|| err("scratch type needs [numel]"))?;
+            let open = ty
+                .find('[')
+                .ok_or_else(|| err("scratch type needs [numel]"))?;
+            let close = ty
+                .rfind(']')
+                .ok_or_else(|| err("scratch type needs [numel]"))?;
             let dtype = ty[..open].trim().to_string();
             if !["f32", "f16", "bf16", "i64", "i32"].contains(&dtype.as_str()) {
                 return Err(err("unknown scratch dtype"));
@@ -170,7 +176,10 @@ fn parse_decls(src: &str) -> Result<(Vec<Scratch>, Vec<Launch>), String> {
             });
         } else if let Some(r) = rest.strip_prefix("launch") {
             let r = r.trim();
-            let kernel = r.split_whitespace().next().ok_or_else(|| err("no kernel"))?;
+            let kernel = r
+                .split_whitespace()
+                .next()
+                .ok_or_else(|| err("no kernel"))?;
             let grid = field(r, "grid").ok_or_else(|| err("no grid=(..)"))?;
             let block = field(r, "block").ok_or_else(|| err("no block=(..)"))?;
             let smem = field(r, "smem").unwrap_or_else(|| "0".to_string());
@@ -207,7 +216,9 @@ fn lex(s: &str) -> Result<Vec<Tok>, String> {
         if c.is_whitespace() {
             i += 1;
         } else if c.is_ascii_digit() {
-            let j = (i..b.len()).find(|&j| !b[j].is_ascii_digit()).unwrap_or(b.len());
+            let j = (i..b.len())
+                .find(|&j| !b[j].is_ascii_digit())
+                .unwrap_or(b.len());
             if j < b.len() && (b[j] == b'.' || b[j] == b'e' || b[j] == b'E') {
                 return Err(format!("not an integer expression: {s}"));
             }
@@ -423,7 +434,10 @@ fn check_static(task: &Task, src: &str) -> Result<Vec<String>, String> {
         return Err("no `// kevin: launch` line".into());
     }
     if launches.len() > MAX_LAUNCHES {
-        return Err(format!("{} launches, more than {MAX_LAUNCHES}", launches.len()));
+        return Err(format!(
+            "{} launches, more than {MAX_LAUNCHES}",
+            launches.len()
+        ));
     }
     let code = strip_comments(src);
     for bad in ["<<<", "cudaMalloc", "cudaMemcpy", "printf", "int main"] {
@@ -451,7 +465,10 @@ fn check_static(task: &Task, src: &str) -> Result<Vec<String>, String> {
         for s in &scratch {
             let n = eval(&s.numel, &sizes).map_err(|e| format!("scratch {}: {e}", s.name))?;
             if n <= 0 {
-                return Err(format!("scratch {} ({}) has {n} elements at {pname}", s.name, s.dtype));
+                return Err(format!(
+                    "scratch {} ({}) has {n} elements at {pname}",
+                    s.name, s.dtype
+                ));
             }
         }
         for l in &launches {
@@ -459,11 +476,23 @@ fn check_static(task: &Task, src: &str) -> Result<Vec<String>, String> {
             if l.grid.is_empty() || l.grid.len() > 3 || l.block.is_empty() || l.block.len() > 3 {
                 return Err(ctx("grid and block need 1 to 3 dimensions".into()));
             }
-            let g: Vec<i64> = l.grid.iter().map(|e| eval(e, &sizes)).collect::<Result<_, _>>().map_err(ctx)?;
-            let b: Vec<i64> = l.block.iter().map(|e| eval(e, &sizes)).collect::<Result<_, _>>().map_err(ctx)?;
+            let g: Vec<i64> = l
+                .grid
+                .iter()
+                .map(|e| eval(e, &sizes))
+                .collect::<Result<_, _>>()
+                .map_err(ctx)?;
+            let b: Vec<i64> = l
+                .block
+                .iter()
+                .map(|e| eval(e, &sizes))
+                .collect::<Result<_, _>>()
+                .map_err(ctx)?;
             let smem = eval(&l.smem, &sizes).map_err(ctx)?;
             if g.iter().chain(&b).any(|&v| v <= 0) {
-                return Err(ctx(format!("non-positive dimension: grid {g:?} block {b:?}")));
+                return Err(ctx(format!(
+                    "non-positive dimension: grid {g:?} block {b:?}"
+                )));
             }
             if g[0] > i32::MAX as i64 || g.iter().skip(1).any(|&v| v > MAX_GRID_YZ) {
                 return Err(ctx(format!("grid {g:?} too large")));
@@ -479,7 +508,9 @@ fn check_static(task: &Task, src: &str) -> Result<Vec<String>, String> {
                     continue;
                 }
                 eval(a, &sizes).map_err(|e| {
-                    ctx(format!("argument `{a}` is not a tensor, scratch, size expression or literal ({e})"))
+                    ctx(format!(
+                        "argument `{a}` is not a tensor, scratch, size expression or literal ({e})"
+                    ))
                 })?;
             }
         }
@@ -510,7 +541,10 @@ fn check_static(task: &Task, src: &str) -> Result<Vec<String>, String> {
                     .iter()
                     .any(|t| ty.trim_start().starts_with(t));
                 if !ok {
-                    return Err(format!("launch {}: unsupported scalar parameter `{p}`", l.kernel));
+                    return Err(format!(
+                        "launch {}: unsupported scalar parameter `{p}`",
+                        l.kernel
+                    ));
                 }
             }
         }

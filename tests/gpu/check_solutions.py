@@ -830,7 +830,11 @@ class TaskRun:
             return times[len(times) // 2]
 
         # cupy launches go to cupy's current stream; make it torch's current stream so events bracket them.
-        stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        import warnings
+
+        with warnings.catch_warnings():  # ExternalStream is deprecated (not removed) in cupy 14
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
         with stream:
             t_kernel = measure(lambda: self.launch(plan))
         eager = Interp(self.prog, torch, exact=False)
