@@ -1,0 +1,60 @@
+// l2_normalize: one 256-thread block per row; the row is loaded once into registers (float4, when
+// N % 4 == 0 and N <= 4096; otherwise a scalar re-reading path), block sum of squares, then scale.
+
+#define VPT 4  // float4s cached in registers per thread: 256 threads x 4 x 4 = rows up to 4096 floats
+
+// Block-wide fp32 sum (warp shuffles, then one warp over the per-warp partials); all threads get it.
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    __shared__ float total;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float t = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0) total = t;
+    }
+    __syncthreads();
+    float r = total;
+    __syncthreads();  // part/total may be reused by a later call
+    return r;
+}
+
+__global__ void l2norm_rows(const float* __restrict__ X, float* __restrict__ Y, int M, int N) {
+    const long long off = (long long)blockIdx.x * N;
+    const float* p = X + off;
+    float* q = Y + off;
+    const int n4 = N >> 2;
+    const bool cached = ((N & 3) == 0) && (n4 <= VPT * (int)blockDim.x);
+    float4 c[VPT];
+    float ss = 0.0f;
+    if (cached) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            int i = threadIdx.x + k * blockDim.x;
+            c[k] = i < n4 ? __ldg(reinterpret_cast<const float4*>(p) + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+            ss += (c[k].x * c[k].x + c[k].y * c[k].y) + (c[k].z * c[k].z + c[k].w * c[k].w);
+        }
+    } else {
+        for (int i = threadIdx.x; i < N; i += blockDim.x) { float v = __ldg(p + i); ss += v * v; }
+    }
+    ss = block_sum(ss);
+    const float inv = 1.0f / fmaxf(sqrtf(ss), 1e-12f);
+    if (cached) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+            int i = threadIdx.x + k * blockDim.x;
+            if (i < n4) {
+                float4 o = make_float4(c[k].x * inv, c[k].y * inv, c[k].z * inv, c[k].w * inv);
+                reinterpret_cast<float4*>(q)[i] = o;
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < N; i += blockDim.x) q[i] = __ldg(p + i) * inv;
+    }
+}
+// kevin: launch l2norm_rows grid=(M) block=(256) smem=0 args=(X, Y, M, N)

@@ -1,0 +1,20 @@
+// leaky_relu: elementwise, one float4 (16-byte load/store) per thread, scalar tail for n % 4 != 0.
+__device__ __forceinline__ float leaky_relu_op(float x) {
+    return x > 0.0f ? x : 0.01f * x;
+}
+
+__global__ void leaky_relu_f4(const float* __restrict__ X, float* __restrict__ Y, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long n4 = n >> 2;
+    if (i < n4) {
+        float4 v = __ldg(reinterpret_cast<const float4*>(X) + i);
+        v.x = leaky_relu_op(v.x);
+        v.y = leaky_relu_op(v.y);
+        v.z = leaky_relu_op(v.z);
+        v.w = leaky_relu_op(v.w);
+        reinterpret_cast<float4*>(Y)[i] = v;
+    } else if (i == n4) {
+        for (long long j = n4 * 4; j < n; ++j) Y[j] = leaky_relu_op(X[j]);
+    }
+}
+// kevin: launch leaky_relu_f4 grid=(cdiv(M*N,1024)) block=(256) smem=0 args=(X, Y, M*N)
