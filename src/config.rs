@@ -860,7 +860,7 @@ impl Config {
         )?;
         check_range("learner.clip_low", f.learner.clip_low, 0.0, 1.0)?;
         check_range("learner.clip_high", f.learner.clip_high, 0.0, 10.0)?;
-        if !(f.learner.grad_clip > 0.0) {
+        if f.learner.grad_clip.is_nan() || f.learner.grad_clip <= 0.0 {
             return Err(invalid(
                 "learner.grad_clip",
                 f.learner.grad_clip,
