@@ -72,7 +72,11 @@ fn main() {
         if extra.is_empty() { String::new() } else { format!(" --opts {}", extra.join(",")) },
         flag("--dir").map(|d| format!(" --dir {d}")).unwrap_or_default()
     );
-    report += &format!("- kernels: {} files from {}\n", kernels.len(), data.display());
+    report += &format!(
+        "- kernels: {} files from {}\n",
+        kernels.len(),
+        data.display()
+    );
     report += &format!(
         "- machine: {} CPU cores available (shared with other jobs), no GPU\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())

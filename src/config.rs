@@ -744,12 +744,26 @@ impl Config {
         check_range("run.drain_timeout_s", f.run.drain_timeout_s, 0.0, 86_400.0)?;
         check_min("tasks.simulated_count", f.tasks.simulated_count.into(), 1)?;
         if f.env.kind == EnvKind::Nvrtc && f.tasks.source != TaskSource::Suite {
-            return Err(invalid("env.kind", "\"nvrtc\"", "needs tasks.source = \"suite\" (real compilation needs real tasks)"));
+            return Err(invalid(
+                "env.kind",
+                "\"nvrtc\"",
+                "needs tasks.source = \"suite\" (real compilation needs real tasks)",
+            ));
         }
-        if !(f.env.arch.starts_with("sm_") && f.env.arch[3..].parse::<u32>().is_ok_and(|v| v >= 50)) {
-            return Err(invalid("env.arch", format!("{:?}", f.env.arch), "an architecture such as \"sm_90\""));
+        if !(f.env.arch.starts_with("sm_") && f.env.arch[3..].parse::<u32>().is_ok_and(|v| v >= 50))
+        {
+            return Err(invalid(
+                "env.arch",
+                format!("{:?}", f.env.arch),
+                "an architecture such as \"sm_90\"",
+            ));
         }
-        check_range("policy.simulated.p_mutate", f.policy.simulated.p_mutate, 0.0, 1.0)?;
+        check_range(
+            "policy.simulated.p_mutate",
+            f.policy.simulated.p_mutate,
+            0.0,
+            1.0,
+        )?;
         check_min("rollout.trajectories", f.rollout.trajectories.into(), 1)?;
         check_min("rollout.turns", f.rollout.turns.into(), 1)?;
         check_min(

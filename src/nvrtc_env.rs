@@ -61,7 +61,8 @@ impl NvrtcEnv {
         sim: SimEnvSection,
     ) -> Result<NvrtcEnv, String> {
         compile::locate_nvrtc().map_err(|e| e.to_string())?;
-        let pool = compile::spawn_compile_pool(worker, workers).map_err(|e| format!("compile workers: {e}"))?;
+        let pool = compile::spawn_compile_pool(worker, workers)
+            .map_err(|e| format!("compile workers: {e}"))?;
         Ok(NvrtcEnv {
             suite,
             preset,
@@ -74,13 +75,23 @@ impl NvrtcEnv {
     }
 
     fn sim_compiled(compiled: &Compiled) -> Compiled {
-        let sim = compiled.artifact.downcast_ref::<Artifact>().map_or(SimArtifact::of(""), |a| a.sim);
-        Compiled { task: compiled.task.clone(), artifact: Arc::new(sim), compile_ms: compiled.compile_ms }
+        let sim = compiled
+            .artifact
+            .downcast_ref::<Artifact>()
+            .map_or(SimArtifact::of(""), |a| a.sim);
+        Compiled {
+            task: compiled.task.clone(),
+            artifact: Arc::new(sim),
+            compile_ms: compiled.compile_ms,
+        }
     }
 
     /// The compiled kernel inside an artifact this environment made.
     pub fn kernel(compiled: &Compiled) -> Option<&CompiledKernel> {
-        compiled.artifact.downcast_ref::<Artifact>().map(|a| &a.kernel)
+        compiled
+            .artifact
+            .downcast_ref::<Artifact>()
+            .map(|a| &a.kernel)
     }
 }
 
@@ -96,16 +107,29 @@ impl KernelEnv for NvrtcEnv {
 
     fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
         let started = Instant::now();
-        let task = self.suite.get(task_name).ok_or_else(|| Outcome::LaunchError {
-            reason: format!("unknown task `{task_name}`"),
-        })?;
+        let task = self
+            .suite
+            .get(task_name)
+            .ok_or_else(|| Outcome::LaunchError {
+                reason: format!("unknown task `{task_name}`"),
+            })?;
         if let Err((line, violation)) = candidate::rules::check(source) {
-            return Err(Outcome::FormatError { reason: format!("line {line} of the cuda block: {violation}") });
+            return Err(Outcome::FormatError {
+                reason: format!("line {line} of the cuda block: {violation}"),
+            });
         }
-        let plan = candidate::plan::parse_plan(source).map_err(|e| Outcome::FormatError { reason: e.to_string() })?;
-        let cand = Candidate { source: source.to_string(), summary: String::new(), plan };
+        let plan = candidate::plan::parse_plan(source).map_err(|e| Outcome::FormatError {
+            reason: e.to_string(),
+        })?;
+        let cand = Candidate {
+            source: source.to_string(),
+            summary: String::new(),
+            plan,
+        };
         let plan = candidate::validate(&cand, &task.candidate_signature(self.preset), &self.limits)
-            .map_err(|e| Outcome::LaunchError { reason: e.to_string() })?;
+            .map_err(|e| Outcome::LaunchError {
+                reason: e.to_string(),
+            })?;
         let mut names: Vec<&str> = plan.launches.iter().map(|l| l.kernel.as_str()).collect();
         names.sort_unstable();
         names.dedup();
@@ -116,15 +140,24 @@ impl KernelEnv for NvrtcEnv {
             Ok(Ok(out)) => Ok(Compiled {
                 task: task_name.to_string(),
                 artifact: Arc::new(Artifact {
-                    kernel: CompiledKernel { image: out.image, lowered_names: out.lowered_names, plan },
+                    kernel: CompiledKernel {
+                        image: out.image,
+                        lowered_names: out.lowered_names,
+                        plan,
+                    },
                     sim: SimArtifact::of(source),
                 }),
                 compile_ms: started.elapsed().as_secs_f64() * 1e3,
             }),
             Ok(Err(CompileError::Source { log })) => Err(Outcome::CompileError { log }),
             Ok(Err(e)) => Err(Outcome::CompileError { log: e.to_string() }),
-            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout { stage: "compile".into(), limit_ms }),
-            Err(failure) => Err(Outcome::Crash { reason: format!("the compiler failed on this kernel: {failure}") }),
+            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout {
+                stage: "compile".into(),
+                limit_ms,
+            }),
+            Err(failure) => Err(Outcome::Crash {
+                reason: format!("the compiler failed on this kernel: {failure}"),
+            }),
         }
     }
 

@@ -30,10 +30,13 @@ pub fn first_turn(task: &Task, preset: Preset) -> Result<String, RenderError> {
     let module = task.torch_module(preset)?;
     let sig = task.signature(preset);
     let mut out = String::new();
-    out.push_str(&format!("# Task: {} (level {})
+    out.push_str(&format!(
+        "# Task: {} (level {})
 {}
 
-", task.name, task.level, task.description));
+",
+        task.name, task.level, task.description
+    ));
     out.push_str(
         "Write CUDA kernels that compute exactly what this PyTorch module computes, as fast as \
          possible on an NVIDIA H200 (sm_90):\n\n",
@@ -41,7 +44,11 @@ pub fn first_turn(task: &Task, preset: Preset) -> Result<String, RenderError> {
     out.push_str(&format!("```python\n{}\n```\n\n", module.trim_end()));
     out.push_str("Tensors (contiguous, row-major; pass them to kernels by these names):\n");
     for t in &sig.tensors {
-        let role = if t.role == Role::Input { "input, read-only" } else { "output" };
+        let role = if t.role == Role::Input {
+            "input, read-only"
+        } else {
+            "output"
+        };
         let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
         out.push_str(&format!(
             "- {}: {}[{}] ({role}; pointer type {})\n",
@@ -51,7 +58,11 @@ pub fn first_turn(task: &Task, preset: Preset) -> Result<String, RenderError> {
             pointer_type(t.dtype)
         ));
     }
-    let sizes: Vec<String> = sig.sizes.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    let sizes: Vec<String> = sig
+        .sizes
+        .iter()
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
     out.push_str(&format!("Sizes: {}\n\n", sizes.join(", ")));
     out.push_str(&format!(
         "## Answer format\n\
@@ -137,19 +148,34 @@ mod tests {
 
     /// Compares with tests/data/prompts/<name>.txt; KEVIN_UPDATE_SNAPSHOTS=1 rewrites it.
     fn check_snapshot(name: &str, got: &str) {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/prompts").join(format!("{name}.txt"));
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/prompts")
+            .join(format!("{name}.txt"));
         if std::env::var_os("KEVIN_UPDATE_SNAPSHOTS").is_some() {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(&path, got).unwrap();
         }
-        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert_eq!(got, want, "prompt snapshot {} changed (KEVIN_UPDATE_SNAPSHOTS=1 to accept)", path.display());
+        let want =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            got,
+            want,
+            "prompt snapshot {} changed (KEVIN_UPDATE_SNAPSHOTS=1 to accept)",
+            path.display()
+        );
     }
 
     #[test]
     fn first_turn_prompt_snapshots() {
-        let suite = crate::tasks::TaskSuite::load(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks")).unwrap();
-        for (name, preset) in [("relu", Preset::Gpu), ("gemm_bias_relu", Preset::Gpu), ("layernorm_residual_f16", Preset::Small)] {
+        let suite = crate::tasks::TaskSuite::load(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks"),
+        )
+        .unwrap();
+        for (name, preset) in [
+            ("relu", Preset::Gpu),
+            ("gemm_bias_relu", Preset::Gpu),
+            ("layernorm_residual_f16", Preset::Small),
+        ] {
             let task = suite.get(name).unwrap();
             let a = first_turn(task, preset).unwrap();
             assert_eq!(a, first_turn(task, preset).unwrap(), "deterministic");

@@ -45,7 +45,11 @@ pub struct SimPolicy {
 impl SimPolicy {
     /// A simulated policy with the given cost model.
     pub fn new(cfg: SimPolicySection) -> Self {
-        SimPolicy { cfg, version: 0, corpus: HashMap::new() }
+        SimPolicy {
+            cfg,
+            version: 0,
+            corpus: HashMap::new(),
+        }
     }
 
     /// The corpus answer for the task named in the prompt's `# Task:` header, if any.
@@ -53,7 +57,12 @@ impl SimPolicy {
         if self.cfg.corpus.is_empty() {
             return None;
         }
-        let task = prompt.lines().find_map(|l| l.strip_prefix("# Task: "))?.split_whitespace().next()?.to_string();
+        let task = prompt
+            .lines()
+            .find_map(|l| l.strip_prefix("# Task: "))?
+            .split_whitespace()
+            .next()?
+            .to_string();
         let dir = Path::new(&self.cfg.corpus);
         let source = self
             .corpus
@@ -68,7 +77,15 @@ impl SimPolicy {
 fn break_source(source: &str, rng: &mut SplitMix64) -> String {
     let semis: Vec<usize> = source
         .char_indices()
-        .filter(|(i, c)| *c == ';' && !source[..*i].rsplit('\n').next().unwrap_or("").trim_start().starts_with("//"))
+        .filter(|(i, c)| {
+            *c == ';'
+                && !source[..*i]
+                    .rsplit('\n')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with("//")
+        })
         .map(|(i, _)| i)
         .collect();
     if semis.is_empty() {
@@ -159,7 +176,9 @@ impl SimArtifact {
     pub fn of(source: &str) -> SimArtifact {
         parse_marker(source).unwrap_or_else(|| {
             // FNV-1a: any stable hash does; the same source always gets the same verdicts.
-            let draw = source.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+            let draw = source.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+            });
             SimArtifact { turn: 0, draw }
         })
     }

@@ -21,7 +21,9 @@ fn root() -> PathBuf {
 fn nvrtc_available() -> bool {
     match locate_nvrtc() {
         Ok(_) => true,
-        Err(e) if std::env::var("KEVIN_REQUIRE_NVRTC").as_deref() == Ok("1") => panic!("KEVIN_REQUIRE_NVRTC=1 but {e}"),
+        Err(e) if std::env::var("KEVIN_REQUIRE_NVRTC").as_deref() == Ok("1") => {
+            panic!("KEVIN_REQUIRE_NVRTC=1 but {e}")
+        }
         Err(e) => {
             eprintln!("solutions_compile: compile step skipped: {e}");
             false
@@ -33,11 +35,16 @@ fn nvrtc_available() -> bool {
 fn check_candidate(task: &Task, source: &str) -> Result<Vec<String>, String> {
     candidate::rules::check(source).map_err(|(line, v)| format!("line {line}: {v}"))?;
     let plan = candidate::plan::parse_plan(source).map_err(|e| e.to_string())?;
-    let cand = Candidate { source: source.to_string(), summary: String::new(), plan };
+    let cand = Candidate {
+        source: source.to_string(),
+        summary: String::new(),
+        plan,
+    };
     let mut names = Vec::new();
     for preset in [Preset::Small, Preset::Gpu] {
-        let resolved = candidate::validate(&cand, &task.candidate_signature(preset), &Limits::default())
-            .map_err(|e| format!("{preset:?} preset: {e}"))?;
+        let resolved =
+            candidate::validate(&cand, &task.candidate_signature(preset), &Limits::default())
+                .map_err(|e| format!("{preset:?} preset: {e}"))?;
         names = resolved.launches.iter().map(|l| l.kernel.clone()).collect();
     }
     names.sort();
@@ -45,16 +52,24 @@ fn check_candidate(task: &Task, source: &str) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-fn check_file(path: &Path, suite: &TaskSuite, nvrtc: bool, include_dirs: &[PathBuf]) -> Result<bool, String> {
+fn check_file(
+    path: &Path,
+    suite: &TaskSuite,
+    nvrtc: bool,
+    include_dirs: &[PathBuf],
+) -> Result<bool, String> {
     let stem = path.file_stem().unwrap().to_string_lossy().to_string();
-    let task = suite.get(&stem).ok_or_else(|| format!("no task named `{stem}`"))?;
+    let task = suite
+        .get(&stem)
+        .ok_or_else(|| format!("no task named `{stem}`"))?;
     let source = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let kernels = check_candidate(task, &source)?;
     if !nvrtc {
         return Ok(false);
     }
     let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
-    let out = compile(&CompileRequest::ptx(source.clone(), &names), include_dirs).map_err(|e| e.to_string())?;
+    let out = compile(&CompileRequest::ptx(source.clone(), &names), include_dirs)
+        .map_err(|e| e.to_string())?;
     for k in &kernels {
         if !out.lowered_names.contains_key(k) {
             return Err(format!("kernel {k} has no lowered name"));
@@ -66,7 +81,9 @@ fn check_file(path: &Path, suite: &TaskSuite, nvrtc: bool, include_dirs: &[PathB
 #[test]
 fn every_task_has_a_solution_that_validates_and_compiles() {
     let suite = TaskSuite::load(root().join("tasks")).expect("task suite loads");
-    let only: Option<Vec<String>> = std::env::var("KEVIN_SOLUTION").ok().map(|s| s.split(',').map(String::from).collect());
+    let only: Option<Vec<String>> = std::env::var("KEVIN_SOLUTION")
+        .ok()
+        .map(|s| s.split(',').map(String::from).collect());
     let dir = root().join("tasks/solutions");
     let mut missing: Vec<&str> = suite
         .tasks()
@@ -75,7 +92,10 @@ fn every_task_has_a_solution_that_validates_and_compiles() {
         .filter(|n| !dir.join(format!("{n}.cu")).exists())
         .collect();
     missing.sort_unstable();
-    assert!(only.is_some() || missing.is_empty(), "tasks without a reference solution: {missing:?}");
+    assert!(
+        only.is_some() || missing.is_empty(),
+        "tasks without a reference solution: {missing:?}"
+    );
 
     let nvrtc = nvrtc_available();
     let include_dirs = find_cuda_include_dirs();
@@ -83,7 +103,10 @@ fn every_task_has_a_solution_that_validates_and_compiles() {
         .expect("tasks/solutions exists")
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "cu"))
-        .filter(|p| only.as_ref().is_none_or(|o| o.iter().any(|n| p.file_stem().unwrap() == n.as_str())))
+        .filter(|p| {
+            only.as_ref()
+                .is_none_or(|o| o.iter().any(|n| p.file_stem().unwrap() == n.as_str()))
+        })
         .collect();
     files.sort();
     let (mut compiled, mut failures) = (0, Vec::new());
@@ -95,7 +118,11 @@ fn every_task_has_a_solution_that_validates_and_compiles() {
             Err(e) => failures.push(format!("{stem}: {e}")),
         }
     }
-    eprintln!("solutions_compile: {} files, {compiled} compiled, {} failed", files.len(), failures.len());
+    eprintln!(
+        "solutions_compile: {} files, {compiled} compiled, {} failed",
+        files.len(),
+        failures.len()
+    );
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n\n"));
 }
 
@@ -107,7 +134,10 @@ fn a_broken_solution_is_caught() {
     let src = std::fs::read_to_string(root().join("tasks/solutions/relu.cu")).unwrap();
     assert!(check_candidate(task, &src).is_ok());
     let first_launch = src.lines().find(|l| l.contains("kevin: launch")).unwrap();
-    let broken = src.replace(first_launch, &first_launch.replace("args=(X,", "args=(NOPE,"));
+    let broken = src.replace(
+        first_launch,
+        &first_launch.replace("args=(X,", "args=(NOPE,"),
+    );
     let err = check_candidate(task, &broken).unwrap_err();
     assert!(err.contains("NOPE"), "{err}");
 }

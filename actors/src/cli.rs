@@ -347,7 +347,11 @@ pub fn main() -> ExitCode {
             let result = match show {
                 None => crate::tasks_cmd::list(&dir, json),
                 Some(TasksCommand::Show { name, preset }) => {
-                    let preset = if preset == "small" { kevin::tasks::Preset::Small } else { kevin::tasks::Preset::Gpu };
+                    let preset = if preset == "small" {
+                        kevin::tasks::Preset::Small
+                    } else {
+                        kevin::tasks::Preset::Gpu
+                    };
                     crate::tasks_cmd::show(&dir, &name, preset)
                 }
             };

@@ -7,10 +7,10 @@ use actix::prelude::*;
 use kevin::env::KernelEnv;
 
 use crate::failures::Failures;
-use crate::mailbox::{actix_capacity, Handle};
-use crate::messages::{Compile, Restart, Verify};
+use crate::mailbox::Handle;
+use crate::messages::{Compile, Verify};
 use crate::pool::BlockingPool;
-use crate::stage::{run_stage, StageFailure};
+use crate::stage::{run_stage, stage_actor};
 use crate::verifier::Verifier;
 
 /// The Compiler actor.
@@ -46,22 +46,7 @@ impl Compiler {
     }
 }
 
-impl Actor for Compiler {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(actix_capacity(self.credits));
-    }
-}
-
-impl Supervised for Compiler {
-    fn restarting(&mut self, _ctx: &mut Context<Self>) {
-        // A panic may have left the component's threads in a bad state: start fresh ones.
-        self.pool = BlockingPool::new("compile", self.workers);
-        self.failures.count("Compiler.restart");
-        tracing::warn!(actor = "Compiler", "restarted after a component failure");
-    }
-}
+stage_actor!(Compiler, "Compiler", "compile");
 
 impl Handler<Compile> for Compiler {
     type Result = ();
@@ -107,21 +92,10 @@ impl Handler<Compile> for Compiler {
                     let _ = reply.send(outcome);
                 }
                 Err(failure) => {
-                    if matches!(failure, StageFailure::Panicked(_)) {
-                        me.do_send(Restart);
-                    }
-                    let _ = reply.send(failure.into_outcome());
+                    let _ = reply.send(failure.handle(&me));
                 }
             }
             drop(ticket);
         });
-    }
-}
-
-impl Handler<Restart> for Compiler {
-    type Result = ();
-
-    fn handle(&mut self, _: Restart, ctx: &mut Context<Self>) {
-        ctx.stop();
     }
 }

@@ -7,10 +7,9 @@ use actix::prelude::*;
 use kevin::env::KernelEnv;
 
 use crate::failures::Failures;
-use crate::mailbox::actix_capacity;
-use crate::messages::{Profile, Restart};
+use crate::messages::Profile;
 use crate::pool::BlockingPool;
-use crate::stage::{run_stage, StageFailure};
+use crate::stage::{run_stage, stage_actor};
 
 /// The Profiler actor.
 pub struct Profiler {
@@ -42,21 +41,7 @@ impl Profiler {
     }
 }
 
-impl Actor for Profiler {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(actix_capacity(self.credits));
-    }
-}
-
-impl Supervised for Profiler {
-    fn restarting(&mut self, _ctx: &mut Context<Self>) {
-        self.pool = BlockingPool::new("profile", self.workers);
-        self.failures.count("Profiler.restart");
-        tracing::warn!(actor = "Profiler", "restarted after a component failure");
-    }
-}
+stage_actor!(Profiler, "Profiler", "profile");
 
 impl Handler<Profile> for Profiler {
     type Result = ();
@@ -78,23 +63,10 @@ impl Handler<Profile> for Profiler {
             .await
             {
                 Ok(outcome) => outcome,
-                Err(failure) => {
-                    if matches!(failure, StageFailure::Panicked(_)) {
-                        me.do_send(Restart);
-                    }
-                    failure.into_outcome()
-                }
+                Err(failure) => failure.handle(&me),
             };
             let _ = reply.send(outcome);
             drop(ticket);
         });
-    }
-}
-
-impl Handler<Restart> for Profiler {
-    type Result = ();
-
-    fn handle(&mut self, _: Restart, ctx: &mut Context<Self>) {
-        ctx.stop();
     }
 }

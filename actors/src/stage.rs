@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
+use actix::prelude::*;
 use kevin::outcome::Outcome;
 use tracing::Span;
 
+use crate::messages::Restart;
 use crate::pool::BlockingPool;
 
 /// Extra time the actor grants beyond the environment's own deadline before it gives up on the
@@ -76,3 +78,51 @@ where
         }
     }
 }
+
+impl StageFailure {
+    /// The candidate's outcome; a panic also asks the stage actor `me` to restart (a component
+    /// that panicked may be in a bad state).
+    pub fn handle<A>(self, me: &Addr<A>) -> Outcome
+    where
+        A: Handler<Restart>,
+        A::Context: actix::dev::ToEnvelope<A, Restart>,
+    {
+        if matches!(self, StageFailure::Panicked(_)) {
+            me.do_send(Restart);
+        }
+        self.into_outcome()
+    }
+}
+
+/// The parts of a stage actor that do not depend on the stage: the actix capacity above its
+/// credits, supervision (a restart replaces the pool's threads and is counted), and the
+/// [`Restart`] message. The actor needs fields `credits`, `workers`, `pool` and `failures`.
+macro_rules! stage_actor {
+    ($actor:ident, $name:literal, $pool:literal) => {
+        impl actix::Actor for $actor {
+            type Context = actix::Context<Self>;
+
+            fn started(&mut self, ctx: &mut actix::Context<Self>) {
+                ctx.set_mailbox_capacity(crate::mailbox::actix_capacity(self.credits));
+            }
+        }
+
+        impl actix::Supervised for $actor {
+            fn restarting(&mut self, _ctx: &mut actix::Context<Self>) {
+                self.pool = crate::pool::BlockingPool::new($pool, self.workers);
+                self.failures.count(concat!($name, ".restart"));
+                tracing::warn!(actor = $name, "restarted after a component failure");
+            }
+        }
+
+        impl actix::Handler<crate::messages::Restart> for $actor {
+            type Result = ();
+
+            fn handle(&mut self, _: crate::messages::Restart, ctx: &mut actix::Context<Self>) {
+                use actix::ActorContext;
+                ctx.stop();
+            }
+        }
+    };
+}
+pub(crate) use stage_actor;

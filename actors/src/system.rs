@@ -18,15 +18,15 @@ use kevin::config::{Config, ConfigFile, EnvKind, LearnerKind, PolicyKind, TaskSo
 use kevin::env::KernelEnv;
 use kevin::episode::EpisodeTask;
 use kevin::learner::Learner;
+use kevin::nvrtc_env::NvrtcEnv;
 use kevin::policy::Policy;
 use kevin::replay::ReplayBuffer;
 use kevin::run_dir::{RunDir, RunDirError};
 use kevin::sampler::TaskSampler;
-use kevin::nvrtc_env::NvrtcEnv;
 use kevin::sim::{SimEnv, SimLearner, SimPolicy};
 use kevin::tasks::{Split, TaskSuite};
-use kevin::worker::WorkerCommand;
 use kevin::telemetry::TraceStats;
+use kevin::worker::WorkerCommand;
 use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::compiler::Compiler;
@@ -146,19 +146,31 @@ fn load_suite(config: &Config) -> Result<Option<Arc<TaskSuite>>, TrainError> {
         TaskSource::Simulated => Ok(None),
         TaskSource::Suite => TaskSuite::load(&config.tasks.dir)
             .map(|s| Some(Arc::new(s)))
-            .map_err(|e| TrainError::Setup(format!("task suite (tasks.dir = {:?}): {e}", config.tasks.dir))),
+            .map_err(|e| {
+                TrainError::Setup(format!(
+                    "task suite (tasks.dir = {:?}): {e}",
+                    config.tasks.dir
+                ))
+            }),
     }
 }
 
 /// The tasks episodes are sampled from: the train split only.
-fn build_tasks(config: &Config, suite: Option<&TaskSuite>) -> Result<Vec<Arc<EpisodeTask>>, TrainError> {
+fn build_tasks(
+    config: &Config,
+    suite: Option<&TaskSuite>,
+) -> Result<Vec<Arc<EpisodeTask>>, TrainError> {
     if let Some(suite) = suite {
         return suite
             .split(Split::Train)
             .map(|t| {
                 let statement = kevin::prompt::first_turn(t, config.tasks.preset)
                     .map_err(|e| TrainError::Setup(format!("task {}: {e}", t.name)))?;
-                Ok(Arc::new(EpisodeTask { name: t.name.clone(), level: t.level, statement }))
+                Ok(Arc::new(EpisodeTask {
+                    name: t.name.clone(),
+                    level: t.level,
+                    statement,
+                }))
             })
             .collect();
     }
@@ -185,13 +197,19 @@ fn build_policy(config: &Config) -> Box<dyn Policy> {
     }
 }
 
-fn build_env(config: &Config, suite: Option<&Arc<TaskSuite>>) -> Result<Arc<dyn KernelEnv>, TrainError> {
+fn build_env(
+    config: &Config,
+    suite: Option<&Arc<TaskSuite>>,
+) -> Result<Arc<dyn KernelEnv>, TrainError> {
     match config.env.kind {
         EnvKind::Simulated => Ok(Arc::new(SimEnv::new(config.env.simulated.clone()))),
         EnvKind::Nvrtc => {
-            let suite = suite.ok_or_else(|| TrainError::Setup("env.kind = \"nvrtc\" needs the task suite".into()))?;
+            let suite = suite.ok_or_else(|| {
+                TrainError::Setup("env.kind = \"nvrtc\" needs the task suite".into())
+            })?;
             // Compile workers are this very binary, started as `kevin worker --role compile`.
-            let exe = std::env::current_exe().map_err(|e| TrainError::Setup(format!("locating the kevin binary: {e}")))?;
+            let exe = std::env::current_exe()
+                .map_err(|e| TrainError::Setup(format!("locating the kevin binary: {e}")))?;
             let env = NvrtcEnv::new(
                 suite.clone(),
                 config.tasks.preset,
@@ -247,7 +265,9 @@ pub fn train(
     let suite = load_suite(&config)?;
     let tasks = build_tasks(&config, suite.as_deref())?;
     if tasks.is_empty() {
-        return Err(TrainError::Setup("no training tasks: the suite's train split is empty".into()));
+        return Err(TrainError::Setup(
+            "no training tasks: the suite's train split is empty".into(),
+        ));
     }
     let policy = build_policy(&config);
     let env = build_env(&config, suite.as_ref())?;

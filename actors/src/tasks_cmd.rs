@@ -6,7 +6,11 @@ use kevin::tasks::{Preset, Split, TaskSuite};
 use serde_json::json;
 
 fn dims(sizes: &kevin::ops::Sizes) -> String {
-    sizes.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    sizes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Prints the suite in `dir` as a table, or as JSON for tools.
@@ -29,19 +33,44 @@ pub fn list(dir: &Path, as_json: bool) -> Result<(), String> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&tasks).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&tasks).map_err(|e| e.to_string())?
+        );
         return Ok(());
     }
-    let width = suite.tasks().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-    println!("{:width$}  level  split    gpu sizes                         small sizes", "name");
+    let width = suite
+        .tasks()
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:width$}  level  split    gpu sizes                         small sizes",
+        "name"
+    );
     for t in suite.tasks() {
-        let split = if t.split == Split::Train { "train" } else { "heldout" };
-        println!("{:width$}  {:>5}  {split:<7}  {:<32}  {}", t.name, t.level, dims(&t.gpu_sizes), dims(&t.small_sizes));
+        let split = if t.split == Split::Train {
+            "train"
+        } else {
+            "heldout"
+        };
+        println!(
+            "{:width$}  {:>5}  {split:<7}  {:<32}  {}",
+            t.name,
+            t.level,
+            dims(&t.gpu_sizes),
+            dims(&t.small_sizes)
+        );
     }
     let n = suite.tasks().len();
     let held = suite.split(Split::Heldout).count();
     let l1 = suite.tasks().iter().filter(|t| t.level == 1).count();
-    println!("\n{n} tasks: {l1} of level 1, {} of level 2; {held} held out (never trained on)", n - l1);
+    println!(
+        "\n{n} tasks: {l1} of level 1, {} of level 2; {held} held out (never trained on)",
+        n - l1
+    );
     Ok(())
 }
 
@@ -51,8 +80,15 @@ pub fn show(dir: &Path, name: &str, preset: Preset) -> Result<(), String> {
     let task = suite.get(name).ok_or_else(|| {
         let mut names: Vec<&str> = suite.tasks().iter().map(|t| t.name.as_str()).collect();
         names.sort_unstable();
-        format!("no task named `{name}` in {}; tasks: {}", dir.display(), names.join(", "))
+        format!(
+            "no task named `{name}` in {}; tasks: {}",
+            dir.display(),
+            names.join(", ")
+        )
     })?;
-    print!("{}", kevin::prompt::first_turn(task, preset).map_err(|e| format!("task {name}: {e}"))?);
+    print!(
+        "{}",
+        kevin::prompt::first_turn(task, preset).map_err(|e| format!("task {name}: {e}"))?
+    );
     Ok(())
 }

@@ -7,11 +7,11 @@ use actix::prelude::*;
 use kevin::env::KernelEnv;
 
 use crate::failures::Failures;
-use crate::mailbox::{actix_capacity, Handle};
-use crate::messages::{Profile, Restart, Verify};
+use crate::mailbox::Handle;
+use crate::messages::{Profile, Verify};
 use crate::pool::BlockingPool;
 use crate::profiler::Profiler;
-use crate::stage::{run_stage, StageFailure};
+use crate::stage::{run_stage, stage_actor};
 
 /// The Verifier actor.
 pub struct Verifier {
@@ -46,21 +46,7 @@ impl Verifier {
     }
 }
 
-impl Actor for Verifier {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(actix_capacity(self.credits));
-    }
-}
-
-impl Supervised for Verifier {
-    fn restarting(&mut self, _ctx: &mut Context<Self>) {
-        self.pool = BlockingPool::new("verify", self.workers);
-        self.failures.count("Verifier.restart");
-        tracing::warn!(actor = "Verifier", "restarted after a component failure");
-    }
-}
+stage_actor!(Verifier, "Verifier", "verify");
 
 impl Handler<Verify> for Verifier {
     type Result = ();
@@ -100,21 +86,10 @@ impl Handler<Verify> for Verifier {
                     let _ = reply.send(outcome);
                 }
                 Err(failure) => {
-                    if matches!(failure, StageFailure::Panicked(_)) {
-                        me.do_send(Restart);
-                    }
-                    let _ = reply.send(failure.into_outcome());
+                    let _ = reply.send(failure.handle(&me));
                 }
             }
             drop(ticket);
         });
-    }
-}
-
-impl Handler<Restart> for Verifier {
-    type Result = ();
-
-    fn handle(&mut self, _: Restart, ctx: &mut Context<Self>) {
-        ctx.stop();
     }
 }

@@ -499,7 +499,9 @@ fn commands_not_built_yet_say_so() {
 fn nvrtc_available() -> bool {
     match kevin::compile::locate_nvrtc() {
         Ok(_) => true,
-        Err(e) if std::env::var("KEVIN_REQUIRE_NVRTC").as_deref() == Ok("1") => panic!("KEVIN_REQUIRE_NVRTC=1 but {e}"),
+        Err(e) if std::env::var("KEVIN_REQUIRE_NVRTC").as_deref() == Ok("1") => {
+            panic!("KEVIN_REQUIRE_NVRTC=1 but {e}")
+        }
         Err(e) => {
             eprintln!("skipping: {e}");
             false
@@ -527,11 +529,31 @@ fn real_tasks_compile_for_real_in_worker_processes() {
         .split(kevin::tasks::Split::Heldout)
         .map(|t| t.name.clone())
         .collect();
-    assert!(episodes.iter().all(|e| !heldout.contains(e["task"].as_str().unwrap())), "held-out tasks are never trained on");
+    assert!(
+        episodes
+            .iter()
+            .all(|e| !heldout.contains(e["task"].as_str().unwrap())),
+        "held-out tasks are never trained on"
+    );
     // Broken corpus answers get NVRTC's own log as feedback, and the next turn's prompt shows it.
-    let compile_errors: Vec<&Value> = episodes.iter().filter(|e| e["outcome"]["kind"] == "compile_error").collect();
-    assert!(!compile_errors.is_empty(), "p_mutate = 0.5 must break some answers");
-    assert!(compile_errors.iter().any(|e| e["outcome"]["log"].as_str().unwrap().contains("candidate.cu(")));
-    assert!(episodes.iter().any(|e| e["outcome"]["kind"] == "correct"), "intact answers compile");
-    assert!(episodes.iter().any(|e| e["prompt"].as_str().unwrap().contains("Feedback: Compilation failed:")));
+    let compile_errors: Vec<&Value> = episodes
+        .iter()
+        .filter(|e| e["outcome"]["kind"] == "compile_error")
+        .collect();
+    assert!(
+        !compile_errors.is_empty(),
+        "p_mutate = 0.5 must break some answers"
+    );
+    assert!(compile_errors.iter().any(|e| e["outcome"]["log"]
+        .as_str()
+        .unwrap()
+        .contains("candidate.cu(")));
+    assert!(
+        episodes.iter().any(|e| e["outcome"]["kind"] == "correct"),
+        "intact answers compile"
+    );
+    assert!(episodes.iter().any(|e| e["prompt"]
+        .as_str()
+        .unwrap()
+        .contains("Feedback: Compilation failed:")));
 }
