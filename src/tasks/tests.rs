@@ -221,20 +221,6 @@ fn empty_directory_is_an_error() {
 }
 
 #[test]
-#[ignore = "prints the estimate of every task; run with --ignored --nocapture"]
-fn print_estimates() {
-    for t in suite().tasks() {
-        println!(
-            "{:28} L{} {:?} {:8.3} ms",
-            t.name,
-            t.level,
-            t.split,
-            t.estimate_gpu_baseline_ms()
-        );
-    }
-}
-
-#[test]
 fn torch_module_has_the_description_and_input_distributions() {
     let s = suite();
     let m = s
@@ -256,8 +242,8 @@ fn torch_module_has_the_description_and_input_distributions() {
 /// Writes, for every task, the PyTorch module at the small preset, inputs and reference outputs
 /// as JSON into `$KEVIN_XCHECK_DIR`, for a cross-check of renderer and interpreter against
 /// PyTorch in float64 where PyTorch is installed (`scripts/torch_xcheck.py`).
+/// Gated by that variable: without it the test returns at once.
 #[test]
-#[ignore = "writes cross-check files; set KEVIN_XCHECK_DIR"]
 fn dump_cross_check() {
     let Ok(dir) = std::env::var("KEVIN_XCHECK_DIR") else {
         return;
