@@ -6,6 +6,7 @@
 //! outcome). Correctness and timing are decided by the simulated environment until an execution
 //! backend lands, and their outcomes say "simulated".
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,9 @@ pub struct NvrtcEnv {
     pool: CompilePool,
     timeout: Duration,
     sim: SimEnv,
+    /// Evaluations so far: salts the simulated verdicts, so an unchanged kernel submitted again
+    /// (by another trajectory or a later turn) is judged afresh rather than identically.
+    evaluations: AtomicU64,
 }
 
 impl NvrtcEnv {
@@ -71,6 +75,7 @@ impl NvrtcEnv {
             pool,
             timeout: Duration::from_millis(timeout_ms),
             sim: SimEnv::new(sim),
+            evaluations: AtomicU64::new(0),
         })
     }
 
@@ -145,7 +150,8 @@ impl KernelEnv for NvrtcEnv {
                         lowered_names: out.lowered_names,
                         plan,
                     },
-                    sim: SimArtifact::of(source),
+                    sim: SimArtifact::of(source)
+                        .salted(self.evaluations.fetch_add(1, Ordering::Relaxed)),
                 }),
                 compile_ms: started.elapsed().as_secs_f64() * 1e3,
             }),

@@ -182,6 +182,15 @@ impl SimArtifact {
             SimArtifact { turn: 0, draw }
         })
     }
+
+    /// The same artifact with its draw mixed with `salt`, so repeated evaluations of one source
+    /// get independent simulated verdicts.
+    pub fn salted(self, salt: u64) -> SimArtifact {
+        SimArtifact {
+            turn: self.turn,
+            draw: SplitMix64::derive(self.draw, salt).next_u64(),
+        }
+    }
 }
 
 /// An environment whose latencies and outcome probabilities are configured; later turns fail
