@@ -18,6 +18,7 @@ pub mod compile;
 pub mod config;
 pub mod env;
 pub mod episode;
+pub mod eval;
 pub mod learner;
 pub mod metrics;
 pub mod nvrtc_env;

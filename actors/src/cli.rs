@@ -45,11 +45,24 @@ pub enum Command {
         #[arg(long)]
         max_steps: Option<u64>,
     },
-    /// Evaluate kernels or a checkpoint on the task suite (not available yet).
+    /// Evaluate `<task>.cu` kernels on the task suite: a table per task (outcome, speedup, times,
+    /// spread) and a summary (correct rate, fast_p, mean and geometric-mean speedup).
     Eval {
-        /// Arguments of the future command.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        args: Vec<String>,
+        /// Folder of `<task>.cu` files (e.g. tasks/solutions).
+        #[arg(long)]
+        kernels: PathBuf,
+        /// Only these tasks (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        tasks: Vec<String>,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Execution backend: "cpu" (no GPU needed) or "cuda".
+        #[arg(long, value_parser = ["cpu", "cuda"])]
+        backend: Option<String>,
+        /// The task suite's folder.
+        #[arg(long, default_value = "tasks")]
+        dir: PathBuf,
     },
     /// Benchmark the system itself.
     Bench {
@@ -339,10 +352,29 @@ pub fn main() -> ExitCode {
                 Err(e) => failure(e),
             }
         }
-        Command::Eval { .. } => not_available(
-            "eval",
-            "the evaluation harness (GPU workers, CPU backend) is not built yet",
-        ),
+        Command::Eval {
+            kernels,
+            tasks,
+            json,
+            backend,
+            dir,
+        } => {
+            if let Err(e) = init_logging(cli.log.as_deref().unwrap_or("warn"), None) {
+                return usage_error(e);
+            }
+            let suite = match kevin::tasks::TaskSuite::load(&dir) {
+                Ok(s) => s,
+                Err(e) => return usage_error(format!("task suite {}: {e}", dir.display())),
+            };
+            let env = match crate::backends::eval_env(backend.as_deref(), &suite) {
+                Ok(env) => env,
+                Err(e) => return failure(e),
+            };
+            match crate::eval_cmd::main(env, &suite, &kernels, &tasks, 2, json.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failure(e),
+            }
+        }
         Command::Tasks { dir, json, show } => {
             let result = match show {
                 None => crate::tasks_cmd::list(&dir, json),

@@ -16,9 +16,11 @@
 //! crate knows nothing of CUDA: it sees the policy, the learner and the environment only through
 //! the traits of the core library.
 
+pub mod backends;
 pub mod bench;
 pub mod cli;
 pub mod compiler;
+pub mod eval_cmd;
 pub mod failures;
 pub mod generator;
 pub mod learner;
