@@ -159,7 +159,8 @@ async fn run_trajectory(
         };
         let started = Instant::now();
         let request = GenRequest {
-            id: group_id,
+            // Unique per turn of the run: group, trajectory and turn.
+            id: (group_id << 20) | ((index as u64) << 10) | turn as u64,
             prompt: prompt.clone(),
             seed: turn_seed(shared.seed, group_id, index, turn),
         };
