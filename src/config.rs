@@ -24,7 +24,7 @@ pub const ENV_SEPARATOR: &str = "__";
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
     /// The config file could not be read or parsed.
-    #[error("config file {path}: {reason}")]
+    #[error("config file {}: {}", one_line(.path), one_line(.reason))]
     File {
         /// The file.
         path: String,
@@ -55,11 +55,20 @@ pub enum ConfigError {
     },
 }
 
+/// Keeps an error on one line whatever the input held: control characters are escaped.
+fn one_line(s: &str) -> String {
+    if s.chars().any(char::is_control) {
+        s.escape_debug().to_string()
+    } else {
+        s.to_string()
+    }
+}
+
 fn invalid(key: &str, value: impl std::fmt::Display, allowed: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
-        key: key.to_string(),
-        value: value.to_string(),
-        allowed: allowed.into(),
+        key: one_line(key),
+        value: one_line(&value.to_string()),
+        allowed: one_line(&allowed.into()),
     }
 }
 
@@ -697,10 +706,10 @@ fn unknown(key: String, origin: String, allowed: String) -> ConfigError {
         None => String::new(),
     };
     ConfigError::UnknownKey {
-        key,
-        origin,
-        section,
-        allowed,
+        key: one_line(&key),
+        origin: one_line(&origin),
+        section: one_line(&section),
+        allowed: one_line(&allowed),
     }
 }
 
