@@ -115,6 +115,16 @@ pub enum CheckError {
     Harness(#[from] HarnessError),
 }
 
+impl CheckError {
+    /// The candidate's outcome, or the harness error when the candidate was not judged.
+    pub fn into_outcome(self) -> Result<Outcome, HarnessError> {
+        match self {
+            CheckError::Candidate(outcome) => Ok(outcome),
+            CheckError::Harness(e) => Err(e),
+        }
+    }
+}
+
 /// Whether `got` is within `tol` of `want`: `|got - want| <= atol + rtol * |want|`.
 pub fn within(got: f64, want: f64, tol: Tolerance) -> bool {
     (got - want).abs() <= tol.atol + tol.rtol * want.abs()
@@ -232,18 +242,13 @@ fn wrong(reason: String, mismatch: Option<Mismatch>) -> CheckError {
     CheckError::Candidate(Outcome::Wrong { reason, mismatch })
 }
 
-/// The outcome of a candidate's execution failure (or the harness error of the backend's own).
-pub fn failure_outcome(f: ExecFailure) -> CheckError {
-    CheckError::Candidate(match f {
-        ExecFailure::Crash(reason) => Outcome::Crash { reason },
-        ExecFailure::Timeout { limit_ms } => Outcome::Timeout {
-            stage: "verify".into(),
-            limit_ms,
-        },
-        ExecFailure::Launch(reason) => Outcome::LaunchError { reason },
-        ExecFailure::Unsupported(feature) => Outcome::Unsupported { feature },
-        ExecFailure::Harness(what) => return CheckError::Harness(HarnessError::Backend(what)),
-    })
+/// The outcome of a candidate's execution failure in the verify stage (or the harness error of
+/// the backend's own failure).
+fn failure_outcome(f: ExecFailure) -> CheckError {
+    match f.into_outcome("verify") {
+        Ok(outcome) => CheckError::Candidate(outcome),
+        Err(what) => CheckError::Harness(HarnessError::Backend(what)),
+    }
 }
 
 /// The executor must hand back the tensors it was given (same names, dtypes, sizes).

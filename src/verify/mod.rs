@@ -20,6 +20,10 @@ pub mod timing;
 
 #[cfg(all(test, unix))]
 mod doubles;
+#[cfg(all(test, unix))]
+mod tests;
+
+use crate::outcome::Outcome;
 
 /// Why an execution backend could not run (or time) the candidate. The first four are the
 /// candidate's fault and become its outcome; [`ExecFailure::Harness`] is the backend's own.
@@ -44,4 +48,56 @@ pub enum ExecFailure {
     /// candidate's fault, so it never becomes the candidate's outcome.
     #[error("execution backend failed: {0}")]
     Harness(String),
+}
+
+impl ExecFailure {
+    /// The candidate's outcome for this failure during `stage` ("verify", "profile"); the
+    /// backend's own failure ([`ExecFailure::Harness`]) is returned as its message instead.
+    pub fn into_outcome(self, stage: &str) -> Result<Outcome, String> {
+        Ok(match self {
+            ExecFailure::Crash(reason) => Outcome::Crash { reason },
+            ExecFailure::Timeout { limit_ms } => Outcome::Timeout {
+                stage: stage.to_string(),
+                limit_ms,
+            },
+            ExecFailure::Launch(reason) => Outcome::LaunchError { reason },
+            ExecFailure::Unsupported(feature) => Outcome::Unsupported { feature },
+            ExecFailure::Harness(what) => return Err(what),
+        })
+    }
+}
+
+/// Settings of a whole evaluation: the correctness protocol, the timing protocol and the label
+/// of the times ("cpu", "cuda").
+#[cfg(unix)]
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalConfig {
+    /// Correctness protocol settings.
+    pub protocol: correctness::ProtocolConfig,
+    /// Timing protocol settings.
+    pub timing: timing::TimingConfig,
+    /// Where the times come from; becomes `Outcome::Correct::timing`.
+    pub label: String,
+}
+
+/// Checks a candidate and, when it is correct, times it: the candidate's [`Outcome`] (a failure
+/// while timing is reported in the "profile" stage), or the harness error that kept it from
+/// being judged.
+#[cfg(unix)]
+pub fn evaluate(
+    task: &crate::tasks::Task,
+    preset: crate::tasks::Preset,
+    exec: &mut dyn correctness::Executor,
+    timer: &mut dyn timing::Timer,
+    cfg: &EvalConfig,
+) -> Result<Outcome, correctness::HarnessError> {
+    if let Err(e) = correctness::check(task, preset, exec, &cfg.protocol) {
+        return e.into_outcome();
+    }
+    match timing::measure(timer, &cfg.timing) {
+        Ok(t) => Ok(timing::correct_outcome(&t, &cfg.label)),
+        Err(f) => f
+            .into_outcome("profile")
+            .map_err(correctness::HarnessError::Backend),
+    }
 }
