@@ -34,4 +34,5 @@ pub mod sampler;
 pub mod sim;
 pub mod tasks;
 pub mod telemetry;
+pub mod verify;
 pub mod worker;
