@@ -16,6 +16,7 @@
 pub mod candidate;
 pub mod compile;
 pub mod config;
+pub mod cpu;
 pub mod env;
 pub mod episode;
 pub mod learner;
