@@ -56,10 +56,12 @@
 //! - x86-64 only (the context switch is hand-written assembly; glibc's `swapcontext` makes a
 //!   system call per switch).
 
+mod buffer;
 mod compile;
 mod module;
 mod scan;
 
+pub use buffer::HostBuffer;
 pub use compile::{compile, find_compiler, CpuCompileError, COMPILE_DEADLINE};
 pub use module::{LaunchFailure, Module};
 
