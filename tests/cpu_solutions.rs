@@ -14,7 +14,6 @@ use kevin::cpu::{self, CpuCompileError, HostBuffer, LaunchFailure};
 use kevin::tasks::{Preset, Task, TaskSuite};
 
 /// What happened to one solution.
-#[derive(Debug)]
 enum Verdict {
     Pass { compile_ms: u128, run_ms: u128 },
     Unsupported(String),
@@ -30,7 +29,11 @@ fn check(task: &Task, source: &str, workdir: &Path) -> Verdict {
         Ok(p) => p,
         Err(e) => return Verdict::Fail(format!("plan: {e}")),
     };
-    let cand = Candidate { source: source.to_string(), summary: String::new(), plan };
+    let cand = Candidate {
+        source: source.to_string(),
+        summary: String::new(),
+        plan,
+    };
     let sig = task.candidate_signature(Preset::Small);
     let resolved = match candidate::validate(&cand, &sig, &Limits::default()) {
         Ok(r) => r,
@@ -56,7 +59,8 @@ fn check(task: &Task, source: &str, workdir: &Path) -> Verdict {
     let mut k_in = 0;
     for t in &sig.tensors {
         let buf = if t.is_output {
-            let mut b = HostBuffer::zeroed((t.elems * t.dtype.size_bytes()) as usize).expect("alloc");
+            let mut b =
+                HostBuffer::zeroed((t.elems * t.dtype.size_bytes()) as usize).expect("alloc");
             b.poison(t.dtype);
             b
         } else {
@@ -69,7 +73,8 @@ fn check(task: &Task, source: &str, workdir: &Path) -> Verdict {
         .scratch
         .iter()
         .map(|s| {
-            let mut b = HostBuffer::zeroed((s.elems * s.dtype.size_bytes()) as usize).expect("alloc");
+            let mut b =
+                HostBuffer::zeroed((s.elems * s.dtype.size_bytes()) as usize).expect("alloc");
             b.bytes_mut().fill(0xA5); // garbage: scratch is uninitialised on a GPU
             b
         })
@@ -116,7 +121,9 @@ fn reference_solutions_run_on_the_cpu_model() {
     let suite = TaskSuite::load(root().join("tasks")).expect("task suite");
     let mut jobs = Vec::new();
     for task in suite.tasks() {
-        let path = root().join("tasks/solutions").join(format!("{}.cu", task.name));
+        let path = root()
+            .join("tasks/solutions")
+            .join(format!("{}.cu", task.name));
         if let Ok(src) = std::fs::read_to_string(&path) {
             jobs.push((task, src));
         }
@@ -130,9 +137,15 @@ fn reference_solutions_run_on_the_cpu_model() {
         for _ in 0..2 {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((task, src)) = jobs.get(i) else { break };
+                let Some((task, src)) = jobs.get(i) else {
+                    break;
+                };
                 let v = check(task, src, &base.join(&task.name));
-                results.lock().unwrap_or_else(|e| e.into_inner()).push((task.name.clone(), src.contains("asm"), v));
+                results.lock().unwrap_or_else(|e| e.into_inner()).push((
+                    task.name.clone(),
+                    src.contains("asm"),
+                    v,
+                ));
             });
         }
     });
@@ -142,7 +155,13 @@ fn reference_solutions_run_on_the_cpu_model() {
     let mut bad = Vec::new();
     let (mut pass, mut unsupported) = (0, 0);
     for (name, has_asm, v) in &results {
-        eprintln!("{name:32} {v:?}");
+        match v {
+            Verdict::Pass { compile_ms, run_ms } => {
+                eprintln!("{name:32} pass (compile {compile_ms} ms, run {run_ms} ms)")
+            }
+            Verdict::Unsupported(why) => eprintln!("{name:32} unsupported: {why}"),
+            Verdict::Fail(why) => eprintln!("{name:32} FAIL: {why}"),
+        }
         match v {
             Verdict::Pass { .. } if !has_asm => pass += 1,
             Verdict::Unsupported(_) if *has_asm => unsupported += 1,

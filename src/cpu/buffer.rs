@@ -61,7 +61,10 @@ impl HostBuffer {
     /// The elements decoded as `dtype`, as f64.
     pub fn values(&self, dtype: Dtype) -> Vec<f64> {
         let size = dtype.size_bytes() as usize;
-        self.bytes().chunks_exact(size).map(|c| decode(dtype, c)).collect()
+        self.bytes()
+            .chunks_exact(size)
+            .map(|c| decode(dtype, c))
+            .collect()
     }
 
     /// The pointer a kernel receives.
@@ -140,7 +143,14 @@ mod tests {
     #[test]
     fn round_trips_and_alignment() {
         let vals = [0.0, 1.5, -2.25, 65504.0];
-        for d in [Dtype::F16, Dtype::Bf16, Dtype::F32, Dtype::F64, Dtype::I64, Dtype::I32] {
+        for d in [
+            Dtype::F16,
+            Dtype::Bf16,
+            Dtype::F32,
+            Dtype::F64,
+            Dtype::I64,
+            Dtype::I32,
+        ] {
             let b = HostBuffer::from_values(d, &vals).expect("alloc");
             assert_eq!(b.as_ptr() as usize % ALIGN, 0);
             let back = b.values(d);

@@ -67,7 +67,11 @@ pub fn find_compiler() -> Result<PathBuf, CpuCompileError> {
 ///
 /// `workdir` receives the runtime headers, `module.cpp`, the compiler log and `module.so`; use a
 /// fresh directory per candidate (a loaded library is cached by path).
-pub fn compile(source: &str, plan: &ResolvedPlan, workdir: &Path) -> Result<PathBuf, CpuCompileError> {
+pub fn compile(
+    source: &str,
+    plan: &ResolvedPlan,
+    workdir: &Path,
+) -> Result<PathBuf, CpuCompileError> {
     if let Some(feature) = scan::unsupported_feature(source) {
         return Err(CpuCompileError::Unsupported { feature });
     }
@@ -125,7 +129,10 @@ pub fn compile(source: &str, plan: &ResolvedPlan, workdir: &Path) -> Result<Path
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(CpuCompileError::Toolchain {
-                    reason: format!("compiler ran past its {}s deadline", COMPILE_DEADLINE.as_secs()),
+                    reason: format!(
+                        "compiler ran past its {}s deadline",
+                        COMPILE_DEADLINE.as_secs()
+                    ),
                 });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),

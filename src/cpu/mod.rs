@@ -60,6 +60,8 @@ mod buffer;
 mod compile;
 mod module;
 mod scan;
+#[cfg(test)]
+mod tests;
 
 pub use buffer::HostBuffer;
 pub use compile::{compile, find_compiler, CpuCompileError, COMPILE_DEADLINE};
@@ -72,9 +74,18 @@ use crate::candidate::{ResolvedLaunch, ResolvedPlan};
 /// contents. The stubs make `#include <cuda_fp16.h>` and friends resolve to the model.
 pub const HEADERS: [(&str, &str); 9] = [
     ("kevin_cuda.h", include_str!("runtime/kevin_cuda.h")),
-    ("kevin_cuda_warp.h", include_str!("runtime/kevin_cuda_warp.h")),
-    ("kevin_cuda_math.h", include_str!("runtime/kevin_cuda_math.h")),
-    ("kevin_cuda_fp16.h", include_str!("runtime/kevin_cuda_fp16.h")),
+    (
+        "kevin_cuda_warp.h",
+        include_str!("runtime/kevin_cuda_warp.h"),
+    ),
+    (
+        "kevin_cuda_math.h",
+        include_str!("runtime/kevin_cuda_math.h"),
+    ),
+    (
+        "kevin_cuda_fp16.h",
+        include_str!("runtime/kevin_cuda_fp16.h"),
+    ),
     ("cuda_fp16.h", STUB),
     ("cuda_bf16.h", STUB),
     ("cuda_runtime.h", STUB),

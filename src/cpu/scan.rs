@@ -46,14 +46,24 @@ pub(crate) fn tokens(src: &str) -> Vec<Tok<'_>> {
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
                 i += 1;
             }
-            out.push(Tok { text: &src[start..i], start, end: i, depth });
+            out.push(Tok {
+                text: &src[start..i],
+                start,
+                end: i,
+                depth,
+            });
         } else if c.is_ascii_whitespace() || !c.is_ascii() {
             i += 1;
         } else {
             if c == b'}' {
                 depth = depth.saturating_sub(1);
             }
-            out.push(Tok { text: &src[i..i + 1], start: i, end: i + 1, depth });
+            out.push(Tok {
+                text: &src[i..i + 1],
+                start: i,
+                end: i + 1,
+                depth,
+            });
             if c == b'{' {
                 depth += 1;
             }
@@ -64,8 +74,13 @@ pub(crate) fn tokens(src: &str) -> Vec<Tok<'_>> {
 }
 
 /// Headers the model provides (as stubs over `kevin_cuda.h`).
-pub(crate) const SUPPORTED_HEADERS: [&str; 5] =
-    ["cuda_fp16.h", "cuda_bf16.h", "cuda_runtime.h", "cuda.h", "math_constants.h"];
+pub(crate) const SUPPORTED_HEADERS: [&str; 5] = [
+    "cuda_fp16.h",
+    "cuda_bf16.h",
+    "cuda_runtime.h",
+    "cuda.h",
+    "math_constants.h",
+];
 
 /// The first feature of `src` the model cannot run, named for the `Unsupported` outcome.
 pub(crate) fn unsupported_feature(src: &str) -> Option<String> {
@@ -125,7 +140,11 @@ pub(crate) fn rewrite_extern_shared(src: &str) -> String {
         let Some(semi) = toks[k..].iter().position(|t| t.text == ";").map(|p| p + k) else {
             break;
         };
-        let Some(bracket) = toks[k..semi].iter().position(|t| t.text == "[").map(|p| p + k) else {
+        let Some(bracket) = toks[k..semi]
+            .iter()
+            .position(|t| t.text == "[")
+            .map(|p| p + k)
+        else {
             k += 1;
             continue;
         };
@@ -201,9 +220,13 @@ mod tests {
 
     #[test]
     fn finds_asm_outside_comments_only() {
-        assert_eq!(unsupported_feature("// asm(\"x\")\n__global__ void k() {}"), None);
         assert_eq!(
-            unsupported_feature("__device__ void f() { asm volatile(\"bar.sync 0;\"); }").as_deref(),
+            unsupported_feature("// asm(\"x\")\n__global__ void k() {}"),
+            None
+        );
+        assert_eq!(
+            unsupported_feature("__device__ void f() { asm volatile(\"bar.sync 0;\"); }")
+                .as_deref(),
             Some("inline PTX assembly")
         );
         assert!(unsupported_feature("#include <mma.h>\n").is_some());
@@ -225,7 +248,9 @@ mod tests {
         assert_eq!(out.lines().count(), src.lines().count());
         let top = "extern __shared__ unsigned char buf[];\n__global__ void k() {}\n";
         let out = rewrite_extern_shared(top);
-        assert!(out.contains("#define buf (reinterpret_cast<unsigned char*>(kevin_dynamic_smem()))"));
+        assert!(
+            out.contains("#define buf (reinterpret_cast<unsigned char*>(kevin_dynamic_smem()))")
+        );
         assert!(out.contains("#line 1 \"candidate.cu\""));
     }
 }
