@@ -248,8 +248,8 @@ __global__ void rev(const float* x, float* y) {
     let yb = HostBuffer::zeroed(2048).expect("alloc");
     run(&b, &[&xb, &yb], 2).expect("launch");
     let y = f32s(&yb);
-    for i in 0..512 {
-        assert_eq!(y[i], ((i / 128) * 128 + 127 - i % 128) as f64);
+    for (i, &v) in y.iter().enumerate() {
+        assert_eq!(v, ((i / 128) * 128 + 127 - i % 128) as f64);
     }
 }
 
