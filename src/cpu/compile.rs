@@ -171,7 +171,9 @@ fn translation_unit(source: &str, plan: &ResolvedPlan) -> Result<String, CpuComp
             unit,
             "extern \"C\" __attribute__((visibility(\"default\"))) int kevin_launch_{name}(void** a, \
              const unsigned* g, const unsigned* b, unsigned s, int t, char* e, int el) \
-             {{ return ::kevin::launch(&{name}, a, g, b, s, t, {fibers}, e, el); }}"
+             {{ return ::kevin::launch(&{name}, a, g, b, s, t, {fibers}, e, el); }}\n\
+             extern \"C\" __attribute__((visibility(\"default\"))) int kevin_nparams_{name}() \
+             {{ return ::kevin::nparams(&{name}); }}"
         );
     }
     Ok(unit)

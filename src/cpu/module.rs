@@ -83,6 +83,20 @@ impl Module {
                     launch.kernel
                 ))
             })?;
+        let nparams: libloading::Symbol<'_, unsafe extern "C" fn() -> i32> =
+            // SAFETY: generated next to the launcher with exactly this type.
+            unsafe { self.lib.get(format!("kevin_nparams_{}", launch.kernel).as_bytes()) }
+                .map_err(|_| LaunchFailure::Launch(format!("kernel `{}` has no launcher in this module", launch.kernel)))?;
+        // SAFETY: a pure function returning a constant.
+        let expected = unsafe { nparams() };
+        // The launcher reads one value per parameter: a short array would be read out of bounds.
+        if usize::try_from(expected).ok() != Some(launch.args.len()) {
+            return Err(LaunchFailure::Launch(format!(
+                "kernel `{}` takes {expected} parameters, the launch passes {}",
+                launch.kernel,
+                launch.args.len()
+            )));
+        }
         // Storage for every argument's value; `args` points into it (as cudaLaunchKernel's
         // `void** args` does). Eight aligned bytes each, value at offset 0 in native byte order.
         let mut values: Vec<u64> = Vec::with_capacity(launch.args.len());

@@ -481,3 +481,31 @@ __global__ void __launch_bounds__(64, 2) api(const float* __restrict__ x, float*
     assert_eq!(word(4) as u32, 9);
     assert_eq!(word(5) as u32, u32::MAX);
 }
+
+#[test]
+fn argument_count_and_kernel_name_are_checked() {
+    let src = "__global__ void k(float* y, int n) { y[threadIdx.x] = n; }\n\
+               // kevin: launch k grid=(1) block=(4) args=(Y, 3)\n";
+    let Some(b) = build("nargs", src, vec![tensor("Y", Dtype::F32, 4, true)]) else {
+        return;
+    };
+    let yb = HostBuffer::zeroed(16).expect("alloc");
+    let mut short = b.plan.launches[0].clone();
+    short.args.pop();
+    // SAFETY: the launch is refused before any candidate code runs.
+    let err = unsafe { b.module.launch(&short, &[yb.as_ptr()], &[], 1) }.expect_err("short");
+    assert!(
+        matches!(&err, LaunchFailure::Launch(m) if m.contains("takes 2 parameters")),
+        "{err}"
+    );
+    let mut other = b.plan.launches[0].clone();
+    other.kernel = "nope".into();
+    // SAFETY: as above.
+    let err = unsafe { b.module.launch(&other, &[yb.as_ptr()], &[], 1) }.expect_err("name");
+    assert!(
+        matches!(&err, LaunchFailure::Launch(m) if m.contains("no launcher")),
+        "{err}"
+    );
+    run(&b, &[&yb], 1).expect("launch");
+    assert_eq!(f32s(&yb), [3.0; 4]);
+}

@@ -386,6 +386,9 @@ static int launch_impl(void (*k)(P...), void** args, std::index_sequence<I...>, 
 }
 
 template <class... P>
+static int nparams(void (*)(P...)) { return int(sizeof...(P)); }
+
+template <class... P>
 static int launch(void (*k)(P...), void** args, const unsigned* grid, const unsigned* block, unsigned smem,
                   int threads, bool fibers, char* err, int errlen) {
     return launch_impl(k, args, std::index_sequence_for<P...>{}, grid, block, smem, threads, fibers, err, errlen);
