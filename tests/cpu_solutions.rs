@@ -20,6 +20,15 @@ enum Verdict {
     Fail(String),
 }
 
+/// OS threads per launch: 1 by default (two solutions already run at once), `KEVIN_CPU_THREADS`
+/// to exercise blocks on several threads.
+fn threads() -> usize {
+    std::env::var("KEVIN_CPU_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -84,7 +93,7 @@ fn check(task: &Task, source: &str, workdir: &Path) -> Verdict {
     let t1 = Instant::now();
     for launch in &resolved.launches {
         // SAFETY: buffers sized by the plan; reference solutions are trusted code.
-        match unsafe { module.launch(launch, &tptr, &sptr, 1) } {
+        match unsafe { module.launch(launch, &tptr, &sptr, threads()) } {
             Ok(()) => {}
             Err(LaunchFailure::Unsupported(m)) => return Verdict::Unsupported(m),
             Err(e) => return Verdict::Fail(format!("{}: {e}", launch.kernel)),
