@@ -11,7 +11,7 @@
 //!
 //! Each CUDA thread of a block is a fiber with a 64 KiB stack (plus a guard page); the fibers of
 //! a block run cooperatively on one OS thread, switching only at `__syncthreads` and warp
-//! operations, so `__shared__` is `static thread_local`. Blocks are spread over `threads` OS
+//! operations, so `__shared__` is a `thread_local` static. Blocks are spread over `threads` OS
 //! threads taking block indices from an atomic counter; atomics are real atomics. Warp operations
 //! are warp-synchronous: the last lane of the mask to arrive computes every lane's result.
 //! Kernels of a source with no barrier or warp operation run their threads as a plain loop.

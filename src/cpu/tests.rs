@@ -84,8 +84,8 @@ fn f32s(b: &HostBuffer) -> Vec<f64> {
 #[test]
 fn block_reduction_in_shared_memory() {
     let src = r#"
+static __shared__ float s[256];
 __global__ void reduce(const float* x, float* y, int n) {
-    __shared__ float s[256];
     int t = threadIdx.x;
     float acc = 0.0f;
     for (int i = blockIdx.x * 256 + t; i < n; i += 256 * gridDim.x) acc += x[i];

@@ -46,8 +46,9 @@
 #define __managed__
 // One OS thread runs one block at a time and a block never changes OS thread, so a thread-local
 // static is exactly "one copy per block". Its content at block start is whatever the previous
-// block on that OS thread left, which CUDA allows (shared memory is uninitialised).
-#define __shared__ static thread_local
+// block on that OS thread left, which CUDA allows (shared memory is uninitialised). No `static`
+// here: thread_local implies it at block scope, and `static __shared__` stays valid.
+#define __shared__ thread_local
 // GNU attributes may sit anywhere among decl-specifiers (alignas may not, e.g. after thread_local).
 #define __align__(n) __attribute__((aligned(n)))
 #define __builtin_align__(n) __attribute__((aligned(n)))
