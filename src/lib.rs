@@ -7,7 +7,8 @@
 //! (trace file, metrics, inspection: [`telemetry`]), and the simulated components that let the
 //! whole system run before (and beside) the real policy and kernel environment ([`sim`]).
 //! Untrusted candidate code is handled only in worker child processes ([`worker`]: protocol,
-//! pool, child serve loop); [`compile`] is the NVRTC compile step those workers run.
+//! pool, child serve loop); [`compile`] is the NVRTC compile step those workers run, and [`cpu`]
+//! a CUDA device model that compiles and runs candidates on the CPU (inside workers only).
 //!
 //! Invariant: nothing here depends on actix, tokio or the CLI. The actors crate drives this
 //! library; it never reaches around it.
@@ -16,6 +17,7 @@
 pub mod candidate;
 pub mod compile;
 pub mod config;
+pub mod cpu;
 pub mod env;
 pub mod episode;
 pub mod eval;

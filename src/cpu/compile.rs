@@ -1,0 +1,197 @@
+//! Compiling a candidate for the CPU model: source checks, the `extern __shared__` rewrite, one
+//! generated launcher per launched kernel, and the host C++ compiler run with a deadline.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use super::{scan, HEADERS};
+use crate::candidate::ResolvedPlan;
+
+/// How long one compile may run before the compiler is killed.
+pub const COMPILE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Longest compiler log kept in [`CpuCompileError::Source`], in bytes.
+const MAX_LOG: usize = 4000;
+
+/// Why a candidate did not become a loadable module.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum CpuCompileError {
+    /// The compiler rejected the source; `log` holds its diagnostics, trimmed, naming
+    /// `candidate.cu:LINE` for lines of the candidate.
+    #[error("compile error:\n{log}")]
+    Source {
+        /// The diagnostics.
+        log: String,
+    },
+    /// The source uses something the CPU model cannot run (see the module docs' limits).
+    #[error("not supported by the CPU device model: {feature}")]
+    Unsupported {
+        /// What, e.g. "inline PTX assembly".
+        feature: String,
+    },
+    /// No usable compiler, or it could not be run, or it ran past its deadline.
+    #[error("CPU toolchain: {reason}")]
+    Toolchain {
+        /// What went wrong and what to do about it.
+        reason: String,
+    },
+}
+
+/// The host C++ compiler: `$KEVIN_CXX` if set, else the first of `g++`, `clang++` on `PATH`.
+pub fn find_compiler() -> Result<PathBuf, CpuCompileError> {
+    if let Some(cxx) = std::env::var_os("KEVIN_CXX") {
+        return Ok(PathBuf::from(cxx));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for name in ["g++", "clang++"] {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(CpuCompileError::Toolchain {
+        reason: "no C++ compiler (g++ or clang++) on PATH; install one (Debian/Ubuntu: \
+                 `apt-get install g++`) or set KEVIN_CXX"
+            .into(),
+    })
+}
+
+/// Compiles `source` (a candidate's device code) with launchers for every kernel `plan`
+/// launches, in `workdir` (created if missing), and returns the path of the shared library.
+///
+/// `workdir` receives the runtime headers, `module.cpp`, the compiler log and `module.so`; use a
+/// fresh directory per candidate (a loaded library is cached by path).
+pub fn compile(
+    source: &str,
+    plan: &ResolvedPlan,
+    workdir: &Path,
+) -> Result<PathBuf, CpuCompileError> {
+    if let Some(feature) = scan::unsupported_feature(source) {
+        return Err(CpuCompileError::Unsupported { feature });
+    }
+    let cxx = find_compiler()?;
+    let io = |what: &str, e: std::io::Error| CpuCompileError::Toolchain {
+        reason: format!("{what}: {e}"),
+    };
+    let include = workdir.join("include");
+    std::fs::create_dir_all(&include).map_err(|e| io("creating the include directory", e))?;
+    for (name, text) in HEADERS {
+        std::fs::write(include.join(name), text).map_err(|e| io("writing a runtime header", e))?;
+    }
+    let unit = translation_unit(source, plan)?;
+    let cpp = workdir.join("module.cpp");
+    std::fs::write(&cpp, unit).map_err(|e| io("writing module.cpp", e))?;
+    let so = workdir.join("module.so");
+    let log_path = workdir.join("compile.log");
+    let log_file = std::fs::File::create(&log_path).map_err(|e| io("creating compile.log", e))?;
+    let mut child = Command::new(&cxx)
+        .args([
+            "-std=c++17",
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-pthread",
+            // Kernels have no exceptions, and none may unwind across a fiber switch.
+            "-fno-exceptions",
+            "-fno-rtti",
+            // CUDA code type-puns freely (float4 over float, __half2 over uint4).
+            "-fno-strict-aliasing",
+            "-fno-math-errno",
+            "-fvisibility=hidden",
+            "-Wno-unknown-pragmas",
+            "-w",
+            "-I",
+        ])
+        .arg(&include)
+        .args(["-x", "c++"])
+        .arg(&cpp)
+        .arg("-o")
+        .arg(&so)
+        .current_dir(workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .map_err(|e| CpuCompileError::Toolchain {
+            reason: format!("running {}: {e}", cxx.display()),
+        })?;
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() > COMPILE_DEADLINE => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(CpuCompileError::Toolchain {
+                    reason: format!(
+                        "compiler ran past its {}s deadline",
+                        COMPILE_DEADLINE.as_secs()
+                    ),
+                });
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(io("waiting for the compiler", e)),
+        }
+    };
+    if status.success() {
+        return Ok(so);
+    }
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    Err(CpuCompileError::Source {
+        log: trim_log(&log, workdir),
+    })
+}
+
+/// The translation unit: the model, the candidate (numbered as `candidate.cu`), the launchers.
+fn translation_unit(source: &str, plan: &ResolvedPlan) -> Result<String, CpuCompileError> {
+    let fibers = scan::needs_fibers(source);
+    let mut unit = String::with_capacity(source.len() + 1024);
+    unit.push_str("#include \"kevin_cuda.h\"\n#line 1 \"candidate.cu\"\n");
+    unit.push_str(&scan::rewrite_extern_shared(source));
+    unit.push_str("\n#line 1 \"kevin_launchers\"\n");
+    let mut done: Vec<&str> = Vec::new();
+    for launch in &plan.launches {
+        let name = launch.kernel.as_str();
+        if done.contains(&name) {
+            continue;
+        }
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(CpuCompileError::Unsupported {
+                feature: format!("kernel name `{name}`"),
+            });
+        }
+        done.push(name);
+        let _ = writeln!(
+            unit,
+            "extern \"C\" __attribute__((visibility(\"default\"))) int kevin_launch_{name}(void** a, \
+             const unsigned* g, const unsigned* b, unsigned s, int t, char* e, int el) \
+             {{ return ::kevin::launch(&{name}, a, g, b, s, t, {fibers}, e, el); }}\n\
+             extern \"C\" __attribute__((visibility(\"default\"))) int kevin_nparams_{name}() \
+             {{ return ::kevin::nparams(&{name}); }}"
+        );
+    }
+    Ok(unit)
+}
+
+/// Keeps the diagnostics readable: work-directory paths removed, at most [`MAX_LOG`] bytes, cut
+/// at a line boundary.
+fn trim_log(log: &str, workdir: &Path) -> String {
+    let dir = format!("{}/", workdir.display());
+    let mut out = String::new();
+    for line in log.lines() {
+        let line = line.replace(&dir, "");
+        if out.len() + line.len() + 1 > MAX_LOG {
+            out.push_str("[... log truncated]\n");
+            break;
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.trim_end().to_string()
+}

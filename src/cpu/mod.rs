@@ -1,0 +1,96 @@
+//! A CUDA device model for the CPU: candidate kernels compiled with the host C++ compiler
+//! against `runtime/kevin_cuda.h` and run on CPU threads, so correctness can be checked without
+//! a GPU.
+//!
+//! Steps: [`compile()`] turns a candidate's source and its [`ResolvedPlan`] into a shared
+//! library (`g++`/`clang++`, with a deadline) that exports one launcher per launched kernel;
+//! [`Module::load`] opens it and [`Module::launch`] runs one [`ResolvedLaunch`] over host
+//! buffers (device pointers are host pointers here).
+//!
+//! # The model
+//!
+//! Each CUDA thread of a block is a fiber with a 64 KiB stack (plus a guard page); the fibers of
+//! a block run cooperatively on one OS thread, switching only at `__syncthreads` and warp
+//! operations, so `__shared__` is a `thread_local` static. Blocks are spread over `threads` OS
+//! threads taking block indices from an atomic counter; atomics are real atomics. Warp operations
+//! are warp-synchronous: the last lane of the mask to arrive computes every lane's result.
+//! Kernels of a source with no barrier or warp operation run their threads as a plain loop.
+//! Dynamic `extern __shared__` arrays are rewritten into pointers to a per-block buffer of the
+//! launch's `smem` bytes.
+//!
+//! # Safety
+//!
+//! [`Module::launch`] runs untrusted code in the calling process, with its memory and its
+//! privileges: a wild pointer corrupts or crashes the caller, an endless loop never returns. Call
+//! it only inside a worker child process with a deadline (see [`crate::worker`]); compiling
+//! ([`compile()`]) is safe anywhere (it runs the compiler as a child process with a deadline).
+//!
+//! # Limits (what the model does not reproduce, and what happens instead)
+//!
+//! - Inline PTX (`asm`), tensor cores (`wmma`, `mma.sync`, `ldmatrix` — all PTX or `mma.h`),
+//!   `cp.async`/`cuda_pipeline.h`, cooperative groups (including grid sync), libcu++ (`cuda/`)
+//!   headers, `cuda_fp8.h`, textures and surfaces: [`CpuCompileError::Unsupported`] before
+//!   compiling.
+//! - Divergent warp operations (a lane named by the mask never arrives, lanes meet at different
+//!   kinds of warp operation or with different masks, the caller is outside its mask):
+//!   [`LaunchFailure::Unsupported`] ("divergent warp in `__shfl_sync`"). `__activemask()` returns
+//!   every existing lane of the warp.
+//! - A `__syncthreads` that some threads of a block never reach (they exited): CUDA leaves it
+//!   undefined; [`LaunchFailure::Launch`] ("not all threads of a block reached __syncthreads").
+//! - Weak memory ordering: the fibers of a block run one at a time and see each other's writes at
+//!   switch points, which is stronger than CUDA; code that is racy on a GPU may pass here. Legacy
+//!   warp-synchronous code (implicit lock-step through `volatile` shared memory, without
+//!   `__syncwarp`) runs lane after lane and may compute a wrong result: the one known gap where
+//!   the model can give a wrong verdict instead of an unsupported one (it is undefined behaviour
+//!   since Volta anyway).
+//! - Spin-waiting on another thread of the same block (fibers are not preempted) or on a block
+//!   that has not started never ends: the worker's deadline turns it into a timeout.
+//! - `printf` output is dropped (a worker's stdout is its protocol channel); `assert` and
+//!   `__trap()` fail the launch with [`LaunchFailure::Launch`].
+//! - `clock()`/`clock64()`/`%globaltimer` are already rejected by the candidate rules.
+//! - Stack overflow (deep recursion, huge local arrays beyond 64 KiB per thread) hits a guard
+//!   page: the process crashes, which the worker reports as a crash.
+//! - Fast-math intrinsics (`__expf`, `__fdividef`, ...) are computed at full precision; fp16 and
+//!   bf16 arithmetic is float arithmetic rounded to nearest even. `double` → half goes through
+//!   float (double rounding, off by one ulp in rare ties).
+//! - x86-64 only (the context switch is hand-written assembly; glibc's `swapcontext` makes a
+//!   system call per switch).
+
+mod buffer;
+mod compile;
+mod module;
+mod scan;
+#[cfg(test)]
+mod tests;
+
+pub use buffer::HostBuffer;
+pub use compile::{compile, find_compiler, CpuCompileError, COMPILE_DEADLINE};
+pub use module::{LaunchFailure, Module};
+
+#[cfg(doc)]
+use crate::candidate::{ResolvedLaunch, ResolvedPlan};
+
+/// The runtime headers, embedded in the binary and written next to each compile: file name and
+/// contents. The stubs make `#include <cuda_fp16.h>` and friends resolve to the model.
+pub const HEADERS: [(&str, &str); 9] = [
+    ("kevin_cuda.h", include_str!("runtime/kevin_cuda.h")),
+    (
+        "kevin_cuda_warp.h",
+        include_str!("runtime/kevin_cuda_warp.h"),
+    ),
+    (
+        "kevin_cuda_math.h",
+        include_str!("runtime/kevin_cuda_math.h"),
+    ),
+    (
+        "kevin_cuda_fp16.h",
+        include_str!("runtime/kevin_cuda_fp16.h"),
+    ),
+    ("cuda_fp16.h", STUB),
+    ("cuda_bf16.h", STUB),
+    ("cuda_runtime.h", STUB),
+    ("cuda.h", STUB),
+    ("math_constants.h", STUB),
+];
+
+const STUB: &str = "#pragma once\n#include \"kevin_cuda.h\"\n";
