@@ -97,8 +97,11 @@ pub enum EnvKind {
     /// Everything simulated: configured latencies and outcome distributions.
     Simulated,
     /// Real static checks, launch-plan validation and NVRTC compilation in worker processes;
-    /// correctness and timing still simulated (and labelled so) until an execution backend lands.
+    /// correctness and timing simulated (and labelled so).
     Nvrtc,
+    /// The CPU execution backend: candidates compiled against kevin's CUDA device model and
+    /// judged by the real correctness protocol in worker processes; CPU timings.
+    Cpu,
 }
 
 /// Which learner optimises the policy.
@@ -752,10 +755,10 @@ impl Config {
         check_min("run.checkpoint_every", f.run.checkpoint_every, 1)?;
         check_range("run.drain_timeout_s", f.run.drain_timeout_s, 0.0, 86_400.0)?;
         check_min("tasks.simulated_count", f.tasks.simulated_count.into(), 1)?;
-        if f.env.kind == EnvKind::Nvrtc && f.tasks.source != TaskSource::Suite {
+        if f.env.kind != EnvKind::Simulated && f.tasks.source != TaskSource::Suite {
             return Err(invalid(
                 "env.kind",
-                "\"nvrtc\"",
+                format!("{:?}", format!("{:?}", f.env.kind).to_lowercase()),
                 "needs tasks.source = \"suite\" (real compilation needs real tasks)",
             ));
         }

@@ -18,6 +18,8 @@ pub mod candidate;
 pub mod compile;
 pub mod config;
 pub mod cpu;
+#[cfg(unix)]
+pub mod cpu_env;
 pub mod env;
 pub mod episode;
 pub mod eval;

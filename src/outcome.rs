@@ -19,13 +19,51 @@ pub struct Mismatch {
     /// Flat (row-major) index of the element.
     pub index: u64,
     /// The reference value.
+    #[serde(with = "float_or_name")]
     pub expected: f64,
     /// The candidate's value (NaN when it left the element unwritten).
+    #[serde(with = "float_or_name")]
     pub got: f64,
     /// Number of elements out of tolerance in that output.
     pub mismatches: u64,
     /// Which correctness trial (0-based) found it.
     pub trial: u32,
+}
+
+/// JSON has no NaN or infinity, and a mismatch is often exactly that: non-finite values travel
+/// as the strings "NaN", "inf" and "-inf" (worker protocol, episodes.jsonl), finite ones as
+/// numbers.
+mod float_or_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if v.is_infinite() {
+            s.serialize_str(if *v > 0.0 { "inf" } else { "-inf" })
+        } else {
+            s.serialize_f64(*v)
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Num(f64),
+        Name(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Num(v) => Ok(v),
+            Repr::Name(n) => match n.as_str() {
+                "NaN" => Ok(f64::NAN),
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                other => Err(serde::de::Error::custom(format!("not a number: {other:?}"))),
+            },
+        }
+    }
 }
 
 /// The result of evaluating one candidate.
@@ -225,6 +263,31 @@ mod tests {
             Outcome::Correct { kernel_ms: 2.0, baseline_ms: 1.0, spread: 0.0, timing: "cpu".into() },
             "Correct. Kernel 2.0000 ms (spread 0.0%), baseline 1.0000 ms: speedup 0.50x (cpu timing).",
         );
+    }
+
+    #[test]
+    fn non_finite_mismatches_survive_json() {
+        for got in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1.5] {
+            let o = Outcome::Wrong {
+                reason: "x".into(),
+                mismatch: Some(Mismatch {
+                    output: "Y".into(),
+                    index: 0,
+                    expected: 1.0,
+                    got,
+                    mismatches: 1,
+                    trial: 0,
+                }),
+            };
+            let back: Outcome = serde_json::from_str(&serde_json::to_string(&o).unwrap()).unwrap();
+            let Outcome::Wrong {
+                mismatch: Some(m), ..
+            } = back
+            else {
+                panic!()
+            };
+            assert!(m.got == got || (m.got.is_nan() && got.is_nan()));
+        }
     }
 
     #[test]

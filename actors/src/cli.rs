@@ -366,11 +366,17 @@ pub fn main() -> ExitCode {
                 Ok(s) => s,
                 Err(e) => return usage_error(format!("task suite {}: {e}", dir.display())),
             };
-            let env = match crate::backends::eval_env(backend.as_deref(), &suite) {
+            let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let env = match crate::backends::eval_env(
+                backend.as_deref(),
+                suite.clone(),
+                &dir,
+                parallel,
+            ) {
                 Ok(env) => env,
                 Err(e) => return failure(e),
             };
-            match crate::eval_cmd::main(env, &suite, &kernels, &tasks, 2, json.as_deref()) {
+            match crate::eval_cmd::main(env, &suite, &kernels, &tasks, parallel, json.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => failure(e),
             }

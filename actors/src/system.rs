@@ -222,6 +222,24 @@ fn build_env(
             .map_err(TrainError::Setup)?;
             Ok(Arc::new(env))
         }
+        EnvKind::Cpu => {
+            let suite = suite.ok_or_else(|| {
+                TrainError::Setup("env.kind = \"cpu\" needs the task suite".into())
+            })?;
+            let exe = std::env::current_exe()
+                .map_err(|e| TrainError::Setup(format!("locating the kevin binary: {e}")))?;
+            let env = kevin::cpu_env::CpuEnv::new(
+                suite.clone(),
+                std::path::Path::new(&config.tasks.dir),
+                config.tasks.preset,
+                exe,
+                config.env.verify_workers as usize,
+                config.env.verify_timeout_ms,
+                config.env.profile_timeout_ms,
+            )
+            .map_err(TrainError::Setup)?;
+            Ok(Arc::new(env))
+        }
     }
 }
 

@@ -562,3 +562,37 @@ fn real_tasks_compile_for_real_in_worker_processes() {
         .unwrap()
         .contains("Feedback: Compilation failed:")));
 }
+
+#[test]
+fn the_cpu_backend_judges_real_tasks_in_training() {
+    if kevin::cpu::find_compiler().is_err() {
+        eprintln!("skipping: no C++ compiler");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let extra = format!(
+        "[tasks]\nsource = \"suite\"\ndir = {:?}\npreset = \"small\"\n[env]\nkind = \"cpu\"\n\
+         [rollout]\ntrajectories = 2\nturns = 2\nmax_inflight_groups = 2\n[replay]\ntasks_per_batch = 1\n\
+         [policy.simulated]\ncorpus = {:?}\np_mutate = 0.5\np_format_error = 0.0\n",
+        root.join("tasks").display().to_string(),
+        root.join("tasks/solutions").display().to_string()
+    );
+    let (run, config) = setup("cpu", &extra);
+    assert_ok(&train(&run, &config, 2));
+    let episodes = jsonl(&run.join("episodes.jsonl"));
+    assert!(!episodes.is_empty());
+    for e in &episodes {
+        let o = &e["outcome"];
+        match o["kind"].as_str().unwrap() {
+            // Real verdicts: CPU timings, or the compiler's own log for a broken answer.
+            "correct" => assert_eq!(o["timing"], "cpu", "{o}"),
+            "compile_error" => assert!(o["log"].as_str().unwrap().contains("candidate.cu:"), "{o}"),
+            "unsupported" => assert!(
+                o["feature"].as_str().unwrap().contains("PTX")
+                    || o["feature"].as_str().unwrap().contains("asm"),
+                "{o}"
+            ),
+            other => panic!("a reference solution or a broken one cannot get {other}: {o}"),
+        }
+    }
+}

@@ -1,6 +1,8 @@
-//! Host buffers standing in for device memory: 256-byte aligned like `cudaMalloc` (vector loads
-//! such as `float4` compile to aligned SSE moves), with conversions between f64 values and a
-//! tensor's element encoding.
+//! Plain host buffers for the device model's unit tests: 256-byte aligned like `cudaMalloc`
+//! (vector loads such as `float4` compile to aligned SSE moves), with conversions between f64
+//! values and a tensor's element encoding. The evaluation path uses the guard-paged
+//! [`crate::verify::buffer::TensorBuf`] instead; these exist so the model's tests need nothing
+//! of the protocol.
 
 use std::alloc::Layout;
 use std::ffi::c_void;
@@ -70,16 +72,6 @@ impl HostBuffer {
     /// The pointer a kernel receives.
     pub fn as_ptr(&self) -> *mut c_void {
         self.ptr.as_ptr().cast()
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a zero-length buffer.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// The contents.

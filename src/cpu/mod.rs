@@ -56,6 +56,7 @@
 //! - x86-64 only (the context switch is hand-written assembly; glibc's `swapcontext` makes a
 //!   system call per switch).
 
+#[cfg(test)]
 mod buffer;
 mod compile;
 mod module;
@@ -63,7 +64,8 @@ mod scan;
 #[cfg(test)]
 mod tests;
 
-pub use buffer::HostBuffer;
+#[cfg(test)]
+use buffer::HostBuffer;
 pub use compile::{compile, find_compiler, CpuCompileError, COMPILE_DEADLINE};
 pub use module::{LaunchFailure, Module};
 

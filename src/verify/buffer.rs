@@ -93,8 +93,10 @@ pub enum BufferError {
 /// Where the data sits between the two guard pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Placement {
-    /// The data ends at the trailing guard page: any overflow faults; an underflow faults only
-    /// beyond the alignment slack. The protocol's choice.
+    /// The data starts [`DEVICE_ALIGN`]-aligned as close to the trailing guard page as that
+    /// allows (less than 256 bytes before it): an overflow past the slack faults, a write into
+    /// the slack breaks its canary ([`GuardedBuffer::slack_intact`]), a read there is harmless
+    /// (as on a GPU); an underflow faults only beyond the page's slack. The protocol's choice.
     #[default]
     End,
     /// The data starts at the leading guard page: any underflow faults; an overflow faults only
@@ -160,6 +162,12 @@ fn os_error(bytes: usize) -> BufferError {
     }
 }
 
+/// Alignment of a buffer's start, as cudaMalloc guarantees.
+pub const DEVICE_ALIGN: usize = 256;
+
+/// The byte written into the slack after a buffer's data.
+const CANARY: u8 = 0xA5;
+
 impl GuardedBuffer {
     /// `bytes` of zeroed memory ending at the trailing guard page ([`Placement::End`]).
     pub fn new(bytes: usize) -> Result<GuardedBuffer, BufferError> {
@@ -215,8 +223,12 @@ impl GuardedBuffer {
                 return Err(err);
             }
         }
+        // Data starts DEVICE_ALIGN-aligned, as cudaMalloc's does: vectorised loads (float4, and
+        // the aligned SSE moves they compile to on the CPU) must not fault on a correct kernel.
+        // With `End`, that leaves up to DEVICE_ALIGN - 1 bytes of slack before the guard page;
+        // the slack holds a canary, so a write into it is still caught ([`GuardedBuffer::slack_intact`]).
         let offset = match placement {
-            Placement::End => page + data_len - bytes,
+            Placement::End => (page + data_len - bytes) / DEVICE_ALIGN * DEVICE_ALIGN,
             Placement::Start => page,
         };
         // SAFETY: offset <= map_len - page, inside the mapping; mmap never returns null on success.
@@ -226,13 +238,39 @@ impl GuardedBuffer {
                 NonNull::new_unchecked(map.add(offset)),
             )
         };
-        Ok(GuardedBuffer {
+        let buf = GuardedBuffer {
             map,
             map_len,
             data,
             len: bytes,
             placement,
-        })
+        };
+        let mut buf = buf;
+        buf.slack_mut().fill(CANARY);
+        Ok(buf)
+    }
+
+    /// The bytes between the end of the data and the trailing guard page (or the end of the
+    /// data's pages, with `Start`).
+    fn slack_range(&self) -> (usize, usize) {
+        let page = page_size();
+        let data_start = self.data.as_ptr() as usize - self.map.as_ptr() as usize;
+        let pages_end = self.map_len - page;
+        (data_start + self.len, pages_end)
+    }
+
+    fn slack_mut(&mut self) -> &mut [u8] {
+        let (from, to) = self.slack_range();
+        // SAFETY: [from, to) lies in the read-write pages of the mapping, after the data.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().add(from), to - from) }
+    }
+
+    /// True when nothing wrote past the end of the data into the slack before the guard page.
+    pub fn slack_intact(&self) -> bool {
+        let (from, to) = self.slack_range();
+        // SAFETY: as in `slack_mut`, read-only.
+        let slack = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(from), to - from) };
+        slack.iter().all(|b| *b == CANARY)
     }
 
     /// Data length in bytes.

@@ -17,10 +17,11 @@ fn fault_child() {
     match what.as_str() {
         // One f32 past the end of 10 elements, End placement.
         "overflow" => {
-            let mut b = GuardedBuffer::new(40).unwrap();
+            // 1024 bytes: a multiple of the device alignment, so the data ends at the guard.
+            let mut b = GuardedBuffer::new(1024).unwrap();
             let p = b.as_mut_ptr().cast::<f32>();
             // SAFETY: deliberately out of bounds: this must fault.
-            unsafe { std::ptr::write_volatile(p.add(10), 1.0) };
+            unsafe { std::ptr::write_volatile(p.add(256), 1.0) };
         }
         // The last element, in bounds: must not fault (the control).
         "last" => {
@@ -43,10 +44,10 @@ fn fault_child() {
         }
         // One element past the end of a TensorBuf's typed view.
         "tensor_overflow" => {
-            let mut t = TensorBuf::new("Y", Dtype::I64, 7).unwrap();
+            let mut t = TensorBuf::new("Y", Dtype::I64, 32).unwrap();
             let p = t.as_i64_mut().unwrap().as_mut_ptr();
             // SAFETY: deliberately out of bounds: this must fault.
-            unsafe { std::ptr::write_volatile(p.add(7), 1) };
+            unsafe { std::ptr::write_volatile(p.add(32), 1) };
         }
         other => panic!("unknown fault {other}"),
     }
@@ -96,12 +97,38 @@ fn out_of_bounds_accesses_fault_in_a_child() {
 }
 
 #[test]
+fn a_write_into_the_slack_is_seen_by_the_canary() {
+    // 40 bytes start 256-byte aligned, so 216 bytes of slack sit before the guard page.
+    let mut b = GuardedBuffer::new(40).unwrap();
+    assert!(b.slack_intact());
+    let p = b.as_mut_ptr().cast::<f32>();
+    // SAFETY: out of the data but inside the slack, which is mapped read-write.
+    unsafe { std::ptr::write_volatile(p.add(10), 1.0) };
+    assert!(
+        !b.slack_intact(),
+        "one element past the end is caught by the canary"
+    );
+}
+
+#[test]
 fn end_placement_ends_at_the_guard_page() {
     let page = page_size();
     for bytes in [0, 1, 40, page - 4, page, page + 8, 3 * page + 2] {
         let b = GuardedBuffer::new(bytes).unwrap();
         assert_eq!(b.len(), bytes);
-        assert_eq!((b.as_ptr() as usize + bytes) % page, 0, "{bytes} bytes");
+        assert_eq!(
+            b.as_ptr() as usize % DEVICE_ALIGN,
+            0,
+            "{bytes} bytes: device-aligned start"
+        );
+        let end = b.as_ptr() as usize + bytes;
+        assert!(
+            end.next_multiple_of(page) - end < DEVICE_ALIGN || bytes == 0,
+            "{bytes} bytes: end near the guard"
+        );
+        if bytes % DEVICE_ALIGN == 0 {
+            assert_eq!(end % page, 0, "{bytes} bytes: ends at the guard page");
+        }
         assert!(b.as_bytes().iter().all(|&x| x == 0));
         let s = GuardedBuffer::with_placement(bytes, Placement::Start).unwrap();
         assert_eq!(s.as_ptr() as usize % page, 0, "{bytes} bytes, start");

@@ -203,6 +203,12 @@ pub fn check(
             if let Some(reason) = modified_input(&tensors[..n_inputs], &snapshots) {
                 return Err(wrong(reason, None));
             }
+            if let Some(t) = tensors.iter().find(|t| !t.buffer().slack_intact()) {
+                return Err(wrong(
+                    format!("the kernel wrote past the end of {}", t.name()),
+                    None,
+                ));
+            }
             for (t, want) in tensors[n_inputs..].iter().zip(&reference) {
                 let cmp = compare(t, want, task.tolerance);
                 report.max_error_ratio = report.max_error_ratio.max(cmp.max_ratio);

@@ -28,15 +28,17 @@ pub fn child_main_from_args(args: &[String]) -> i32 {
     let role = match parse_role(args) {
         Ok(role) => role,
         Err(msg) => {
-            eprintln!("kevin worker: {msg}\nusage: kevin worker --role <compile|echo>");
+            eprintln!("kevin worker: {msg}\nusage: kevin worker --role <compile|cpu|echo>");
             return 2;
         }
     };
     let result = match role.as_str() {
-        "compile" => crate::compile::worker_main(),
-        "echo" => echo::echo_main(),
+        "compile" => crate::compile::worker_main().map_err(|e| e.to_string()),
+        #[cfg(unix)]
+        "cpu" => crate::cpu_env::worker_main(),
+        "echo" => echo::echo_main().map_err(|e| e.to_string()),
         other => {
-            eprintln!("kevin worker: unknown role {other:?} (known: compile, echo)");
+            eprintln!("kevin worker: unknown role {other:?} (known: compile, cpu, echo)");
             return 2;
         }
     };

@@ -1,0 +1,6 @@
+// Reads far past the end of its input (a wrong stride): the guard page catches it.
+// kevin: launch relu grid=(cdiv(M*N,256)) block=(256) args=(X, Y, M*N)
+__global__ void relu(const float* __restrict__ X, float* __restrict__ Y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) Y[i] = fmaxf(X[i * 4096], 0.0f);
+}
