@@ -963,7 +963,10 @@ mod tests {
     fn load_str(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let dir = std::env::temp_dir().join(format!("kevin-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{:x}.toml", text.len() * 31 + vars.len()));
+        // A unique file per call: tests run in parallel and texts of equal length are common.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!("{n}.toml"));
         std::fs::write(&path, text).unwrap();
         let vars: Vec<(String, String)> = vars
             .iter()
