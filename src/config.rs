@@ -345,7 +345,8 @@ impl Default for SimEnvSection {
 pub struct EnvSection {
     /// Which environment runs: "simulated" or "nvrtc".
     pub kind: EnvKind,
-    /// Target architecture of compilation (sm_90: the H200).
+    /// Target architecture of compilation: "auto" (the GPU's own, asked from nvidia-smi; sm_90,
+    /// the H200, when there is no GPU) or an architecture such as "sm_90".
     pub arch: String,
     /// Compile workers (compilation is CPU-bound and parallel).
     pub compile_workers: u32,
@@ -367,7 +368,7 @@ impl Default for EnvSection {
     fn default() -> Self {
         EnvSection {
             kind: EnvKind::Simulated,
-            arch: "sm_90".into(),
+            arch: "auto".into(),
             compile_workers: 2,
             verify_workers: 1,
             profile_workers: 1,
@@ -762,12 +763,14 @@ impl Config {
                 "needs tasks.source = \"suite\" (real compilation needs real tasks)",
             ));
         }
-        if !(f.env.arch.starts_with("sm_") && f.env.arch[3..].parse::<u32>().is_ok_and(|v| v >= 50))
-        {
+        let arch_ok = f.env.arch == "auto"
+            || (f.env.arch.starts_with("sm_")
+                && f.env.arch[3..].parse::<u32>().is_ok_and(|v| v >= 50));
+        if !arch_ok {
             return Err(invalid(
                 "env.arch",
                 format!("{:?}", f.env.arch),
-                "an architecture such as \"sm_90\"",
+                "\"auto\" or an architecture such as \"sm_90\"",
             ));
         }
         check_range(

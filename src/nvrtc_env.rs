@@ -70,7 +70,7 @@ impl NvrtcEnv {
         Ok(NvrtcEnv {
             suite,
             preset,
-            arch: arch.to_string(),
+            arch: compile::resolve_arch(arch),
             limits: Limits::default(),
             pool,
             timeout: Duration::from_millis(timeout_ms),

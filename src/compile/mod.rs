@@ -33,6 +33,45 @@ pub const SOURCE_FILE_NAME: &str = "candidate.cu";
 /// Default architecture: the H200.
 pub const DEFAULT_ARCH: &str = "sm_90";
 
+/// The architecture to compile for: `configured`, or for "auto" the compute capability of the
+/// first GPU as nvidia-smi reports it (so a CUBIN/PTX fits the device that will run it), and
+/// [`DEFAULT_ARCH`] when there is no GPU or no nvidia-smi. nvidia-smi is asked rather than the
+/// driver API because loading libcuda where there is no driver makes cudarc panic.
+pub fn resolve_arch(configured: &str) -> String {
+    if configured != "auto" {
+        return configured.to_string();
+    }
+    std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=compute_cap", "--format=csv,noheader"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| parse_compute_cap(&String::from_utf8_lossy(&o.stdout)))
+        .unwrap_or_else(|| DEFAULT_ARCH.to_string())
+}
+
+/// "9.0\n" (nvidia-smi's first line) -> "sm_90".
+fn parse_compute_cap(text: &str) -> Option<String> {
+    let (major, minor) = text.lines().next()?.trim().split_once('.')?;
+    let (major, minor): (u32, u32) = (major.parse().ok()?, minor.parse().ok()?);
+    Some(format!("sm_{major}{minor}"))
+}
+
+#[cfg(test)]
+mod arch_tests {
+    use super::*;
+
+    #[test]
+    fn compute_capability_becomes_an_arch() {
+        assert_eq!(parse_compute_cap("9.0\n9.0\n").as_deref(), Some("sm_90"));
+        assert_eq!(parse_compute_cap("8.6").as_deref(), Some("sm_86"));
+        assert_eq!(parse_compute_cap("N/A"), None);
+        assert_eq!(resolve_arch("sm_80"), "sm_80");
+        assert!(resolve_arch("auto").starts_with("sm_"));
+    }
+}
+
 /// Largest accepted source, in bytes (the candidate format bounds it far lower).
 pub const MAX_SOURCE_BYTES: usize = 256 * 1024;
 
