@@ -314,7 +314,12 @@ impl CpuEnv {
             ..PoolConfig::default()
         };
         let pool = WorkerPool::new(command, config).map_err(|e| format!("cpu workers: {e}"))?;
-        let workdir = std::env::temp_dir().join(format!("kevin-cpu-{}", std::process::id()));
+        // One folder per environment: several may live in one process (tests), and each removes
+        // its own folder when dropped.
+        static INSTANCES: AtomicU64 = AtomicU64::new(0);
+        let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
+        let workdir =
+            std::env::temp_dir().join(format!("kevin-cpu-{}-{instance}", std::process::id()));
         Ok(CpuEnv {
             suite,
             preset,

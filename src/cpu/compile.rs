@@ -143,6 +143,12 @@ pub fn compile(
         return Ok(so);
     }
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    if log.trim().is_empty() {
+        // No diagnostics: the compiler died (a signal, a full disk) rather than rejecting the code.
+        return Err(CpuCompileError::Toolchain {
+            reason: format!("{} exited with {status} and printed nothing", cxx.display()),
+        });
+    }
     Err(CpuCompileError::Source {
         log: trim_log(&log, workdir),
     })
