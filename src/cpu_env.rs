@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::candidate::{self, Candidate, Limits, ResolvedPlan};
+use crate::candidate::{self, Limits, ResolvedPlan};
 use crate::cpu::{self, CpuCompileError, LaunchFailure, Module};
 use crate::env::{Compiled, KernelEnv};
 use crate::outcome::Outcome;
@@ -379,23 +379,7 @@ impl KernelEnv for CpuEnv {
             .ok_or_else(|| Outcome::LaunchError {
                 reason: format!("unknown task `{task_name}`"),
             })?;
-        if let Err((line, violation)) = candidate::rules::check(source) {
-            return Err(Outcome::FormatError {
-                reason: format!("line {line} of the cuda block: {violation}"),
-            });
-        }
-        let plan = candidate::plan::parse_plan(source).map_err(|e| Outcome::FormatError {
-            reason: e.to_string(),
-        })?;
-        let cand = Candidate {
-            source: source.to_string(),
-            summary: String::new(),
-            plan,
-        };
-        let plan = candidate::validate(&cand, &task.candidate_signature(self.preset), &self.limits)
-            .map_err(|e| Outcome::LaunchError {
-                reason: e.to_string(),
-            })?;
+        let plan = crate::env::admit(task, self.preset, &self.limits, source)?;
         let dir = self.workdir.join(format!(
             "{}-{}",
             task_name,

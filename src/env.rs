@@ -8,7 +8,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use crate::candidate::{self, Candidate, Limits, ResolvedPlan};
 use crate::outcome::Outcome;
+use crate::tasks::{Preset, Task};
 
 /// A compiled candidate, ready to verify. The artifact's type belongs to the environment (PTX and
 /// a resolved launch plan for the CUDA harness; nothing much for the simulated one).
@@ -38,4 +40,34 @@ pub trait KernelEnv: Send + Sync {
     fn verify(&self, compiled: &Compiled) -> Result<(), Outcome>;
     /// Times the kernel against the baseline; returns the final outcome.
     fn profile(&self, compiled: &Compiled) -> Outcome;
+}
+
+/// What every real environment checks before it compiles anything: the static rules, the launch
+/// plan's syntax, and the plan against the task's tensors and sizes at `preset`. A violation of
+/// the rules or the syntax is a format error; a plan that does not fit the task is a launch
+/// error; either way the message tells the policy what to fix.
+pub fn admit(
+    task: &Task,
+    preset: Preset,
+    limits: &Limits,
+    source: &str,
+) -> Result<ResolvedPlan, Outcome> {
+    if let Err((line, violation)) = candidate::rules::check(source) {
+        return Err(Outcome::FormatError {
+            reason: format!("line {line} of the cuda block: {violation}"),
+        });
+    }
+    let plan = candidate::plan::parse_plan(source).map_err(|e| Outcome::FormatError {
+        reason: e.to_string(),
+    })?;
+    let cand = Candidate {
+        source: source.to_string(),
+        summary: String::new(),
+        plan,
+    };
+    candidate::validate(&cand, &task.candidate_signature(preset), limits).map_err(|e| {
+        Outcome::LaunchError {
+            reason: e.to_string(),
+        }
+    })
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::candidate::{self, Candidate, Limits, ResolvedPlan};
+use crate::candidate::{Limits, ResolvedPlan};
 use crate::compile::{self, CompileError, CompilePool, CompileRequest, ModuleImage};
 use crate::config::SimEnvSection;
 use crate::env::{Compiled, KernelEnv};
@@ -118,23 +118,7 @@ impl KernelEnv for NvrtcEnv {
             .ok_or_else(|| Outcome::LaunchError {
                 reason: format!("unknown task `{task_name}`"),
             })?;
-        if let Err((line, violation)) = candidate::rules::check(source) {
-            return Err(Outcome::FormatError {
-                reason: format!("line {line} of the cuda block: {violation}"),
-            });
-        }
-        let plan = candidate::plan::parse_plan(source).map_err(|e| Outcome::FormatError {
-            reason: e.to_string(),
-        })?;
-        let cand = Candidate {
-            source: source.to_string(),
-            summary: String::new(),
-            plan,
-        };
-        let plan = candidate::validate(&cand, &task.candidate_signature(self.preset), &self.limits)
-            .map_err(|e| Outcome::LaunchError {
-                reason: e.to_string(),
-            })?;
+        let plan = crate::env::admit(task, self.preset, &self.limits, source)?;
         let mut names: Vec<&str> = plan.launches.iter().map(|l| l.kernel.as_str()).collect();
         names.sort_unstable();
         names.dedup();

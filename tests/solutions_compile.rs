@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kevin::candidate::{self, Candidate, Limits};
+use kevin::candidate::Limits;
 use kevin::compile::{compile, find_cuda_include_dirs, locate_nvrtc, CompileRequest};
 use kevin::tasks::{Preset, Task, TaskSuite};
 
@@ -31,21 +31,14 @@ fn nvrtc_available() -> bool {
     }
 }
 
-/// Rules, plan and validation at both presets; returns the launched kernel names.
+/// What any real environment checks before compiling ([`kevin::env::admit`]), at both presets;
+/// returns the launched kernel names.
 fn check_candidate(task: &Task, source: &str) -> Result<Vec<String>, String> {
-    candidate::rules::check(source).map_err(|(line, v)| format!("line {line}: {v}"))?;
-    let plan = candidate::plan::parse_plan(source).map_err(|e| e.to_string())?;
-    let cand = Candidate {
-        source: source.to_string(),
-        summary: String::new(),
-        plan,
-    };
     let mut names = Vec::new();
     for preset in [Preset::Small, Preset::Gpu] {
-        let resolved =
-            candidate::validate(&cand, &task.candidate_signature(preset), &Limits::default())
-                .map_err(|e| format!("{preset:?} preset: {e}"))?;
-        names = resolved.launches.iter().map(|l| l.kernel.clone()).collect();
+        let plan = kevin::env::admit(task, preset, &Limits::default(), source)
+            .map_err(|o| format!("{preset:?} preset: {}", o.feedback()))?;
+        names = plan.launches.iter().map(|l| l.kernel.clone()).collect();
     }
     names.sort();
     names.dedup();
