@@ -373,13 +373,8 @@ impl KernelEnv for CpuEnv {
 
     fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
         let started = Instant::now();
-        let task = self
-            .suite
-            .get(task_name)
-            .ok_or_else(|| Outcome::LaunchError {
-                reason: format!("unknown task `{task_name}`"),
-            })?;
-        let plan = crate::env::admit(task, self.preset, &self.limits, source)?;
+        let plan =
+            crate::env::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
         let dir = self.workdir.join(format!(
             "{}-{}",
             task_name,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::candidate::{self, Candidate, Limits, ResolvedPlan};
 use crate::outcome::Outcome;
-use crate::tasks::{Preset, Task};
+use crate::tasks::{Preset, Task, TaskSuite};
 
 /// A compiled candidate, ready to verify. The artifact's type belongs to the environment (PTX and
 /// a resolved launch plan for the CUDA harness; nothing much for the simulated one).
@@ -70,4 +70,32 @@ pub fn admit(
             reason: e.to_string(),
         }
     })
+}
+
+/// [`admit`] for the task named `task` in `suite`; an unknown name is a launch error.
+pub fn admit_named(
+    suite: &TaskSuite,
+    task: &str,
+    preset: Preset,
+    limits: &Limits,
+    source: &str,
+) -> Result<ResolvedPlan, Outcome> {
+    let t = suite.get(task).ok_or_else(|| Outcome::LaunchError {
+        reason: format!("unknown task `{task}`"),
+    })?;
+    admit(t, preset, limits, source)
+}
+
+/// One candidate through all three stages: compile, verify, then profile; the first failure is
+/// the outcome. (The actor system runs the stages in separate actors; `kevin eval` and tests
+/// run them in sequence with this.)
+pub fn evaluate(env: &dyn KernelEnv, task: &str, source: &str) -> Outcome {
+    let compiled = match env.compile(task, source) {
+        Ok(c) => c,
+        Err(o) => return o,
+    };
+    if let Err(o) = env.verify(&compiled) {
+        return o;
+    }
+    env.profile(&compiled)
 }

@@ -334,14 +334,16 @@ impl RunDir {
         let total_lines = steps.len();
         let kept: Vec<StepRecord> = steps.into_iter().filter(|s| s.version <= version).collect();
         let record_lines_cut = total_lines - kept.len();
-        // Rewrite the record when lines were cut or a torn tail may exist.
+        // Rewrite the record only when it holds something to drop: lines past the checkpoint or a
+        // torn tail (its length then differs from the intact lines'), not on every start.
         let mut text = String::new();
         for s in &kept {
             text.push_str(&serde_json::to_string(s).expect("record serialises"));
             text.push('\n');
         }
         let record_path = self.root.join("learner.jsonl");
-        if record_path.exists() {
+        let on_disk = fs::metadata(&record_path).map(|m| m.len()).ok();
+        if on_disk.is_some_and(|len| len != text.len() as u64) {
             write_atomic(&record_path, text.as_bytes())?;
         }
         let consumed: BTreeSet<u64> = kept

@@ -313,12 +313,6 @@ fn cmd_inspect(run_dir: &Path, json: bool) -> ExitCode {
     }
 }
 
-fn not_available(command: &str, what: &str) -> ExitCode {
-    failure(format!(
-        "`kevin {command}` is not available yet: {what}. Nothing was done."
-    ))
-}
-
 /// The binary's entry point.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -398,6 +392,10 @@ pub fn main() -> ExitCode {
                 Err(e) => failure(e),
             }
         }
-        Command::Worker { .. } => not_available("worker", "no worker role is built yet"),
+        // main() normally takes `kevin worker ...` before clap; this is the same worker reached
+        // through clap (e.g. with a global flag before the subcommand).
+        Command::Worker { args } => {
+            ExitCode::from(kevin::worker::child_main_from_args(&args).clamp(0, 255) as u8)
+        }
     }
 }

@@ -13,18 +13,6 @@ use kevin::eval::{summarize, Summary, TaskResult};
 use kevin::outcome::Outcome;
 use kevin::tasks::TaskSuite;
 
-/// Evaluates one kernel: compile, verify, profile.
-fn evaluate(env: &dyn KernelEnv, task: &str, source: &str) -> Outcome {
-    let compiled = match env.compile(task, source) {
-        Ok(c) => c,
-        Err(o) => return o,
-    };
-    if let Err(o) = env.verify(&compiled) {
-        return o;
-    }
-    env.profile(&compiled)
-}
-
 /// What to evaluate: the `<task>.cu` files in `kernels` whose stem is a task (optionally only
 /// `only`), evaluated `parallel` at a time.
 pub fn run(
@@ -73,7 +61,7 @@ pub fn run(
                     break;
                 };
                 let t0 = Instant::now();
-                let outcome = evaluate(env.as_ref(), task, source);
+                let outcome = kevin::env::evaluate(env.as_ref(), task, source);
                 let r = TaskResult {
                     task: task.clone(),
                     level: *level,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kevin::cpu_env::CpuEnv;
-use kevin::env::KernelEnv;
+use kevin::env::{evaluate, KernelEnv};
 use kevin::outcome::Outcome;
 use kevin::tasks::{Preset, TaskSuite};
 
@@ -38,17 +38,6 @@ fn env(verify_timeout_ms: u64) -> Option<CpuEnv> {
         )
         .unwrap(),
     )
-}
-
-fn evaluate(env: &dyn KernelEnv, task: &str, source: &str) -> Outcome {
-    let compiled = match env.compile(task, source) {
-        Ok(c) => c,
-        Err(o) => return o,
-    };
-    if let Err(o) = env.verify(&compiled) {
-        return o;
-    }
-    env.profile(&compiled)
 }
 
 fn check(env: &dyn KernelEnv, case: &str, kind: &str, says: &str) {

@@ -238,14 +238,13 @@ impl GuardedBuffer {
                 NonNull::new_unchecked(map.add(offset)),
             )
         };
-        let buf = GuardedBuffer {
+        let mut buf = GuardedBuffer {
             map,
             map_len,
             data,
             len: bytes,
             placement,
         };
-        let mut buf = buf;
         buf.slack_mut().fill(CANARY);
         Ok(buf)
     }
