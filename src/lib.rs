@@ -9,11 +9,14 @@
 //! Untrusted candidate code is handled only in worker child processes ([`worker`]: protocol,
 //! pool, child serve loop); [`compile`] is the NVRTC compile step those workers run, and [`cpu`]
 //! a CUDA device model that compiles and runs candidates on the CPU (inside workers only).
+//! [`baseline`] lowers a task's program to the op-by-op launches (trusted kernels and GEMMs) whose
+//! time is the denominator of every speedup.
 //!
 //! Invariant: nothing here depends on actix, tokio or the CLI. The actors crate drives this
 //! library; it never reaches around it.
 #![warn(missing_docs)]
 
+pub mod baseline;
 pub mod candidate;
 pub mod compile;
 pub mod config;

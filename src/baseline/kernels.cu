@@ -1,0 +1,820 @@
+// kevin's eager baseline kernels: one trusted kernel per operator of the op language, launched op
+// by op as PyTorch eager launches them (src/baseline/mod.rs says how a program becomes launches).
+//
+// Conventions (src/baseline/launch.rs builds the launches and must agree):
+// - every kernel is extern "C", named <op>[_<variant>]_<dtype> with dtype f32, f16 or bf16;
+// - element counts and extents are long long, flags int, scalar parameters float;
+// - every value is loaded into float, computed in float (PyTorch's "opmath") and rounded once,
+//   to nearest even, when stored;
+// - contiguous kernels use 16-byte vector accesses when their pointers are 16-byte aligned (a
+//   uniform check at run time) and scalar accesses otherwise, so any alignment is correct;
+// - elementwise kernels loop grid-stride; row kernels loop over rows, column kernels over blocks
+//   of 32 columns, so any grid is correct and the launch only decides speed;
+// - NaN propagates as in PyTorch: max/min/maximum/minimum/clamp/relu keep a NaN, argmax/argmin
+//   pick the first NaN.
+// The same text compiles with NVRTC (sm_90) and with g++ against kevin's CPU device model.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+typedef long long i64;
+#define KB_D __device__ __forceinline__
+#define KB_INF __int_as_float(0x7f800000)
+#define KB_FULL 0xffffffffu
+
+namespace kb {
+
+// ---------------------------------------------------------------------------------------------
+// Element conversions and 16-byte packs.
+
+KB_D float to_f(float x) { return x; }
+KB_D float to_f(__half x) { return __half2float(x); }
+KB_D float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T>
+KB_D T from_f(float v);
+template <>
+KB_D float from_f<float>(float v) { return v; }
+template <>
+KB_D __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <>
+KB_D __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Stores a reduction's result: floats are rounded to the element type, indices stored as is.
+template <class O>
+KB_D void put(O* p, float v) { *p = from_f<O>(v); }
+KB_D void put(i64* p, i64 v) { *p = v; }
+
+template <class T>
+struct __align__(16) Pack {
+    T v[16 / sizeof(T)];
+};
+
+KB_D bool aligned16(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0; }
+KB_D i64 gtid() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
+KB_D i64 gstride() { return (i64)gridDim.x * blockDim.x; }
+
+// PyTorch's max/min with NaN propagation.
+KB_D float nan_max(float a, float b) { return (a != a || a > b) ? a : b; }
+KB_D float nan_min(float a, float b) { return (a != a || a < b) ? a : b; }
+// std::max / std::min as c10 uses them (a NaN in `a` survives).
+KB_D float std_max(float a, float b) { return a < b ? b : a; }
+KB_D float std_min(float a, float b) { return b < a ? b : a; }
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise functions (p0, p1: the op's scalar parameters, unused by most).
+
+struct Relu { KB_D float operator()(float x, float, float) const { return (x > 0.f || x != x) ? x : 0.f; } };
+struct Gelu { KB_D float operator()(float x, float, float) const { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); } };
+struct GeluTanh {
+    KB_D float operator()(float x, float, float) const {
+        const float c = 0.79788456080286536f;  // sqrt(2 / pi)
+        return 0.5f * x * (1.f + tanhf(c * (x + 0.044715f * x * x * x)));
+    }
+};
+struct Silu { KB_D float operator()(float x, float, float) const { return x / (1.f + expf(-x)); } };
+struct Sigmoid { KB_D float operator()(float x, float, float) const { return 1.f / (1.f + expf(-x)); } };
+struct Tanh { KB_D float operator()(float x, float, float) const { return tanhf(x); } };
+struct Exp { KB_D float operator()(float x, float, float) const { return expf(x); } };
+struct Log { KB_D float operator()(float x, float, float) const { return logf(x); } };
+struct Abs { KB_D float operator()(float x, float, float) const { return fabsf(x); } };
+struct Neg { KB_D float operator()(float x, float, float) const { return -x; } };
+struct Sqrt { KB_D float operator()(float x, float, float) const { return sqrtf(x); } };
+struct Rsqrt { KB_D float operator()(float x, float, float) const { return rsqrtf(x); } };
+struct Square { KB_D float operator()(float x, float, float) const { return x * x; } };
+// PyTorch's softplus with beta = 1, threshold = 20.
+struct Softplus { KB_D float operator()(float x, float, float) const { return x > 20.f ? x : log1pf(expf(x)); } };
+struct Mish { KB_D float operator()(float x, float, float) const { return x * tanhf(log1pf(expf(x))); } };
+struct Hardsigmoid {
+    KB_D float operator()(float x, float, float) const { return std_min(std_max(x + 3.f, 0.f), 6.f) / 6.f; }
+};
+struct Hardswish {
+    KB_D float operator()(float x, float, float) const { return x * std_min(std_max(x + 3.f, 0.f), 6.f) / 6.f; }
+};
+struct LeakyRelu { KB_D float operator()(float x, float slope, float) const { return x > 0.f ? x : x * slope; } };
+struct Elu { KB_D float operator()(float x, float alpha, float) const { return x > 0.f ? x : alpha * expm1f(x); } };
+struct Clamp {
+    KB_D float operator()(float x, float lo, float hi) const { return x != x ? x : fminf(fmaxf(x, lo), hi); }
+};
+
+template <class T, class F>
+KB_D void unary(const T* __restrict__ x, T* __restrict__ y, i64 n, float p0, float p1) {
+    constexpr int V = 16 / sizeof(T);
+    F f;
+    i64 start = gtid(), stride = gstride(), tail = 0;
+    if (aligned16(x) && aligned16(y)) {
+        i64 nv = n / V;
+        const Pack<T>* xp = reinterpret_cast<const Pack<T>*>(x);
+        Pack<T>* yp = reinterpret_cast<Pack<T>*>(y);
+        for (i64 i = start; i < nv; i += stride) {
+            Pack<T> a = xp[i], r;
+#pragma unroll
+            for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(f(to_f(a.v[j]), p0, p1));
+            yp[i] = r;
+        }
+        tail = nv * V;
+    }
+    for (i64 i = tail + start; i < n; i += stride) y[i] = from_f<T>(f(to_f(x[i]), p0, p1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binary operators: same shape (vectorised), tensor and scalar, and broadcasting by strides.
+
+struct Add { KB_D float operator()(float a, float b) const { return a + b; } };
+struct Sub { KB_D float operator()(float a, float b) const { return a - b; } };
+struct Mul { KB_D float operator()(float a, float b) const { return a * b; } };
+struct Div { KB_D float operator()(float a, float b) const { return a / b; } };
+struct Maximum { KB_D float operator()(float a, float b) const { return a != a ? a : (b != b ? b : fmaxf(a, b)); } };
+struct Minimum { KB_D float operator()(float a, float b) const { return a != a ? a : (b != b ? b : fminf(a, b)); } };
+struct Pow { KB_D float operator()(float a, float b) const { return powf(a, b); } };
+
+template <class T, class F>
+KB_D void binary(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, i64 n) {
+    constexpr int V = 16 / sizeof(T);
+    F f;
+    i64 start = gtid(), stride = gstride(), tail = 0;
+    if (aligned16(a) && aligned16(b) && aligned16(y)) {
+        i64 nv = n / V;
+        const Pack<T>* ap = reinterpret_cast<const Pack<T>*>(a);
+        const Pack<T>* bp = reinterpret_cast<const Pack<T>*>(b);
+        Pack<T>* yp = reinterpret_cast<Pack<T>*>(y);
+        for (i64 i = start; i < nv; i += stride) {
+            Pack<T> u = ap[i], w = bp[i], r;
+#pragma unroll
+            for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(f(to_f(u.v[j]), to_f(w.v[j])));
+            yp[i] = r;
+        }
+        tail = nv * V;
+    }
+    for (i64 i = tail + start; i < n; i += stride) y[i] = from_f<T>(f(to_f(a[i]), to_f(b[i])));
+}
+
+// y = f(a, s), or f(s, a) when `scalar_first`.
+template <class T, class F, bool FIRST>
+KB_D void binary_scalar_impl(const T* __restrict__ a, float s, T* __restrict__ y, i64 n) {
+    constexpr int V = 16 / sizeof(T);
+    F f;
+    i64 start = gtid(), stride = gstride(), tail = 0;
+    if (aligned16(a) && aligned16(y)) {
+        i64 nv = n / V;
+        const Pack<T>* ap = reinterpret_cast<const Pack<T>*>(a);
+        Pack<T>* yp = reinterpret_cast<Pack<T>*>(y);
+        for (i64 i = start; i < nv; i += stride) {
+            Pack<T> u = ap[i], r;
+#pragma unroll
+            for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(FIRST ? f(s, to_f(u.v[j])) : f(to_f(u.v[j]), s));
+            yp[i] = r;
+        }
+        tail = nv * V;
+    }
+    for (i64 i = tail + start; i < n; i += stride) y[i] = from_f<T>(FIRST ? f(s, to_f(a[i])) : f(to_f(a[i]), s));
+}
+
+template <class T, class F>
+KB_D void binary_scalar(const T* a, float s, T* y, i64 n, int scalar_first) {
+    if (scalar_first) binary_scalar_impl<T, F, true>(a, s, y, n);
+    else binary_scalar_impl<T, F, false>(a, s, y, n);
+}
+
+// Broadcasting: the output is contiguous with extents size[0..nd) (innermost last); operand
+// element strides are 0 along broadcast dimensions. The launch merges dimensions first.
+#define KB_MAXD 6
+struct Bcast {
+    i64 size[KB_MAXD], sa[KB_MAXD], sb[KB_MAXD];
+    int nd;
+};
+
+template <class T, class F, class I>
+KB_D void bcast_loop(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, I n, const Bcast& d) {
+    F f;
+    for (I i = (I)gtid(); i < n; i += (I)gstride()) {
+        I rem = i, oa = 0, ob = 0;
+#pragma unroll
+        for (int k = KB_MAXD - 1; k >= 0; --k) {
+            if (k < d.nd) {
+                I s = (I)d.size[k];
+                I q = rem / s;
+                I idx = rem - q * s;
+                rem = q;
+                oa += idx * (I)d.sa[k];
+                ob += idx * (I)d.sb[k];
+            }
+        }
+        y[i] = from_f<T>(f(to_f(a[oa]), to_f(b[ob])));
+    }
+}
+
+template <class T, class F>
+KB_D void bcast(const T* a, const T* b, T* y, i64 n, const Bcast& d) {
+    // 32-bit index arithmetic when every offset fits, as PyTorch's TensorIterator does.
+    if (n < 0x7fffffffll) bcast_loop<T, F, unsigned>(a, b, y, (unsigned)n, d);
+    else bcast_loop<T, F, unsigned long long>(a, b, y, (unsigned long long)n, d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions: an accumulator policy per kind, warp and block combines, row and column kernels.
+
+struct F2 { float a, b; };
+struct VI { float v; int i; };
+struct W3 { float n, mean, m2; };
+
+KB_D float shfl(float v, int m) { return __shfl_xor_sync(KB_FULL, v, m); }
+KB_D int shfl(int v, int m) { return __shfl_xor_sync(KB_FULL, v, m); }
+KB_D F2 shfl(F2 v, int m) { F2 r; r.a = shfl(v.a, m); r.b = shfl(v.b, m); return r; }
+KB_D VI shfl(VI v, int m) { VI r; r.v = shfl(v.v, m); r.i = shfl(v.i, m); return r; }
+KB_D W3 shfl(W3 v, int m) { W3 r; r.n = shfl(v.n, m); r.mean = shfl(v.mean, m); r.m2 = shfl(v.m2, m); return r; }
+
+struct RSum {
+    typedef float Acc;
+    static KB_D Acc init() { return 0.f; }
+    static KB_D Acc push(Acc a, float v, int) { return a + v; }
+    static KB_D Acc combine(Acc a, Acc b) { return a + b; }
+    static KB_D float finish(Acc a, i64) { return a; }
+};
+struct RMean : RSum {
+    static KB_D float finish(Acc a, i64 n) { return a / (float)n; }
+};
+struct RSumSq : RSum {
+    static KB_D Acc push(Acc a, float v, int) { return a + v * v; }
+};
+struct RProd {
+    typedef float Acc;
+    static KB_D Acc init() { return 1.f; }
+    static KB_D Acc push(Acc a, float v, int) { return a * v; }
+    static KB_D Acc combine(Acc a, Acc b) { return a * b; }
+    static KB_D float finish(Acc a, i64) { return a; }
+};
+struct RMax {
+    typedef float Acc;
+    static KB_D Acc init() { return -KB_INF; }
+    static KB_D Acc push(Acc a, float v, int) { return nan_max(a, v); }
+    static KB_D Acc combine(Acc a, Acc b) { return nan_max(a, b); }
+    static KB_D float finish(Acc a, i64) { return a; }
+};
+struct RMin {
+    typedef float Acc;
+    static KB_D Acc init() { return KB_INF; }
+    static KB_D Acc push(Acc a, float v, int) { return nan_min(a, v); }
+    static KB_D Acc combine(Acc a, Acc b) { return nan_min(a, b); }
+    static KB_D float finish(Acc a, i64) { return a; }
+};
+// Online log-sum-exp: a = running maximum, b = sum of exp(x - a). Also softmax's statistics.
+struct RLse {
+    typedef F2 Acc;
+    static KB_D Acc init() { F2 r; r.a = -KB_INF; r.b = 0.f; return r; }
+    static KB_D Acc push(Acc s, float v, int) {
+        if (v == -KB_INF) return s;
+        F2 r;
+        if (v > s.a) {
+            r.a = v;
+            r.b = s.b * expf(s.a - v) + 1.f;
+        } else {
+            r.a = s.a;
+            r.b = s.b + expf(v - s.a);  // a NaN v lands here and poisons the sum
+        }
+        return r;
+    }
+    static KB_D Acc combine(Acc x, Acc y) {
+        if (x.a == -KB_INF) return y;
+        if (y.a == -KB_INF) return x;
+        F2 r;
+        r.a = fmaxf(x.a, y.a);
+        r.b = x.b * expf(x.a - r.a) + y.b * expf(y.a - r.a);
+        return r;
+    }
+    static KB_D float finish(Acc s, i64) { return (s.a == KB_INF || s.a == -KB_INF) ? s.a : s.a + logf(s.b); }
+};
+// Index of the first maximum (MAX) or minimum; a NaN counts as the extreme, as in PyTorch.
+template <bool MAX>
+struct RArg {
+    typedef VI Acc;
+    static KB_D Acc init() { VI r; r.v = MAX ? -KB_INF : KB_INF; r.i = 0x7fffffff; return r; }
+    static KB_D Acc combine(Acc x, Acc y) {
+        bool xn = x.v != x.v, yn = y.v != y.v;
+        if (xn || yn) return (xn && yn) ? (x.i < y.i ? x : y) : (xn ? x : y);
+        if (MAX ? x.v > y.v : x.v < y.v) return x;
+        if (MAX ? y.v > x.v : y.v < x.v) return y;
+        return x.i < y.i ? x : y;
+    }
+    static KB_D Acc push(Acc a, float v, int i) { VI e; e.v = v; e.i = i; return combine(a, e); }
+    static KB_D i64 finish(Acc a, i64) { return (i64)a.i; }
+};
+// Welford's mean and sum of squared deviations, combined with Chan's formula.
+struct RWelford {
+    typedef W3 Acc;
+    static KB_D Acc init() { W3 r; r.n = 0.f; r.mean = 0.f; r.m2 = 0.f; return r; }
+    static KB_D Acc push(Acc a, float v, int) {
+        W3 r;
+        r.n = a.n + 1.f;
+        float d = v - a.mean;
+        r.mean = a.mean + d / r.n;
+        r.m2 = a.m2 + d * (v - r.mean);
+        return r;
+    }
+    static KB_D Acc combine(Acc x, Acc y) {
+        if (x.n == 0.f) return y;
+        if (y.n == 0.f) return x;
+        W3 r;
+        r.n = x.n + y.n;
+        float d = y.mean - x.mean, f = y.n / r.n;
+        r.mean = x.mean + d * f;
+        r.m2 = x.m2 + y.m2 + d * d * x.n * f;
+        return r;
+    }
+};
+
+template <class R>
+KB_D typename R::Acc warp_reduce(typename R::Acc a) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) a = R::combine(a, shfl(a, m));
+    return a;
+}
+
+// Combines the accumulators of a row's threads; every thread gets the result. A row is one
+// warp (blockDim.x == 32, several rows per block) or the whole block (blockDim.y == 1).
+template <class R>
+KB_D typename R::Acc row_reduce(typename R::Acc a) {
+    __shared__ typename R::Acc part[32];
+    a = warp_reduce<R>(a);
+    if (blockDim.x <= 32) return a;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) part[w] = a;
+    __syncthreads();
+    a = warp_reduce<R>(lane < nw ? part[lane] : R::init());
+    __syncthreads();  // `part` is reused by the next call
+    return a;
+}
+
+// Combines the accumulators of one column's threads (blockDim = (32, <= 16)); every thread gets
+// the result, combined in the same order.
+template <class R>
+KB_D typename R::Acc col_reduce(typename R::Acc a) {
+    __shared__ typename R::Acc part[16][32];
+    part[threadIdx.y][threadIdx.x] = a;
+    __syncthreads();
+    typename R::Acc r = R::init();
+    for (int j = 0; j < (int)blockDim.y; ++j) r = R::combine(r, part[j][threadIdx.x]);
+    __syncthreads();
+    return r;
+}
+
+// Calls f(i, x[i]) for the elements of a row this thread owns (16-byte loads when aligned).
+template <class T, class F>
+KB_D void visit_row(const T* row, i64 n, F&& f) {
+    constexpr int V = 16 / sizeof(T);
+    i64 t = threadIdx.x, s = blockDim.x, tail = 0;
+    if (aligned16(row)) {
+        i64 nv = n / V;
+        const Pack<T>* p = reinterpret_cast<const Pack<T>*>(row);
+        for (i64 c = t; c < nv; c += s) {
+            Pack<T> q = p[c];
+#pragma unroll
+            for (int j = 0; j < V; ++j) f(c * V + j, to_f(q.v[j]));
+        }
+        tail = nv * V;
+    }
+    for (i64 i = tail + t; i < n; i += s) f(i, to_f(row[i]));
+}
+
+// yr[i] = f(i, xr[i]) for the elements of a row this thread owns.
+template <class T, class F>
+KB_D void map_row(const T* xr, T* yr, i64 n, F&& f) {
+    constexpr int V = 16 / sizeof(T);
+    i64 t = threadIdx.x, s = blockDim.x, tail = 0;
+    if (aligned16(xr) && aligned16(yr)) {
+        i64 nv = n / V;
+        const Pack<T>* p = reinterpret_cast<const Pack<T>*>(xr);
+        Pack<T>* o = reinterpret_cast<Pack<T>*>(yr);
+        for (i64 c = t; c < nv; c += s) {
+            Pack<T> q = p[c], r;
+#pragma unroll
+            for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(f(c * V + j, to_f(q.v[j])));
+            o[c] = r;
+        }
+        tail = nv * V;
+    }
+    for (i64 i = tail + t; i < n; i += s) yr[i] = from_f<T>(f(i, to_f(xr[i])));
+}
+
+#define KB_FOR_ROWS(r, rows) \
+    for (i64 r = (i64)blockIdx.x * blockDim.y + threadIdx.y; r < (rows); r += (i64)gridDim.x * blockDim.y)
+
+// Columns: block (32, ty) handles 32 adjacent columns of one outer index; its threads along y
+// split the reduced axis.
+#define KB_FOR_COLS(o, c, outer, inner)                                              \
+    for (i64 kb_cb = ((inner) + 31) / 32, kb_b = blockIdx.x; kb_b < (outer) * kb_cb; \
+         kb_b += gridDim.x)                                                          \
+        for (i64 o = kb_b / kb_cb, c = (kb_b % kb_cb) * 32 + threadIdx.x, kb_once = 0; kb_once < 1; ++kb_once)
+
+template <class T, class O, class R>
+KB_D void reduce_rows(const T* __restrict__ x, O* __restrict__ y, i64 rows, i64 n) {
+    KB_FOR_ROWS(r, rows) {
+        typename R::Acc a = R::init();
+        visit_row(x + r * n, n, [&](i64 i, float v) { a = R::push(a, v, (int)i); });
+        a = row_reduce<R>(a);
+        if (threadIdx.x == 0) put(y + r, R::finish(a, n));
+    }
+}
+
+template <class T, class O, class R>
+KB_D void reduce_cols(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
+    KB_FOR_COLS(o, c, outer, inner) {
+        typename R::Acc a = R::init();
+        if (c < inner) {
+            const T* xc = x + o * n * inner + c;
+#pragma unroll 4
+            for (i64 k = threadIdx.y; k < n; k += blockDim.y) a = R::push(a, to_f(xc[k * inner]), (int)k);
+        }
+        a = col_reduce<R>(a);
+        if (threadIdx.y == 0 && c < inner) put(y + o * inner + c, R::finish(a, n));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Along an axis: softmax, log_softmax, l2norm: statistics of the lane, then a map.
+
+struct LSoftmax {
+    typedef RLse R;
+    static KB_D float apply(float v, F2 s, float) { return expf(v - s.a) / s.b; }
+};
+struct LLogSoftmax {
+    typedef RLse R;
+    static KB_D float apply(float v, F2 s, float) { return v - s.a - logf(s.b); }
+};
+struct LL2norm {
+    typedef RSumSq R;
+    static KB_D float apply(float v, float s, float eps) { return v / fmaxf(sqrtf(s), eps); }
+};
+
+template <class T, class L>
+KB_D void lanes_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n, float eps) {
+    typedef typename L::R R;
+    KB_FOR_ROWS(r, rows) {
+        typename R::Acc a = R::init();
+        visit_row(x + r * n, n, [&](i64, float v) { a = R::push(a, v, 0); });
+        a = row_reduce<R>(a);
+        map_row(x + r * n, y + r * n, n, [&](i64, float v) { return L::apply(v, a, eps); });
+    }
+}
+
+template <class T, class L>
+KB_D void lanes_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 n, i64 inner, float eps) {
+    typedef typename L::R R;
+    KB_FOR_COLS(o, c, outer, inner) {
+        typename R::Acc a = R::init();
+        const T* xc = x + o * n * inner + c;
+        T* yc = y + o * n * inner + c;
+        if (c < inner)
+            for (i64 k = threadIdx.y; k < n; k += blockDim.y) a = R::push(a, to_f(xc[k * inner]), 0);
+        a = col_reduce<R>(a);
+        if (c < inner)
+            for (i64 k = threadIdx.y; k < n; k += blockDim.y)
+                yc[k * inner] = from_f<T>(L::apply(to_f(xc[k * inner]), a, eps));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Norms over the last axis, with optional weight and bias (pointers not read when absent).
+
+template <class T>
+KB_D void layer_norm(const T* __restrict__ x, const T* w, const T* b, T* __restrict__ y, i64 rows, i64 n,
+                     float eps, int has_w, int has_b) {
+    KB_FOR_ROWS(r, rows) {
+        W3 a = RWelford::init();
+        visit_row(x + r * n, n, [&](i64, float v) { a = RWelford::push(a, v, 0); });
+        a = row_reduce<RWelford>(a);
+        float mean = a.mean, rstd = rsqrtf(a.m2 / (float)n + eps);
+        map_row(x + r * n, y + r * n, n, [&](i64 i, float v) {
+            float o = (v - mean) * rstd;
+            if (has_w) o *= to_f(w[i]);
+            if (has_b) o += to_f(b[i]);
+            return o;
+        });
+    }
+}
+
+template <class T>
+KB_D void rms_norm(const T* __restrict__ x, const T* w, T* __restrict__ y, i64 rows, i64 n, float eps,
+                   int has_w) {
+    KB_FOR_ROWS(r, rows) {
+        float a = 0.f;
+        visit_row(x + r * n, n, [&](i64, float v) { a += v * v; });
+        a = row_reduce<RSum>(a);
+        float inv = rsqrtf(a / (float)n + eps);
+        map_row(x + r * n, y + r * n, n, [&](i64 i, float v) {
+            float o = v * inv;
+            if (has_w) o *= to_f(w[i]);
+            return o;
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inclusive scans (cumsum, PROD: cumprod).
+
+template <bool PROD>
+KB_D float scan_op(float a, float b) { return PROD ? a * b : a + b; }
+
+// Exclusive scan of one value per thread over the block (blockDim.x a multiple of 32, y == 1);
+// also returns the block's total.
+template <bool PROD>
+KB_D void block_scan(float v, float& excl, float& total) {
+    __shared__ float wsum[32];
+    const float id = PROD ? 1.f : 0.f;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float incl = v;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        float t = __shfl_up_sync(KB_FULL, incl, d);
+        if (lane >= d) incl = scan_op<PROD>(t, incl);
+    }
+    if (lane == 31) wsum[w] = incl;
+    __syncthreads();
+    if (w == 0) {
+        float s = lane < nw ? wsum[lane] : id;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            float t = __shfl_up_sync(KB_FULL, s, d);
+            if (lane >= d) s = scan_op<PROD>(t, s);
+        }
+        if (lane < nw) wsum[lane] = s;
+    }
+    __syncthreads();
+    float before = w > 0 ? wsum[w - 1] : id;
+    float prev = __shfl_up_sync(KB_FULL, incl, 1);
+    excl = scan_op<PROD>(before, lane > 0 ? prev : id);
+    total = wsum[nw - 1];
+    __syncthreads();  // `wsum` is reused by the next chunk
+}
+
+// One block per row; the row goes through in chunks of 4 * blockDim.x elements, 4 consecutive
+// elements per thread.
+template <class T, bool PROD>
+KB_D void scan_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n) {
+    const float id = PROD ? 1.f : 0.f;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * n;
+        T* yr = y + r * n;
+        float carry = id;
+        for (i64 base = 0; base < n; base += 4 * (i64)blockDim.x) {
+            i64 i0 = base + 4 * (i64)threadIdx.x;
+            float v[4], acc = id;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                acc = scan_op<PROD>(acc, i0 + j < n ? to_f(xr[i0 + j]) : id);
+                v[j] = acc;
+            }
+            float excl, total;
+            block_scan<PROD>(acc, excl, total);
+            float pre = scan_op<PROD>(carry, excl);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (i0 + j < n) yr[i0 + j] = from_f<T>(scan_op<PROD>(pre, v[j]));
+            carry = scan_op<PROD>(carry, total);
+        }
+    }
+}
+
+// Columns: each thread along y scans a contiguous stretch of the axis, after the totals of the
+// stretches before it.
+template <class T, bool PROD>
+KB_D void scan_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 n, i64 inner) {
+    __shared__ float part[16][32];
+    const float id = PROD ? 1.f : 0.f;
+    KB_FOR_COLS(o, c, outer, inner) {
+        i64 len = (n + blockDim.y - 1) / blockDim.y, k0 = threadIdx.y * len;
+        i64 k1 = k0 + len < n ? k0 + len : n;
+        const T* xc = x + o * n * inner + c;
+        T* yc = y + o * n * inner + c;
+        float acc = id;
+        if (c < inner)
+            for (i64 k = k0; k < k1; ++k) acc = scan_op<PROD>(acc, to_f(xc[k * inner]));
+        part[threadIdx.y][threadIdx.x] = acc;
+        __syncthreads();
+        float pre = id;
+        for (int j = 0; j < (int)threadIdx.y; ++j) pre = scan_op<PROD>(pre, part[j][threadIdx.x]);
+        if (c < inner)
+            for (i64 k = k0; k < k1; ++k) {
+                pre = scan_op<PROD>(pre, to_f(xc[k * inner]));
+                yc[k * inner] = from_f<T>(pre);
+            }
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies: transposes (by element size), byte copies, dtype conversions.
+
+// [P, A, B] -> [P, B, A] through 32x32 tiles in shared memory; block (32, 8).
+template <class T>
+KB_D void transpose_tiled(const T* __restrict__ x, T* __restrict__ y, i64 P, i64 A, i64 B) {
+    __shared__ T tile[32][33];
+    i64 ta = (A + 31) / 32, tb = (B + 31) / 32;
+    for (i64 t = blockIdx.x; t < P * ta * tb; t += gridDim.x) {
+        i64 p = t / (ta * tb), a0 = (t % (ta * tb)) / tb * 32, b0 = t % tb * 32;
+        for (int j = 0; j < 32; j += 8) {
+            i64 a = a0 + threadIdx.y + j, b = b0 + threadIdx.x;
+            if (a < A && b < B) tile[threadIdx.y + j][threadIdx.x] = x[(p * A + a) * B + b];
+        }
+        __syncthreads();
+        for (int j = 0; j < 32; j += 8) {
+            i64 b = b0 + threadIdx.y + j, a = a0 + threadIdx.x;
+            if (a < A && b < B) y[(p * B + b) * A + a] = tile[threadIdx.x][threadIdx.y + j];
+        }
+        __syncthreads();
+    }
+}
+
+// [P, A, Q, B, R] -> [P, B, Q, A, R], one output element per step.
+template <class T>
+KB_D void transpose_general(const T* __restrict__ x, T* __restrict__ y, i64 P, i64 A, i64 Q, i64 B, i64 R) {
+    i64 n = P * A * Q * B * R;
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 t = i, r = t % R;
+        t /= R;
+        i64 a = t % A;
+        t /= A;
+        i64 q = t % Q;
+        t /= Q;
+        i64 b = t % B, p = t / B;
+        y[i] = x[(((p * A + a) * Q + q) * B + b) * R + r];
+    }
+}
+
+template <class S, class D>
+KB_D void convert(const S* __restrict__ x, D* __restrict__ y, i64 n) {
+    for (i64 i = gtid(); i < n; i += gstride()) y[i] = from_f<D>(to_f(x[i]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference GEMM (the CPU path, and the GPU fallback without cuBLAS): row-major, batched,
+// optional transposes, 16x16 tiles, float accumulation; block (16, 16).
+
+template <class T>
+KB_D void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, i64 m, i64 n, i64 k, i64 batch,
+               int trans_a, int trans_b, i64 stride_a, i64 stride_b, i64 stride_c) {
+    __shared__ float as[16][17], bs[16][17];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    for (i64 z = blockIdx.z; z < batch; z += gridDim.z) {
+        const T* a = A + z * stride_a;
+        const T* b = B + z * stride_b;
+        T* c = C + z * stride_c;
+        for (i64 row0 = (i64)blockIdx.y * 16; row0 < m; row0 += (i64)gridDim.y * 16)
+            for (i64 col0 = (i64)blockIdx.x * 16; col0 < n; col0 += (i64)gridDim.x * 16) {
+                i64 row = row0 + ty, col = col0 + tx;
+                float acc = 0.f;
+                for (i64 k0 = 0; k0 < k; k0 += 16) {
+                    i64 ka = k0 + tx, kb = k0 + ty;
+                    as[ty][tx] = (row < m && ka < k) ? to_f(trans_a ? a[ka * m + row] : a[row * k + ka]) : 0.f;
+                    bs[ty][tx] = (kb < k && col < n) ? to_f(trans_b ? b[col * k + kb] : b[kb * n + col]) : 0.f;
+                    __syncthreads();
+#pragma unroll
+                    for (int kk = 0; kk < 16; ++kk) acc += as[ty][kk] * bs[kk][tx];
+                    __syncthreads();
+                }
+                if (row < m && col < n) c[row * n + col] = from_f<T>(acc);
+            }
+    }
+}
+
+}  // namespace kb
+
+// =============================================================================================
+// The extern "C" entry points.
+
+#define KB_EACH_FLOAT(M, ...) M(f32, float, __VA_ARGS__) M(f16, __half, __VA_ARGS__) M(bf16, __nv_bfloat16, __VA_ARGS__)
+
+#define KB_UNARY(dt, T, name, F)                                                                          \
+    extern "C" __global__ void unary_##name##_##dt(const T* x, T* y, i64 n, float p0, float p1) {         \
+        kb::unary<T, kb::F>(x, y, n, p0, p1);                                                             \
+    }
+#define KB_UNARY_ALL(name, F) KB_EACH_FLOAT(KB_UNARY, name, F)
+KB_UNARY_ALL(relu, Relu)
+KB_UNARY_ALL(gelu, Gelu)
+KB_UNARY_ALL(gelu_tanh, GeluTanh)
+KB_UNARY_ALL(silu, Silu)
+KB_UNARY_ALL(sigmoid, Sigmoid)
+KB_UNARY_ALL(tanh, Tanh)
+KB_UNARY_ALL(exp, Exp)
+KB_UNARY_ALL(log, Log)
+KB_UNARY_ALL(abs, Abs)
+KB_UNARY_ALL(neg, Neg)
+KB_UNARY_ALL(sqrt, Sqrt)
+KB_UNARY_ALL(rsqrt, Rsqrt)
+KB_UNARY_ALL(square, Square)
+KB_UNARY_ALL(softplus, Softplus)
+KB_UNARY_ALL(mish, Mish)
+KB_UNARY_ALL(hardsigmoid, Hardsigmoid)
+KB_UNARY_ALL(hardswish, Hardswish)
+KB_UNARY_ALL(leaky_relu, LeakyRelu)
+KB_UNARY_ALL(elu, Elu)
+KB_UNARY_ALL(clamp, Clamp)
+
+#define KB_BINARY(dt, T, name, F)                                                                          \
+    extern "C" __global__ void binary_##name##_##dt(const T* a, const T* b, T* y, i64 n) {                 \
+        kb::binary<T, kb::F>(a, b, y, n);                                                                  \
+    }                                                                                                      \
+    extern "C" __global__ void binary_##name##_scalar_##dt(const T* a, float s, T* y, i64 n, int first) { \
+        kb::binary_scalar<T, kb::F>(a, s, y, n, first);                                                    \
+    }                                                                                                      \
+    extern "C" __global__ void binary_##name##_bcast_##dt(                                                 \
+        const T* a, const T* b, T* y, i64 n, int nd, i64 s0, i64 s1, i64 s2, i64 s3, i64 s4, i64 s5,       \
+        i64 a0, i64 a1, i64 a2, i64 a3, i64 a4, i64 a5, i64 b0, i64 b1, i64 b2, i64 b3, i64 b4, i64 b5) { \
+        kb::Bcast d = {{s0, s1, s2, s3, s4, s5}, {a0, a1, a2, a3, a4, a5}, {b0, b1, b2, b3, b4, b5}, nd};  \
+        kb::bcast<T, kb::F>(a, b, y, n, d);                                                                \
+    }
+#define KB_BINARY_ALL(name, F) KB_EACH_FLOAT(KB_BINARY, name, F)
+KB_BINARY_ALL(add, Add)
+KB_BINARY_ALL(sub, Sub)
+KB_BINARY_ALL(mul, Mul)
+KB_BINARY_ALL(div, Div)
+KB_BINARY_ALL(maximum, Maximum)
+KB_BINARY_ALL(minimum, Minimum)
+KB_BINARY_ALL(pow, Pow)
+
+#define KB_REDUCE(dt, T, name, O, R)                                                                       \
+    extern "C" __global__ void reduce_##name##_rows_##dt(const T* x, O* y, i64 rows, i64 n) {              \
+        kb::reduce_rows<T, O, kb::R>(x, y, rows, n);                                                       \
+    }                                                                                                      \
+    extern "C" __global__ void reduce_##name##_cols_##dt(const T* x, O* y, i64 outer, i64 n, i64 inner) {  \
+        kb::reduce_cols<T, O, kb::R>(x, y, outer, n, inner);                                               \
+    }
+#define KB_REDUCE_SAME(dt, T, name, R) KB_REDUCE(dt, T, name, T, R)
+#define KB_REDUCE_INDEX(dt, T, name, R) KB_REDUCE(dt, T, name, i64, R)
+KB_EACH_FLOAT(KB_REDUCE_SAME, sum, RSum)
+KB_EACH_FLOAT(KB_REDUCE_SAME, mean, RMean)
+KB_EACH_FLOAT(KB_REDUCE_SAME, max, RMax)
+KB_EACH_FLOAT(KB_REDUCE_SAME, min, RMin)
+KB_EACH_FLOAT(KB_REDUCE_SAME, prod, RProd)
+KB_EACH_FLOAT(KB_REDUCE_SAME, logsumexp, RLse)
+KB_EACH_FLOAT(KB_REDUCE_INDEX, argmax, RArg<true>)
+KB_EACH_FLOAT(KB_REDUCE_INDEX, argmin, RArg<false>)
+
+#define KB_LANES(dt, T, name, L)                                                                        \
+    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n, float eps) {            \
+        kb::lanes_rows<T, kb::L>(x, y, rows, n, eps);                                                       \
+    }                                                                                                      \
+    extern "C" __global__ void name##_cols_##dt(const T* x, T* y, i64 outer, i64 n, i64 inner, float eps) { \
+        kb::lanes_cols<T, kb::L>(x, y, outer, n, inner, eps);                                               \
+    }
+KB_EACH_FLOAT(KB_LANES, softmax, LSoftmax)
+KB_EACH_FLOAT(KB_LANES, log_softmax, LLogSoftmax)
+KB_EACH_FLOAT(KB_LANES, l2norm, LL2norm)
+
+#define KB_SCAN(dt, T, name, PROD)                                                                         \
+    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n) {                       \
+        kb::scan_rows<T, PROD>(x, y, rows, n);                                                             \
+    }                                                                                                      \
+    extern "C" __global__ void name##_cols_##dt(const T* x, T* y, i64 outer, i64 n, i64 inner) {           \
+        kb::scan_cols<T, PROD>(x, y, outer, n, inner);                                                     \
+    }
+KB_EACH_FLOAT(KB_SCAN, cumsum, false)
+KB_EACH_FLOAT(KB_SCAN, cumprod, true)
+
+#define KB_NORMS(dt, T, unused)                                                                            \
+    extern "C" __global__ void layer_norm_##dt(const T* x, const T* w, const T* b, T* y, i64 rows, i64 n,  \
+                                               float eps, int has_w, int has_b) {                          \
+        kb::layer_norm<T>(x, w, b, y, rows, n, eps, has_w, has_b);                                         \
+    }                                                                                                      \
+    extern "C" __global__ void rms_norm_##dt(const T* x, const T* w, T* y, i64 rows, i64 n, float eps,     \
+                                             int has_w) {                                                  \
+        kb::rms_norm<T>(x, w, y, rows, n, eps, has_w);                                                     \
+    }                                                                                                      \
+    extern "C" __global__ void gemm_##dt(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 batch,     \
+                                         int trans_a, int trans_b, i64 sa, i64 sb, i64 sc) {               \
+        kb::gemm<T>(a, b, c, m, n, k, batch, trans_a, trans_b, sa, sb, sc);                                \
+    }
+KB_EACH_FLOAT(KB_NORMS, 0)
+
+#define KB_CONVERT(S, SN, D, DN) \
+    extern "C" __global__ void cast_##SN##_##DN(const S* x, D* y, i64 n) { kb::convert<S, D>(x, y, n); }
+KB_CONVERT(float, f32, __half, f16)
+KB_CONVERT(float, f32, __nv_bfloat16, bf16)
+KB_CONVERT(__half, f16, float, f32)
+KB_CONVERT(__half, f16, __nv_bfloat16, bf16)
+KB_CONVERT(__nv_bfloat16, bf16, float, f32)
+KB_CONVERT(__nv_bfloat16, bf16, __half, f16)
+
+#define KB_TRANSPOSE(T, bits)                                                                              \
+    extern "C" __global__ void transpose_tiled_b##bits(const T* x, T* y, i64 p, i64 a, i64 b) {            \
+        kb::transpose_tiled<T>(x, y, p, a, b);                                                             \
+    }                                                                                                      \
+    extern "C" __global__ void transpose_general_b##bits(const T* x, T* y, i64 p, i64 a, i64 q, i64 b,     \
+                                                         i64 r) {                                          \
+        kb::transpose_general<T>(x, y, p, a, q, b, r);                                                     \
+    }
+KB_TRANSPOSE(unsigned short, 16)
+KB_TRANSPOSE(unsigned int, 32)
+KB_TRANSPOSE(unsigned long long, 64)
+
+// Any tensor, as bytes: 16-byte chunks when both ends allow, else byte by byte.
+extern "C" __global__ void copy_bytes(const unsigned char* x, unsigned char* y, i64 nbytes) {
+    i64 start = kb::gtid(), stride = kb::gstride(), tail = 0;
+    if (kb::aligned16(x) && kb::aligned16(y)) {
+        i64 nv = nbytes / 16;
+        const uint4* xp = reinterpret_cast<const uint4*>(x);
+        uint4* yp = reinterpret_cast<uint4*>(y);
+        for (i64 i = start; i < nv; i += stride) yp[i] = xp[i];
+        tail = nv * 16;
+    }
+    for (i64 i = tail + start; i < nbytes; i += stride) y[i] = x[i];
+}

@@ -1,0 +1,404 @@
+//! Kernel names and launch configurations: the one place that knows the parameter lists and the
+//! `extern "C"` names of `kernels.cu`. Every kernel loops (grid-stride, over rows or over column
+//! blocks), so a grid only decides speed; the sizes here are chosen for an H200 (132 SMs) and
+//! kept simple: 256-thread elementwise blocks, a warp per row up to 1024 elements and a block
+//! per row beyond, (32, ty) blocks for columns.
+
+use crate::ops::Dtype;
+
+use super::{Gemm, Step, StepArg};
+
+/// Parameterless and parameterised elementwise functions, by kernel name (`unary_<name>_<dt>`,
+/// parameters `(x, y, n, p0, p1)`).
+pub(super) const UNARY: [&str; 20] = [
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "abs",
+    "neg",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "softplus",
+    "mish",
+    "hardsigmoid",
+    "hardswish",
+    "leaky_relu",
+    "elu",
+    "clamp",
+];
+/// Binary operators: `binary_<op>_<dt>`, `binary_<op>_scalar_<dt>`, `binary_<op>_bcast_<dt>`.
+pub(super) const BINARY: [&str; 7] = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"];
+/// Reductions: `reduce_<kind>_rows_<dt>`, `reduce_<kind>_cols_<dt>`.
+pub(super) const REDUCE: [&str; 8] = [
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "prod",
+    "logsumexp",
+    "argmax",
+    "argmin",
+];
+/// Statistics-then-map along an axis: `<name>_rows_<dt>`, `<name>_cols_<dt>`.
+pub(super) const LANES: [&str; 3] = ["softmax", "log_softmax", "l2norm"];
+/// Scans: `<name>_rows_<dt>`, `<name>_cols_<dt>`.
+pub(super) const SCANS: [&str; 2] = ["cumsum", "cumprod"];
+
+const FLOATS: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::Bf16];
+
+/// Threads per block of the elementwise kernels.
+const EW_THREADS: u32 = 256;
+/// Most blocks of an elementwise launch; beyond that, threads loop.
+const EW_MAX_BLOCKS: u64 = 1 << 16;
+/// Most blocks of a row or column launch; beyond that, blocks loop.
+const MAX_BLOCKS: u64 = (1 << 31) - 1;
+/// Rows up to this long get one warp each; longer rows get a block.
+const WARP_ROW_MAX: usize = 1024;
+/// Rows per block when a warp takes a row.
+const WARP_ROWS: u32 = 4;
+
+/// Every kernel of `kernels.cu`, by name.
+pub fn kernel_names() -> Vec<String> {
+    let mut out = Vec::new();
+    for d in FLOATS.map(dt) {
+        out.extend(UNARY.iter().map(|u| format!("unary_{u}_{d}")));
+        for b in BINARY {
+            out.push(format!("binary_{b}_{d}"));
+            out.push(format!("binary_{b}_scalar_{d}"));
+            out.push(format!("binary_{b}_bcast_{d}"));
+        }
+        for r in REDUCE {
+            out.push(format!("reduce_{r}_rows_{d}"));
+            out.push(format!("reduce_{r}_cols_{d}"));
+        }
+        for l in LANES.iter().chain(&SCANS) {
+            out.push(format!("{l}_rows_{d}"));
+            out.push(format!("{l}_cols_{d}"));
+        }
+        out.push(format!("layer_norm_{d}"));
+        out.push(format!("rms_norm_{d}"));
+        out.push(format!("gemm_{d}"));
+        for to in FLOATS.map(dt) {
+            if to != d {
+                out.push(format!("cast_{d}_{to}"));
+            }
+        }
+    }
+    for bits in [16, 32, 64] {
+        out.push(format!("transpose_tiled_b{bits}"));
+        out.push(format!("transpose_general_b{bits}"));
+    }
+    out.push("copy_bytes".into());
+    out
+}
+
+/// The dtype suffix of a kernel name.
+pub(super) fn dt(d: Dtype) -> &'static str {
+    d.name()
+}
+
+fn blocks(work: u64, per_block: u64, cap: u64) -> u32 {
+    work.div_ceil(per_block).clamp(1, cap) as u32
+}
+
+fn kernel(name: String, grid: [u32; 3], block: [u32; 3], args: Vec<StepArg>) -> Step {
+    Step::Kernel {
+        kernel: name,
+        grid,
+        block,
+        smem_bytes: 0,
+        args,
+    }
+}
+
+fn n64(n: usize) -> StepArg {
+    StepArg::I64(n as i64)
+}
+
+/// An elementwise launch over `n` elements of `dtype`, 16 bytes per thread and step.
+fn elementwise(name: String, dtype: Dtype, n: usize, args: Vec<StepArg>) -> Step {
+    let per_thread = (16 / dtype.size_bytes()) as u64;
+    let grid = blocks(
+        (n as u64).div_ceil(per_thread),
+        EW_THREADS as u64,
+        EW_MAX_BLOCKS,
+    );
+    kernel(name, [grid, 1, 1], [EW_THREADS, 1, 1], args)
+}
+
+/// `y = f(x)` elementwise, with the function's two scalar parameters.
+pub(super) fn unary(f: &str, d: Dtype, x: usize, y: usize, n: usize, p: [f32; 2]) -> Step {
+    let args = vec![
+        StepArg::Buffer(x),
+        StepArg::Buffer(y),
+        n64(n),
+        StepArg::F32(p[0]),
+        StepArg::F32(p[1]),
+    ];
+    elementwise(format!("unary_{f}_{}", dt(d)), d, n, args)
+}
+
+/// `y = a op b` over operands of the output's shape and dtype.
+pub(super) fn binary(op: &str, d: Dtype, a: usize, b: usize, y: usize, n: usize) -> Step {
+    let args = vec![
+        StepArg::Buffer(a),
+        StepArg::Buffer(b),
+        StepArg::Buffer(y),
+        n64(n),
+    ];
+    elementwise(format!("binary_{op}_{}", dt(d)), d, n, args)
+}
+
+/// `y = a op s` (or `s op a` when `scalar_first`).
+pub(super) fn binary_scalar(
+    op: &str,
+    d: Dtype,
+    a: usize,
+    s: f32,
+    y: usize,
+    n: usize,
+    scalar_first: bool,
+) -> Step {
+    let args = vec![
+        StepArg::Buffer(a),
+        StepArg::F32(s),
+        StepArg::Buffer(y),
+        n64(n),
+        StepArg::I32(scalar_first.into()),
+    ];
+    elementwise(format!("binary_{op}_scalar_{}", dt(d)), d, n, args)
+}
+
+/// Most dimensions a broadcasting launch takes after merging (`KB_MAXD` in `kernels.cu`).
+pub(super) const BCAST_MAX_DIMS: usize = 6;
+
+/// `y = a op b` with broadcasting: `dims` are (extent, stride of a, stride of b), outermost
+/// first, at most [`BCAST_MAX_DIMS`]; the output is contiguous.
+pub(super) fn bcast(
+    op: &str,
+    d: Dtype,
+    a: usize,
+    b: usize,
+    y: usize,
+    dims: &[(usize, i64, i64)],
+) -> Step {
+    let n: usize = dims.iter().map(|t| t.0).product();
+    let mut args = vec![
+        StepArg::Buffer(a),
+        StepArg::Buffer(b),
+        StepArg::Buffer(y),
+        n64(n),
+        StepArg::I32(dims.len() as i32),
+    ];
+    let pad = |f: &dyn Fn(&(usize, i64, i64)) -> i64, fill: i64| {
+        let mut v: Vec<StepArg> = dims.iter().map(|t| StepArg::I64(f(t))).collect();
+        v.resize(BCAST_MAX_DIMS, StepArg::I64(fill));
+        v
+    };
+    args.extend(pad(&|t| t.0 as i64, 1));
+    args.extend(pad(&|t| t.1, 0));
+    args.extend(pad(&|t| t.2, 0));
+    // One element per thread and step, as the strided path reads scalars.
+    let grid = blocks(n as u64, EW_THREADS as u64, EW_MAX_BLOCKS);
+    kernel(
+        format!("binary_{op}_bcast_{}", dt(d)),
+        [grid, 1, 1],
+        [EW_THREADS, 1, 1],
+        args,
+    )
+}
+
+/// Grid and block of a row kernel: a warp per row (several rows per block) for short rows, a
+/// block of up to 1024 threads per row for long ones.
+fn row_launch(rows: usize, n: usize) -> ([u32; 3], [u32; 3]) {
+    if n <= WARP_ROW_MAX {
+        let grid = blocks(rows as u64, WARP_ROWS as u64, MAX_BLOCKS);
+        return ([grid, 1, 1], [32, WARP_ROWS, 1]);
+    }
+    let threads = n.div_ceil(16).next_power_of_two().clamp(64, 1024) as u32;
+    ([blocks(rows as u64, 1, MAX_BLOCKS), 1, 1], [threads, 1, 1])
+}
+
+/// Grid and block of a column kernel: (32, ty) threads per 32 columns of one outer index, the
+/// ty threads of a column splitting the axis.
+fn col_launch(outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
+    let ty = n.next_power_of_two().min(16) as u32;
+    let work = outer as u64 * inner.div_ceil(32) as u64;
+    ([blocks(work, 1, MAX_BLOCKS), 1, 1], [32, ty, 1])
+}
+
+/// Splits `shape` around `axis` into (outer, extent, inner).
+pub(super) fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    let outer = shape[..axis].iter().product();
+    let inner = shape[axis + 1..].iter().product();
+    (outer, shape[axis], inner)
+}
+
+/// A reduction of `x` along the middle of (outer, n, inner) into `y` (outer x inner).
+pub(super) fn reduce(
+    kind: &str,
+    d: Dtype,
+    x: usize,
+    y: usize,
+    dims: (usize, usize, usize),
+) -> Step {
+    let (outer, n, inner) = dims;
+    let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
+    if inner == 1 {
+        let (grid, block) = row_launch(outer, n);
+        let args = vec![x, y, n64(outer), n64(n)];
+        kernel(format!("reduce_{kind}_rows_{}", dt(d)), grid, block, args)
+    } else {
+        let (grid, block) = col_launch(outer, n, inner);
+        let args = vec![x, y, n64(outer), n64(n), n64(inner)];
+        kernel(format!("reduce_{kind}_cols_{}", dt(d)), grid, block, args)
+    }
+}
+
+/// softmax / log_softmax / l2norm of `x` along the middle of (outer, n, inner).
+pub(super) fn lanes(
+    name: &str,
+    d: Dtype,
+    x: usize,
+    y: usize,
+    dims: (usize, usize, usize),
+    eps: f32,
+) -> Step {
+    let (outer, n, inner) = dims;
+    let (x, y, eps) = (StepArg::Buffer(x), StepArg::Buffer(y), StepArg::F32(eps));
+    if inner == 1 {
+        let (grid, block) = row_launch(outer, n);
+        let args = vec![x, y, n64(outer), n64(n), eps];
+        kernel(format!("{name}_rows_{}", dt(d)), grid, block, args)
+    } else {
+        let (grid, block) = col_launch(outer, n, inner);
+        let args = vec![x, y, n64(outer), n64(n), n64(inner), eps];
+        kernel(format!("{name}_cols_{}", dt(d)), grid, block, args)
+    }
+}
+
+/// cumsum / cumprod of `x` along the middle of (outer, n, inner).
+pub(super) fn scan(name: &str, d: Dtype, x: usize, y: usize, dims: (usize, usize, usize)) -> Step {
+    let (outer, n, inner) = dims;
+    let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
+    if inner == 1 {
+        // One block per row, 4 elements per thread and chunk.
+        let threads = n.div_ceil(4).next_power_of_two().clamp(32, 256) as u32;
+        let grid = [blocks(outer as u64, 1, MAX_BLOCKS), 1, 1];
+        let args = vec![x, y, n64(outer), n64(n)];
+        kernel(
+            format!("{name}_rows_{}", dt(d)),
+            grid,
+            [threads, 1, 1],
+            args,
+        )
+    } else {
+        let (grid, block) = col_launch(outer, n, inner);
+        let args = vec![x, y, n64(outer), n64(n), n64(inner)];
+        kernel(format!("{name}_cols_{}", dt(d)), grid, block, args)
+    }
+}
+
+/// layer_norm (`rms == false`) or rms_norm over rows of `n`; an absent weight or bias is passed
+/// as `x` and never read.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn norm(
+    rms: bool,
+    d: Dtype,
+    x: usize,
+    w: Option<usize>,
+    b: Option<usize>,
+    y: usize,
+    rows: usize,
+    n: usize,
+    eps: f32,
+) -> Step {
+    let (grid, block) = row_launch(rows, n);
+    let buf = |o: Option<usize>| StepArg::Buffer(o.unwrap_or(x));
+    let flag = |o: Option<usize>| StepArg::I32(o.is_some().into());
+    let mut args = vec![StepArg::Buffer(x), buf(w)];
+    if !rms {
+        args.push(buf(b));
+    }
+    args.extend([
+        StepArg::Buffer(y),
+        n64(rows),
+        n64(n),
+        StepArg::F32(eps),
+        flag(w),
+    ]);
+    if !rms {
+        args.push(flag(b));
+    }
+    let name = if rms { "rms_norm" } else { "layer_norm" };
+    kernel(format!("{name}_{}", dt(d)), grid, block, args)
+}
+
+/// Swaps two axes of a tensor of `elem_bytes`-byte elements viewed as [P, A, Q, B, R] into
+/// [P, B, Q, A, R]; tiled through shared memory when the axes are adjacent and innermost.
+pub(super) fn transpose(elem_bytes: usize, x: usize, y: usize, pa_qbr: [usize; 5]) -> Step {
+    let [p, a, q, b, r] = pa_qbr;
+    let bits = elem_bytes * 8;
+    let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
+    if q == 1 && r == 1 {
+        let tiles = p as u64 * a.div_ceil(32) as u64 * b.div_ceil(32) as u64;
+        let grid = [blocks(tiles, 1, MAX_BLOCKS), 1, 1];
+        let args = vec![x, y, n64(p), n64(a), n64(b)];
+        kernel(format!("transpose_tiled_b{bits}"), grid, [32, 8, 1], args)
+    } else {
+        let n = (p * a * q * b * r) as u64;
+        let grid = [blocks(n, EW_THREADS as u64, EW_MAX_BLOCKS), 1, 1];
+        let args = vec![x, y, n64(p), n64(a), n64(q), n64(b), n64(r)];
+        let name = format!("transpose_general_b{bits}");
+        kernel(name, grid, [EW_THREADS, 1, 1], args)
+    }
+}
+
+/// Copies `nbytes` bytes from `x` to `y`.
+pub(super) fn copy(x: usize, y: usize, nbytes: usize) -> Step {
+    let grid = blocks(
+        (nbytes as u64).div_ceil(16),
+        EW_THREADS as u64,
+        EW_MAX_BLOCKS,
+    );
+    let args = vec![StepArg::Buffer(x), StepArg::Buffer(y), n64(nbytes)];
+    kernel("copy_bytes".into(), [grid, 1, 1], [EW_THREADS, 1, 1], args)
+}
+
+/// Converts `n` elements of `x` (dtype `from`) into `y` (dtype `to`).
+pub(super) fn cast(from: Dtype, to: Dtype, x: usize, y: usize, n: usize) -> Step {
+    let grid = blocks(n as u64, EW_THREADS as u64, EW_MAX_BLOCKS);
+    let args = vec![StepArg::Buffer(x), StepArg::Buffer(y), n64(n)];
+    let name = format!("cast_{}_{}", dt(from), dt(to));
+    kernel(name, [grid, 1, 1], [EW_THREADS, 1, 1], args)
+}
+
+/// The tiled `gemm_<dtype>` launch that computes `g`.
+pub(super) fn gemm_kernel(g: &Gemm) -> Step {
+    let grid = [
+        blocks(g.n as u64, 16, 65_535),
+        blocks(g.m as u64, 16, 65_535),
+        g.batch.clamp(1, 65_535),
+    ];
+    let args = vec![
+        StepArg::Buffer(g.a),
+        StepArg::Buffer(g.b),
+        StepArg::Buffer(g.c),
+        StepArg::I64(g.m.into()),
+        StepArg::I64(g.n.into()),
+        StepArg::I64(g.k.into()),
+        StepArg::I64(g.batch.into()),
+        StepArg::I32(g.trans_a.into()),
+        StepArg::I32(g.trans_b.into()),
+        StepArg::I64(g.stride_a),
+        StepArg::I64(g.stride_b),
+        StepArg::I64(g.stride_c),
+    ];
+    kernel(format!("gemm_{}", dt(g.dtype)), grid, [16, 16, 1], args)
+}

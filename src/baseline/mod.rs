@@ -1,0 +1,204 @@
+//! The eager baseline: every task's reference program run op by op on the GPU, the way PyTorch
+//! eager runs the equivalent module. Its time is the denominator of every speedup, so it has to
+//! be both right (checked against the fp64 interpreter) and as fast as PyTorch eager, no faster
+//! through fusion and no slower through naive kernels.
+//!
+//! [`lower`] turns a task at a size preset into an [`EagerPlan`]: buffers (the task's tensors in
+//! signature order, then one fresh buffer per intermediate, in the dtype PyTorch would give it)
+//! and steps (kernel launches of [`SOURCE`] and row-major GEMMs for cuBLAS). One op node of the
+//! program is one step, as one PyTorch call is one kernel, except where PyTorch itself launches
+//! nothing: scalar arithmetic (`2 * s`) is folded, `transpose` feeding a matmul becomes the GEMM's
+//! transpose flag (PyTorch hands cuBLAS a view), and `[B,M,K] @ [K,N]` is one GEMM of `B*M`
+//! rows. The root of a statement writes straight into its output tensor.
+//!
+//! The kernels (`kernels.cu`) compute in float and round once on store, like PyTorch's opmath;
+//! elementwise kernels are vectorised and grid-stride; reductions, softmax and norms take one
+//! warp or block per row when the reduced axis is the contiguous last one and a coalesced
+//! thread-per-column loop otherwise. `launch.rs` chooses every grid and names every kernel.
+//!
+//! Where PyTorch eager launches more than one kernel for an op node (`rms_norm`, `l2norm` and
+//! `logsumexp` are composites there; `s / x` is a reciprocal and a multiply; a matmul of mixed
+//! dtypes is an error there and two casts and a GEMM here), this baseline still launches one:
+//! it is then, if anything, faster than PyTorch.
+//!
+//! [`EagerPlan::with_kernel_gemm`] replaces the GEMM steps by launches of a plain tiled GEMM of
+//! [`SOURCE`]: what the CPU device model runs, and the GPU fallback when cuBLAS cannot be loaded.
+
+#[cfg(test)]
+mod cpu_tests;
+mod launch;
+mod lower;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ops::Dtype;
+use crate::tasks::{Preset, Task};
+
+pub use launch::kernel_names;
+
+/// CUDA C++ source of every trusted kernel (extern "C" __global__ functions, no includes except
+/// <cuda_fp16.h> and <cuda_bf16.h>), compiled once per worker with NVRTC.
+pub const SOURCE: &str = include_str!("kernels.cu");
+
+/// A task's program as a sequence of launches over device buffers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EagerPlan {
+    /// Every buffer: first the task tensors in signature order (index = index in
+    /// `Task::signature(preset).tensors`), then intermediates.
+    pub buffers: Vec<BufferDecl>,
+    /// The launches, in order, all on one stream.
+    pub steps: Vec<Step>,
+}
+
+/// One device buffer of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BufferDecl {
+    /// The tensor's name for task tensors and named intermediates; `<statement>.<k>` for the
+    /// unnamed intermediate of the k-th op node of a statement.
+    pub name: String,
+    /// Element type.
+    #[serde(with = "dtype_serde")]
+    pub dtype: Dtype,
+    /// Number of elements.
+    pub elems: usize,
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Step {
+    /// One launch of an extern "C" kernel of SOURCE.
+    Kernel {
+        /// The kernel's name.
+        kernel: String,
+        /// Grid dimensions (x, y, z), each at least 1.
+        grid: [u32; 3],
+        /// Block dimensions (x, y, z).
+        block: [u32; 3],
+        /// Dynamic shared memory (the kernels use static shared memory only: always 0).
+        smem_bytes: u32,
+        /// The kernel's parameters, in order.
+        args: Vec<StepArg>,
+    },
+    /// Row-major strided-batched GEMM: for each b < batch: C_b[m x n] = op(A_b) @ op(B_b) with
+    /// op(A_b) m x k, op(B_b) k x n; `trans_a` means A_b is stored k x m (row-major) and used
+    /// transposed; same for B. Element strides between batches (0 = broadcast). f32 runs as
+    /// plain fp32 sgemm (no TF32, like torch's default); f16/bf16 accumulate in f32.
+    Gemm(Gemm),
+}
+
+/// A row-major strided-batched GEMM; see [`Step::Gemm`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gemm {
+    /// Element type of A, B and C.
+    #[serde(with = "dtype_serde")]
+    pub dtype: Dtype,
+    /// Buffer index of A.
+    pub a: usize,
+    /// Buffer index of B.
+    pub b: usize,
+    /// Buffer index of C.
+    pub c: usize,
+    /// Rows of C.
+    pub m: u32,
+    /// Columns of C.
+    pub n: u32,
+    /// The contracted extent.
+    pub k: u32,
+    /// Number of products.
+    pub batch: u32,
+    /// A_b is stored k x m and used transposed.
+    pub trans_a: bool,
+    /// B_b is stored n x k and used transposed.
+    pub trans_b: bool,
+    /// Elements between consecutive A_b.
+    pub stride_a: i64,
+    /// Elements between consecutive B_b.
+    pub stride_b: i64,
+    /// Elements between consecutive C_b.
+    pub stride_c: i64,
+}
+
+/// One kernel parameter, in the parameter's C type.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum StepArg {
+    /// Device pointer to the buffer at this index of [`EagerPlan::buffers`].
+    Buffer(usize),
+    /// `int`.
+    I32(i32),
+    /// `long long`.
+    I64(i64),
+    /// `float`.
+    F32(f32),
+}
+
+/// Why a task could not be lowered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BaselineError {
+    /// The preset leaves a size symbol without a value.
+    #[error("task `{task}`: size `{symbol}` has no value at this preset")]
+    MissingSize {
+        /// The task.
+        task: String,
+        /// The size symbol.
+        symbol: String,
+    },
+    /// A statement cannot be lowered (a bug, or an extent beyond what a kernel indexes).
+    #[error("task `{task}`, line {line}, statement `{target}`: {message}")]
+    Statement {
+        /// The task.
+        task: String,
+        /// Line of the statement.
+        line: usize,
+        /// Its target.
+        target: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Lowers `task` at `preset` into its eager plan.
+pub fn lower(task: &Task, preset: Preset) -> Result<EagerPlan, BaselineError> {
+    lower::lower_program(&task.name, &task.program, task.sizes(preset))
+}
+
+impl EagerPlan {
+    /// The same plan with every [`Step::Gemm`] replaced by one launch of the tiled `gemm_<dtype>`
+    /// kernel of [`SOURCE`]: what the CPU device model runs, and the GPU fallback without cuBLAS.
+    pub fn with_kernel_gemm(&self) -> EagerPlan {
+        let steps = self
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Gemm(g) => launch::gemm_kernel(g),
+                other => other.clone(),
+            })
+            .collect();
+        EagerPlan {
+            buffers: self.buffers.clone(),
+            steps,
+        }
+    }
+
+    /// Number of launches (kernels and GEMMs): what PyTorch eager's kernel count compares with.
+    pub fn launches(&self) -> usize {
+        self.steps.len()
+    }
+}
+
+/// Dtypes travel by their program spelling (`"f32"`, `"bf16"`, ...).
+mod dtype_serde {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    use crate::ops::Dtype;
+
+    pub fn serialize<S: Serializer>(d: &Dtype, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(d.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Dtype, D::Error> {
+        let name = String::deserialize(d)?;
+        Dtype::from_name(&name).ok_or_else(|| D::Error::custom(format!("unknown dtype `{name}`")))
+    }
+}

@@ -1,0 +1,376 @@
+//! Lowering tests (steps, buffers, dtypes, GEMM flags, broadcast strides, scalar folding) and
+//! the NVRTC compile of [`SOURCE`].
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use super::*;
+use crate::compile::{self, CompileRequest, OutputKind};
+use crate::ops::{Program, Sizes};
+use crate::tasks::TaskSuite;
+
+fn plan(src: &str, sizes: &[(&str, usize)]) -> EagerPlan {
+    let program = Program::parse(src).unwrap_or_else(|e| panic!("{e}"));
+    let sizes: Sizes = sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    lower::lower_program("test", &program, &sizes).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Each step as its kernel name, or "gemm".
+fn kinds(p: &EagerPlan) -> Vec<String> {
+    p.steps
+        .iter()
+        .map(|s| match s {
+            Step::Kernel { kernel, .. } => kernel.clone(),
+            Step::Gemm(_) => "gemm".into(),
+        })
+        .collect()
+}
+
+fn gemm(p: &EagerPlan, i: usize) -> &Gemm {
+    match &p.steps[i] {
+        Step::Gemm(g) => g,
+        s => panic!("step {i} is not a GEMM: {s:?}"),
+    }
+}
+
+fn args(p: &EagerPlan, i: usize) -> &[StepArg] {
+    match &p.steps[i] {
+        Step::Kernel { args, .. } => args,
+        s => panic!("step {i} is not a kernel: {s:?}"),
+    }
+}
+
+fn buf(p: &EagerPlan, name: &str) -> usize {
+    p.buffers
+        .iter()
+        .position(|b| b.name == name)
+        .unwrap_or_else(|| panic!("no buffer `{name}` in {:?}", p.buffers))
+}
+
+const LINEAR: &str =
+    "input A: f32[M, K]\ninput W: f32[K, N]\ninput b: f32[N]\noutput Y: f32[M, N]\n";
+
+#[test]
+fn gemm_bias_relu_is_three_launches_into_fresh_buffers() {
+    let p = plan(
+        &format!("{LINEAR}Y = relu(A @ W + b)"),
+        &[("M", 33), ("N", 65), ("K", 17)],
+    );
+    assert_eq!(
+        kinds(&p),
+        ["gemm", "binary_add_bcast_f32", "unary_relu_f32"]
+    );
+    let names: Vec<&str> = p.buffers.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["A", "W", "b", "Y", "Y.1", "Y.2"]);
+    assert!(p.buffers[4..]
+        .iter()
+        .all(|b| b.dtype == Dtype::F32 && b.elems == 33 * 65));
+    let g = gemm(&p, 0);
+    assert_eq!((g.a, g.b, g.c), (0, 1, 4));
+    assert_eq!((g.m, g.n, g.k, g.batch), (33, 65, 17, 1));
+    assert!(!g.trans_a && !g.trans_b);
+    // The bias add reads the GEMM's output by rows and the bias with a zero row stride.
+    let a = args(&p, 1);
+    assert_eq!(
+        &a[..5],
+        [
+            StepArg::Buffer(4),
+            StepArg::Buffer(2),
+            StepArg::Buffer(5),
+            StepArg::I64(33 * 65),
+            StepArg::I32(2)
+        ]
+    );
+    assert_eq!(&a[5..7], [StepArg::I64(33), StepArg::I64(65)]);
+    assert_eq!(&a[11..13], [StepArg::I64(65), StepArg::I64(1)]);
+    assert_eq!(&a[17..19], [StepArg::I64(0), StepArg::I64(1)]);
+    assert_eq!(args(&p, 2)[..2], [StepArg::Buffer(5), StepArg::Buffer(3)]);
+}
+
+#[test]
+fn a_transposed_weight_is_a_gemm_flag_not_a_copy() {
+    let src = "input X: f32[M, K]\ninput W: f32[N, K]\ninput b: f32[N]\noutput Y: f32[M, N]\n\
+               Y = tanh(X @ transpose(W) + b)";
+    let p = plan(src, &[("M", 33), ("N", 65), ("K", 17)]);
+    assert_eq!(
+        kinds(&p),
+        ["gemm", "binary_add_bcast_f32", "unary_tanh_f32"]
+    );
+    let g = gemm(&p, 0);
+    assert!(g.trans_b && !g.trans_a);
+    assert_eq!((g.a, g.b, g.m, g.n, g.k), (0, 1, 33, 65, 17));
+    // A transposed left operand of a 2-D product is a flag too.
+    let p = plan(
+        "input A: f32[K, M]\ninput B: f32[K, N]\noutput C: f32[M, N]\nC = transpose(A, 0, 1) @ B",
+        &[("M", 5), ("N", 6), ("K", 7)],
+    );
+    assert_eq!(kinds(&p), ["gemm"]);
+    assert!(gemm(&p, 0).trans_a);
+    assert_eq!(gemm(&p, 0).c, 2);
+}
+
+#[test]
+fn attention_is_bmm_scale_softmax_bmm() {
+    let src = "input Q: f32[B, S, D]\ninput K: f32[B, S, D]\ninput V: f32[B, S, D]\n\
+               const scale = 0.125\noutput O: f32[B, S, D]\n\
+               P = softmax(Q @ transpose(K) * scale, axis=-1)\nO = P @ V";
+    let p = plan(src, &[("B", 2), ("S", 33), ("D", 8)]);
+    assert_eq!(
+        kinds(&p),
+        ["gemm", "binary_mul_scalar_f32", "softmax_rows_f32", "gemm"]
+    );
+    let g = gemm(&p, 0);
+    assert!(g.trans_b);
+    assert_eq!((g.m, g.n, g.k, g.batch), (33, 33, 8, 2));
+    assert_eq!(
+        (g.stride_a, g.stride_b, g.stride_c),
+        (33 * 8, 8 * 33, 33 * 33)
+    );
+    // The named intermediate P has its own buffer; the second GEMM reads it and writes O.
+    let pb = buf(&p, "P");
+    assert_eq!(p.buffers[pb].elems, 2 * 33 * 33);
+    assert_eq!(args(&p, 1)[1], StepArg::F32(0.125));
+    let g2 = gemm(&p, 3);
+    assert_eq!((g2.a, g2.b, g2.c, g2.batch), (pb, 2, 3, 2));
+}
+
+#[test]
+fn matmul_forms_fold_like_torch_matmul() {
+    // [B,M,K] @ [K,N]: one GEMM of B*M rows.
+    let p = plan(
+        "input X: f32[B, M, K]\ninput W: f32[K, N]\noutput Y: f32[B, M, N]\nY = X @ W",
+        &[("B", 3), ("M", 5), ("K", 4), ("N", 6)],
+    );
+    let g = gemm(&p, 0);
+    assert_eq!((g.m, g.n, g.k, g.batch), (15, 6, 4, 1));
+    // ... but a transposed X cannot be folded: it is copied first, as reshape copies.
+    let p = plan(
+        "input X: f32[B, K, M]\ninput W: f32[K, N]\noutput Y: f32[B, M, N]\nY = transpose(X) @ W",
+        &[("B", 3), ("M", 5), ("K", 4), ("N", 6)],
+    );
+    assert_eq!(kinds(&p), ["transpose_tiled_b32", "gemm"]);
+    assert!(!gemm(&p, 1).trans_a);
+    // [M,K] @ [K]: n = 1.
+    let p = plan(
+        "input A: f32[M, K]\ninput x: f32[K]\noutput y: f32[M]\ny = A @ x",
+        &[("M", 70), ("K", 33)],
+    );
+    let g = gemm(&p, 0);
+    assert_eq!((g.m, g.n, g.k, g.batch, g.c), (70, 1, 33, 1, 2));
+}
+
+#[test]
+fn scalars_fold_and_become_kernel_arguments() {
+    let src = "input X: f32[M, N]\nconst s = 1.5\noutput Y: f32[M, N]\noutput Z: f32[M, N]\n\
+               Y = X * (2 * s - 1)\nZ = 1 - X";
+    let p = plan(src, &[("M", 3), ("N", 4)]);
+    assert_eq!(
+        kinds(&p),
+        ["binary_mul_scalar_f32", "binary_sub_scalar_f32"]
+    );
+    assert_eq!(args(&p, 0)[1], StepArg::F32(2.0));
+    assert_eq!(args(&p, 0)[4], StepArg::I32(0));
+    assert_eq!(args(&p, 1)[4], StepArg::I32(1), "scalar first");
+    // Unary minus of a tensor is a kernel; of a scalar, arithmetic.
+    let p = plan(
+        "input X: f32[N]\nconst s = 2.0\noutput Y: f32[N]\nY = -X * -s",
+        &[("N", 4)],
+    );
+    assert_eq!(kinds(&p), ["unary_neg_f32", "binary_mul_scalar_f32"]);
+    assert_eq!(args(&p, 1)[1], StepArg::F32(-2.0));
+}
+
+#[test]
+fn intermediates_take_the_checkers_dtype() {
+    let src = "input A: bf16[M, K]\ninput W: bf16[K, N]\ninput b: bf16[N]\noutput Y: bf16[M, N]\n\
+               Y = gelu(A @ W + b)";
+    let p = plan(src, &[("M", 3), ("N", 4), ("K", 5)]);
+    assert_eq!(
+        kinds(&p),
+        ["gemm", "binary_add_bcast_bf16", "unary_gelu_bf16"]
+    );
+    assert_eq!(gemm(&p, 0).dtype, Dtype::Bf16);
+    assert!(p.buffers.iter().all(|b| b.dtype == Dtype::Bf16));
+    // argmax gives i64; a mixed-dtype sum widens the f16 operand first.
+    let src = "input A: f16[M, N]\ninput B: f32[M, N]\noutput I: i64[M]\noutput S: f32[M, N]\n\
+               I = argmax(A, axis=-1)\nS = A + B";
+    let p = plan(src, &[("M", 3), ("N", 4)]);
+    assert_eq!(
+        kinds(&p),
+        ["reduce_argmax_rows_f16", "cast_f16_f32", "binary_add_f32"]
+    );
+    assert_eq!(p.buffers[buf(&p, "I")].dtype, Dtype::I64);
+    assert_eq!(p.buffers[buf(&p, "S.1")].dtype, Dtype::F32);
+}
+
+#[test]
+fn reductions_pick_rows_or_columns() {
+    let src = "input X: f32[B, M, N]\noutput R: f32[B, M, 1]\noutput C: f32[B, N]\n\
+               R = sum(X, axis=-1, keepdim=true)\nC = max(X, axis=1)";
+    let p = plan(src, &[("B", 3), ("M", 17), ("N", 40)]);
+    assert_eq!(kinds(&p), ["reduce_sum_rows_f32", "reduce_max_cols_f32"]);
+    assert_eq!(&args(&p, 0)[2..], [StepArg::I64(51), StepArg::I64(40)]);
+    assert_eq!(
+        &args(&p, 1)[2..],
+        [StepArg::I64(3), StepArg::I64(17), StepArg::I64(40)]
+    );
+    // Short rows: a warp per row, four rows per block; long rows: a block per row.
+    let Step::Kernel { grid, block, .. } = &p.steps[0] else {
+        unreachable!()
+    };
+    assert_eq!((*grid, *block), ([13, 1, 1], [32, 4, 1]));
+    let p = plan(
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = softmax(X, axis=-1)",
+        &[("M", 8), ("N", 16384)],
+    );
+    let Step::Kernel { grid, block, .. } = &p.steps[0] else {
+        unreachable!()
+    };
+    assert_eq!((*grid, *block), ([8, 1, 1], [1024, 1, 1]));
+}
+
+#[test]
+fn names_and_copies_bind_as_python_does() {
+    // An intermediate name is an alias (no kernel); an output needs its own copy.
+    let src = "input X: f32[M, N]\noutput Y: f32[M, N]\noutput Z: f32[M, N]\n\
+               T = X\nY = relu(T)\nZ = transpose(X, 0, 0)";
+    let p = plan(src, &[("M", 3), ("N", 4)]);
+    assert_eq!(kinds(&p), ["unary_relu_f32", "copy_bytes"]);
+    assert_eq!(args(&p, 0)[0], StepArg::Buffer(0));
+    assert_eq!(args(&p, 1)[2], StepArg::I64(48));
+    // Transposes elsewhere than under a matmul are copies: tiled when the axes are the last two,
+    // general otherwise.
+    let src = "input X: f16[A, B, C]\noutput Y: f16[A, C, B]\noutput Z: f16[C, B, A]\n\
+               Y = transpose(X)\nZ = transpose(X, 0, 2)";
+    let p = plan(src, &[("A", 2), ("B", 3), ("C", 5)]);
+    assert_eq!(kinds(&p), ["transpose_tiled_b16", "transpose_general_b16"]);
+    assert_eq!(
+        &args(&p, 0)[2..],
+        [StepArg::I64(2), StepArg::I64(3), StepArg::I64(5)]
+    );
+    assert_eq!(
+        &args(&p, 1)[2..],
+        [
+            StepArg::I64(1),
+            StepArg::I64(2),
+            StepArg::I64(3),
+            StepArg::I64(5),
+            StepArg::I64(1)
+        ]
+    );
+}
+
+#[test]
+fn norms_pass_absent_operands_as_flags() {
+    let src = "input X: f32[M, N]\ninput g: f32[N]\noutput Y: f32[M, N]\noutput Z: f32[M, N]\n\
+               Y = layer_norm(X, g, eps=1e-5)\nZ = rms_norm(X)";
+    let p = plan(src, &[("M", 3), ("N", 4)]);
+    assert_eq!(kinds(&p), ["layer_norm_f32", "rms_norm_f32"]);
+    let a = args(&p, 0);
+    assert_eq!(a[..4], [0, 1, 0, 2].map(StepArg::Buffer));
+    assert_eq!(a[7..], [StepArg::I32(1), StepArg::I32(0)]);
+    let a = args(&p, 1);
+    assert_eq!(a[..3], [0, 0, 3].map(StepArg::Buffer));
+    assert_eq!(a[6], StepArg::I32(0));
+}
+
+#[test]
+fn a_missing_size_is_named() {
+    let program = Program::parse("input X: f32[M]\noutput Y: f32[M]\nY = relu(X)").unwrap();
+    let err = lower::lower_program("t", &program, &Sizes::new()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "task `t`: size `M` has no value at this preset"
+    );
+}
+
+#[test]
+fn kernel_gemm_replaces_gemm_steps_and_plans_round_trip() {
+    let p = plan(
+        &format!("{LINEAR}Y = relu(A @ W + b)"),
+        &[("M", 33), ("N", 65), ("K", 17)],
+    );
+    let k = p.with_kernel_gemm();
+    assert_eq!(k.buffers, p.buffers);
+    let Step::Kernel {
+        kernel,
+        grid,
+        block,
+        args,
+        ..
+    } = &k.steps[0]
+    else {
+        panic!("not a kernel")
+    };
+    assert_eq!(kernel, "gemm_f32");
+    assert_eq!((*grid, *block), ([5, 3, 1], [16, 16, 1]));
+    assert_eq!(args[..3], [0, 1, 4].map(StepArg::Buffer));
+    assert_eq!(k.steps[1..], p.steps[1..]);
+    let json = serde_json::to_string(&p).unwrap();
+    assert!(json.contains("\"dtype\":\"f32\""), "{json}");
+    assert_eq!(serde_json::from_str::<EagerPlan>(&json).unwrap(), p);
+}
+
+fn suite() -> TaskSuite {
+    TaskSuite::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks")).expect("tasks")
+}
+
+/// Launches per task at the GPU preset (the small preset lowers to the same steps): one per op
+/// node, with the exceptions the module docs name. Printed with `--nocapture` for comparison
+/// with PyTorch eager's kernel counts.
+#[test]
+fn every_task_lowers_at_both_presets_with_known_kernels() {
+    let known: BTreeSet<String> = kernel_names().into_iter().collect();
+    let mut table = Vec::new();
+    for task in suite().tasks() {
+        let gpu = lower(task, Preset::Gpu).unwrap_or_else(|e| panic!("{e}"));
+        let small = lower(task, Preset::Small).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(kinds(&gpu), kinds(&small), "{}", task.name);
+        let sig = task.signature(Preset::Gpu);
+        for (b, t) in gpu.buffers.iter().zip(&sig.tensors) {
+            assert_eq!((&b.name, b.dtype, b.elems), (&t.name, t.dtype, t.numel()));
+        }
+        for k in kinds(&gpu).iter().filter(|k| *k != "gemm") {
+            assert!(known.contains(k), "{}: unknown kernel {k}", task.name);
+        }
+        table.push(format!("{:28} {}", task.name, kinds(&gpu).join(" ")));
+    }
+    println!("{}", table.join("\n"));
+    let launches = |name: &str| {
+        let s = suite();
+        lower(s.get(name).unwrap(), Preset::Gpu).unwrap().launches()
+    };
+    assert_eq!(launches("relu"), 1);
+    assert_eq!(launches("cross_entropy_soft"), 4);
+    assert_eq!(launches("gemm_min_max_clamp"), 5);
+    assert_eq!(launches("softmax_argmax"), 3);
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel_for_sm_90() {
+    if let Err(e) = compile::locate_nvrtc() {
+        if std::env::var("KEVIN_REQUIRE_NVRTC").as_deref() == Ok("1") {
+            panic!("KEVIN_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}");
+        }
+        eprintln!("skipping nvrtc_compiles_every_kernel_for_sm_90: {e}");
+        return;
+    }
+    let names = kernel_names();
+    let req = CompileRequest {
+        source: SOURCE.to_string(),
+        arch: "sm_90".into(),
+        output: OutputKind::Cubin,
+        kernel_names: names.clone(),
+        extra_options: Vec::new(),
+    };
+    let out = compile::compile(&req, &compile::find_cuda_include_dirs())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let compile::ModuleImage::Cubin(bytes) = &out.image else {
+        panic!("expected a CUBIN")
+    };
+    assert_eq!(&bytes[..4], b"\x7fELF");
+    for n in &names {
+        assert_eq!(out.lowered_names.get(n), Some(n), "kernel {n}");
+    }
+    assert!(out.log.trim().is_empty(), "NVRTC warnings:\n{}", out.log);
+}
