@@ -102,6 +102,9 @@ pub enum EnvKind {
     /// The CPU execution backend: candidates compiled against kevin's CUDA device model and
     /// judged by the real correctness protocol in worker processes; CPU timings.
     Cpu,
+    /// The GPU harness: NVRTC CUBINs checked and timed on the GPU(s) in `kevin worker --role
+    /// cuda` processes against kevin's eager baseline.
+    Cuda,
 }
 
 /// Which learner optimises the policy.
@@ -343,16 +346,19 @@ impl Default for SimEnvSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnvSection {
-    /// Which environment runs: "simulated" or "nvrtc".
+    /// Which environment runs: "simulated", "nvrtc", "cpu" or "cuda".
     pub kind: EnvKind,
+    /// GPU ordinals the cuda environment evaluates on (one worker pool per GPU).
+    pub gpus: Vec<u32>,
     /// Target architecture of compilation: "auto" (the GPU's own, asked from nvidia-smi; sm_90,
     /// the H200, when there is no GPU) or an architecture such as "sm_90".
     pub arch: String,
     /// Compile workers (compilation is CPU-bound and parallel).
     pub compile_workers: u32,
-    /// Verification workers (one or more per GPU).
+    /// Verification workers (cpu: in all; cuda: per GPU, where they also time, one at a time).
     pub verify_workers: u32,
-    /// Profiling workers (one per GPU: timings must not share a device).
+    /// Profiling workers (simulated environments; the cuda environment's workers time
+    /// candidates under an exclusive lock of their GPU instead).
     pub profile_workers: u32,
     /// Deadline of one compilation (ms).
     pub compile_timeout_ms: u64,
@@ -368,6 +374,7 @@ impl Default for EnvSection {
     fn default() -> Self {
         EnvSection {
             kind: EnvKind::Simulated,
+            gpus: vec![0],
             arch: "auto".into(),
             compile_workers: 2,
             verify_workers: 1,
@@ -825,6 +832,13 @@ impl Config {
         check_min("env.compile_workers", f.env.compile_workers.into(), 1)?;
         check_min("env.verify_workers", f.env.verify_workers.into(), 1)?;
         check_min("env.profile_workers", f.env.profile_workers.into(), 1)?;
+        if f.env.kind == EnvKind::Cuda && f.env.gpus.is_empty() {
+            return Err(invalid(
+                "env.gpus",
+                "[]",
+                "must name at least one GPU ordinal",
+            ));
+        }
         check_min("env.compile_timeout_ms", f.env.compile_timeout_ms, 1)?;
         check_min("env.verify_timeout_ms", f.env.verify_timeout_ms, 1)?;
         check_min("env.profile_timeout_ms", f.env.profile_timeout_ms, 1)?;

@@ -23,9 +23,13 @@ pub mod config;
 pub mod cpu;
 #[cfg(unix)]
 pub mod cpu_env;
+#[cfg(unix)]
+pub mod cuda_env;
 pub mod env;
 pub mod episode;
 pub mod eval;
+#[cfg(unix)]
+pub mod gpu;
 pub mod learner;
 pub mod metrics;
 pub mod nvrtc_env;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::candidate::{Limits, ResolvedPlan};
-use crate::compile::{self, CompileError, CompilePool, CompileRequest, ModuleImage};
+use crate::compile::{self, CompileError, CompilePool, CompileRequest, ModuleImage, OutputKind};
 use crate::config::SimEnvSection;
 use crate::env::{Compiled, KernelEnv};
 use crate::outcome::Outcome;
@@ -37,14 +37,88 @@ struct Artifact {
     sim: SimArtifact,
 }
 
-/// The environment.
-pub struct NvrtcEnv {
+/// The compile stage shared by the nvrtc and cuda environments: rules, launch-plan validation,
+/// then NVRTC in a pool of compile workers.
+pub struct NvrtcCompiler {
     suite: Arc<TaskSuite>,
     preset: Preset,
     arch: String,
+    output: OutputKind,
     limits: Limits,
     pool: CompilePool,
     timeout: Duration,
+}
+
+impl NvrtcCompiler {
+    /// Starts `workers` compile workers (`worker` is the command that runs one) producing
+    /// `output` for `arch` ("auto" resolves to the GPU's). Fails, with the install hint, when
+    /// NVRTC is not available in this process either.
+    pub fn new(
+        suite: Arc<TaskSuite>,
+        preset: Preset,
+        arch: &str,
+        output: OutputKind,
+        worker: WorkerCommand,
+        workers: usize,
+        timeout_ms: u64,
+    ) -> Result<NvrtcCompiler, String> {
+        compile::locate_nvrtc().map_err(|e| e.to_string())?;
+        let pool = compile::spawn_compile_pool(worker, workers)
+            .map_err(|e| format!("compile workers: {e}"))?;
+        Ok(NvrtcCompiler {
+            suite,
+            preset,
+            arch: compile::resolve_arch(arch),
+            output,
+            limits: Limits::default(),
+            pool,
+            timeout: Duration::from_millis(timeout_ms),
+        })
+    }
+
+    /// The architecture compiled for.
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// Number of compile workers.
+    pub fn workers(&self) -> usize {
+        self.pool.workers()
+    }
+
+    /// Admits and compiles one candidate; a rejection or a failed compile is its outcome.
+    pub fn compile(&self, task_name: &str, source: &str) -> Result<CompiledKernel, Outcome> {
+        let plan =
+            crate::env::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
+        let mut names: Vec<&str> = plan.launches.iter().map(|l| l.kernel.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut request = CompileRequest::ptx(source, &names);
+        request.arch = self.arch.clone();
+        request.output = self.output;
+        let limit_ms = self.timeout.as_millis() as u64;
+        match self.pool.request_with_timeout(&request, self.timeout) {
+            Ok(Ok(out)) => Ok(CompiledKernel {
+                image: out.image,
+                lowered_names: out.lowered_names,
+                plan,
+            }),
+            Ok(Err(CompileError::Source { log })) => Err(Outcome::CompileError { log }),
+            Ok(Err(e)) => Err(Outcome::CompileError { log: e.to_string() }),
+            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout {
+                stage: "compile".into(),
+                limit_ms,
+            }),
+            Err(failure) => Err(Outcome::Crash {
+                reason: format!("the compiler failed on this kernel: {failure}"),
+            }),
+        }
+    }
+}
+
+/// The environment.
+pub struct NvrtcEnv {
+    compiler: NvrtcCompiler,
     sim: SimEnv,
     /// Evaluations so far: salts the simulated verdicts, so an unchanged kernel submitted again
     /// (by another trajectory or a later turn) is judged afresh rather than identically.
@@ -64,16 +138,17 @@ impl NvrtcEnv {
         timeout_ms: u64,
         sim: SimEnvSection,
     ) -> Result<NvrtcEnv, String> {
-        compile::locate_nvrtc().map_err(|e| e.to_string())?;
-        let pool = compile::spawn_compile_pool(worker, workers)
-            .map_err(|e| format!("compile workers: {e}"))?;
-        Ok(NvrtcEnv {
+        let compiler = NvrtcCompiler::new(
             suite,
             preset,
-            arch: compile::resolve_arch(arch),
-            limits: Limits::default(),
-            pool,
-            timeout: Duration::from_millis(timeout_ms),
+            arch,
+            OutputKind::Ptx,
+            worker,
+            workers,
+            timeout_ms,
+        )?;
+        Ok(NvrtcEnv {
+            compiler,
             sim: SimEnv::new(sim),
             evaluations: AtomicU64::new(0),
         })
@@ -105,45 +180,23 @@ impl KernelEnv for NvrtcEnv {
         format!(
             "nvrtc environment: real rules, launch-plan validation and NVRTC compilation for {} in {} worker \
              process(es); correctness and timing simulated",
-            self.arch,
-            self.pool.workers()
+            self.compiler.arch(),
+            self.compiler.workers()
         )
     }
 
     fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
         let started = Instant::now();
-        let plan =
-            crate::env::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
-        let mut names: Vec<&str> = plan.launches.iter().map(|l| l.kernel.as_str()).collect();
-        names.sort_unstable();
-        names.dedup();
-        let mut request = CompileRequest::ptx(source, &names);
-        request.arch = self.arch.clone();
-        let limit_ms = self.timeout.as_millis() as u64;
-        match self.pool.request_with_timeout(&request, self.timeout) {
-            Ok(Ok(out)) => Ok(Compiled {
-                task: task_name.to_string(),
-                artifact: Arc::new(Artifact {
-                    kernel: CompiledKernel {
-                        image: out.image,
-                        lowered_names: out.lowered_names,
-                        plan,
-                    },
-                    sim: SimArtifact::of(source)
-                        .salted(self.evaluations.fetch_add(1, Ordering::Relaxed)),
-                }),
-                compile_ms: started.elapsed().as_secs_f64() * 1e3,
+        let kernel = self.compiler.compile(task_name, source)?;
+        Ok(Compiled {
+            task: task_name.to_string(),
+            artifact: Arc::new(Artifact {
+                kernel,
+                sim: SimArtifact::of(source)
+                    .salted(self.evaluations.fetch_add(1, Ordering::Relaxed)),
             }),
-            Ok(Err(CompileError::Source { log })) => Err(Outcome::CompileError { log }),
-            Ok(Err(e)) => Err(Outcome::CompileError { log: e.to_string() }),
-            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout {
-                stage: "compile".into(),
-                limit_ms,
-            }),
-            Err(failure) => Err(Outcome::Crash {
-                reason: format!("the compiler failed on this kernel: {failure}"),
-            }),
-        }
+            compile_ms: started.elapsed().as_secs_f64() * 1e3,
+        })
     }
 
     fn verify(&self, compiled: &Compiled) -> Result<(), Outcome> {

@@ -41,6 +41,10 @@ fn main() {
             "unknown_role_is_a_spawn_failure",
             unknown_role_is_a_spawn_failure,
         ),
+        (
+            "retired_worker_answers_then_is_replaced",
+            retired_worker_answers_then_is_replaced,
+        ),
     ]);
 }
 
@@ -224,4 +228,29 @@ fn unknown_role_is_a_spawn_failure() {
         Err(other) => panic!("expected a spawn failure, got {other:?}"),
         Ok(_) => panic!("expected a spawn failure, got a pool"),
     }
+}
+
+/// A worker whose answer says it must go (a GPU worker with a poisoned context) delivers that
+/// answer, then is replaced before it serves anything else.
+fn retired_worker_answers_then_is_replaced() {
+    let pool = pool(1)
+        .retire_when(|r: &EchoResponse| matches!(r, EchoResponse::Text(t) if t == "poisoned"));
+    let first = pool.pids()[0];
+    assert_eq!(
+        pool.request(&echo("fine")),
+        Ok(EchoResponse::Text("fine".into()))
+    );
+    assert_eq!(pool.pids()[0], first, "a normal answer keeps the worker");
+    assert_eq!(
+        pool.request(&echo("poisoned")),
+        Ok(EchoResponse::Text("poisoned".into())),
+        "the answer that retires the worker is still delivered"
+    );
+    let second = pool.pids()[0];
+    assert!(
+        second.is_some() && second != first,
+        "{first:?} -> {second:?}"
+    );
+    assert_eq!(pool.stats().retired, 1);
+    assert_recovered(&pool);
 }

@@ -57,7 +57,8 @@ pub enum Command {
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Execution backend: "cpu" (no GPU needed) or "cuda".
+        /// Execution backend: "cpu" (no GPU needed; small preset) or "cuda" (GPU preset). Default:
+        /// cuda where nvidia-smi lists a GPU, else cpu.
         #[arg(long, value_parser = ["cpu", "cuda"])]
         backend: Option<String>,
         /// The task suite's folder.
@@ -125,6 +126,35 @@ pub enum BenchCommand {
         /// Seconds each of the async and sync runs lasts.
         #[arg(long, default_value_t = 20.0)]
         seconds: f64,
+        /// Also write the results as markdown to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// The GPU harness on this machine's GPU: NVRTC compile latency, end-to-end evaluation
+    /// throughput on level-1 solutions, timing repeatability of one kernel, and replacement of
+    /// workers killed by illegal-address faults.
+    Gpu {
+        /// Seconds of the throughput run.
+        #[arg(long, default_value_t = 30.0)]
+        seconds: f64,
+        /// Evaluations of the repeatability kernel.
+        #[arg(long, default_value_t = 10)]
+        repeat: usize,
+        /// Task whose reference solution is evaluated repeatedly.
+        #[arg(long, default_value = "softmax")]
+        task: String,
+        /// GPU worker processes.
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+        /// Concurrent evaluations in the throughput run.
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// Illegal-address faults to inject.
+        #[arg(long, default_value_t = 5)]
+        faults: usize,
+        /// The task suite's folder.
+        #[arg(long, default_value = "tasks")]
+        dir: PathBuf,
         /// Also write the results as markdown to this file.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -342,6 +372,37 @@ pub fn main() -> ExitCode {
                 return usage_error(e);
             }
             match crate::bench::pipeline(steps, seconds, out.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failure(e),
+            }
+        }
+        Command::Bench {
+            what:
+                BenchCommand::Gpu {
+                    seconds,
+                    repeat,
+                    task,
+                    workers,
+                    clients,
+                    faults,
+                    dir,
+                    out,
+                },
+        } => {
+            if let Err(e) = init_logging(cli.log.as_deref().unwrap_or("warn"), None) {
+                return usage_error(e);
+            }
+            let args = crate::bench_gpu::GpuBenchArgs {
+                dir,
+                seconds,
+                repeat,
+                task,
+                workers,
+                clients,
+                faults,
+                out,
+            };
+            match crate::bench_gpu::run(&args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => failure(e),
             }

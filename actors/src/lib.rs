@@ -18,6 +18,7 @@
 
 pub mod backends;
 pub mod bench;
+pub mod bench_gpu;
 pub mod cli;
 pub mod compiler;
 pub mod eval_cmd;

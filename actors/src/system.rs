@@ -222,6 +222,31 @@ fn build_env(
             .map_err(TrainError::Setup)?;
             Ok(Arc::new(env))
         }
+        EnvKind::Cuda => {
+            let suite = suite.ok_or_else(|| {
+                TrainError::Setup("env.kind = \"cuda\" needs the task suite".into())
+            })?;
+            let exe = std::env::current_exe()
+                .map_err(|e| TrainError::Setup(format!("locating the kevin binary: {e}")))?;
+            let cfg = kevin::cuda_env::CudaEnvConfig {
+                preset: config.tasks.preset,
+                arch: config.env.arch.clone(),
+                gpus: config.env.gpus.iter().map(|&g| g as usize).collect(),
+                workers_per_gpu: config.env.verify_workers as usize,
+                compile_workers: config.env.compile_workers as usize,
+                compile_timeout_ms: config.env.compile_timeout_ms,
+                verify_timeout_ms: config.env.verify_timeout_ms,
+                profile_timeout_ms: config.env.profile_timeout_ms,
+            };
+            let env = kevin::cuda_env::CudaEnv::new(
+                suite.clone(),
+                std::path::Path::new(&config.tasks.dir),
+                exe,
+                &cfg,
+            )
+            .map_err(TrainError::Setup)?;
+            Ok(Arc::new(env))
+        }
         EnvKind::Cpu => {
             let suite = suite.ok_or_else(|| {
                 TrainError::Setup("env.kind = \"cpu\" needs the task suite".into())

@@ -30,6 +30,9 @@ pub fn list(dir: &Path, as_json: bool) -> Result<(), String> {
                     "sizes": { "gpu": t.gpu_sizes, "small": t.small_sizes },
                     "tolerance": { "atol": t.tolerance.atol, "rtol": t.tolerance.rtol },
                     "estimated_gpu_baseline_ms": t.estimate_gpu_baseline_ms(),
+                    // The KernelBench-style PyTorch module at the GPU preset (what
+                    // benches/torch_eager.py times with torch eager).
+                    "torch_gpu": t.torch_module(Preset::Gpu).ok(),
                 })
             })
             .collect();

@@ -41,14 +41,27 @@ pub fn resolve_arch(configured: &str) -> String {
     if configured != "auto" {
         return configured.to_string();
     }
+    nvidia_smi_query("compute_cap")
+        .and_then(|out| parse_compute_cap(&out))
+        .unwrap_or_else(|| DEFAULT_ARCH.to_string())
+}
+
+/// Number of GPUs nvidia-smi lists (0 without a GPU or without nvidia-smi).
+pub fn gpu_count() -> usize {
+    nvidia_smi_query("index").map_or(0, |out| {
+        out.lines().filter(|l| !l.trim().is_empty()).count()
+    })
+}
+
+/// `nvidia-smi --query-gpu=<field>` (one line per GPU), when it runs and succeeds.
+fn nvidia_smi_query(field: &str) -> Option<String> {
     std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=compute_cap", "--format=csv,noheader"])
+        .args([&format!("--query-gpu={field}"), "--format=csv,noheader"])
         .stderr(std::process::Stdio::null())
         .output()
         .ok()
         .filter(|o| o.status.success())
-        .and_then(|o| parse_compute_cap(&String::from_utf8_lossy(&o.stdout)))
-        .unwrap_or_else(|| DEFAULT_ARCH.to_string())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
 /// "9.0\n" (nvidia-smi's first line) -> "sm_90".
@@ -273,4 +286,4 @@ mod hex_bytes {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -130,93 +130,69 @@ pub fn within(got: f64, want: f64, tol: Tolerance) -> bool {
     (got - want).abs() <= tol.atol + tol.rtol * want.abs()
 }
 
-/// Runs the correctness protocol (see the module documentation) on `task` at `preset`.
+/// The protocol's primitive steps on one backend's buffers. [`run_protocol`] drives them in the
+/// protocol's order and makes every verdict, so backends differ only in where the data lives:
+/// [`HostTrials`] keeps it in guard-paged host buffers (the CPU backend), the GPU worker keeps it
+/// in device memory and compares there.
+pub trait Trials {
+    /// Prepares a trial on fresh inputs drawn from `seed`: inputs written, the reference computed
+    /// (before any candidate run, out of the candidate's reach) and copies of the inputs taken.
+    fn begin(&mut self, seed: u64) -> Result<(), HarnessError>;
+    /// Fills every output with its NaN pattern and runs the candidate once.
+    fn run_candidate(&mut self) -> Result<(), ExecFailure>;
+    /// Why the run tampered with memory it must not change (an input differs from its copy, a
+    /// buffer's slack was overwritten), or `None`.
+    fn tampering(&mut self) -> Result<Option<String>, HarnessError>;
+    /// Every output compared with its reference, in signature order.
+    fn compare(&mut self) -> Result<Vec<OutputComparison>, HarnessError>;
+}
+
+/// Runs the correctness protocol (see the module documentation) on `task` at `preset` with the
+/// candidate behind `exec`, on host buffers, against the fp64 interpreter.
 pub fn check(
     task: &Task,
     preset: Preset,
     exec: &mut dyn Executor,
     cfg: &ProtocolConfig,
 ) -> Result<CorrectnessReport, CheckError> {
-    let sig = task.signature(preset);
-    let mut tensors = sig
-        .tensors
-        .iter()
-        .map(|t| TensorBuf::new(t.name.clone(), t.dtype, t.numel()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(HarnessError::from)?;
-    let n_inputs = sig.tensors.iter().filter(|t| t.role == Role::Input).count();
-    let trials = cfg.trials.max(1);
+    let mut trials = HostTrials::new(task, preset, exec)?;
+    run_protocol(&mut trials, cfg)
+}
+
+/// The protocol itself: `cfg.trials` trials on OS-seeded inputs (or derived from the fixed test
+/// seed), each run twice; the first tampering or mismatch is the candidate's outcome.
+pub fn run_protocol(
+    trials: &mut dyn Trials,
+    cfg: &ProtocolConfig,
+) -> Result<CorrectnessReport, CheckError> {
+    let n = cfg.trials.max(1);
     let mut report = CorrectnessReport {
-        trials,
+        trials: n,
         runs: 0,
-        seeds: Vec::with_capacity(trials as usize),
+        seeds: Vec::with_capacity(n as usize),
         max_error_ratio: 0.0,
     };
-    for trial in 0..trials {
+    for trial in 0..n {
         let seed = match cfg.seed {
             Some(base) => SplitMix64::derive(base, trial as u64).next_u64(),
             None => os_seed().map_err(|e| HarnessError::Seed(e.to_string()))?,
         };
         report.seeds.push(seed);
-        let inputs = task.generate_inputs(preset, seed);
-        let reference =
-            task.reference(preset, &inputs)
-                .map_err(|error| HarnessError::Reference {
-                    task: task.name.clone(),
-                    error,
-                })?;
-        let task_error = |what: String| HarnessError::Task {
-            task: task.name.clone(),
-            what,
-        };
-        if inputs.len() != n_inputs || reference.len() != tensors.len() - n_inputs {
-            return Err(task_error(format!(
-                "{} inputs and {} outputs generated for a signature of {} tensors",
-                inputs.len(),
-                reference.len(),
-                tensors.len()
-            ))
-            .into());
-        }
-        for (t, values) in tensors.iter_mut().zip(&inputs) {
-            t.write_f64(values).map_err(HarnessError::from)?;
-        }
-        for (t, want) in tensors[n_inputs..].iter().zip(&reference) {
-            if want.len() != t.numel() {
-                return Err(task_error(format!(
-                    "reference {} has {} values",
-                    t.name(),
-                    want.len()
-                ))
-                .into());
-            }
-        }
-        let snapshots: Vec<Vec<u8>> = tensors[..n_inputs]
-            .iter()
-            .map(|t| t.as_bytes().to_vec())
-            .collect();
+        trials.begin(seed)?;
         for run in 0..2 {
-            tensors[n_inputs..].iter_mut().for_each(TensorBuf::fill_nan);
-            exec.run(&mut tensors).map_err(failure_outcome)?;
+            trials.run_candidate().map_err(failure_outcome)?;
             report.runs += 1;
-            check_layout(&tensors, &sig.tensors)?;
-            if let Some(reason) = modified_input(&tensors[..n_inputs], &snapshots) {
+            if let Some(reason) = trials.tampering()? {
                 return Err(wrong(reason, None));
             }
-            if let Some(t) = tensors.iter().find(|t| !t.buffer().slack_intact()) {
-                return Err(wrong(
-                    format!("the kernel wrote past the end of {}", t.name()),
-                    None,
-                ));
-            }
-            for (t, want) in tensors[n_inputs..].iter().zip(&reference) {
-                let cmp = compare(t, want, task.tolerance);
+            for out in trials.compare()? {
+                let cmp = &out.cmp;
                 report.max_error_ratio = report.max_error_ratio.max(cmp.max_ratio);
-                if let Some(first) = cmp.first {
-                    let inner = first.reason(t);
+                if let Some(first) = &cmp.first {
+                    let inner = first.reason(&out.name, out.dtype);
                     let reason = if run == 0 { inner } else { race_reason(&inner) };
                     let mismatch = Mismatch {
-                        output: t.name().to_string(),
+                        output: out.name.clone(),
                         index: first.index as u64,
                         expected: first.want,
                         got: first.got,
@@ -229,6 +205,124 @@ pub fn check(
         }
     }
     Ok(report)
+}
+
+/// [`Trials`] on guard-paged host buffers against the fp64 interpreter: what the CPU backend
+/// (and any executor that copies host buffers to a device and back) runs.
+pub struct HostTrials<'a> {
+    task: &'a Task,
+    preset: Preset,
+    exec: &'a mut dyn Executor,
+    specs: Vec<crate::tasks::TensorSpec>,
+    tensors: Vec<TensorBuf>,
+    n_inputs: usize,
+    reference: Vec<Vec<f64>>,
+    snapshots: Vec<Vec<u8>>,
+}
+
+impl<'a> HostTrials<'a> {
+    /// Allocates the task's tensors at `preset`.
+    pub fn new(
+        task: &'a Task,
+        preset: Preset,
+        exec: &'a mut dyn Executor,
+    ) -> Result<Self, HarnessError> {
+        let specs = task.signature(preset).tensors;
+        let tensors = specs
+            .iter()
+            .map(|t| TensorBuf::new(t.name.clone(), t.dtype, t.numel()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let n_inputs = specs.iter().filter(|t| t.role == Role::Input).count();
+        Ok(HostTrials {
+            task,
+            preset,
+            exec,
+            specs,
+            tensors,
+            n_inputs,
+            reference: Vec::new(),
+            snapshots: Vec::new(),
+        })
+    }
+
+    fn task_error(&self, what: String) -> HarnessError {
+        HarnessError::Task {
+            task: self.task.name.clone(),
+            what,
+        }
+    }
+}
+
+impl Trials for HostTrials<'_> {
+    fn begin(&mut self, seed: u64) -> Result<(), HarnessError> {
+        let n_inputs = self.n_inputs;
+        let inputs = self.task.generate_inputs(self.preset, seed);
+        let reference =
+            self.task
+                .reference(self.preset, &inputs)
+                .map_err(|error| HarnessError::Reference {
+                    task: self.task.name.clone(),
+                    error,
+                })?;
+        if inputs.len() != n_inputs || reference.len() != self.tensors.len() - n_inputs {
+            return Err(self.task_error(format!(
+                "{} inputs and {} outputs generated for a signature of {} tensors",
+                inputs.len(),
+                reference.len(),
+                self.tensors.len()
+            )));
+        }
+        for (t, values) in self.tensors.iter_mut().zip(&inputs) {
+            t.write_f64(values)?;
+        }
+        for (t, want) in self.tensors[n_inputs..].iter().zip(&reference) {
+            if want.len() != t.numel() {
+                return Err(self.task_error(format!(
+                    "reference {} has {} values",
+                    t.name(),
+                    want.len()
+                )));
+            }
+        }
+        self.snapshots = self.tensors[..n_inputs]
+            .iter()
+            .map(|t| t.as_bytes().to_vec())
+            .collect();
+        self.reference = reference;
+        Ok(())
+    }
+
+    fn run_candidate(&mut self) -> Result<(), ExecFailure> {
+        self.tensors[self.n_inputs..]
+            .iter_mut()
+            .for_each(TensorBuf::fill_nan);
+        self.exec.run(&mut self.tensors)
+    }
+
+    fn tampering(&mut self) -> Result<Option<String>, HarnessError> {
+        check_layout(&self.tensors, &self.specs)?;
+        if let Some(reason) = modified_input(&self.tensors[..self.n_inputs], &self.snapshots) {
+            return Ok(Some(reason));
+        }
+        Ok(self
+            .tensors
+            .iter()
+            .find(|t| !t.buffer().slack_intact())
+            .map(|t| format!("the kernel wrote past the end of {}", t.name())))
+    }
+
+    fn compare(&mut self) -> Result<Vec<OutputComparison>, HarnessError> {
+        let tol = self.task.tolerance;
+        Ok(self.tensors[self.n_inputs..]
+            .iter()
+            .zip(&self.reference)
+            .map(|(t, want)| OutputComparison {
+                name: t.name().to_string(),
+                dtype: t.dtype(),
+                cmp: compare(t, want, tol),
+            })
+            .collect())
+    }
 }
 
 /// The reason for a failure on the second run after the first passed.
@@ -299,7 +393,7 @@ fn modified_input(inputs: &[TensorBuf], snapshots: &[Vec<u8>]) -> Option<String>
 
 /// Why one output element failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ElemFailure {
+pub enum ElemFailure {
     /// Still the NaN (or i64 sentinel) fill.
     Unwritten,
     /// NaN or Inf where the reference is finite.
@@ -308,19 +402,25 @@ enum ElemFailure {
     Differs,
 }
 
-#[derive(Debug)]
-struct FirstFailure {
-    index: usize,
-    want: f64,
-    got: f64,
-    kind: ElemFailure,
+/// The first failing element of an output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstFailure {
+    /// Its flat index.
+    pub index: usize,
+    /// The reference value.
+    pub want: f64,
+    /// The candidate's value (NaN when unwritten).
+    pub got: f64,
+    /// Why it failed.
+    pub kind: ElemFailure,
 }
 
 impl FirstFailure {
-    fn reason(&self, t: &TensorBuf) -> String {
-        let (name, i) = (t.name(), self.index);
+    /// The failure's reason text for output `name` of `dtype`.
+    pub fn reason(&self, name: &str, dtype: Dtype) -> String {
+        let i = self.index;
         match self.kind {
-            ElemFailure::Unwritten if t.dtype() == Dtype::I64 => {
+            ElemFailure::Unwritten if dtype == Dtype::I64 => {
                 format!(
                     "output {name} was not fully written (fill value i64::MIN left at index {i})"
                 )
@@ -337,15 +437,31 @@ impl FirstFailure {
     }
 }
 
-#[derive(Debug)]
-struct Comparison {
-    first: Option<FirstFailure>,
-    count: u64,
-    max_ratio: f64,
+/// One output compared with its reference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// The first failing element, if any.
+    pub first: Option<FirstFailure>,
+    /// How many elements failed.
+    pub count: u64,
+    /// Largest error / bound over the passing finite elements.
+    pub max_ratio: f64,
 }
 
-/// Judges one element; `fill` is true when it still holds the fill pattern.
-fn judge(dtype: Dtype, got: f64, fill: bool, want: f64, tol: Tolerance) -> Option<ElemFailure> {
+/// A [`Comparison`] with the output it is about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputComparison {
+    /// The output's name.
+    pub name: String,
+    /// Its dtype.
+    pub dtype: Dtype,
+    /// The comparison.
+    pub cmp: Comparison,
+}
+
+/// Judges one element; `fill` is true when it still holds the fill pattern. (The GPU's compare
+/// kernel applies the same rule on the device; the first failure it finds is judged here again.)
+pub fn judge(dtype: Dtype, got: f64, fill: bool, want: f64, tol: Tolerance) -> Option<ElemFailure> {
     if fill {
         return Some(ElemFailure::Unwritten);
     }

@@ -28,7 +28,7 @@ pub fn child_main_from_args(args: &[String]) -> i32 {
     let role = match parse_role(args) {
         Ok(role) => role,
         Err(msg) => {
-            eprintln!("kevin worker: {msg}\nusage: kevin worker --role <compile|cpu|echo>");
+            eprintln!("kevin worker: {msg}\nusage: kevin worker --role <compile|cpu|cuda|echo>");
             return 2;
         }
     };
@@ -36,9 +36,11 @@ pub fn child_main_from_args(args: &[String]) -> i32 {
         "compile" => crate::compile::worker_main().map_err(|e| e.to_string()),
         #[cfg(unix)]
         "cpu" => crate::cpu_env::worker_main(),
+        #[cfg(unix)]
+        "cuda" => crate::cuda_env::worker_main(),
         "echo" => echo::echo_main().map_err(|e| e.to_string()),
         other => {
-            eprintln!("kevin worker: unknown role {other:?} (known: compile, cpu, echo)");
+            eprintln!("kevin worker: unknown role {other:?} (known: compile, cpu, cuda, echo)");
             return 2;
         }
     };

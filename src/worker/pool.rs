@@ -158,6 +158,9 @@ pub struct PoolStats {
     pub respawn_latency_max: Duration,
     /// Most recent respawn latency.
     pub respawn_latency_last: Duration,
+    /// Children replaced after an answer that said they must go (see [`WorkerPool::retire_when`]).
+    #[serde(default)]
+    pub retired: u64,
 }
 
 impl PoolStats {
@@ -183,6 +186,7 @@ pub struct WorkerPool<Req, Resp> {
     idle_rx: Receiver<usize>,
     stats: Mutex<PoolStats>,
     next_id: std::sync::atomic::AtomicU64,
+    retire: Option<fn(&Resp) -> bool>,
     _req: PhantomData<fn(&Req)>,
 }
 
@@ -209,6 +213,7 @@ where
             idle_rx,
             stats: Mutex::new(PoolStats::default()),
             next_id: std::sync::atomic::AtomicU64::new(1),
+            retire: None,
             _req: PhantomData,
         };
         for (i, slot) in pool.slots.iter().enumerate() {
@@ -216,6 +221,13 @@ where
             let _ = pool.idle_tx.send(i);
         }
         Ok(pool)
+    }
+
+    /// Replaces a child after any answer for which `retire` is true (a GPU worker whose context a
+    /// kernel poisoned answers with the crash, then must not serve again).
+    pub fn retire_when(mut self, retire: fn(&Resp) -> bool) -> Self {
+        self.retire = Some(retire);
+        self
     }
 
     /// Sends `req` to an idle worker (waiting for one if all are busy) with the default deadline.
@@ -235,6 +247,11 @@ where
         })?;
         let idx = self.take_idle();
         let result = self.exchange(idx, frame, Expect::Response(id), limit);
+        if let (Some(retire), Ok(FromChild::Response { body, .. })) = (self.retire, &result) {
+            if retire(body) {
+                self.replace(idx);
+            }
+        }
         let _ = self.idle_tx.send(idx);
         let mut stats = lock(&self.stats);
         stats.requests += 1;
@@ -373,6 +390,17 @@ where
         // empty and the next request retries (and reports Spawn if it fails again).
         slot.child = self.respawn().ok();
         Err(failure)
+    }
+
+    /// Kills the child of slot `idx` after a good answer and starts its replacement.
+    fn replace(&self, idx: usize) {
+        let mut slot = lock(&self.slots[idx]);
+        if let Some(mut child) = slot.child.take() {
+            child.kill();
+            child.reap(Duration::from_secs(1));
+        }
+        lock(&self.stats).retired += 1;
+        slot.child = self.respawn().ok();
     }
 
     /// Starts a replacement child, recording the latency.

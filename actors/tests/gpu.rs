@@ -1,0 +1,180 @@
+//! The GPU harness on a real GPU, with the real worker processes. Skipped unless
+//! `KEVIN_GPU_TESTS=1` (there is no GPU in CI); run on the lent H200 as described in the README.
+//!
+//! - the eager baseline agrees with the fp64 interpreter on every task (small preset; GPU preset
+//!   for every task without a matrix product, whose fp64 reference would take minutes);
+//! - a sample of reference solutions is correct, with CUDA timings (all of them: `kevin eval`);
+//! - the protocol cases of tests/data/cpu get the right outcome on the GPU too (not the race: on
+//!   a GPU whether a missing barrier shows is a matter of scheduling; tests/data/hacks has races
+//!   built to show);
+//! - a kernel that faults with an illegal address poisons only its worker, which is replaced, and
+//!   the next evaluation succeeds; a kernel that never ends is timed out and replaced.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kevin::cuda_env::{CudaEnv, CudaEnvConfig};
+use kevin::env::evaluate;
+use kevin::tasks::{Preset, TaskSuite};
+
+/// The repository root (KEVIN_ROOT when the test runs elsewhere than it was built).
+fn root() -> PathBuf {
+    std::env::var_os("KEVIN_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .unwrap()
+                .to_path_buf()
+        })
+}
+
+fn gpu_tests() -> bool {
+    let on = std::env::var("KEVIN_GPU_TESTS").as_deref() == Ok("1");
+    if !on {
+        eprintln!("skipping: set KEVIN_GPU_TESTS=1 on a machine with a GPU");
+    }
+    on
+}
+
+fn env(cfg: CudaEnvConfig) -> CudaEnv {
+    let suite = Arc::new(TaskSuite::load(root().join("tasks")).unwrap());
+    // KEVIN_BIN: the binary's path when the test runs on another machine than it was built on.
+    let program = std::env::var_os("KEVIN_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kevin")));
+    CudaEnv::new(suite, &root().join("tasks"), program, &cfg).expect("cuda environment")
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap()
+}
+
+#[test]
+fn baseline_matches_the_interpreter_on_every_task() {
+    if !gpu_tests() {
+        return;
+    }
+    let workers = 8;
+    let env = env(CudaEnvConfig {
+        workers_per_gpu: workers,
+        compile_workers: 1,
+        verify_timeout_ms: 600_000,
+        ..CudaEnvConfig::default()
+    });
+    let suite = TaskSuite::load(root().join("tasks")).unwrap();
+    let mut jobs = Vec::new();
+    for t in suite.tasks() {
+        jobs.push((t.name.clone(), Preset::Small));
+        if !t.source.contains('@') {
+            jobs.push((t.name.clone(), Preset::Gpu));
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some((task, preset)) = jobs.get(i) else {
+                    break;
+                };
+                let r = env.check_baseline(task, *preset, 7 + i as u64);
+                let line = match &r {
+                    Ok(c) => format!(
+                        "{task:28} {preset:?}: {} steps, cublas {}, max error/tolerance {:.3}{}",
+                        c.steps,
+                        c.cublas,
+                        c.max_error_ratio,
+                        c.first_failure
+                            .as_deref()
+                            .map(|f| format!(", FAIL {f}"))
+                            .unwrap_or_default()
+                    ),
+                    Err(e) => format!("{task:28} {preset:?}: ERROR {e}"),
+                };
+                eprintln!("{line}");
+                if !matches!(&r, Ok(c) if c.first_failure.is_none()) {
+                    failures.lock().unwrap().push(line);
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "baseline failures:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn reference_solutions_are_correct_with_cuda_timings() {
+    if !gpu_tests() {
+        return;
+    }
+    let env = env(CudaEnvConfig::default());
+    for task in [
+        "relu",
+        "softmax",
+        "matmul",
+        "layer_norm",
+        "gemm_bias_gelu",
+        "attention",
+        "argmax_dim1",
+        "layernorm_residual_f16",
+    ] {
+        let outcome = evaluate(&env, task, &read(&format!("tasks/solutions/{task}.cu")));
+        eprintln!(
+            "{task:28} {}",
+            outcome.feedback().lines().next().unwrap_or("")
+        );
+        assert!(outcome.is_correct(), "{task}: {outcome:?}");
+        assert!(
+            outcome.feedback().contains("cuda"),
+            "{task}: timings labelled cuda"
+        );
+    }
+}
+
+#[test]
+fn protocol_cases_get_the_right_outcome_on_the_gpu() {
+    if !gpu_tests() {
+        return;
+    }
+    let env = env(CudaEnvConfig {
+        verify_timeout_ms: 10_000,
+        ..CudaEnvConfig::default()
+    });
+    let cases = [
+        ("relu.correct", "correct", "cuda"),
+        ("relu.wrong", "wrong", ""),
+        ("relu.unwritten", "wrong", "not fully written"),
+        ("relu.clobber", "wrong", "was modified"),
+        ("relu.out_of_bounds", "crash", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+        ("relu_sum_rows.correct", "correct", "cuda"),
+        ("relu.infinite_loop", "timeout", ""),
+        ("relu.correct", "correct", "cuda"),
+    ];
+    for (case, kind, says) in cases {
+        let task = case.split('.').next().unwrap();
+        let outcome = evaluate(&env, task, &read(&format!("tests/data/cpu/{case}.cu")));
+        let feedback = outcome.feedback();
+        eprintln!(
+            "{case:28} {kind:8} -> {}: {}",
+            outcome.kind(),
+            feedback.lines().next().unwrap_or("")
+        );
+        assert_eq!(outcome.kind(), kind, "{case}: {outcome:?}");
+        assert!(
+            feedback.contains(says),
+            "{case}: {feedback:?} should mention {says:?}"
+        );
+    }
+    let stats = env.pool_stats();
+    eprintln!("pool: {stats:?}");
+    assert!(
+        stats[0].retired + stats[0].respawns >= 2,
+        "the faulted and the hung worker were replaced"
+    );
+}

@@ -1,0 +1,624 @@
+//! The "cuda" kernel environment: candidates compiled by NVRTC to a CUBIN for the GPU's own
+//! architecture, then checked and timed on the GPU by `kevin worker --role cuda` processes
+//! ([`crate::gpu`]) with the protocols of [`crate::verify`].
+//!
+//! - compile: the static rules and launch-plan validation, then NVRTC in the compile pool
+//!   ([`NvrtcCompiler`]); the image is written to the environment's work folder.
+//! - verify: a cuda worker runs the correctness protocol on device memory (inputs drawn on the
+//!   device, the eager baseline as the reference, masked; outputs compared on the device).
+//! - profile: the same worker times candidate and baseline interleaved with CUDA events, the L2
+//!   flushed before each run, input sets rotated, and re-checks the last timed output.
+//!
+//! Workers of one GPU share it: verifications take a shared lock on the GPU (they may overlap),
+//! a timing run takes it exclusively, so no other worker's kernels run while a candidate is
+//! timed. A worker whose context a candidate poisoned (illegal address, trap) answers with the
+//! crash and is replaced; a worker that hangs is killed at its deadline and replaced.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::candidate::ResolvedPlan;
+use crate::compile::{self, ModuleImage, OutputKind};
+use crate::env::{Compiled, KernelEnv};
+use crate::nvrtc_env::NvrtcCompiler;
+use crate::outcome::Outcome;
+use crate::tasks::{Preset, TaskSuite};
+use crate::worker::{PoolConfig, WorkerCommand, WorkerFailure, WorkerPool};
+
+/// Environment variables that configure a `cuda` worker.
+pub const HARNESS_ENV: &str = "KEVIN_CUDA_HARNESS";
+/// Path of the compiled baseline module.
+pub const BASELINE_ENV: &str = "KEVIN_CUDA_BASELINE";
+/// The GPU ordinal a worker serves.
+pub const DEVICE_ENV: &str = "KEVIN_CUDA_DEVICE";
+
+/// Work for a `cuda` worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum CudaRequest {
+    /// Run the correctness protocol.
+    Verify {
+        /// The task.
+        task: String,
+        /// Its size preset.
+        preset: Preset,
+        /// The module image file.
+        module: PathBuf,
+        /// Source kernel name -> symbol.
+        symbols: BTreeMap<String, String>,
+        /// The resolved launch plan.
+        plan: ResolvedPlan,
+        /// Trials (5 in the protocol).
+        trials: u32,
+    },
+    /// Run the timing protocol against the baseline.
+    Profile {
+        /// The task.
+        task: String,
+        /// Its size preset.
+        preset: Preset,
+        /// The module image file.
+        module: PathBuf,
+        /// Source kernel name -> symbol.
+        symbols: BTreeMap<String, String>,
+        /// The resolved launch plan.
+        plan: ResolvedPlan,
+    },
+    /// Check the baseline against the fp64 interpreter on one input set (GPU tests).
+    CheckBaseline {
+        /// The task.
+        task: String,
+        /// Its size preset.
+        preset: Preset,
+        /// Input seed.
+        seed: u64,
+    },
+}
+
+/// What a baseline check found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineCheck {
+    /// Launches (kernels and GEMMs) of the eager plan.
+    pub steps: usize,
+    /// Whether GEMMs went through cuBLAS.
+    pub cublas: bool,
+    /// Largest error / tolerance bound over all outputs (at most 1 when within tolerance).
+    pub max_error_ratio: f64,
+    /// The first element out of tolerance, if any: "Y[12]: expected 1.5, got 1.7".
+    pub first_failure: Option<String>,
+}
+
+/// A `cuda` worker's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CudaReply {
+    /// The result.
+    pub result: CudaResult,
+    /// The worker's context is poisoned: it must be replaced.
+    pub retire: bool,
+}
+
+/// The result part of a [`CudaReply`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum CudaResult {
+    /// The candidate's outcome (verify: `None` when it passed).
+    Outcome(Option<Outcome>),
+    /// A baseline check.
+    Baseline(BaselineCheck),
+    /// The harness failed; the candidate was not judged.
+    HarnessError(String),
+}
+
+#[cfg(unix)]
+mod worker {
+    use super::*;
+    use crate::gpu::run::{Candidate, GpuTimer, GpuTrials, Harness, TaskBuffers};
+    use crate::verify::correctness::{self, CheckError, ProtocolConfig};
+    use crate::verify::timing::{self, TimingConfig};
+    use crate::verify::ExecFailure;
+
+    /// A shared (verify) or exclusive (timing) hold on one GPU, across worker processes: `flock`
+    /// on two files. A turnstile, taken exclusively for a moment by readers and held by a writer
+    /// until it has the GPU, keeps a stream of verifications from starving a timing run.
+    struct GpuLock {
+        data: std::fs::File,
+    }
+
+    fn lock_file(ordinal: usize, what: &str) -> Option<std::fs::File> {
+        let path = std::env::temp_dir().join(format!("kevin-gpu-{ordinal}.{what}.lock"));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .ok()
+    }
+
+    fn flock(file: &std::fs::File, op: i32) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor we own; released when the file is closed (also when the
+        // process is killed).
+        unsafe { libc::flock(file.as_raw_fd(), op) == 0 }
+    }
+
+    impl GpuLock {
+        /// Blocks until the GPU is ours (exclusively for timing); `None` when the lock files
+        /// cannot be used (then nothing is serialised, which only costs timing quality).
+        fn take(ordinal: usize, exclusive: bool) -> Option<GpuLock> {
+            let turnstile = lock_file(ordinal, "turnstile")?;
+            let data = lock_file(ordinal, "gpu")?;
+            if !flock(&turnstile, libc::LOCK_EX) {
+                return None;
+            }
+            let op = if exclusive {
+                libc::LOCK_EX
+            } else {
+                libc::LOCK_SH
+            };
+            let ok = flock(&data, op);
+            flock(&turnstile, libc::LOCK_UN);
+            ok.then_some(GpuLock { data })
+        }
+    }
+
+    impl Drop for GpuLock {
+        fn drop(&mut self) {
+            flock(&self.data, libc::LOCK_UN);
+        }
+    }
+
+    fn outcome_of(f: ExecFailure, stage: &str) -> CudaResult {
+        match f.into_outcome(stage) {
+            Ok(o) => CudaResult::Outcome(Some(o)),
+            Err(harness) => CudaResult::HarnessError(harness),
+        }
+    }
+
+    fn load(
+        h: &Harness,
+        module: &Path,
+        symbols: &BTreeMap<String, String>,
+        plan: &ResolvedPlan,
+    ) -> Result<Candidate, ExecFailure> {
+        let image = std::fs::read(module)
+            .map_err(|e| ExecFailure::Harness(format!("{}: {e}", module.display())))?;
+        Candidate::load(h, &image, symbols, plan)
+    }
+
+    pub(super) fn handle(
+        h: &mut Harness,
+        suite: &TaskSuite,
+        ordinal: usize,
+        req: CudaRequest,
+    ) -> CudaResult {
+        let name = match &req {
+            CudaRequest::Verify { task, .. }
+            | CudaRequest::Profile { task, .. }
+            | CudaRequest::CheckBaseline { task, .. } => task.clone(),
+        };
+        let Some(task) = suite.get(&name) else {
+            return CudaResult::HarnessError(format!("unknown task `{name}`"));
+        };
+        match req {
+            CudaRequest::Verify {
+                preset,
+                module,
+                symbols,
+                plan,
+                trials,
+                ..
+            } => {
+                let _lock = GpuLock::take(ordinal, false);
+                let cand = match load(h, &module, &symbols, &plan) {
+                    Ok(c) => c,
+                    Err(f) => return outcome_of(f, "verify"),
+                };
+                let bufs = match TaskBuffers::new(h, task, preset) {
+                    Ok(b) => b,
+                    Err(e) => return CudaResult::HarnessError(e.to_string()),
+                };
+                let mut trials_impl = GpuTrials::new(h, &bufs, &cand);
+                let cfg = ProtocolConfig { trials, seed: None };
+                match correctness::run_protocol(&mut trials_impl, &cfg) {
+                    Ok(_) => CudaResult::Outcome(None),
+                    Err(CheckError::Candidate(o)) => CudaResult::Outcome(Some(o)),
+                    Err(CheckError::Harness(e)) => CudaResult::HarnessError(e.to_string()),
+                }
+            }
+            CudaRequest::Profile {
+                preset,
+                module,
+                symbols,
+                plan,
+                ..
+            } => {
+                let _lock = GpuLock::take(ordinal, true);
+                let cand = match load(h, &module, &symbols, &plan) {
+                    Ok(c) => c,
+                    Err(f) => return outcome_of(f, "profile"),
+                };
+                let bufs = match TaskBuffers::new(h, task, preset) {
+                    Ok(b) => b,
+                    Err(e) => return CudaResult::HarnessError(e.to_string()),
+                };
+                let mut timer = match GpuTimer::new(h, &bufs, &cand) {
+                    Ok(t) => t,
+                    Err(e) => return CudaResult::HarnessError(e.to_string()),
+                };
+                let t = match timing::measure(&mut timer, &TimingConfig::default()) {
+                    Ok(t) => t,
+                    Err(f) => return outcome_of(f, "profile"),
+                };
+                match timer.recheck() {
+                    Ok(None) => CudaResult::Outcome(Some(timing::correct_outcome(&t, "cuda"))),
+                    Ok(Some(reason)) => CudaResult::Outcome(Some(Outcome::Wrong {
+                        reason,
+                        mismatch: None,
+                    })),
+                    Err(e) => CudaResult::HarnessError(e.to_string()),
+                }
+            }
+            CudaRequest::CheckBaseline { preset, seed, .. } => {
+                let _lock = GpuLock::take(ordinal, false);
+                match crate::gpu::run::check_baseline(h, task, preset, seed) {
+                    Ok(c) => CudaResult::Baseline(c),
+                    Err(e) => CudaResult::HarnessError(e),
+                }
+            }
+        }
+    }
+
+    /// The `cuda` worker's main loop (`kevin worker --role cuda`).
+    pub fn worker_main() -> Result<(), String> {
+        let var = |k: &str| std::env::var(k).map_err(|_| format!("{k} is not set"));
+        let dir = var(crate::cpu_env::TASKS_ENV)?;
+        let suite = TaskSuite::load(&dir).map_err(|e| format!("task suite {dir}: {e}"))?;
+        let ordinal: usize = std::env::var(DEVICE_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let read = |k: &str| -> Result<Vec<u8>, String> {
+            let p = var(k)?;
+            std::fs::read(&p).map_err(|e| format!("{p}: {e}"))
+        };
+        let (himg, bimg) = (read(HARNESS_ENV)?, read(BASELINE_ENV)?);
+        let mut h =
+            Harness::new(ordinal, &himg, &bimg).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+        crate::worker::serve("cuda", crate::worker::DEFAULT_MAX_FRAME_BYTES, |req| {
+            let result = handle(&mut h, &suite, ordinal, req);
+            CudaReply {
+                result,
+                retire: crate::gpu::run::poisoned(),
+            }
+        })
+        .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(unix)]
+pub use worker::worker_main;
+
+/// A compiled module on disk; its file is removed when the last reference goes.
+#[derive(Debug)]
+struct Artifact {
+    module: PathBuf,
+    symbols: BTreeMap<String, String>,
+    plan: ResolvedPlan,
+}
+
+impl Drop for Artifact {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.module);
+    }
+}
+
+/// Settings of a [`CudaEnv`].
+#[derive(Debug, Clone)]
+pub struct CudaEnvConfig {
+    /// Size preset of evaluations (the GPU preset normally).
+    pub preset: Preset,
+    /// `sm_XX` or "auto".
+    pub arch: String,
+    /// GPU ordinals to use.
+    pub gpus: Vec<usize>,
+    /// Worker processes per GPU.
+    pub workers_per_gpu: usize,
+    /// Compile worker processes.
+    pub compile_workers: usize,
+    /// Compile deadline.
+    pub compile_timeout_ms: u64,
+    /// Verify deadline.
+    pub verify_timeout_ms: u64,
+    /// Profile deadline.
+    pub profile_timeout_ms: u64,
+}
+
+impl Default for CudaEnvConfig {
+    fn default() -> Self {
+        CudaEnvConfig {
+            preset: Preset::Gpu,
+            arch: "auto".into(),
+            gpus: vec![0],
+            workers_per_gpu: 2,
+            compile_workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            compile_timeout_ms: 30_000,
+            verify_timeout_ms: 60_000,
+            profile_timeout_ms: 60_000,
+        }
+    }
+}
+
+/// The environment.
+pub struct CudaEnv {
+    compiler: NvrtcCompiler,
+    pools: Vec<WorkerPool<CudaRequest, CudaReply>>,
+    next_pool: AtomicUsize,
+    preset: Preset,
+    workdir: PathBuf,
+    compiles: AtomicU64,
+    verify_timeout: Duration,
+    profile_timeout: Duration,
+}
+
+/// Folders that may hold libcublas (the CUDA toolkit's, or a pip wheel's), for the workers'
+/// loader path.
+fn cuda_lib_dirs() -> Vec<String> {
+    let mut dirs = Vec::new();
+    if let Ok(p) = std::env::var("CUDA_PATH") {
+        dirs.push(format!("{p}/lib64"));
+    }
+    dirs.push("/usr/local/cuda/lib64".into());
+    if let Some(nvrtc) = compile::nvrtc::pip_nvrtc_lib_dir() {
+        // site-packages/nvidia/cuda_nvrtc/lib -> site-packages/nvidia/cublas/lib
+        if let Some(nvidia) = nvrtc.parent().and_then(Path::parent) {
+            dirs.push(nvidia.join("cublas/lib").display().to_string());
+        }
+    }
+    dirs.retain(|d| Path::new(d).is_dir());
+    dirs
+}
+
+impl CudaEnv {
+    /// Compiles the harness and the baseline for the GPU, starts the compile pool and
+    /// `workers_per_gpu` cuda workers per GPU (`program` is the kevin binary); the task suite is
+    /// read from `tasks_dir` in the workers too.
+    pub fn new(
+        suite: Arc<TaskSuite>,
+        tasks_dir: &Path,
+        program: PathBuf,
+        cfg: &CudaEnvConfig,
+    ) -> Result<CudaEnv, String> {
+        let compiler = NvrtcCompiler::new(
+            suite,
+            cfg.preset,
+            &cfg.arch,
+            OutputKind::Cubin,
+            WorkerCommand::kevin_role(program.clone(), "compile"),
+            cfg.compile_workers.max(1),
+            cfg.compile_timeout_ms,
+        )?;
+        static INSTANCES: AtomicU64 = AtomicU64::new(0);
+        let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
+        let workdir =
+            std::env::temp_dir().join(format!("kevin-cuda-{}-{instance}", std::process::id()));
+        std::fs::create_dir_all(&workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
+        let trusted = |name: &str, source: &str| -> Result<PathBuf, String> {
+            let mut req = compile::CompileRequest::ptx(source, &[]);
+            req.arch = compiler.arch().to_string();
+            req.output = OutputKind::Cubin;
+            let out = compile::compile(&req, &compile::find_cuda_include_dirs())
+                .map_err(|e| format!("compiling kevin's {name} kernels: {e}"))?;
+            let path = workdir.join(format!("{name}.cubin"));
+            let bytes = match out.image {
+                ModuleImage::Cubin(b) => b,
+                ModuleImage::Ptx(p) => p.into_bytes(),
+            };
+            std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(path)
+        };
+        let harness = trusted("harness", crate::gpu::HARNESS_SOURCE)?;
+        let baseline = trusted("baseline", crate::baseline::SOURCE)?;
+        let tasks_dir = tasks_dir
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", tasks_dir.display()))?;
+        let mut lib_path = cuda_lib_dirs();
+        if let Ok(old) = std::env::var("LD_LIBRARY_PATH") {
+            lib_path.push(old);
+        }
+        let mut pools = Vec::new();
+        for &gpu in &cfg.gpus {
+            let mut command = WorkerCommand::kevin_role(program.clone(), "cuda");
+            command.env.extend([
+                (
+                    crate::cpu_env::TASKS_ENV.to_string(),
+                    tasks_dir.display().to_string(),
+                ),
+                (HARNESS_ENV.to_string(), harness.display().to_string()),
+                (BASELINE_ENV.to_string(), baseline.display().to_string()),
+                (DEVICE_ENV.to_string(), gpu.to_string()),
+                ("LD_LIBRARY_PATH".to_string(), lib_path.join(":")),
+            ]);
+            let config = PoolConfig {
+                workers: cfg.workers_per_gpu.max(1),
+                request_timeout: Duration::from_millis(cfg.verify_timeout_ms),
+                spawn_timeout: Duration::from_secs(30),
+                ..PoolConfig::default()
+            };
+            let pool = WorkerPool::new(command, config)
+                .map_err(|e| format!("cuda workers for GPU {gpu}: {e}"))?
+                .retire_when(|r: &CudaReply| r.retire);
+            pools.push(pool);
+        }
+        if pools.is_empty() {
+            return Err("env.gpus is empty: no GPU to evaluate on".into());
+        }
+        Ok(CudaEnv {
+            compiler,
+            pools,
+            next_pool: AtomicUsize::new(0),
+            preset: cfg.preset,
+            workdir,
+            compiles: AtomicU64::new(0),
+            verify_timeout: Duration::from_millis(cfg.verify_timeout_ms),
+            profile_timeout: Duration::from_millis(cfg.profile_timeout_ms),
+        })
+    }
+
+    fn pool(&self) -> &WorkerPool<CudaRequest, CudaReply> {
+        let i = self.next_pool.fetch_add(1, Ordering::Relaxed) % self.pools.len();
+        &self.pools[i]
+    }
+
+    /// Sends one request; a worker failure becomes the candidate's outcome.
+    pub fn request(
+        &self,
+        req: &CudaRequest,
+        stage: &str,
+        limit: Duration,
+    ) -> Result<CudaResult, Outcome> {
+        match self.pool().request_with_timeout(req, limit) {
+            Ok(reply) => Ok(reply.result),
+            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout {
+                stage: stage.into(),
+                limit_ms: limit.as_millis() as u64,
+            }),
+            Err(WorkerFailure::Crashed { exit, .. }) => Err(Outcome::Crash {
+                reason: format!("the kernel crashed its GPU worker ({exit})"),
+            }),
+            Err(other) => Err(Outcome::Crash {
+                reason: format!("the GPU worker failed: {other}"),
+            }),
+        }
+    }
+
+    /// Checks the baseline of `task` against the fp64 interpreter (GPU tests).
+    pub fn check_baseline(
+        &self,
+        task: &str,
+        preset: Preset,
+        seed: u64,
+    ) -> Result<BaselineCheck, String> {
+        let req = CudaRequest::CheckBaseline {
+            task: task.to_string(),
+            preset,
+            seed,
+        };
+        match self.request(&req, "verify", self.verify_timeout) {
+            Ok(CudaResult::Baseline(c)) => Ok(c),
+            Ok(CudaResult::HarnessError(e)) => Err(e),
+            Ok(other) => Err(format!("unexpected answer {other:?}")),
+            Err(o) => Err(o.feedback()),
+        }
+    }
+
+    /// Worker statistics of every GPU's pool.
+    pub fn pool_stats(&self) -> Vec<crate::worker::PoolStats> {
+        self.pools.iter().map(WorkerPool::stats).collect()
+    }
+
+    fn artifact(compiled: &Compiled) -> Option<&Artifact> {
+        compiled.artifact.downcast_ref::<Artifact>()
+    }
+
+    fn outcome(
+        result: Result<CudaResult, Outcome>,
+        none_ok: bool,
+    ) -> Result<Option<Outcome>, Outcome> {
+        match result? {
+            CudaResult::Outcome(o) if o.is_some() || none_ok => Ok(o),
+            CudaResult::Outcome(_) => Err(Outcome::Crash {
+                reason: "the GPU worker returned no timing".into(),
+            }),
+            CudaResult::HarnessError(e) => Err(Outcome::Crash {
+                reason: format!("the GPU harness failed: {e}"),
+            }),
+            CudaResult::Baseline(_) => Err(Outcome::Crash {
+                reason: "the GPU worker answered another request".into(),
+            }),
+        }
+    }
+}
+
+impl Drop for CudaEnv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.workdir);
+    }
+}
+
+impl KernelEnv for CudaEnv {
+    fn describe(&self) -> String {
+        format!(
+            "cuda environment: NVRTC CUBINs for {} ({} compile workers), {} GPU worker(s) on {} GPU(s); CUDA-event \
+             timings against kevin's eager baseline",
+            self.compiler.arch(),
+            self.compiler.workers(),
+            self.pools.iter().map(WorkerPool::workers).sum::<usize>(),
+            self.pools.len()
+        )
+    }
+
+    fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
+        let started = Instant::now();
+        let kernel = self.compiler.compile(task_name, source)?;
+        let n = self.compiles.fetch_add(1, Ordering::Relaxed);
+        let module = self.workdir.join(format!("{task_name}-{n}.cubin"));
+        let bytes = match kernel.image {
+            ModuleImage::Cubin(b) => b,
+            ModuleImage::Ptx(p) => p.into_bytes(),
+        };
+        std::fs::write(&module, bytes).map_err(|e| Outcome::Crash {
+            reason: format!("the harness could not store the module: {e}"),
+        })?;
+        Ok(Compiled {
+            task: task_name.to_string(),
+            artifact: Arc::new(Artifact {
+                module,
+                symbols: kernel.lowered_names,
+                plan: kernel.plan,
+            }),
+            compile_ms: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    fn verify(&self, compiled: &Compiled) -> Result<(), Outcome> {
+        let a = Self::artifact(compiled).ok_or_else(|| Outcome::Crash {
+            reason: "not a CUDA module".into(),
+        })?;
+        let req = CudaRequest::Verify {
+            task: compiled.task.clone(),
+            preset: self.preset,
+            module: a.module.clone(),
+            symbols: a.symbols.clone(),
+            plan: a.plan.clone(),
+            trials: 5,
+        };
+        match Self::outcome(self.request(&req, "verify", self.verify_timeout), true)? {
+            None => Ok(()),
+            Some(o) => Err(o),
+        }
+    }
+
+    fn profile(&self, compiled: &Compiled) -> Outcome {
+        let Some(a) = Self::artifact(compiled) else {
+            return Outcome::Crash {
+                reason: "not a CUDA module".into(),
+            };
+        };
+        let req = CudaRequest::Profile {
+            task: compiled.task.clone(),
+            preset: self.preset,
+            module: a.module.clone(),
+            symbols: a.symbols.clone(),
+            plan: a.plan.clone(),
+        };
+        match Self::outcome(self.request(&req, "profile", self.profile_timeout), false) {
+            Ok(Some(o)) | Err(o) => o,
+            Ok(None) => Outcome::Crash {
+                reason: "the GPU worker returned no timing".into(),
+            },
+        }
+    }
+}

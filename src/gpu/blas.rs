@@ -1,0 +1,162 @@
+//! cuBLAS for the eager baseline's matrix products, as PyTorch eager calls it: one
+//! `cublasGemmStridedBatchedEx` per product on the worker's stream, fp32 compute (no TF32, like
+//! torch's default), fp16/bf16 storage where the task says so.
+
+use cudarc::cublas::sys as cb;
+use cudarc::driver::sys as drv;
+
+use crate::ops::Dtype;
+
+/// Why cuBLAS could not be used or a call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cuBLAS {call}: {status}")]
+pub struct BlasError {
+    /// The call.
+    pub call: String,
+    /// Its status.
+    pub status: String,
+}
+
+/// One row-major strided-batched product `C_b = op(A_b) @ op(B_b)` (see
+/// [`crate::baseline::Gemm`]), with device addresses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GemmCall {
+    /// Element type of A, B and C.
+    pub dtype: Dtype,
+    /// Rows of C.
+    pub m: u32,
+    /// Columns of C.
+    pub n: u32,
+    /// Inner dimension.
+    pub k: u32,
+    /// Number of products.
+    pub batch: u32,
+    /// A is stored k x m and used transposed.
+    pub trans_a: bool,
+    /// B is stored n x k and used transposed.
+    pub trans_b: bool,
+    /// Device address of A.
+    pub a: u64,
+    /// Device address of B.
+    pub b: u64,
+    /// Device address of C.
+    pub c: u64,
+    /// Elements between consecutive A matrices (0 = the same A for every product).
+    pub stride_a: i64,
+    /// Elements between consecutive B matrices.
+    pub stride_b: i64,
+    /// Elements between consecutive C matrices.
+    pub stride_c: i64,
+}
+
+/// A cuBLAS handle bound to one stream.
+pub struct Blas {
+    handle: cb::cublasHandle_t,
+}
+
+fn status(call: &str, s: cb::cublasStatus_t) -> Result<(), BlasError> {
+    if s == cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(BlasError {
+            call: call.to_string(),
+            status: format!("{s:?}"),
+        })
+    }
+}
+
+impl Blas {
+    /// Whether libcublas can be loaded (cudarc panics on a missing library, so ask first).
+    pub fn available() -> bool {
+        // SAFETY: only tries to dlopen the library.
+        unsafe { cb::is_culib_present() }
+    }
+
+    /// A handle whose calls run on `stream`.
+    pub fn new(stream: drv::CUstream) -> Result<Blas, BlasError> {
+        if !Self::available() {
+            return Err(BlasError {
+                call: "dlopen".into(),
+                status: "libcublas.so not found on the loader path".into(),
+            });
+        }
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the stream outlives the handle (both live in the
+        // worker's harness).
+        unsafe {
+            status("cublasCreate", cb::cublasCreate_v2(&mut handle))?;
+            status(
+                "cublasSetStream",
+                cb::cublasSetStream_v2(handle, stream as cb::cudaStream_t),
+            )?;
+        }
+        Ok(Blas { handle })
+    }
+
+    /// Enqueues one product.
+    pub fn gemm(&self, g: &GemmCall) -> Result<(), BlasError> {
+        let ty = match g.dtype {
+            Dtype::F32 => cb::cudaDataType::CUDA_R_32F,
+            Dtype::F16 => cb::cudaDataType::CUDA_R_16F,
+            Dtype::Bf16 => cb::cudaDataType::CUDA_R_16BF,
+            Dtype::I64 => {
+                return Err(BlasError {
+                    call: "gemm".into(),
+                    status: "no i64 matrix product".into(),
+                })
+            }
+        };
+        let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
+        // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.
+        let op = |t: bool| {
+            if t {
+                cb::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cb::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let ldb = if g.trans_b { k } else { n };
+        let lda = if g.trans_a { m } else { k };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: the addresses are live device buffers of the sizes the plan declares.
+        unsafe {
+            status(
+                "cublasGemmStridedBatchedEx",
+                cb::cublasGemmStridedBatchedEx(
+                    self.handle,
+                    op(g.trans_b),
+                    op(g.trans_a),
+                    n,
+                    m,
+                    k,
+                    (&alpha as *const f32).cast(),
+                    g.b as *const std::ffi::c_void,
+                    ty,
+                    ldb,
+                    g.stride_b,
+                    g.a as *const std::ffi::c_void,
+                    ty,
+                    lda,
+                    g.stride_a,
+                    (&beta as *const f32).cast(),
+                    g.c as *mut std::ffi::c_void,
+                    ty,
+                    n,
+                    g.stride_c,
+                    g.batch as i32,
+                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                ),
+            )
+        }
+    }
+}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: created once, destroyed once.
+        unsafe {
+            let _ = cb::cublasDestroy_v2(self.handle);
+        }
+    }
+}

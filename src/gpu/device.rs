@@ -1,0 +1,476 @@
+//! A thin layer over the CUDA driver API (cudarc's `sys` bindings, loaded at run time): one
+//! context on one GPU, one stream, raw device buffers, modules, launches and events.
+//!
+//! Why not cudarc's safe layer: a worker launches kernels it did not write, with argument lists
+//! that exist only at run time (pointers and scalars from a launch plan), and must tell a sticky
+//! fault of the context (illegal address, trap) from a refused launch (too many resources). The
+//! driver calls are few, so they are wrapped here with those distinctions as data ([`GpuError`]).
+//!
+//! Everything runs on one stream (`stream`), which is also what events time.
+
+use std::ffi::{c_void, CString};
+
+use cudarc::driver::sys;
+
+/// A failed driver call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{call}: {name} ({code})")]
+pub struct GpuError {
+    /// The driver function (or what kevin was doing).
+    pub call: String,
+    /// The CUDA error name, e.g. `CUDA_ERROR_ILLEGAL_ADDRESS`.
+    pub name: String,
+    /// The numeric `CUresult`.
+    pub code: u32,
+}
+
+impl GpuError {
+    /// Whether the error is one of the faults that poison the context for good (CUDA calls them
+    /// sticky): the process must exit before the GPU can be used again.
+    pub fn is_sticky(&self) -> bool {
+        matches!(
+            self.code,
+            700 // ILLEGAL_ADDRESS
+            | 702 // LAUNCH_TIMEOUT
+            | 710 // ASSERT
+            | 714 // HARDWARE_STACK_ERROR
+            | 715 // ILLEGAL_INSTRUCTION
+            | 716 // MISALIGNED_ADDRESS
+            | 717 // INVALID_ADDRESS_SPACE
+            | 718 // INVALID_PC
+            | 719 // LAUNCH_FAILED (a trap)
+            | 709 // CONTEXT_IS_DESTROYED
+            | 999 // UNKNOWN
+        )
+    }
+}
+
+fn ck(call: &str, r: sys::CUresult) -> Result<(), GpuError> {
+    match r.result() {
+        Ok(()) => Ok(()),
+        Err(e) => Err(GpuError {
+            call: call.to_string(),
+            name: e
+                .error_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "CUDA_ERROR_?".into()),
+            code: e.0 as u32,
+        }),
+    }
+}
+
+fn harness_error(call: &str, what: impl Into<String>) -> GpuError {
+    GpuError {
+        call: call.to_string(),
+        name: what.into(),
+        code: 0,
+    }
+}
+
+/// Whether the CUDA driver library can be loaded (cudarc panics on a missing library, so this
+/// is asked first).
+pub fn driver_available() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { sys::is_culib_present() }
+}
+
+/// One GPU: a primary context made current on the calling thread, and one stream.
+pub struct Gpu {
+    dev: sys::CUdevice,
+    stream: sys::CUstream,
+    /// The device's name.
+    pub name: String,
+    /// L2 cache size in bytes.
+    pub l2_bytes: usize,
+    /// `sm_XY` of the device.
+    pub arch: String,
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal` (primary context, current on this thread) with a fresh stream.
+    pub fn open(ordinal: usize) -> Result<Gpu, GpuError> {
+        if !driver_available() {
+            return Err(harness_error(
+                "cuInit",
+                "the CUDA driver library (libcuda.so) is not installed",
+            ));
+        }
+        // SAFETY: plain driver calls with out-pointers to locals.
+        unsafe {
+            ck("cuInit", sys::cuInit(0))?;
+            let mut dev = 0;
+            ck("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal as i32))?;
+            let mut ctx = std::ptr::null_mut();
+            ck(
+                "cuDevicePrimaryCtxRetain",
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+            )?;
+            ck("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+            let mut stream = std::ptr::null_mut();
+            ck(
+                "cuStreamCreate",
+                sys::cuStreamCreate(
+                    &mut stream,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                ),
+            )?;
+            let attr = |a| {
+                let mut v = 0;
+                ck(
+                    "cuDeviceGetAttribute",
+                    sys::cuDeviceGetAttribute(&mut v, a, dev),
+                )
+                .map(|_| v)
+            };
+            use sys::CUdevice_attribute::*;
+            let l2 = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?;
+            let major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+            let minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let mut name = [0i8; 256];
+            ck(
+                "cuDeviceGetName",
+                sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev),
+            )?;
+            let name = std::ffi::CStr::from_ptr(name.as_ptr())
+                .to_string_lossy()
+                .into_owned();
+            Ok(Gpu {
+                dev,
+                stream,
+                name,
+                l2_bytes: l2.max(0) as usize,
+                arch: format!("sm_{major}{minor}"),
+            })
+        }
+    }
+
+    /// The stream every launch, copy and event of this worker uses.
+    pub fn stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    /// The device handle.
+    pub fn device(&self) -> sys::CUdevice {
+        self.dev
+    }
+
+    /// Allocates `bytes` of device memory (at least 1 byte).
+    pub fn alloc(&self, bytes: usize) -> Result<DevBuf, GpuError> {
+        let mut ptr = 0;
+        // SAFETY: out-pointer to a local.
+        unsafe { ck("cuMemAlloc", sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)))? };
+        Ok(DevBuf { ptr, bytes })
+    }
+
+    /// Copies `src` into `dst` (from its start) and waits.
+    pub fn upload(&self, dst: &DevBuf, src: &[u8]) -> Result<(), GpuError> {
+        if src.len() > dst.bytes {
+            return Err(harness_error("upload", "source larger than the buffer"));
+        }
+        self.upload_at(dst.ptr, src)
+    }
+
+    /// Copies `src` to device address `dst` (inside a live buffer) and waits.
+    pub fn upload_at(&self, dst: u64, src: &[u8]) -> Result<(), GpuError> {
+        // SAFETY: callers pass an address with `src.len()` bytes of a live buffer behind it.
+        unsafe {
+            ck(
+                "cuMemcpyHtoDAsync",
+                sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), self.stream),
+            )?;
+        }
+        self.sync()
+    }
+
+    /// Copies the start of `src` into `dst` and waits.
+    pub fn download(&self, dst: &mut [u8], src: &DevBuf) -> Result<(), GpuError> {
+        self.download_at(dst, src.ptr, src.bytes)
+    }
+
+    /// Copies `dst.len()` bytes from device address `src` (of a buffer of `avail` bytes).
+    pub fn download_at(&self, dst: &mut [u8], src: u64, avail: usize) -> Result<(), GpuError> {
+        if dst.len() > avail {
+            return Err(harness_error(
+                "download",
+                "destination larger than the buffer",
+            ));
+        }
+        // SAFETY: `src` holds at least `dst.len()` bytes; the copy completes before returning.
+        unsafe {
+            ck(
+                "cuMemcpyDtoHAsync",
+                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src, dst.len(), self.stream),
+            )?;
+        }
+        self.sync()
+    }
+
+    /// Copies `bytes` between device buffers (asynchronously, on the stream).
+    pub fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), GpuError> {
+        // SAFETY: callers pass live buffers of at least `bytes` bytes.
+        unsafe {
+            ck(
+                "cuMemcpyDtoDAsync",
+                sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream),
+            )
+        }
+    }
+
+    /// Sets every 32-bit word of `buf` to `word` (asynchronously).
+    pub fn fill_u32(&self, buf: &DevBuf, word: u32) -> Result<(), GpuError> {
+        // SAFETY: writes `bytes / 4` words inside the buffer.
+        unsafe {
+            ck(
+                "cuMemsetD32Async",
+                sys::cuMemsetD32Async(buf.ptr, word, buf.bytes / 4, self.stream),
+            )
+        }
+    }
+
+    /// Sets every 16-bit word of `buf` to `word` (asynchronously).
+    pub fn fill_u16(&self, buf: &DevBuf, word: u16) -> Result<(), GpuError> {
+        // SAFETY: writes `bytes / 2` halves inside the buffer.
+        unsafe {
+            ck(
+                "cuMemsetD16Async",
+                sys::cuMemsetD16Async(buf.ptr, word, buf.bytes / 2, self.stream),
+            )
+        }
+    }
+
+    /// Waits for the stream.
+    pub fn sync(&self) -> Result<(), GpuError> {
+        // SAFETY: the stream lives as long as `self`.
+        unsafe { ck("cuStreamSynchronize", sys::cuStreamSynchronize(self.stream)) }
+    }
+
+    /// Loads a module from a CUBIN or PTX image.
+    pub fn load_module(&self, image: &[u8]) -> Result<GpuModule, GpuError> {
+        // cuModuleLoadData reads PTX as a C string: make sure it is terminated.
+        let mut owned;
+        let data = if image.starts_with(b"\x7fELF") || image.last() == Some(&0) {
+            image
+        } else {
+            owned = image.to_vec();
+            owned.push(0);
+            &owned[..]
+        };
+        let mut module = std::ptr::null_mut();
+        // SAFETY: `data` is a complete image that outlives the call.
+        unsafe {
+            ck(
+                "cuModuleLoadData",
+                sys::cuModuleLoadData(&mut module, data.as_ptr().cast()),
+            )?
+        };
+        Ok(GpuModule { module })
+    }
+
+    /// Launches `f` with kernel parameters `params` (pointers to each argument's value).
+    ///
+    /// # Safety
+    /// `params` must match the kernel's parameter list; pointer arguments are trusted to point
+    /// into live buffers only as far as the kernel is trusted (candidates run in workers).
+    pub unsafe fn launch(
+        &self,
+        f: sys::CUfunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        smem: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<(), GpuError> {
+        ck(
+            "cuLaunchKernel",
+            sys::cuLaunchKernel(
+                f,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                smem,
+                self.stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            ),
+        )
+    }
+
+    /// A pair of timing events.
+    pub fn timer(&self) -> Result<EventPair, GpuError> {
+        let mut start = std::ptr::null_mut();
+        let mut end = std::ptr::null_mut();
+        // SAFETY: out-pointers to locals; default flags keep timing enabled.
+        unsafe {
+            ck("cuEventCreate", sys::cuEventCreate(&mut start, 0))?;
+            ck("cuEventCreate", sys::cuEventCreate(&mut end, 0))?;
+        }
+        Ok(EventPair {
+            start,
+            end,
+            stream: self.stream,
+        })
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize), GpuError> {
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: out-pointers to locals.
+        unsafe { ck("cuMemGetInfo", sys::cuMemGetInfo_v2(&mut free, &mut total))? };
+        Ok((free, total))
+    }
+}
+
+/// Device memory, freed on drop.
+#[derive(Debug)]
+pub struct DevBuf {
+    ptr: u64,
+    bytes: usize,
+}
+
+impl DevBuf {
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Its size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAlloc and freed once. After a sticky error this fails,
+        // which is fine: the process is about to exit.
+        unsafe {
+            let _ = sys::cuMemFree_v2(self.ptr);
+        }
+    }
+}
+
+/// A loaded module.
+pub struct GpuModule {
+    module: sys::CUmodule,
+}
+
+impl GpuModule {
+    /// Looks up a kernel by its (lowered) symbol.
+    pub fn function(&self, symbol: &str) -> Result<sys::CUfunction, GpuError> {
+        let name = CString::new(symbol)
+            .map_err(|_| harness_error("cuModuleGetFunction", "NUL in name"))?;
+        let mut f = std::ptr::null_mut();
+        // SAFETY: the module is loaded; out-pointer to a local.
+        unsafe {
+            ck(
+                &format!("cuModuleGetFunction({symbol})"),
+                sys::cuModuleGetFunction(&mut f, self.module, name.as_ptr()),
+            )?
+        };
+        Ok(f)
+    }
+}
+
+impl Drop for GpuModule {
+    fn drop(&mut self) {
+        // SAFETY: loaded once, unloaded once.
+        unsafe {
+            let _ = sys::cuModuleUnload(self.module);
+        }
+    }
+}
+
+/// Lets `f` use `bytes` of dynamic shared memory (above the default 48 KiB needs opting in).
+///
+/// # Safety
+/// `f` must be a function of a module that is still loaded.
+pub unsafe fn allow_dynamic_smem(f: sys::CUfunction, bytes: u32) -> Result<(), GpuError> {
+    if bytes <= 48 * 1024 {
+        return Ok(());
+    }
+    ck(
+        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+        sys::cuFuncSetAttribute(
+            f,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        ),
+    )
+}
+
+/// Two events on the worker's stream: `start()` before a launch sequence, `stop()` after it,
+/// then `elapsed_ms()` waits for the end and returns the GPU time between them.
+pub struct EventPair {
+    start: sys::CUevent,
+    end: sys::CUevent,
+    stream: sys::CUstream,
+}
+
+impl EventPair {
+    /// Records the start event.
+    pub fn start(&self) -> Result<(), GpuError> {
+        // SAFETY: live event and stream.
+        unsafe { ck("cuEventRecord", sys::cuEventRecord(self.start, self.stream)) }
+    }
+
+    /// Records the end event.
+    pub fn stop(&self) -> Result<(), GpuError> {
+        // SAFETY: live event and stream.
+        unsafe { ck("cuEventRecord", sys::cuEventRecord(self.end, self.stream)) }
+    }
+
+    /// Waits for the end event; milliseconds between the two.
+    pub fn elapsed_ms(&self) -> Result<f64, GpuError> {
+        let mut ms = 0f32;
+        // SAFETY: both events were recorded on this stream.
+        unsafe {
+            ck("cuEventSynchronize", sys::cuEventSynchronize(self.end))?;
+            ck(
+                "cuEventElapsedTime",
+                sys::cuEventElapsedTime(&mut ms, self.start, self.end),
+            )?;
+        }
+        Ok(f64::from(ms))
+    }
+}
+
+impl Drop for EventPair {
+    fn drop(&mut self) {
+        // SAFETY: created once, destroyed once.
+        unsafe {
+            let _ = sys::cuEventDestroy_v2(self.start);
+            let _ = sys::cuEventDestroy_v2(self.end);
+        }
+    }
+}
+
+/// Packs launch arguments: keeps each value alive at a stable address and hands out the
+/// `void*[]` array `cuLaunchKernel` wants.
+#[derive(Default)]
+pub struct ArgPack {
+    values: Vec<[u8; 8]>,
+}
+
+impl ArgPack {
+    /// Adds one argument of up to 8 bytes (a pointer or a scalar in its C type).
+    pub fn push(&mut self, bytes: &[u8]) {
+        let mut v = [0u8; 8];
+        v[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
+        self.values.push(v);
+    }
+
+    /// Adds a device pointer.
+    pub fn ptr(&mut self, p: u64) {
+        self.push(&p.to_ne_bytes());
+    }
+
+    /// The parameter array (valid while `self` is neither moved nor changed).
+    pub fn params(&mut self) -> Vec<*mut c_void> {
+        self.values
+            .iter_mut()
+            .map(|v| v.as_mut_ptr().cast())
+            .collect()
+    }
+}

@@ -1,0 +1,125 @@
+// kevin's GPU harness kernels: trusted code that generates trial inputs, fills outputs with
+// their NaN patterns, masks references and input copies with a per-trial secret, and compares.
+// Compiled once per environment with NVRTC; loaded by every `kevin worker --role cuda`.
+//
+// Masking: a reference (or an input's copy) stays in device memory XORed with a key stream
+// h(key, i) whose 64-bit key exists only on the host and in the parameters of these kernels, so a
+// candidate scanning device memory finds bytes it cannot decode. h must equal
+// `kevin::gpu::mask::stream` bit for bit.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+__device__ __forceinline__ u64 kv_mix(u64 z) {
+    z ^= z >> 33; z *= 0xff51afd7ed558ccdULL;
+    z ^= z >> 33; z *= 0xc4ceb9fe1a85ec53ULL;
+    z ^= z >> 33;
+    return z;
+}
+__device__ __forceinline__ u64 kv_stream(u64 key, u64 i) {
+    return kv_mix(key ^ (i * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL));
+}
+
+// Element access as bits of the element's width.
+template <int W> struct Bits;
+template <> struct Bits<2> { typedef u16 T; };
+template <> struct Bits<4> { typedef u32 T; };
+template <> struct Bits<8> { typedef u64 T; };
+
+template <int W>
+__device__ void mask_impl(void* p, u64 n, u64 key) {
+    typedef typename Bits<W>::T B;
+    B* q = (B*)p;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        q[i] ^= (B)kv_stream(key, i);
+}
+extern "C" __global__ void kevin_mask2(void* p, u64 n, u64 key) { mask_impl<2>(p, n, key); }
+extern "C" __global__ void kevin_mask4(void* p, u64 n, u64 key) { mask_impl<4>(p, n, key); }
+extern "C" __global__ void kevin_mask8(void* p, u64 n, u64 key) { mask_impl<8>(p, n, key); }
+
+// first[0] = smallest index i with a[i] != (masked[i] ^ h(key, i)); untouched when none.
+template <int W>
+__device__ void diff_impl(const void* a, const void* masked, u64 n, u64 key, u64* first) {
+    typedef typename Bits<W>::T B;
+    const B* x = (const B*)a;
+    const B* y = (const B*)masked;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        if (x[i] != (B)(y[i] ^ (B)kv_stream(key, i))) atomicMin(first, i);
+}
+extern "C" __global__ void kevin_diff2(const void* a, const void* m, u64 n, u64 key, u64* f) { diff_impl<2>(a, m, n, key, f); }
+extern "C" __global__ void kevin_diff4(const void* a, const void* m, u64 n, u64 key, u64* f) { diff_impl<4>(a, m, n, key, f); }
+extern "C" __global__ void kevin_diff8(const void* a, const void* m, u64 n, u64 key, u64* f) { diff_impl<8>(a, m, n, key, f); }
+
+// Inputs: kind 0 normal(a = mean, b = std), 1 uniform[a, b), 2 positive a + |N(0, b)|; dtype
+// 0 f32, 1 f16, 2 bf16. Counter-based: element i depends only on (seed, i).
+__device__ __forceinline__ float kv_unit(u64 bits) {  // in [0, 1)
+    return (float)(bits >> 40) * (1.0f / 16777216.0f);
+}
+__device__ __forceinline__ float kv_draw(u64 seed, u64 i, int kind, float a, float b) {
+    u64 r1 = kv_stream(seed, 2 * i), r2 = kv_stream(seed, 2 * i + 1);
+    if (kind == 1) return a + (b - a) * kv_unit(r1);
+    float u1 = 1.0f - kv_unit(r1);  // (0, 1]
+    float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * kv_unit(r2));
+    return kind == 0 ? a + b * z : a + b * fabsf(z);
+}
+extern "C" __global__ void kevin_generate(void* out, u64 n, u64 seed, int kind, float a, float b, int dtype) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        float v = kv_draw(seed, i, kind, a, b);
+        if (dtype == 0) ((float*)out)[i] = v;
+        else if (dtype == 1) ((__half*)out)[i] = __float2half_rn(v);
+        else ((__nv_bfloat16*)out)[i] = __float2bfloat16_rn(v);
+    }
+}
+
+extern "C" __global__ void kevin_fill64(u64* p, u64 n, u64 v) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        p[i] = v;
+}
+
+// Compare an output with its masked reference: the rule of kevin::verify::correctness::judge.
+// stats[0] = failures, stats[1] = first failing index (init ~0), stats[2] = max error ratio of
+// the passing finite elements as float bits (non-negative floats order like their bits).
+__device__ __forceinline__ double kv_value(const void* p, u64 i, int dtype, u64 key, bool masked, u64* raw) {
+    if (dtype == 0) {
+        u32 b = ((const u32*)p)[i]; if (masked) b ^= (u32)kv_stream(key, i);
+        *raw = b; return (double)__uint_as_float(b);
+    } else if (dtype == 1) {
+        u16 b = ((const u16*)p)[i]; if (masked) b ^= (u16)kv_stream(key, i);
+        *raw = b; return (double)__half2float(__ushort_as_half(b));
+    } else if (dtype == 2) {
+        u16 b = ((const u16*)p)[i]; if (masked) b ^= (u16)kv_stream(key, i);
+        *raw = b; return (double)__uint_as_float(((u32)b) << 16);
+    } else {
+        u64 b = ((const u64*)p)[i]; if (masked) b ^= kv_stream(key, i);
+        *raw = b; return (double)(long long)b;
+    }
+}
+extern "C" __global__ void kevin_compare(const void* got, const void* want_masked, u64 n, int dtype, u64 key,
+                                         u64 fill, double atol, double rtol, u64* stats) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        u64 graw, wraw;
+        double g = kv_value(got, i, dtype, 0, false, &graw);
+        double w = kv_value(want_masked, i, dtype, key, true, &wraw);
+        bool fail;
+        float ratio = 0.0f;
+        if (graw == fill) fail = true;
+        else if (dtype == 3) fail = graw != wraw;
+        else if (isnan(w)) fail = !isnan(g);
+        else if (isinf(w)) fail = g != w;
+        else if (!isfinite(g)) fail = true;
+        else {
+            double err = fabs(g - w), bound = atol + rtol * fabs(w);
+            fail = err > bound;
+            if (!fail && err > 0.0) ratio = (float)(err / bound);
+        }
+        if (fail) {
+            atomicAdd(&stats[0], 1ULL);
+            atomicMin(&stats[1], i);
+        } else if (ratio > 0.0f) {
+            atomicMax((u32*)&stats[2], __float_as_uint(ratio));
+        }
+    }
+}

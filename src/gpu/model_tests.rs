@@ -1,0 +1,158 @@
+//! The harness kernels run on the CPU device model ([`crate::cpu`]), so their rules are tested
+//! without a GPU: the key stream equals [`super::mask_stream`], the diff finds the first changed
+//! element, the compare kernel applies the protocol's rule, the generator draws its distribution.
+//! Skipped (with a message) when no C++ compiler is on PATH.
+
+use std::ffi::c_void;
+
+use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
+use crate::cpu::{self, Module};
+
+use super::{mask_stream, HARNESS_SOURCE};
+
+struct Model {
+    module: Module,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn launch(kernel: &str, args: Vec<ResolvedArg>) -> ResolvedLaunch {
+    ResolvedLaunch {
+        line: 1,
+        kernel: kernel.into(),
+        grid: [4, 1, 1],
+        block: [64, 1, 1],
+        smem_bytes: 0,
+        args,
+    }
+}
+
+fn t(i: usize) -> ResolvedArg {
+    ResolvedArg::Tensor(i)
+}
+
+fn u64a(v: u64) -> ResolvedArg {
+    ResolvedArg::Scalar(Scalar::U64(v))
+}
+
+const KERNELS: &[&str] = &[
+    "kevin_mask4",
+    "kevin_diff4",
+    "kevin_compare",
+    "kevin_generate",
+];
+
+fn model() -> Option<Model> {
+    if let Err(e) = cpu::find_compiler() {
+        eprintln!("SKIP harness kernels on the device model: {e}");
+        return None;
+    }
+    let plan = ResolvedPlan {
+        scratch: Vec::new(),
+        launches: KERNELS.iter().map(|k| launch(k, Vec::new())).collect(),
+    };
+    let dir = std::env::temp_dir().join(format!("kevin-harness-model-{}", std::process::id()));
+    let so = cpu::compile(HARNESS_SOURCE, &plan, &dir).expect("harness.cu compiles on the model");
+    let module = Module::load(&so).expect("load");
+    Some(Model { module, dir })
+}
+
+fn run(m: &Model, l: &ResolvedLaunch, bufs: &mut [&mut [u64]]) {
+    let ptrs: Vec<*mut c_void> = bufs.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+    // SAFETY: every buffer is as large as the launches below use (n elements).
+    unsafe { m.module.launch(l, &ptrs, &[], 2) }.expect("launch");
+}
+
+#[test]
+fn harness_kernels_follow_the_protocol_rules() {
+    let Some(m) = model() else { return };
+    let n = 1000u64;
+    let key = 0x1234_5678_9abc_def0;
+    // f32 data as u32 words, packed two per u64 element of the host vectors.
+    let words = |v: &[u64]| -> Vec<u32> {
+        v.iter()
+            .flat_map(|w| [*w as u32, (*w >> 32) as u32])
+            .collect()
+    };
+    let pack = |w: &[u32]| -> Vec<u64> {
+        w.chunks(2)
+            .map(|c| u64::from(c[0]) | (u64::from(c[1]) << 32))
+            .collect()
+    };
+    let original: Vec<u32> = (0..n as u32)
+        .map(|i| (i as f32 * 0.5 - 7.0).to_bits())
+        .collect();
+
+    // Masking equals the host's key stream.
+    let mut masked = pack(&original);
+    run(
+        &m,
+        &launch("kevin_mask4", vec![t(0), u64a(n), u64a(key)]),
+        &mut [&mut masked],
+    );
+    for (i, (&w, &o)) in words(&masked).iter().zip(&original).enumerate() {
+        assert_eq!(w, o ^ mask_stream(key, i as u64) as u32, "element {i}");
+    }
+
+    // The diff finds the first changed element against the masked copy.
+    let mut changed = original.clone();
+    changed[700] ^= 1;
+    changed[37] ^= 1 << 20;
+    let mut a = pack(&changed);
+    let mut stats = [0u64, u64::MAX, 0, 0];
+    run(
+        &m,
+        &launch("kevin_diff4", vec![t(0), t(1), u64a(n), u64a(key), t(2)]),
+        &mut [&mut a, &mut masked.clone(), &mut stats[1..]],
+    );
+    assert_eq!(stats[1], 37);
+
+    // Compare: an unwritten element (fill), one out of tolerance, the rest within.
+    let fill = crate::verify::buffer::F32_FILL;
+    let mut got: Vec<u32> = original
+        .iter()
+        .map(|&w| (f32::from_bits(w) * (1.0 + 5e-5)).to_bits())
+        .collect();
+    got[5] = fill;
+    got[10] = (f32::from_bits(original[10]) + 0.5).to_bits();
+    let mut got = pack(&got);
+    let mut stats = [0u64, u64::MAX, 0, 0];
+    let mut args = vec![t(0), t(1), u64a(n)];
+    args.push(ResolvedArg::Scalar(Scalar::I32(0)));
+    args.extend([u64a(key), u64a(u64::from(fill))]);
+    args.push(ResolvedArg::Scalar(Scalar::F64(1e-4)));
+    args.push(ResolvedArg::Scalar(Scalar::F64(1e-4)));
+    args.push(t(2));
+    run(
+        &m,
+        &launch("kevin_compare", args),
+        &mut [&mut got, &mut masked, &mut stats],
+    );
+    assert_eq!(stats[0], 2, "two failures");
+    assert_eq!(stats[1], 5, "the first is the unwritten element");
+    let ratio = f32::from_bits(stats[2] as u32);
+    assert!(ratio > 0.3 && ratio <= 1.0, "max ratio {ratio}");
+
+    // The generator: normal(2, 3) in f32.
+    let mut out = vec![0u64; n as usize / 2];
+    let mut args = vec![t(0), u64a(n), u64a(99), ResolvedArg::Scalar(Scalar::I32(0))];
+    args.push(ResolvedArg::Scalar(Scalar::F32(2.0)));
+    args.push(ResolvedArg::Scalar(Scalar::F32(3.0)));
+    args.push(ResolvedArg::Scalar(Scalar::I32(0)));
+    run(&m, &launch("kevin_generate", args), &mut [&mut out]);
+    let v: Vec<f64> = words(&out)
+        .iter()
+        .map(|&w| f64::from(f32::from_bits(w)))
+        .collect();
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+    assert!(
+        (mean - 2.0).abs() < 0.3 && (sd - 3.0).abs() < 0.3,
+        "mean {mean}, sd {sd}"
+    );
+}

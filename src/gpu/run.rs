@@ -1,0 +1,1021 @@
+//! The GPU worker's state and the protocols on device memory (see the module docs of
+//! [`crate::gpu`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use cudarc::driver::sys::CUfunction;
+
+use crate::baseline::{EagerPlan, Step, StepArg};
+use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
+use crate::ops::round::{bf16_from_bits, f16_from_bits};
+use crate::ops::Dtype;
+use crate::tasks::InputDist;
+use crate::tasks::{Preset, Role, Task, TensorSpec, Tolerance};
+use crate::verify::buffer::{dtype_size, BF16_FILL, F16_FILL, F32_FILL, I64_FILL};
+use crate::verify::correctness::{
+    judge, os_seed, Comparison, ElemFailure, FirstFailure, HarnessError, OutputComparison, Trials,
+};
+use crate::verify::timing::{Timer, Which};
+use crate::verify::ExecFailure;
+
+use super::blas::{Blas, GemmCall};
+use super::device::{allow_dynamic_smem, ArgPack, DevBuf, EventPair, Gpu, GpuError, GpuModule};
+use super::{mask_stream, HARNESS_KERNELS};
+
+/// Bytes after every task tensor, filled with [`CANARY`] before a run: a kernel that writes a
+/// little past its output is caught (there are no guard pages on the device).
+pub const SLACK: usize = 256;
+const CANARY: u8 = 0xA5;
+/// Input sets rotated between timed runs.
+pub const TIMING_SETS: usize = 3;
+
+/// Set once a sticky fault has poisoned this process's context: every later answer says so, and
+/// the parent replaces the worker.
+static POISONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this worker's context is poisoned (it must be replaced).
+pub fn poisoned() -> bool {
+    POISONED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+fn note_fault(e: &GpuError) {
+    if e.is_sticky() {
+        POISONED.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn harness(e: impl std::fmt::Display) -> HarnessError {
+    HarnessError::Backend(e.to_string())
+}
+
+/// A GPU error during the harness's own work: a sticky one was caused by the candidate (the
+/// harness's kernels are trusted and the context was fine before the candidate ran).
+fn exec_failure(e: GpuError) -> ExecFailure {
+    note_fault(&e);
+    if e.is_sticky() {
+        ExecFailure::Crash(format!("the kernel faulted: {} ({})", e.name, e.call))
+    } else {
+        ExecFailure::Harness(e.to_string())
+    }
+}
+
+/// The worker's GPU with the harness's and the baseline's modules loaded.
+pub struct Harness {
+    gpu: Gpu,
+    _hmod: GpuModule,
+    hk: HashMap<&'static str, CUfunction>,
+    bmod: GpuModule,
+    bfns: HashMap<String, CUfunction>,
+    blas: Option<Result<Blas, String>>,
+    flush: DevBuf,
+    flush_value: u32,
+    stats: DevBuf,
+    /// Fallback plans (GEMMs as kevin's kernel) when cuBLAS is missing.
+    use_blas: bool,
+}
+
+impl Harness {
+    /// Opens GPU `ordinal` and loads the harness and baseline modules (CUBIN or PTX images).
+    pub fn new(
+        ordinal: usize,
+        harness_image: &[u8],
+        baseline_image: &[u8],
+    ) -> Result<Self, GpuError> {
+        let gpu = Gpu::open(ordinal)?;
+        let hmod = gpu.load_module(harness_image)?;
+        let mut hk = HashMap::new();
+        for k in HARNESS_KERNELS {
+            hk.insert(*k, hmod.function(k)?);
+        }
+        let bmod = gpu.load_module(baseline_image)?;
+        // At least twice the L2, so a flush evicts everything (50 MiB on an H100/H200).
+        let flush = gpu.alloc((2 * gpu.l2_bytes).max(8 << 20))?;
+        let stats = gpu.alloc(4 * 8)?;
+        Ok(Harness {
+            gpu,
+            _hmod: hmod,
+            hk,
+            bmod,
+            bfns: HashMap::new(),
+            blas: None,
+            flush,
+            flush_value: 0,
+            stats,
+            use_blas: std::env::var_os("KEVIN_NO_CUBLAS").is_none(),
+        })
+    }
+
+    /// The device.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Whether the baseline's GEMMs go through cuBLAS (else kevin's own kernel).
+    pub fn blas_in_use(&mut self) -> bool {
+        self.use_blas && self.blas().is_ok()
+    }
+
+    fn blas(&mut self) -> Result<&Blas, String> {
+        let stream = self.gpu.stream();
+        self.blas
+            .get_or_insert_with(|| Blas::new(stream).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| e.clone())
+    }
+
+    fn hk(&self, name: &str) -> CUfunction {
+        // Every name is looked up in `new`.
+        self.hk[name]
+    }
+
+    /// A grid-stride launch of a harness kernel over `n` elements.
+    fn launch_h(&self, name: &str, n: u64, args: &mut ArgPack) -> Result<(), GpuError> {
+        let blocks = n.div_ceil(256).clamp(1, 8192) as u32;
+        let mut params = args.params();
+        // SAFETY: the harness kernels' parameter lists are the ones packed by the callers below.
+        unsafe {
+            self.gpu
+                .launch(self.hk(name), [blocks, 1, 1], [256, 1, 1], 0, &mut params)
+        }
+    }
+
+    /// Draws `n` input values of `dtype` from `dist` into `buf`.
+    pub fn generate(
+        &self,
+        ptr: u64,
+        n: usize,
+        dtype: Dtype,
+        dist: InputDist,
+        seed: u64,
+    ) -> Result<(), GpuError> {
+        let (kind, a, b) = match dist {
+            InputDist::Normal { mean, std } => (0i32, mean, std),
+            InputDist::Uniform { lo, hi } => (1, lo, hi),
+            InputDist::Positive { min, std } => (2, min, std),
+        };
+        let code: i32 = match dtype {
+            Dtype::F32 => 0,
+            Dtype::F16 => 1,
+            Dtype::Bf16 => 2,
+            Dtype::I64 => {
+                return Err(GpuError {
+                    call: "generate".into(),
+                    name: "i64 inputs are not supported by the GPU input generator".into(),
+                    code: 0,
+                })
+            }
+        };
+        let mut args = ArgPack::default();
+        args.ptr(ptr);
+        args.push(&(n as u64).to_ne_bytes());
+        args.push(&seed.to_ne_bytes());
+        args.push(&kind.to_ne_bytes());
+        args.push(&(a as f32).to_ne_bytes());
+        args.push(&(b as f32).to_ne_bytes());
+        args.push(&code.to_ne_bytes());
+        self.launch_h("kevin_generate", n as u64, &mut args)
+    }
+
+    fn width_kernel(prefix: &str, width: usize) -> String {
+        format!("{prefix}{width}")
+    }
+
+    /// XORs `n` elements of `width` bytes at `ptr` with the key stream of `key`.
+    pub fn mask(&self, ptr: u64, n: usize, width: usize, key: u64) -> Result<(), GpuError> {
+        let mut args = ArgPack::default();
+        args.ptr(ptr);
+        args.push(&(n as u64).to_ne_bytes());
+        args.push(&key.to_ne_bytes());
+        self.launch_h(
+            &Self::width_kernel("kevin_mask", width),
+            n as u64,
+            &mut args,
+        )
+    }
+
+    fn reset_stats(&self) -> Result<(), GpuError> {
+        let init: [u64; 4] = [0, u64::MAX, 0, 0];
+        let bytes: Vec<u8> = init.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        self.gpu.upload(&self.stats, &bytes)
+    }
+
+    fn read_stats(&self) -> Result<[u64; 4], GpuError> {
+        let mut bytes = [0u8; 32];
+        self.gpu.download(&mut bytes, &self.stats)?;
+        let mut out = [0u64; 4];
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        }
+        Ok(out)
+    }
+
+    /// The first index where `a` differs from the masked copy `masked`.
+    pub fn diff(
+        &self,
+        a: u64,
+        masked: u64,
+        n: usize,
+        width: usize,
+        key: u64,
+    ) -> Result<Option<u64>, GpuError> {
+        self.reset_stats()?;
+        let mut args = ArgPack::default();
+        args.ptr(a);
+        args.ptr(masked);
+        args.push(&(n as u64).to_ne_bytes());
+        args.push(&key.to_ne_bytes());
+        args.ptr(self.stats.ptr() + 8);
+        self.launch_h(
+            &Self::width_kernel("kevin_diff", width),
+            n as u64,
+            &mut args,
+        )?;
+        let s = self.read_stats()?;
+        Ok((s[1] != u64::MAX).then_some(s[1]))
+    }
+
+    /// Fills an output with its dtype's NaN pattern.
+    pub fn fill_output(&self, buf: &DevBuf, n: usize, dtype: Dtype) -> Result<(), GpuError> {
+        match dtype {
+            Dtype::F32 => self.gpu.fill_u32(buf, F32_FILL),
+            Dtype::F16 => self.gpu.fill_u16(buf, F16_FILL),
+            Dtype::Bf16 => self.gpu.fill_u16(buf, BF16_FILL),
+            Dtype::I64 => {
+                let mut args = ArgPack::default();
+                args.ptr(buf.ptr());
+                args.push(&(n as u64).to_ne_bytes());
+                args.push(&I64_FILL.to_ne_bytes());
+                self.launch_h("kevin_fill64", n as u64, &mut args)
+            }
+        }
+    }
+
+    /// Compares `n` elements of `got` with the masked reference: (failures, first failing
+    /// index, max error ratio).
+    pub fn compare(
+        &self,
+        got: u64,
+        want_masked: u64,
+        n: usize,
+        dtype: Dtype,
+        key: u64,
+        tol: Tolerance,
+    ) -> Result<(u64, Option<u64>, f64), GpuError> {
+        self.reset_stats()?;
+        let fill: u64 = match dtype {
+            Dtype::F32 => u64::from(F32_FILL),
+            Dtype::F16 => u64::from(F16_FILL),
+            Dtype::Bf16 => u64::from(BF16_FILL),
+            Dtype::I64 => I64_FILL as u64,
+        };
+        let mut args = ArgPack::default();
+        args.ptr(got);
+        args.ptr(want_masked);
+        args.push(&(n as u64).to_ne_bytes());
+        args.push(&dtype_code(dtype).to_ne_bytes());
+        args.push(&key.to_ne_bytes());
+        args.push(&fill.to_ne_bytes());
+        args.push(&tol.atol.to_ne_bytes());
+        args.push(&tol.rtol.to_ne_bytes());
+        args.ptr(self.stats.ptr());
+        self.launch_h("kevin_compare", n as u64, &mut args)?;
+        let s = self.read_stats()?;
+        let ratio = f64::from(f32::from_bits(s[2] as u32));
+        Ok((s[0], (s[1] != u64::MAX).then_some(s[1]), ratio))
+    }
+
+    /// One element's value, unmasked with `key` when given.
+    pub fn element(
+        &self,
+        ptr: u64,
+        index: u64,
+        dtype: Dtype,
+        key: Option<u64>,
+    ) -> Result<(f64, u64), GpuError> {
+        let width = dtype_size(dtype);
+        let mut bytes = [0u8; 8];
+        self.gpu
+            .download_at(&mut bytes[..width], ptr + index * width as u64, width)?;
+        let mut raw = u64::from_ne_bytes(bytes);
+        if let Some(k) = key {
+            let m = mask_stream(k, index);
+            raw ^= match width {
+                2 => m & 0xFFFF,
+                4 => m & 0xFFFF_FFFF,
+                _ => m,
+            };
+        }
+        Ok((decode(dtype, raw), raw))
+    }
+
+    /// Overwrites the flush buffer (more than twice the L2), evicting whatever was cached.
+    pub fn flush_l2(&mut self) -> Result<(), GpuError> {
+        self.flush_value = self.flush_value.wrapping_add(1);
+        self.gpu.fill_u32(&self.flush, self.flush_value)
+    }
+
+    fn baseline_fn(&mut self, name: &str) -> Result<CUfunction, GpuError> {
+        if let Some(f) = self.bfns.get(name) {
+            return Ok(*f);
+        }
+        let f = self.bmod.function(name)?;
+        self.bfns.insert(name.to_string(), f);
+        Ok(f)
+    }
+
+    /// Enqueues the eager baseline: `ptrs[i]` is the device address of `plan.buffers[i]`.
+    pub fn run_baseline(&mut self, plan: &EagerPlan, ptrs: &[u64]) -> Result<(), GpuError> {
+        let fail = |what: String| GpuError {
+            call: "baseline".into(),
+            name: what,
+            code: 0,
+        };
+        for step in &plan.steps {
+            match step {
+                Step::Kernel {
+                    kernel,
+                    grid,
+                    block,
+                    smem_bytes,
+                    args,
+                } => {
+                    let f = self.baseline_fn(kernel)?;
+                    // SAFETY: `f` belongs to the baseline module, loaded while `self` lives.
+                    unsafe { allow_dynamic_smem(f, *smem_bytes)? };
+                    let mut pack = ArgPack::default();
+                    for a in args {
+                        match a {
+                            StepArg::Buffer(i) => pack.ptr(
+                                *ptrs
+                                    .get(*i)
+                                    .ok_or_else(|| fail(format!("buffer {i} out of range")))?,
+                            ),
+                            StepArg::I32(v) => pack.push(&v.to_ne_bytes()),
+                            StepArg::I64(v) => pack.push(&v.to_ne_bytes()),
+                            StepArg::F32(v) => pack.push(&v.to_ne_bytes()),
+                        }
+                    }
+                    let mut params = pack.params();
+                    // SAFETY: trusted baseline kernels with the arguments their lowering packs.
+                    unsafe {
+                        self.gpu
+                            .launch(f, *grid, *block, *smem_bytes, &mut params)?
+                    };
+                }
+                Step::Gemm(g) => {
+                    let ptr = |i: usize| {
+                        ptrs.get(i)
+                            .copied()
+                            .ok_or_else(|| fail(format!("buffer {i} out of range")))
+                    };
+                    let call = GemmCall {
+                        dtype: g.dtype,
+                        m: g.m,
+                        n: g.n,
+                        k: g.k,
+                        batch: g.batch,
+                        trans_a: g.trans_a,
+                        trans_b: g.trans_b,
+                        a: ptr(g.a)?,
+                        b: ptr(g.b)?,
+                        c: ptr(g.c)?,
+                        stride_a: g.stride_a,
+                        stride_b: g.stride_b,
+                        stride_c: g.stride_c,
+                    };
+                    self.blas()
+                        .map_err(fail)?
+                        .gemm(&call)
+                        .map_err(|e| fail(e.to_string()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The baseline plan this worker runs for `task` (GEMMs through cuBLAS when it loads).
+    pub fn baseline_plan(&mut self, task: &Task, preset: Preset) -> Result<EagerPlan, String> {
+        let plan = crate::baseline::lower(task, preset).map_err(|e| e.to_string())?;
+        Ok(if self.blas_in_use() {
+            plan
+        } else {
+            plan.with_kernel_gemm()
+        })
+    }
+}
+
+fn dtype_code(d: Dtype) -> i32 {
+    match d {
+        Dtype::F32 => 0,
+        Dtype::F16 => 1,
+        Dtype::Bf16 => 2,
+        Dtype::I64 => 3,
+    }
+}
+
+/// An element's value from its bits.
+pub fn decode(dtype: Dtype, raw: u64) -> f64 {
+    match dtype {
+        Dtype::F32 => f64::from(f32::from_bits(raw as u32)),
+        Dtype::F16 => f16_from_bits(raw as u16),
+        Dtype::Bf16 => bf16_from_bits(raw as u16),
+        Dtype::I64 => raw as i64 as f64,
+    }
+}
+
+fn alloc_tensor(gpu: &Gpu, spec: &TensorSpec) -> Result<DevBuf, GpuError> {
+    gpu.alloc(spec.numel() * dtype_size(spec.dtype) + SLACK)
+}
+
+/// A candidate's module and launch plan, ready to run on task tensors.
+pub struct Candidate {
+    _module: GpuModule,
+    launches: Vec<(CUfunction, ResolvedLaunch)>,
+    scratch: Vec<DevBuf>,
+}
+
+impl Candidate {
+    /// Loads the module and looks up every launched kernel (`symbols`: source name -> lowered).
+    pub fn load(
+        h: &Harness,
+        image: &[u8],
+        symbols: &BTreeMap<String, String>,
+        plan: &ResolvedPlan,
+    ) -> Result<Candidate, ExecFailure> {
+        let module = h
+            .gpu
+            .load_module(image)
+            .map_err(|e| ExecFailure::Launch(format!("the module did not load: {e}")))?;
+        let mut launches = Vec::new();
+        for l in &plan.launches {
+            let symbol = symbols
+                .get(&l.kernel)
+                .map_or(l.kernel.as_str(), String::as_str);
+            let f = module.function(symbol).map_err(|e| {
+                ExecFailure::Launch(format!("kernel `{}` not found: {e}", l.kernel))
+            })?;
+            // SAFETY: `f` belongs to `module`, which the candidate keeps loaded.
+            unsafe { allow_dynamic_smem(f, l.smem_bytes) }.map_err(|e| {
+                ExecFailure::Launch(format!(
+                    "launch line {}: {} bytes of dynamic shared memory refused: {e}",
+                    l.line, l.smem_bytes
+                ))
+            })?;
+            launches.push((f, l.clone()));
+        }
+        let scratch = plan
+            .scratch
+            .iter()
+            .map(|s| h.gpu.alloc((s.elems * s.dtype.size_bytes()) as usize))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ExecFailure::Harness(e.to_string()))?;
+        Ok(Candidate {
+            _module: module,
+            launches,
+            scratch,
+        })
+    }
+
+    /// Enqueues the launch sequence on task tensors at `tensors`.
+    fn enqueue(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
+        for (f, l) in &self.launches {
+            let mut pack = ArgPack::default();
+            for a in &l.args {
+                match a {
+                    ResolvedArg::Tensor(i) => pack.ptr(tensors.get(*i).copied().unwrap_or(0)),
+                    ResolvedArg::Scratch(i) => {
+                        pack.ptr(self.scratch.get(*i).map_or(0, DevBuf::ptr))
+                    }
+                    ResolvedArg::Scalar(s) => match s {
+                        Scalar::I32(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::U32(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::I64(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::U64(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::F32(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::F64(v) => pack.push(&v.to_ne_bytes()),
+                    },
+                }
+            }
+            let mut params = pack.params();
+            // SAFETY: the plan was validated against the kernel's signature; what the kernel
+            // does with its pointers is untrusted, which is why this runs in a worker.
+            unsafe { gpu.launch(*f, l.grid, l.block, l.smem_bytes, &mut params) }.map_err(|e| {
+                note_fault(&e);
+                if e.is_sticky() {
+                    ExecFailure::Crash(format!("the kernel faulted: {}", e.name))
+                } else {
+                    ExecFailure::Launch(format!(
+                        "launch line {} (`{}`): {}",
+                        l.line, l.kernel, e.name
+                    ))
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Runs the launch sequence and waits for it.
+    pub fn run(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
+        self.enqueue(gpu, tensors)?;
+        gpu.sync().map_err(|e| {
+            note_fault(&e);
+            if e.is_sticky() {
+                ExecFailure::Crash(format!("the kernel faulted: {}", e.name))
+            } else {
+                ExecFailure::Launch(format!("the launch sequence failed: {}", e.name))
+            }
+        })
+    }
+}
+
+/// Device buffers of one task at one preset: the tensors the candidate sees (with slack), the
+/// masked references and input copies, and the baseline's intermediates.
+pub struct TaskBuffers<'t> {
+    task: &'t Task,
+    specs: Vec<TensorSpec>,
+    n_inputs: usize,
+    plan: EagerPlan,
+    tensors: Vec<DevBuf>,
+    refs: Vec<DevBuf>,
+    snaps: Vec<DevBuf>,
+    temps: Vec<DevBuf>,
+}
+
+impl<'t> TaskBuffers<'t> {
+    /// Allocates everything for `task` at `preset`.
+    pub fn new(h: &mut Harness, task: &'t Task, preset: Preset) -> Result<Self, HarnessError> {
+        let specs = task.signature(preset).tensors;
+        let n_inputs = specs.iter().filter(|t| t.role == Role::Input).count();
+        let plan = h.baseline_plan(task, preset).map_err(harness)?;
+        if plan.buffers.len() < specs.len() {
+            return Err(harness(
+                "the baseline plan has fewer buffers than the task has tensors",
+            ));
+        }
+        let gpu = &h.gpu;
+        let tensors = specs
+            .iter()
+            .map(|s| alloc_tensor(gpu, s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(harness)?;
+        let refs = specs[n_inputs..]
+            .iter()
+            .map(|s| alloc_tensor(gpu, s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(harness)?;
+        let snaps = specs[..n_inputs]
+            .iter()
+            .map(|s| alloc_tensor(gpu, s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(harness)?;
+        let temps = plan.buffers[specs.len()..]
+            .iter()
+            .map(|b| gpu.alloc(b.elems * dtype_size(b.dtype)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(harness)?;
+        Ok(TaskBuffers {
+            task,
+            specs,
+            n_inputs,
+            plan,
+            tensors,
+            refs,
+            snaps,
+            temps,
+        })
+    }
+
+    fn tensor_ptrs(&self) -> Vec<u64> {
+        self.tensors.iter().map(DevBuf::ptr).collect()
+    }
+
+    /// Baseline addresses: `inputs`, then `outputs`, then the intermediates.
+    fn baseline_ptrs(&self, inputs: &[u64], outputs: &[u64]) -> Vec<u64> {
+        inputs
+            .iter()
+            .chain(outputs)
+            .copied()
+            .chain(self.temps.iter().map(DevBuf::ptr))
+            .collect()
+    }
+
+    /// Draws the inputs of a trial into `targets` (one buffer per input).
+    fn generate(&self, h: &Harness, targets: &[u64], seed: u64) -> Result<(), GpuError> {
+        for (i, spec) in self.specs[..self.n_inputs].iter().enumerate() {
+            let dist = self.task.inputs.get(i).copied().unwrap_or_default();
+            let stream = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            h.generate(targets[i], spec.numel(), spec.dtype, dist, seed ^ stream)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the baseline into `outputs` and masks them with `key`; the intermediates are
+    /// overwritten afterwards so no unmasked result stays behind.
+    fn reference_into(
+        &self,
+        h: &mut Harness,
+        inputs: &[u64],
+        outputs: &[u64],
+        key: u64,
+    ) -> Result<(), GpuError> {
+        let ptrs = self.baseline_ptrs(inputs, outputs);
+        h.run_baseline(&self.plan, &ptrs)?;
+        for (spec, &out) in self.specs[self.n_inputs..].iter().zip(outputs) {
+            h.mask(out, spec.numel(), dtype_size(spec.dtype), key)?;
+        }
+        for t in &self.temps {
+            h.gpu.fill_u32(t, 0)?;
+        }
+        h.gpu.sync()
+    }
+}
+
+/// The correctness protocol's steps on the device ([`Trials`]).
+pub struct GpuTrials<'a, 't> {
+    h: &'a mut Harness,
+    bufs: &'a TaskBuffers<'t>,
+    cand: &'a Candidate,
+    key: u64,
+}
+
+impl<'a, 't> GpuTrials<'a, 't> {
+    /// Trials of `cand` on `bufs`.
+    pub fn new(h: &'a mut Harness, bufs: &'a TaskBuffers<'t>, cand: &'a Candidate) -> Self {
+        GpuTrials {
+            h,
+            bufs,
+            cand,
+            key: 0,
+        }
+    }
+}
+
+impl Trials for GpuTrials<'_, '_> {
+    fn begin(&mut self, seed: u64) -> Result<(), HarnessError> {
+        let b = self.bufs;
+        self.key = os_seed().map_err(|e| HarnessError::Seed(e.to_string()))?;
+        let inputs: Vec<u64> = b.tensors[..b.n_inputs].iter().map(DevBuf::ptr).collect();
+        let refs: Vec<u64> = b.refs.iter().map(DevBuf::ptr).collect();
+        b.generate(self.h, &inputs, seed).map_err(harness)?;
+        b.reference_into(self.h, &inputs, &refs, self.key)
+            .map_err(harness)?;
+        for (i, spec) in b.specs[..b.n_inputs].iter().enumerate() {
+            let bytes = spec.numel() * dtype_size(spec.dtype);
+            self.h
+                .gpu
+                .copy(b.snaps[i].ptr(), b.tensors[i].ptr(), bytes)
+                .map_err(harness)?;
+            self.h
+                .mask(
+                    b.snaps[i].ptr(),
+                    spec.numel(),
+                    dtype_size(spec.dtype),
+                    self.key,
+                )
+                .map_err(harness)?;
+        }
+        self.h.gpu.sync().map_err(harness)
+    }
+
+    fn run_candidate(&mut self) -> Result<(), ExecFailure> {
+        let b = self.bufs;
+        for (spec, t) in b.specs.iter().zip(&b.tensors).skip(b.n_inputs) {
+            self.h
+                .fill_output(t, spec.numel(), spec.dtype)
+                .map_err(exec_failure)?;
+        }
+        set_canaries(self.h, b).map_err(exec_failure)?;
+        self.cand.run(&self.h.gpu, &b.tensor_ptrs())
+    }
+
+    fn tampering(&mut self) -> Result<Option<String>, HarnessError> {
+        let b = self.bufs;
+        for (i, spec) in b.specs[..b.n_inputs].iter().enumerate() {
+            let width = dtype_size(spec.dtype);
+            let first = self
+                .h
+                .diff(
+                    b.tensors[i].ptr(),
+                    b.snaps[i].ptr(),
+                    spec.numel(),
+                    width,
+                    self.key,
+                )
+                .map_err(harness)?;
+            if let Some(index) = first {
+                let (now, _) = self
+                    .h
+                    .element(b.tensors[i].ptr(), index, spec.dtype, None)
+                    .map_err(harness)?;
+                let (was, _) = self
+                    .h
+                    .element(b.snaps[i].ptr(), index, spec.dtype, Some(self.key))
+                    .map_err(harness)?;
+                return Ok(Some(format!(
+                    "input {} was modified (index {index}: {was} -> {now})",
+                    spec.name
+                )));
+            }
+        }
+        for (spec, t) in b.specs.iter().zip(&b.tensors) {
+            let data = spec.numel() * dtype_size(spec.dtype);
+            let mut slack = vec![0u8; SLACK];
+            self.h
+                .gpu
+                .download_at(&mut slack, t.ptr() + data as u64, SLACK)
+                .map_err(harness)?;
+            if slack.iter().any(|&x| x != CANARY) {
+                return Ok(Some(format!(
+                    "the kernel wrote past the end of {}",
+                    spec.name
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    fn compare(&mut self) -> Result<Vec<OutputComparison>, HarnessError> {
+        let b = self.bufs;
+        let tol = b.task.tolerance;
+        let mut out = Vec::new();
+        for (j, spec) in b.specs[b.n_inputs..].iter().enumerate() {
+            let got = b.tensors[b.n_inputs + j].ptr();
+            let cmp = compare_output(self.h, got, b.refs[j].ptr(), spec, self.key, tol)?;
+            out.push(OutputComparison {
+                name: spec.name.clone(),
+                dtype: spec.dtype,
+                cmp,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn set_canaries(h: &Harness, b: &TaskBuffers) -> Result<(), GpuError> {
+    for (spec, t) in b.specs.iter().zip(&b.tensors) {
+        let data = spec.numel() * dtype_size(spec.dtype);
+        h.gpu.upload_at(t.ptr() + data as u64, &[CANARY; SLACK])?;
+    }
+    Ok(())
+}
+
+/// Compares one output on the device; the first failure is fetched and judged on the host with
+/// the protocol's own rule.
+fn compare_output(
+    h: &Harness,
+    got: u64,
+    want: u64,
+    spec: &TensorSpec,
+    key: u64,
+    tol: Tolerance,
+) -> Result<Comparison, HarnessError> {
+    let (count, first, max_ratio) = h
+        .compare(got, want, spec.numel(), spec.dtype, key, tol)
+        .map_err(harness)?;
+    let first = match first {
+        None => None,
+        Some(index) => {
+            let (g, graw) = h.element(got, index, spec.dtype, None).map_err(harness)?;
+            let (w, _) = h
+                .element(want, index, spec.dtype, Some(key))
+                .map_err(harness)?;
+            let fill = graw
+                == match spec.dtype {
+                    Dtype::F32 => u64::from(F32_FILL),
+                    Dtype::F16 => u64::from(F16_FILL),
+                    Dtype::Bf16 => u64::from(BF16_FILL),
+                    Dtype::I64 => I64_FILL as u64,
+                };
+            let kind = judge(spec.dtype, g, fill, w, tol).unwrap_or(ElemFailure::Differs);
+            Some(FirstFailure {
+                index: index as usize,
+                want: w,
+                got: if kind == ElemFailure::Unwritten {
+                    f64::NAN
+                } else {
+                    g
+                },
+                kind,
+            })
+        }
+    };
+    Ok(Comparison {
+        first,
+        count,
+        max_ratio,
+    })
+}
+
+/// One input set of the timing protocol, with its masked reference.
+struct InputSet {
+    inputs: Vec<DevBuf>,
+    refs: Vec<DevBuf>,
+}
+
+/// The timing protocol's [`Timer`] on the device: CUDA events around the whole launch sequence,
+/// the L2 flushed before every timed run, [`TIMING_SETS`] input sets rotated, and the output of
+/// the last timed candidate run re-checked afterwards ([`GpuTimer::recheck`]).
+pub struct GpuTimer<'a, 't> {
+    h: &'a mut Harness,
+    bufs: &'a TaskBuffers<'t>,
+    cand: &'a Candidate,
+    sets: Vec<InputSet>,
+    base_out: Vec<DevBuf>,
+    events: EventPair,
+    key: u64,
+    turn: [usize; 2],
+    last_set: Option<usize>,
+}
+
+impl<'a, 't> GpuTimer<'a, 't> {
+    /// Draws the input sets and their references.
+    pub fn new(
+        h: &'a mut Harness,
+        bufs: &'a TaskBuffers<'t>,
+        cand: &'a Candidate,
+    ) -> Result<Self, HarnessError> {
+        let key = os_seed().map_err(|e| HarnessError::Seed(e.to_string()))?;
+        let mut sets = Vec::new();
+        for _ in 0..TIMING_SETS {
+            let inputs = bufs.specs[..bufs.n_inputs]
+                .iter()
+                .map(|s| alloc_tensor(&h.gpu, s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(harness)?;
+            let refs = bufs.specs[bufs.n_inputs..]
+                .iter()
+                .map(|s| alloc_tensor(&h.gpu, s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(harness)?;
+            let seed = os_seed().map_err(|e| HarnessError::Seed(e.to_string()))?;
+            let ip: Vec<u64> = inputs.iter().map(DevBuf::ptr).collect();
+            let rp: Vec<u64> = refs.iter().map(DevBuf::ptr).collect();
+            bufs.generate(h, &ip, seed).map_err(harness)?;
+            bufs.reference_into(h, &ip, &rp, key).map_err(harness)?;
+            sets.push(InputSet { inputs, refs });
+        }
+        let base_out = bufs.specs[bufs.n_inputs..]
+            .iter()
+            .map(|s| alloc_tensor(&h.gpu, s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(harness)?;
+        let events = h.gpu.timer().map_err(harness)?;
+        Ok(GpuTimer {
+            h,
+            bufs,
+            cand,
+            sets,
+            base_out,
+            events,
+            key,
+            turn: [0, 0],
+            last_set: None,
+        })
+    }
+
+    /// Compares the output of the last timed candidate run with its set's reference: a kernel
+    /// that is right while checked and wrong (or lazy) while timed is caught here.
+    pub fn recheck(&mut self) -> Result<Option<String>, HarnessError> {
+        let Some(set) = self.last_set else {
+            return Ok(None);
+        };
+        let b = self.bufs;
+        for (j, spec) in b.specs[b.n_inputs..].iter().enumerate() {
+            let got = b.tensors[b.n_inputs + j].ptr();
+            let cmp = compare_output(
+                self.h,
+                got,
+                self.sets[set].refs[j].ptr(),
+                spec,
+                self.key,
+                b.task.tolerance,
+            )?;
+            if let Some(first) = cmp.first {
+                return Ok(Some(format!(
+                    "the output of a timed run is wrong: {} (index {}: expected {}, got {})",
+                    first.reason(&spec.name, spec.dtype),
+                    first.index,
+                    first.want,
+                    first.got
+                )));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Timer for GpuTimer<'_, '_> {
+    fn time_once(&mut self, which: Which) -> Result<f64, ExecFailure> {
+        let slot = usize::from(which == Which::Baseline);
+        let set = self.turn[slot] % self.sets.len();
+        self.turn[slot] += 1;
+        let inputs: Vec<u64> = self.sets[set].inputs.iter().map(DevBuf::ptr).collect();
+        self.events.start().map_err(exec_failure)?;
+        match which {
+            Which::Candidate => {
+                let b = self.bufs;
+                let mut ptrs = inputs;
+                ptrs.extend(b.tensors[b.n_inputs..].iter().map(DevBuf::ptr));
+                self.cand.enqueue(&self.h.gpu, &ptrs)?;
+                self.last_set = Some(set);
+            }
+            Which::Baseline => {
+                let outs: Vec<u64> = self.base_out.iter().map(DevBuf::ptr).collect();
+                let ptrs = self.bufs.baseline_ptrs(&inputs, &outs);
+                self.h
+                    .run_baseline(&self.bufs.plan, &ptrs)
+                    .map_err(|e| ExecFailure::Harness(e.to_string()))?;
+            }
+        }
+        self.events.stop().map_err(exec_failure)?;
+        if which == Which::Baseline {
+            // Untimed: no correct output of the current input set stays readable for a
+            // candidate that scans device memory.
+            for b in &self.base_out {
+                self.h.gpu.fill_u32(b, 0).map_err(exec_failure)?;
+            }
+        }
+        self.events.elapsed_ms().map_err(|e| {
+            note_fault(&e);
+            if e.is_sticky() {
+                ExecFailure::Crash(format!("the kernel faulted: {}", e.name))
+            } else {
+                ExecFailure::Harness(e.to_string())
+            }
+        })
+    }
+
+    fn flush_cache(&mut self) {
+        // A failed flush shows up at the next launch's error check.
+        let _ = self.h.flush_l2();
+    }
+}
+
+/// Downloads a device tensor as f64 values.
+fn download_values(h: &Harness, ptr: u64, spec: &TensorSpec) -> Result<Vec<f64>, GpuError> {
+    let width = dtype_size(spec.dtype);
+    let mut bytes = vec![0u8; spec.numel() * width];
+    let n = bytes.len();
+    h.gpu.download_at(&mut bytes, ptr, n)?;
+    Ok(bytes
+        .chunks_exact(width)
+        .map(|c| {
+            let mut raw = [0u8; 8];
+            raw[..width].copy_from_slice(c);
+            decode(spec.dtype, u64::from_ne_bytes(raw))
+        })
+        .collect())
+}
+
+/// Runs the baseline of `task` on one input set drawn on the device from `seed`, and compares
+/// its outputs with the fp64 interpreter's on the same (downloaded) inputs.
+pub fn check_baseline(
+    h: &mut Harness,
+    task: &Task,
+    preset: Preset,
+    seed: u64,
+) -> Result<crate::cuda_env::BaselineCheck, String> {
+    let bufs = TaskBuffers::new(h, task, preset).map_err(|e| e.to_string())?;
+    let inputs: Vec<u64> = bufs.tensors[..bufs.n_inputs]
+        .iter()
+        .map(DevBuf::ptr)
+        .collect();
+    let outputs: Vec<u64> = bufs.tensors[bufs.n_inputs..]
+        .iter()
+        .map(DevBuf::ptr)
+        .collect();
+    bufs.generate(h, &inputs, seed).map_err(|e| e.to_string())?;
+    let ptrs = bufs.baseline_ptrs(&inputs, &outputs);
+    h.run_baseline(&bufs.plan, &ptrs)
+        .map_err(|e| e.to_string())?;
+    h.gpu.sync().map_err(|e| e.to_string())?;
+    let host_inputs = bufs.specs[..bufs.n_inputs]
+        .iter()
+        .zip(&inputs)
+        .map(|(s, &p)| download_values(h, p, s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let want = task
+        .reference(preset, &host_inputs)
+        .map_err(|e| format!("reference: {e}"))?;
+    let tol = task.tolerance;
+    let mut max_ratio: f64 = 0.0;
+    let mut first_failure = None;
+    for ((spec, &p), want) in bufs.specs[bufs.n_inputs..].iter().zip(&outputs).zip(&want) {
+        let got = download_values(h, p, spec).map_err(|e| e.to_string())?;
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            if judge(spec.dtype, g, false, w, tol).is_some() {
+                first_failure
+                    .get_or_insert_with(|| format!("{}[{i}]: expected {w}, got {g}", spec.name));
+            } else if spec.dtype != Dtype::I64 && w.is_finite() {
+                max_ratio = max_ratio.max((g - w).abs() / (tol.atol + tol.rtol * w.abs()));
+            }
+        }
+    }
+    Ok(crate::cuda_env::BaselineCheck {
+        steps: bufs.plan.steps.len(),
+        cublas: h.blas_in_use(),
+        max_error_ratio: max_ratio,
+        first_failure,
+    })
+}
