@@ -754,27 +754,26 @@ impl Gen<'_> {
 
     /// `ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}{.shared{::cta}}.b16 D, [addr]`.
     fn ldmatrix(&self, parts: &[&str], args: &[Arg]) -> Result<String, CpuCompileError> {
-        let ["ldmatrix", "sync", "aligned", "m8n8", num, ref rest @ ..] = parts[..] else {
+        let ["ldmatrix", "sync", "aligned", ref quals @ ..] = parts[..] else {
             return Err(self.unsupported());
         };
-        let n = match num {
-            "x1" => 1,
-            "x2" => 2,
-            "x4" => 4,
+        // The ISA writes `.m8n8.x4.trans.shared.b16`; ptxas takes the qualifiers in any order,
+        // and CUTLASS writes `.x4.trans.m8n8.shared.b16`.
+        let has = |q: &[&str]| quals.iter().filter(|x| q.contains(x)).count();
+        let n = match (has(&["x1"]), has(&["x2"]), has(&["x4"])) {
+            (1, 0, 0) => 1,
+            (0, 1, 0) => 2,
+            (0, 0, 1) => 4,
             _ => return Err(self.unsupported()),
         };
-        let rest = rest
-            .strip_suffix(&["b16"])
-            .ok_or_else(|| self.unsupported())?;
-        let (trans, rest) = match rest.strip_prefix(&["trans"]) {
-            Some(r) => (true, r),
-            None => (false, rest),
-        };
-        let shared = match rest {
-            [] => false,
-            ["shared" | "shared::cta"] => true,
-            _ => return Err(self.unsupported()),
-        };
+        let (trans, shared) = (has(&["trans"]), has(&["shared", "shared::cta"]));
+        if has(&["m8n8"]) != 1 || has(&["b16"]) != 1 || trans > 1 || shared > 1 {
+            return Err(self.unsupported());
+        }
+        if quals.len() != 3 + trans + shared {
+            return Err(self.unsupported());
+        }
+        let (trans, shared) = (trans == 1, shared == 1);
         self.count(args, &[2])?;
         let dregs = self.vector(&args[0], n, "the destination")?;
         let addr = self.address(&args[1], false, "the row address")?;
@@ -906,6 +905,7 @@ mod tests {
             asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(1));\n\
             asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared::cta.b16 {%[a], %[b]}, [%[s]+16];\"\n\
                          : [a] \"=r\"(r0), [b] \"=r\"(r1) : [s] \"r\"(s));\n\
+            asm(\"ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r0), \"=r\"(r1), \"=r\"(r0), \"=r\"(r1) : \"l\"(p));\n\
             asm(\"cp.async.wait_all;\");\n\
             asm volatile(\"\" ::: \"memory\");\n\
             }\n";
@@ -917,6 +917,7 @@ mod tests {
         assert!(s.contains("::kevin::ptx_cp_async_commit_group();"), "{s}");
         assert!(s.contains("::kevin::ptx_cp_async_wait_group(::kevin::ptx_b64(kevin_ptx_op0));"));
         assert!(s.contains("::kevin::ptx_ldmatrix(2, true, true, uint64_t(uint32_t(::kevin::ptx_b32(kevin_ptx_op2) + uint32_t(16ll))), kevin_ptx_d); ::kevin::ptx_set(kevin_ptx_op0, kevin_ptx_d[0]); ::kevin::ptx_set(kevin_ptx_op1, kevin_ptx_d[1]);"), "{s}");
+        assert!(s.contains("::kevin::ptx_ldmatrix(4, true, true, (::kevin::ptx_b64(kevin_ptx_op4) + uint64_t(0ll)), kevin_ptx_d);"), "{s}");
         assert!(s.contains("::kevin::ptx_cp_async_wait_all();"), "{s}");
         assert!(s.contains("do { } while (0);"), "{s}");
 
@@ -966,6 +967,11 @@ mod tests {
             "asm(\"cp.async.bulk.shared::cluster.global [%0], [%1], 16;\" :: \"r\"(v), \"l\"(p))"
         )
         .contains("cp.async.bulk"));
+        assert!(f("asm(\"ldmatrix.sync.aligned.m16n16.x1.trans.shared.b8 {%0}, [%1];\" : \"=r\"(v) : \"l\"(p))").contains("m16n16"));
+        assert!(f(
+            "asm(\"ldmatrix.sync.aligned.m8n8.x2.x4.b16 {%0}, [%1];\" : \"=r\"(v) : \"l\"(p))"
+        )
+        .contains("x2.x4"));
         assert!(f("asm(\"mov.u32 %0, 1;\" : \"=m\"(v))").contains("constraint \"=m\""));
         assert!(f("asm(\"cp.async.commit_group;\" ::: \"r1\")").contains("clobber \"r1\""));
         assert!(f("asm goto(\"bra %l0;\" :::: done)").contains("asm goto"));
