@@ -2,6 +2,8 @@
 //! `__global__` signatures: it skips comments, keeps string and character literals whole (so
 //! nothing inside them looks like code), and marks preprocessor directives.
 //!
+//! The CPU device model reads `asm` statements with it too (`cpu/ptx.rs`).
+//!
 //! It never fails: any byte it does not understand becomes a one-character punctuation token.
 //! It does not expand macros; the rules in [`super::rules`] close the holes that leaves (token
 //! pasting is rejected, identifiers inside `#define` bodies are checked like any other).

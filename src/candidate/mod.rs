@@ -28,7 +28,7 @@
 pub mod error;
 pub mod expr;
 pub mod extract;
-mod lex;
+pub(crate) mod lex;
 pub mod plan;
 pub mod rules;
 pub mod signature;

@@ -1,5 +1,6 @@
-//! Compiling a candidate for the CPU model: source checks, the `extern __shared__` rewrite, one
-//! generated launcher per launched kernel, and the host C++ compiler run with a deadline.
+//! Compiling a candidate for the CPU model: source checks, the inline-PTX and `extern __shared__`
+//! rewrites, one generated launcher per launched kernel, and the host C++ compiler run with a
+//! deadline.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::{scan, HEADERS};
+use super::{ptx, scan, HEADERS};
 use crate::candidate::ResolvedPlan;
 
 /// How long one compile may run before the compiler is killed.
@@ -75,6 +76,7 @@ pub fn compile(
     if let Some(feature) = scan::unsupported_feature(source) {
         return Err(CpuCompileError::Unsupported { feature });
     }
+    let rewritten = ptx::rewrite(source)?;
     let cxx = find_compiler()?;
     let io = |what: &str, e: std::io::Error| CpuCompileError::Toolchain {
         reason: format!("{what}: {e}"),
@@ -84,7 +86,8 @@ pub fn compile(
     for (name, text) in HEADERS {
         std::fs::write(include.join(name), text).map_err(|e| io("writing a runtime header", e))?;
     }
-    let unit = translation_unit(source, plan)?;
+    let fibers = rewritten.collective || scan::needs_fibers(source);
+    let unit = translation_unit(&rewritten.source, plan, fibers)?;
     let cpp = workdir.join("module.cpp");
     std::fs::write(&cpp, unit).map_err(|e| io("writing module.cpp", e))?;
     let so = workdir.join("module.so");
@@ -155,8 +158,12 @@ pub fn compile(
 }
 
 /// The translation unit: the model, the candidate (numbered as `candidate.cu`), the launchers.
-fn translation_unit(source: &str, plan: &ResolvedPlan) -> Result<String, CpuCompileError> {
-    let fibers = scan::needs_fibers(source);
+/// `fibers`: the kernels use barriers or warp operations.
+fn translation_unit(
+    source: &str,
+    plan: &ResolvedPlan,
+    fibers: bool,
+) -> Result<String, CpuCompileError> {
     let mut unit = String::with_capacity(source.len() + 1024);
     unit.push_str("#include \"kevin_cuda.h\"\n#line 1 \"candidate.cu\"\n");
     unit.push_str(&scan::rewrite_extern_shared(source));

@@ -18,6 +18,17 @@
 //! Dynamic `extern __shared__` arrays are rewritten into pointers to a per-block buffer of the
 //! launch's `smem` bytes.
 //!
+//! Inline PTX (`ptx.rs`, `runtime/kevin_cuda_ptx.h`): the `asm` statements of the instructions
+//! tensor-core GEMMs use are rewritten into calls of the runtime before compiling.
+//! `mma.sync.aligned.m16n8k{8,16}.row.col` (f16/bf16 inputs; f32, or for f16 also f16,
+//! accumulators) and `ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.b16` are warp-synchronous
+//! like the shuffles, with the fragment layouts of the PTX ISA; an mma's elements are computed
+//! exactly in double precision and rounded once. `cp.async.{ca,cg}.shared.global` copies at
+//! once (legal: its data must only be visible after the wait), so `commit_group`/`wait_group`
+//! are no-ops. Shared-memory addresses (`__cvta_generic_to_shared`, the operands of `.shared`
+//! instructions) are offsets in a 32-bit window over the static `__shared__` variables (this
+//! module's TLS block) and the dynamic buffer; one outside it fails the launch.
+//!
 //! # Safety
 //!
 //! [`Module::launch`] runs untrusted code in the calling process, with its memory and its
@@ -27,10 +38,16 @@
 //!
 //! # Limits (what the model does not reproduce, and what happens instead)
 //!
-//! - Inline PTX (`asm`), tensor cores (`wmma`, `mma.sync`, `ldmatrix` — all PTX or `mma.h`),
-//!   `cp.async`/`cuda_pipeline.h`, cooperative groups (including grid sync), libcu++ (`cuda/`)
-//!   headers, `cuda_fp8.h`, textures and surfaces: [`CpuCompileError::Unsupported`] before
-//!   compiling.
+//! - Inline PTX other than the forms above (any other instruction, `{ .reg ... }` blocks,
+//!   predicates, operand modifiers, `asm goto`, a template that is not a string literal), the
+//!   `wmma` API (`mma.h`), `cuda_pipeline.h`, cooperative groups (including grid sync), libcu++
+//!   (`cuda/`) headers, `cuda_fp8.h`, textures and surfaces: [`CpuCompileError::Unsupported`]
+//!   before compiling, naming the instruction or feature. A recognised instruction written
+//!   wrongly (operand count, constraint) is a [`CpuCompileError::Source`] naming the line, as
+//!   `ptxas` would reject it.
+//! - Tensor-core rounding: an mma here rounds once from the exact result; hardware accumulates
+//!   with its own internal precision and rounding, which PTX does not specify, so the two can
+//!   differ in the last bits of an f32 result (far inside any task tolerance).
 //! - Divergent warp operations (a lane named by the mask never arrives, lanes meet at different
 //!   kinds of warp operation or with different masks, the caller is outside its mask):
 //!   [`LaunchFailure::Unsupported`] ("divergent warp in `__shfl_sync`"). `__activemask()` returns
@@ -45,6 +62,8 @@
 //!   since Volta anyway).
 //! - Spin-waiting on another thread of the same block (fibers are not preempted) or on a block
 //!   that has not started never ends: the worker's deadline turns it into a timeout.
+//! - `cp.async` data is visible before its `wait_group`: a kernel that reads a stage it has not
+//!   waited for (a race on a GPU) may pass here, like the weak-ordering gap above.
 //! - `printf` output is dropped (a worker's stdout is its protocol channel); `assert` and
 //!   `__trap()` fail the launch with [`LaunchFailure::Launch`].
 //! - `clock()`/`clock64()`/`%globaltimer` are already rejected by the candidate rules.
@@ -60,6 +79,7 @@
 mod buffer;
 mod compile;
 mod module;
+mod ptx;
 mod scan;
 #[cfg(test)]
 mod tests;
@@ -74,7 +94,7 @@ use crate::candidate::{ResolvedLaunch, ResolvedPlan};
 
 /// The runtime headers, embedded in the binary and written next to each compile: file name and
 /// contents. The stubs make `#include <cuda_fp16.h>` and friends resolve to the model.
-pub const HEADERS: [(&str, &str); 9] = [
+pub const HEADERS: [(&str, &str); 10] = [
     ("kevin_cuda.h", include_str!("runtime/kevin_cuda.h")),
     (
         "kevin_cuda_warp.h",
@@ -88,6 +108,7 @@ pub const HEADERS: [(&str, &str); 9] = [
         "kevin_cuda_fp16.h",
         include_str!("runtime/kevin_cuda_fp16.h"),
     ),
+    ("kevin_cuda_ptx.h", include_str!("runtime/kevin_cuda_ptx.h")),
     ("cuda_fp16.h", STUB),
     ("cuda_bf16.h", STUB),
     ("cuda_runtime.h", STUB),

@@ -1,6 +1,6 @@
 //! A light token scan of candidate source, enough for what the CPU model must know before it
-//! compiles: features it cannot run (inline PTX, tensor-core and cooperative-groups headers,
-//! textures), whether any barrier or warp operation appears (else threads run as a plain loop),
+//! compiles: features it cannot run (tensor-core and cooperative-groups headers, textures; inline
+//! PTX is `ptx.rs`'s), whether any barrier or warp operation appears (else threads run as a plain loop),
 //! and where `extern __shared__` declarations are, so they can be rewritten.
 //!
 //! Comments, string and character literals are skipped; macros are not expanded. That is enough
@@ -87,7 +87,6 @@ pub(crate) fn unsupported_feature(src: &str) -> Option<String> {
     let toks = tokens(src);
     for (k, t) in toks.iter().enumerate() {
         match t.text {
-            "asm" | "__asm__" | "__asm" => return Some("inline PTX assembly".into()),
             "wmma" | "nvcuda" => return Some("tensor-core wmma (mma.h)".into()),
             "cooperative_groups" => return Some("cooperative groups".into()),
             "include" if k > 0 && toks[k - 1].text == "#" => {
@@ -219,15 +218,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_asm_outside_comments_only() {
+    fn finds_features_outside_comments_only() {
         assert_eq!(
-            unsupported_feature("// asm(\"x\")\n__global__ void k() {}"),
+            unsupported_feature("// wmma::mma_sync\n__global__ void k() {}"),
             None
         );
         assert_eq!(
-            unsupported_feature("__device__ void f() { asm volatile(\"bar.sync 0;\"); }")
+            unsupported_feature("__device__ void f() { nvcuda::wmma::fill_fragment(a, 0); }")
                 .as_deref(),
-            Some("inline PTX assembly")
+            Some("tensor-core wmma (mma.h)")
         );
         assert!(unsupported_feature("#include <mma.h>\n").is_some());
         assert_eq!(unsupported_feature("#include <cuda_fp16.h>\n"), None);

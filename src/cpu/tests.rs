@@ -368,8 +368,379 @@ fn inline_asm_is_unsupported() {
     assert_eq!(
         err,
         CpuCompileError::Unsupported {
-            feature: "inline PTX assembly".into()
+            feature: "inline PTX: `membar.gl` (the CPU device model emulates only mma.sync \
+                      m16n8k8/m16n8k16 with f16/bf16, ldmatrix m8n8 b16 and cp.async)"
+                .into()
         }
+    );
+}
+
+/// A small deterministic generator of test values.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+/// `{%a, %a+1, ...}`: `n` consecutive operands from `first`.
+fn regs(first: usize, n: usize) -> String {
+    let list: Vec<String> = (first..first + n).map(|i| format!("%{i}")).collect();
+    format!("{{{}}}", list.join(", "))
+}
+
+/// One mma kernel `mma{v}`: the lanes build their A, B and C fragments from row-major matrices
+/// by the PTX ISA's layouts, run the instruction, and store D by its layout (as f32).
+fn mma_kernel(v: usize, k: usize, ab: &str, ct: &str, dt: &str) -> String {
+    let (dn, an, bn, cn) = (
+        if dt == "f32" { 4 } else { 2 },
+        k / 4,
+        k / 8,
+        if ct == "f32" { 4 } else { 2 },
+    );
+    let (d_out, d_val) = if dt == "f32" {
+        (
+            "\"=f\"(d[0]), \"=f\"(d[1]), \"=f\"(d[2]), \"=f\"(d[3])",
+            "d[i]",
+        )
+    } else {
+        (
+            "\"=r\"(dh[0]), \"=r\"(dh[1])",
+            "__half2float(__ushort_as_half((unsigned short)(dh[i >> 1] >> (16 * (i & 1)))))",
+        )
+    };
+    let mut ins: Vec<String> = (0..an).map(|i| format!("\"r\"(a[{i}])")).collect();
+    ins.extend((0..bn).map(|i| format!("\"r\"(b[{i}])")));
+    ins.extend((0..cn).map(|i| {
+        if ct == "f32" {
+            format!("\"f\"(c[{i}])")
+        } else {
+            format!("\"r\"(ch[{i}])")
+        }
+    }));
+    let template = format!(
+        "mma.sync.aligned.m16n8k{k}.row.col.{dt}.{ab}.{ab}.{ct} {}, {}, {}, {};",
+        regs(0, dn),
+        regs(dn, an),
+        regs(dn + an, bn),
+        regs(dn + an + bn, cn)
+    );
+    format!(
+        r#"
+__global__ void mma{v}(const unsigned short* A, const unsigned short* B, const float* C, float* D) {{
+    const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    unsigned a[4], b[2], ch[2], dh[2];
+    float c[4], d[4];
+    for (int i = 0; i < {k} / 4; ++i) {{
+        const int r = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+        a[i] = pk(A[r * 16 + col], A[r * 16 + col + 1]);
+    }}
+    for (int i = 0; i < {k} / 8; ++i) {{
+        const int kk = 2 * t + 8 * i;
+        b[i] = pk(B[kk * 8 + g], B[(kk + 1) * 8 + g]);
+    }}
+    for (int i = 0; i < 4; ++i) c[i] = C[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+    for (int i = 0; i < 2; ++i)
+        ch[i] = pk(__half_as_ushort(__float2half_rn(c[2 * i])), __half_as_ushort(__float2half_rn(c[2 * i + 1])));
+    asm volatile("{template}"
+                 : {d_out}
+                 : {ins});
+    for (int i = 0; i < 4; ++i) D[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = {d_val};
+}}
+"#,
+        ins = ins.join(", ")
+    )
+}
+
+#[test]
+fn mma_sync_matches_a_scalar_product() {
+    // (K, A/B type, C type, D type); each kernel writes its own output D0..D4.
+    let variants = [
+        (16, "bf16", "f32", "f32"),
+        (8, "bf16", "f32", "f32"),
+        (16, "f16", "f16", "f32"),
+        (8, "f16", "f32", "f16"),
+        (16, "f16", "f16", "f16"),
+    ];
+    let mut src = String::from(
+        "#include <cuda_fp16.h>\n__device__ unsigned pk(unsigned short lo, unsigned short hi) \
+         { return (unsigned)lo | ((unsigned)hi << 16); }\n",
+    );
+    let mut tensors = vec![
+        tensor("ABF", Dtype::Bf16, 256, false),
+        tensor("BBF", Dtype::Bf16, 128, false),
+        tensor("AH", Dtype::F16, 256, false),
+        tensor("BH", Dtype::F16, 128, false),
+        tensor("C", Dtype::F32, 128, false),
+    ];
+    for (v, &(k, ab, ct, dt)) in variants.iter().enumerate() {
+        src.push_str(&mma_kernel(v, k, ab, ct, dt));
+        let (a, b) = if ab == "bf16" {
+            ("ABF", "BBF")
+        } else {
+            ("AH", "BH")
+        };
+        src.push_str(&format!(
+            "// kevin: launch mma{v} grid=(1) block=(32) args=({a}, {b}, C, D{v})\n"
+        ));
+        tensors.push(tensor(&format!("D{v}"), Dtype::F32, 128, true));
+    }
+    let Some(b) = build("mma", &src, tensors) else {
+        return;
+    };
+    // bf16: random values of every mantissa, so a sum rounded more than once would show;
+    // f16 and C: multiples of 1/4 in [-2, 2], so that f16 accumulators are exact.
+    let mut rng = Lcg(7);
+    let mut random = |n: usize| -> Vec<f64> {
+        (0..n)
+            .map(|_| crate::ops::round::round_bf16((rng.next() % 4001) as f64 / 1000.0 - 2.0))
+            .collect()
+    };
+    let (abf, bbf) = (random(256), random(128));
+    let mut quarters = |n: usize| -> Vec<f64> {
+        (0..n)
+            .map(|_| (rng.next() % 17) as f64 / 4.0 - 2.0)
+            .collect()
+    };
+    let (ah, bh, c) = (quarters(256), quarters(128), quarters(128));
+    let bufs: Vec<HostBuffer> = vec![
+        HostBuffer::from_values(Dtype::Bf16, &abf).expect("alloc"),
+        HostBuffer::from_values(Dtype::Bf16, &bbf).expect("alloc"),
+        HostBuffer::from_values(Dtype::F16, &ah).expect("alloc"),
+        HostBuffer::from_values(Dtype::F16, &bh).expect("alloc"),
+        HostBuffer::from_values(Dtype::F32, &c).expect("alloc"),
+    ]
+    .into_iter()
+    .chain((0..variants.len()).map(|_| HostBuffer::zeroed(512).expect("alloc")))
+    .collect();
+    let refs: Vec<&HostBuffer> = bufs.iter().collect();
+    run(&b, &refs, 1).expect("launch");
+    use crate::ops::round::{round_f16, round_f32};
+    for (v, &(k, ab, _, dt)) in variants.iter().enumerate() {
+        let (a, bm) = if ab == "bf16" {
+            (&abf, &bbf)
+        } else {
+            (&ah, &bh)
+        };
+        let got = f32s(&bufs[5 + v]);
+        for r in 0..16 {
+            for n in 0..8 {
+                let exact =
+                    c[r * 8 + n] + (0..k).map(|i| a[r * 16 + i] * bm[i * 8 + n]).sum::<f64>();
+                let want = if dt == "f32" {
+                    round_f32(exact)
+                } else {
+                    round_f16(round_f32(exact))
+                };
+                assert_eq!(
+                    got[r * 8 + n],
+                    want,
+                    "variant {v} ({k} {ab} {dt}), D[{r}][{n}]"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn ldmatrix_gives_each_lane_its_fragment() {
+    let src = r#"
+__device__ void out(float* Y, int v, int lane, const unsigned* r, int n) {
+    for (int i = 0; i < n; ++i) {
+        Y[(v * 32 + lane) * 8 + 2 * i] = (float)(r[i] & 0xffffu);
+        Y[(v * 32 + lane) * 8 + 2 * i + 1] = (float)(r[i] >> 16);
+    }
+}
+__global__ void ldsm(float* Y) {
+    __shared__ __align__(16) unsigned short tile[32 * 8];
+    const int lane = threadIdx.x;
+    for (int i = lane; i < 256; i += 32) tile[i] = (unsigned short)i;
+    __syncwarp();
+    const int row = (lane * 5 + 3) & 31;  // lane l names tile row (5l + 3) % 32
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(&tile[row * 8]);
+    unsigned r[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr));
+    out(Y, 0, lane, r, 1);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+    out(Y, 1, lane, r, 2);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+    out(Y, 2, lane, r, 4);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr));
+    out(Y, 3, lane, r, 1);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2+-16];"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(addr + 16));
+    out(Y, 4, lane, r, 2);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared::cta.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+    out(Y, 5, lane, r, 4);
+    // Generic addressing (no state space): a 64-bit pointer.
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(&tile[row * 8]));
+    out(Y, 6, lane, r, 4);
+}
+// kevin: launch ldsm grid=(1) block=(32) args=(Y)
+"#;
+    let Some(b) = build("ldsm", src, vec![tensor("Y", Dtype::F32, 7 * 256, true)]) else {
+        return;
+    };
+    let yb = HostBuffer::zeroed(7 * 256 * 4).expect("alloc");
+    run(&b, &[&yb], 1).expect("launch");
+    let y = f32s(&yb);
+    let row = |lane: usize| (lane * 5 + 3) % 32;
+    // (matrices, transposed) of each variant.
+    let variants = [
+        (1, false),
+        (2, false),
+        (4, false),
+        (1, true),
+        (2, true),
+        (4, true),
+        (4, false),
+    ];
+    for (v, &(n, trans)) in variants.iter().enumerate() {
+        for lane in 0..32 {
+            let (g, t) = (lane / 4, lane % 4);
+            for i in 0..4 {
+                // Matrix i's row r is the tile row named by lane 8i + r; element (r, c) holds
+                // that row's index * 8 + c.
+                let elem = |r: usize, c: usize| (row(8 * i + r) * 8 + c) as f64;
+                let want = match (i < n, trans) {
+                    (false, _) => [0.0, 0.0],
+                    (true, false) => [elem(g, 2 * t), elem(g, 2 * t + 1)],
+                    (true, true) => [elem(2 * t, g), elem(2 * t + 1, g)],
+                };
+                let at = (v * 32 + lane) * 8 + 2 * i;
+                assert_eq!(
+                    [y[at], y[at + 1]],
+                    want,
+                    "variant {v} (x{n}, trans {trans}), lane {lane}, register {i}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn cp_async_copies_and_zero_fills_static_and_dynamic_shared_memory() {
+    let src = r#"
+__global__ void cpa(const float* X, float* Y) {
+    extern __shared__ __align__(16) float buf[];
+    __shared__ __align__(16) float sarr[64];
+    const int t = threadIdx.x;
+    for (int e = 0; e < 4; ++e) buf[4 * t + e] = -1.0f;
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(buf + 4 * t);
+    const int bytes = (t % 5) * 4;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(X + 4 * t), "r"(bytes) : "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n"
+                 :: "r"((unsigned)__cvta_generic_to_shared(&sarr[t])), "l"(X + 256 + t) : "memory");
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();
+    for (int e = 0; e < 4; ++e) Y[4 * t + e] = buf[4 * ((t + 1) & 63) + e];
+    Y[256 + t] = sarr[63 - t];
+    Y[320 + t] = __isShared(buf) && __isShared(&sarr[t]) && !__isShared(X) ? 1.0f : 0.0f;
+    const float* back = (const float*)__cvta_shared_to_generic(__cvta_generic_to_shared(&sarr[t]));
+    Y[384 + t] = back == &sarr[t] ? 1.0f : 0.0f;
+}
+// kevin: launch cpa grid=(2) block=(64) smem=1024 args=(X, Y)
+"#;
+    let Some(b) = build(
+        "cpasync",
+        src,
+        vec![
+            tensor("X", Dtype::F32, 320, false),
+            tensor("Y", Dtype::F32, 448, true),
+        ],
+    ) else {
+        return;
+    };
+    let x: Vec<f64> = (0..320).map(|i| i as f64 + 1.0).collect();
+    let xb = HostBuffer::from_values(Dtype::F32, &x).expect("alloc");
+    let yb = HostBuffer::zeroed(448 * 4).expect("alloc");
+    // Two OS threads: each has its own TLS block, so its own static shared memory.
+    run(&b, &[&xb, &yb], 2).expect("launch");
+    let y = f32s(&yb);
+    for t in 0..64 {
+        let u = (t + 1) % 64;
+        for e in 0..4 {
+            let want = if e < u % 5 { x[4 * u + e] } else { 0.0 };
+            assert_eq!(y[4 * t + e], want, "chunk of thread {u}, element {e}");
+        }
+        assert_eq!(y[256 + t], x[256 + 63 - t], "sarr[{}]", 63 - t);
+        assert_eq!(y[320 + t], 1.0, "__isShared, thread {t}");
+        assert_eq!(y[384 + t], 1.0, "address round trip, thread {t}");
+    }
+}
+
+#[test]
+fn ptx_faults_fail_the_launch() {
+    let src = r#"
+__global__ void misaligned(float* y) {
+    extern __shared__ __align__(16) float buf[];
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"((unsigned)__cvta_generic_to_shared(buf) + 4u), "l"(y));
+}
+__global__ void not_shared(float* y) { y[0] = (float)__cvta_generic_to_shared(y); }
+__global__ void far(float* y) {
+    __shared__ __align__(16) unsigned short tile[64];
+    unsigned r;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                 : "=r"(r) : "r"((unsigned)__cvta_generic_to_shared(tile) + (1u << 20)));
+    y[0] = r;
+}
+__global__ void partial(float* y) {
+    float d[4] = {0, 0, 0, 0};
+    unsigned a = 0, b = 0;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%4,%4,%4}, {%5,%5}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a), "r"(b));
+    y[threadIdx.x] = d[0];
+}
+__global__ void diverge(float* y) {
+    __shared__ __align__(16) unsigned short tile[64];
+    unsigned r = 0;
+    if (threadIdx.x < 16)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                     : "=r"(r) : "r"((unsigned)__cvta_generic_to_shared(tile)));
+    y[threadIdx.x] = r;
+}
+// kevin: launch misaligned grid=(1) block=(32) smem=64 args=(Y)
+// kevin: launch not_shared grid=(1) block=(1) args=(Y)
+// kevin: launch far grid=(1) block=(32) args=(Y)
+// kevin: launch partial grid=(1) block=(16) args=(Y)
+// kevin: launch diverge grid=(1) block=(32) args=(Y)
+"#;
+    let Some(b) = build("ptxfaults", src, vec![tensor("Y", Dtype::F32, 32, true)]) else {
+        return;
+    };
+    let yb = HostBuffer::zeroed(128).expect("alloc");
+    let launch = |i: usize| {
+        // SAFETY: Y has the 32 elements every kernel may write.
+        unsafe { b.module.launch(&b.plan.launches[i], &[yb.as_ptr()], &[], 1) }
+            .expect_err("must fail")
+    };
+    let launch_error = |i: usize, says: &str| match launch(i) {
+        LaunchFailure::Launch(m) if m.contains(says) => {}
+        other => panic!("launch {i}: {other}, should say {says:?}"),
+    };
+    launch_error(0, "cp.async.cg: misaligned address");
+    launch_error(
+        1,
+        "__cvta_generic_to_shared of a pointer outside shared memory",
+    );
+    launch_error(2, "ldmatrix: shared address");
+    assert_eq!(
+        launch(3),
+        LaunchFailure::Unsupported(
+            "a warp of fewer than 32 threads in mma.sync (block (0,0,0))".into()
+        )
+    );
+    assert_eq!(
+        launch(4),
+        LaunchFailure::Unsupported("divergent warp in ldmatrix (block (0,0,0))".into())
     );
 }
 

@@ -102,14 +102,16 @@ namespace kevin {
 
 enum Status : int { KEVIN_OK = 0, KEVIN_UNSUPPORTED = 1, KEVIN_LAUNCH_ERROR = 2 };
 enum FiberState : int { RUNNABLE = 0, AT_BARRIER = 1, AT_WARP = 2, DONE = 3 };
-enum WarpKind : int { W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_SYNC, W_RADD, W_RMIN, W_RMAX, W_RAND, W_ROR, W_RXOR, W_RUMIN, W_RUMAX };
+enum WarpKind : int { W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_SYNC, W_RADD, W_RMIN, W_RMAX, W_RAND, W_ROR, W_RXOR, W_RUMIN, W_RUMAX,
+                      W_MMA, W_LDMATRIX };
 
 static inline const char* warp_kind_name(int k) {
     static const char* names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
                                   "__ballot_sync/__any_sync/__all_sync", "__syncwarp", "__reduce_add_sync",
                                   "__reduce_min_sync", "__reduce_max_sync", "__reduce_and_sync",
-                                  "__reduce_or_sync", "__reduce_xor_sync", "__reduce_min_sync", "__reduce_max_sync"};
-    return (k >= 0 && k <= W_RUMAX) ? names[k] : "a warp operation";
+                                  "__reduce_or_sync", "__reduce_xor_sync", "__reduce_min_sync", "__reduce_max_sync",
+                                  "mma.sync", "ldmatrix"};
+    return (k >= 0 && k <= W_LDMATRIX) ? names[k] : "a warp operation";
 }
 
 // One launch: what every block shares.
@@ -139,7 +141,7 @@ struct Warp {
     int kind;
     unsigned need;     // lanes that must arrive (the mask of the first arrival, within the block)
     unsigned arrived;
-    int width;
+    int width;         // a shuffle's width, or the variant of a PTX instruction (kevin_cuda_ptx.h)
     uint64_t val[32];
     int arg[32];
     uint64_t res[32];
@@ -162,6 +164,10 @@ struct Worker {
     size_t stack_count = 0;
     char* smem = nullptr;
     size_t smem_size = 0;
+    // This module's TLS block on this OS thread (where the static __shared__ variables live),
+    // found on first use by kevin_cuda_ptx.h to translate shared-memory addresses.
+    char* tls_lo = nullptr;
+    size_t tls_size = 0;
     Block block;
     ~Worker() {
         if (stacks) munmap(stacks, stack_count * kStride);
@@ -456,5 +462,6 @@ static inline void __nanosleep(unsigned) {}
 
 #include "kevin_cuda_warp.h"
 #include "kevin_cuda_math.h"
+#include "kevin_cuda_ptx.h"
 
 #endif  // KEVIN_CUDA_H

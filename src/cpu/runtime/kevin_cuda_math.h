@@ -19,9 +19,6 @@ template <class T>
 static inline void __stcs(T* p, T v) { *p = v; }
 template <class T>
 static inline void __stwt(T* p, T v) { *p = v; }
-static inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
-static inline bool __isShared(const void*) { return true; }
-static inline bool __isGlobal(const void*) { return true; }
 
 namespace kevin {
 template <class To, class From>

@@ -66,27 +66,29 @@ static inline void warp_compute(Warp& w) {
     }
 }
 
-static inline uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width) {
+// The arrival protocol every warp operation shares: the lanes of `need` deposit `val` and `arg`
+// and wait; they must meet at the same `kind` with the same `need` and `shape` (a shuffle's width,
+// a PTX instruction's variant), else the warp diverged. The last lane to arrive runs `compute`,
+// which fills `res` (or writes through the deposited pointers), and releases the others.
+static inline uint64_t warp_arrive(int kind, unsigned need, int shape, uint64_t val, int arg, void (*compute)(Warp&)) {
     Fiber* f = tls_fiber;
     Block* b = f->blk;
     if (!b->launch->fibers) kevin_trap("internal: warp operation in a kernel compiled without fibers");
-    if (width <= 0 || width > 32 || (width & (width - 1)) != 0) warp_fail("width not a power of two up to 32", kind);
     unsigned wi = f->linear >> 5, lane = f->linear & 31;
     Warp& w = b->warps[wi];
-    unsigned need = mask & existing_lanes(wi);
     if (!(need >> lane & 1)) warp_fail("calling lane outside the mask", kind);
     if (w.arrived == 0) {
         w.kind = kind;
         w.need = need;
-        w.width = width;
-    } else if (w.kind != kind || w.need != need || w.width != width) {
+        w.width = shape;
+    } else if (w.kind != kind || w.need != need || w.width != shape) {
         warp_fail("divergent warp", w.kind);
     }
     w.val[lane] = val;
     w.arg[lane] = arg;
     w.arrived |= 1u << lane;
     if (w.arrived == need) {
-        warp_compute(w);
+        compute(w);
         w.arrived = 0;
         for (unsigned l = 0; l < 32; ++l)
             if ((need >> l & 1) && l != lane) tls_worker->fibers[wi * 32 + l].state = RUNNABLE;
@@ -95,6 +97,12 @@ static inline uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, i
     f->state = AT_WARP;
     to_scheduler(f);
     return w.res[lane];
+}
+
+static inline uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width) {
+    if (width <= 0 || width > 32 || (width & (width - 1)) != 0) warp_fail("width not a power of two up to 32", kind);
+    unsigned need = mask & existing_lanes(tls_fiber->linear >> 5);
+    return warp_arrive(kind, need, width, val, arg, warp_compute);
 }
 
 template <class T>
