@@ -95,6 +95,11 @@ struct Elu { KB_D float operator()(float x, float alpha, float) const { return x
 struct Clamp {
     KB_D float operator()(float x, float lo, float hi) const { return x != x ? x : fminf(fmaxf(x, lo), hi); }
 };
+// Steps of PyTorch's composites: F.normalize's clamp_min, `s / x`'s reciprocal, logsumexp's
+// masked_fill_(abs(max) == inf, 0).
+struct ClampMin { KB_D float operator()(float x, float lo, float) const { return x != x ? x : fmaxf(x, lo); } };
+struct Reciprocal { KB_D float operator()(float x, float, float) const { return 1.f / x; } };
+struct InfToZero { KB_D float operator()(float x, float, float) const { return fabsf(x) == KB_INF ? 0.f : x; } };
 
 template <class T, class F>
 KB_D void unary(const T* __restrict__ x, T* __restrict__ y, i64 n, float p0, float p1) {
@@ -175,39 +180,76 @@ KB_D void binary_scalar(const T* a, float s, T* y, i64 n, int scalar_first) {
     else binary_scalar_impl<T, F, false>(a, s, y, n);
 }
 
-// Broadcasting: the output is contiguous with extents size[0..nd) (innermost last); operand
-// element strides are 0 along broadcast dimensions. The launch merges dimensions first.
+// Strided access, as PyTorch's TensorIterator does it for broadcasts and non-contiguous copies:
+// the output is contiguous with extents size[0..nd) (innermost last); operand element strides
+// are 0 along broadcast dimensions; the launch merges dimensions first and computes, per
+// dimension, the magic number of a division by its extent (Granlund-Montgomery: for n < 2^31,
+// n / d = (umulhi(n, magic) + n) >> shift). Blocks of 128 threads, 2 elements per thread, one
+// element at a time: PyTorch's elementwise_kernel<128, 2>.
 #define KB_MAXD 6
-struct Bcast {
-    i64 size[KB_MAXD], sa[KB_MAXD], sb[KB_MAXD];
+struct Strided {
+    i64 size[KB_MAXD], magic[KB_MAXD], sa[KB_MAXD], sb[KB_MAXD];  // magic: m | shift << 32
     int nd;
 };
 
-template <class T, class F, class I>
-KB_D void bcast_loop(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, I n, const Bcast& d) {
-    F f;
-    for (I i = (I)gtid(); i < n; i += (I)gstride()) {
-        I rem = i, oa = 0, ob = 0;
+// Element offsets into a and b of output element i (I: 32-bit with magic division, or 64-bit).
+template <class I>
+KB_D void offsets(I i, const Strided& d, I& oa, I& ob) {
+    I rem = i;
+    oa = 0;
+    ob = 0;
 #pragma unroll
-        for (int k = KB_MAXD - 1; k >= 0; --k) {
-            if (k < d.nd) {
-                I s = (I)d.size[k];
-                I q = rem / s;
-                I idx = rem - q * s;
-                rem = q;
-                oa += idx * (I)d.sa[k];
-                ob += idx * (I)d.sb[k];
+    for (int k = KB_MAXD - 1; k >= 0; --k) {
+        if (k < d.nd) {
+            I q;
+            if (sizeof(I) == 4) {
+                unsigned m = (unsigned)d.magic[k], sh = (unsigned)(d.magic[k] >> 32);
+                q = (I)((__umulhi((unsigned)rem, m) + (unsigned)rem) >> sh);
+            } else {
+                q = rem / (I)d.size[k];
             }
+            I idx = rem - q * (I)d.size[k];
+            rem = q;
+            oa += idx * (I)d.sa[k];
+            ob += idx * (I)d.sb[k];
         }
-        y[i] = from_f<T>(f(to_f(a[oa]), to_f(b[ob])));
+    }
+}
+
+template <class T, class F, class I>
+KB_D void bcast_loop(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, I n, const Strided& d) {
+    F f;
+    for (I base = (I)blockIdx.x * 256; base < n; base += (I)gridDim.x * 256) {
+        I i0 = base + threadIdx.x, i1 = i0 + 128, a0 = 0, b0 = 0, a1 = 0, b1 = 0;
+        if (i0 < n) offsets<I>(i0, d, a0, b0);
+        if (i1 < n) offsets<I>(i1, d, a1, b1);
+        if (i0 < n) y[i0] = from_f<T>(f(to_f(a[a0]), to_f(b[b0])));
+        if (i1 < n) y[i1] = from_f<T>(f(to_f(a[a1]), to_f(b[b1])));
     }
 }
 
 template <class T, class F>
-KB_D void bcast(const T* a, const T* b, T* y, i64 n, const Bcast& d) {
-    // 32-bit index arithmetic when every offset fits, as PyTorch's TensorIterator does.
+KB_D void bcast(const T* a, const T* b, T* y, i64 n, const Strided& d) {
     if (n < 0x7fffffffll) bcast_loop<T, F, unsigned>(a, b, y, (unsigned)n, d);
     else bcast_loop<T, F, unsigned long long>(a, b, y, (unsigned long long)n, d);
+}
+
+// y = x read through strides `sa` (a transpose made contiguous, as `.contiguous()` copies it).
+template <class T, class I>
+KB_D void strided_copy_loop(const T* __restrict__ x, T* __restrict__ y, I n, const Strided& d) {
+    for (I base = (I)blockIdx.x * 256; base < n; base += (I)gridDim.x * 256) {
+        I i0 = base + threadIdx.x, i1 = i0 + 128, o0 = 0, o1 = 0, unused;
+        if (i0 < n) offsets<I>(i0, d, o0, unused);
+        if (i1 < n) offsets<I>(i1, d, o1, unused);
+        if (i0 < n) y[i0] = x[o0];
+        if (i1 < n) y[i1] = x[o1];
+    }
+}
+
+template <class T>
+KB_D void strided_copy(const T* x, T* y, i64 n, const Strided& d) {
+    if (n < 0x7fffffffll) strided_copy_loop<T, unsigned>(x, y, (unsigned)n, d);
+    else strided_copy_loop<T, unsigned long long>(x, y, (unsigned long long)n, d);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -233,8 +275,10 @@ struct RSum {
 struct RMean : RSum {
     static KB_D float finish(Acc a, i64 n) { return a / (float)n; }
 };
-struct RSumSq : RSum {
+// torch.norm's 2-norm: the square root of the sum of squares.
+struct RNorm : RSum {
     static KB_D Acc push(Acc a, float v, int) { return a + v * v; }
+    static KB_D float finish(Acc a, i64) { return sqrtf(a); }
 };
 struct RProd {
     typedef float Acc;
@@ -257,7 +301,7 @@ struct RMin {
     static KB_D Acc combine(Acc a, Acc b) { return nan_min(a, b); }
     static KB_D float finish(Acc a, i64) { return a; }
 };
-// Online log-sum-exp: a = running maximum, b = sum of exp(x - a). Also softmax's statistics.
+// Online log-sum-exp: a = running maximum, b = sum of exp(x - a): softmax's statistics.
 struct RLse {
     typedef F2 Acc;
     static KB_D Acc init() { F2 r; r.a = -KB_INF; r.b = 0.f; return r; }
@@ -344,11 +388,11 @@ KB_D typename R::Acc row_reduce(typename R::Acc a) {
     return a;
 }
 
-// Combines the accumulators of one column's threads (blockDim = (32, <= 16)); every thread gets
+// Combines the accumulators of one column's threads (blockDim = (32, <= 32)); every thread gets
 // the result, combined in the same order.
 template <class R>
 KB_D typename R::Acc col_reduce(typename R::Acc a) {
-    __shared__ typename R::Acc part[16][32];
+    __shared__ typename R::Acc part[32][32];
     part[threadIdx.y][threadIdx.x] = a;
     __syncthreads();
     typename R::Acc r = R::init();
@@ -415,94 +459,93 @@ KB_D void reduce_rows(const T* __restrict__ x, O* __restrict__ y, i64 rows, i64 
     }
 }
 
+// Pushes x[k * inner] for k = threadIdx.y, + blockDim.y, ... < n into `a`, four independent
+// loads at a time (a column's elements are a stride apart: nothing to vectorise, so the
+// parallelism in flight comes from here).
+template <class T, class R>
+KB_D typename R::Acc push_column(typename R::Acc a, const T* xc, i64 n, i64 inner) {
+    i64 ty = blockDim.y, k = threadIdx.y;
+    for (; k + 3 * ty < n; k += 4 * ty) {
+        float v0 = to_f(xc[k * inner]), v1 = to_f(xc[(k + ty) * inner]);
+        float v2 = to_f(xc[(k + 2 * ty) * inner]), v3 = to_f(xc[(k + 3 * ty) * inner]);
+        a = R::push(a, v0, (int)k);
+        a = R::push(a, v1, (int)(k + ty));
+        a = R::push(a, v2, (int)(k + 2 * ty));
+        a = R::push(a, v3, (int)(k + 3 * ty));
+    }
+    for (; k < n; k += ty) a = R::push(a, to_f(xc[k * inner]), (int)k);
+    return a;
+}
+
 template <class T, class O, class R>
 KB_D void reduce_cols(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
     KB_FOR_COLS(o, c, outer, inner) {
         typename R::Acc a = R::init();
-        if (c < inner) {
-            const T* xc = x + o * n * inner + c;
-#pragma unroll 4
-            for (i64 k = threadIdx.y; k < n; k += blockDim.y) a = R::push(a, to_f(xc[k * inner]), (int)k);
-        }
+        if (c < inner) a = push_column<T, R>(a, x + o * n * inner + c, n, inner);
         a = col_reduce<R>(a);
         if (threadIdx.y == 0 && c < inner) put(y + o * inner + c, R::finish(a, n));
     }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Along an axis: softmax, log_softmax, l2norm: statistics of the lane, then a map.
+// softmax and log_softmax along an axis: the lane's maximum and sum of exponentials in one
+// online pass, then the map.
 
+// The map's constants are computed once per lane: softmax multiplies by 1 / sum, log_softmax
+// subtracts max + log(sum).
 struct LSoftmax {
-    typedef RLse R;
-    static KB_D float apply(float v, F2 s, float) { return expf(v - s.a) / s.b; }
+    static KB_D F2 prepare(F2 s) { F2 p; p.a = s.a; p.b = 1.f / s.b; return p; }
+    static KB_D float apply(float v, F2 p) { return expf(v - p.a) * p.b; }
 };
 struct LLogSoftmax {
-    typedef RLse R;
-    static KB_D float apply(float v, F2 s, float) { return v - s.a - logf(s.b); }
-};
-struct LL2norm {
-    typedef RSumSq R;
-    static KB_D float apply(float v, float s, float eps) { return v / fmaxf(sqrtf(s), eps); }
+    static KB_D F2 prepare(F2 s) { F2 p; p.a = s.a + logf(s.b); p.b = 0.f; return p; }
+    static KB_D float apply(float v, F2 p) { return v - p.a; }
 };
 
 template <class T, class L>
-KB_D void lanes_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n, float eps) {
-    typedef typename L::R R;
+KB_D void lanes_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n) {
+    typedef RLse R;
     KB_FOR_ROWS(r, rows) {
         typename R::Acc a = R::init();
         visit_row(x + r * n, n, [&](i64, float v) { a = R::push(a, v, 0); });
-        a = row_reduce<R>(a);
-        map_row(x + r * n, y + r * n, n, [&](i64, float v) { return L::apply(v, a, eps); });
+        F2 p = L::prepare(row_reduce<R>(a));
+        map_row(x + r * n, y + r * n, n, [&](i64, float v) { return L::apply(v, p); });
     }
 }
 
 template <class T, class L>
-KB_D void lanes_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 n, i64 inner, float eps) {
-    typedef typename L::R R;
+KB_D void lanes_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 n, i64 inner) {
+    typedef RLse R;
     KB_FOR_COLS(o, c, outer, inner) {
         typename R::Acc a = R::init();
         const T* xc = x + o * n * inner + c;
         T* yc = y + o * n * inner + c;
-        if (c < inner)
-            for (i64 k = threadIdx.y; k < n; k += blockDim.y) a = R::push(a, to_f(xc[k * inner]), 0);
-        a = col_reduce<R>(a);
+        if (c < inner) a = push_column<T, R>(a, xc, n, inner);
+        F2 p = L::prepare(col_reduce<R>(a));
         if (c < inner)
             for (i64 k = threadIdx.y; k < n; k += blockDim.y)
-                yc[k * inner] = from_f<T>(L::apply(to_f(xc[k * inner]), a, eps));
+                yc[k * inner] = from_f<T>(L::apply(to_f(xc[k * inner]), p));
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Norms over the last axis, with optional weight and bias (pointers not read when absent).
 
-template <class T>
-KB_D void layer_norm(const T* __restrict__ x, const T* w, const T* b, T* __restrict__ y, i64 rows, i64 n,
-                     float eps, int has_w, int has_b) {
+// One kernel for both norms, as PyTorch runs rms_norm through its layer-norm kernel: Welford
+// statistics of the row, then the map. RMS: the mean square is m2 / n + mean^2.
+template <class T, bool RMS>
+KB_D void norm_rows(const T* __restrict__ x, const T* w, const T* b, T* __restrict__ y, i64 rows, i64 n,
+                    float eps, int has_w, int has_b) {
     KB_FOR_ROWS(r, rows) {
         W3 a = RWelford::init();
         visit_row(x + r * n, n, [&](i64, float v) { a = RWelford::push(a, v, 0); });
         a = row_reduce<RWelford>(a);
-        float mean = a.mean, rstd = rsqrtf(a.m2 / (float)n + eps);
+        float var = a.m2 / (float)n, mean = RMS ? 0.f : a.mean;
+        float rstd = rsqrtf((RMS ? var + a.mean * a.mean : var) + eps);
         map_row(x + r * n, y + r * n, n, [&](i64 i, float v) {
             float o = (v - mean) * rstd;
             if (has_w) o *= to_f(w[i]);
             if (has_b) o += to_f(b[i]);
-            return o;
-        });
-    }
-}
-
-template <class T>
-KB_D void rms_norm(const T* __restrict__ x, const T* w, T* __restrict__ y, i64 rows, i64 n, float eps,
-                   int has_w) {
-    KB_FOR_ROWS(r, rows) {
-        float a = 0.f;
-        visit_row(x + r * n, n, [&](i64, float v) { a += v * v; });
-        a = row_reduce<RSum>(a);
-        float inv = rsqrtf(a / (float)n + eps);
-        map_row(x + r * n, y + r * n, n, [&](i64 i, float v) {
-            float o = v * inv;
-            if (has_w) o *= to_f(w[i]);
             return o;
         });
     }
@@ -578,7 +621,7 @@ KB_D void scan_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n)
 // stretches before it.
 template <class T, bool PROD>
 KB_D void scan_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 n, i64 inner) {
-    __shared__ float part[16][32];
+    __shared__ float part[32][32];
     const float id = PROD ? 1.f : 0.f;
     KB_FOR_COLS(o, c, outer, inner) {
         i64 len = (n + blockDim.y - 1) / blockDim.y, k0 = threadIdx.y * len;
@@ -602,43 +645,7 @@ KB_D void scan_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 n
 }
 
 // ---------------------------------------------------------------------------------------------
-// Copies: transposes (by element size), byte copies, dtype conversions.
-
-// [P, A, B] -> [P, B, A] through 32x32 tiles in shared memory; block (32, 8).
-template <class T>
-KB_D void transpose_tiled(const T* __restrict__ x, T* __restrict__ y, i64 P, i64 A, i64 B) {
-    __shared__ T tile[32][33];
-    i64 ta = (A + 31) / 32, tb = (B + 31) / 32;
-    for (i64 t = blockIdx.x; t < P * ta * tb; t += gridDim.x) {
-        i64 p = t / (ta * tb), a0 = (t % (ta * tb)) / tb * 32, b0 = t % tb * 32;
-        for (int j = 0; j < 32; j += 8) {
-            i64 a = a0 + threadIdx.y + j, b = b0 + threadIdx.x;
-            if (a < A && b < B) tile[threadIdx.y + j][threadIdx.x] = x[(p * A + a) * B + b];
-        }
-        __syncthreads();
-        for (int j = 0; j < 32; j += 8) {
-            i64 b = b0 + threadIdx.y + j, a = a0 + threadIdx.x;
-            if (a < A && b < B) y[(p * B + b) * A + a] = tile[threadIdx.x][threadIdx.y + j];
-        }
-        __syncthreads();
-    }
-}
-
-// [P, A, Q, B, R] -> [P, B, Q, A, R], one output element per step.
-template <class T>
-KB_D void transpose_general(const T* __restrict__ x, T* __restrict__ y, i64 P, i64 A, i64 Q, i64 B, i64 R) {
-    i64 n = P * A * Q * B * R;
-    for (i64 i = gtid(); i < n; i += gstride()) {
-        i64 t = i, r = t % R;
-        t /= R;
-        i64 a = t % A;
-        t /= A;
-        i64 q = t % Q;
-        t /= Q;
-        i64 b = t % B, p = t / B;
-        y[i] = x[(((p * A + a) * Q + q) * B + b) * R + r];
-    }
-}
+// Dtype conversions.
 
 template <class S, class D>
 KB_D void convert(const S* __restrict__ x, D* __restrict__ y, i64 n) {
@@ -681,6 +688,16 @@ KB_D void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__
 // =============================================================================================
 // The extern "C" entry points.
 
+// The Strided description as 24 parameters: sizes, magics, strides of a, strides of b.
+#define KB_DIMS_PARAMS                                                                             \
+    i64 s0, i64 s1, i64 s2, i64 s3, i64 s4, i64 s5, i64 m0, i64 m1, i64 m2, i64 m3, i64 m4, i64 m5, \
+        i64 a0, i64 a1, i64 a2, i64 a3, i64 a4, i64 a5, i64 b0, i64 b1, i64 b2, i64 b3, i64 b4, i64 b5
+#define KB_DIMS(nd)                                                                                 \
+    kb::Strided {                                                                                   \
+        {s0, s1, s2, s3, s4, s5}, {m0, m1, m2, m3, m4, m5}, {a0, a1, a2, a3, a4, a5},               \
+            {b0, b1, b2, b3, b4, b5}, nd                                                            \
+    }
+
 #define KB_EACH_FLOAT(M, ...) M(f32, float, __VA_ARGS__) M(f16, __half, __VA_ARGS__) M(bf16, __nv_bfloat16, __VA_ARGS__)
 
 #define KB_UNARY(dt, T, name, F)                                                                          \
@@ -708,6 +725,9 @@ KB_UNARY_ALL(hardswish, Hardswish)
 KB_UNARY_ALL(leaky_relu, LeakyRelu)
 KB_UNARY_ALL(elu, Elu)
 KB_UNARY_ALL(clamp, Clamp)
+KB_UNARY_ALL(clamp_min, ClampMin)
+KB_UNARY_ALL(reciprocal, Reciprocal)
+KB_UNARY_ALL(inf_to_zero, InfToZero)
 
 #define KB_BINARY(dt, T, name, F)                                                                          \
     extern "C" __global__ void binary_##name##_##dt(const T* a, const T* b, T* y, i64 n) {                 \
@@ -717,10 +737,8 @@ KB_UNARY_ALL(clamp, Clamp)
         kb::binary_scalar<T, kb::F>(a, s, y, n, first);                                                    \
     }                                                                                                      \
     extern "C" __global__ void binary_##name##_bcast_##dt(                                                 \
-        const T* a, const T* b, T* y, i64 n, int nd, i64 s0, i64 s1, i64 s2, i64 s3, i64 s4, i64 s5,       \
-        i64 a0, i64 a1, i64 a2, i64 a3, i64 a4, i64 a5, i64 b0, i64 b1, i64 b2, i64 b3, i64 b4, i64 b5) { \
-        kb::Bcast d = {{s0, s1, s2, s3, s4, s5}, {a0, a1, a2, a3, a4, a5}, {b0, b1, b2, b3, b4, b5}, nd};  \
-        kb::bcast<T, kb::F>(a, b, y, n, d);                                                                \
+        const T* a, const T* b, T* y, i64 n, int nd, KB_DIMS_PARAMS) {                                     \
+        kb::bcast<T, kb::F>(a, b, y, n, KB_DIMS(nd));                                                      \
     }
 #define KB_BINARY_ALL(name, F) KB_EACH_FLOAT(KB_BINARY, name, F)
 KB_BINARY_ALL(add, Add)
@@ -745,20 +763,19 @@ KB_EACH_FLOAT(KB_REDUCE_SAME, mean, RMean)
 KB_EACH_FLOAT(KB_REDUCE_SAME, max, RMax)
 KB_EACH_FLOAT(KB_REDUCE_SAME, min, RMin)
 KB_EACH_FLOAT(KB_REDUCE_SAME, prod, RProd)
-KB_EACH_FLOAT(KB_REDUCE_SAME, logsumexp, RLse)
+KB_EACH_FLOAT(KB_REDUCE_SAME, norm, RNorm)
 KB_EACH_FLOAT(KB_REDUCE_INDEX, argmax, RArg<true>)
 KB_EACH_FLOAT(KB_REDUCE_INDEX, argmin, RArg<false>)
 
-#define KB_LANES(dt, T, name, L)                                                                        \
-    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n, float eps) {            \
-        kb::lanes_rows<T, kb::L>(x, y, rows, n, eps);                                                       \
+#define KB_LANES(dt, T, name, L)                                                                           \
+    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n) {                        \
+        kb::lanes_rows<T, kb::L>(x, y, rows, n);                                                            \
     }                                                                                                      \
-    extern "C" __global__ void name##_cols_##dt(const T* x, T* y, i64 outer, i64 n, i64 inner, float eps) { \
-        kb::lanes_cols<T, kb::L>(x, y, outer, n, inner, eps);                                               \
+    extern "C" __global__ void name##_cols_##dt(const T* x, T* y, i64 outer, i64 n, i64 inner) {            \
+        kb::lanes_cols<T, kb::L>(x, y, outer, n, inner);                                                    \
     }
 KB_EACH_FLOAT(KB_LANES, softmax, LSoftmax)
 KB_EACH_FLOAT(KB_LANES, log_softmax, LLogSoftmax)
-KB_EACH_FLOAT(KB_LANES, l2norm, LL2norm)
 
 #define KB_SCAN(dt, T, name, PROD)                                                                         \
     extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n) {                       \
@@ -773,11 +790,11 @@ KB_EACH_FLOAT(KB_SCAN, cumprod, true)
 #define KB_NORMS(dt, T, unused)                                                                            \
     extern "C" __global__ void layer_norm_##dt(const T* x, const T* w, const T* b, T* y, i64 rows, i64 n,  \
                                                float eps, int has_w, int has_b) {                          \
-        kb::layer_norm<T>(x, w, b, y, rows, n, eps, has_w, has_b);                                         \
+        kb::norm_rows<T, false>(x, w, b, y, rows, n, eps, has_w, has_b);                                         \
     }                                                                                                      \
     extern "C" __global__ void rms_norm_##dt(const T* x, const T* w, T* y, i64 rows, i64 n, float eps,     \
                                              int has_w) {                                                  \
-        kb::rms_norm<T>(x, w, y, rows, n, eps, has_w);                                                     \
+        kb::norm_rows<T, true>(x, w, w, y, rows, n, eps, has_w, 0);                                                     \
     }                                                                                                      \
     extern "C" __global__ void gemm_##dt(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 batch,     \
                                          int trans_a, int trans_b, i64 sa, i64 sb, i64 sc) {               \
@@ -794,17 +811,14 @@ KB_CONVERT(__half, f16, __nv_bfloat16, bf16)
 KB_CONVERT(__nv_bfloat16, bf16, float, f32)
 KB_CONVERT(__nv_bfloat16, bf16, __half, f16)
 
-#define KB_TRANSPOSE(T, bits)                                                                              \
-    extern "C" __global__ void transpose_tiled_b##bits(const T* x, T* y, i64 p, i64 a, i64 b) {            \
-        kb::transpose_tiled<T>(x, y, p, a, b);                                                             \
-    }                                                                                                      \
-    extern "C" __global__ void transpose_general_b##bits(const T* x, T* y, i64 p, i64 a, i64 q, i64 b,     \
-                                                         i64 r) {                                          \
-        kb::transpose_general<T>(x, y, p, a, q, b, r);                                                     \
+// Transposes (and any strided copy) by element size; the b strides are unused.
+#define KB_STRIDED_COPY(T, bits)                                                                          \
+    extern "C" __global__ void copy_strided_b##bits(const T* x, T* y, i64 n, int nd, KB_DIMS_PARAMS) {     \
+        kb::strided_copy<T>(x, y, n, KB_DIMS(nd));                                                        \
     }
-KB_TRANSPOSE(unsigned short, 16)
-KB_TRANSPOSE(unsigned int, 32)
-KB_TRANSPOSE(unsigned long long, 64)
+KB_STRIDED_COPY(unsigned short, 16)
+KB_STRIDED_COPY(unsigned int, 32)
+KB_STRIDED_COPY(unsigned long long, 64)
 
 // Any tensor, as bytes: 16-byte chunks when both ends allow, else byte by byte.
 extern "C" __global__ void copy_bytes(const unsigned char* x, unsigned char* y, i64 nbytes) {

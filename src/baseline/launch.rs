@@ -1,16 +1,18 @@
 //! Kernel names and launch configurations: the one place that knows the parameter lists and the
 //! `extern "C"` names of `kernels.cu`. Every kernel loops (grid-stride, over rows or over column
 //! blocks), so a grid only decides speed; the sizes here are chosen for an H200 (132 SMs) and
-//! kept simple: 256-thread elementwise blocks, a warp per row up to 1024 elements and a block
-//! per row beyond, (32, ty) blocks for columns.
+//! kept simple: 256-thread vectorised elementwise blocks, 128-thread strided blocks (broadcasts,
+//! transposes) with magic-number division as PyTorch's TensorIterator, a warp per row up to 1024
+//! elements and a block per row beyond, (32, ty) blocks for columns.
 
 use crate::ops::Dtype;
 
 use super::{Gemm, Step, StepArg};
 
-/// Parameterless and parameterised elementwise functions, by kernel name (`unary_<name>_<dt>`,
-/// parameters `(x, y, n, p0, p1)`).
-pub(super) const UNARY: [&str; 20] = [
+/// Elementwise functions, by kernel name (`unary_<name>_<dt>`, parameters `(x, y, n, p0, p1)`):
+/// the op language's, then three steps of PyTorch composites (`clamp_min`, `reciprocal`,
+/// `inf_to_zero`).
+pub(super) const UNARY: [&str; 23] = [
     "relu",
     "gelu",
     "gelu_tanh",
@@ -31,22 +33,19 @@ pub(super) const UNARY: [&str; 20] = [
     "leaky_relu",
     "elu",
     "clamp",
+    "clamp_min",
+    "reciprocal",
+    "inf_to_zero",
 ];
 /// Binary operators: `binary_<op>_<dt>`, `binary_<op>_scalar_<dt>`, `binary_<op>_bcast_<dt>`.
 pub(super) const BINARY: [&str; 7] = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"];
-/// Reductions: `reduce_<kind>_rows_<dt>`, `reduce_<kind>_cols_<dt>`.
+/// Reductions: `reduce_<kind>_rows_<dt>`, `reduce_<kind>_cols_<dt>`; `norm` is the 2-norm of
+/// PyTorch's `F.normalize`.
 pub(super) const REDUCE: [&str; 8] = [
-    "sum",
-    "mean",
-    "max",
-    "min",
-    "prod",
-    "logsumexp",
-    "argmax",
-    "argmin",
+    "sum", "mean", "max", "min", "prod", "argmax", "argmin", "norm",
 ];
 /// Statistics-then-map along an axis: `<name>_rows_<dt>`, `<name>_cols_<dt>`.
-pub(super) const LANES: [&str; 3] = ["softmax", "log_softmax", "l2norm"];
+pub(super) const LANES: [&str; 2] = ["softmax", "log_softmax"];
 /// Scans: `<name>_rows_<dt>`, `<name>_cols_<dt>`.
 pub(super) const SCANS: [&str; 2] = ["cumsum", "cumprod"];
 
@@ -91,8 +90,7 @@ pub fn kernel_names() -> Vec<String> {
         }
     }
     for bits in [16, 32, 64] {
-        out.push(format!("transpose_tiled_b{bits}"));
-        out.push(format!("transpose_general_b{bits}"));
+        out.push(format!("copy_strided_b{bits}"));
     }
     out.push("copy_bytes".into());
     out
@@ -175,11 +173,51 @@ pub(super) fn binary_scalar(
     elementwise(format!("binary_{op}_scalar_{}", dt(d)), d, n, args)
 }
 
-/// Most dimensions a broadcasting launch takes after merging (`KB_MAXD` in `kernels.cu`).
-pub(super) const BCAST_MAX_DIMS: usize = 6;
+/// Most dimensions a strided launch takes after merging (`KB_MAXD` in `kernels.cu`).
+pub(super) const STRIDED_MAX_DIMS: usize = 6;
+
+/// Threads per block of the strided kernels, each taking 2 elements per step (PyTorch's
+/// `elementwise_kernel<128, 2>`).
+const STRIDED_THREADS: u32 = 128;
+
+/// The magic number of an unsigned 32-bit division by `d`, packed as `magic | shift << 32`
+/// (Granlund-Montgomery): for n < 2^31, n / d == (umulhi(n, magic) + n) >> shift, with shift
+/// the least s such that 2^s >= d. 0 for d >= 2^31 (such launches index in 64 bits).
+pub(super) fn div_magic(d: u64) -> i64 {
+    if d == 0 || d >= 1 << 31 {
+        return 0;
+    }
+    let shift = (0..32).find(|&s| (1u64 << s) >= d).unwrap_or(31);
+    let magic = ((1u64 << 32) * ((1u64 << shift) - d)) / d + 1;
+    (magic | (shift << 32)) as i64
+}
+
+/// The 25 parameters after the element count of a strided launch: the dimension count, then
+/// extents, magics, strides of a and strides of b, each padded to [`STRIDED_MAX_DIMS`].
+fn strided_args(dims: &[(usize, i64, i64)]) -> Vec<StepArg> {
+    let mut args = vec![StepArg::I32(dims.len() as i32)];
+    let pad = |f: &dyn Fn(&(usize, i64, i64)) -> i64, fill: i64| {
+        let mut v: Vec<StepArg> = dims.iter().map(|t| StepArg::I64(f(t))).collect();
+        v.resize(STRIDED_MAX_DIMS, StepArg::I64(fill));
+        v
+    };
+    args.extend(pad(&|t| t.0 as i64, 1));
+    args.extend(pad(&|t| div_magic(t.0 as u64), div_magic(1)));
+    args.extend(pad(&|t| t.1, 0));
+    args.extend(pad(&|t| t.2, 0));
+    args
+}
+
+fn strided_grid(n: usize) -> [u32; 3] {
+    [
+        blocks(n as u64, 2 * STRIDED_THREADS as u64, EW_MAX_BLOCKS),
+        1,
+        1,
+    ]
+}
 
 /// `y = a op b` with broadcasting: `dims` are (extent, stride of a, stride of b), outermost
-/// first, at most [`BCAST_MAX_DIMS`]; the output is contiguous.
+/// first, at most [`STRIDED_MAX_DIMS`]; the output is contiguous.
 pub(super) fn bcast(
     op: &str,
     d: Dtype,
@@ -194,42 +232,46 @@ pub(super) fn bcast(
         StepArg::Buffer(b),
         StepArg::Buffer(y),
         n64(n),
-        StepArg::I32(dims.len() as i32),
     ];
-    let pad = |f: &dyn Fn(&(usize, i64, i64)) -> i64, fill: i64| {
-        let mut v: Vec<StepArg> = dims.iter().map(|t| StepArg::I64(f(t))).collect();
-        v.resize(BCAST_MAX_DIMS, StepArg::I64(fill));
-        v
-    };
-    args.extend(pad(&|t| t.0 as i64, 1));
-    args.extend(pad(&|t| t.1, 0));
-    args.extend(pad(&|t| t.2, 0));
-    // One element per thread and step, as the strided path reads scalars.
-    let grid = blocks(n as u64, EW_THREADS as u64, EW_MAX_BLOCKS);
-    kernel(
-        format!("binary_{op}_bcast_{}", dt(d)),
-        [grid, 1, 1],
-        [EW_THREADS, 1, 1],
-        args,
-    )
+    args.extend(strided_args(dims));
+    let name = format!("binary_{op}_bcast_{}", dt(d));
+    kernel(name, strided_grid(n), [STRIDED_THREADS, 1, 1], args)
+}
+
+/// `y` (contiguous) = `x` read through strides: `dims` are (extent, stride in x, unused), as for
+/// [`bcast`]. A transpose made contiguous.
+pub(super) fn strided_copy(
+    elem_bytes: usize,
+    x: usize,
+    y: usize,
+    dims: &[(usize, i64, i64)],
+) -> Step {
+    let n: usize = dims.iter().map(|t| t.0).product();
+    let mut args = vec![StepArg::Buffer(x), StepArg::Buffer(y), n64(n)];
+    args.extend(strided_args(dims));
+    let name = format!("copy_strided_b{}", elem_bytes * 8);
+    kernel(name, strided_grid(n), [STRIDED_THREADS, 1, 1], args)
 }
 
 /// Grid and block of a row kernel: a warp per row (several rows per block) for short rows, a
-/// block of up to 1024 threads per row for long ones.
+/// block of up to 512 threads per row for long ones (1024-thread blocks measured 1.7x slower
+/// than PyTorch on softmax rows of 16384 on the H200: one block per SM, idle at each barrier).
 fn row_launch(rows: usize, n: usize) -> ([u32; 3], [u32; 3]) {
     if n <= WARP_ROW_MAX {
         let grid = blocks(rows as u64, WARP_ROWS as u64, MAX_BLOCKS);
         return ([grid, 1, 1], [32, WARP_ROWS, 1]);
     }
-    let threads = n.div_ceil(16).next_power_of_two().clamp(64, 1024) as u32;
+    let threads = n.div_ceil(16).next_power_of_two().clamp(64, 512) as u32;
     ([blocks(rows as u64, 1, MAX_BLOCKS), 1, 1], [threads, 1, 1])
 }
 
 /// Grid and block of a column kernel: (32, ty) threads per 32 columns of one outer index, the
-/// ty threads of a column splitting the axis.
+/// ty threads of a column splitting the axis: 16, or 32 when there are too few blocks to fill an
+/// H200 (132 SMs x 4 blocks of 512 threads) otherwise.
 fn col_launch(outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
-    let ty = n.next_power_of_two().min(16) as u32;
     let work = outer as u64 * inner.div_ceil(32) as u64;
+    let rows = if work < 4 * 132 { 32 } else { 16 };
+    let ty = n.next_power_of_two().min(rows) as u32;
     ([blocks(work, 1, MAX_BLOCKS), 1, 1], [32, ty, 1])
 }
 
@@ -261,24 +303,17 @@ pub(super) fn reduce(
     }
 }
 
-/// softmax / log_softmax / l2norm of `x` along the middle of (outer, n, inner).
-pub(super) fn lanes(
-    name: &str,
-    d: Dtype,
-    x: usize,
-    y: usize,
-    dims: (usize, usize, usize),
-    eps: f32,
-) -> Step {
+/// softmax / log_softmax of `x` along the middle of (outer, n, inner).
+pub(super) fn lanes(name: &str, d: Dtype, x: usize, y: usize, dims: (usize, usize, usize)) -> Step {
     let (outer, n, inner) = dims;
-    let (x, y, eps) = (StepArg::Buffer(x), StepArg::Buffer(y), StepArg::F32(eps));
+    let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
     if inner == 1 {
         let (grid, block) = row_launch(outer, n);
-        let args = vec![x, y, n64(outer), n64(n), eps];
+        let args = vec![x, y, n64(outer), n64(n)];
         kernel(format!("{name}_rows_{}", dt(d)), grid, block, args)
     } else {
         let (grid, block) = col_launch(outer, n, inner);
-        let args = vec![x, y, n64(outer), n64(n), n64(inner), eps];
+        let args = vec![x, y, n64(outer), n64(n), n64(inner)];
         kernel(format!("{name}_cols_{}", dt(d)), grid, block, args)
     }
 }
@@ -338,26 +373,6 @@ pub(super) fn norm(
     }
     let name = if rms { "rms_norm" } else { "layer_norm" };
     kernel(format!("{name}_{}", dt(d)), grid, block, args)
-}
-
-/// Swaps two axes of a tensor of `elem_bytes`-byte elements viewed as [P, A, Q, B, R] into
-/// [P, B, Q, A, R]; tiled through shared memory when the axes are adjacent and innermost.
-pub(super) fn transpose(elem_bytes: usize, x: usize, y: usize, pa_qbr: [usize; 5]) -> Step {
-    let [p, a, q, b, r] = pa_qbr;
-    let bits = elem_bytes * 8;
-    let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
-    if q == 1 && r == 1 {
-        let tiles = p as u64 * a.div_ceil(32) as u64 * b.div_ceil(32) as u64;
-        let grid = [blocks(tiles, 1, MAX_BLOCKS), 1, 1];
-        let args = vec![x, y, n64(p), n64(a), n64(b)];
-        kernel(format!("transpose_tiled_b{bits}"), grid, [32, 8, 1], args)
-    } else {
-        let n = (p * a * q * b * r) as u64;
-        let grid = [blocks(n, EW_THREADS as u64, EW_MAX_BLOCKS), 1, 1];
-        let args = vec![x, y, n64(p), n64(a), n64(q), n64(b), n64(r)];
-        let name = format!("transpose_general_b{bits}");
-        kernel(name, grid, [EW_THREADS, 1, 1], args)
-    }
 }
 
 /// Copies `nbytes` bytes from `x` to `y`.

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use crate::ops::{infer_expr, normalize_axis, BinOp, Dtype, Expr, Op, Program, ReduceKind};
 use crate::ops::{Sizes, UnaryFn};
 
-use super::launch::{self, split, BCAST_MAX_DIMS};
+use super::launch::{self, split, STRIDED_MAX_DIMS};
+use super::strides::{broadcast_dims, contiguous_strides, merge_dims};
 use super::{BaselineError, BufferDecl, EagerPlan, Gemm, Step};
 
 /// A tensor value: a contiguous row-major buffer.
@@ -240,10 +241,16 @@ impl Lowerer<'_> {
         dest: Option<Dest>,
     ) -> Result<Value, BaselineError> {
         let (va, vb) = (self.expr(a, None)?, self.expr(b, None)?);
-        let name = binop_name(op);
+        let mut name = binop_name(op);
         let (x, s, scalar_first) = match (va, vb) {
             (Value::Scalar(x), Value::Scalar(y)) => return Ok(Value::Scalar(fold(op, x, y))),
             (Value::Tensor(t), Value::Scalar(s)) => (t, s, false),
+            (Value::Scalar(s), Value::Tensor(t)) if op == BinOp::Div => {
+                // PyTorch's __rtruediv__: a reciprocal, then a multiply.
+                let r = self.unary("reciprocal", &t, [0.0, 0.0], None);
+                name = "mul";
+                (r, s, false)
+            }
             (Value::Scalar(s), Value::Tensor(t)) => (t, s, true),
             (Value::Tensor(ta), Value::Tensor(tb)) => {
                 let (dtype, shape) = self.tensor_type(e)?;
@@ -253,9 +260,9 @@ impl Lowerer<'_> {
                     launch::binary(name, dtype, ta.buf, tb.buf, y.buf, y.numel())
                 } else {
                     let dims = broadcast_dims(&shape, &ta.shape, &tb.shape);
-                    if dims.len() > BCAST_MAX_DIMS {
+                    if dims.len() > STRIDED_MAX_DIMS {
                         return Err(self.err(format!(
-                            "broadcasting {:?} with {:?} needs {} dimensions, more than {BCAST_MAX_DIMS}",
+                            "broadcasting {:?} with {:?} needs {} dimensions, more than {STRIDED_MAX_DIMS}",
                             ta.shape,
                             tb.shape,
                             dims.len()
@@ -384,11 +391,11 @@ impl Lowerer<'_> {
             return Err(self.err("a call without operands"));
         };
         let x = self.tensor(first)?;
-        let lanes = |l: &mut Self, name: &str, axis: i64, eps: f64| {
+        let lanes = |l: &mut Self, name: &str, axis: i64| {
             let dims = split(&x.shape, l.axis(&x, axis)?);
             let y = l.alloc(dest, x.dtype, &x.shape);
-            let step = launch::lanes(name, x.dtype, x.buf, y.buf, dims, eps as f32);
-            l.steps.push(step);
+            l.steps
+                .push(launch::lanes(name, x.dtype, x.buf, y.buf, dims));
             Ok(y)
         };
         let scan = |l: &mut Self, name: &str, axis: i64| {
@@ -404,16 +411,19 @@ impl Lowerer<'_> {
             Op::Elu { alpha } => Ok(self.unary("elu", &x, [alpha, 0.0], dest)),
             Op::Clamp { lo, hi, .. } => Ok(self.unary("clamp", &x, [lo, hi], dest)),
             Op::Reduce { kind, axis, .. } => {
+                let Some(kernel) = reduce_kernel(kind) else {
+                    return self.logsumexp(e, x, axis, dest);
+                };
                 let dims = split(&x.shape, self.axis(&x, axis)?);
                 let (dtype, shape) = self.tensor_type(e)?;
                 let y = self.alloc(dest, dtype, &shape);
-                let step = launch::reduce(reduce_name(kind), x.dtype, x.buf, y.buf, dims);
+                let step = launch::reduce(kernel, x.dtype, x.buf, y.buf, dims);
                 self.steps.push(step);
                 Ok(y)
             }
-            Op::Softmax { axis } => lanes(self, "softmax", axis, 0.0),
-            Op::LogSoftmax { axis } => lanes(self, "log_softmax", axis, 0.0),
-            Op::L2Norm { axis, eps } => lanes(self, "l2norm", axis, eps),
+            Op::Softmax { axis } => lanes(self, "softmax", axis),
+            Op::LogSoftmax { axis } => lanes(self, "log_softmax", axis),
+            Op::L2Norm { axis, eps } => self.l2norm(x, axis, eps, dest),
             Op::Cumsum { axis } => scan(self, "cumsum", axis),
             Op::Cumprod { axis } => scan(self, "cumprod", axis),
             Op::LayerNorm { eps, weight, bias } => {
@@ -427,23 +437,79 @@ impl Lowerer<'_> {
                 if a == b {
                     return Ok(x);
                 }
-                let (lo, hi) = (a.min(b), a.max(b));
-                let s = &x.shape;
-                let pa_qbr = [
-                    s[..lo].iter().product(),
-                    s[lo],
-                    s[lo + 1..hi].iter().product(),
-                    s[hi],
-                    s[hi + 1..].iter().product(),
-                ];
+                // The output read through swapped strides of x, as `.contiguous()` copies a view.
                 let mut shape = x.shape.clone();
-                shape.swap(lo, hi);
+                shape.swap(a, b);
+                let mut strides = contiguous_strides(&x.shape);
+                strides.swap(a, b);
+                let dims = merge_dims(&shape, &strides, &vec![0; shape.len()]);
                 let y = self.alloc(dest, x.dtype, &shape);
-                let step = launch::transpose(x.dtype.size_bytes(), x.buf, y.buf, pa_qbr);
+                let step = launch::strided_copy(x.dtype.size_bytes(), x.buf, y.buf, &dims);
                 self.steps.push(step);
                 Ok(y)
             }
         }
+    }
+
+    /// `x` with `axis` reduced by `kind` into a keepdim-shaped fresh buffer.
+    fn reduce_keepdim(&mut self, kind: &str, x: &Tensor, ax: usize) -> Tensor {
+        let mut shape = x.shape.clone();
+        shape[ax] = 1;
+        let y = self.alloc(None, x.dtype, &shape);
+        let step = launch::reduce(kind, x.dtype, x.buf, y.buf, split(&x.shape, ax));
+        self.steps.push(step);
+        y
+    }
+
+    /// `a op b` with `b` broadcast to `a`'s shape.
+    fn bcast_into(&mut self, op: &str, a: &Tensor, b: &Tensor, dest: Option<Dest>) -> Tensor {
+        let y = self.alloc(dest, a.dtype, &a.shape);
+        let dims = broadcast_dims(&a.shape, &a.shape, &b.shape);
+        let step = launch::bcast(op, a.dtype, a.buf, b.buf, y.buf, &dims);
+        self.steps.push(step);
+        y
+    }
+
+    /// torch.logsumexp as PyTorch runs it: m = amax(x, keepdim), m with infinities zeroed,
+    /// sum(exp(x - m)), its log, plus m. Seven launches; PyTorch's nine zero the infinities
+    /// in three (abs, == inf, masked_fill_), tiny kernels over the reduced shape.
+    fn logsumexp(
+        &mut self,
+        e: &Expr,
+        x: Tensor,
+        axis: i64,
+        dest: Option<Dest>,
+    ) -> Result<Tensor, BaselineError> {
+        let ax = self.axis(&x, axis)?;
+        let (_, shape) = self.tensor_type(e)?;
+        let m = self.reduce_keepdim("max", &x, ax);
+        let m = self.unary("inf_to_zero", &m, [0.0, 0.0], None);
+        let centered = self.bcast_into("sub", &x, &m, None);
+        let exps = self.unary("exp", &centered, [0.0, 0.0], None);
+        let sum = self.alloc(None, x.dtype, &shape);
+        let step = launch::reduce("sum", x.dtype, exps.buf, sum.buf, split(&x.shape, ax));
+        self.steps.push(step);
+        let log = self.unary("log", &sum, [0.0, 0.0], None);
+        // m has the result's elements in the result's order (keepdim or not).
+        let y = self.alloc(dest, x.dtype, &shape);
+        let step = launch::binary("add", x.dtype, log.buf, m.buf, y.buf, y.numel());
+        self.steps.push(step);
+        Ok(y)
+    }
+
+    /// F.normalize as PyTorch runs it: the 2-norm along `axis` (keepdim), clamp_min(eps), and
+    /// a broadcast division.
+    fn l2norm(
+        &mut self,
+        x: Tensor,
+        axis: i64,
+        eps: f64,
+        dest: Option<Dest>,
+    ) -> Result<Tensor, BaselineError> {
+        let ax = self.axis(&x, axis)?;
+        let norm = self.reduce_keepdim("norm", &x, ax);
+        let denom = self.unary("clamp_min", &norm, [eps, 0.0], None);
+        Ok(self.bcast_into("div", &x, &denom, dest))
     }
 
     /// layer_norm / rms_norm: operands converted to the result dtype (only when they differ).
@@ -499,41 +565,6 @@ fn fold(op: BinOp, a: f64, b: f64) -> f64 {
     }
 }
 
-/// (extent, stride of a, stride of b) per output dimension, outermost first, with extent-1
-/// dimensions dropped and neighbours merged where both operands allow (as TensorIterator
-/// coalesces), so `[M, N] + [N]` is two dimensions and `[M, N] + [M, N]` one.
-fn broadcast_dims(out: &[usize], a: &[usize], b: &[usize]) -> Vec<(usize, i64, i64)> {
-    let strides = |s: &[usize]| -> Vec<i64> {
-        let pad = out.len() - s.len();
-        let mut st = vec![0i64; out.len()];
-        let mut acc = 1i64;
-        for i in (0..s.len()).rev() {
-            st[pad + i] = if s[i] == 1 { 0 } else { acc };
-            acc *= s[i] as i64;
-        }
-        st
-    };
-    let (sa, sb) = (strides(a), strides(b));
-    let mut dims: Vec<(usize, i64, i64)> = Vec::new();
-    for (i, &n) in out.iter().enumerate() {
-        if n == 1 {
-            continue;
-        }
-        if let Some(last) = dims.last_mut() {
-            let n64 = n as i64;
-            if last.1 == sa[i] * n64 && last.2 == sb[i] * n64 {
-                *last = (last.0 * n, sa[i], sb[i]);
-                continue;
-            }
-        }
-        dims.push((n, sa[i], sb[i]));
-    }
-    if dims.is_empty() {
-        dims.push((1, 0, 0));
-    }
-    dims
-}
-
 fn binop_name(op: BinOp) -> &'static str {
     match op {
         BinOp::Add => "add",
@@ -570,44 +601,17 @@ fn unary_name(u: UnaryFn) -> &'static str {
     }
 }
 
-fn reduce_name(k: ReduceKind) -> &'static str {
-    match k {
+/// The reduction kernel of a kind; `None` for logsumexp, which PyTorch runs as a composite
+/// (`Lowerer::logsumexp`).
+fn reduce_kernel(k: ReduceKind) -> Option<&'static str> {
+    Some(match k {
         ReduceKind::Sum => "sum",
         ReduceKind::Mean => "mean",
         ReduceKind::Max => "max",
         ReduceKind::Min => "min",
         ReduceKind::Prod => "prod",
-        ReduceKind::Logsumexp => "logsumexp",
         ReduceKind::Argmax => "argmax",
         ReduceKind::Argmin => "argmin",
-    }
-}
-
-#[cfg(test)]
-mod merge_tests {
-    use super::broadcast_dims;
-
-    #[test]
-    fn broadcast_dims_merge_what_both_operands_allow() {
-        // Same shape: one dimension.
-        assert_eq!(broadcast_dims(&[4, 5], &[4, 5], &[4, 5]), [(20, 1, 1)]);
-        // Row bias: rows broadcast in b.
-        assert_eq!(
-            broadcast_dims(&[4, 5], &[4, 5], &[5]),
-            [(4, 5, 0), (5, 1, 1)]
-        );
-        // Column (keepdim) operand: [4, 1] against [4, 5].
-        assert_eq!(
-            broadcast_dims(&[4, 5], &[4, 1], &[4, 5]),
-            [(4, 1, 5), (5, 0, 1)]
-        );
-        // Leading batch broadcast merges with the rows: [2, 3, 5] + [5].
-        assert_eq!(
-            broadcast_dims(&[2, 3, 5], &[2, 3, 5], &[5]),
-            [(6, 5, 0), (5, 1, 1)]
-        );
-        // Extent-1 output dimensions vanish; all-ones is one element.
-        assert_eq!(broadcast_dims(&[1, 5], &[1, 5], &[1]), [(5, 1, 0)]);
-        assert_eq!(broadcast_dims(&[1, 1], &[1], &[1, 1]), [(1, 0, 0)]);
-    }
+        ReduceKind::Logsumexp => return None,
+    })
 }

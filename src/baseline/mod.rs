@@ -6,20 +6,27 @@
 //! [`lower`] turns a task at a size preset into an [`EagerPlan`]: buffers (the task's tensors in
 //! signature order, then one fresh buffer per intermediate, in the dtype PyTorch would give it)
 //! and steps (kernel launches of [`SOURCE`] and row-major GEMMs for cuBLAS). One op node of the
-//! program is one step, as one PyTorch call is one kernel, except where PyTorch itself launches
-//! nothing: scalar arithmetic (`2 * s`) is folded, `transpose` feeding a matmul becomes the GEMM's
-//! transpose flag (PyTorch hands cuBLAS a view), and `[B,M,K] @ [K,N]` is one GEMM of `B*M`
-//! rows. The root of a statement writes straight into its output tensor.
+//! program is one step, as one PyTorch call is one kernel (composites below), except where
+//! PyTorch itself launches nothing: scalar arithmetic (`2 * s`) is folded, `transpose` feeding a
+//! matmul becomes the GEMM's transpose flag (PyTorch hands cuBLAS a view), and `[B,M,K] @ [K,N]`
+//! is one GEMM of `B*M` rows. The root of a statement writes straight into its output tensor.
 //!
 //! The kernels (`kernels.cu`) compute in float and round once on store, like PyTorch's opmath;
 //! elementwise kernels are vectorised and grid-stride; reductions, softmax and norms take one
 //! warp or block per row when the reduced axis is the contiguous last one and a coalesced
-//! thread-per-column loop otherwise. `launch.rs` chooses every grid and names every kernel.
+//! thread-per-column loop otherwise; broadcasts and transposes (made contiguous) read through
+//! strides with magic-number division, as PyTorch's TensorIterator does. `launch.rs` chooses every
+//! grid and names every kernel; `strides.rs` merges dimensions for the strided kernels.
 //!
-//! Where PyTorch eager launches more than one kernel for an op node (`rms_norm`, `l2norm` and
-//! `logsumexp` are composites there; `s / x` is a reciprocal and a multiply; a matmul of mixed
-//! dtypes is an error there and two casts and a GEMM here), this baseline still launches one:
-//! it is then, if anything, faster than PyTorch.
+//! Where PyTorch eager runs an op node as several kernels, so does the baseline (PyTorch 2.11 on
+//! an H200, counted with its profiler): `logsumexp` is amax, the maxima with infinities zeroed,
+//! subtract, exp, sum, log, add (seven launches; PyTorch's nine zero the infinities in three tiny
+//! ones), `l2norm` is F.normalize's norm, clamp_min and divide, and `s / x` a reciprocal and a
+//! multiply. `rms_norm` and `layer_norm` are one kernel each, as PyTorch's fused layer-norm kernel.
+//! What differs: an operand of another dtype is converted by its own kernel first (PyTorch casts
+//! inside the op; a matmul of mixed dtypes is an error there), and a transpose feeding anything
+//! but a matmul is copied first (PyTorch would read the view in the next op).
+//! `benches/results/baseline-h200-*.md` has the measured fidelity per task.
 //!
 //! [`EagerPlan::with_kernel_gemm`] replaces the GEMM steps by launches of a plain tiled GEMM of
 //! [`SOURCE`]: what the CPU device model runs, and the GPU fallback when cuBLAS cannot be loaded.
@@ -28,6 +35,7 @@
 mod cpu_tests;
 mod launch;
 mod lower;
+mod strides;
 #[cfg(test)]
 mod tests;
 

@@ -82,8 +82,8 @@ fn gemm_bias_relu_is_three_launches_into_fresh_buffers() {
         ]
     );
     assert_eq!(&a[5..7], [StepArg::I64(33), StepArg::I64(65)]);
-    assert_eq!(&a[11..13], [StepArg::I64(65), StepArg::I64(1)]);
-    assert_eq!(&a[17..19], [StepArg::I64(0), StepArg::I64(1)]);
+    assert_eq!(a[17..19], [StepArg::I64(65), StepArg::I64(1)]);
+    assert_eq!(a[23..25], [StepArg::I64(0), StepArg::I64(1)]);
     assert_eq!(args(&p, 2)[..2], [StepArg::Buffer(5), StepArg::Buffer(3)]);
 }
 
@@ -143,12 +143,12 @@ fn matmul_forms_fold_like_torch_matmul() {
     );
     let g = gemm(&p, 0);
     assert_eq!((g.m, g.n, g.k, g.batch), (15, 6, 4, 1));
-    // ... but a transposed X cannot be folded: it is copied first, as reshape copies.
+    // A transposed X cannot be folded: it is copied first, as reshape copies.
     let p = plan(
         "input X: f32[B, K, M]\ninput W: f32[K, N]\noutput Y: f32[B, M, N]\nY = transpose(X) @ W",
         &[("B", 3), ("M", 5), ("K", 4), ("N", 6)],
     );
-    assert_eq!(kinds(&p), ["transpose_tiled_b32", "gemm"]);
+    assert_eq!(kinds(&p), ["copy_strided_b32", "gemm"]);
     assert!(!gemm(&p, 1).trans_a);
     // [M,K] @ [K]: n = 1.
     let p = plan(
@@ -214,7 +214,7 @@ fn reductions_pick_rows_or_columns() {
         &args(&p, 1)[2..],
         [StepArg::I64(3), StepArg::I64(17), StepArg::I64(40)]
     );
-    // Short rows: a warp per row, four rows per block; long rows: a block per row.
+    // Short rows: a warp per row, four rows per block; long rows: a block (<= 512) per row.
     let Step::Kernel { grid, block, .. } = &p.steps[0] else {
         unreachable!()
     };
@@ -226,7 +226,7 @@ fn reductions_pick_rows_or_columns() {
     let Step::Kernel { grid, block, .. } = &p.steps[0] else {
         unreachable!()
     };
-    assert_eq!((*grid, *block), ([8, 1, 1], [1024, 1, 1]));
+    assert_eq!((*grid, *block), ([8, 1, 1], [512, 1, 1]));
 }
 
 #[test]
@@ -238,26 +238,17 @@ fn names_and_copies_bind_as_python_does() {
     assert_eq!(kinds(&p), ["unary_relu_f32", "copy_bytes"]);
     assert_eq!(args(&p, 0)[0], StepArg::Buffer(0));
     assert_eq!(args(&p, 1)[2], StepArg::I64(48));
-    // Transposes elsewhere than under a matmul are copies: tiled when the axes are the last two,
-    // general otherwise.
+    // Transposes elsewhere than under a matmul are strided copies, as `.contiguous()` makes them:
+    // the output's dimensions with the input's strides.
     let src = "input X: f16[A, B, C]\noutput Y: f16[A, C, B]\noutput Z: f16[C, B, A]\n\
                Y = transpose(X)\nZ = transpose(X, 0, 2)";
     let p = plan(src, &[("A", 2), ("B", 3), ("C", 5)]);
-    assert_eq!(kinds(&p), ["transpose_tiled_b16", "transpose_general_b16"]);
-    assert_eq!(
-        &args(&p, 0)[2..],
-        [StepArg::I64(2), StepArg::I64(3), StepArg::I64(5)]
-    );
-    assert_eq!(
-        &args(&p, 1)[2..],
-        [
-            StepArg::I64(1),
-            StepArg::I64(2),
-            StepArg::I64(3),
-            StepArg::I64(5),
-            StepArg::I64(1)
-        ]
-    );
+    assert_eq!(kinds(&p), ["copy_strided_b16", "copy_strided_b16"]);
+    let a = args(&p, 0);
+    assert_eq!(a[2..4], [StepArg::I64(30), StepArg::I32(3)]);
+    assert_eq!(a[4..7], [2, 5, 3].map(StepArg::I64));
+    assert_eq!(a[16..19], [15, 1, 5].map(StepArg::I64));
+    assert_eq!(args(&p, 1)[16..19], [1, 5, 15].map(StepArg::I64));
 }
 
 #[test]
@@ -272,6 +263,36 @@ fn norms_pass_absent_operands_as_flags() {
     let a = args(&p, 1);
     assert_eq!(a[..3], [0, 0, 3].map(StepArg::Buffer));
     assert_eq!(a[6], StepArg::I32(0));
+}
+
+/// The magic numbers of the strided kernels divide exactly (the kernel's 32-bit arithmetic,
+/// replayed in 64 bits), against plain division.
+#[test]
+fn magic_division_is_exact() {
+    let mut divisors: Vec<u64> = (1..=300).collect();
+    divisors.extend([
+        1000,
+        4095,
+        4096,
+        4097,
+        8191,
+        65_537,
+        1 << 20,
+        999_983,
+        (1 << 31) - 1,
+    ]);
+    for d in divisors {
+        let packed = launch::div_magic(d) as u64;
+        let (magic, shift) = (packed & 0xffff_ffff, packed >> 32);
+        let mut ns: Vec<u64> = vec![0, 1, d - 1, d, d + 1, 2 * d, (1 << 31) - 1, (1 << 31) - 2];
+        ns.extend((0..200u64).map(|k| (k * 2_654_435_761) % (1 << 31)));
+        for n in ns.into_iter().filter(|&n| n < 1 << 31) {
+            let t = (n * magic) >> 32;
+            assert!(t + n < 1 << 32, "overflow for {n} / {d}");
+            assert_eq!((t + n) >> shift, n / d, "{n} / {d}");
+        }
+    }
+    assert_eq!(launch::div_magic(1 << 31), 0);
 }
 
 #[test]
@@ -344,6 +365,85 @@ fn every_task_lowers_at_both_presets_with_known_kernels() {
     assert_eq!(launches("cross_entropy_soft"), 4);
     assert_eq!(launches("gemm_min_max_clamp"), 5);
     assert_eq!(launches("softmax_argmax"), 3);
+    assert_eq!(launches("rms_norm"), 1);
+    assert_eq!(launches("logsumexp_rows"), 7);
+    assert_eq!(launches("cosine_similarity_rows"), 8);
+}
+
+#[test]
+fn composites_are_lowered_as_pytorch_runs_them() {
+    let p = plan(
+        "input X: f32[M, N]\noutput Y: f32[M]\nY = logsumexp(X, axis=-1)",
+        &[("M", 3), ("N", 40)],
+    );
+    assert_eq!(
+        kinds(&p),
+        [
+            "reduce_max_rows_f32",
+            "unary_inf_to_zero_f32",
+            "binary_sub_bcast_f32",
+            "unary_exp_f32",
+            "reduce_sum_rows_f32",
+            "unary_log_f32",
+            "binary_add_f32"
+        ]
+    );
+    // The final add writes Y from the log and the zeroed maxima.
+    assert_eq!(
+        args(&p, 6)[..3],
+        [buf(&p, "Y.6"), buf(&p, "Y.2"), 1].map(StepArg::Buffer)
+    );
+    let p = plan(
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = l2norm(X, axis=0, eps=1e-6)",
+        &[("M", 3), ("N", 40)],
+    );
+    assert_eq!(
+        kinds(&p),
+        [
+            "reduce_norm_cols_f32",
+            "unary_clamp_min_f32",
+            "binary_div_bcast_f32"
+        ]
+    );
+    assert_eq!(args(&p, 1)[3], StepArg::F32(1e-6));
+    let p = plan("input X: f32[N]\noutput Y: f32[N]\nY = 2 / X", &[("N", 4)]);
+    assert_eq!(kinds(&p), ["unary_reciprocal_f32", "binary_mul_scalar_f32"]);
+}
+
+/// Every plan of `tasks/` and `tests/data/baseline/` at both presets, with the task's PyTorch
+/// module, tolerance and outputs, as JSON (plus `kernels.cu`) into `$KEVIN_BASELINE_DUMP_DIR`
+/// for `scripts/baseline_gpu.py`. Without that variable it only checks that every dump reads
+/// back as the same plan.
+#[test]
+fn dump_plans() {
+    let dir = std::env::var("KEVIN_BASELINE_DUMP_DIR").ok();
+    if let Some(d) = &dir {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(format!("{d}/kernels.cu"), SOURCE).unwrap();
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
+    for task in suite().tasks().iter().chain(fixtures.tasks()) {
+        for (preset, name) in [(Preset::Small, "small"), (Preset::Gpu, "gpu")] {
+            let plan = lower(task, preset).unwrap_or_else(|e| panic!("{e}"));
+            let j = serde_json::json!({
+                "task": task.name,
+                "preset": name,
+                "plan": plan,
+                "module": task.torch_module(preset).unwrap(),
+                "tolerance": {"atol": task.tolerance.atol, "rtol": task.tolerance.rtol},
+                "inputs": task.program.inputs.len(),
+                "outputs": task.program.outputs.iter().map(|d| &d.name).collect::<Vec<_>>(),
+            });
+            let text = j.to_string();
+            let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let back: EagerPlan = serde_json::from_value(back["plan"].clone()).unwrap();
+            assert_eq!(back, plan, "{}", task.name);
+            if let Some(d) = &dir {
+                std::fs::write(format!("{d}/{}.{name}.json", task.name), text).unwrap();
+            }
+        }
+    }
 }
 
 #[test]
