@@ -23,6 +23,7 @@ pub mod cpu_env;
 pub mod env;
 pub mod episode;
 pub mod eval;
+pub mod hacks;
 pub mod learner;
 pub mod metrics;
 pub mod nvrtc_env;

@@ -69,7 +69,7 @@ static inline void warp_compute(Warp& w) {
 static inline uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width) {
     Fiber* f = tls_fiber;
     Block* b = f->blk;
-    if (!b->launch->fibers) kevin_trap("internal: warp operation in a kernel compiled without fibers");
+    if (!b->launch->fibers) kevin_abandon(::kevin::KEVIN_LAUNCH_ERROR, "internal: warp operation in a kernel compiled without fibers");
     if (width <= 0 || width > 32 || (width & (width - 1)) != 0) warp_fail("width not a power of two up to 32", kind);
     unsigned wi = f->linear >> 5, lane = f->linear & 31;
     Warp& w = b->warps[wi];
