@@ -50,8 +50,9 @@
 //! - Shared memory is never zero by luck: when a launch starts, each OS thread fills its copy of
 //!   every static `__shared__` variable (the module's thread-local storage) and its dynamic
 //!   shared buffer with 0xff bytes (NaN, -1), so reading shared memory before writing it gives a
-//!   wrong result. Later blocks on the same OS thread see what the previous block left, as on a
-//!   GPU.
+//!   wrong result (g++ runs with `-fno-ipa-reference-addressable`, or it would fold reads of a
+//!   `__shared__` array nothing writes to zero). Later blocks on the same OS thread see what the
+//!   previous block left, as on a GPU.
 //! - `clock()`/`clock64()`/`%globaltimer` are already rejected by the candidate rules.
 //! - Stack overflow (deep recursion, huge local arrays beyond 64 KiB per thread) hits a guard
 //!   page: the process crashes, which the worker reports as a crash.
