@@ -3,10 +3,14 @@
 //! ([`crate::verify`]), in worker processes with deadlines.
 //!
 //! - compile: the static rules, the launch plan validated against the task, then the host C++
-//!   compiler as a child process with a deadline (the compiler never runs in the daemon).
+//!   compiler as a child process with a deadline and a memory limit (the compiler never runs in
+//!   the daemon).
 //! - verify: a `kevin worker --role cpu` process loads the module and runs the correctness
 //!   protocol on guard-paged host buffers. A crash (an out-of-bounds access hits a guard page), a
-//!   hang or garbage kills and replaces that worker and becomes the candidate's outcome.
+//!   hang or garbage kills and replaces that worker and becomes the candidate's outcome. Before
+//!   dying, a faulting worker writes the signal and the faulting address to stderr
+//!   ([`FAULT_MARKER`]), so the crash's feedback says what kind of access it was (a forged low
+//!   pointer, address 0 for a misaligned vector access, an address past a buffer).
 //! - profile: the same worker times the candidate against the baseline, interleaved, with the
 //!   timing protocol. The baseline on the CPU is the fp64 reference interpreter (the trusted
 //!   implementation of every op; a faster op-by-op C++ baseline is future work), so CPU speedups
@@ -21,14 +25,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::candidate::{self, Limits, ResolvedPlan};
 use crate::cpu::{self, CpuCompileError, LaunchFailure, Module};
-use crate::env::{Compiled, KernelEnv};
+use crate::env::{Compiled, Deadlines, KernelEnv};
 use crate::outcome::Outcome;
 use crate::tasks::{Preset, TaskSuite};
 use crate::verify::buffer::TensorBuf;
 use crate::verify::correctness::{self, CheckError, Executor, ProtocolConfig};
 use crate::verify::timing::{self, Timer, TimingConfig, Which};
 use crate::verify::ExecFailure;
-use crate::worker::{PoolConfig, WorkerCommand, WorkerFailure, WorkerPool};
+use crate::worker::{PoolConfig, PoolStats, WorkerCommand, WorkerFailure, WorkerPool};
 
 /// The environment variable that tells a `cpu` worker where the task suite is.
 pub const TASKS_ENV: &str = "KEVIN_WORKER_TASKS";
@@ -132,6 +136,10 @@ impl Executor for CpuExecutor {
             }
             .map_err(|e| match e {
                 LaunchFailure::Unsupported(m) => ExecFailure::Unsupported(m),
+                LaunchFailure::Trap(m) => ExecFailure::Crash(format!(
+                    "launch line {} (`{}`): {m}",
+                    launch.line, launch.kernel
+                )),
                 LaunchFailure::Launch(m) => ExecFailure::Launch(format!(
                     "launch line {} (`{}`): {m}",
                     launch.line, launch.kernel
@@ -254,12 +262,103 @@ fn handle(suite: &TaskSuite, req: CpuRequest) -> CpuResponse {
 /// The `cpu` worker's main loop (`kevin worker --role cpu`); the task suite's folder comes from
 /// [`TASKS_ENV`].
 pub fn worker_main() -> Result<(), String> {
+    report_faults();
     let dir = std::env::var(TASKS_ENV).map_err(|_| format!("{TASKS_ENV} is not set"))?;
     let suite = TaskSuite::load(&dir).map_err(|e| format!("task suite {dir}: {e}"))?;
     crate::worker::serve("cpu", crate::worker::DEFAULT_MAX_FRAME_BYTES, |req| {
         handle(&suite, req)
     })
     .map_err(|e| e.to_string())
+}
+
+/// What the fault handler writes to stderr before the worker dies: the daemon finds this line in
+/// the crash report's stderr tail and tells the policy where its kernel faulted.
+pub const FAULT_MARKER: &str = "kevin-cpu-fault: ";
+
+/// Installs a handler for the signals a faulting kernel raises (SIGSEGV, SIGBUS, SIGILL, SIGFPE)
+/// that writes one line to stderr, [`FAULT_MARKER`] then the signal and the faulting address, and
+/// returns; the handler resets itself, so the faulting instruction runs again and the default
+/// action ends the process with the same signal. Only `write` is called (async-signal-safe). A
+/// fault on an overflowed stack cannot run the handler: the process dies without the line.
+#[cfg(unix)]
+fn report_faults() {
+    extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        let mut line = [0u8; 80];
+        let mut n = 0;
+        let mut put = |bytes: &[u8]| {
+            for &b in bytes {
+                if n < line.len() {
+                    line[n] = b;
+                    n += 1;
+                }
+            }
+        };
+        put(FAULT_MARKER.as_bytes());
+        put(match sig {
+            libc::SIGSEGV => b"SIGSEGV",
+            libc::SIGBUS => b"SIGBUS",
+            libc::SIGILL => b"SIGILL",
+            _ => b"SIGFPE",
+        });
+        put(b" at address 0x");
+        // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+        let addr = if info.is_null() {
+            0
+        } else {
+            unsafe { (*info).si_addr() as usize }
+        };
+        let digits = (usize::BITS - addr.leading_zeros()).div_ceil(4).max(1);
+        for i in (0..digits).rev() {
+            put(&[b"0123456789abcdef"[(addr >> (4 * i)) & 0xf]]);
+        }
+        put(b"\n");
+        // SAFETY: writing a stack buffer to fd 2; nothing else is touched.
+        unsafe {
+            libc::write(2, line.as_ptr().cast(), n);
+        }
+    }
+    // SAFETY: a zeroed sigaction is valid; the handler is an extern "C" fn of the SA_SIGINFO type.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_fault as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND | libc::SA_NODEFER;
+        libc::sigemptyset(&mut action.sa_mask);
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE] {
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn report_faults() {}
+
+/// The crash reason for a worker that died: the signal, and where the kernel faulted with what
+/// that address usually means (from the fault handler's line in `stderr_tail`, when there is one).
+fn crash_reason(exit: &crate::worker::ExitReport, stderr_tail: &str) -> String {
+    let fault = stderr_tail
+        .lines()
+        .rev()
+        .find_map(|l| l.split_once(FAULT_MARKER).map(|(_, rest)| rest.trim()));
+    let Some(fault) = fault else {
+        return format!(
+            "the kernel crashed its worker ({exit}); on the CPU backend an out-of-bounds access hits a guard page"
+        );
+    };
+    let addr = fault
+        .rsplit_once("0x")
+        .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok());
+    let meaning = match addr {
+        Some(0) => {
+            "a null pointer, or a general-protection fault: a misaligned vector access (float4 and \
+             friends need 16-byte alignment) or a non-canonical pointer"
+        }
+        Some(a) if a < 1 << 16 => "a null or forged pointer (no memory is mapped that low)",
+        _ => {
+            "an access outside the kernel's buffers (on the CPU backend a guard page follows every \
+             buffer) or through a forged pointer"
+        }
+    };
+    format!("the kernel crashed its worker ({exit}): {fault}, {meaning}")
 }
 
 /// A compiled module on disk; its folder is removed when the last reference goes.
@@ -284,21 +383,20 @@ pub struct CpuEnv {
     pool: WorkerPool<CpuRequest, CpuResponse>,
     workdir: PathBuf,
     compiles: AtomicU64,
-    verify_timeout: Duration,
-    profile_timeout: Duration,
+    deadlines: Deadlines,
 }
 
 impl CpuEnv {
     /// Starts `workers` `cpu` worker processes (`program` is the kevin binary); the suite is read
-    /// from `tasks_dir` in the workers too.
+    /// from `tasks_dir` in the workers too. Each stage of an evaluation gets its deadline from
+    /// `deadlines`.
     pub fn new(
         suite: Arc<TaskSuite>,
         tasks_dir: &Path,
         preset: Preset,
         program: PathBuf,
         workers: usize,
-        verify_timeout_ms: u64,
-        profile_timeout_ms: u64,
+        deadlines: Deadlines,
     ) -> Result<CpuEnv, String> {
         cpu::find_compiler().map_err(|e| e.to_string())?;
         let tasks_dir = tasks_dir
@@ -310,7 +408,7 @@ impl CpuEnv {
             .push((TASKS_ENV.into(), tasks_dir.display().to_string()));
         let config = PoolConfig {
             workers,
-            request_timeout: Duration::from_millis(verify_timeout_ms),
+            request_timeout: deadlines.verify(),
             ..PoolConfig::default()
         };
         let pool = WorkerPool::new(command, config).map_err(|e| format!("cpu workers: {e}"))?;
@@ -327,8 +425,7 @@ impl CpuEnv {
             pool,
             workdir,
             compiles: AtomicU64::new(0),
-            verify_timeout: Duration::from_millis(verify_timeout_ms),
-            profile_timeout: Duration::from_millis(profile_timeout_ms),
+            deadlines,
         })
     }
 
@@ -340,14 +437,19 @@ impl CpuEnv {
     ) -> Result<Option<Outcome>, Outcome> {
         match self.pool.request_with_timeout(req, limit) {
             Ok(CpuResponse::Outcome(o)) => Ok(o),
-            Ok(CpuResponse::HarnessError(e)) => Err(Outcome::Crash { reason: format!("the CPU harness failed: {e}") }),
-            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout { stage: stage.into(), limit_ms: limit.as_millis() as u64 }),
-            Err(WorkerFailure::Crashed { exit, .. }) => Err(Outcome::Crash {
-                reason: format!(
-                    "the kernel crashed its worker ({exit}); on the CPU backend an out-of-bounds access hits a guard page"
-                ),
+            Ok(CpuResponse::HarnessError(e)) => Err(Outcome::Crash {
+                reason: format!("the CPU harness failed: {e}"),
             }),
-            Err(other) => Err(Outcome::Crash { reason: format!("the CPU worker failed: {other}") }),
+            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout {
+                stage: stage.into(),
+                limit_ms: limit.as_millis() as u64,
+            }),
+            Err(WorkerFailure::Crashed { exit, stderr_tail }) => Err(Outcome::Crash {
+                reason: crash_reason(&exit, &stderr_tail),
+            }),
+            Err(other) => Err(Outcome::Crash {
+                reason: format!("the CPU worker failed: {other}"),
+            }),
         }
     }
 
@@ -380,19 +482,19 @@ impl KernelEnv for CpuEnv {
             task_name,
             self.compiles.fetch_add(1, Ordering::Relaxed)
         ));
-        let module = cpu::compile(source, &plan, &dir).map_err(|e| match e {
-            CpuCompileError::Source { log } => Outcome::CompileError { log },
-            CpuCompileError::Unsupported { feature } => Outcome::Unsupported { feature },
-            CpuCompileError::Toolchain { reason } if reason.contains("deadline") => {
-                Outcome::Timeout {
+        let deadline = self.deadlines.compile();
+        let module =
+            cpu::compile_with_deadline(source, &plan, &dir, deadline).map_err(|e| match e {
+                CpuCompileError::Source { log } => Outcome::CompileError { log },
+                CpuCompileError::Unsupported { feature } => Outcome::Unsupported { feature },
+                CpuCompileError::Timeout { limit } => Outcome::Timeout {
                     stage: "compile".into(),
-                    limit_ms: cpu::COMPILE_DEADLINE.as_millis() as u64,
-                }
-            }
-            CpuCompileError::Toolchain { reason } => Outcome::CompileError {
-                log: format!("the CPU toolchain failed: {reason}"),
-            },
-        })?;
+                    limit_ms: limit.as_millis() as u64,
+                },
+                CpuCompileError::Toolchain { reason } => Outcome::CompileError {
+                    log: format!("the CPU toolchain failed: {reason}"),
+                },
+            })?;
         Ok(Compiled {
             task: task_name.to_string(),
             artifact: Arc::new(Artifact { dir, module, plan }),
@@ -411,10 +513,14 @@ impl KernelEnv for CpuEnv {
             plan: a.plan.clone(),
             trials: 5,
         };
-        match self.request(&req, "verify", self.verify_timeout)? {
+        match self.request(&req, "verify", self.deadlines.verify())? {
             None => Ok(()),
             Some(o) => Err(o),
         }
+    }
+
+    fn pool_stats(&self) -> Vec<(String, PoolStats)> {
+        vec![("cpu".to_string(), self.pool.stats())]
     }
 
     fn profile(&self, compiled: &Compiled) -> Outcome {
@@ -429,7 +535,7 @@ impl KernelEnv for CpuEnv {
             module: a.module.clone(),
             plan: a.plan.clone(),
         };
-        match self.request(&req, "profile", self.profile_timeout) {
+        match self.request(&req, "profile", self.deadlines.profile()) {
             Ok(Some(o)) => o,
             Ok(None) => Outcome::Crash {
                 reason: "the CPU worker returned no timing".into(),

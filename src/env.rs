@@ -7,10 +7,14 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use crate::candidate::{self, Candidate, Limits, ResolvedPlan};
 use crate::outcome::Outcome;
 use crate::tasks::{Preset, Task, TaskSuite};
+use crate::worker::PoolStats;
 
 /// A compiled candidate, ready to verify. The artifact's type belongs to the environment (PTX and
 /// a resolved launch plan for the CUDA harness; nothing much for the simulated one).
@@ -30,6 +34,45 @@ impl std::fmt::Debug for Compiled {
     }
 }
 
+/// How long each stage of one evaluation may take before the candidate is stopped (the compiler
+/// or the worker killed) and its outcome is a timeout. Every real environment takes one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deadlines {
+    /// Compiling one candidate (ms).
+    pub compile_ms: u64,
+    /// The correctness protocol of one candidate (ms).
+    pub verify_ms: u64,
+    /// The timing protocol of one candidate (ms).
+    pub profile_ms: u64,
+}
+
+impl Default for Deadlines {
+    /// Generous deadlines for `kevin eval` on either backend: the small preset on a CPU and the
+    /// GPU preset on a GPU both finish far inside them.
+    fn default() -> Self {
+        Deadlines {
+            compile_ms: 60_000,
+            verify_ms: 30_000,
+            profile_ms: 60_000,
+        }
+    }
+}
+
+impl Deadlines {
+    /// The compile deadline as a [`Duration`].
+    pub fn compile(&self) -> Duration {
+        Duration::from_millis(self.compile_ms)
+    }
+    /// The verify deadline as a [`Duration`].
+    pub fn verify(&self) -> Duration {
+        Duration::from_millis(self.verify_ms)
+    }
+    /// The profile deadline as a [`Duration`].
+    pub fn profile(&self) -> Duration {
+        Duration::from_millis(self.profile_ms)
+    }
+}
+
 /// Compiles, verifies and times candidates.
 pub trait KernelEnv: Send + Sync {
     /// One line describing the environment ("simulated environment: ...").
@@ -40,6 +83,12 @@ pub trait KernelEnv: Send + Sync {
     fn verify(&self, compiled: &Compiled) -> Result<(), Outcome>;
     /// Times the kernel against the baseline; returns the final outcome.
     fn profile(&self, compiled: &Compiled) -> Outcome;
+    /// The counters of the worker pools behind this environment, by name ("cpu", "compile",
+    /// ...): requests, failures, respawns and their latencies. Empty for an environment without
+    /// worker processes.
+    fn pool_stats(&self) -> Vec<(String, PoolStats)> {
+        Vec::new()
+    }
 }
 
 /// What every real environment checks before it compiles anything: the static rules, the launch

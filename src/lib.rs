@@ -30,6 +30,7 @@ pub mod episode;
 pub mod eval;
 #[cfg(unix)]
 pub mod gpu;
+pub mod hacks;
 pub mod learner;
 pub mod metrics;
 pub mod nvrtc_env;

@@ -8,6 +8,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::rl;
 
+/// Every [`Outcome::kind`], in the order of the enum.
+pub const KINDS: [&str; 8] = [
+    "format_error",
+    "compile_error",
+    "launch_error",
+    "crash",
+    "timeout",
+    "wrong",
+    "unsupported",
+    "correct",
+];
+
 /// Speedups above this are flagged: they are more often a hole in the harness than a real win.
 pub const SUSPICIOUS_SPEEDUP: f64 = 10.0;
 
@@ -288,6 +300,36 @@ mod tests {
             };
             assert!(m.got == got || (m.got.is_nan() && got.is_nan()));
         }
+    }
+
+    #[test]
+    fn kinds_lists_every_variant_in_order() {
+        let every = [
+            Outcome::FormatError {
+                reason: String::new(),
+            },
+            Outcome::CompileError { log: String::new() },
+            Outcome::LaunchError {
+                reason: String::new(),
+            },
+            Outcome::Crash {
+                reason: String::new(),
+            },
+            Outcome::Timeout {
+                stage: String::new(),
+                limit_ms: 0,
+            },
+            Outcome::Wrong {
+                reason: String::new(),
+                mismatch: None,
+            },
+            Outcome::Unsupported {
+                feature: String::new(),
+            },
+            correct(1.0, 1.0),
+        ];
+        let kinds: Vec<&str> = every.iter().map(Outcome::kind).collect();
+        assert_eq!(kinds, KINDS);
     }
 
     #[test]

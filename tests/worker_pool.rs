@@ -26,6 +26,10 @@ fn main() {
             garbage_is_a_protocol_failure,
         ),
         (
+            "random_garbage_always_kills_and_replaces_the_worker",
+            random_garbage_always_kills_and_replaces_the_worker,
+        ),
+        (
             "stdout_prints_do_not_corrupt_frames",
             stdout_prints_do_not_corrupt_frames,
         ),
@@ -168,6 +172,66 @@ fn garbage_is_a_protocol_failure() {
         assert_recovered(&pool);
     }
     assert_eq!(pool.stats().protocol_errors, 4);
+}
+
+/// Property: whatever a worker writes instead of its answer (random bytes, a valid header before
+/// a random or cut-short payload, a well-formed frame answering another request), the request
+/// fails, the worker is killed, and a fresh one (another pid) answers the next request.
+fn random_garbage_always_kills_and_replaces_the_worker() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+    let config = PoolConfig {
+        workers: 1,
+        request_timeout: Duration::from_millis(700),
+        ..PoolConfig::default()
+    };
+    let pool = EchoPool::new(common::self_as_worker("echo"), config).expect("echo pool starts");
+    let stale = kevin::worker::protocol::encode_frame(
+        &kevin::worker::FromChild::Response {
+            id: 999_999,
+            body: EchoResponse::Text("stale".into()),
+        },
+        1 << 20,
+    )
+    .unwrap();
+    for round in 0..16 {
+        let mut header = b"KVWK".to_vec();
+        header.extend(PROTOCOL_VERSION.to_le_bytes());
+        let bytes: Vec<u8> = match round % 4 {
+            0 => (0..rng.random_range(1..64)).map(|_| rng.random()).collect(),
+            1 => {
+                let payload: Vec<u8> = (0..rng.random_range(0..32)).map(|_| rng.random()).collect();
+                header.extend((payload.len() as u32).to_le_bytes());
+                header.extend(payload);
+                header
+            }
+            2 => stale[..rng.random_range(1..stale.len())].to_vec(),
+            _ => stale.clone(),
+        };
+        let old_pid = pool.pids()[0];
+        match pool.request(&EchoRequest::Raw {
+            bytes: bytes.clone(),
+        }) {
+            Err(WorkerFailure::Protocol { .. } | WorkerFailure::Timeout { .. }) => {}
+            other => panic!("round {round}: {bytes:?} gave {other:?}"),
+        }
+        assert_ne!(
+            pool.pids()[0],
+            old_pid,
+            "round {round}: the worker was not replaced"
+        );
+        assert_eq!(
+            pool.request(&echo("after")),
+            Ok(EchoResponse::Text("after".into())),
+            "round {round}"
+        );
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.respawns, 16, "{stats:?}");
+    assert_eq!(stats.respawn_latency_recent.len(), 16);
+    assert!(stats
+        .respawn_latency_median()
+        .is_some_and(|m| m > Duration::ZERO));
 }
 
 fn stdout_prints_do_not_corrupt_frames() {

@@ -5,16 +5,17 @@ use std::sync::Arc;
 
 use kevin::cpu_env::CpuEnv;
 use kevin::cuda_env::{CudaEnv, CudaEnvConfig};
-use kevin::env::KernelEnv;
+use kevin::env::{Deadlines, KernelEnv};
 use kevin::tasks::{Preset, TaskSuite};
 
-/// Deadline of one correctness check on the CPU backend (5 trials, two runs each).
-const CPU_VERIFY_TIMEOUT_MS: u64 = 30_000;
-/// Deadline of one timing run on the CPU backend.
-const CPU_PROFILE_TIMEOUT_MS: u64 = 60_000;
+/// The backends `--backend` accepts.
+pub const BACKENDS: [&str; 2] = ["cpu", "cuda"];
 
-/// The backend `kevin eval` uses without `--backend`: cuda where nvidia-smi lists a GPU, else
-/// cpu.
+/// GPU worker processes per GPU for commands (verifications share the GPU, timing runs take it
+/// in turn).
+const CUDA_WORKERS_PER_GPU: usize = 4;
+
+/// The backend commands use without `--backend`: cuda where nvidia-smi lists a GPU, else cpu.
 pub fn default_backend() -> &'static str {
     if kevin::compile::gpu_count() > 0 {
         "cuda"
@@ -23,19 +24,20 @@ pub fn default_backend() -> &'static str {
     }
 }
 
-/// The environment `kevin eval --backend` names (default: [`default_backend`]). The cpu backend
-/// runs the small size preset, cuda the GPU preset on every GPU nvidia-smi lists. `kevin eval`
-/// never uses simulated verdicts: a backend that cannot really run kernels is an error, not a
-/// fallback.
+/// The environment `--backend` names (default: [`default_backend`]), with `workers` worker
+/// processes (cuda: compile workers; the GPU workers are a few per GPU) and `deadlines` for each
+/// stage. The cpu backend runs the small size preset, cuda the GPU preset on every GPU
+/// nvidia-smi lists. Commands never use simulated verdicts: a backend that cannot really run
+/// kernels is an error, not a fallback.
 pub fn eval_env(
     backend: Option<&str>,
     suite: TaskSuite,
     dir: &Path,
     workers: usize,
+    deadlines: Deadlines,
 ) -> Result<Arc<dyn KernelEnv>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating the kevin binary: {e}"))?;
-    let backend = backend.unwrap_or_else(|| default_backend());
-    match backend {
+    match backend.unwrap_or_else(|| default_backend()) {
         "cuda" => {
             let gpus = kevin::compile::gpu_count();
             if gpus == 0 {
@@ -47,21 +49,17 @@ pub fn eval_env(
             }
             let cfg = CudaEnvConfig {
                 gpus: (0..gpus).collect(),
+                workers_per_gpu: CUDA_WORKERS_PER_GPU,
                 compile_workers: workers,
+                compile_timeout_ms: deadlines.compile_ms,
+                verify_timeout_ms: deadlines.verify_ms,
+                profile_timeout_ms: deadlines.profile_ms,
                 ..CudaEnvConfig::default()
             };
             Ok(Arc::new(CudaEnv::new(Arc::new(suite), dir, exe, &cfg)?))
         }
         _ => {
-            let env = CpuEnv::new(
-                Arc::new(suite),
-                dir,
-                Preset::Small,
-                exe,
-                workers,
-                CPU_VERIFY_TIMEOUT_MS,
-                CPU_PROFILE_TIMEOUT_MS,
-            )?;
+            let env = CpuEnv::new(Arc::new(suite), dir, Preset::Small, exe, workers, deadlines)?;
             Ok(Arc::new(env))
         }
     }

@@ -59,7 +59,7 @@ pub enum Command {
         json: Option<PathBuf>,
         /// Execution backend: "cpu" (no GPU needed; small preset) or "cuda" (GPU preset). Default:
         /// cuda where nvidia-smi lists a GPU, else cpu.
-        #[arg(long, value_parser = ["cpu", "cuda"])]
+        #[arg(long, value_parser = crate::backends::BACKENDS)]
         backend: Option<String>,
         /// The task suite's folder.
         #[arg(long, default_value = "tasks")]
@@ -114,6 +114,69 @@ pub enum TasksCommand {
     },
 }
 
+/// The environment a `kevin bench hacks|faults` run evaluates with.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EnvArgs {
+    /// Execution backend: "cpu" (no GPU needed) or "cuda"; default cuda where nvidia-smi lists a
+    /// GPU, else cpu.
+    #[arg(long, value_parser = crate::backends::BACKENDS)]
+    pub backend: Option<String>,
+    /// The task suite's folder (reference solutions in its `solutions/`).
+    #[arg(long, default_value = "tasks")]
+    pub dir: PathBuf,
+    /// The adversarial suite's folder (with hacks.toml).
+    #[arg(long, default_value = "tests/data/hacks")]
+    pub hacks: PathBuf,
+    /// Worker processes (default: one per CPU core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Deadline of one compilation (ms).
+    #[arg(long, default_value_t = 20_000)]
+    pub compile_timeout_ms: u64,
+    /// Deadline of one correctness check (ms); every hung candidate costs this much.
+    #[arg(long, default_value_t = 5_000)]
+    pub verify_timeout_ms: u64,
+    /// Deadline of one timing run (ms).
+    #[arg(long, default_value_t = 30_000)]
+    pub profile_timeout_ms: u64,
+}
+
+impl EnvArgs {
+    fn deadlines(&self) -> kevin::env::Deadlines {
+        kevin::env::Deadlines {
+            compile_ms: self.compile_timeout_ms,
+            verify_ms: self.verify_timeout_ms,
+            profile_ms: self.profile_timeout_ms,
+        }
+    }
+
+    fn backend(&self) -> &str {
+        self.backend
+            .as_deref()
+            .unwrap_or_else(|| crate::backends::default_backend())
+    }
+
+    fn workers(&self) -> usize {
+        self.workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+
+    /// The task suite and the environment, or the exit code of a one-line error.
+    fn env(&self) -> Result<std::sync::Arc<dyn kevin::env::KernelEnv>, ExitCode> {
+        let suite = kevin::tasks::TaskSuite::load(&self.dir)
+            .map_err(|e| usage_error(format!("task suite {}: {e}", self.dir.display())))?;
+        crate::backends::eval_env(
+            Some(self.backend()),
+            suite,
+            &self.dir,
+            self.workers(),
+            self.deadlines(),
+        )
+        .map_err(failure)
+    }
+}
+
 /// `kevin bench` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -158,6 +221,42 @@ pub enum BenchCommand {
         /// Also write the results as markdown to this file.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// The adversarial suite (tests/data/hacks/): every known reward hack and fault must get its
+    /// expected outcome on this backend, and the reference solutions of its tasks must pass. One
+    /// line per case; exit status 1 on any mismatch.
+    Hacks {
+        /// The environment.
+        #[command(flatten)]
+        env: EnvArgs,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// A fault storm: --count evaluations mixing the adversarial suite's faulty candidates with
+    /// valid reference solutions, shuffled, submitted concurrently. Reports crashes, lost and
+    /// misattributed results, verdict and speedup changes of valid candidates against a clean
+    /// run, worker respawns and their latency, throughput. Exit status 1 when anything was lost
+    /// or misattributed or a valid verdict changed.
+    Faults {
+        /// The environment.
+        #[command(flatten)]
+        env: EnvArgs,
+        /// Evaluations to submit.
+        #[arg(long, default_value_t = 1000)]
+        count: usize,
+        /// Threads submitting at once (default: twice the workers).
+        #[arg(long)]
+        concurrency: Option<usize>,
+        /// Share of faulty candidates among the evaluations.
+        #[arg(long, default_value_t = 0.5)]
+        faulty_share: f64,
+        /// Seed of the shuffle.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
 }
 
@@ -407,6 +506,74 @@ pub fn main() -> ExitCode {
                 Err(e) => failure(e),
             }
         }
+        Command::Bench {
+            what: BenchCommand::Hacks { env, json },
+        } => {
+            if let Err(e) = init_logging(cli.log.as_deref().unwrap_or("error"), None) {
+                return usage_error(e);
+            }
+            let kernel_env = match env.env() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            let result = crate::hacks_cmd::main(
+                kernel_env,
+                &env.hacks,
+                &env.dir,
+                env.backend(),
+                env.workers(),
+                json.as_deref(),
+            );
+            match result {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => failure(e),
+            }
+        }
+        Command::Bench {
+            what:
+                BenchCommand::Faults {
+                    env,
+                    count,
+                    concurrency,
+                    faulty_share,
+                    seed,
+                    json,
+                },
+        } => {
+            if let Err(e) = init_logging(cli.log.as_deref().unwrap_or("error"), None) {
+                return usage_error(e);
+            }
+            if !(0.0..=1.0).contains(&faulty_share) {
+                return usage_error(format!(
+                    "--faulty-share {faulty_share}: must be between 0 and 1"
+                ));
+            }
+            let kernel_env = match env.env() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            let opts = crate::faults_bench::FaultOptions {
+                count,
+                concurrency: concurrency.unwrap_or(2 * env.workers()).max(1),
+                seed,
+                faulty_share,
+            };
+            let result = crate::faults_bench::main(
+                kernel_env,
+                &env.hacks,
+                &env.dir,
+                env.backend(),
+                env.deadlines(),
+                &opts,
+                json.as_deref(),
+            );
+            match result {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => failure(e),
+            }
+        }
         Command::Eval {
             kernels,
             tasks,
@@ -427,6 +594,7 @@ pub fn main() -> ExitCode {
                 suite.clone(),
                 &dir,
                 parallel,
+                kevin::env::Deadlines::default(),
             ) {
                 Ok(env) => env,
                 Err(e) => return failure(e),

@@ -259,8 +259,11 @@ fn build_env(
                 config.tasks.preset,
                 exe,
                 config.env.verify_workers as usize,
-                config.env.verify_timeout_ms,
-                config.env.profile_timeout_ms,
+                kevin::env::Deadlines {
+                    compile_ms: config.env.compile_timeout_ms,
+                    verify_ms: config.env.verify_timeout_ms,
+                    profile_ms: config.env.profile_timeout_ms,
+                },
             )
             .map_err(TrainError::Setup)?;
             Ok(Arc::new(env))

@@ -32,8 +32,10 @@ fn env(verify_timeout_ms: u64) -> Option<CpuEnv> {
             Preset::Small,
             program,
             2,
-            verify_timeout_ms,
-            60_000,
+            kevin::env::Deadlines {
+                verify_ms: verify_timeout_ms,
+                ..kevin::env::Deadlines::default()
+            },
         )
         .unwrap(),
     )

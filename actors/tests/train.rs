@@ -571,7 +571,7 @@ fn the_cpu_backend_judges_real_tasks_in_training() {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let extra = format!(
-        "[tasks]\nsource = \"suite\"\ndir = {:?}\npreset = \"small\"\n[env]\nkind = \"cpu\"\n\
+        "[tasks]\nsource = \"suite\"\ndir = {:?}\npreset = \"small\"\n[env]\nkind = \"cpu\"\ncompile_timeout_ms = 60000\n\
          [rollout]\ntrajectories = 2\nturns = 2\nmax_inflight_groups = 2\n[replay]\ntasks_per_batch = 1\n\
          [policy.simulated]\ncorpus = {:?}\np_mutate = 0.5\np_format_error = 0.0\n",
         root.join("tasks").display().to_string(),

@@ -8,6 +8,17 @@ use super::expr::{EvalError, SyntaxError};
 use super::extract::FormatError;
 use super::rules::RuleViolation;
 
+/// Source text quoted in an error message: whitespace runs (newlines included) as one space, at
+/// most 120 characters. Every message is one line of feedback, whatever the source holds (a raw
+/// string literal is one token spanning many lines).
+pub(crate) fn excerpt(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(120) {
+        Some((i, _)) => format!("{}...", &flat[..i]),
+        None => flat,
+    }
+}
+
 /// Why a response is not a runnable candidate. `to_string()` is the feedback text.
 #[derive(Clone, Debug, PartialEq, Error)]
 pub enum CandidateError {

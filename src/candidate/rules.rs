@@ -30,6 +30,7 @@
 
 use thiserror::Error;
 
+use super::error::excerpt;
 use super::lex::{TokKind, Token};
 
 /// Headers that may be included with `#include <...>`.
@@ -274,7 +275,7 @@ pub(crate) fn check_tokens(toks: &[Token<'_>]) -> Result<(), (usize, RuleViolati
                 return at(v);
             }
             if t.text == "std" && !libcu && next.is_some_and(|n| n.is_punct("::")) {
-                let name = toks.get(i + 2).map_or("", |n| n.text).to_string();
+                let name = excerpt(toks.get(i + 2).map_or("", |n| n.text));
                 return at(RuleViolation::StdLibrary { name });
             }
         }
@@ -327,21 +328,21 @@ fn check_directive(rest: &[Token<'_>]) -> Option<RuleViolation> {
             match text.first() {
                 Some(&"unroll") | Some(&"nounroll") => None,
                 _ => Some(RuleViolation::Pragma {
-                    text: text.join(" "),
+                    text: excerpt(&text.join(" ")),
                 }),
             }
         }
         n if MACRO_DIRECTIVES.contains(&n) => None,
-        n => Some(RuleViolation::Directive {
-            name: n.to_string(),
-        }),
+        n => Some(RuleViolation::Directive { name: excerpt(n) }),
     }
 }
 
 fn check_include(toks: &[&Token<'_>]) -> Option<RuleViolation> {
     let header: String = toks.iter().map(|t| t.text).collect();
     let Some(inner) = header.strip_prefix('<').and_then(|h| h.strip_suffix('>')) else {
-        return Some(RuleViolation::Include { header });
+        return Some(RuleViolation::Include {
+            header: excerpt(&header),
+        });
     };
     let allowed = ALLOWED_INCLUDES.contains(&inner)
         || ALLOWED_INCLUDE_DIRS
@@ -350,6 +351,8 @@ fn check_include(toks: &[&Token<'_>]) -> Option<RuleViolation> {
     if allowed && !inner.contains("..") {
         None
     } else {
-        Some(RuleViolation::Include { header })
+        Some(RuleViolation::Include {
+            header: excerpt(&header),
+        })
     }
 }

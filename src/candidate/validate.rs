@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{CandidateError, DirectiveError};
+use super::error::{excerpt, CandidateError, DirectiveError};
 use super::expr::{EvalError, Expr};
 use super::lex::lex;
 use super::plan::{Arg, LaunchDecl};
@@ -346,7 +346,7 @@ impl Ctx<'_> {
             }
         };
         if l.args.len() != kernel.params.len() {
-            let params: Vec<&str> = kernel.params.iter().map(|p| p.text.as_str()).collect();
+            let params: Vec<String> = kernel.params.iter().map(|p| excerpt(&p.text)).collect();
             return Err(DirectiveError::ArgCount {
                 kernel: kernel.name.clone(),
                 expected: kernel.params.len(),
@@ -470,7 +470,9 @@ impl std::fmt::Display for ParamRef<'_> {
         write!(
             f,
             "parameter {} `{}` of `{}`",
-            self.index, self.param.text, self.kernel
+            self.index,
+            excerpt(&self.param.text),
+            self.kernel
         )
     }
 }

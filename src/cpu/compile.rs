@@ -12,8 +12,14 @@ use thiserror::Error;
 use super::{ptx, scan, HEADERS};
 use crate::candidate::ResolvedPlan;
 
-/// How long one compile may run before the compiler is killed.
+/// How long one compile may run before the compiler is killed (the default of [`compile`]).
 pub const COMPILE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The compiler's address-space limit (`RLIMIT_AS`): a compile bomb that allocates (exponential
+/// macro expansion, constant evaluation that caches every step) dies with "out of memory" instead
+/// of taking the machine's memory before its deadline. An ordinary candidate needs a few hundred
+/// MiB.
+pub const COMPILE_MEMORY_LIMIT: u64 = 4 << 30;
 
 /// Longest compiler log kept in [`CpuCompileError::Source`], in bytes.
 const MAX_LOG: usize = 4000;
@@ -34,7 +40,14 @@ pub enum CpuCompileError {
         /// What, e.g. "inline PTX assembly".
         feature: String,
     },
-    /// No usable compiler, or it could not be run, or it ran past its deadline.
+    /// The compiler ran past its deadline and was killed (a compile bomb, or a machine far too
+    /// busy).
+    #[error("the compiler ran past its {}s deadline and was killed", .limit.as_secs_f64())]
+    Timeout {
+        /// The deadline.
+        limit: Duration,
+    },
+    /// No usable compiler, or it could not be run.
     #[error("CPU toolchain: {reason}")]
     Toolchain {
         /// What went wrong and what to do about it.
@@ -73,6 +86,16 @@ pub fn compile(
     plan: &ResolvedPlan,
     workdir: &Path,
 ) -> Result<PathBuf, CpuCompileError> {
+    compile_with_deadline(source, plan, workdir, COMPILE_DEADLINE)
+}
+
+/// [`compile`] with an explicit deadline for the compiler.
+pub fn compile_with_deadline(
+    source: &str,
+    plan: &ResolvedPlan,
+    workdir: &Path,
+    deadline: Duration,
+) -> Result<PathBuf, CpuCompileError> {
     if let Some(feature) = scan::unsupported_feature(source) {
         return Err(CpuCompileError::Unsupported { feature });
     }
@@ -93,7 +116,14 @@ pub fn compile(
     let so = workdir.join("module.so");
     let log_path = workdir.join("compile.log");
     let log_file = std::fs::File::create(&log_path).map_err(|e| io("creating compile.log", e))?;
-    let mut child = Command::new(&cxx)
+    let mut command = Command::new(&cxx);
+    contain(&mut command);
+    if !cxx.to_string_lossy().contains("clang") {
+        // g++ folds reads of a static that nothing writes to its zero initialiser; a __shared__
+        // array is such a static here, and must read as the model's 0xff garbage instead.
+        command.arg("-fno-ipa-reference-addressable");
+    }
+    let mut child = command
         .args([
             "-std=c++17",
             "-O2",
@@ -128,15 +158,9 @@ pub fn compile(
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
-            Ok(None) if start.elapsed() > COMPILE_DEADLINE => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(CpuCompileError::Toolchain {
-                    reason: format!(
-                        "compiler ran past its {}s deadline",
-                        COMPILE_DEADLINE.as_secs()
-                    ),
-                });
+            Ok(None) if start.elapsed() > deadline => {
+                kill_group(&mut child);
+                return Err(CpuCompileError::Timeout { limit: deadline });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
             Err(e) => return Err(io("waiting for the compiler", e)),
@@ -155,6 +179,48 @@ pub fn compile(
     Err(CpuCompileError::Source {
         log: trim_log(&log, workdir),
     })
+}
+
+/// Puts the compiler in a process group of its own (so [`kill_group`] reaches `cc1plus` and the
+/// assembler, not just the `g++` driver that started them) and sets [`COMPILE_MEMORY_LIMIT`] on
+/// it (Unix; elsewhere nothing).
+fn contain(command: &mut Command) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        command.process_group(0);
+        // SAFETY: the closure runs in the forked child before exec and only calls setrlimit,
+        // which is async-signal-safe; it allocates nothing.
+        unsafe {
+            command.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: COMPILE_MEMORY_LIMIT as libc::rlim_t,
+                    rlim_max: COMPILE_MEMORY_LIMIT as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = command;
+}
+
+/// Kills the compiler's whole process group (SIGKILL) and reaps the driver. Killing only the
+/// driver would leave a compile bomb's `cc1plus` running, orphaned, to its end.
+fn kill_group(child: &mut std::process::Child) {
+    #[cfg(unix)]
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: kill() with a negative pid signals the process group the child leads (it was
+        // started with process_group(0)); no memory is involved.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The translation unit: the model, the candidate (numbered as `candidate.cu`), the launchers.

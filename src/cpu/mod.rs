@@ -64,8 +64,14 @@
 //!   that has not started never ends: the worker's deadline turns it into a timeout.
 //! - `cp.async` data is visible before its `wait_group`: a kernel that reads a stage it has not
 //!   waited for (a race on a GPU) may pass here, like the weak-ordering gap above.
-//! - `printf` output is dropped (a worker's stdout is its protocol channel); `assert` and
-//!   `__trap()` fail the launch with [`LaunchFailure::Launch`].
+//! - `printf` output is dropped (a worker's stdout is its protocol channel); `assert`,
+//!   `__trap()` and `__brkpt()` fail the launch with [`LaunchFailure::Trap`] (a crash, as on a GPU).
+//! - Shared memory is never zero by luck: when a launch starts, each OS thread fills its copy of
+//!   every static `__shared__` variable (the module's thread-local storage) and its dynamic
+//!   shared buffer with 0xff bytes (NaN, -1), so reading shared memory before writing it gives a
+//!   wrong result (g++ runs with `-fno-ipa-reference-addressable`, or it would fold reads of a
+//!   `__shared__` array nothing writes to zero). Later blocks on the same OS thread see what the
+//!   previous block left, as on a GPU.
 //! - `clock()`/`clock64()`/`%globaltimer` are already rejected by the candidate rules.
 //! - Stack overflow (deep recursion, huge local arrays beyond 64 KiB per thread) hits a guard
 //!   page: the process crashes, which the worker reports as a crash.
@@ -86,7 +92,10 @@ mod tests;
 
 #[cfg(test)]
 use buffer::HostBuffer;
-pub use compile::{compile, find_compiler, CpuCompileError, COMPILE_DEADLINE};
+pub use compile::{
+    compile, compile_with_deadline, find_compiler, CpuCompileError, COMPILE_DEADLINE,
+    COMPILE_MEMORY_LIMIT,
+};
 pub use module::{LaunchFailure, Module};
 
 #[cfg(doc)]

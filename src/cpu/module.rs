@@ -17,10 +17,14 @@ pub enum LaunchFailure {
     /// operation, ...): no verdict either way.
     #[error("not supported by the CPU device model: {0}")]
     Unsupported(String),
-    /// The launch failed: a barrier not all threads reached, a device assertion, a bad argument
-    /// index, a missing launcher.
+    /// The launch failed: a barrier not all threads reached, a bad argument index, a missing
+    /// launcher.
     #[error("launch error: {0}")]
     Launch(String),
+    /// The kernel aborted itself (`__trap()`, `__brkpt()`, a failed device `assert`): on a GPU
+    /// this kills the context, so it is reported as a crash.
+    #[error("device-side abort: {0}")]
+    Trap(String),
 }
 
 /// `int kevin_launch_<kernel>(void** args, const unsigned* grid, const unsigned* block,
@@ -37,6 +41,7 @@ type LaunchFn = unsafe extern "C" fn(
 
 /// Status codes of the launchers (`kevin::Status` in the header).
 const STATUS_UNSUPPORTED: i32 = 1;
+const STATUS_TRAP: i32 = 3;
 
 /// A loaded CPU module (the shared library `compile` produced).
 #[derive(Debug)]
@@ -154,10 +159,10 @@ impl Module {
             .map(|&c| c as u8)
             .collect();
         let msg = String::from_utf8_lossy(&bytes).into_owned();
-        Err(if rc == STATUS_UNSUPPORTED {
-            LaunchFailure::Unsupported(msg)
-        } else {
-            LaunchFailure::Launch(msg)
+        Err(match rc {
+            STATUS_UNSUPPORTED => LaunchFailure::Unsupported(msg),
+            STATUS_TRAP => LaunchFailure::Trap(msg),
+            _ => LaunchFailure::Launch(msg),
         })
     }
 }

@@ -880,3 +880,97 @@ fn argument_count_and_kernel_name_are_checked() {
     run(&b, &[&yb], 1).expect("launch");
     assert_eq!(f32s(&yb), [3.0; 4]);
 }
+
+#[test]
+fn shared_memory_starts_as_garbage_not_zeros() {
+    // One thread reads its static and dynamic shared memory before anything wrote it: the model
+    // fills both with 0xff bytes, NaN as a float and -1 as an integer.
+    let src = r#"
+__global__ void peek(float* y) {
+    __shared__ float s[4];
+    __shared__ int n[2];
+    extern __shared__ float dyn[];
+    y[0] = s[3];
+    y[1] = (float)n[1];
+    y[2] = dyn[7];
+}
+// kevin: launch peek grid=(1) block=(1) smem=64 args=(Y)
+"#;
+    let Some(b) = build("peek", src, vec![tensor("Y", Dtype::F32, 3, true)]) else {
+        return;
+    };
+    for threads in [1, 2] {
+        let yb = HostBuffer::zeroed(12).expect("alloc");
+        run(&b, &[&yb], threads).expect("launch");
+        let y = f32s(&yb);
+        assert!(y[0].is_nan() && y[2].is_nan(), "{y:?}");
+        assert_eq!(y[1], -1.0, "{y:?}");
+    }
+}
+
+#[test]
+fn trap_is_a_device_side_abort() {
+    let src = r#"
+__global__ void boom(float* y) {
+    if (blockIdx.x == 1) __trap();
+    y[blockIdx.x] = 1.0f;
+}
+// kevin: launch boom grid=(2) block=(1) args=(Y)
+"#;
+    let Some(b) = build("boom", src, vec![tensor("Y", Dtype::F32, 2, true)]) else {
+        return;
+    };
+    let yb = HostBuffer::zeroed(8).expect("alloc");
+    let err = run(&b, &[&yb], 1).expect_err("must fail");
+    assert!(
+        matches!(&err, LaunchFailure::Trap(m) if m.contains("__trap() called")),
+        "{err}"
+    );
+}
+
+/// The processes whose command line mentions `needle` (Linux /proc; empty elsewhere).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(needle))
+        .collect()
+}
+
+#[test]
+fn a_compile_past_its_deadline_leaves_no_compiler_behind() {
+    if find_compiler().is_err() {
+        return;
+    }
+    // Constant evaluation that keeps the compiler busy for minutes.
+    let consts: String = (0..24)
+        .map(|k| format!("constexpr unsigned long long C{k} = churn({k});\n"))
+        .collect();
+    let src = format!(
+        "constexpr unsigned long long churn(unsigned long long s) {{\n\
+         for (unsigned long long i = 0; i < 1000; ++i) for (unsigned long long j = 0; j < 1000; ++j) s = s * 3 + (i ^ j);\n\
+         return s; }}\n{consts}\
+         __global__ void k(float* y) {{ y[0] = (float)(C0 & 1); }}\n\
+         // kevin: launch k grid=(1) block=(1) args=(Y)\n"
+    );
+    let plan = plan_for(&src, vec![tensor("Y", Dtype::F32, 1, true)]);
+    let dir = workdir("bomb");
+    let limit = std::time::Duration::from_millis(1500);
+    let err = compile_with_deadline(&src, &plan, &dir.0, limit).expect_err("a bomb");
+    assert_eq!(err, CpuCompileError::Timeout { limit });
+    // The driver's children (cc1plus) die with it: killing only `g++` would orphan them.
+    let needle = dir.0.display().to_string();
+    let start = std::time::Instant::now();
+    while !processes_mentioning(&needle).is_empty() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "still running: {:?}",
+            processes_mentioning(&needle)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -3,9 +3,12 @@
 //! Each request goes to one idle child and gets an answer or a [`WorkerFailure`] by its deadline.
 //! A child that times out, crashes or breaks the protocol is killed (SIGKILL) and respawned, and
 //! the failure is returned for *that* request only: the other children, and the requests they are
-//! serving, are untouched. The pool is meant for dedicated blocking threads (the actors hand work
+//! serving, are untouched. A replacement is in service once it has said `Ready` and answered a
+//! health check (`Ping`); the time from detecting the failure to that answer is the respawn
+//! latency the stats record. The pool is meant for dedicated blocking threads (the actors hand work
 //! over through crossbeam channels), never for an async executor thread.
 
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -152,7 +155,8 @@ pub struct PoolStats {
     pub spawn_failures: u64,
     /// Children started to replace a dead one.
     pub respawns: u64,
-    /// Sum of respawn latencies (spawn until `Ready`), for the mean.
+    /// Sum of respawn latencies (failure detected until the replacement answered its health
+    /// check), for the mean.
     pub respawn_latency_total: Duration,
     /// Longest respawn latency.
     pub respawn_latency_max: Duration,
@@ -161,12 +165,39 @@ pub struct PoolStats {
     /// Children replaced after an answer that said they must go (see [`WorkerPool::retire_when`]).
     #[serde(default)]
     pub retired: u64,
+    /// The latest respawn latencies, oldest first (at most [`RECENT_RESPAWNS`]), for percentiles.
+    pub respawn_latency_recent: VecDeque<Duration>,
 }
+
+/// How many respawn latencies [`PoolStats::respawn_latency_recent`] keeps.
+pub const RECENT_RESPAWNS: usize = 4096;
 
 impl PoolStats {
     /// Mean respawn latency, if there was any respawn.
     pub fn respawn_latency_mean(&self) -> Option<Duration> {
         (self.respawns > 0).then(|| self.respawn_latency_total / self.respawns as u32)
+    }
+
+    /// Median of the recent respawn latencies, if there was any respawn.
+    pub fn respawn_latency_median(&self) -> Option<Duration> {
+        let mut v: Vec<Duration> = self.respawn_latency_recent.iter().copied().collect();
+        v.sort_unstable();
+        match v.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(v[n / 2]),
+            n => Some((v[n / 2 - 1] + v[n / 2]) / 2),
+        }
+    }
+
+    fn record_respawn(&mut self, latency: Duration) {
+        self.respawns += 1;
+        self.respawn_latency_total += latency;
+        self.respawn_latency_max = self.respawn_latency_max.max(latency);
+        self.respawn_latency_last = latency;
+        if self.respawn_latency_recent.len() == RECENT_RESPAWNS {
+            self.respawn_latency_recent.pop_front();
+        }
+        self.respawn_latency_recent.push_back(latency);
     }
 }
 
@@ -339,7 +370,7 @@ where
     ) -> Result<FromChild<Resp>, WorkerFailure> {
         let mut slot = lock(&self.slots[idx]);
         if slot.child.is_none() {
-            slot.child = Some(self.respawn()?);
+            slot.child = Some(self.respawn(Instant::now())?);
         }
         let Some(child) = slot.child.as_mut() else {
             return Err(WorkerFailure::Spawn {
@@ -351,7 +382,9 @@ where
         let deadline = Instant::now() + limit;
         // Exactly one message settles the exchange: children are killed after any failure, so
         // a stale reply to an earlier request can never be waiting here.
-        let failure = match child.next(deadline) {
+        let answer = child.next(deadline);
+        let detected = Instant::now();
+        let failure = match answer {
             Next::Msg(msg) => match (&expect, &msg) {
                 (Expect::Response(want), FromChild::Response { id, .. }) if id == want => {
                     return Ok(msg)
@@ -388,37 +421,64 @@ where
         tracing::warn!(worker = idx, %failure, "worker failed; respawning");
         // Respawn now so the next request finds a ready worker; if that fails, the slot stays
         // empty and the next request retries (and reports Spawn if it fails again).
-        slot.child = self.respawn().ok();
+        slot.child = self.respawn(detected).ok();
         Err(failure)
     }
 
     /// Kills the child of slot `idx` after a good answer and starts its replacement.
     fn replace(&self, idx: usize) {
         let mut slot = lock(&self.slots[idx]);
+        let since = Instant::now();
         if let Some(mut child) = slot.child.take() {
             child.kill();
             child.reap(Duration::from_secs(1));
         }
         lock(&self.stats).retired += 1;
-        slot.child = self.respawn().ok();
+        slot.child = self.respawn(since).ok();
     }
 
-    /// Starts a replacement child, recording the latency.
-    fn respawn(&self) -> Result<ChildProc<Resp>, WorkerFailure> {
-        let start = Instant::now();
-        let child = self.start_child();
-        let latency = start.elapsed();
+    /// Starts a replacement child and health-checks it, recording the latency from `since` (when
+    /// the failure was detected) to its answer.
+    fn respawn(&self, since: Instant) -> Result<ChildProc<Resp>, WorkerFailure> {
+        let child = self.start_child().and_then(|c| self.health_check(c));
+        let latency = since.elapsed();
         let mut stats = lock(&self.stats);
         match &child {
-            Ok(_) => {
-                stats.respawns += 1;
-                stats.respawn_latency_total += latency;
-                stats.respawn_latency_max = stats.respawn_latency_max.max(latency);
-                stats.respawn_latency_last = latency;
-            }
+            Ok(_) => stats.record_respawn(latency),
             Err(_) => stats.spawn_failures += 1,
         }
         child
+    }
+
+    /// One ping round trip on a fresh child (within the spawn timeout); a child that fails it is
+    /// killed and reported as a spawn failure.
+    fn health_check(&self, mut child: ChildProc<Resp>) -> Result<ChildProc<Resp>, WorkerFailure> {
+        let nonce = self.fresh_id();
+        let frame = encode_frame(&ToChild::<Req>::Ping { nonce }, self.config.max_frame_bytes)
+            .map_err(|e| WorkerFailure::Protocol {
+                reason: e.to_string(),
+                stderr_tail: String::new(),
+            })?;
+        child.send(frame);
+        let reason = match child.next(Instant::now() + self.config.spawn_timeout) {
+            Next::Msg(FromChild::Pong { nonce: n }) if n == nonce => return Ok(child),
+            Next::Msg(other) => format!("health check answered with {}", describe(&other)),
+            Next::Bad(e) => format!("bad health-check answer: {e}"),
+            Next::Eof => format!(
+                "exited before its health check ({})",
+                child.reap(Duration::ZERO)
+            ),
+            Next::TimedOut => format!(
+                "no health-check answer within {:?}",
+                self.config.spawn_timeout
+            ),
+        };
+        let tail = child.stderr_tail(Duration::from_millis(200));
+        child.kill();
+        Err(WorkerFailure::Spawn {
+            program: self.command.program.clone(),
+            reason: format!("{reason}; stderr tail:\n{tail}"),
+        })
     }
 
     /// Spawns a child and waits for its `Ready`.

@@ -193,7 +193,7 @@ pub fn read_frame<R: Read, T: DeserializeOwned>(
     }
     serde_json::from_slice(&payload)
         .map(Some)
-        .map_err(|e| FrameError::BadJson(e.to_string()))
+        .map_err(|e| FrameError::BadJson(one_line(&e.to_string())))
 }
 
 /// Decodes one frame from the start of `bytes`; returns the message and how many bytes it used.
@@ -210,6 +210,20 @@ pub fn decode_frame<T: DeserializeOwned>(
             got: 0,
         }),
     }
+}
+
+/// `text` with its control characters escaped (`\n` as the two characters `\` `n`): serde's
+/// messages quote the offending input, which may contain anything, and an error stays one line.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// Validates a complete header and returns the payload length.
@@ -383,6 +397,8 @@ mod tests {
         for payload in [
             &b"not json"[..],
             b"{\"type\":\"launch_missiles\"}",
+            // An escaped newline in an unknown variant name, which serde quotes in its message.
+            b"{\"type\":\"launch\\nmissiles\"}",
             b"\xff\xfe",
         ] {
             let err = decode_frame::<Msg>(
@@ -391,6 +407,7 @@ mod tests {
             )
             .unwrap_err();
             assert!(matches!(err, FrameError::BadJson(_)), "{err:?}");
+            assert!(!err.to_string().contains('\n'), "{err}");
         }
     }
 }

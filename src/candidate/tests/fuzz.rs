@@ -1,7 +1,7 @@
 //! Fuzz / property test: mutations of valid candidates (byte flips, truncations, inserted
 //! tokens, deep parentheses, huge numbers, random launch lines) go through `parse_response` and
-//! `validate`. Nothing may panic or hang, every error must render, and every accepted plan must
-//! satisfy the limits it was validated against.
+//! `validate`. Nothing may panic or hang, every error must be one line, and every accepted plan
+//! must satisfy the limits it was validated against.
 //!
 //! `KEVIN_FUZZ_ITERS` sets the iteration count (default 1,000,000), `KEVIN_FUZZ_SEED` the seed.
 //! Each iteration is kept cheap (a small base candidate most of the time) so the default count
@@ -242,6 +242,14 @@ fn check_invariants(plan: &ResolvedPlan, sig: &TaskSignature, limits: &Limits) {
     }
 }
 
+/// Every rejection is one non-empty line (it becomes the policy's feedback).
+fn assert_one_line(msg: &str, input: &str) {
+    assert!(
+        !msg.is_empty() && !msg.contains('\n'),
+        "bad error {msg:?} for {input:?}"
+    );
+}
+
 #[test]
 fn fuzz_parse_and_validate_never_panic() {
     let iters = env_u64("KEVIN_FUZZ_ITERS", DEFAULT_ITERS);
@@ -264,7 +272,7 @@ fn fuzz_parse_and_validate_never_panic() {
         }
         let response = String::from_utf8_lossy(&bytes);
         match parse_response(&response) {
-            Err(e) => assert!(!e.to_string().is_empty()),
+            Err(e) => assert_one_line(&e.to_string(), &response),
             Ok(candidate) => {
                 parsed += 1;
                 match validate(&candidate, &sig, &limits) {
@@ -272,7 +280,7 @@ fn fuzz_parse_and_validate_never_panic() {
                         accepted += 1;
                         check_invariants(&plan, &sig, &limits);
                     }
-                    Err(e) => assert!(!e.to_string().is_empty()),
+                    Err(e) => assert_one_line(&e.to_string(), &response),
                 }
             }
         }

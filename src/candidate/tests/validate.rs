@@ -458,3 +458,27 @@ fn long_name_lists_are_cut() {
         )),
     );
 }
+
+#[test]
+fn quoted_source_stays_on_one_line() {
+    // A parameter list spread over lines (and a parameter holding a raw string literal, which is
+    // one token spanning lines) is quoted flat in the argument-count error.
+    check_source(
+        "// kevin: launch k grid=1 block=1 args=(A)\n\
+         __global__ void k(const float* a,\n                  float* b) {}\n",
+        &task(),
+        Err(&launch_err(
+            "k",
+            "`k` takes 2 parameters (const float* a, float* b) but the launch passes 1 arguments",
+        )),
+    );
+    let raw = format!("R\"x({})x\"", "word\n".repeat(100));
+    let e = crate::candidate::rules::check(&format!("#{raw}\n__global__ void k() {{}}\n"))
+        .unwrap_err()
+        .1
+        .to_string();
+    assert!(
+        !e.contains('\n') && e.contains("...") && e.len() < 300,
+        "{e}"
+    );
+}

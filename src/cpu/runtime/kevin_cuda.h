@@ -9,8 +9,13 @@
 //
 // Failures are reported, never guessed: a feature this model cannot reproduce faithfully
 // (divergent warp operations, ...) sets the launch status to KEVIN_UNSUPPORTED, a kernel bug that
-// CUDA leaves undefined (a barrier some threads never reach) to KEVIN_LAUNCH_ERROR; the block is
-// abandoned and no further blocks start.
+// CUDA leaves undefined (a barrier some threads never reach) to KEVIN_LAUNCH_ERROR, a device-side
+// abort (__trap, assert) to KEVIN_TRAP; the block is abandoned and no further blocks start.
+//
+// Shared memory starts as garbage, as on a GPU, never as zeros: each OS thread fills its copy of
+// the module's thread-local storage (every static __shared__ variable) and its dynamic shared
+// buffer with 0xff bytes (NaN as a float, -1 as an integer) when a launch starts, so a kernel that
+// reads shared memory it never wrote computes NaN instead of passing by luck.
 #pragma once
 #ifndef KEVIN_CUDA_H
 #define KEVIN_CUDA_H
@@ -32,6 +37,7 @@
 #include <utility>
 #include <vector>
 #include <sys/mman.h>
+#include <link.h>
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers. Kernels and device functions are ordinary C++ functions.
@@ -45,9 +51,10 @@
 #define __constant__
 #define __managed__
 // One OS thread runs one block at a time and a block never changes OS thread, so a thread-local
-// static is exactly "one copy per block". Its content at block start is whatever the previous
-// block on that OS thread left, which CUDA allows (shared memory is uninitialised). No `static`
-// here: thread_local implies it at block scope, and `static __shared__` stays valid.
+// static is exactly "one copy per block". Its content at block start is 0xff bytes for the first
+// block of a launch on that OS thread (poison_shared), then whatever the previous block left, which
+// CUDA allows (shared memory is uninitialised). No `static` here: thread_local implies it at block
+// scope, and `static __shared__` stays valid.
 #define __shared__ thread_local
 // GNU attributes may sit anywhere among decl-specifiers (alignas may not, e.g. after thread_local).
 #define __align__(n) __attribute__((aligned(n)))
@@ -100,7 +107,7 @@ struct dim3 {
 
 namespace kevin {
 
-enum Status : int { KEVIN_OK = 0, KEVIN_UNSUPPORTED = 1, KEVIN_LAUNCH_ERROR = 2 };
+enum Status : int { KEVIN_OK = 0, KEVIN_UNSUPPORTED = 1, KEVIN_LAUNCH_ERROR = 2, KEVIN_TRAP = 3 };
 enum FiberState : int { RUNNABLE = 0, AT_BARRIER = 1, AT_WARP = 2, DONE = 3 };
 enum WarpKind : int { W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_SYNC, W_RADD, W_RMIN, W_RMAX, W_RAND, W_ROR, W_RXOR, W_RUMIN, W_RUMAX,
                       W_MMA, W_LDMATRIX };
@@ -323,7 +330,41 @@ static inline void run_block(Worker& w, Launch& l, uint3 idx) {
     }
 }
 
+// Poisoning shared memory: this module's thread-local storage block of the calling thread holds
+// every static __shared__ variable (and the three tls_* pointers above, which worker_main sets
+// afterwards). Its module id and size come from the module's PT_TLS program header; its address
+// from __tls_get_addr at offset 0, the same call the compiler emits for a TLS access.
+extern "C" void* __tls_get_addr(void*);
+struct TlsBlock {
+    uintptr_t inside;  // an address in this module's code
+    size_t modid;
+    size_t size;
+};
+static int find_tls_block(struct dl_phdr_info* info, size_t, void* data) {
+    TlsBlock* t = static_cast<TlsBlock*>(data);
+    bool mine = false;
+    size_t size = 0;
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+        if (ph.p_type == PT_LOAD && t->inside >= lo && t->inside < lo + ph.p_memsz) mine = true;
+        if (ph.p_type == PT_TLS) size = ph.p_memsz;
+    }
+    if (!mine) return 0;
+    t->modid = info->dlpi_tls_modid;
+    t->size = size;
+    return 1;
+}
+static inline void poison_shared() {
+    TlsBlock t{reinterpret_cast<uintptr_t>(&find_tls_block), 0, 0};
+    dl_iterate_phdr(find_tls_block, &t);
+    if (t.modid == 0 || t.size == 0) return;
+    size_t index[2] = {t.modid, 0};
+    memset(__tls_get_addr(index), 0xff, t.size);
+}
+
 static inline void worker_main(Launch* l) {
+    poison_shared();
     Worker w;
     tls_worker = &w;
     unsigned n = l->fibers ? l->nthreads : 1;
@@ -340,8 +381,10 @@ static inline void worker_main(Launch* l) {
     w.stacks = static_cast<char*>(mem);
     for (size_t i = 0; i < n; ++i) mprotect(w.stacks + i * Worker::kStride, Worker::kGuard, PROT_NONE);
     if (l->smem) {
-        // Uninitialised like CUDA's; 128-byte aligned (CUDA guarantees at least 16).
-        w.smem = static_cast<char*>(aligned_alloc(128, (l->smem + 127) / 128 * 128));
+        // Garbage like CUDA's (see the poisoning above); 128-byte aligned (CUDA guarantees 16).
+        size_t bytes = (l->smem + 127) / 128 * 128;
+        w.smem = static_cast<char*>(aligned_alloc(128, bytes));
+        if (w.smem) memset(w.smem, 0xff, bytes);
         w.smem_size = l->smem;
     }
     for (;;) {
@@ -412,12 +455,15 @@ static int launch(void (*k)(P...), void** args, const unsigned* grid, const unsi
 
 static inline void* kevin_dynamic_smem() { return ::kevin::tls_worker->smem; }
 
-// A device-side error (assert, __trap): fail the launch and abandon the block.
-static inline void kevin_trap(const char* what) {
-    ::kevin::fail(::kevin::KEVIN_LAUNCH_ERROR, what);
+// Fail the launch with `code` and abandon the block: KEVIN_TRAP for a device-side abort (assert,
+// __trap; on a GPU the context dies and the worker with it), KEVIN_LAUNCH_ERROR for the model's own
+// consistency checks.
+static inline void kevin_abandon(int code, const char* what) {
+    ::kevin::fail(code, what);
     ::kevin::to_scheduler(::kevin::tls_fiber);
     __builtin_unreachable();
 }
+static inline void kevin_trap(const char* what) { kevin_abandon(::kevin::KEVIN_TRAP, what); }
 #define __trap() kevin_trap("__trap() called")
 #define __brkpt() kevin_trap("__brkpt() called")
 #undef assert
@@ -432,7 +478,7 @@ static inline int kevin_barrier(int pred) {
     Fiber* f = tls_fiber;
     Block* b = f->blk;
     if (!b->launch->fibers) {
-        kevin_trap("internal: barrier in a kernel compiled without fibers");
+        kevin_abandon(KEVIN_LAUNCH_ERROR, "internal: barrier in a kernel compiled without fibers");
     }
     b->count_acc += pred ? 1 : 0;
     if (++b->arrived == b->launch->nthreads) {

@@ -73,7 +73,7 @@ static inline void warp_compute(Warp& w) {
 static inline uint64_t warp_arrive(int kind, unsigned need, int shape, uint64_t val, int arg, void (*compute)(Warp&)) {
     Fiber* f = tls_fiber;
     Block* b = f->blk;
-    if (!b->launch->fibers) kevin_trap("internal: warp operation in a kernel compiled without fibers");
+    if (!b->launch->fibers) kevin_abandon(::kevin::KEVIN_LAUNCH_ERROR, "internal: warp operation in a kernel compiled without fibers");
     unsigned wi = f->linear >> 5, lane = f->linear & 31;
     Warp& w = b->warps[wi];
     if (!(need >> lane & 1)) warp_fail("calling lane outside the mask", kind);
