@@ -722,16 +722,17 @@ __global__ void diverge(float* y) {
         unsafe { b.module.launch(&b.plan.launches[i], &[yb.as_ptr()], &[], 1) }
             .expect_err("must fail")
     };
-    let launch_error = |i: usize, says: &str| match launch(i) {
-        LaunchFailure::Launch(m) if m.contains(says) => {}
-        other => panic!("launch {i}: {other}, should say {says:?}"),
+    // A bad address is a fault that kills the context on a GPU: a device-side abort (a crash).
+    let fault = |i: usize, says: &str| match launch(i) {
+        LaunchFailure::Trap(m) if m.contains(says) => {}
+        other => panic!("launch {i}: {other}, should be a fault saying {says:?}"),
     };
-    launch_error(0, "cp.async.cg: misaligned address");
-    launch_error(
+    fault(0, "cp.async.cg: misaligned address");
+    fault(
         1,
         "__cvta_generic_to_shared of a pointer outside shared memory",
     );
-    launch_error(2, "ldmatrix: shared address");
+    fault(2, "ldmatrix: shared address");
     assert_eq!(
         launch(3),
         LaunchFailure::Unsupported(

@@ -38,7 +38,7 @@ struct TlsSearch {
     size_t size;
 };
 
-static int find_tls_block(struct dl_phdr_info* info, size_t, void* data) {
+static int find_tls_window(struct dl_phdr_info* info, size_t, void* data) {
     TlsSearch* s = static_cast<TlsSearch*>(data);
     if (!info->dlpi_tls_data) return 0;
     char* lo = static_cast<char*>(info->dlpi_tls_data);
@@ -59,7 +59,7 @@ static inline Worker& shared_window() {
     Worker& w = *tls_worker;
     if (!w.tls_lo) {
         TlsSearch s{reinterpret_cast<const char*>(&tls_worker), nullptr, 0};
-        dl_iterate_phdr(find_tls_block, &s);
+        dl_iterate_phdr(find_tls_window, &s);
         if (!s.lo || s.size >= (1u << 30)) kevin_trap("internal: the static shared memory (TLS block) was not found");
         w.tls_lo = s.lo;
         w.tls_size = s.size;
