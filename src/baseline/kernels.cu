@@ -2,16 +2,18 @@
 // by op as PyTorch eager launches them (src/baseline/mod.rs says how a program becomes launches).
 //
 // Conventions (src/baseline/launch.rs builds the launches and must agree):
-// - every kernel is extern "C", named <op>[_<variant>]_<dtype> with dtype f32, f16 or bf16;
-// - element counts and extents are long long, flags int, scalar parameters float;
-// - every value is loaded into float, computed in float (PyTorch's "opmath") and rounded once,
-//   to nearest even, when stored;
+// - every kernel is extern "C", named <op>[_<variant>]_<dtype> with dtype f32, f16, bf16 or f64;
+// - element counts and extents are long long, flags int, scalar parameters the opmath type;
+// - f32/f16/bf16 (the timing baseline): every value is loaded into float, computed in float
+//   (PyTorch's "opmath") and rounded once, to nearest even, when stored; NaN propagates as in
+//   PyTorch: max/min/maximum/minimum/clamp/relu keep a NaN, argmax/argmin pick the first NaN;
+// - f64 (the correctness reference): buffers hold double and everything is computed in double,
+//   with the definitions of the fp64 interpreter (src/ops/kernels.rs), NaN rules included: its
+//   max/min ignore a NaN (Rust's f64::max, C's fmax), its argmax keeps a NaN only at index 0;
 // - contiguous kernels use 16-byte vector accesses when their pointers are 16-byte aligned (a
 //   uniform check at run time) and scalar accesses otherwise, so any alignment is correct;
 // - elementwise kernels loop grid-stride; row kernels loop over rows, column kernels over blocks
-//   of 32 columns, so any grid is correct and the launch only decides speed;
-// - NaN propagates as in PyTorch: max/min/maximum/minimum/clamp/relu keep a NaN, argmax/argmin
-//   pick the first NaN.
+//   of 32 columns, so any grid is correct and the launch only decides speed.
 // The same text compiles with NVRTC (sm_90) and with g++ against kevin's CPU device model.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -24,24 +26,39 @@ typedef long long i64;
 namespace kb {
 
 // ---------------------------------------------------------------------------------------------
-// Element conversions and 16-byte packs.
+// The opmath type, element conversions and 16-byte packs.
 
-KB_D float to_f(float x) { return x; }
-KB_D float to_f(__half x) { return __half2float(x); }
-KB_D float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+// What an element of T is computed in: float, except double for double.
+template <class T>
+struct Opmath {
+    typedef float type;
+};
+template <>
+struct Opmath<double> {
+    typedef double type;
+};
+template <class T>
+using op_t = typename Opmath<T>::type;
+
+KB_D float to_op(float x) { return x; }
+KB_D float to_op(__half x) { return __half2float(x); }
+KB_D float to_op(__nv_bfloat16 x) { return __bfloat162float(x); }
+KB_D double to_op(double x) { return x; }
 
 template <class T>
-KB_D T from_f(float v);
+KB_D T from_op(op_t<T> v);
 template <>
-KB_D float from_f<float>(float v) { return v; }
+KB_D float from_op<float>(float v) { return v; }
 template <>
-KB_D __half from_f<__half>(float v) { return __float2half_rn(v); }
+KB_D __half from_op<__half>(float v) { return __float2half_rn(v); }
 template <>
-KB_D __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+KB_D __nv_bfloat16 from_op<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+KB_D double from_op<double>(double v) { return v; }
 
 // Stores a reduction's result: floats are rounded to the element type, indices stored as is.
-template <class O>
-KB_D void put(O* p, float v) { *p = from_f<O>(v); }
+template <class O, class A>
+KB_D void put(O* p, A v) { *p = from_op<O>(v); }
 KB_D void put(i64* p, i64 v) { *p = v; }
 
 template <class T>
@@ -53,56 +70,151 @@ KB_D bool aligned16(const void* p) { return (reinterpret_cast<unsigned long long
 KB_D i64 gtid() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
 KB_D i64 gstride() { return (i64)gridDim.x * blockDim.x; }
 
+// The math functions the generic code calls, in each opmath type.
+KB_D float m_exp(float x) { return expf(x); }
+KB_D double m_exp(double x) { return exp(x); }
+KB_D float m_log(float x) { return logf(x); }
+KB_D double m_log(double x) { return log(x); }
+KB_D float m_sqrt(float x) { return sqrtf(x); }
+KB_D double m_sqrt(double x) { return sqrt(x); }
+// The interpreter's 1 / sqrt(x), not the approximate double rsqrt.
+KB_D float m_rsqrt(float x) { return rsqrtf(x); }
+KB_D double m_rsqrt(double x) { return 1.0 / sqrt(x); }
+KB_D float m_fmax(float a, float b) { return fmaxf(a, b); }
+KB_D double m_fmax(double a, double b) { return fmax(a, b); }
+
 // PyTorch's max/min with NaN propagation.
 KB_D float nan_max(float a, float b) { return (a != a || a > b) ? a : b; }
 KB_D float nan_min(float a, float b) { return (a != a || a < b) ? a : b; }
-// std::max / std::min as c10 uses them (a NaN in `a` survives).
-KB_D float std_max(float a, float b) { return a < b ? b : a; }
-KB_D float std_min(float a, float b) { return b < a ? b : a; }
+// std::max / std::min as c10 uses them (a NaN in `a` survives); Rust's clamp keeps a NaN too.
+template <class A>
+KB_D A std_max(A a, A b) { return a < b ? b : a; }
+template <class A>
+KB_D A std_min(A a, A b) { return b < a ? b : a; }
+// max / min of a reduction: PyTorch's (NaN wins) in float, the interpreter's (NaN loses) in double.
+KB_D float red_max(float a, float b) { return nan_max(a, b); }
+KB_D double red_max(double a, double b) { return fmax(a, b); }
+KB_D float red_min(float a, float b) { return nan_min(a, b); }
+KB_D double red_min(double a, double b) { return fmin(a, b); }
 
 // ---------------------------------------------------------------------------------------------
-// Elementwise functions (p0, p1: the op's scalar parameters, unused by most).
+// Elementwise functions (p0, p1: the op's scalar parameters, unused by most). The float overload
+// is PyTorch's kernel; the double overload is the interpreter's definition (src/ops/kernels.rs),
+// in the same order of operations.
 
-struct Relu { KB_D float operator()(float x, float, float) const { return (x > 0.f || x != x) ? x : 0.f; } };
-struct Gelu { KB_D float operator()(float x, float, float) const { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); } };
+// The interpreter's numerically stable sigmoid and softplus (no threshold).
+KB_D double sigmoid_d(double x) {
+    if (x >= 0.0) return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+KB_D double softplus_d(double x) { return fmax(x, 0.0) + log1p(exp(-fabs(x))); }
+
+struct Relu {
+    KB_D float operator()(float x, float, float) const { return (x > 0.f || x != x) ? x : 0.f; }
+    KB_D double operator()(double x, double, double) const { return fmax(x, 0.0); }
+};
+struct Gelu {
+    KB_D float operator()(float x, float, float) const { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+    KB_D double operator()(double x, double, double) const { return 0.5 * x * (1.0 + erf(x / 1.4142135623730951)); }
+};
 struct GeluTanh {
     KB_D float operator()(float x, float, float) const {
         const float c = 0.79788456080286536f;  // sqrt(2 / pi)
         return 0.5f * x * (1.f + tanhf(c * (x + 0.044715f * x * x * x)));
     }
+    KB_D double operator()(double x, double, double) const {
+        const double c = sqrt(2.0 / 3.141592653589793);
+        return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)));
+    }
 };
-struct Silu { KB_D float operator()(float x, float, float) const { return x / (1.f + expf(-x)); } };
-struct Sigmoid { KB_D float operator()(float x, float, float) const { return 1.f / (1.f + expf(-x)); } };
-struct Tanh { KB_D float operator()(float x, float, float) const { return tanhf(x); } };
-struct Exp { KB_D float operator()(float x, float, float) const { return expf(x); } };
-struct Log { KB_D float operator()(float x, float, float) const { return logf(x); } };
-struct Abs { KB_D float operator()(float x, float, float) const { return fabsf(x); } };
-struct Neg { KB_D float operator()(float x, float, float) const { return -x; } };
-struct Sqrt { KB_D float operator()(float x, float, float) const { return sqrtf(x); } };
-struct Rsqrt { KB_D float operator()(float x, float, float) const { return rsqrtf(x); } };
-struct Square { KB_D float operator()(float x, float, float) const { return x * x; } };
-// PyTorch's softplus with beta = 1, threshold = 20.
-struct Softplus { KB_D float operator()(float x, float, float) const { return x > 20.f ? x : log1pf(expf(x)); } };
-struct Mish { KB_D float operator()(float x, float, float) const { return x * tanhf(log1pf(expf(x))); } };
+struct Silu {
+    KB_D float operator()(float x, float, float) const { return x / (1.f + expf(-x)); }
+    KB_D double operator()(double x, double, double) const { return x * sigmoid_d(x); }
+};
+struct Sigmoid {
+    KB_D float operator()(float x, float, float) const { return 1.f / (1.f + expf(-x)); }
+    KB_D double operator()(double x, double, double) const { return sigmoid_d(x); }
+};
+struct Tanh {
+    KB_D float operator()(float x, float, float) const { return tanhf(x); }
+    KB_D double operator()(double x, double, double) const { return tanh(x); }
+};
+struct Exp {
+    template <class A>
+    KB_D A operator()(A x, A, A) const { return m_exp(x); }
+};
+struct Log {
+    template <class A>
+    KB_D A operator()(A x, A, A) const { return m_log(x); }
+};
+struct Abs {
+    KB_D float operator()(float x, float, float) const { return fabsf(x); }
+    KB_D double operator()(double x, double, double) const { return fabs(x); }
+};
+struct Neg {
+    template <class A>
+    KB_D A operator()(A x, A, A) const { return -x; }
+};
+struct Sqrt {
+    template <class A>
+    KB_D A operator()(A x, A, A) const { return m_sqrt(x); }
+};
+struct Rsqrt {
+    template <class A>
+    KB_D A operator()(A x, A, A) const { return m_rsqrt(x); }
+};
+struct Square {
+    template <class A>
+    KB_D A operator()(A x, A, A) const { return x * x; }
+};
+// PyTorch's softplus with beta = 1, threshold = 20; the interpreter's has no threshold.
+struct Softplus {
+    KB_D float operator()(float x, float, float) const { return x > 20.f ? x : log1pf(expf(x)); }
+    KB_D double operator()(double x, double, double) const { return softplus_d(x); }
+};
+struct Mish {
+    KB_D float operator()(float x, float, float) const { return x * tanhf(log1pf(expf(x))); }
+    KB_D double operator()(double x, double, double) const { return x * tanh(softplus_d(x)); }
+};
 struct Hardsigmoid {
-    KB_D float operator()(float x, float, float) const { return std_min(std_max(x + 3.f, 0.f), 6.f) / 6.f; }
+    template <class A>
+    KB_D A operator()(A x, A, A) const { return std_min<A>(std_max<A>(x + (A)3, (A)0), (A)6) / (A)6; }
 };
 struct Hardswish {
-    KB_D float operator()(float x, float, float) const { return x * std_min(std_max(x + 3.f, 0.f), 6.f) / 6.f; }
+    template <class A>
+    KB_D A operator()(A x, A, A) const { return x * std_min<A>(std_max<A>(x + (A)3, (A)0), (A)6) / (A)6; }
 };
-struct LeakyRelu { KB_D float operator()(float x, float slope, float) const { return x > 0.f ? x : x * slope; } };
-struct Elu { KB_D float operator()(float x, float alpha, float) const { return x > 0.f ? x : alpha * expm1f(x); } };
+struct LeakyRelu {
+    template <class A>
+    KB_D A operator()(A x, A slope, A) const { return x > (A)0 ? x : x * slope; }
+};
+struct Elu {
+    KB_D float operator()(float x, float alpha, float) const { return x > 0.f ? x : alpha * expm1f(x); }
+    KB_D double operator()(double x, double alpha, double) const { return x > 0.0 ? x : alpha * expm1(x); }
+};
+// The interpreter's clamp is x.max(lo).min(hi): a NaN becomes lo.
 struct Clamp {
     KB_D float operator()(float x, float lo, float hi) const { return x != x ? x : fminf(fmaxf(x, lo), hi); }
+    KB_D double operator()(double x, double lo, double hi) const { return fmin(fmax(x, lo), hi); }
 };
 // Steps of PyTorch's composites: F.normalize's clamp_min, `s / x`'s reciprocal, logsumexp's
 // masked_fill_(abs(max) == inf, 0).
-struct ClampMin { KB_D float operator()(float x, float lo, float) const { return x != x ? x : fmaxf(x, lo); } };
-struct Reciprocal { KB_D float operator()(float x, float, float) const { return 1.f / x; } };
-struct InfToZero { KB_D float operator()(float x, float, float) const { return fabsf(x) == KB_INF ? 0.f : x; } };
+struct ClampMin {
+    KB_D float operator()(float x, float lo, float) const { return x != x ? x : fmaxf(x, lo); }
+    KB_D double operator()(double x, double lo, double) const { return fmax(x, lo); }
+};
+struct Reciprocal {
+    template <class A>
+    KB_D A operator()(A x, A, A) const { return (A)1 / x; }
+};
+struct InfToZero {
+    KB_D float operator()(float x, float, float) const { return fabsf(x) == KB_INF ? 0.f : x; }
+    KB_D double operator()(double x, double, double) const { return fabs(x) == (double)KB_INF ? 0.0 : x; }
+};
 
 template <class T, class F>
-KB_D void unary(const T* __restrict__ x, T* __restrict__ y, i64 n, float p0, float p1) {
+KB_D void unary(const T* __restrict__ x, T* __restrict__ y, i64 n, op_t<T> p0, op_t<T> p1) {
     constexpr int V = 16 / sizeof(T);
     F f;
     i64 start = gtid(), stride = gstride(), tail = 0;
@@ -113,24 +225,46 @@ KB_D void unary(const T* __restrict__ x, T* __restrict__ y, i64 n, float p0, flo
         for (i64 i = start; i < nv; i += stride) {
             Pack<T> a = xp[i], r;
 #pragma unroll
-            for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(f(to_f(a.v[j]), p0, p1));
+            for (int j = 0; j < V; ++j) r.v[j] = from_op<T>(f(to_op(a.v[j]), p0, p1));
             yp[i] = r;
         }
         tail = nv * V;
     }
-    for (i64 i = tail + start; i < n; i += stride) y[i] = from_f<T>(f(to_f(x[i]), p0, p1));
+    for (i64 i = tail + start; i < n; i += stride) y[i] = from_op<T>(f(to_op(x[i]), p0, p1));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Binary operators: same shape (vectorised), tensor and scalar, and broadcasting by strides.
 
-struct Add { KB_D float operator()(float a, float b) const { return a + b; } };
-struct Sub { KB_D float operator()(float a, float b) const { return a - b; } };
-struct Mul { KB_D float operator()(float a, float b) const { return a * b; } };
-struct Div { KB_D float operator()(float a, float b) const { return a / b; } };
-struct Maximum { KB_D float operator()(float a, float b) const { return a != a ? a : (b != b ? b : fmaxf(a, b)); } };
-struct Minimum { KB_D float operator()(float a, float b) const { return a != a ? a : (b != b ? b : fminf(a, b)); } };
-struct Pow { KB_D float operator()(float a, float b) const { return powf(a, b); } };
+struct Add {
+    template <class A>
+    KB_D A operator()(A a, A b) const { return a + b; }
+};
+struct Sub {
+    template <class A>
+    KB_D A operator()(A a, A b) const { return a - b; }
+};
+struct Mul {
+    template <class A>
+    KB_D A operator()(A a, A b) const { return a * b; }
+};
+struct Div {
+    template <class A>
+    KB_D A operator()(A a, A b) const { return a / b; }
+};
+// PyTorch's maximum / minimum propagate a NaN; the interpreter's (f64::max / min) drop it.
+struct Maximum {
+    KB_D float operator()(float a, float b) const { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
+    KB_D double operator()(double a, double b) const { return fmax(a, b); }
+};
+struct Minimum {
+    KB_D float operator()(float a, float b) const { return a != a ? a : (b != b ? b : fminf(a, b)); }
+    KB_D double operator()(double a, double b) const { return fmin(a, b); }
+};
+struct Pow {
+    KB_D float operator()(float a, float b) const { return powf(a, b); }
+    KB_D double operator()(double a, double b) const { return pow(a, b); }
+};
 
 template <class T, class F>
 KB_D void binary(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, i64 n) {
@@ -145,17 +279,17 @@ KB_D void binary(const T* __restrict__ a, const T* __restrict__ b, T* __restrict
         for (i64 i = start; i < nv; i += stride) {
             Pack<T> u = ap[i], w = bp[i], r;
 #pragma unroll
-            for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(f(to_f(u.v[j]), to_f(w.v[j])));
+            for (int j = 0; j < V; ++j) r.v[j] = from_op<T>(f(to_op(u.v[j]), to_op(w.v[j])));
             yp[i] = r;
         }
         tail = nv * V;
     }
-    for (i64 i = tail + start; i < n; i += stride) y[i] = from_f<T>(f(to_f(a[i]), to_f(b[i])));
+    for (i64 i = tail + start; i < n; i += stride) y[i] = from_op<T>(f(to_op(a[i]), to_op(b[i])));
 }
 
 // y = f(a, s), or f(s, a) when `scalar_first`.
 template <class T, class F, bool FIRST>
-KB_D void binary_scalar_impl(const T* __restrict__ a, float s, T* __restrict__ y, i64 n) {
+KB_D void binary_scalar_impl(const T* __restrict__ a, op_t<T> s, T* __restrict__ y, i64 n) {
     constexpr int V = 16 / sizeof(T);
     F f;
     i64 start = gtid(), stride = gstride(), tail = 0;
@@ -166,16 +300,16 @@ KB_D void binary_scalar_impl(const T* __restrict__ a, float s, T* __restrict__ y
         for (i64 i = start; i < nv; i += stride) {
             Pack<T> u = ap[i], r;
 #pragma unroll
-            for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(FIRST ? f(s, to_f(u.v[j])) : f(to_f(u.v[j]), s));
+            for (int j = 0; j < V; ++j) r.v[j] = from_op<T>(FIRST ? f(s, to_op(u.v[j])) : f(to_op(u.v[j]), s));
             yp[i] = r;
         }
         tail = nv * V;
     }
-    for (i64 i = tail + start; i < n; i += stride) y[i] = from_f<T>(FIRST ? f(s, to_f(a[i])) : f(to_f(a[i]), s));
+    for (i64 i = tail + start; i < n; i += stride) y[i] = from_op<T>(FIRST ? f(s, to_op(a[i])) : f(to_op(a[i]), s));
 }
 
 template <class T, class F>
-KB_D void binary_scalar(const T* a, float s, T* y, i64 n, int scalar_first) {
+KB_D void binary_scalar(const T* a, op_t<T> s, T* y, i64 n, int scalar_first) {
     if (scalar_first) binary_scalar_impl<T, F, true>(a, s, y, n);
     else binary_scalar_impl<T, F, false>(a, s, y, n);
 }
@@ -223,8 +357,8 @@ KB_D void bcast_loop(const T* __restrict__ a, const T* __restrict__ b, T* __rest
         I i0 = base + threadIdx.x, i1 = i0 + 128, a0 = 0, b0 = 0, a1 = 0, b1 = 0;
         if (i0 < n) offsets<I>(i0, d, a0, b0);
         if (i1 < n) offsets<I>(i1, d, a1, b1);
-        if (i0 < n) y[i0] = from_f<T>(f(to_f(a[a0]), to_f(b[b0])));
-        if (i1 < n) y[i1] = from_f<T>(f(to_f(a[a1]), to_f(b[b1])));
+        if (i0 < n) y[i0] = from_op<T>(f(to_op(a[a0]), to_op(b[b0])));
+        if (i1 < n) y[i1] = from_op<T>(f(to_op(a[a1]), to_op(b[b1])));
     }
 }
 
@@ -255,111 +389,154 @@ KB_D void strided_copy(const T* x, T* y, i64 n, const Strided& d) {
 // ---------------------------------------------------------------------------------------------
 // Reductions: an accumulator policy per kind, warp and block combines, row and column kernels.
 
-struct F2 { float a, b; };
-struct VI { float v; int i; };
-struct W3 { float n, mean, m2; };
+// Accumulators, in the opmath type A.
+template <class A>
+struct F2 {
+    A a, b;
+};
+template <class A>
+struct VI {
+    A v;
+    int i;
+};
+template <class A>
+struct W3 {
+    A n, mean, m2;
+};
 
 KB_D float shfl(float v, int m) { return __shfl_xor_sync(KB_FULL, v, m); }
+KB_D double shfl(double v, int m) { return __shfl_xor_sync(KB_FULL, v, m); }
 KB_D int shfl(int v, int m) { return __shfl_xor_sync(KB_FULL, v, m); }
-KB_D F2 shfl(F2 v, int m) { F2 r; r.a = shfl(v.a, m); r.b = shfl(v.b, m); return r; }
-KB_D VI shfl(VI v, int m) { VI r; r.v = shfl(v.v, m); r.i = shfl(v.i, m); return r; }
-KB_D W3 shfl(W3 v, int m) { W3 r; r.n = shfl(v.n, m); r.mean = shfl(v.mean, m); r.m2 = shfl(v.m2, m); return r; }
+template <class A>
+KB_D F2<A> shfl(F2<A> v, int m) { F2<A> r; r.a = shfl(v.a, m); r.b = shfl(v.b, m); return r; }
+template <class A>
+KB_D VI<A> shfl(VI<A> v, int m) { VI<A> r; r.v = shfl(v.v, m); r.i = shfl(v.i, m); return r; }
+template <class A>
+KB_D W3<A> shfl(W3<A> v, int m) {
+    W3<A> r;
+    r.n = shfl(v.n, m);
+    r.mean = shfl(v.mean, m);
+    r.m2 = shfl(v.m2, m);
+    return r;
+}
 
+// A reduction policy R<A>: Acc, init, push (one element and its index), combine, finish.
+template <class A>
 struct RSum {
-    typedef float Acc;
-    static KB_D Acc init() { return 0.f; }
-    static KB_D Acc push(Acc a, float v, int) { return a + v; }
+    typedef A Acc;
+    static KB_D Acc init() { return (A)0; }
+    static KB_D Acc push(Acc a, A v, int) { return a + v; }
     static KB_D Acc combine(Acc a, Acc b) { return a + b; }
-    static KB_D float finish(Acc a, i64) { return a; }
+    static KB_D A finish(Acc a, i64) { return a; }
 };
-struct RMean : RSum {
-    static KB_D float finish(Acc a, i64 n) { return a / (float)n; }
+template <class A>
+struct RMean : RSum<A> {
+    static KB_D A finish(A a, i64 n) { return a / (A)n; }
 };
 // torch.norm's 2-norm: the square root of the sum of squares.
-struct RNorm : RSum {
-    static KB_D Acc push(Acc a, float v, int) { return a + v * v; }
-    static KB_D float finish(Acc a, i64) { return sqrtf(a); }
+template <class A>
+struct RNorm : RSum<A> {
+    static KB_D A push(A a, A v, int) { return a + v * v; }
+    static KB_D A finish(A a, i64) { return m_sqrt(a); }
 };
+template <class A>
 struct RProd {
-    typedef float Acc;
-    static KB_D Acc init() { return 1.f; }
-    static KB_D Acc push(Acc a, float v, int) { return a * v; }
+    typedef A Acc;
+    static KB_D Acc init() { return (A)1; }
+    static KB_D Acc push(Acc a, A v, int) { return a * v; }
     static KB_D Acc combine(Acc a, Acc b) { return a * b; }
-    static KB_D float finish(Acc a, i64) { return a; }
+    static KB_D A finish(Acc a, i64) { return a; }
 };
+template <class A>
 struct RMax {
-    typedef float Acc;
-    static KB_D Acc init() { return -KB_INF; }
-    static KB_D Acc push(Acc a, float v, int) { return nan_max(a, v); }
-    static KB_D Acc combine(Acc a, Acc b) { return nan_max(a, b); }
-    static KB_D float finish(Acc a, i64) { return a; }
+    typedef A Acc;
+    static KB_D Acc init() { return -(A)KB_INF; }
+    static KB_D Acc push(Acc a, A v, int) { return red_max(a, v); }
+    static KB_D Acc combine(Acc a, Acc b) { return red_max(a, b); }
+    static KB_D A finish(Acc a, i64) { return a; }
 };
+template <class A>
 struct RMin {
-    typedef float Acc;
-    static KB_D Acc init() { return KB_INF; }
-    static KB_D Acc push(Acc a, float v, int) { return nan_min(a, v); }
-    static KB_D Acc combine(Acc a, Acc b) { return nan_min(a, b); }
-    static KB_D float finish(Acc a, i64) { return a; }
+    typedef A Acc;
+    static KB_D Acc init() { return (A)KB_INF; }
+    static KB_D Acc push(Acc a, A v, int) { return red_min(a, v); }
+    static KB_D Acc combine(Acc a, Acc b) { return red_min(a, b); }
+    static KB_D A finish(Acc a, i64) { return a; }
 };
 // Online log-sum-exp: a = running maximum, b = sum of exp(x - a): softmax's statistics.
+template <class A>
 struct RLse {
-    typedef F2 Acc;
-    static KB_D Acc init() { F2 r; r.a = -KB_INF; r.b = 0.f; return r; }
-    static KB_D Acc push(Acc s, float v, int) {
-        if (v == -KB_INF) return s;
-        F2 r;
+    typedef F2<A> Acc;
+    static KB_D Acc init() { Acc r; r.a = -(A)KB_INF; r.b = (A)0; return r; }
+    static KB_D Acc push(Acc s, A v, int) {
+        if (v == -(A)KB_INF) return s;
+        Acc r;
         if (v > s.a) {
             r.a = v;
-            r.b = s.b * expf(s.a - v) + 1.f;
+            r.b = s.b * m_exp(s.a - v) + (A)1;
         } else {
             r.a = s.a;
-            r.b = s.b + expf(v - s.a);  // a NaN v lands here and poisons the sum
+            r.b = s.b + m_exp(v - s.a);  // a NaN v lands here and poisons the sum
         }
         return r;
     }
     static KB_D Acc combine(Acc x, Acc y) {
-        if (x.a == -KB_INF) return y;
-        if (y.a == -KB_INF) return x;
-        F2 r;
-        r.a = fmaxf(x.a, y.a);
-        r.b = x.b * expf(x.a - r.a) + y.b * expf(y.a - r.a);
+        if (x.a == -(A)KB_INF) return y;
+        if (y.a == -(A)KB_INF) return x;
+        Acc r;
+        r.a = m_fmax(x.a, y.a);
+        r.b = x.b * m_exp(x.a - r.a) + y.b * m_exp(y.a - r.a);
         return r;
     }
-    static KB_D float finish(Acc s, i64) { return (s.a == KB_INF || s.a == -KB_INF) ? s.a : s.a + logf(s.b); }
+    static KB_D A finish(Acc s, i64) {
+        return (s.a == (A)KB_INF || s.a == -(A)KB_INF) ? s.a : s.a + m_log(s.b);
+    }
 };
-// Index of the first maximum (MAX) or minimum; a NaN counts as the extreme, as in PyTorch.
-template <bool MAX>
+// Where a NaN ranks in argmax/argmin: in float (PyTorch) above everything, so the first NaN wins;
+// in double (the interpreter, `if x[k] > x[best] { best = k }` from best = 0) above everything
+// at index 0, where nothing ever replaces it, and below everything elsewhere, where it is skipped.
+KB_D int nan_rank(float v, int) { return v != v ? 1 : 0; }
+KB_D int nan_rank(double v, int i) { return v != v ? (i == 0 ? 1 : -1) : 0; }
+// Index of the first maximum (MAX) or minimum, NaN ranked by nan_rank.
+template <class A, bool MAX>
 struct RArg {
-    typedef VI Acc;
-    static KB_D Acc init() { VI r; r.v = MAX ? -KB_INF : KB_INF; r.i = 0x7fffffff; return r; }
+    typedef VI<A> Acc;
+    static KB_D Acc init() { Acc r; r.v = MAX ? -(A)KB_INF : (A)KB_INF; r.i = 0x7fffffff; return r; }
     static KB_D Acc combine(Acc x, Acc y) {
-        bool xn = x.v != x.v, yn = y.v != y.v;
-        if (xn || yn) return (xn && yn) ? (x.i < y.i ? x : y) : (xn ? x : y);
-        if (MAX ? x.v > y.v : x.v < y.v) return x;
-        if (MAX ? y.v > x.v : y.v < x.v) return y;
+        int rx = nan_rank(x.v, x.i), ry = nan_rank(y.v, y.i);
+        if (rx != ry) return rx > ry ? x : y;
+        if (rx == 0) {
+            if (MAX ? x.v > y.v : x.v < y.v) return x;
+            if (MAX ? y.v > x.v : y.v < x.v) return y;
+        }
         return x.i < y.i ? x : y;
     }
-    static KB_D Acc push(Acc a, float v, int i) { VI e; e.v = v; e.i = i; return combine(a, e); }
+    static KB_D Acc push(Acc a, A v, int i) { Acc e; e.v = v; e.i = i; return combine(a, e); }
     static KB_D i64 finish(Acc a, i64) { return (i64)a.i; }
 };
+template <class A>
+using RArgmax = RArg<A, true>;
+template <class A>
+using RArgmin = RArg<A, false>;
 // Welford's mean and sum of squared deviations, combined with Chan's formula.
+template <class A>
 struct RWelford {
-    typedef W3 Acc;
-    static KB_D Acc init() { W3 r; r.n = 0.f; r.mean = 0.f; r.m2 = 0.f; return r; }
-    static KB_D Acc push(Acc a, float v, int) {
-        W3 r;
-        r.n = a.n + 1.f;
-        float d = v - a.mean;
+    typedef W3<A> Acc;
+    static KB_D Acc init() { Acc r; r.n = (A)0; r.mean = (A)0; r.m2 = (A)0; return r; }
+    static KB_D Acc push(Acc a, A v, int) {
+        Acc r;
+        r.n = a.n + (A)1;
+        A d = v - a.mean;
         r.mean = a.mean + d / r.n;
         r.m2 = a.m2 + d * (v - r.mean);
         return r;
     }
     static KB_D Acc combine(Acc x, Acc y) {
-        if (x.n == 0.f) return y;
-        if (y.n == 0.f) return x;
-        W3 r;
+        if (x.n == (A)0) return y;
+        if (y.n == (A)0) return x;
+        Acc r;
         r.n = x.n + y.n;
-        float d = y.mean - x.mean, f = y.n / r.n;
+        A d = y.mean - x.mean, f = y.n / r.n;
         r.mean = x.mean + d * f;
         r.m2 = x.m2 + y.m2 + d * d * x.n * f;
         return r;
@@ -412,11 +589,11 @@ KB_D void visit_row(const T* row, i64 n, F&& f) {
         for (i64 c = t; c < nv; c += s) {
             Pack<T> q = p[c];
 #pragma unroll
-            for (int j = 0; j < V; ++j) f(c * V + j, to_f(q.v[j]));
+            for (int j = 0; j < V; ++j) f(c * V + j, to_op(q.v[j]));
         }
         tail = nv * V;
     }
-    for (i64 i = tail + t; i < n; i += s) f(i, to_f(row[i]));
+    for (i64 i = tail + t; i < n; i += s) f(i, to_op(row[i]));
 }
 
 // yr[i] = f(i, xr[i]) for the elements of a row this thread owns.
@@ -431,12 +608,12 @@ KB_D void map_row(const T* xr, T* yr, i64 n, F&& f) {
         for (i64 c = t; c < nv; c += s) {
             Pack<T> q = p[c], r;
 #pragma unroll
-            for (int j = 0; j < V; ++j) r.v[j] = from_f<T>(f(c * V + j, to_f(q.v[j])));
+            for (int j = 0; j < V; ++j) r.v[j] = from_op<T>(f(c * V + j, to_op(q.v[j])));
             o[c] = r;
         }
         tail = nv * V;
     }
-    for (i64 i = tail + t; i < n; i += s) yr[i] = from_f<T>(f(i, to_f(xr[i])));
+    for (i64 i = tail + t; i < n; i += s) yr[i] = from_op<T>(f(i, to_op(xr[i])));
 }
 
 #define KB_FOR_ROWS(r, rows) \
@@ -453,7 +630,7 @@ template <class T, class O, class R>
 KB_D void reduce_rows(const T* __restrict__ x, O* __restrict__ y, i64 rows, i64 n) {
     KB_FOR_ROWS(r, rows) {
         typename R::Acc a = R::init();
-        visit_row(x + r * n, n, [&](i64 i, float v) { a = R::push(a, v, (int)i); });
+        visit_row(x + r * n, n, [&](i64 i, op_t<T> v) { a = R::push(a, v, (int)i); });
         a = row_reduce<R>(a);
         if (threadIdx.x == 0) put(y + r, R::finish(a, n));
     }
@@ -466,14 +643,14 @@ template <class T, class R>
 KB_D typename R::Acc push_column(typename R::Acc a, const T* xc, i64 n, i64 inner) {
     i64 ty = blockDim.y, k = threadIdx.y;
     for (; k + 3 * ty < n; k += 4 * ty) {
-        float v0 = to_f(xc[k * inner]), v1 = to_f(xc[(k + ty) * inner]);
-        float v2 = to_f(xc[(k + 2 * ty) * inner]), v3 = to_f(xc[(k + 3 * ty) * inner]);
+        op_t<T> v0 = to_op(xc[k * inner]), v1 = to_op(xc[(k + ty) * inner]);
+        op_t<T> v2 = to_op(xc[(k + 2 * ty) * inner]), v3 = to_op(xc[(k + 3 * ty) * inner]);
         a = R::push(a, v0, (int)k);
         a = R::push(a, v1, (int)(k + ty));
         a = R::push(a, v2, (int)(k + 2 * ty));
         a = R::push(a, v3, (int)(k + 3 * ty));
     }
-    for (; k < n; k += ty) a = R::push(a, to_f(xc[k * inner]), (int)k);
+    for (; k < n; k += ty) a = R::push(a, to_op(xc[k * inner]), (int)k);
     return a;
 }
 
@@ -494,37 +671,42 @@ KB_D void reduce_cols(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64
 // The map's constants are computed once per lane: softmax multiplies by 1 / sum, log_softmax
 // subtracts max + log(sum).
 struct LSoftmax {
-    static KB_D F2 prepare(F2 s) { F2 p; p.a = s.a; p.b = 1.f / s.b; return p; }
-    static KB_D float apply(float v, F2 p) { return expf(v - p.a) * p.b; }
+    template <class A>
+    static KB_D F2<A> prepare(F2<A> s) { F2<A> p; p.a = s.a; p.b = (A)1 / s.b; return p; }
+    template <class A>
+    static KB_D A apply(A v, F2<A> p) { return m_exp(v - p.a) * p.b; }
 };
 struct LLogSoftmax {
-    static KB_D F2 prepare(F2 s) { F2 p; p.a = s.a + logf(s.b); p.b = 0.f; return p; }
-    static KB_D float apply(float v, F2 p) { return v - p.a; }
+    template <class A>
+    static KB_D F2<A> prepare(F2<A> s) { F2<A> p; p.a = s.a + m_log(s.b); p.b = (A)0; return p; }
+    template <class A>
+    static KB_D A apply(A v, F2<A> p) { return v - p.a; }
 };
 
 template <class T, class L>
 KB_D void lanes_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n) {
-    typedef RLse R;
+    typedef op_t<T> A;
+    typedef RLse<A> R;
     KB_FOR_ROWS(r, rows) {
         typename R::Acc a = R::init();
-        visit_row(x + r * n, n, [&](i64, float v) { a = R::push(a, v, 0); });
-        F2 p = L::prepare(row_reduce<R>(a));
-        map_row(x + r * n, y + r * n, n, [&](i64, float v) { return L::apply(v, p); });
+        visit_row(x + r * n, n, [&](i64, A v) { a = R::push(a, v, 0); });
+        F2<A> p = L::prepare(row_reduce<R>(a));
+        map_row(x + r * n, y + r * n, n, [&](i64, A v) { return L::apply(v, p); });
     }
 }
 
 template <class T, class L>
 KB_D void lanes_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 n, i64 inner) {
-    typedef RLse R;
+    typedef RLse<op_t<T>> R;
     KB_FOR_COLS(o, c, outer, inner) {
         typename R::Acc a = R::init();
         const T* xc = x + o * n * inner + c;
         T* yc = y + o * n * inner + c;
         if (c < inner) a = push_column<T, R>(a, xc, n, inner);
-        F2 p = L::prepare(col_reduce<R>(a));
+        F2<op_t<T>> p = L::prepare(col_reduce<R>(a));
         if (c < inner)
             for (i64 k = threadIdx.y; k < n; k += blockDim.y)
-                yc[k * inner] = from_f<T>(L::apply(to_f(xc[k * inner]), p));
+                yc[k * inner] = from_op<T>(L::apply(to_op(xc[k * inner]), p));
     }
 }
 
@@ -535,17 +717,19 @@ KB_D void lanes_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 
 // statistics of the row, then the map. RMS: the mean square is m2 / n + mean^2.
 template <class T, bool RMS>
 KB_D void norm_rows(const T* __restrict__ x, const T* w, const T* b, T* __restrict__ y, i64 rows, i64 n,
-                    float eps, int has_w, int has_b) {
+                    op_t<T> eps, int has_w, int has_b) {
+    typedef op_t<T> A;
+    typedef RWelford<A> R;
     KB_FOR_ROWS(r, rows) {
-        W3 a = RWelford::init();
-        visit_row(x + r * n, n, [&](i64, float v) { a = RWelford::push(a, v, 0); });
-        a = row_reduce<RWelford>(a);
-        float var = a.m2 / (float)n, mean = RMS ? 0.f : a.mean;
-        float rstd = rsqrtf((RMS ? var + a.mean * a.mean : var) + eps);
-        map_row(x + r * n, y + r * n, n, [&](i64 i, float v) {
-            float o = (v - mean) * rstd;
-            if (has_w) o *= to_f(w[i]);
-            if (has_b) o += to_f(b[i]);
+        typename R::Acc a = R::init();
+        visit_row(x + r * n, n, [&](i64, A v) { a = R::push(a, v, 0); });
+        a = row_reduce<R>(a);
+        A var = a.m2 / (A)n, mean = RMS ? (A)0 : a.mean;
+        A rstd = m_rsqrt((RMS ? var + a.mean * a.mean : var) + eps);
+        map_row(x + r * n, y + r * n, n, [&](i64 i, A v) {
+            A o = (v - mean) * rstd;
+            if (has_w) o *= to_op(w[i]);
+            if (has_b) o += to_op(b[i]);
             return o;
         });
     }
@@ -554,36 +738,36 @@ KB_D void norm_rows(const T* __restrict__ x, const T* w, const T* b, T* __restri
 // ---------------------------------------------------------------------------------------------
 // Inclusive scans (cumsum, PROD: cumprod).
 
-template <bool PROD>
-KB_D float scan_op(float a, float b) { return PROD ? a * b : a + b; }
+template <bool PROD, class A>
+KB_D A scan_op(A a, A b) { return PROD ? a * b : a + b; }
 
 // Exclusive scan of one value per thread over the block (blockDim.x a multiple of 32, y == 1);
 // also returns the block's total.
-template <bool PROD>
-KB_D void block_scan(float v, float& excl, float& total) {
-    __shared__ float wsum[32];
-    const float id = PROD ? 1.f : 0.f;
+template <bool PROD, class A>
+KB_D void block_scan(A v, A& excl, A& total) {
+    __shared__ A wsum[32];
+    const A id = PROD ? (A)1 : (A)0;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float incl = v;
+    A incl = v;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
-        float t = __shfl_up_sync(KB_FULL, incl, d);
+        A t = __shfl_up_sync(KB_FULL, incl, d);
         if (lane >= d) incl = scan_op<PROD>(t, incl);
     }
     if (lane == 31) wsum[w] = incl;
     __syncthreads();
     if (w == 0) {
-        float s = lane < nw ? wsum[lane] : id;
+        A s = lane < nw ? wsum[lane] : id;
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
-            float t = __shfl_up_sync(KB_FULL, s, d);
+            A t = __shfl_up_sync(KB_FULL, s, d);
             if (lane >= d) s = scan_op<PROD>(t, s);
         }
         if (lane < nw) wsum[lane] = s;
     }
     __syncthreads();
-    float before = w > 0 ? wsum[w - 1] : id;
-    float prev = __shfl_up_sync(KB_FULL, incl, 1);
+    A before = w > 0 ? wsum[w - 1] : id;
+    A prev = __shfl_up_sync(KB_FULL, incl, 1);
     excl = scan_op<PROD>(before, lane > 0 ? prev : id);
     total = wsum[nw - 1];
     __syncthreads();  // `wsum` is reused by the next chunk
@@ -593,25 +777,26 @@ KB_D void block_scan(float v, float& excl, float& total) {
 // elements per thread.
 template <class T, bool PROD>
 KB_D void scan_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n) {
-    const float id = PROD ? 1.f : 0.f;
+    typedef op_t<T> A;
+    const A id = PROD ? (A)1 : (A)0;
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* xr = x + r * n;
         T* yr = y + r * n;
-        float carry = id;
+        A carry = id;
         for (i64 base = 0; base < n; base += 4 * (i64)blockDim.x) {
             i64 i0 = base + 4 * (i64)threadIdx.x;
-            float v[4], acc = id;
+            A v[4], acc = id;
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                acc = scan_op<PROD>(acc, i0 + j < n ? to_f(xr[i0 + j]) : id);
+                acc = scan_op<PROD>(acc, i0 + j < n ? to_op(xr[i0 + j]) : id);
                 v[j] = acc;
             }
-            float excl, total;
-            block_scan<PROD>(acc, excl, total);
-            float pre = scan_op<PROD>(carry, excl);
+            A excl, total;
+            block_scan<PROD, A>(acc, excl, total);
+            A pre = scan_op<PROD>(carry, excl);
 #pragma unroll
             for (int j = 0; j < 4; ++j)
-                if (i0 + j < n) yr[i0 + j] = from_f<T>(scan_op<PROD>(pre, v[j]));
+                if (i0 + j < n) yr[i0 + j] = from_op<T>(scan_op<PROD>(pre, v[j]));
             carry = scan_op<PROD>(carry, total);
         }
     }
@@ -621,24 +806,25 @@ KB_D void scan_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n)
 // stretches before it.
 template <class T, bool PROD>
 KB_D void scan_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 n, i64 inner) {
-    __shared__ float part[32][32];
-    const float id = PROD ? 1.f : 0.f;
+    typedef op_t<T> A;
+    __shared__ A part[32][32];
+    const A id = PROD ? (A)1 : (A)0;
     KB_FOR_COLS(o, c, outer, inner) {
         i64 len = (n + blockDim.y - 1) / blockDim.y, k0 = threadIdx.y * len;
         i64 k1 = k0 + len < n ? k0 + len : n;
         const T* xc = x + o * n * inner + c;
         T* yc = y + o * n * inner + c;
-        float acc = id;
+        A acc = id;
         if (c < inner)
-            for (i64 k = k0; k < k1; ++k) acc = scan_op<PROD>(acc, to_f(xc[k * inner]));
+            for (i64 k = k0; k < k1; ++k) acc = scan_op<PROD>(acc, to_op(xc[k * inner]));
         part[threadIdx.y][threadIdx.x] = acc;
         __syncthreads();
-        float pre = id;
+        A pre = id;
         for (int j = 0; j < (int)threadIdx.y; ++j) pre = scan_op<PROD>(pre, part[j][threadIdx.x]);
         if (c < inner)
             for (i64 k = k0; k < k1; ++k) {
-                pre = scan_op<PROD>(pre, to_f(xc[k * inner]));
-                yc[k * inner] = from_f<T>(pre);
+                pre = scan_op<PROD>(pre, to_op(xc[k * inner]));
+                yc[k * inner] = from_op<T>(pre);
             }
         __syncthreads();
     }
@@ -649,17 +835,18 @@ KB_D void scan_cols(const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 n
 
 template <class S, class D>
 KB_D void convert(const S* __restrict__ x, D* __restrict__ y, i64 n) {
-    for (i64 i = gtid(); i < n; i += gstride()) y[i] = from_f<D>(to_f(x[i]));
+    for (i64 i = gtid(); i < n; i += gstride()) y[i] = from_op<D>(to_op(x[i]));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Reference GEMM (the CPU path, and the GPU fallback without cuBLAS): row-major, batched,
-// optional transposes, 16x16 tiles, float accumulation; block (16, 16).
+// optional transposes, 16x16 tiles, accumulation in the opmath type; block (16, 16).
 
 template <class T>
 KB_D void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, i64 m, i64 n, i64 k, i64 batch,
                int trans_a, int trans_b, i64 stride_a, i64 stride_b, i64 stride_c) {
-    __shared__ float as[16][17], bs[16][17];
+    typedef op_t<T> Op;
+    __shared__ Op as[16][17], bs[16][17];
     int tx = threadIdx.x, ty = threadIdx.y;
     for (i64 z = blockIdx.z; z < batch; z += gridDim.z) {
         const T* a = A + z * stride_a;
@@ -668,17 +855,17 @@ KB_D void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__
         for (i64 row0 = (i64)blockIdx.y * 16; row0 < m; row0 += (i64)gridDim.y * 16)
             for (i64 col0 = (i64)blockIdx.x * 16; col0 < n; col0 += (i64)gridDim.x * 16) {
                 i64 row = row0 + ty, col = col0 + tx;
-                float acc = 0.f;
+                Op acc = (Op)0;
                 for (i64 k0 = 0; k0 < k; k0 += 16) {
                     i64 ka = k0 + tx, kb = k0 + ty;
-                    as[ty][tx] = (row < m && ka < k) ? to_f(trans_a ? a[ka * m + row] : a[row * k + ka]) : 0.f;
-                    bs[ty][tx] = (kb < k && col < n) ? to_f(trans_b ? b[col * k + kb] : b[kb * n + col]) : 0.f;
+                    as[ty][tx] = (row < m && ka < k) ? to_op(trans_a ? a[ka * m + row] : a[row * k + ka]) : (Op)0;
+                    bs[ty][tx] = (kb < k && col < n) ? to_op(trans_b ? b[col * k + kb] : b[kb * n + col]) : (Op)0;
                     __syncthreads();
 #pragma unroll
                     for (int kk = 0; kk < 16; ++kk) acc += as[ty][kk] * bs[kk][tx];
                     __syncthreads();
                 }
-                if (row < m && col < n) c[row * n + col] = from_f<T>(acc);
+                if (row < m && col < n) c[row * n + col] = from_op<T>(acc);
             }
     }
 }
@@ -698,13 +885,17 @@ KB_D void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__
             {b0, b1, b2, b3, b4, b5}, nd                                                            \
     }
 
-#define KB_EACH_FLOAT(M, ...) M(f32, float, __VA_ARGS__) M(f16, __half, __VA_ARGS__) M(bf16, __nv_bfloat16, __VA_ARGS__)
+// Every kernel family in each storage type: the task dtypes, and f64 for the reference plans.
+#define KB_EACH(M, ...)                                                                                   \
+    M(f32, float, __VA_ARGS__)                                                                            \
+    M(f16, __half, __VA_ARGS__) M(bf16, __nv_bfloat16, __VA_ARGS__) M(f64, double, __VA_ARGS__)
 
 #define KB_UNARY(dt, T, name, F)                                                                          \
-    extern "C" __global__ void unary_##name##_##dt(const T* x, T* y, i64 n, float p0, float p1) {         \
+    extern "C" __global__ void unary_##name##_##dt(const T* x, T* y, i64 n, kb::op_t<T> p0,               \
+                                                   kb::op_t<T> p1) {                                      \
         kb::unary<T, kb::F>(x, y, n, p0, p1);                                                             \
     }
-#define KB_UNARY_ALL(name, F) KB_EACH_FLOAT(KB_UNARY, name, F)
+#define KB_UNARY_ALL(name, F) KB_EACH(KB_UNARY, name, F)
 KB_UNARY_ALL(relu, Relu)
 KB_UNARY_ALL(gelu, Gelu)
 KB_UNARY_ALL(gelu_tanh, GeluTanh)
@@ -729,18 +920,19 @@ KB_UNARY_ALL(clamp_min, ClampMin)
 KB_UNARY_ALL(reciprocal, Reciprocal)
 KB_UNARY_ALL(inf_to_zero, InfToZero)
 
-#define KB_BINARY(dt, T, name, F)                                                                          \
-    extern "C" __global__ void binary_##name##_##dt(const T* a, const T* b, T* y, i64 n) {                 \
-        kb::binary<T, kb::F>(a, b, y, n);                                                                  \
-    }                                                                                                      \
-    extern "C" __global__ void binary_##name##_scalar_##dt(const T* a, float s, T* y, i64 n, int first) { \
-        kb::binary_scalar<T, kb::F>(a, s, y, n, first);                                                    \
-    }                                                                                                      \
-    extern "C" __global__ void binary_##name##_bcast_##dt(                                                 \
-        const T* a, const T* b, T* y, i64 n, int nd, KB_DIMS_PARAMS) {                                     \
-        kb::bcast<T, kb::F>(a, b, y, n, KB_DIMS(nd));                                                      \
+#define KB_BINARY(dt, T, name, F)                                                                         \
+    extern "C" __global__ void binary_##name##_##dt(const T* a, const T* b, T* y, i64 n) {                \
+        kb::binary<T, kb::F>(a, b, y, n);                                                                 \
+    }                                                                                                     \
+    extern "C" __global__ void binary_##name##_scalar_##dt(const T* a, kb::op_t<T> s, T* y, i64 n,        \
+                                                         int first) {                                     \
+        kb::binary_scalar<T, kb::F>(a, s, y, n, first);                                                   \
+    }                                                                                                     \
+    extern "C" __global__ void binary_##name##_bcast_##dt(                                                \
+        const T* a, const T* b, T* y, i64 n, int nd, KB_DIMS_PARAMS) {                                    \
+        kb::bcast<T, kb::F>(a, b, y, n, KB_DIMS(nd));                                                     \
     }
-#define KB_BINARY_ALL(name, F) KB_EACH_FLOAT(KB_BINARY, name, F)
+#define KB_BINARY_ALL(name, F) KB_EACH(KB_BINARY, name, F)
 KB_BINARY_ALL(add, Add)
 KB_BINARY_ALL(sub, Sub)
 KB_BINARY_ALL(mul, Mul)
@@ -749,60 +941,60 @@ KB_BINARY_ALL(maximum, Maximum)
 KB_BINARY_ALL(minimum, Minimum)
 KB_BINARY_ALL(pow, Pow)
 
-#define KB_REDUCE(dt, T, name, O, R)                                                                       \
-    extern "C" __global__ void reduce_##name##_rows_##dt(const T* x, O* y, i64 rows, i64 n) {              \
-        kb::reduce_rows<T, O, kb::R>(x, y, rows, n);                                                       \
-    }                                                                                                      \
-    extern "C" __global__ void reduce_##name##_cols_##dt(const T* x, O* y, i64 outer, i64 n, i64 inner) {  \
-        kb::reduce_cols<T, O, kb::R>(x, y, outer, n, inner);                                               \
+#define KB_REDUCE(dt, T, name, O, R)                                                                      \
+    extern "C" __global__ void reduce_##name##_rows_##dt(const T* x, O* y, i64 rows, i64 n) {             \
+        kb::reduce_rows<T, O, kb::R<kb::op_t<T>>>(x, y, rows, n);                                         \
+    }                                                                                                     \
+    extern "C" __global__ void reduce_##name##_cols_##dt(const T* x, O* y, i64 outer, i64 n, i64 inner) { \
+        kb::reduce_cols<T, O, kb::R<kb::op_t<T>>>(x, y, outer, n, inner);                                 \
     }
 #define KB_REDUCE_SAME(dt, T, name, R) KB_REDUCE(dt, T, name, T, R)
 #define KB_REDUCE_INDEX(dt, T, name, R) KB_REDUCE(dt, T, name, i64, R)
-KB_EACH_FLOAT(KB_REDUCE_SAME, sum, RSum)
-KB_EACH_FLOAT(KB_REDUCE_SAME, mean, RMean)
-KB_EACH_FLOAT(KB_REDUCE_SAME, max, RMax)
-KB_EACH_FLOAT(KB_REDUCE_SAME, min, RMin)
-KB_EACH_FLOAT(KB_REDUCE_SAME, prod, RProd)
-KB_EACH_FLOAT(KB_REDUCE_SAME, norm, RNorm)
-KB_EACH_FLOAT(KB_REDUCE_INDEX, argmax, RArg<true>)
-KB_EACH_FLOAT(KB_REDUCE_INDEX, argmin, RArg<false>)
+KB_EACH(KB_REDUCE_SAME, sum, RSum)
+KB_EACH(KB_REDUCE_SAME, mean, RMean)
+KB_EACH(KB_REDUCE_SAME, max, RMax)
+KB_EACH(KB_REDUCE_SAME, min, RMin)
+KB_EACH(KB_REDUCE_SAME, prod, RProd)
+KB_EACH(KB_REDUCE_SAME, norm, RNorm)
+KB_EACH(KB_REDUCE_INDEX, argmax, RArgmax)
+KB_EACH(KB_REDUCE_INDEX, argmin, RArgmin)
 
-#define KB_LANES(dt, T, name, L)                                                                           \
-    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n) {                        \
-        kb::lanes_rows<T, kb::L>(x, y, rows, n);                                                            \
-    }                                                                                                      \
-    extern "C" __global__ void name##_cols_##dt(const T* x, T* y, i64 outer, i64 n, i64 inner) {            \
-        kb::lanes_cols<T, kb::L>(x, y, outer, n, inner);                                                    \
+#define KB_LANES(dt, T, name, L)                                                                          \
+    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n) {                      \
+        kb::lanes_rows<T, kb::L>(x, y, rows, n);                                                          \
+    }                                                                                                     \
+    extern "C" __global__ void name##_cols_##dt(const T* x, T* y, i64 outer, i64 n, i64 inner) {          \
+        kb::lanes_cols<T, kb::L>(x, y, outer, n, inner);                                                  \
     }
-KB_EACH_FLOAT(KB_LANES, softmax, LSoftmax)
-KB_EACH_FLOAT(KB_LANES, log_softmax, LLogSoftmax)
+KB_EACH(KB_LANES, softmax, LSoftmax)
+KB_EACH(KB_LANES, log_softmax, LLogSoftmax)
 
-#define KB_SCAN(dt, T, name, PROD)                                                                         \
-    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n) {                       \
-        kb::scan_rows<T, PROD>(x, y, rows, n);                                                             \
-    }                                                                                                      \
-    extern "C" __global__ void name##_cols_##dt(const T* x, T* y, i64 outer, i64 n, i64 inner) {           \
-        kb::scan_cols<T, PROD>(x, y, outer, n, inner);                                                     \
+#define KB_SCAN(dt, T, name, PROD)                                                                        \
+    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n) {                      \
+        kb::scan_rows<T, PROD>(x, y, rows, n);                                                            \
+    }                                                                                                     \
+    extern "C" __global__ void name##_cols_##dt(const T* x, T* y, i64 outer, i64 n, i64 inner) {          \
+        kb::scan_cols<T, PROD>(x, y, outer, n, inner);                                                    \
     }
-KB_EACH_FLOAT(KB_SCAN, cumsum, false)
-KB_EACH_FLOAT(KB_SCAN, cumprod, true)
+KB_EACH(KB_SCAN, cumsum, false)
+KB_EACH(KB_SCAN, cumprod, true)
 
-#define KB_NORMS(dt, T, unused)                                                                            \
-    extern "C" __global__ void layer_norm_##dt(const T* x, const T* w, const T* b, T* y, i64 rows, i64 n,  \
-                                               float eps, int has_w, int has_b) {                          \
-        kb::norm_rows<T, false>(x, w, b, y, rows, n, eps, has_w, has_b);                                         \
-    }                                                                                                      \
-    extern "C" __global__ void rms_norm_##dt(const T* x, const T* w, T* y, i64 rows, i64 n, float eps,     \
-                                             int has_w) {                                                  \
-        kb::norm_rows<T, true>(x, w, w, y, rows, n, eps, has_w, 0);                                                     \
-    }                                                                                                      \
-    extern "C" __global__ void gemm_##dt(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 batch,     \
-                                         int trans_a, int trans_b, i64 sa, i64 sb, i64 sc) {               \
-        kb::gemm<T>(a, b, c, m, n, k, batch, trans_a, trans_b, sa, sb, sc);                                \
+#define KB_NORMS(dt, T, unused)                                                                           \
+    extern "C" __global__ void layer_norm_##dt(const T* x, const T* w, const T* b, T* y, i64 rows, i64 n, \
+                                               kb::op_t<T> eps, int has_w, int has_b) {                   \
+        kb::norm_rows<T, false>(x, w, b, y, rows, n, eps, has_w, has_b);                                  \
+    }                                                                                                     \
+    extern "C" __global__ void rms_norm_##dt(const T* x, const T* w, T* y, i64 rows, i64 n,               \
+                                             kb::op_t<T> eps, int has_w) {                                \
+        kb::norm_rows<T, true>(x, w, w, y, rows, n, eps, has_w, 0);                                       \
+    }                                                                                                     \
+    extern "C" __global__ void gemm_##dt(const T* a, const T* b, T* c, i64 m, i64 n, i64 k, i64 batch,    \
+                                         int trans_a, int trans_b, i64 sa, i64 sb, i64 sc) {              \
+        kb::gemm<T>(a, b, c, m, n, k, batch, trans_a, trans_b, sa, sb, sc);                               \
     }
-KB_EACH_FLOAT(KB_NORMS, 0)
+KB_EACH(KB_NORMS, 0)
 
-#define KB_CONVERT(S, SN, D, DN) \
+#define KB_CONVERT(S, SN, D, DN)                                                                          \
     extern "C" __global__ void cast_##SN##_##DN(const S* x, D* y, i64 n) { kb::convert<S, D>(x, y, n); }
 KB_CONVERT(float, f32, __half, f16)
 KB_CONVERT(float, f32, __nv_bfloat16, bf16)
@@ -813,7 +1005,7 @@ KB_CONVERT(__nv_bfloat16, bf16, __half, f16)
 
 // Transposes (and any strided copy) by element size; the b strides are unused.
 #define KB_STRIDED_COPY(T, bits)                                                                          \
-    extern "C" __global__ void copy_strided_b##bits(const T* x, T* y, i64 n, int nd, KB_DIMS_PARAMS) {     \
+    extern "C" __global__ void copy_strided_b##bits(const T* x, T* y, i64 n, int nd, KB_DIMS_PARAMS) {    \
         kb::strided_copy<T>(x, y, n, KB_DIMS(nd));                                                        \
     }
 KB_STRIDED_COPY(unsigned short, 16)

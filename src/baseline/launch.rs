@@ -3,11 +3,57 @@
 //! blocks), so a grid only decides speed; the sizes here are chosen for an H200 (132 SMs) and
 //! kept simple: 256-thread vectorised elementwise blocks, 128-thread strided blocks (broadcasts,
 //! transposes) with magic-number division as PyTorch's TensorIterator, a warp per row up to 1024
-//! elements and a block per row beyond, (32, ty) blocks for columns.
+//! elements and a block per row beyond, (32, ty) blocks for columns. An F64 plan launches the
+//! `_f64` instantiation of every float kernel with the same grids (see [`Elem`]).
 
 use crate::ops::Dtype;
 
-use super::{Gemm, Step, StepArg};
+use super::{Gemm, Precision, Step, StepArg};
+
+/// What a kernel's buffers hold: the task dtype in a native plan, f64 for every float buffer of
+/// an F64 plan (i64 stays i64). It names the kernel's dtype suffix, sizes its vector accesses
+/// and types its scalar parameters (float, or double for f64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Elem {
+    /// Stored in the task's dtype.
+    Task(Dtype),
+    /// Stored as f64.
+    F64,
+}
+
+impl Elem {
+    /// How a buffer of task dtype `d` is stored in a plan of `precision`.
+    pub(super) fn new(d: Dtype, precision: Precision) -> Elem {
+        match (precision, d) {
+            (Precision::F64, Dtype::F32 | Dtype::F16 | Dtype::Bf16) => Elem::F64,
+            _ => Elem::Task(d),
+        }
+    }
+
+    /// The kernel-name suffix.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Elem::Task(d) => d.name(),
+            Elem::F64 => "f64",
+        }
+    }
+
+    /// Bytes per element.
+    pub(super) fn size_bytes(self) -> usize {
+        match self {
+            Elem::Task(d) => d.size_bytes(),
+            Elem::F64 => 8,
+        }
+    }
+
+    /// A scalar parameter in the kernel's opmath type.
+    fn scalar(self, v: f64) -> StepArg {
+        match self {
+            Elem::F64 => StepArg::F64(v),
+            Elem::Task(_) => StepArg::F32(v as f32),
+        }
+    }
+}
 
 /// Elementwise functions, by kernel name (`unary_<name>_<dt>`, parameters `(x, y, n, p0, p1)`):
 /// the op language's, then three steps of PyTorch composites (`clamp_min`, `reciprocal`,
@@ -50,6 +96,8 @@ pub(super) const LANES: [&str; 2] = ["softmax", "log_softmax"];
 pub(super) const SCANS: [&str; 2] = ["cumsum", "cumprod"];
 
 const FLOATS: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::Bf16];
+/// The storage types of float kernels: the task dtypes, then f64.
+const STORED: [&str; 4] = ["f32", "f16", "bf16", "f64"];
 
 /// Threads per block of the elementwise kernels.
 const EW_THREADS: u32 = 256;
@@ -65,7 +113,7 @@ const WARP_ROWS: u32 = 4;
 /// Every kernel of `kernels.cu`, by name.
 pub fn kernel_names() -> Vec<String> {
     let mut out = Vec::new();
-    for d in FLOATS.map(dt) {
+    for d in STORED {
         out.extend(UNARY.iter().map(|u| format!("unary_{u}_{d}")));
         for b in BINARY {
             out.push(format!("binary_{b}_{d}"));
@@ -83,9 +131,11 @@ pub fn kernel_names() -> Vec<String> {
         out.push(format!("layer_norm_{d}"));
         out.push(format!("rms_norm_{d}"));
         out.push(format!("gemm_{d}"));
-        for to in FLOATS.map(dt) {
-            if to != d {
-                out.push(format!("cast_{d}_{to}"));
+    }
+    for from in FLOATS.map(Dtype::name) {
+        for to in FLOATS.map(Dtype::name) {
+            if to != from {
+                out.push(format!("cast_{from}_{to}"));
             }
         }
     }
@@ -94,11 +144,6 @@ pub fn kernel_names() -> Vec<String> {
     }
     out.push("copy_bytes".into());
     out
-}
-
-/// The dtype suffix of a kernel name.
-pub(super) fn dt(d: Dtype) -> &'static str {
-    d.name()
 }
 
 fn blocks(work: u64, per_block: u64, cap: u64) -> u32 {
@@ -119,9 +164,9 @@ fn n64(n: usize) -> StepArg {
     StepArg::I64(n as i64)
 }
 
-/// An elementwise launch over `n` elements of `dtype`, 16 bytes per thread and step.
-fn elementwise(name: String, dtype: Dtype, n: usize, args: Vec<StepArg>) -> Step {
-    let per_thread = (16 / dtype.size_bytes()) as u64;
+/// An elementwise launch over `n` elements of `e`, 16 bytes per thread and step.
+fn elementwise(name: String, e: Elem, n: usize, args: Vec<StepArg>) -> Step {
+    let per_thread = (16 / e.size_bytes()) as u64;
     let grid = blocks(
         (n as u64).div_ceil(per_thread),
         EW_THREADS as u64,
@@ -131,46 +176,46 @@ fn elementwise(name: String, dtype: Dtype, n: usize, args: Vec<StepArg>) -> Step
 }
 
 /// `y = f(x)` elementwise, with the function's two scalar parameters.
-pub(super) fn unary(f: &str, d: Dtype, x: usize, y: usize, n: usize, p: [f32; 2]) -> Step {
+pub(super) fn unary(f: &str, e: Elem, x: usize, y: usize, n: usize, p: [f64; 2]) -> Step {
     let args = vec![
         StepArg::Buffer(x),
         StepArg::Buffer(y),
         n64(n),
-        StepArg::F32(p[0]),
-        StepArg::F32(p[1]),
+        e.scalar(p[0]),
+        e.scalar(p[1]),
     ];
-    elementwise(format!("unary_{f}_{}", dt(d)), d, n, args)
+    elementwise(format!("unary_{f}_{}", e.name()), e, n, args)
 }
 
 /// `y = a op b` over operands of the output's shape and dtype.
-pub(super) fn binary(op: &str, d: Dtype, a: usize, b: usize, y: usize, n: usize) -> Step {
+pub(super) fn binary(op: &str, e: Elem, a: usize, b: usize, y: usize, n: usize) -> Step {
     let args = vec![
         StepArg::Buffer(a),
         StepArg::Buffer(b),
         StepArg::Buffer(y),
         n64(n),
     ];
-    elementwise(format!("binary_{op}_{}", dt(d)), d, n, args)
+    elementwise(format!("binary_{op}_{}", e.name()), e, n, args)
 }
 
 /// `y = a op s` (or `s op a` when `scalar_first`).
 pub(super) fn binary_scalar(
     op: &str,
-    d: Dtype,
+    e: Elem,
     a: usize,
-    s: f32,
+    s: f64,
     y: usize,
     n: usize,
     scalar_first: bool,
 ) -> Step {
     let args = vec![
         StepArg::Buffer(a),
-        StepArg::F32(s),
+        e.scalar(s),
         StepArg::Buffer(y),
         n64(n),
         StepArg::I32(scalar_first.into()),
     ];
-    elementwise(format!("binary_{op}_scalar_{}", dt(d)), d, n, args)
+    elementwise(format!("binary_{op}_scalar_{}", e.name()), e, n, args)
 }
 
 /// Most dimensions a strided launch takes after merging (`KB_MAXD` in `kernels.cu`).
@@ -220,7 +265,7 @@ fn strided_grid(n: usize) -> [u32; 3] {
 /// first, at most [`STRIDED_MAX_DIMS`]; the output is contiguous.
 pub(super) fn bcast(
     op: &str,
-    d: Dtype,
+    e: Elem,
     a: usize,
     b: usize,
     y: usize,
@@ -234,7 +279,7 @@ pub(super) fn bcast(
         n64(n),
     ];
     args.extend(strided_args(dims));
-    let name = format!("binary_{op}_bcast_{}", dt(d));
+    let name = format!("binary_{op}_bcast_{}", e.name());
     kernel(name, strided_grid(n), [STRIDED_THREADS, 1, 1], args)
 }
 
@@ -283,43 +328,47 @@ pub(super) fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
 }
 
 /// A reduction of `x` along the middle of (outer, n, inner) into `y` (outer x inner).
-pub(super) fn reduce(
-    kind: &str,
-    d: Dtype,
-    x: usize,
-    y: usize,
-    dims: (usize, usize, usize),
-) -> Step {
+pub(super) fn reduce(kind: &str, e: Elem, x: usize, y: usize, dims: (usize, usize, usize)) -> Step {
     let (outer, n, inner) = dims;
     let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
     if inner == 1 {
         let (grid, block) = row_launch(outer, n);
         let args = vec![x, y, n64(outer), n64(n)];
-        kernel(format!("reduce_{kind}_rows_{}", dt(d)), grid, block, args)
+        kernel(
+            format!("reduce_{kind}_rows_{}", e.name()),
+            grid,
+            block,
+            args,
+        )
     } else {
         let (grid, block) = col_launch(outer, n, inner);
         let args = vec![x, y, n64(outer), n64(n), n64(inner)];
-        kernel(format!("reduce_{kind}_cols_{}", dt(d)), grid, block, args)
+        kernel(
+            format!("reduce_{kind}_cols_{}", e.name()),
+            grid,
+            block,
+            args,
+        )
     }
 }
 
 /// softmax / log_softmax of `x` along the middle of (outer, n, inner).
-pub(super) fn lanes(name: &str, d: Dtype, x: usize, y: usize, dims: (usize, usize, usize)) -> Step {
+pub(super) fn lanes(name: &str, e: Elem, x: usize, y: usize, dims: (usize, usize, usize)) -> Step {
     let (outer, n, inner) = dims;
     let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
     if inner == 1 {
         let (grid, block) = row_launch(outer, n);
         let args = vec![x, y, n64(outer), n64(n)];
-        kernel(format!("{name}_rows_{}", dt(d)), grid, block, args)
+        kernel(format!("{name}_rows_{}", e.name()), grid, block, args)
     } else {
         let (grid, block) = col_launch(outer, n, inner);
         let args = vec![x, y, n64(outer), n64(n), n64(inner)];
-        kernel(format!("{name}_cols_{}", dt(d)), grid, block, args)
+        kernel(format!("{name}_cols_{}", e.name()), grid, block, args)
     }
 }
 
 /// cumsum / cumprod of `x` along the middle of (outer, n, inner).
-pub(super) fn scan(name: &str, d: Dtype, x: usize, y: usize, dims: (usize, usize, usize)) -> Step {
+pub(super) fn scan(name: &str, e: Elem, x: usize, y: usize, dims: (usize, usize, usize)) -> Step {
     let (outer, n, inner) = dims;
     let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
     if inner == 1 {
@@ -328,7 +377,7 @@ pub(super) fn scan(name: &str, d: Dtype, x: usize, y: usize, dims: (usize, usize
         let grid = [blocks(outer as u64, 1, MAX_BLOCKS), 1, 1];
         let args = vec![x, y, n64(outer), n64(n)];
         kernel(
-            format!("{name}_rows_{}", dt(d)),
+            format!("{name}_rows_{}", e.name()),
             grid,
             [threads, 1, 1],
             args,
@@ -336,7 +385,7 @@ pub(super) fn scan(name: &str, d: Dtype, x: usize, y: usize, dims: (usize, usize
     } else {
         let (grid, block) = col_launch(outer, n, inner);
         let args = vec![x, y, n64(outer), n64(n), n64(inner)];
-        kernel(format!("{name}_cols_{}", dt(d)), grid, block, args)
+        kernel(format!("{name}_cols_{}", e.name()), grid, block, args)
     }
 }
 
@@ -345,14 +394,14 @@ pub(super) fn scan(name: &str, d: Dtype, x: usize, y: usize, dims: (usize, usize
 #[allow(clippy::too_many_arguments)]
 pub(super) fn norm(
     rms: bool,
-    d: Dtype,
+    e: Elem,
     x: usize,
     w: Option<usize>,
     b: Option<usize>,
     y: usize,
     rows: usize,
     n: usize,
-    eps: f32,
+    eps: f64,
 ) -> Step {
     let (grid, block) = row_launch(rows, n);
     let buf = |o: Option<usize>| StepArg::Buffer(o.unwrap_or(x));
@@ -365,14 +414,14 @@ pub(super) fn norm(
         StepArg::Buffer(y),
         n64(rows),
         n64(n),
-        StepArg::F32(eps),
+        e.scalar(eps),
         flag(w),
     ]);
     if !rms {
         args.push(flag(b));
     }
     let name = if rms { "rms_norm" } else { "layer_norm" };
-    kernel(format!("{name}_{}", dt(d)), grid, block, args)
+    kernel(format!("{name}_{}", e.name()), grid, block, args)
 }
 
 /// Copies `nbytes` bytes from `x` to `y`.
@@ -386,16 +435,16 @@ pub(super) fn copy(x: usize, y: usize, nbytes: usize) -> Step {
     kernel("copy_bytes".into(), [grid, 1, 1], [EW_THREADS, 1, 1], args)
 }
 
-/// Converts `n` elements of `x` (dtype `from`) into `y` (dtype `to`).
+/// Converts `n` elements of `x` (dtype `from`) into `y` (dtype `to`), in a native plan.
 pub(super) fn cast(from: Dtype, to: Dtype, x: usize, y: usize, n: usize) -> Step {
     let grid = blocks(n as u64, EW_THREADS as u64, EW_MAX_BLOCKS);
     let args = vec![StepArg::Buffer(x), StepArg::Buffer(y), n64(n)];
-    let name = format!("cast_{}_{}", dt(from), dt(to));
+    let name = format!("cast_{}_{}", from.name(), to.name());
     kernel(name, [grid, 1, 1], [EW_THREADS, 1, 1], args)
 }
 
-/// The tiled `gemm_<dtype>` launch that computes `g`.
-pub(super) fn gemm_kernel(g: &Gemm) -> Step {
+/// The tiled `gemm_<dtype>` launch that computes `g` in a plan of `precision`.
+pub(super) fn gemm_kernel(g: &Gemm, precision: Precision) -> Step {
     let grid = [
         blocks(g.n as u64, 16, 65_535),
         blocks(g.m as u64, 16, 65_535),
@@ -415,5 +464,6 @@ pub(super) fn gemm_kernel(g: &Gemm) -> Step {
         StepArg::I64(g.stride_b),
         StepArg::I64(g.stride_c),
     ];
-    kernel(format!("gemm_{}", dt(g.dtype)), grid, [16, 16, 1], args)
+    let e = Elem::new(g.dtype, precision);
+    kernel(format!("gemm_{}", e.name()), grid, [16, 16, 1], args)
 }

@@ -1,16 +1,18 @@
 //! From a checked program to an [`EagerPlan`]: a walk over each statement's expression tree in
 //! Python's evaluation order (operands left to right, then the operator), one step per op node.
 //! The type checker gives every node's dtype and shape; this walk only decides buffers, folds
-//! scalar arithmetic, and spots the transposes a GEMM absorbs.
+//! scalar arithmetic, and spots the transposes a GEMM absorbs. The precision only changes what
+//! the steps are made of (kernel instantiations, scalar types, bytes copied, casts as copies),
+//! never the buffers or the order of the steps.
 
 use std::collections::BTreeMap;
 
 use crate::ops::{infer_expr, normalize_axis, BinOp, Dtype, Expr, Op, Program, ReduceKind};
 use crate::ops::{Sizes, UnaryFn};
 
-use super::launch::{self, split, STRIDED_MAX_DIMS};
+use super::launch::{self, split, Elem, STRIDED_MAX_DIMS};
 use super::strides::{broadcast_dims, contiguous_strides, merge_dims};
-use super::{BaselineError, BufferDecl, EagerPlan, Gemm, Step};
+use super::{BaselineError, BufferDecl, EagerPlan, Gemm, Precision, Step};
 
 /// A tensor value: a contiguous row-major buffer.
 #[derive(Clone, Debug)]
@@ -45,6 +47,7 @@ struct Lowerer<'a> {
     task: &'a str,
     program: &'a Program,
     sizes: &'a Sizes,
+    precision: Precision,
     buffers: Vec<BufferDecl>,
     steps: Vec<Step>,
     env: BTreeMap<String, Tensor>,
@@ -54,16 +57,18 @@ struct Lowerer<'a> {
     made: usize,
 }
 
-/// Lowers `program` at `sizes`; `task` names the task in errors.
+/// Lowers `program` at `sizes` in `precision`; `task` names the task in errors.
 pub(super) fn lower_program(
     task: &str,
     program: &Program,
     sizes: &Sizes,
+    precision: Precision,
 ) -> Result<EagerPlan, BaselineError> {
     let mut l = Lowerer {
         task,
         program,
         sizes,
+        precision,
         buffers: Vec::new(),
         steps: Vec::new(),
         env: BTreeMap::new(),
@@ -104,6 +109,7 @@ pub(super) fn lower_program(
     Ok(EagerPlan {
         buffers: l.buffers,
         steps: l.steps,
+        precision,
     })
 }
 
@@ -117,6 +123,11 @@ impl Lowerer<'_> {
         }
     }
 
+    /// How a tensor of dtype `d` is stored in this plan.
+    fn elem(&self, d: Dtype) -> Elem {
+        Elem::new(d, self.precision)
+    }
+
     /// Lowers a statement's root into output buffer `out` (if any) and returns its value. A root
     /// that computes nothing (a name, an identity transpose) is copied into an output, and bound
     /// without a kernel to an intermediate name, as Python binds a name.
@@ -128,7 +139,7 @@ impl Lowerer<'_> {
         };
         match out {
             Some(b) if t.buf != b => {
-                let bytes = t.numel() * t.dtype.size_bytes();
+                let bytes = t.numel() * self.elem(t.dtype).size_bytes();
                 self.steps.push(launch::copy(t.buf, b, bytes));
                 Ok(Tensor { buf: b, ..t })
             }
@@ -215,19 +226,25 @@ impl Lowerer<'_> {
 
     fn unary(&mut self, f: &str, x: &Tensor, p: [f64; 2], dest: Option<Dest>) -> Tensor {
         let y = self.alloc(dest, x.dtype, &x.shape);
-        let p = [p[0] as f32, p[1] as f32];
-        let step = launch::unary(f, x.dtype, x.buf, y.buf, x.numel(), p);
+        let step = launch::unary(f, self.elem(x.dtype), x.buf, y.buf, x.numel(), p);
         self.steps.push(step);
         y
     }
 
-    /// `x` converted to `to` (a kernel only when the dtypes differ).
+    /// `x` converted to `to` (a kernel only when the dtypes differ; in an F64 plan, where both
+    /// are stored as f64 and nothing is rounded, a copy).
     fn cast(&mut self, x: Tensor, to: Dtype) -> Tensor {
         if x.dtype == to {
             return x;
         }
         let y = self.alloc(None, to, &x.shape);
-        let step = launch::cast(x.dtype, to, x.buf, y.buf, x.numel());
+        let step = match self.precision {
+            Precision::Native => launch::cast(x.dtype, to, x.buf, y.buf, x.numel()),
+            Precision::F64 => {
+                let bytes = x.numel() * self.elem(x.dtype).size_bytes();
+                launch::copy(x.buf, y.buf, bytes)
+            }
+        };
         self.steps.push(step);
         y
     }
@@ -257,7 +274,8 @@ impl Lowerer<'_> {
                 let (ta, tb) = (self.cast(ta, dtype), self.cast(tb, dtype));
                 let y = self.alloc(dest, dtype, &shape);
                 let step = if ta.shape == shape && tb.shape == shape {
-                    launch::binary(name, dtype, ta.buf, tb.buf, y.buf, y.numel())
+                    let e = self.elem(dtype);
+                    launch::binary(name, e, ta.buf, tb.buf, y.buf, y.numel())
                 } else {
                     let dims = broadcast_dims(&shape, &ta.shape, &tb.shape);
                     if dims.len() > STRIDED_MAX_DIMS {
@@ -268,7 +286,7 @@ impl Lowerer<'_> {
                             dims.len()
                         )));
                     }
-                    launch::bcast(name, dtype, ta.buf, tb.buf, y.buf, &dims)
+                    launch::bcast(name, self.elem(dtype), ta.buf, tb.buf, y.buf, &dims)
                 };
                 self.steps.push(step);
                 return Ok(Value::Tensor(y));
@@ -277,9 +295,9 @@ impl Lowerer<'_> {
         let y = self.alloc(dest, x.dtype, &x.shape);
         let step = launch::binary_scalar(
             name,
-            x.dtype,
+            self.elem(x.dtype),
             x.buf,
-            s as f32,
+            s,
             y.buf,
             x.numel(),
             scalar_first,
@@ -395,14 +413,14 @@ impl Lowerer<'_> {
             let dims = split(&x.shape, l.axis(&x, axis)?);
             let y = l.alloc(dest, x.dtype, &x.shape);
             l.steps
-                .push(launch::lanes(name, x.dtype, x.buf, y.buf, dims));
+                .push(launch::lanes(name, l.elem(x.dtype), x.buf, y.buf, dims));
             Ok(y)
         };
         let scan = |l: &mut Self, name: &str, axis: i64| {
             let dims = split(&x.shape, l.axis(&x, axis)?);
             let y = l.alloc(dest, x.dtype, &x.shape);
             l.steps
-                .push(launch::scan(name, x.dtype, x.buf, y.buf, dims));
+                .push(launch::scan(name, l.elem(x.dtype), x.buf, y.buf, dims));
             Ok(y)
         };
         match *op {
@@ -417,7 +435,7 @@ impl Lowerer<'_> {
                 let dims = split(&x.shape, self.axis(&x, axis)?);
                 let (dtype, shape) = self.tensor_type(e)?;
                 let y = self.alloc(dest, dtype, &shape);
-                let step = launch::reduce(kernel, x.dtype, x.buf, y.buf, dims);
+                let step = launch::reduce(kernel, self.elem(x.dtype), x.buf, y.buf, dims);
                 self.steps.push(step);
                 Ok(y)
             }
@@ -444,7 +462,8 @@ impl Lowerer<'_> {
                 strides.swap(a, b);
                 let dims = merge_dims(&shape, &strides, &vec![0; shape.len()]);
                 let y = self.alloc(dest, x.dtype, &shape);
-                let step = launch::strided_copy(x.dtype.size_bytes(), x.buf, y.buf, &dims);
+                let bytes = self.elem(x.dtype).size_bytes();
+                let step = launch::strided_copy(bytes, x.buf, y.buf, &dims);
                 self.steps.push(step);
                 Ok(y)
             }
@@ -456,7 +475,8 @@ impl Lowerer<'_> {
         let mut shape = x.shape.clone();
         shape[ax] = 1;
         let y = self.alloc(None, x.dtype, &shape);
-        let step = launch::reduce(kind, x.dtype, x.buf, y.buf, split(&x.shape, ax));
+        let e = self.elem(x.dtype);
+        let step = launch::reduce(kind, e, x.buf, y.buf, split(&x.shape, ax));
         self.steps.push(step);
         y
     }
@@ -465,7 +485,7 @@ impl Lowerer<'_> {
     fn bcast_into(&mut self, op: &str, a: &Tensor, b: &Tensor, dest: Option<Dest>) -> Tensor {
         let y = self.alloc(dest, a.dtype, &a.shape);
         let dims = broadcast_dims(&a.shape, &a.shape, &b.shape);
-        let step = launch::bcast(op, a.dtype, a.buf, b.buf, y.buf, &dims);
+        let step = launch::bcast(op, self.elem(a.dtype), a.buf, b.buf, y.buf, &dims);
         self.steps.push(step);
         y
     }
@@ -487,12 +507,13 @@ impl Lowerer<'_> {
         let centered = self.bcast_into("sub", &x, &m, None);
         let exps = self.unary("exp", &centered, [0.0, 0.0], None);
         let sum = self.alloc(None, x.dtype, &shape);
-        let step = launch::reduce("sum", x.dtype, exps.buf, sum.buf, split(&x.shape, ax));
+        let e = self.elem(x.dtype);
+        let step = launch::reduce("sum", e, exps.buf, sum.buf, split(&x.shape, ax));
         self.steps.push(step);
         let log = self.unary("log", &sum, [0.0, 0.0], None);
         // m has the result's elements in the result's order (keepdim or not).
         let y = self.alloc(dest, x.dtype, &shape);
-        let step = launch::binary("add", x.dtype, log.buf, m.buf, y.buf, y.numel());
+        let step = launch::binary("add", e, log.buf, m.buf, y.buf, y.numel());
         self.steps.push(step);
         Ok(y)
     }
@@ -545,7 +566,8 @@ impl Lowerer<'_> {
         let y = self.alloc(dest, dtype, &shape);
         let (wb, bb) = (w.map(|t| t.buf), b.map(|t| t.buf));
         let rows = x.numel() / n;
-        let step = launch::norm(rms, dtype, x.buf, wb, bb, y.buf, rows, n, eps as f32);
+        let e = self.elem(dtype);
+        let step = launch::norm(rms, e, x.buf, wb, bb, y.buf, rows, n, eps);
         self.steps.push(step);
         Ok(y)
     }

@@ -11,10 +11,10 @@
 //! matmul becomes the GEMM's transpose flag (PyTorch hands cuBLAS a view), and `[B,M,K] @ [K,N]`
 //! is one GEMM of `B*M` rows. The root of a statement writes straight into its output tensor.
 //!
-//! The kernels (`kernels.cu`) compute in float and round once on store, like PyTorch's opmath;
-//! elementwise kernels are vectorised and grid-stride; reductions, softmax and norms take one
-//! warp or block per row when the reduced axis is the contiguous last one and a coalesced
-//! thread-per-column loop otherwise; broadcasts and transposes (made contiguous) read through
+//! The kernels (`kernels.cu`) of a native plan compute in float and round once on store, like
+//! PyTorch's opmath; elementwise kernels are vectorised and grid-stride; reductions, softmax and
+//! norms take one warp or block per row when the reduced axis is the contiguous last one and a
+//! coalesced thread-per-column loop otherwise; broadcasts and transposes (made contiguous) read through
 //! strides with magic-number division, as PyTorch's TensorIterator does. `launch.rs` chooses every
 //! grid and names every kernel; `strides.rs` merges dimensions for the strided kernels.
 //!
@@ -30,6 +30,18 @@
 //!
 //! [`EagerPlan::with_kernel_gemm`] replaces the GEMM steps by launches of a plain tiled GEMM of
 //! [`SOURCE`]: what the CPU device model runs, and the GPU fallback when cuBLAS cannot be loaded.
+//!
+//! [`lower_f64`] lowers the same program as a [`Precision::F64`] plan: the correctness
+//! protocol's reference on the GPU, where the fp64 interpreter is too slow and the fp32 baseline
+//! too inexact (cuBLAS sgemm at K = 4096 is ~3x off a 1e-4 tolerance against the exact result).
+//! It has the native plan's buffers and steps one for one (`tests.rs` checks it on every task);
+//! every float buffer is stored as f64, every float kernel is its `_f64` instantiation (the
+//! kernels are templates over an "opmath" type, float or double), scalar parameters are
+//! `double`, GEMMs are DGEMMs (f64 tiled kernel under `with_kernel_gemm`) and a cast between
+//! float dtypes is a copy, so nothing is ever rounded to f16/bf16. The double definitions are
+//! the interpreter's (`ops/kernels.rs`), NaN rules included, so an F64 plan computes what
+//! `Task::reference` computes, up to the order of operations and the libm: within 1e-9 relative
+//! + 1e-12 absolute on every task and fixture (`cpu_tests.rs`), indices exactly.
 
 #[cfg(test)]
 mod cpu_tests;
@@ -50,6 +62,15 @@ pub use launch::kernel_names;
 /// <cuda_fp16.h> and <cuda_bf16.h>), compiled once per worker with NVRTC.
 pub const SOURCE: &str = include_str!("kernels.cu");
 
+/// How the float buffers of a plan are stored and computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Precision {
+    /// The task's dtypes (f32/f16/bf16), float opmath: the timing baseline.
+    Native,
+    /// Every float buffer holds f64 and every float op computes in double: the reference.
+    F64,
+}
+
 /// A task's program as a sequence of launches over device buffers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EagerPlan {
@@ -58,6 +79,8 @@ pub struct EagerPlan {
     pub buffers: Vec<BufferDecl>,
     /// The launches, in order, all on one stream.
     pub steps: Vec<Step>,
+    /// How float buffers are stored and computed; GEMM steps of an F64 plan are DGEMMs.
+    pub precision: Precision,
 }
 
 /// One device buffer of a plan.
@@ -66,11 +89,19 @@ pub struct BufferDecl {
     /// The tensor's name for task tensors and named intermediates; `<statement>.<k>` for the
     /// unnamed intermediate of the k-th op node of a statement.
     pub name: String,
-    /// Element type.
+    /// Element type in the task (an F64 plan stores float buffers as f64 all the same).
     #[serde(with = "dtype_serde")]
     pub dtype: Dtype,
     /// Number of elements.
     pub elems: usize,
+}
+
+impl BufferDecl {
+    /// Bytes of this buffer in a plan of `precision` (8 per element for float buffers in F64;
+    /// i64 stays 8; otherwise the dtype's size).
+    pub fn stored_bytes(&self, precision: Precision) -> usize {
+        self.elems * launch::Elem::new(self.dtype, precision).size_bytes()
+    }
 }
 
 /// One step of a plan.
@@ -91,15 +122,16 @@ pub enum Step {
     },
     /// Row-major strided-batched GEMM: for each b < batch: C_b[m x n] = op(A_b) @ op(B_b) with
     /// op(A_b) m x k, op(B_b) k x n; `trans_a` means A_b is stored k x m (row-major) and used
-    /// transposed; same for B. Element strides between batches (0 = broadcast). f32 runs as
-    /// plain fp32 sgemm (no TF32, like torch's default); f16/bf16 accumulate in f32.
+    /// transposed; same for B. Element strides between batches (0 = broadcast). In a native
+    /// plan f32 runs as plain fp32 sgemm (no TF32, like torch's default) and f16/bf16 accumulate
+    /// in f32; in an F64 plan every GEMM is a DGEMM, whatever its `dtype`.
     Gemm(Gemm),
 }
 
 /// A row-major strided-batched GEMM; see [`Step::Gemm`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gemm {
-    /// Element type of A, B and C.
+    /// Element type of A, B and C in the task (stored as f64 in an F64 plan).
     #[serde(with = "dtype_serde")]
     pub dtype: Dtype,
     /// Buffer index of A.
@@ -137,8 +169,10 @@ pub enum StepArg {
     I32(i32),
     /// `long long`.
     I64(i64),
-    /// `float`.
+    /// `float`: a scalar parameter of a native plan's kernel.
     F32(f32),
+    /// `double`: a scalar parameter of an F64 plan's kernel.
+    F64(f64),
 }
 
 /// Why a task could not be lowered.
@@ -166,26 +200,49 @@ pub enum BaselineError {
     },
 }
 
-/// Lowers `task` at `preset` into its eager plan.
+/// Lowers `task` at `preset` into its eager plan (the timing baseline, [`Precision::Native`]).
 pub fn lower(task: &Task, preset: Preset) -> Result<EagerPlan, BaselineError> {
-    lower::lower_program(&task.name, &task.program, task.sizes(preset))
+    lower::lower_program(
+        &task.name,
+        &task.program,
+        task.sizes(preset),
+        Precision::Native,
+    )
+}
+
+/// The same program as [`lower`], in double precision: the correctness reference. Same buffers
+/// in the same order (`BufferDecl::dtype` keeps the task's dtype, as information; every float
+/// buffer is stored as f64), every float kernel its `_f64` instantiation computing in double
+/// with the interpreter's definitions, scalar parameters as `double`, GEMM steps DGEMMs, casts
+/// between float dtypes plain copies. Nothing is rounded to f16/bf16: the result is what
+/// `Task::reference` (the fp64 interpreter) computes from the same dtype-rounded inputs, up to
+/// the order of floating-point operations.
+pub fn lower_f64(task: &Task, preset: Preset) -> Result<EagerPlan, BaselineError> {
+    lower::lower_program(
+        &task.name,
+        &task.program,
+        task.sizes(preset),
+        Precision::F64,
+    )
 }
 
 impl EagerPlan {
     /// The same plan with every [`Step::Gemm`] replaced by one launch of the tiled `gemm_<dtype>`
-    /// kernel of [`SOURCE`]: what the CPU device model runs, and the GPU fallback without cuBLAS.
+    /// kernel of [`SOURCE`] (`gemm_f64` in an F64 plan): what the CPU device model runs, and the
+    /// GPU fallback without cuBLAS.
     pub fn with_kernel_gemm(&self) -> EagerPlan {
         let steps = self
             .steps
             .iter()
             .map(|s| match s {
-                Step::Gemm(g) => launch::gemm_kernel(g),
+                Step::Gemm(g) => launch::gemm_kernel(g, self.precision),
                 other => other.clone(),
             })
             .collect();
         EagerPlan {
             buffers: self.buffers.clone(),
             steps,
+            precision: self.precision,
         }
     }
 

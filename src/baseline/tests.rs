@@ -10,9 +10,13 @@ use crate::ops::{Program, Sizes};
 use crate::tasks::TaskSuite;
 
 fn plan(src: &str, sizes: &[(&str, usize)]) -> EagerPlan {
+    plan_in(src, sizes, Precision::Native)
+}
+
+fn plan_in(src: &str, sizes: &[(&str, usize)], precision: Precision) -> EagerPlan {
     let program = Program::parse(src).unwrap_or_else(|e| panic!("{e}"));
     let sizes: Sizes = sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    lower::lower_program("test", &program, &sizes).unwrap_or_else(|e| panic!("{e}"))
+    lower::lower_program("test", &program, &sizes, precision).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Each step as its kernel name, or "gemm".
@@ -298,7 +302,7 @@ fn magic_division_is_exact() {
 #[test]
 fn a_missing_size_is_named() {
     let program = Program::parse("input X: f32[M]\noutput Y: f32[M]\nY = relu(X)").unwrap();
-    let err = lower::lower_program("t", &program, &Sizes::new()).unwrap_err();
+    let err = lower::lower_program("t", &program, &Sizes::new(), Precision::Native).unwrap_err();
     assert_eq!(
         err.to_string(),
         "task `t`: size `M` has no value at this preset"
@@ -408,6 +412,197 @@ fn composites_are_lowered_as_pytorch_runs_them() {
     assert_eq!(args(&p, 1)[3], StepArg::F32(1e-6));
     let p = plan("input X: f32[N]\noutput Y: f32[N]\nY = 2 / X", &[("N", 4)]);
     assert_eq!(kinds(&p), ["unary_reciprocal_f32", "binary_mul_scalar_f32"]);
+}
+
+/// The F64 plan of a program is its native plan step for step: same buffers, same GEMMs, the
+/// `_f64` instantiation of every float kernel with the same parameters (scalars as `double`,
+/// bytes of copies for 8-byte elements), transposes as 64-bit strided copies, and a cast a copy.
+fn assert_f64_mirrors_native(native: &EagerPlan, f64: &EagerPlan, what: &str) {
+    assert_eq!(native.precision, Precision::Native, "{what}");
+    assert_eq!(f64.precision, Precision::F64, "{what}");
+    assert_eq!(f64.buffers, native.buffers, "{what}");
+    assert_eq!(f64.steps.len(), native.steps.len(), "{what}");
+    let elem = |b: usize| match native.buffers[b].dtype {
+        Dtype::I64 => 8,
+        d => d.size_bytes(),
+    };
+    for (i, (n, f)) in native.steps.iter().zip(&f64.steps).enumerate() {
+        let at = format!("{what}, step {i}");
+        let (
+            Step::Kernel {
+                kernel: kn,
+                args: an,
+                ..
+            },
+            Step::Kernel {
+                kernel: kf,
+                args: af,
+                ..
+            },
+        ) = (n, f)
+        else {
+            assert_eq!(n, f, "{at}: GEMMs keep their description");
+            assert!(matches!(n, Step::Gemm(_)), "{at}");
+            continue;
+        };
+        assert_eq!(an.len(), af.len(), "{at}");
+        let src = match an[0] {
+            StepArg::Buffer(b) => b,
+            _ => panic!("{at}: first parameter is not a buffer"),
+        };
+        if kn.starts_with("cast_") {
+            // Both dtypes are stored as f64: the conversion is a copy of the bytes.
+            assert_eq!(kf, "copy_bytes", "{at}");
+            assert_eq!(an[..2], af[..2], "{at}");
+            let StepArg::I64(n) = an[2] else {
+                panic!("{at}")
+            };
+            assert_eq!(af[2], StepArg::I64(8 * n), "{at}");
+            continue;
+        }
+        if kn == "copy_bytes" {
+            let k = if native.buffers[src].dtype == Dtype::I64 {
+                1
+            } else {
+                8 / elem(src)
+            };
+            let (StepArg::I64(bn), StepArg::I64(bf)) = (an[2], af[2]) else {
+                panic!("{at}")
+            };
+            assert_eq!(bf, bn * k as i64, "{at}");
+        } else if kn.starts_with("copy_strided_") {
+            let want = match native.buffers[src].dtype {
+                Dtype::I64 => kn.clone(),
+                _ => "copy_strided_b64".to_string(),
+            };
+            assert_eq!(kf, &want, "{at}");
+        } else {
+            let (stem, _) = kn.rsplit_once('_').expect("a dtype suffix");
+            assert_eq!(kf, &format!("{stem}_f64"), "{at}");
+        }
+        for (a, b) in an.iter().zip(af) {
+            match (a, b) {
+                (StepArg::F32(x), StepArg::F64(y)) => assert_eq!(*x, *y as f32, "{at}"),
+                (StepArg::I64(_), StepArg::I64(_)) if kn == "copy_bytes" => {}
+                _ => assert_eq!(a, b, "{at}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn f64_plans_mirror_native_plans_for_every_task() {
+    let known: BTreeSet<String> = kernel_names().into_iter().collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
+    for task in suite().tasks().iter().chain(fixtures.tasks()) {
+        for preset in [Preset::Small, Preset::Gpu] {
+            let native = lower(task, preset).unwrap_or_else(|e| panic!("{e}"));
+            let f64 = lower_f64(task, preset).unwrap_or_else(|e| panic!("{e}"));
+            assert_f64_mirrors_native(&native, &f64, &task.name);
+            let kernels = f64.with_kernel_gemm();
+            assert_eq!(kernels.precision, Precision::F64);
+            for k in kinds(&kernels) {
+                assert!(known.contains(&k), "{}: unknown kernel {k}", task.name);
+                let float_kernel = !k.starts_with("copy_") && !k.starts_with("cast_");
+                assert!(!float_kernel || k.ends_with("_f64"), "{}: {k}", task.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn f64_plans_pass_double_scalars_and_copy_casts() {
+    let src = "input X: f16[M, N]
+input B: f32[M, N]
+const s = 0.1
+output Y: f32[M, N]
+               output Z: f16[M, N]
+output I: i64[M]
+output T: f16[N, M]
+               Y = layer_norm(X + B, eps=1e-5) * s
+Z = clamp(X, -0.3, 0.7)
+               I = argmax(X, axis=-1)
+T = transpose(X)";
+    let sizes = [("M", 3), ("N", 40)];
+    let p = plan_in(src, &sizes, Precision::F64);
+    assert_eq!(
+        kinds(&p),
+        [
+            "copy_bytes",
+            "binary_add_f64",
+            "layer_norm_f64",
+            "binary_mul_scalar_f64",
+            "unary_clamp_f64",
+            "reduce_argmax_rows_f64",
+            "copy_strided_b64"
+        ]
+    );
+    // The f16 operand's "cast" copies 120 f64 values into the f32-typed intermediate.
+    assert_eq!(
+        args(&p, 0)[..3],
+        [
+            StepArg::Buffer(0),
+            StepArg::Buffer(buf(&p, "Y.1")),
+            StepArg::I64(960)
+        ]
+    );
+    assert_eq!(args(&p, 2)[6], StepArg::F64(1e-5));
+    assert_eq!(args(&p, 3)[1], StepArg::F64(0.1));
+    assert_eq!(args(&p, 4)[3..], [StepArg::F64(-0.3), StepArg::F64(0.7)]);
+    // Elementwise launches take 2 doubles per 16-byte access: twice the native f32 grid.
+    let Step::Kernel { grid, .. } = &p.steps[1] else {
+        unreachable!()
+    };
+    assert_eq!(grid[0], 1);
+    let big = plan_in(
+        "input X: f32[N]
+output Y: f32[N]
+Y = relu(X)",
+        &[("N", 1 << 20)],
+        Precision::F64,
+    );
+    let native = plan(
+        "input X: f32[N]
+output Y: f32[N]
+Y = relu(X)",
+        &[("N", 1 << 20)],
+    );
+    let grid = |p: &EagerPlan| match &p.steps[0] {
+        Step::Kernel { grid, .. } => grid[0],
+        _ => unreachable!(),
+    };
+    assert_eq!((grid(&native), grid(&big)), (1024, 2048));
+    // Bytes per buffer: 8 per element for every float buffer, i64 as is.
+    let by_name = |n: &str| &p.buffers[buf(&p, n)];
+    assert_eq!(by_name("X").stored_bytes(Precision::Native), 240);
+    assert_eq!(by_name("X").stored_bytes(Precision::F64), 960);
+    assert_eq!(by_name("B").stored_bytes(Precision::F64), 960);
+    assert_eq!(by_name("I").stored_bytes(Precision::Native), 24);
+    assert_eq!(by_name("I").stored_bytes(Precision::F64), 24);
+}
+
+#[test]
+fn f64_gemms_run_as_f64_kernels_and_plans_round_trip() {
+    let p = plan_in(
+        &format!("{LINEAR}Y = relu(A @ W + b)"),
+        &[("M", 33), ("N", 65), ("K", 17)],
+        Precision::F64,
+    );
+    assert_eq!(
+        gemm(&p, 0).dtype,
+        Dtype::F32,
+        "the task's dtype, as information"
+    );
+    let k = p.with_kernel_gemm();
+    assert_eq!(
+        kinds(&k),
+        ["gemm_f64", "binary_add_bcast_f64", "unary_relu_f64"]
+    );
+    assert_eq!(k.precision, Precision::F64);
+    let json = serde_json::to_string(&p).unwrap();
+    assert!(json.contains("\"precision\":\"F64\""), "{json}");
+    assert_eq!(serde_json::from_str::<EagerPlan>(&json).unwrap(), p);
 }
 
 /// Every plan of `tasks/` and `tests/data/baseline/` at both presets, with the task's PyTorch

@@ -353,6 +353,7 @@ impl Harness {
                             StepArg::I32(v) => pack.push(&v.to_ne_bytes()),
                             StepArg::I64(v) => pack.push(&v.to_ne_bytes()),
                             StepArg::F32(v) => pack.push(&v.to_ne_bytes()),
+                            StepArg::F64(v) => pack.push(&v.to_ne_bytes()),
                         }
                     }
                     let mut params = pack.params();
