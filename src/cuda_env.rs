@@ -9,9 +9,13 @@
 //! - profile: the same worker times candidate and baseline interleaved with CUDA events, the L2
 //!   flushed before each run, input sets rotated, and re-checks the last timed output.
 //!
-//! Workers of one GPU share it: verifications take a shared lock on the GPU (they may overlap),
-//! a timing run takes it exclusively, so no other worker's kernels run while a candidate is
-//! timed. A worker whose context a candidate poisoned (illegal address, trap) answers with the
+//! Workers of one GPU share it: the environment holds a read lock of that GPU around each
+//! verification (they may overlap) and its write lock around each timing run, so no other
+//! worker's kernels run while a candidate is timed. The lock is taken *before* the request goes
+//! to a worker, so a request's deadline never includes waiting for the GPU (a verification that
+//! waited behind a long timing run must not time out on the candidate's account). Only
+//! evaluations of one environment coordinate: two kevin processes on one GPU disturb each
+//! other's timings. A worker whose context a candidate poisoned (illegal address, trap) answers with the
 //! crash and is replaced; a worker that hangs is killed at its deadline and replaced.
 
 use std::collections::BTreeMap;
@@ -90,6 +94,10 @@ pub struct BaselineCheck {
     pub max_error_ratio: f64,
     /// The first element out of tolerance, if any: "Y[12]: expected 1.5, got 1.7".
     pub first_failure: Option<String>,
+    /// The same for the fp64 reference plan (the correctness protocol's reference).
+    pub reference_max_error_ratio: f64,
+    /// Its first element out of tolerance, if any.
+    pub reference_first_failure: Option<String>,
 }
 
 /// A `cuda` worker's answer.
@@ -120,56 +128,6 @@ mod worker {
     use crate::verify::timing::{self, TimingConfig};
     use crate::verify::ExecFailure;
 
-    /// A shared (verify) or exclusive (timing) hold on one GPU, across worker processes: `flock`
-    /// on two files. A turnstile, taken exclusively for a moment by readers and held by a writer
-    /// until it has the GPU, keeps a stream of verifications from starving a timing run.
-    struct GpuLock {
-        data: std::fs::File,
-    }
-
-    fn lock_file(ordinal: usize, what: &str) -> Option<std::fs::File> {
-        let path = std::env::temp_dir().join(format!("kevin-gpu-{ordinal}.{what}.lock"));
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .ok()
-    }
-
-    fn flock(file: &std::fs::File, op: i32) -> bool {
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a descriptor we own; released when the file is closed (also when the
-        // process is killed).
-        unsafe { libc::flock(file.as_raw_fd(), op) == 0 }
-    }
-
-    impl GpuLock {
-        /// Blocks until the GPU is ours (exclusively for timing); `None` when the lock files
-        /// cannot be used (then nothing is serialised, which only costs timing quality).
-        fn take(ordinal: usize, exclusive: bool) -> Option<GpuLock> {
-            let turnstile = lock_file(ordinal, "turnstile")?;
-            let data = lock_file(ordinal, "gpu")?;
-            if !flock(&turnstile, libc::LOCK_EX) {
-                return None;
-            }
-            let op = if exclusive {
-                libc::LOCK_EX
-            } else {
-                libc::LOCK_SH
-            };
-            let ok = flock(&data, op);
-            flock(&turnstile, libc::LOCK_UN);
-            ok.then_some(GpuLock { data })
-        }
-    }
-
-    impl Drop for GpuLock {
-        fn drop(&mut self) {
-            flock(&self.data, libc::LOCK_UN);
-        }
-    }
-
     fn outcome_of(f: ExecFailure, stage: &str) -> CudaResult {
         match f.into_outcome(stage) {
             Ok(o) => CudaResult::Outcome(Some(o)),
@@ -188,12 +146,7 @@ mod worker {
         Candidate::load(h, &image, symbols, plan)
     }
 
-    pub(super) fn handle(
-        h: &mut Harness,
-        suite: &TaskSuite,
-        ordinal: usize,
-        req: CudaRequest,
-    ) -> CudaResult {
+    pub(super) fn handle(h: &mut Harness, suite: &TaskSuite, req: CudaRequest) -> CudaResult {
         let name = match &req {
             CudaRequest::Verify { task, .. }
             | CudaRequest::Profile { task, .. }
@@ -211,7 +164,6 @@ mod worker {
                 trials,
                 ..
             } => {
-                let _lock = GpuLock::take(ordinal, false);
                 let cand = match load(h, &module, &symbols, &plan) {
                     Ok(c) => c,
                     Err(f) => return outcome_of(f, "verify"),
@@ -235,7 +187,6 @@ mod worker {
                 plan,
                 ..
             } => {
-                let _lock = GpuLock::take(ordinal, true);
                 let cand = match load(h, &module, &symbols, &plan) {
                     Ok(c) => c,
                     Err(f) => return outcome_of(f, "profile"),
@@ -262,7 +213,6 @@ mod worker {
                 }
             }
             CudaRequest::CheckBaseline { preset, seed, .. } => {
-                let _lock = GpuLock::take(ordinal, false);
                 match crate::gpu::run::check_baseline(h, task, preset, seed) {
                     Ok(c) => CudaResult::Baseline(c),
                     Err(e) => CudaResult::HarnessError(e),
@@ -288,7 +238,7 @@ mod worker {
         let mut h =
             Harness::new(ordinal, &himg, &bimg).map_err(|e| format!("GPU {ordinal}: {e}"))?;
         crate::worker::serve("cuda", crate::worker::DEFAULT_MAX_FRAME_BYTES, |req| {
-            let result = handle(&mut h, &suite, ordinal, req);
+            let result = handle(&mut h, &suite, req);
             CudaReply {
                 result,
                 retire: crate::gpu::run::poisoned(),
@@ -355,12 +305,77 @@ impl Default for CudaEnvConfig {
 pub struct CudaEnv {
     compiler: NvrtcCompiler,
     pools: Vec<WorkerPool<CudaRequest, CudaReply>>,
+    /// One per GPU: read-held by verifications, write-held by timing runs (std's lock blocks new
+    /// readers while a writer waits, so timing runs are not starved).
+    gpu_locks: Vec<std::sync::RwLock<()>>,
     next_pool: AtomicUsize,
     preset: Preset,
     workdir: PathBuf,
     compiles: AtomicU64,
     verify_timeout: Duration,
     profile_timeout: Duration,
+}
+
+/// FNV-1a: a stable 64-bit hash for cache keys (std's hasher may change between releases).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in *part {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        h = (h ^ 0xff).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Where compiled trusted modules are kept between runs: `$KEVIN_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/kevin`, else `~/.cache/kevin`.
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("KEVIN_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("kevin"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kevin"))
+}
+
+/// The CUBIN of one of kevin's own sources for `arch`: from the cache when this exact source
+/// was compiled before (the baseline takes NVRTC 12-18 s), else compiled here (trusted code, so
+/// in-process) and cached. A cache that cannot be written only costs the next run the compile.
+fn trusted_cubin(name: &str, source: &str, arch: &str) -> Result<Vec<u8>, String> {
+    let key = fnv1a(&[
+        source.as_bytes(),
+        arch.as_bytes(),
+        env!("CARGO_PKG_VERSION").as_bytes(),
+    ]);
+    let cached = cache_dir().map(|d| d.join(format!("{name}-{arch}-{key:016x}.cubin")));
+    if let Some(bytes) = cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
+        if bytes.starts_with(b"\x7fELF") {
+            return Ok(bytes);
+        }
+    }
+    let mut req = compile::CompileRequest::ptx(source, &[]);
+    req.arch = arch.to_string();
+    req.output = OutputKind::Cubin;
+    let out = compile::compile(&req, &compile::find_cuda_include_dirs())
+        .map_err(|e| format!("compiling kevin's {name} kernels: {e}"))?;
+    let bytes = match out.image {
+        ModuleImage::Cubin(b) => b,
+        ModuleImage::Ptx(p) => p.into_bytes(),
+    };
+    if let Some(path) = cached {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let stored = path
+            .parent()
+            .is_some_and(|d| std::fs::create_dir_all(d).is_ok())
+            && std::fs::write(&tmp, &bytes).is_ok()
+            && std::fs::rename(&tmp, &path).is_ok();
+        if !stored {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok(bytes)
 }
 
 /// Folders that may hold libcublas (the CUDA toolkit's, or a pip wheel's), for the workers'
@@ -406,16 +421,8 @@ impl CudaEnv {
             std::env::temp_dir().join(format!("kevin-cuda-{}-{instance}", std::process::id()));
         std::fs::create_dir_all(&workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
         let trusted = |name: &str, source: &str| -> Result<PathBuf, String> {
-            let mut req = compile::CompileRequest::ptx(source, &[]);
-            req.arch = compiler.arch().to_string();
-            req.output = OutputKind::Cubin;
-            let out = compile::compile(&req, &compile::find_cuda_include_dirs())
-                .map_err(|e| format!("compiling kevin's {name} kernels: {e}"))?;
             let path = workdir.join(format!("{name}.cubin"));
-            let bytes = match out.image {
-                ModuleImage::Cubin(b) => b,
-                ModuleImage::Ptx(p) => p.into_bytes(),
-            };
+            let bytes = trusted_cubin(name, source, compiler.arch())?;
             std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(path)
         };
@@ -457,6 +464,7 @@ impl CudaEnv {
         }
         Ok(CudaEnv {
             compiler,
+            gpu_locks: pools.iter().map(|_| std::sync::RwLock::new(())).collect(),
             pools,
             next_pool: AtomicUsize::new(0),
             preset: cfg.preset,
@@ -467,19 +475,24 @@ impl CudaEnv {
         })
     }
 
-    fn pool(&self) -> &WorkerPool<CudaRequest, CudaReply> {
-        let i = self.next_pool.fetch_add(1, Ordering::Relaxed) % self.pools.len();
-        &self.pools[i]
-    }
-
-    /// Sends one request; a worker failure becomes the candidate's outcome.
+    /// Sends one request to the next GPU's pool, holding that GPU's lock (exclusively for a
+    /// timing run) from before a worker takes it; a worker failure becomes the candidate's
+    /// outcome.
     pub fn request(
         &self,
         req: &CudaRequest,
         stage: &str,
         limit: Duration,
     ) -> Result<CudaResult, Outcome> {
-        match self.pool().request_with_timeout(req, limit) {
+        let i = self.next_pool.fetch_add(1, Ordering::Relaxed) % self.pools.len();
+        let exclusive = matches!(req, CudaRequest::Profile { .. });
+        let (_read, _write);
+        if exclusive {
+            _write = self.gpu_locks[i].write().unwrap_or_else(|e| e.into_inner());
+        } else {
+            _read = self.gpu_locks[i].read().unwrap_or_else(|e| e.into_inner());
+        }
+        match self.pools[i].request_with_timeout(req, limit) {
             Ok(reply) => Ok(reply.result),
             Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout {
                 stage: stage.into(),
@@ -514,8 +527,8 @@ impl CudaEnv {
         }
     }
 
-    /// Worker statistics of every GPU's pool.
-    pub fn pool_stats(&self) -> Vec<crate::worker::PoolStats> {
+    /// Worker statistics of every GPU's pool, in GPU order.
+    pub fn gpu_pool_stats(&self) -> Vec<crate::worker::PoolStats> {
         self.pools.iter().map(WorkerPool::stats).collect()
     }
 
@@ -549,6 +562,17 @@ impl Drop for CudaEnv {
 }
 
 impl KernelEnv for CudaEnv {
+    fn pool_stats(&self) -> Vec<(String, crate::worker::PoolStats)> {
+        let mut out = vec![("compile".to_string(), self.compiler.pool_stats())];
+        out.extend(
+            self.gpu_pool_stats()
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| (format!("cuda:{i}"), s)),
+        );
+        out
+    }
+
     fn describe(&self) -> String {
         format!(
             "cuda environment: NVRTC CUBINs for {} ({} compile workers), {} GPU worker(s) on {} GPU(s); CUDA-event \

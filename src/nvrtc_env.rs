@@ -86,6 +86,11 @@ impl NvrtcCompiler {
         self.pool.workers()
     }
 
+    /// The compile pool's counters.
+    pub fn pool_stats(&self) -> crate::worker::PoolStats {
+        self.pool.stats()
+    }
+
     /// Admits and compiles one candidate; a rejection or a failed compile is its outcome.
     pub fn compile(&self, task_name: &str, source: &str) -> Result<CompiledKernel, Outcome> {
         let plan =

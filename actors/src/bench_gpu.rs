@@ -162,7 +162,7 @@ pub fn run(args: &GpuBenchArgs) -> Result<(), String> {
     let cv = sd / mean;
 
     // 4. Faults and replacement.
-    let before = env.pool_stats()[0].clone();
+    let before = env.gpu_pool_stats()[0].clone();
     let relu = solution("relu")?;
     let mut fault_kinds = Vec::new();
     let mut after_ok = 0;
@@ -173,7 +173,7 @@ pub fn run(args: &GpuBenchArgs) -> Result<(), String> {
             after_ok += 1;
         }
     }
-    let after = env.pool_stats()[0].clone();
+    let after = env.gpu_pool_stats()[0].clone();
     let replaced = (after.respawns - before.respawns) as u32;
     let respawn_mean_ms = if replaced > 0 {
         (after.respawn_latency_total - before.respawn_latency_total).as_secs_f64() * 1e3

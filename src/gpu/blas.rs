@@ -1,6 +1,7 @@
 //! cuBLAS for the eager baseline's matrix products, as PyTorch eager calls it: one
 //! `cublasGemmStridedBatchedEx` per product on the worker's stream, fp32 compute (no TF32, like
-//! torch's default), fp16/bf16 storage where the task says so.
+//! torch's default), fp16/bf16 storage where the task says so; fp64 storage and compute for the
+//! correctness protocol's reference.
 
 use cudarc::cublas::sys as cb;
 use cudarc::driver::sys as drv;
@@ -21,8 +22,10 @@ pub struct BlasError {
 /// [`crate::baseline::Gemm`]), with device addresses.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmCall {
-    /// Element type of A, B and C.
+    /// Element type of A, B and C (ignored when `f64`).
     pub dtype: Dtype,
+    /// A, B and C hold f64 (the fp64 reference plan): a double-precision product.
+    pub f64: bool,
     /// Rows of C.
     pub m: u32,
     /// Columns of C.
@@ -93,9 +96,14 @@ impl Blas {
         Ok(Blas { handle })
     }
 
-    /// Enqueues one product.
+    /// Enqueues one product. A single fp32 matrix-vector product goes to `cublasSgemv`, as
+    /// torch's `mv` does (its GEMM kernels are slower for one column).
     pub fn gemm(&self, g: &GemmCall) -> Result<(), BlasError> {
+        if g.n == 1 && g.batch == 1 && !g.f64 && g.dtype == Dtype::F32 {
+            return self.sgemv(g);
+        }
         let ty = match g.dtype {
+            _ if g.f64 => cb::cudaDataType::CUDA_R_64F,
             Dtype::F32 => cb::cudaDataType::CUDA_R_32F,
             Dtype::F16 => cb::cudaDataType::CUDA_R_16F,
             Dtype::Bf16 => cb::cudaDataType::CUDA_R_16BF,
@@ -117,7 +125,22 @@ impl Blas {
         };
         let ldb = if g.trans_b { k } else { n };
         let lda = if g.trans_a { m } else { k };
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        // Scalars in the compute type: f32 for every product but the fp64 reference's.
+        let (alpha32, beta32) = (1.0f32, 0.0f32);
+        let (alpha64, beta64) = (1.0f64, 0.0f64);
+        let (alpha, beta, compute) = if g.f64 {
+            (
+                (&alpha64 as *const f64).cast::<std::ffi::c_void>(),
+                (&beta64 as *const f64).cast::<std::ffi::c_void>(),
+                cb::cublasComputeType_t::CUBLAS_COMPUTE_64F,
+            )
+        } else {
+            (
+                (&alpha32 as *const f32).cast::<std::ffi::c_void>(),
+                (&beta32 as *const f32).cast::<std::ffi::c_void>(),
+                cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            )
+        };
         // SAFETY: the addresses are live device buffers of the sizes the plan declares.
         unsafe {
             status(
@@ -129,7 +152,7 @@ impl Blas {
                     n,
                     m,
                     k,
-                    (&alpha as *const f32).cast(),
+                    alpha,
                     g.b as *const std::ffi::c_void,
                     ty,
                     ldb,
@@ -138,14 +161,48 @@ impl Blas {
                     ty,
                     lda,
                     g.stride_a,
-                    (&beta as *const f32).cast(),
+                    beta,
                     g.c as *mut std::ffi::c_void,
                     ty,
                     n,
                     g.stride_c,
                     g.batch as i32,
-                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    compute,
                     cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                ),
+            )
+        }
+    }
+}
+
+impl Blas {
+    /// y(m) = op(A) x(k) for a row-major A: column-major that is A^T (k x m, ld k), or A itself
+    /// (m x k, ld m) when A is stored transposed.
+    fn sgemv(&self, g: &GemmCall) -> Result<(), BlasError> {
+        let (m, k) = (g.m as i32, g.k as i32);
+        let (op, rows, cols, lda) = if g.trans_a {
+            (cb::cublasOperation_t::CUBLAS_OP_N, m, k, m)
+        } else {
+            (cb::cublasOperation_t::CUBLAS_OP_T, k, m, k)
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: live device buffers of the sizes the plan declares.
+        unsafe {
+            status(
+                "cublasSgemv",
+                cb::cublasSgemv_v2(
+                    self.handle,
+                    op,
+                    rows,
+                    cols,
+                    &alpha,
+                    g.a as *const f32,
+                    lda,
+                    g.b as *const f32,
+                    1,
+                    &beta,
+                    g.c as *mut f32,
+                    1,
                 ),
             )
         }

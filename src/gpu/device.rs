@@ -14,12 +14,14 @@ use cudarc::driver::sys;
 
 /// A failed driver call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{call}: {name} ({code})")]
+#[error("{call}: {name} ({code}: {desc})")]
 pub struct GpuError {
     /// The driver function (or what kevin was doing).
     pub call: String,
     /// The CUDA error name, e.g. `CUDA_ERROR_ILLEGAL_ADDRESS`.
     pub name: String,
+    /// The driver's description, e.g. "an illegal memory access was encountered".
+    pub desc: String,
     /// The numeric `CUresult`.
     pub code: u32,
 }
@@ -54,6 +56,10 @@ fn ck(call: &str, r: sys::CUresult) -> Result<(), GpuError> {
                 .error_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|_| "CUDA_ERROR_?".into()),
+            desc: e
+                .error_string()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             code: e.0 as u32,
         }),
     }
@@ -63,7 +69,20 @@ fn harness_error(call: &str, what: impl Into<String>) -> GpuError {
     GpuError {
         call: call.to_string(),
         name: what.into(),
+        desc: String::new(),
         code: 0,
+    }
+}
+
+impl GpuError {
+    /// "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered": what a candidate's
+    /// feedback says about a fault.
+    pub fn fault(&self) -> String {
+        if self.desc.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}: {}", self.name, self.desc)
+        }
     }
 }
 
@@ -84,6 +103,10 @@ pub struct Gpu {
     pub l2_bytes: usize,
     /// `sm_XY` of the device.
     pub arch: String,
+    /// Streaming multiprocessors.
+    pub sms: u32,
+    /// Shared memory a block may opt in to, in bytes.
+    pub smem_optin: u32,
 }
 
 impl Gpu {
@@ -126,6 +149,8 @@ impl Gpu {
             let l2 = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?;
             let major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
             let minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let sms = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+            let smem_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
             let mut name = [0i8; 256];
             ck(
                 "cuDeviceGetName",
@@ -140,6 +165,8 @@ impl Gpu {
                 name,
                 l2_bytes: l2.max(0) as usize,
                 arch: format!("sm_{major}{minor}"),
+                sms: sms.max(1) as u32,
+                smem_optin: smem_optin.max(0) as u32,
             })
         }
     }

@@ -80,6 +80,7 @@ extern "C" __global__ void kevin_fill64(u64* p, u64 n, u64 v) {
 }
 
 // Compare an output with its masked reference: the rule of kevin::verify::correctness::judge.
+// dtype codes: 0 f32, 1 f16, 2 bf16, 3 i64, 4 f64 (the fp64 reference of a float output).
 // stats[0] = failures, stats[1] = first failing index (init ~0), stats[2] = max error ratio of
 // the passing finite elements as float bits (non-negative floats order like their bits).
 __device__ __forceinline__ double kv_value(const void* p, u64 i, int dtype, u64 key, bool masked, u64* raw) {
@@ -92,17 +93,20 @@ __device__ __forceinline__ double kv_value(const void* p, u64 i, int dtype, u64 
     } else if (dtype == 2) {
         u16 b = ((const u16*)p)[i]; if (masked) b ^= (u16)kv_stream(key, i);
         *raw = b; return (double)__uint_as_float(((u32)b) << 16);
-    } else {
+    } else if (dtype == 3) {
         u64 b = ((const u64*)p)[i]; if (masked) b ^= kv_stream(key, i);
         *raw = b; return (double)(long long)b;
+    } else {
+        u64 b = ((const u64*)p)[i]; if (masked) b ^= kv_stream(key, i);
+        *raw = b; return __longlong_as_double((long long)b);
     }
 }
-extern "C" __global__ void kevin_compare(const void* got, const void* want_masked, u64 n, int dtype, u64 key,
-                                         u64 fill, double atol, double rtol, u64* stats) {
+extern "C" __global__ void kevin_compare(const void* got, const void* want_masked, u64 n, int dtype, int want_dtype,
+                                         u64 key, u64 fill, double atol, double rtol, u64* stats) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         u64 graw, wraw;
         double g = kv_value(got, i, dtype, 0, false, &graw);
-        double w = kv_value(want_masked, i, dtype, key, true, &wraw);
+        double w = kv_value(want_masked, i, want_dtype, key, true, &wraw);
         bool fail;
         float ratio = 0.0f;
         if (graw == fill) fail = true;
@@ -122,4 +126,21 @@ extern "C" __global__ void kevin_compare(const void* got, const void* want_maske
             atomicMax((u32*)&stats[2], __float_as_uint(ratio));
         }
     }
+}
+
+// Widens a tensor to f64 (the reference computes on exact copies of the candidate's inputs).
+extern "C" __global__ void kevin_widen(const void* src, double* dst, u64 n, int dtype) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        u64 raw;
+        dst[i] = kv_value(src, i, dtype, 0, false, &raw);
+    }
+}
+
+// Fills the shared memory of every SM with 0xff bytes (NaN as float, -1 as int) before a verified
+// run, so a kernel that reads shared memory before writing it gets garbage, not whatever an
+// earlier kernel left (often zeros, which can pass by luck). Launched with one block per SM and
+// all the shared memory a block may have.
+extern "C" __global__ void kevin_scribble_smem(u32 words) {
+    extern __shared__ u32 kv_smem[];
+    for (u32 i = threadIdx.x; i < words; i += blockDim.x) kv_smem[i] = 0xffffffffu;
 }

@@ -46,6 +46,8 @@ pub const HARNESS_KERNELS: &[&str] = &[
     "kevin_generate",
     "kevin_fill64",
     "kevin_compare",
+    "kevin_widen",
+    "kevin_scribble_smem",
 ];
 
 /// The key stream that masks device copies: must equal `kv_stream` in `harness.cu`.

@@ -42,9 +42,11 @@ fn u64a(v: u64) -> ResolvedArg {
 
 const KERNELS: &[&str] = &[
     "kevin_mask4",
+    "kevin_mask8",
     "kevin_diff4",
     "kevin_compare",
     "kevin_generate",
+    "kevin_widen",
 ];
 
 fn model() -> Option<Model> {
@@ -121,22 +123,54 @@ fn harness_kernels_follow_the_protocol_rules() {
     got[5] = fill;
     got[10] = (f32::from_bits(original[10]) + 0.5).to_bits();
     let mut got = pack(&got);
+    let compare = |want_dtype: i32| {
+        let mut args = vec![t(0), t(1), u64a(n)];
+        args.push(ResolvedArg::Scalar(Scalar::I32(0)));
+        args.push(ResolvedArg::Scalar(Scalar::I32(want_dtype)));
+        args.extend([u64a(key), u64a(u64::from(fill))]);
+        args.push(ResolvedArg::Scalar(Scalar::F64(1e-4)));
+        args.push(ResolvedArg::Scalar(Scalar::F64(1e-4)));
+        args.push(t(2));
+        launch("kevin_compare", args)
+    };
+    let check_stats = |stats: &[u64; 4]| {
+        assert_eq!(stats[0], 2, "two failures");
+        assert_eq!(stats[1], 5, "the first is the unwritten element");
+        let ratio = f32::from_bits(stats[2] as u32);
+        assert!(ratio > 0.3 && ratio <= 1.0, "max ratio {ratio}");
+    };
     let mut stats = [0u64, u64::MAX, 0, 0];
-    let mut args = vec![t(0), t(1), u64a(n)];
-    args.push(ResolvedArg::Scalar(Scalar::I32(0)));
-    args.extend([u64a(key), u64a(u64::from(fill))]);
-    args.push(ResolvedArg::Scalar(Scalar::F64(1e-4)));
-    args.push(ResolvedArg::Scalar(Scalar::F64(1e-4)));
-    args.push(t(2));
+    run(&m, &compare(0), &mut [&mut got, &mut masked, &mut stats]);
+    check_stats(&stats);
+
+    // The same against an fp64 reference: widened on the device, masked 8 bytes at a time.
+    let mut wide = vec![0u64; n as usize];
+    let mut widen = vec![t(0), t(1), u64a(n)];
+    widen.push(ResolvedArg::Scalar(Scalar::I32(0)));
     run(
         &m,
-        &launch("kevin_compare", args),
-        &mut [&mut got, &mut masked, &mut stats],
+        &launch("kevin_widen", widen),
+        &mut [&mut pack(&original), &mut wide],
     );
-    assert_eq!(stats[0], 2, "two failures");
-    assert_eq!(stats[1], 5, "the first is the unwritten element");
-    let ratio = f32::from_bits(stats[2] as u32);
-    assert!(ratio > 0.3 && ratio <= 1.0, "max ratio {ratio}");
+    for (i, (&w, &o)) in wide.iter().zip(&original).enumerate() {
+        assert_eq!(
+            f64::from_bits(w),
+            f64::from(f32::from_bits(o)),
+            "widened {i}"
+        );
+    }
+    run(
+        &m,
+        &launch("kevin_mask8", vec![t(0), u64a(n), u64a(key)]),
+        &mut [&mut wide],
+    );
+    assert_eq!(
+        wide[3],
+        f64::from(f32::from_bits(original[3])).to_bits() ^ mask_stream(key, 3)
+    );
+    let mut stats = [0u64, u64::MAX, 0, 0];
+    run(&m, &compare(4), &mut [&mut got, &mut wide, &mut stats]);
+    check_stats(&stats);
 
     // The generator: normal(2, 3) in f32.
     let mut out = vec![0u64; n as usize / 2];

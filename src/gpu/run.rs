@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use cudarc::driver::sys::CUfunction;
 
-use crate::baseline::{EagerPlan, Step, StepArg};
+use crate::baseline::{EagerPlan, Precision, Step, StepArg};
 use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
 use crate::ops::round::{bf16_from_bits, f16_from_bits};
 use crate::ops::Dtype;
@@ -53,7 +53,7 @@ fn harness(e: impl std::fmt::Display) -> HarnessError {
 fn exec_failure(e: GpuError) -> ExecFailure {
     note_fault(&e);
     if e.is_sticky() {
-        ExecFailure::Crash(format!("the kernel faulted: {} ({})", e.name, e.call))
+        ExecFailure::Crash(format!("the kernel faulted: {} (at {})", e.fault(), e.call))
     } else {
         ExecFailure::Harness(e.to_string())
     }
@@ -87,6 +87,8 @@ impl Harness {
         for k in HARNESS_KERNELS {
             hk.insert(*k, hmod.function(k)?);
         }
+        // SAFETY: the scribble kernel belongs to `hmod`, loaded for the harness's lifetime.
+        unsafe { allow_dynamic_smem(hk["kevin_scribble_smem"], gpu.smem_optin)? };
         let bmod = gpu.load_module(baseline_image)?;
         // At least twice the L2, so a flush evicts everything (50 MiB on an H100/H200).
         let flush = gpu.alloc((2 * gpu.l2_bytes).max(8 << 20))?;
@@ -161,6 +163,7 @@ impl Harness {
                 return Err(GpuError {
                     call: "generate".into(),
                     name: "i64 inputs are not supported by the GPU input generator".into(),
+                    desc: String::new(),
                     code: 0,
                 })
             }
@@ -250,8 +253,8 @@ impl Harness {
         }
     }
 
-    /// Compares `n` elements of `got` with the masked reference: (failures, first failing
-    /// index, max error ratio).
+    /// Compares `n` elements of `got` (of `dtype`) with the masked 8-byte reference (f64 for
+    /// float outputs, i64 for index outputs): (failures, first failing index, max error ratio).
     pub fn compare(
         &self,
         got: u64,
@@ -262,19 +265,14 @@ impl Harness {
         tol: Tolerance,
     ) -> Result<(u64, Option<u64>, f64), GpuError> {
         self.reset_stats()?;
-        let fill: u64 = match dtype {
-            Dtype::F32 => u64::from(F32_FILL),
-            Dtype::F16 => u64::from(F16_FILL),
-            Dtype::Bf16 => u64::from(BF16_FILL),
-            Dtype::I64 => I64_FILL as u64,
-        };
         let mut args = ArgPack::default();
         args.ptr(got);
         args.ptr(want_masked);
         args.push(&(n as u64).to_ne_bytes());
         args.push(&dtype_code(dtype).to_ne_bytes());
+        args.push(&reference_code(dtype).to_ne_bytes());
         args.push(&key.to_ne_bytes());
-        args.push(&fill.to_ne_bytes());
+        args.push(&fill_bits(dtype).to_ne_bytes());
         args.push(&tol.atol.to_ne_bytes());
         args.push(&tol.rtol.to_ne_bytes());
         args.ptr(self.stats.ptr());
@@ -282,6 +280,34 @@ impl Harness {
         let s = self.read_stats()?;
         let ratio = f64::from(f32::from_bits(s[2] as u32));
         Ok((s[0], (s[1] != u64::MAX).then_some(s[1]), ratio))
+    }
+
+    /// Widens `n` elements of `dtype` at `src` into f64 at `dst`.
+    pub fn widen(&self, src: u64, dst: u64, n: usize, dtype: Dtype) -> Result<(), GpuError> {
+        let mut args = ArgPack::default();
+        args.ptr(src);
+        args.ptr(dst);
+        args.push(&(n as u64).to_ne_bytes());
+        args.push(&dtype_code(dtype).to_ne_bytes());
+        self.launch_h("kevin_widen", n as u64, &mut args)
+    }
+
+    /// One reference element (8 bytes: f64, or i64 for index outputs), unmasked with `key`.
+    pub fn reference_element(
+        &self,
+        ptr: u64,
+        index: u64,
+        dtype: Dtype,
+        key: u64,
+    ) -> Result<f64, GpuError> {
+        let mut bytes = [0u8; 8];
+        self.gpu.download_at(&mut bytes, ptr + index * 8, 8)?;
+        let raw = u64::from_ne_bytes(bytes) ^ mask_stream(key, index);
+        Ok(if dtype == Dtype::I64 {
+            raw as i64 as f64
+        } else {
+            f64::from_bits(raw)
+        })
     }
 
     /// One element's value, unmasked with `key` when given.
@@ -308,6 +334,24 @@ impl Harness {
         Ok((decode(dtype, raw), raw))
     }
 
+    /// Fills every SM's shared memory with 0xff bytes (see `kevin_scribble_smem`).
+    pub fn scribble_shared(&self) -> Result<(), GpuError> {
+        let bytes = self.gpu.smem_optin;
+        let mut args = ArgPack::default();
+        args.push(&(bytes / 4).to_ne_bytes());
+        let mut params = args.params();
+        // SAFETY: the kernel takes one u32; its dynamic shared memory was opted in to in `new`.
+        unsafe {
+            self.gpu.launch(
+                self.hk("kevin_scribble_smem"),
+                [self.gpu.sms, 1, 1],
+                [1024, 1, 1],
+                bytes,
+                &mut params,
+            )
+        }
+    }
+
     /// Overwrites the flush buffer (more than twice the L2), evicting whatever was cached.
     pub fn flush_l2(&mut self) -> Result<(), GpuError> {
         self.flush_value = self.flush_value.wrapping_add(1);
@@ -328,6 +372,7 @@ impl Harness {
         let fail = |what: String| GpuError {
             call: "baseline".into(),
             name: what,
+            desc: String::new(),
             code: 0,
         };
         for step in &plan.steps {
@@ -371,6 +416,7 @@ impl Harness {
                     };
                     let call = GemmCall {
                         dtype: g.dtype,
+                        f64: plan.precision == Precision::F64,
                         m: g.m,
                         n: g.n,
                         k: g.k,
@@ -394,6 +440,17 @@ impl Harness {
         Ok(())
     }
 
+    /// The fp64 plan that computes the correctness protocol's reference (GEMMs through cuBLAS
+    /// when it loads).
+    pub fn reference_plan(&mut self, task: &Task, preset: Preset) -> Result<EagerPlan, String> {
+        let plan = crate::baseline::lower_f64(task, preset).map_err(|e| e.to_string())?;
+        Ok(if self.blas_in_use() {
+            plan
+        } else {
+            plan.with_kernel_gemm()
+        })
+    }
+
     /// The baseline plan this worker runs for `task` (GEMMs through cuBLAS when it loads).
     pub fn baseline_plan(&mut self, task: &Task, preset: Preset) -> Result<EagerPlan, String> {
         let plan = crate::baseline::lower(task, preset).map_err(|e| e.to_string())?;
@@ -402,6 +459,25 @@ impl Harness {
         } else {
             plan.with_kernel_gemm()
         })
+    }
+}
+
+/// The compare kernel's code of a reference element: 4 = f64, 3 = i64.
+fn reference_code(d: Dtype) -> i32 {
+    if d == Dtype::I64 {
+        3
+    } else {
+        4
+    }
+}
+
+/// The NaN (or i64) fill pattern of an output of `dtype`, as the compare kernel sees its bits.
+fn fill_bits(d: Dtype) -> u64 {
+    match d {
+        Dtype::F32 => u64::from(F32_FILL),
+        Dtype::F16 => u64::from(F16_FILL),
+        Dtype::Bf16 => u64::from(BF16_FILL),
+        Dtype::I64 => I64_FILL as u64,
     }
 }
 
@@ -503,11 +579,13 @@ impl Candidate {
             unsafe { gpu.launch(*f, l.grid, l.block, l.smem_bytes, &mut params) }.map_err(|e| {
                 note_fault(&e);
                 if e.is_sticky() {
-                    ExecFailure::Crash(format!("the kernel faulted: {}", e.name))
+                    ExecFailure::Crash(format!("the kernel faulted: {}", e.fault()))
                 } else {
                     ExecFailure::Launch(format!(
                         "launch line {} (`{}`): {}",
-                        l.line, l.kernel, e.name
+                        l.line,
+                        l.kernel,
+                        e.fault()
                     ))
                 }
             })?;
@@ -521,9 +599,9 @@ impl Candidate {
         gpu.sync().map_err(|e| {
             note_fault(&e);
             if e.is_sticky() {
-                ExecFailure::Crash(format!("the kernel faulted: {}", e.name))
+                ExecFailure::Crash(format!("the kernel faulted: {}", e.fault()))
             } else {
-                ExecFailure::Launch(format!("the launch sequence failed: {}", e.name))
+                ExecFailure::Launch(format!("the launch sequence failed: {}", e.fault()))
             }
         })
     }
@@ -535,11 +613,18 @@ pub struct TaskBuffers<'t> {
     task: &'t Task,
     specs: Vec<TensorSpec>,
     n_inputs: usize,
+    /// The baseline in the task's dtypes: what candidates are timed against.
     plan: EagerPlan,
+    /// The same program in f64: the reference of the correctness protocol.
+    ref_plan: EagerPlan,
     tensors: Vec<DevBuf>,
+    /// Masked references, 8 bytes per element.
     refs: Vec<DevBuf>,
     snaps: Vec<DevBuf>,
     temps: Vec<DevBuf>,
+    /// f64 copies of the inputs and the f64 plan's intermediates.
+    wide: Vec<DevBuf>,
+    ref_temps: Vec<DevBuf>,
 }
 
 impl<'t> TaskBuffers<'t> {
@@ -548,7 +633,8 @@ impl<'t> TaskBuffers<'t> {
         let specs = task.signature(preset).tensors;
         let n_inputs = specs.iter().filter(|t| t.role == Role::Input).count();
         let plan = h.baseline_plan(task, preset).map_err(harness)?;
-        if plan.buffers.len() < specs.len() {
+        let ref_plan = h.reference_plan(task, preset).map_err(harness)?;
+        if plan.buffers.len() < specs.len() || ref_plan.buffers.len() < specs.len() {
             return Err(harness(
                 "the baseline plan has fewer buffers than the task has tensors",
             ));
@@ -561,7 +647,17 @@ impl<'t> TaskBuffers<'t> {
             .map_err(harness)?;
         let refs = specs[n_inputs..]
             .iter()
-            .map(|s| alloc_tensor(gpu, s))
+            .map(|s| gpu.alloc(s.numel() * 8))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(harness)?;
+        let wide = specs[..n_inputs]
+            .iter()
+            .map(|s| gpu.alloc(s.numel() * 8))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(harness)?;
+        let ref_temps = ref_plan.buffers[specs.len()..]
+            .iter()
+            .map(|b| gpu.alloc(b.stored_bytes(ref_plan.precision)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(harness)?;
         let snaps = specs[..n_inputs]
@@ -579,10 +675,13 @@ impl<'t> TaskBuffers<'t> {
             specs,
             n_inputs,
             plan,
+            ref_plan,
             tensors,
             refs,
             snaps,
             temps,
+            wide,
+            ref_temps,
         })
     }
 
@@ -610,8 +709,9 @@ impl<'t> TaskBuffers<'t> {
         Ok(())
     }
 
-    /// Runs the baseline into `outputs` and masks them with `key`; the intermediates are
-    /// overwritten afterwards so no unmasked result stays behind.
+    /// Computes the fp64 reference of the task-dtype `inputs` into `outputs` (8 bytes per
+    /// element) and masks it with `key`; the f64 copies and intermediates are overwritten
+    /// afterwards so no unmasked result stays behind.
     fn reference_into(
         &self,
         h: &mut Harness,
@@ -619,12 +719,25 @@ impl<'t> TaskBuffers<'t> {
         outputs: &[u64],
         key: u64,
     ) -> Result<(), GpuError> {
-        let ptrs = self.baseline_ptrs(inputs, outputs);
-        h.run_baseline(&self.plan, &ptrs)?;
-        for (spec, &out) in self.specs[self.n_inputs..].iter().zip(outputs) {
-            h.mask(out, spec.numel(), dtype_size(spec.dtype), key)?;
+        for ((spec, &src), dst) in self.specs[..self.n_inputs]
+            .iter()
+            .zip(inputs)
+            .zip(&self.wide)
+        {
+            h.widen(src, dst.ptr(), spec.numel(), spec.dtype)?;
         }
-        for t in &self.temps {
+        let ptrs: Vec<u64> = self
+            .wide
+            .iter()
+            .map(DevBuf::ptr)
+            .chain(outputs.iter().copied())
+            .chain(self.ref_temps.iter().map(DevBuf::ptr))
+            .collect();
+        h.run_baseline(&self.ref_plan, &ptrs)?;
+        for (spec, &out) in self.specs[self.n_inputs..].iter().zip(outputs) {
+            h.mask(out, spec.numel(), 8, key)?;
+        }
+        for t in self.wide.iter().chain(&self.ref_temps) {
             h.gpu.fill_u32(t, 0)?;
         }
         h.gpu.sync()
@@ -686,6 +799,7 @@ impl Trials for GpuTrials<'_, '_> {
                 .map_err(exec_failure)?;
         }
         set_canaries(self.h, b).map_err(exec_failure)?;
+        self.h.scribble_shared().map_err(exec_failure)?;
         self.cand.run(&self.h.gpu, &b.tensor_ptrs())
     }
 
@@ -777,16 +891,10 @@ fn compare_output(
         None => None,
         Some(index) => {
             let (g, graw) = h.element(got, index, spec.dtype, None).map_err(harness)?;
-            let (w, _) = h
-                .element(want, index, spec.dtype, Some(key))
+            let w = h
+                .reference_element(want, index, spec.dtype, key)
                 .map_err(harness)?;
-            let fill = graw
-                == match spec.dtype {
-                    Dtype::F32 => u64::from(F32_FILL),
-                    Dtype::F16 => u64::from(F16_FILL),
-                    Dtype::Bf16 => u64::from(BF16_FILL),
-                    Dtype::I64 => I64_FILL as u64,
-                };
+            let fill = graw == fill_bits(spec.dtype);
             let kind = judge(spec.dtype, g, fill, w, tol).unwrap_or(ElemFailure::Differs);
             Some(FirstFailure {
                 index: index as usize,
@@ -845,7 +953,7 @@ impl<'a, 't> GpuTimer<'a, 't> {
                 .map_err(harness)?;
             let refs = bufs.specs[bufs.n_inputs..]
                 .iter()
-                .map(|s| alloc_tensor(&h.gpu, s))
+                .map(|s| h.gpu.alloc(s.numel() * 8))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(harness)?;
             let seed = os_seed().map_err(|e| HarnessError::Seed(e.to_string()))?;
@@ -939,7 +1047,7 @@ impl Timer for GpuTimer<'_, '_> {
         self.events.elapsed_ms().map_err(|e| {
             note_fault(&e);
             if e.is_sticky() {
-                ExecFailure::Crash(format!("the kernel faulted: {}", e.name))
+                ExecFailure::Crash(format!("the kernel faulted: {}", e.fault()))
             } else {
                 ExecFailure::Harness(e.to_string())
             }
@@ -968,14 +1076,35 @@ fn download_values(h: &Harness, ptr: u64, spec: &TensorSpec) -> Result<Vec<f64>,
         .collect())
 }
 
-/// Runs the baseline of `task` on one input set drawn on the device from `seed`, and compares
-/// its outputs with the fp64 interpreter's on the same (downloaded) inputs.
+/// Largest error / tolerance bound and the first element out of tolerance, of `got` against the
+/// interpreter's `want`.
+fn judge_all(
+    spec: &TensorSpec,
+    got: &[f64],
+    want: &[f64],
+    tol: Tolerance,
+    ratio: &mut f64,
+    first: &mut Option<String>,
+) {
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if judge(spec.dtype, g, false, w, tol).is_some() {
+            first.get_or_insert_with(|| format!("{}[{i}]: expected {w}, got {g}", spec.name));
+        } else if spec.dtype != Dtype::I64 && w.is_finite() {
+            *ratio = ratio.max((g - w).abs() / (tol.atol + tol.rtol * w.abs()));
+        }
+    }
+}
+
+/// Runs the baseline of `task`, and its fp64 reference plan, on one input set drawn on the
+/// device from `seed`, and compares both with the fp64 interpreter on the same (downloaded)
+/// inputs.
 pub fn check_baseline(
     h: &mut Harness,
     task: &Task,
     preset: Preset,
     seed: u64,
 ) -> Result<crate::cuda_env::BaselineCheck, String> {
+    let e = |e: GpuError| e.to_string();
     let bufs = TaskBuffers::new(h, task, preset).map_err(|e| e.to_string())?;
     let inputs: Vec<u64> = bufs.tensors[..bufs.n_inputs]
         .iter()
@@ -985,38 +1114,73 @@ pub fn check_baseline(
         .iter()
         .map(DevBuf::ptr)
         .collect();
-    bufs.generate(h, &inputs, seed).map_err(|e| e.to_string())?;
+    bufs.generate(h, &inputs, seed).map_err(e)?;
     let ptrs = bufs.baseline_ptrs(&inputs, &outputs);
-    h.run_baseline(&bufs.plan, &ptrs)
-        .map_err(|e| e.to_string())?;
-    h.gpu.sync().map_err(|e| e.to_string())?;
+    h.run_baseline(&bufs.plan, &ptrs).map_err(e)?;
+    h.gpu.sync().map_err(e)?;
     let host_inputs = bufs.specs[..bufs.n_inputs]
         .iter()
         .zip(&inputs)
         .map(|(s, &p)| download_values(h, p, s))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+        .map_err(e)?;
     let want = task
         .reference(preset, &host_inputs)
         .map_err(|e| format!("reference: {e}"))?;
     let tol = task.tolerance;
-    let mut max_ratio: f64 = 0.0;
-    let mut first_failure = None;
-    for ((spec, &p), want) in bufs.specs[bufs.n_inputs..].iter().zip(&outputs).zip(&want) {
-        let got = download_values(h, p, spec).map_err(|e| e.to_string())?;
-        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-            if judge(spec.dtype, g, false, w, tol).is_some() {
-                first_failure
-                    .get_or_insert_with(|| format!("{}[{i}]: expected {w}, got {g}", spec.name));
-            } else if spec.dtype != Dtype::I64 && w.is_finite() {
-                max_ratio = max_ratio.max((g - w).abs() / (tol.atol + tol.rtol * w.abs()));
-            }
-        }
+    let (mut max_ratio, mut first_failure) = (0.0, None);
+    let (mut ref_ratio, mut ref_failure) = (0.0, None);
+    let out_specs = &bufs.specs[bufs.n_inputs..];
+    for ((spec, &p), want) in out_specs.iter().zip(&outputs).zip(&want) {
+        let got = download_values(h, p, spec).map_err(e)?;
+        judge_all(spec, &got, want, tol, &mut max_ratio, &mut first_failure);
+    }
+    // The fp64 reference, unmasked (key 0 is never drawn; masking is skipped here).
+    let wide_out = out_specs
+        .iter()
+        .map(|s| h.gpu.alloc(s.numel() * 8))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    for ((spec, &src), dst) in bufs.specs[..bufs.n_inputs]
+        .iter()
+        .zip(&inputs)
+        .zip(&bufs.wide)
+    {
+        h.widen(src, dst.ptr(), spec.numel(), spec.dtype)
+            .map_err(e)?;
+    }
+    let rptrs: Vec<u64> = bufs
+        .wide
+        .iter()
+        .map(DevBuf::ptr)
+        .chain(wide_out.iter().map(DevBuf::ptr))
+        .chain(bufs.ref_temps.iter().map(DevBuf::ptr))
+        .collect();
+    h.run_baseline(&bufs.ref_plan, &rptrs).map_err(e)?;
+    h.gpu.sync().map_err(e)?;
+    for ((spec, buf), want) in out_specs.iter().zip(&wide_out).zip(&want) {
+        let mut bytes = vec![0u8; spec.numel() * 8];
+        let n = bytes.len();
+        h.gpu.download_at(&mut bytes, buf.ptr(), n).map_err(e)?;
+        let got: Vec<f64> = bytes
+            .chunks_exact(8)
+            .map(|c| {
+                let raw = u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
+                if spec.dtype == Dtype::I64 {
+                    raw as i64 as f64
+                } else {
+                    f64::from_bits(raw)
+                }
+            })
+            .collect();
+        judge_all(spec, &got, want, tol, &mut ref_ratio, &mut ref_failure);
     }
     Ok(crate::cuda_env::BaselineCheck {
         steps: bufs.plan.steps.len(),
         cublas: h.blas_in_use(),
         max_error_ratio: max_ratio,
         first_failure,
+        reference_max_error_ratio: ref_ratio,
+        reference_first_failure: ref_failure,
     })
 }
