@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::ops::{infer_expr, normalize_axis, BinOp, Dtype, Expr, Op, Program, ReduceKind};
-use crate::ops::{Sizes, UnaryFn};
+use crate::ops::{op_name, Sizes};
 
 use super::launch::{self, split, Elem, STRIDED_MAX_DIMS};
 use super::strides::{broadcast_dims, contiguous_strides, merge_dims};
@@ -260,7 +260,9 @@ impl Lowerer<'_> {
         let (va, vb) = (self.expr(a, None)?, self.expr(b, None)?);
         let mut name = binop_name(op);
         let (x, s, scalar_first) = match (va, vb) {
-            (Value::Scalar(x), Value::Scalar(y)) => return Ok(Value::Scalar(fold(op, x, y))),
+            (Value::Scalar(x), Value::Scalar(y)) => {
+                return Ok(Value::Scalar(crate::ops::kernels::binary(op, x, y)))
+            }
             (Value::Tensor(t), Value::Scalar(s)) => (t, s, false),
             (Value::Scalar(s), Value::Tensor(t)) if op == BinOp::Div => {
                 // PyTorch's __rtruediv__: a reciprocal, then a multiply.
@@ -424,7 +426,7 @@ impl Lowerer<'_> {
             Ok(y)
         };
         match *op {
-            Op::Unary(u) => Ok(self.unary(unary_name(u), &x, [0.0, 0.0], dest)),
+            Op::Unary(u) => Ok(self.unary(op_name(&Op::Unary(u)), &x, [0.0, 0.0], dest)),
             Op::LeakyRelu { slope } => Ok(self.unary("leaky_relu", &x, [slope, 0.0], dest)),
             Op::Elu { alpha } => Ok(self.unary("elu", &x, [alpha, 0.0], dest)),
             Op::Clamp { lo, hi, .. } => Ok(self.unary("clamp", &x, [lo, hi], dest)),
@@ -573,20 +575,6 @@ impl Lowerer<'_> {
     }
 }
 
-/// Python's arithmetic on two floats (what PyTorch never sees).
-fn fold(op: BinOp, a: f64, b: f64) -> f64 {
-    match op {
-        BinOp::Add => a + b,
-        BinOp::Sub => a - b,
-        BinOp::Mul => a * b,
-        BinOp::Div => a / b,
-        BinOp::Max => a.max(b),
-        BinOp::Min => a.min(b),
-        BinOp::Pow => a.powf(b),
-        BinOp::MatMul => f64::NAN,
-    }
-}
-
 fn binop_name(op: BinOp) -> &'static str {
     match op {
         BinOp::Add => "add",
@@ -597,29 +585,6 @@ fn binop_name(op: BinOp) -> &'static str {
         BinOp::Min => "minimum",
         BinOp::Pow => "pow",
         BinOp::MatMul => "matmul",
-    }
-}
-
-fn unary_name(u: UnaryFn) -> &'static str {
-    use UnaryFn::*;
-    match u {
-        Relu => "relu",
-        Gelu => "gelu",
-        GeluTanh => "gelu_tanh",
-        Silu => "silu",
-        Sigmoid => "sigmoid",
-        Tanh => "tanh",
-        Exp => "exp",
-        Log => "log",
-        Abs => "abs",
-        Neg => "neg",
-        Sqrt => "sqrt",
-        Rsqrt => "rsqrt",
-        Square => "square",
-        Softplus => "softplus",
-        Mish => "mish",
-        Hardsigmoid => "hardsigmoid",
-        Hardswish => "hardswish",
     }
 }
 

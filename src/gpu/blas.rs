@@ -6,6 +6,7 @@
 use cudarc::cublas::sys as cb;
 use cudarc::driver::sys as drv;
 
+use crate::baseline::Gemm;
 use crate::ops::Dtype;
 
 /// Why cuBLAS could not be used or a call failed.
@@ -18,38 +19,20 @@ pub struct BlasError {
     pub status: String,
 }
 
-/// One row-major strided-batched product `C_b = op(A_b) @ op(B_b)` (see
-/// [`crate::baseline::Gemm`]), with device addresses.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GemmCall {
-    /// Element type of A, B and C (ignored when `f64`).
-    pub dtype: Dtype,
+/// One product of a plan at device addresses: the shape and layout are the plan's [`Gemm`]
+/// (row-major, strided-batched), `a`, `b` and `c` the addresses of its operands.
+#[derive(Debug, Clone, Copy)]
+pub struct GemmCall<'g> {
+    /// Shape, layout and element type (of a native plan).
+    pub g: &'g Gemm,
     /// A, B and C hold f64 (the fp64 reference plan): a double-precision product.
     pub f64: bool,
-    /// Rows of C.
-    pub m: u32,
-    /// Columns of C.
-    pub n: u32,
-    /// Inner dimension.
-    pub k: u32,
-    /// Number of products.
-    pub batch: u32,
-    /// A is stored k x m and used transposed.
-    pub trans_a: bool,
-    /// B is stored n x k and used transposed.
-    pub trans_b: bool,
     /// Device address of A.
     pub a: u64,
     /// Device address of B.
     pub b: u64,
     /// Device address of C.
     pub c: u64,
-    /// Elements between consecutive A matrices (0 = the same A for every product).
-    pub stride_a: i64,
-    /// Elements between consecutive B matrices.
-    pub stride_b: i64,
-    /// Elements between consecutive C matrices.
-    pub stride_c: i64,
 }
 
 /// A cuBLAS handle bound to one stream.
@@ -98,12 +81,13 @@ impl Blas {
 
     /// Enqueues one product. A single fp32 matrix-vector product goes to `cublasSgemv`, as
     /// torch's `mv` does (its GEMM kernels are slower for one column).
-    pub fn gemm(&self, g: &GemmCall) -> Result<(), BlasError> {
-        if g.n == 1 && g.batch == 1 && !g.f64 && g.dtype == Dtype::F32 {
-            return self.sgemv(g);
+    pub fn gemm(&self, call: &GemmCall) -> Result<(), BlasError> {
+        let g = call.g;
+        if g.n == 1 && g.batch == 1 && !call.f64 && g.dtype == Dtype::F32 {
+            return self.sgemv(call);
         }
         let ty = match g.dtype {
-            _ if g.f64 => cb::cudaDataType::CUDA_R_64F,
+            _ if call.f64 => cb::cudaDataType::CUDA_R_64F,
             Dtype::F32 => cb::cudaDataType::CUDA_R_32F,
             Dtype::F16 => cb::cudaDataType::CUDA_R_16F,
             Dtype::Bf16 => cb::cudaDataType::CUDA_R_16BF,
@@ -128,7 +112,7 @@ impl Blas {
         // Scalars in the compute type: f32 for every product but the fp64 reference's.
         let (alpha32, beta32) = (1.0f32, 0.0f32);
         let (alpha64, beta64) = (1.0f64, 0.0f64);
-        let (alpha, beta, compute) = if g.f64 {
+        let (alpha, beta, compute) = if call.f64 {
             (
                 (&alpha64 as *const f64).cast::<std::ffi::c_void>(),
                 (&beta64 as *const f64).cast::<std::ffi::c_void>(),
@@ -153,16 +137,16 @@ impl Blas {
                     m,
                     k,
                     alpha,
-                    g.b as *const std::ffi::c_void,
+                    call.b as *const std::ffi::c_void,
                     ty,
                     ldb,
                     g.stride_b,
-                    g.a as *const std::ffi::c_void,
+                    call.a as *const std::ffi::c_void,
                     ty,
                     lda,
                     g.stride_a,
                     beta,
-                    g.c as *mut std::ffi::c_void,
+                    call.c as *mut std::ffi::c_void,
                     ty,
                     n,
                     g.stride_c,
@@ -178,7 +162,8 @@ impl Blas {
 impl Blas {
     /// y(m) = op(A) x(k) for a row-major A: column-major that is A^T (k x m, ld k), or A itself
     /// (m x k, ld m) when A is stored transposed.
-    fn sgemv(&self, g: &GemmCall) -> Result<(), BlasError> {
+    fn sgemv(&self, call: &GemmCall) -> Result<(), BlasError> {
+        let g = call.g;
         let (m, k) = (g.m as i32, g.k as i32);
         let (op, rows, cols, lda) = if g.trans_a {
             (cb::cublasOperation_t::CUBLAS_OP_N, m, k, m)
@@ -196,12 +181,12 @@ impl Blas {
                     rows,
                     cols,
                     &alpha,
-                    g.a as *const f32,
+                    call.a as *const f32,
                     lda,
-                    g.b as *const f32,
+                    call.b as *const f32,
                     1,
                     &beta,
-                    g.c as *mut f32,
+                    call.c as *mut f32,
                     1,
                 ),
             )

@@ -415,20 +415,11 @@ impl Harness {
                             .ok_or_else(|| fail(format!("buffer {i} out of range")))
                     };
                     let call = GemmCall {
-                        dtype: g.dtype,
+                        g,
                         f64: plan.precision == Precision::F64,
-                        m: g.m,
-                        n: g.n,
-                        k: g.k,
-                        batch: g.batch,
-                        trans_a: g.trans_a,
-                        trans_b: g.trans_b,
                         a: ptr(g.a)?,
                         b: ptr(g.b)?,
                         c: ptr(g.c)?,
-                        stride_a: g.stride_a,
-                        stride_b: g.stride_b,
-                        stride_c: g.stride_c,
                     };
                     self.blas()
                         .map_err(fail)?

@@ -56,7 +56,7 @@ pub mod ast;
 mod builtins;
 mod check;
 pub mod interp;
-mod kernels;
+pub(crate) mod kernels;
 pub mod lexer;
 mod parse;
 pub mod round;
