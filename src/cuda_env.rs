@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::candidate::ResolvedPlan;
-use crate::compile::{self, ModuleImage, OutputKind};
+use crate::compile::{self, OutputKind};
 use crate::env::{Compiled, KernelEnv};
 use crate::nvrtc_env::NvrtcCompiler;
 use crate::outcome::Outcome;
@@ -146,6 +146,23 @@ mod worker {
         Candidate::load(h, &image, symbols, plan)
     }
 
+    /// The candidate loaded and the task's device buffers allocated; a failure is the answer
+    /// (the candidate's outcome in `stage`, or the harness's error).
+    fn prepare<'t>(
+        h: &mut Harness,
+        task: &'t crate::tasks::Task,
+        preset: Preset,
+        module: &Path,
+        symbols: &BTreeMap<String, String>,
+        plan: &ResolvedPlan,
+        stage: &str,
+    ) -> Result<(Candidate, TaskBuffers<'t>), CudaResult> {
+        let cand = load(h, module, symbols, plan).map_err(|f| outcome_of(f, stage))?;
+        let bufs = TaskBuffers::new(h, task, preset)
+            .map_err(|e| CudaResult::HarnessError(e.to_string()))?;
+        Ok((cand, bufs))
+    }
+
     pub(super) fn handle(h: &mut Harness, suite: &TaskSuite, req: CudaRequest) -> CudaResult {
         let name = match &req {
             CudaRequest::Verify { task, .. }
@@ -164,14 +181,11 @@ mod worker {
                 trials,
                 ..
             } => {
-                let cand = match load(h, &module, &symbols, &plan) {
-                    Ok(c) => c,
-                    Err(f) => return outcome_of(f, "verify"),
-                };
-                let bufs = match TaskBuffers::new(h, task, preset) {
-                    Ok(b) => b,
-                    Err(e) => return CudaResult::HarnessError(e.to_string()),
-                };
+                let (cand, bufs) =
+                    match prepare(h, task, preset, &module, &symbols, &plan, "verify") {
+                        Ok(p) => p,
+                        Err(answer) => return answer,
+                    };
                 let mut trials_impl = GpuTrials::new(h, &bufs, &cand);
                 let cfg = ProtocolConfig { trials, seed: None };
                 match correctness::run_protocol(&mut trials_impl, &cfg) {
@@ -187,14 +201,11 @@ mod worker {
                 plan,
                 ..
             } => {
-                let cand = match load(h, &module, &symbols, &plan) {
-                    Ok(c) => c,
-                    Err(f) => return outcome_of(f, "profile"),
-                };
-                let bufs = match TaskBuffers::new(h, task, preset) {
-                    Ok(b) => b,
-                    Err(e) => return CudaResult::HarnessError(e.to_string()),
-                };
+                let (cand, bufs) =
+                    match prepare(h, task, preset, &module, &symbols, &plan, "profile") {
+                        Ok(p) => p,
+                        Err(answer) => return answer,
+                    };
                 let mut timer = match GpuTimer::new(h, &bufs, &cand) {
                     Ok(t) => t,
                     Err(e) => return CudaResult::HarnessError(e.to_string()),
@@ -343,6 +354,7 @@ fn cache_dir() -> Option<PathBuf> {
 /// The CUBIN of one of kevin's own sources for `arch`: from the cache when this exact source
 /// was compiled before (the baseline takes NVRTC 12-18 s), else compiled here (trusted code, so
 /// in-process) and cached. A cache that cannot be written only costs the next run the compile.
+/// (Workers load a copy in the environment's own folder, which lives as long as they do.)
 fn trusted_cubin(name: &str, source: &str, arch: &str) -> Result<Vec<u8>, String> {
     let key = fnv1a(&[
         source.as_bytes(),
@@ -360,10 +372,7 @@ fn trusted_cubin(name: &str, source: &str, arch: &str) -> Result<Vec<u8>, String
     req.output = OutputKind::Cubin;
     let out = compile::compile(&req, &compile::find_cuda_include_dirs())
         .map_err(|e| format!("compiling kevin's {name} kernels: {e}"))?;
-    let bytes = match out.image {
-        ModuleImage::Cubin(b) => b,
-        ModuleImage::Ptx(p) => p.into_bytes(),
-    };
+    let bytes = out.image.into_bytes();
     if let Some(path) = cached {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let stored = path
@@ -589,10 +598,7 @@ impl KernelEnv for CudaEnv {
         let kernel = self.compiler.compile(task_name, source)?;
         let n = self.compiles.fetch_add(1, Ordering::Relaxed);
         let module = self.workdir.join(format!("{task_name}-{n}.cubin"));
-        let bytes = match kernel.image {
-            ModuleImage::Cubin(b) => b,
-            ModuleImage::Ptx(p) => p.into_bytes(),
-        };
+        let bytes = kernel.image.into_bytes();
         std::fs::write(&module, bytes).map_err(|e| Outcome::Crash {
             reason: format!("the harness could not store the module: {e}"),
         })?;

@@ -37,9 +37,11 @@ pub fn eval_env(
     deadlines: Deadlines,
 ) -> Result<Arc<dyn KernelEnv>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating the kevin binary: {e}"))?;
-    match backend.unwrap_or_else(|| default_backend()) {
+    // Asked once (it runs nvidia-smi): it decides the default and the GPUs to use.
+    let gpus = kevin::compile::gpu_count();
+    let default = if gpus > 0 { "cuda" } else { "cpu" };
+    match backend.unwrap_or(default) {
         "cuda" => {
-            let gpus = kevin::compile::gpu_count();
             if gpus == 0 {
                 return Err(
                     "--backend cuda: nvidia-smi lists no GPU on this machine. Use --backend cpu. \

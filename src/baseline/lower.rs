@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::ops::Sizes;
 use crate::ops::{infer_expr, normalize_axis, BinOp, Dtype, Expr, Op, Program, ReduceKind};
-use crate::ops::{op_name, Sizes};
 
 use super::launch::{self, split, Elem, STRIDED_MAX_DIMS};
 use super::strides::{broadcast_dims, contiguous_strides, merge_dims};
@@ -426,7 +426,7 @@ impl Lowerer<'_> {
             Ok(y)
         };
         match *op {
-            Op::Unary(u) => Ok(self.unary(op_name(&Op::Unary(u)), &x, [0.0, 0.0], dest)),
+            Op::Unary(u) => Ok(self.unary(u.name(), &x, [0.0, 0.0], dest)),
             Op::LeakyRelu { slope } => Ok(self.unary("leaky_relu", &x, [slope, 0.0], dest)),
             Op::Elu { alpha } => Ok(self.unary("elu", &x, [alpha, 0.0], dest)),
             Op::Clamp { lo, hi, .. } => Ok(self.unary("clamp", &x, [lo, hi], dest)),
@@ -591,14 +591,5 @@ fn binop_name(op: BinOp) -> &'static str {
 /// The reduction kernel of a kind; `None` for logsumexp, which PyTorch runs as a composite
 /// (`Lowerer::logsumexp`).
 fn reduce_kernel(k: ReduceKind) -> Option<&'static str> {
-    Some(match k {
-        ReduceKind::Sum => "sum",
-        ReduceKind::Mean => "mean",
-        ReduceKind::Max => "max",
-        ReduceKind::Min => "min",
-        ReduceKind::Prod => "prod",
-        ReduceKind::Argmax => "argmax",
-        ReduceKind::Argmin => "argmin",
-        ReduceKind::Logsumexp => return None,
-    })
+    (k != ReduceKind::Logsumexp).then(|| k.name())
 }

@@ -184,6 +184,16 @@ pub enum ModuleImage {
     Cubin(#[serde(with = "hex_bytes")] Vec<u8>),
 }
 
+impl ModuleImage {
+    /// The bytes the driver loads (`cuModuleLoadData` takes a CUBIN or PTX text alike).
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            ModuleImage::Cubin(b) => b,
+            ModuleImage::Ptx(p) => p.into_bytes(),
+        }
+    }
+}
+
 /// Why a compile produced no module.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum CompileError {

@@ -189,26 +189,6 @@ impl Gpu {
         Ok(DevBuf { ptr, bytes })
     }
 
-    /// Copies `src` into `dst` (from its start) and waits.
-    pub fn upload(&self, dst: &DevBuf, src: &[u8]) -> Result<(), GpuError> {
-        if src.len() > dst.bytes {
-            return Err(harness_error("upload", "source larger than the buffer"));
-        }
-        self.upload_at(dst.ptr, src)
-    }
-
-    /// Copies `src` to device address `dst` (inside a live buffer) and waits.
-    pub fn upload_at(&self, dst: u64, src: &[u8]) -> Result<(), GpuError> {
-        // SAFETY: callers pass an address with `src.len()` bytes of a live buffer behind it.
-        unsafe {
-            ck(
-                "cuMemcpyHtoDAsync",
-                sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), self.stream),
-            )?;
-        }
-        self.sync()
-    }
-
     /// Copies the start of `src` into `dst` and waits.
     pub fn download(&self, dst: &mut [u8], src: &DevBuf) -> Result<(), GpuError> {
         self.download_at(dst, src.ptr, src.bytes)
@@ -239,6 +219,18 @@ impl Gpu {
             ck(
                 "cuMemcpyDtoDAsync",
                 sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream),
+            )
+        }
+    }
+
+    /// Sets `n` bytes at device address `ptr` (inside a live buffer) to `byte`, asynchronously:
+    /// no host round trip, unlike an upload.
+    pub fn fill_bytes_at(&self, ptr: u64, byte: u8, n: usize) -> Result<(), GpuError> {
+        // SAFETY: callers pass an address with `n` bytes of a live buffer behind it.
+        unsafe {
+            ck(
+                "cuMemsetD8Async",
+                sys::cuMemsetD8Async(ptr, byte, n, self.stream),
             )
         }
     }

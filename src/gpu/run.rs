@@ -48,15 +48,21 @@ fn harness(e: impl std::fmt::Display) -> HarnessError {
     HarnessError::Backend(e.to_string())
 }
 
-/// A GPU error during the harness's own work: a sticky one was caused by the candidate (the
-/// harness's kernels are trusted and the context was fine before the candidate ran).
-fn exec_failure(e: GpuError) -> ExecFailure {
+/// A GPU error as the candidate's failure: a sticky fault is its crash (and poisons this worker);
+/// anything else is what `otherwise` makes of it (a refused launch, or the harness's own error).
+fn fault_or(e: GpuError, otherwise: impl FnOnce(GpuError) -> ExecFailure) -> ExecFailure {
     note_fault(&e);
     if e.is_sticky() {
         ExecFailure::Crash(format!("the kernel faulted: {} (at {})", e.fault(), e.call))
     } else {
-        ExecFailure::Harness(e.to_string())
+        otherwise(e)
     }
+}
+
+/// A GPU error during the harness's own work: a sticky one was caused by the candidate (the
+/// harness's kernels are trusted and the context was fine before the candidate ran).
+fn exec_failure(e: GpuError) -> ExecFailure {
+    fault_or(e, |e| ExecFailure::Harness(e.to_string()))
 }
 
 /// The worker's GPU with the harness's and the baseline's modules loaded.
@@ -196,10 +202,11 @@ impl Harness {
         )
     }
 
+    /// Stats to [0, u64::MAX, 0, 0] (failures, first index, max ratio), on the stream: the
+    /// kernel that follows sees them without a host round trip.
     fn reset_stats(&self) -> Result<(), GpuError> {
-        let init: [u64; 4] = [0, u64::MAX, 0, 0];
-        let bytes: Vec<u8> = init.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        self.gpu.upload(&self.stats, &bytes)
+        self.gpu.fill_bytes_at(self.stats.ptr(), 0, 32)?;
+        self.gpu.fill_bytes_at(self.stats.ptr() + 8, 0xff, 8)
     }
 
     fn read_stats(&self) -> Result<[u64; 4], GpuError> {
@@ -302,12 +309,10 @@ impl Harness {
     ) -> Result<f64, GpuError> {
         let mut bytes = [0u8; 8];
         self.gpu.download_at(&mut bytes, ptr + index * 8, 8)?;
-        let raw = u64::from_ne_bytes(bytes) ^ mask_stream(key, index);
-        Ok(if dtype == Dtype::I64 {
-            raw as i64 as f64
-        } else {
-            f64::from_bits(raw)
-        })
+        Ok(decode_reference(
+            dtype,
+            u64::from_ne_bytes(bytes) ^ mask_stream(key, index),
+        ))
     }
 
     /// One element's value, unmasked with `key` when given.
@@ -431,20 +436,23 @@ impl Harness {
         Ok(())
     }
 
-    /// The fp64 plan that computes the correctness protocol's reference (GEMMs through cuBLAS
-    /// when it loads).
+    /// The fp64 plan that computes the correctness protocol's reference.
     pub fn reference_plan(&mut self, task: &Task, preset: Preset) -> Result<EagerPlan, String> {
-        let plan = crate::baseline::lower_f64(task, preset).map_err(|e| e.to_string())?;
-        Ok(if self.blas_in_use() {
-            plan
-        } else {
-            plan.with_kernel_gemm()
-        })
+        self.runnable(crate::baseline::lower_f64(task, preset))
     }
 
-    /// The baseline plan this worker runs for `task` (GEMMs through cuBLAS when it loads).
+    /// The baseline plan this worker times candidates against.
     pub fn baseline_plan(&mut self, task: &Task, preset: Preset) -> Result<EagerPlan, String> {
-        let plan = crate::baseline::lower(task, preset).map_err(|e| e.to_string())?;
+        self.runnable(crate::baseline::lower(task, preset))
+    }
+
+    /// A lowered plan as this worker runs it: GEMMs through cuBLAS when it loads, else kevin's
+    /// own GEMM kernel.
+    fn runnable(
+        &mut self,
+        lowered: Result<EagerPlan, crate::baseline::BaselineError>,
+    ) -> Result<EagerPlan, String> {
+        let plan = lowered.map_err(|e| e.to_string())?;
         Ok(if self.blas_in_use() {
             plan
         } else {
@@ -478,6 +486,16 @@ fn dtype_code(d: Dtype) -> i32 {
         Dtype::F16 => 1,
         Dtype::Bf16 => 2,
         Dtype::I64 => 3,
+    }
+}
+
+/// A reference element's value from its 8 bytes: f64 for a float output of `dtype`, i64 for
+/// an index output.
+fn decode_reference(dtype: Dtype, raw: u64) -> f64 {
+    if dtype == Dtype::I64 {
+        raw as i64 as f64
+    } else {
+        f64::from_bits(raw)
     }
 }
 
@@ -568,17 +586,14 @@ impl Candidate {
             // SAFETY: the plan was validated against the kernel's signature; what the kernel
             // does with its pointers is untrusted, which is why this runs in a worker.
             unsafe { gpu.launch(*f, l.grid, l.block, l.smem_bytes, &mut params) }.map_err(|e| {
-                note_fault(&e);
-                if e.is_sticky() {
-                    ExecFailure::Crash(format!("the kernel faulted: {}", e.fault()))
-                } else {
+                fault_or(e, |e| {
                     ExecFailure::Launch(format!(
                         "launch line {} (`{}`): {}",
                         l.line,
                         l.kernel,
                         e.fault()
                     ))
-                }
+                })
             })?;
         }
         Ok(())
@@ -588,12 +603,9 @@ impl Candidate {
     pub fn run(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
         self.enqueue(gpu, tensors)?;
         gpu.sync().map_err(|e| {
-            note_fault(&e);
-            if e.is_sticky() {
-                ExecFailure::Crash(format!("the kernel faulted: {}", e.fault()))
-            } else {
+            fault_or(e, |e| {
                 ExecFailure::Launch(format!("the launch sequence failed: {}", e.fault()))
-            }
+            })
         })
     }
 }
@@ -860,7 +872,7 @@ impl Trials for GpuTrials<'_, '_> {
 fn set_canaries(h: &Harness, b: &TaskBuffers) -> Result<(), GpuError> {
     for (spec, t) in b.specs.iter().zip(&b.tensors) {
         let data = spec.numel() * dtype_size(spec.dtype);
-        h.gpu.upload_at(t.ptr() + data as u64, &[CANARY; SLACK])?;
+        h.gpu.fill_bytes_at(t.ptr() + data as u64, CANARY, SLACK)?;
     }
     Ok(())
 }
@@ -1035,14 +1047,7 @@ impl Timer for GpuTimer<'_, '_> {
                 self.h.gpu.fill_u32(b, 0).map_err(exec_failure)?;
             }
         }
-        self.events.elapsed_ms().map_err(|e| {
-            note_fault(&e);
-            if e.is_sticky() {
-                ExecFailure::Crash(format!("the kernel faulted: {}", e.fault()))
-            } else {
-                ExecFailure::Harness(e.to_string())
-            }
-        })
+        self.events.elapsed_ms().map_err(exec_failure)
     }
 
     fn flush_cache(&mut self) {
@@ -1051,9 +1056,15 @@ impl Timer for GpuTimer<'_, '_> {
     }
 }
 
-/// Downloads a device tensor as f64 values.
-fn download_values(h: &Harness, ptr: u64, spec: &TensorSpec) -> Result<Vec<f64>, GpuError> {
-    let width = dtype_size(spec.dtype);
+/// Downloads a device tensor of `spec`'s elements as f64 values: in its dtype, or (`reference`)
+/// as the 8-byte elements of a reference.
+fn download_values(
+    h: &Harness,
+    ptr: u64,
+    spec: &TensorSpec,
+    reference: bool,
+) -> Result<Vec<f64>, GpuError> {
+    let width = if reference { 8 } else { dtype_size(spec.dtype) };
     let mut bytes = vec![0u8; spec.numel() * width];
     let n = bytes.len();
     h.gpu.download_at(&mut bytes, ptr, n)?;
@@ -1062,7 +1073,12 @@ fn download_values(h: &Harness, ptr: u64, spec: &TensorSpec) -> Result<Vec<f64>,
         .map(|c| {
             let mut raw = [0u8; 8];
             raw[..width].copy_from_slice(c);
-            decode(spec.dtype, u64::from_ne_bytes(raw))
+            let raw = u64::from_ne_bytes(raw);
+            if reference {
+                decode_reference(spec.dtype, raw)
+            } else {
+                decode(spec.dtype, raw)
+            }
         })
         .collect())
 }
@@ -1112,7 +1128,7 @@ pub fn check_baseline(
     let host_inputs = bufs.specs[..bufs.n_inputs]
         .iter()
         .zip(&inputs)
-        .map(|(s, &p)| download_values(h, p, s))
+        .map(|(s, &p)| download_values(h, p, s, false))
         .collect::<Result<Vec<_>, _>>()
         .map_err(e)?;
     let want = task
@@ -1123,7 +1139,7 @@ pub fn check_baseline(
     let (mut ref_ratio, mut ref_failure) = (0.0, None);
     let out_specs = &bufs.specs[bufs.n_inputs..];
     for ((spec, &p), want) in out_specs.iter().zip(&outputs).zip(&want) {
-        let got = download_values(h, p, spec).map_err(e)?;
+        let got = download_values(h, p, spec, false).map_err(e)?;
         judge_all(spec, &got, want, tol, &mut max_ratio, &mut first_failure);
     }
     // The fp64 reference, unmasked (key 0 is never drawn; masking is skipped here).
@@ -1150,20 +1166,7 @@ pub fn check_baseline(
     h.run_baseline(&bufs.ref_plan, &rptrs).map_err(e)?;
     h.gpu.sync().map_err(e)?;
     for ((spec, buf), want) in out_specs.iter().zip(&wide_out).zip(&want) {
-        let mut bytes = vec![0u8; spec.numel() * 8];
-        let n = bytes.len();
-        h.gpu.download_at(&mut bytes, buf.ptr(), n).map_err(e)?;
-        let got: Vec<f64> = bytes
-            .chunks_exact(8)
-            .map(|c| {
-                let raw = u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
-                if spec.dtype == Dtype::I64 {
-                    raw as i64 as f64
-                } else {
-                    f64::from_bits(raw)
-                }
-            })
-            .collect();
+        let got = download_values(h, buf.ptr(), spec, true).map_err(e)?;
         judge_all(spec, &got, want, tol, &mut ref_ratio, &mut ref_failure);
     }
     Ok(crate::cuda_env::BaselineCheck {

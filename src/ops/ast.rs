@@ -217,6 +217,59 @@ pub enum UnaryFn {
     Hardswish,
 }
 
+impl UnaryFn {
+    /// Every function, in declaration order.
+    pub const ALL: [UnaryFn; 17] = [
+        UnaryFn::Relu,
+        UnaryFn::Gelu,
+        UnaryFn::GeluTanh,
+        UnaryFn::Silu,
+        UnaryFn::Sigmoid,
+        UnaryFn::Tanh,
+        UnaryFn::Exp,
+        UnaryFn::Log,
+        UnaryFn::Abs,
+        UnaryFn::Neg,
+        UnaryFn::Sqrt,
+        UnaryFn::Rsqrt,
+        UnaryFn::Square,
+        UnaryFn::Softplus,
+        UnaryFn::Mish,
+        UnaryFn::Hardsigmoid,
+        UnaryFn::Hardswish,
+    ];
+
+    /// The name a program calls it by (the one table of these names; the parser, messages and
+    /// the baseline's kernel names all use it).
+    pub fn name(self) -> &'static str {
+        use UnaryFn::*;
+        match self {
+            Relu => "relu",
+            Gelu => "gelu",
+            GeluTanh => "gelu_tanh",
+            Silu => "silu",
+            Sigmoid => "sigmoid",
+            Tanh => "tanh",
+            Exp => "exp",
+            Log => "log",
+            Abs => "abs",
+            Neg => "neg",
+            Sqrt => "sqrt",
+            Rsqrt => "rsqrt",
+            Square => "square",
+            Softplus => "softplus",
+            Mish => "mish",
+            Hardsigmoid => "hardsigmoid",
+            Hardswish => "hardswish",
+        }
+    }
+
+    /// The function a program's name calls.
+    pub fn from_name(name: &str) -> Option<UnaryFn> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
 /// Reductions over one axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReduceKind {
@@ -236,6 +289,40 @@ pub enum ReduceKind {
     Argmin,
     /// log(sum(exp(x))), computed stably.
     Logsumexp,
+}
+
+impl ReduceKind {
+    /// Every reduction, in declaration order.
+    pub const ALL: [ReduceKind; 8] = [
+        ReduceKind::Sum,
+        ReduceKind::Mean,
+        ReduceKind::Max,
+        ReduceKind::Min,
+        ReduceKind::Prod,
+        ReduceKind::Argmax,
+        ReduceKind::Argmin,
+        ReduceKind::Logsumexp,
+    ];
+
+    /// The name a program calls it by.
+    pub fn name(self) -> &'static str {
+        use ReduceKind::*;
+        match self {
+            Sum => "sum",
+            Mean => "mean",
+            Max => "max",
+            Min => "min",
+            Prod => "prod",
+            Argmax => "argmax",
+            Argmin => "argmin",
+            Logsumexp => "logsumexp",
+        }
+    }
+
+    /// The reduction a program's name calls.
+    pub fn from_name(name: &str) -> Option<ReduceKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
 }
 
 /// A built-in operation applied by a call, with its constant parameters resolved.
@@ -378,5 +465,22 @@ impl Program {
     /// The value of a named constant.
     pub fn const_value(&self, name: &str) -> Option<f64> {
         self.consts.iter().find(|c| c.name == name).map(|c| c.value)
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::{ReduceKind, UnaryFn};
+
+    #[test]
+    fn every_name_parses_back_to_its_op() {
+        for f in UnaryFn::ALL {
+            assert_eq!(UnaryFn::from_name(f.name()), Some(f));
+        }
+        for k in ReduceKind::ALL {
+            assert_eq!(ReduceKind::from_name(k.name()), Some(k));
+        }
+        assert_eq!(UnaryFn::from_name("sum"), None);
+        assert_eq!(ReduceKind::from_name("relu"), None);
     }
 }

@@ -38,42 +38,11 @@ enum V {
 }
 
 fn unary_fn(name: &str) -> Option<UnaryFn> {
-    use UnaryFn::*;
-    Some(match name {
-        "relu" => Relu,
-        "gelu" => Gelu,
-        "gelu_tanh" => GeluTanh,
-        "silu" => Silu,
-        "sigmoid" => Sigmoid,
-        "tanh" => Tanh,
-        "exp" => Exp,
-        "log" => Log,
-        "abs" => Abs,
-        "neg" => Neg,
-        "sqrt" => Sqrt,
-        "rsqrt" => Rsqrt,
-        "square" => Square,
-        "softplus" => Softplus,
-        "mish" => Mish,
-        "hardsigmoid" => Hardsigmoid,
-        "hardswish" => Hardswish,
-        _ => return None,
-    })
+    UnaryFn::from_name(name)
 }
 
 fn reduce_kind(name: &str) -> Option<ReduceKind> {
-    use ReduceKind::*;
-    Some(match name {
-        "sum" => Sum,
-        "mean" => Mean,
-        "max" => Max,
-        "min" => Min,
-        "prod" => Prod,
-        "argmax" => Argmax,
-        "argmin" => Argmin,
-        "logsumexp" => Logsumexp,
-        _ => return None,
-    })
+    ReduceKind::from_name(name)
 }
 
 fn signature(name: &str) -> Option<Vec<P>> {

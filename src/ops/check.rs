@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ast::{BinOp, Dim, Dtype, Expr, Op, Program, ReduceKind, TensorType, UnaryFn};
+use super::ast::{BinOp, Dim, Dtype, Expr, Op, Program, ReduceKind, TensorType};
 use super::CheckError;
 
 /// The type of an expression: a tensor type, or a Python-like scalar (`dtype == None`, rank 0)
@@ -40,41 +40,13 @@ impl ExprType {
 
 /// The name a call is written with, for messages.
 pub fn op_name(op: &Op) -> &'static str {
-    use UnaryFn::*;
     match op {
-        Op::Unary(u) => match u {
-            Relu => "relu",
-            Gelu => "gelu",
-            GeluTanh => "gelu_tanh",
-            Silu => "silu",
-            Sigmoid => "sigmoid",
-            Tanh => "tanh",
-            Exp => "exp",
-            Log => "log",
-            Abs => "abs",
-            Neg => "neg",
-            Sqrt => "sqrt",
-            Rsqrt => "rsqrt",
-            Square => "square",
-            Softplus => "softplus",
-            Mish => "mish",
-            Hardsigmoid => "hardsigmoid",
-            Hardswish => "hardswish",
-        },
+        Op::Unary(u) => u.name(),
         Op::LeakyRelu { .. } => "leaky_relu",
         Op::Elu { .. } => "elu",
         Op::Clamp { hardtanh: true, .. } => "hardtanh",
         Op::Clamp { .. } => "clamp",
-        Op::Reduce { kind, .. } => match kind {
-            ReduceKind::Sum => "sum",
-            ReduceKind::Mean => "mean",
-            ReduceKind::Max => "max",
-            ReduceKind::Min => "min",
-            ReduceKind::Prod => "prod",
-            ReduceKind::Argmax => "argmax",
-            ReduceKind::Argmin => "argmin",
-            ReduceKind::Logsumexp => "logsumexp",
-        },
+        Op::Reduce { kind, .. } => kind.name(),
         Op::Softmax { .. } => "softmax",
         Op::LogSoftmax { .. } => "log_softmax",
         Op::Cumsum { .. } => "cumsum",

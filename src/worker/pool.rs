@@ -337,13 +337,19 @@ where
             .collect()
     }
 
-    fn ping_slot(&self, idx: usize, limit: Duration) -> Result<Duration, WorkerFailure> {
+    /// A fresh nonce and the ping frame that carries it.
+    fn ping_frame(&self) -> Result<(u64, Vec<u8>), WorkerFailure> {
         let nonce = self.fresh_id();
         let frame = encode_frame(&ToChild::<Req>::Ping { nonce }, self.config.max_frame_bytes)
             .map_err(|e| WorkerFailure::Protocol {
                 reason: e.to_string(),
                 stderr_tail: String::new(),
             })?;
+        Ok((nonce, frame))
+    }
+
+    fn ping_slot(&self, idx: usize, limit: Duration) -> Result<Duration, WorkerFailure> {
+        let (nonce, frame) = self.ping_frame()?;
         let start = Instant::now();
         self.exchange(idx, frame, Expect::Pong(nonce), limit)
             .map(|_| start.elapsed())
@@ -453,12 +459,7 @@ where
     /// One ping round trip on a fresh child (within the spawn timeout); a child that fails it is
     /// killed and reported as a spawn failure.
     fn health_check(&self, mut child: ChildProc<Resp>) -> Result<ChildProc<Resp>, WorkerFailure> {
-        let nonce = self.fresh_id();
-        let frame = encode_frame(&ToChild::<Req>::Ping { nonce }, self.config.max_frame_bytes)
-            .map_err(|e| WorkerFailure::Protocol {
-                reason: e.to_string(),
-                stderr_tail: String::new(),
-            })?;
+        let (nonce, frame) = self.ping_frame()?;
         child.send(frame);
         let reason = match child.next(Instant::now() + self.config.spawn_timeout) {
             Next::Msg(FromChild::Pong { nonce: n }) if n == nonce => return Ok(child),
