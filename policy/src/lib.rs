@@ -1,3 +1,50 @@
 //! kevin's policy in burn: a Qwen2-architecture decoder, Hugging Face checkpoints, batched
 //! sampling with a KV cache, and the learner that trains it from the replay queue.
+//!
+//! The pieces meet at [`CausalLm`]: the sampler drives any model through it (a test double in
+//! unit tests, `Qwen2` for real), and the learner differentiates through its `forward`.
 #![warn(missing_docs)]
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor};
+
+/// What generation and learning need from a causal language model.
+///
+/// Generation works on a cache of fixed *slots*, each holding one sequence's keys and values, so
+/// that sequences of different lengths (a new prompt being prefilled next to sequences decoding
+/// one token a step) share one forward pass: continuous batching.
+pub trait CausalLm<B: Backend> {
+    /// The KV cache of [`CausalLm::extend`].
+    type Cache;
+
+    /// Size of the vocabulary (the logits' last dimension).
+    fn vocab_size(&self) -> usize;
+
+    /// Longest sequence (prompt + response) the model can attend over.
+    fn max_positions(&self) -> usize;
+
+    /// The device the weights live on.
+    fn device(&self) -> B::Device;
+
+    /// An empty cache of `slots` sequences of at most `max_len` tokens each.
+    fn new_cache(&self, slots: usize, max_len: usize) -> Self::Cache;
+
+    /// Appends `tokens[i]` to the sequence held in slot `slots[i]` (distinct slots, each row at
+    /// least one token; an empty slot starts a new sequence at position 0) and returns, for every
+    /// row, the logits after its last new token: `[rows, vocab]`, f32. A row that would pass the
+    /// slot's `max_len` is an error naming the slot.
+    fn extend(
+        &self,
+        cache: &mut Self::Cache,
+        slots: &[usize],
+        tokens: &[Vec<u32>],
+    ) -> Result<Tensor<B, 2>, String>;
+
+    /// Empties a slot (its sequence finished) so a new sequence can start in it.
+    fn clear_slot(&self, cache: &mut Self::Cache, slot: usize);
+
+    /// Causal logits at every position of `tokens` `[batch, seq]`, without a cache:
+    /// `[batch, seq, vocab]`. Rows are right-padded by the caller; the logits at padded positions
+    /// are meaningless and the caller masks them out. The learner differentiates through this.
+    fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3>;
+}
