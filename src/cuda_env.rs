@@ -107,6 +107,46 @@ pub struct CudaReply {
     pub result: CudaResult,
     /// The worker's context is poisoned: it must be replaced.
     pub retire: bool,
+    /// Where the worker's time went: (phase, ms) in order (see [`CudaEnv::phase_stats`]).
+    #[serde(default)]
+    pub phases: Vec<(String, f64)>,
+}
+
+/// Wall-clock phases of one request inside a worker.
+#[derive(Debug)]
+struct Phases {
+    last: Instant,
+    done: Vec<(String, f64)>,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases {
+            last: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Ends the current phase, split into `parts` measured inside it (`<prefix>.<part>`); what
+    /// they do not cover goes to `<prefix>.other`.
+    fn split(&mut self, prefix: &str, parts: &[(&str, f64)]) {
+        let total = self.last.elapsed().as_secs_f64() * 1e3;
+        let covered: f64 = parts.iter().map(|p| p.1).sum();
+        for (name, ms) in parts {
+            self.done.push((format!("{prefix}.{name}"), *ms));
+        }
+        self.done
+            .push((format!("{prefix}.other"), (total - covered).max(0.0)));
+        self.last = Instant::now();
+    }
+
+    /// Ends the current phase under `name`.
+    fn mark(&mut self, name: &str) {
+        let now = Instant::now();
+        self.done
+            .push((name.to_string(), (now - self.last).as_secs_f64() * 1e3));
+        self.last = now;
+    }
 }
 
 /// The result part of a [`CudaReply`].
@@ -163,7 +203,12 @@ mod worker {
         Ok((cand, bufs))
     }
 
-    pub(super) fn handle(h: &mut Harness, suite: &TaskSuite, req: CudaRequest) -> CudaResult {
+    pub(super) fn handle(
+        h: &mut Harness,
+        suite: &TaskSuite,
+        req: CudaRequest,
+        ph: &mut Phases,
+    ) -> CudaResult {
         let name = match &req {
             CudaRequest::Verify { task, .. }
             | CudaRequest::Profile { task, .. }
@@ -186,9 +231,12 @@ mod worker {
                         Ok(p) => p,
                         Err(answer) => return answer,
                     };
+                ph.mark("verify.load");
                 let mut trials_impl = GpuTrials::new(h, &bufs, &cand);
                 let cfg = ProtocolConfig { trials, seed: None };
-                match correctness::run_protocol(&mut trials_impl, &cfg) {
+                let verdict = correctness::run_protocol(&mut trials_impl, &cfg);
+                ph.split("verify", &trials_impl.spent());
+                match verdict {
                     Ok(_) => CudaResult::Outcome(None),
                     Err(CheckError::Candidate(o)) => CudaResult::Outcome(Some(o)),
                     Err(CheckError::Harness(e)) => CudaResult::HarnessError(e.to_string()),
@@ -206,15 +254,20 @@ mod worker {
                         Ok(p) => p,
                         Err(answer) => return answer,
                     };
+                ph.mark("profile.load");
                 let mut timer = match GpuTimer::new(h, &bufs, &cand) {
                     Ok(t) => t,
                     Err(e) => return CudaResult::HarnessError(e.to_string()),
                 };
+                ph.mark("profile.inputs");
                 let t = match timing::measure(&mut timer, &TimingConfig::default()) {
                     Ok(t) => t,
                     Err(f) => return outcome_of(f, "profile"),
                 };
-                match timer.recheck() {
+                ph.mark("profile.timing");
+                let rechecked = timer.recheck();
+                ph.mark("profile.recheck");
+                match rechecked {
                     Ok(None) => CudaResult::Outcome(Some(timing::correct_outcome(&t, "cuda"))),
                     Ok(Some(reason)) => CudaResult::Outcome(Some(Outcome::Wrong {
                         reason,
@@ -249,10 +302,16 @@ mod worker {
         let mut h =
             Harness::new(ordinal, &himg, &bimg).map_err(|e| format!("GPU {ordinal}: {e}"))?;
         crate::worker::serve("cuda", crate::worker::DEFAULT_MAX_FRAME_BYTES, |req| {
-            let result = handle(&mut h, &suite, req);
+            let mut ph = Phases::start();
+            let result = handle(&mut h, &suite, req, &mut ph);
+            // Buffers are freed on the stream: wait for the frees so the next request's
+            // phases do not pay for this one's.
+            let _ = h.gpu().sync();
+            ph.mark("release");
             CudaReply {
                 result,
                 retire: crate::gpu::run::poisoned(),
+                phases: ph.done,
             }
         })
         .map_err(|e| e.to_string())
@@ -325,6 +384,8 @@ pub struct CudaEnv {
     compiles: AtomicU64,
     verify_timeout: Duration,
     profile_timeout: Duration,
+    /// Phase name -> (requests, total ms): where GPU requests spend their time.
+    phases: std::sync::Mutex<BTreeMap<String, (u64, f64)>>,
 }
 
 /// FNV-1a: a stable 64-bit hash for cache keys (std's hasher may change between releases).
@@ -481,6 +542,7 @@ impl CudaEnv {
             compiles: AtomicU64::new(0),
             verify_timeout: Duration::from_millis(cfg.verify_timeout_ms),
             profile_timeout: Duration::from_millis(cfg.profile_timeout_ms),
+            phases: Default::default(),
         })
     }
 
@@ -495,14 +557,35 @@ impl CudaEnv {
     ) -> Result<CudaResult, Outcome> {
         let i = self.next_pool.fetch_add(1, Ordering::Relaxed) % self.pools.len();
         let exclusive = matches!(req, CudaRequest::Profile { .. });
+        let waiting = Instant::now();
         let (_read, _write);
         if exclusive {
             _write = self.gpu_locks[i].write().unwrap_or_else(|e| e.into_inner());
         } else {
             _read = self.gpu_locks[i].read().unwrap_or_else(|e| e.into_inner());
         }
+        let waited = waiting.elapsed();
+        let sent = Instant::now();
         match self.pools[i].request_with_timeout(req, limit) {
-            Ok(reply) => Ok(reply.result),
+            Ok(reply) => {
+                let round_trip = sent.elapsed();
+                let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+                let mut add = |name: String, ms: f64| {
+                    let e = phases.entry(name).or_insert((0, 0.0));
+                    e.0 += 1;
+                    e.1 += ms;
+                };
+                let worker_ms: f64 = reply.phases.iter().map(|p| p.1).sum();
+                add(format!("{stage}.lock_wait"), waited.as_secs_f64() * 1e3);
+                add(
+                    format!("{stage}.transport"),
+                    (round_trip.as_secs_f64() * 1e3 - worker_ms).max(0.0),
+                );
+                for (name, ms) in reply.phases {
+                    add(name, ms);
+                }
+                Ok(reply.result)
+            }
             Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout {
                 stage: stage.into(),
                 limit_ms: limit.as_millis() as u64,
@@ -534,6 +617,26 @@ impl CudaEnv {
             Ok(other) => Err(format!("unexpected answer {other:?}")),
             Err(o) => Err(o.feedback()),
         }
+    }
+
+    /// Mean milliseconds per request of every phase seen so far, with its request count:
+    /// `<stage>.lock_wait` (waiting for the GPU lock), `<stage>.transport` (round trip minus
+    /// the worker's own time), and the worker's phases (`verify.load`, `verify.begin|run|tampering|compare|other`,
+    /// `profile.load`, `profile.inputs`, `profile.timing`, `profile.recheck`, `release`).
+    pub fn phase_stats(&self) -> Vec<(String, u64, f64)> {
+        let phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        phases
+            .iter()
+            .map(|(k, &(n, total))| (k.clone(), n, total / n.max(1) as f64))
+            .collect()
+    }
+
+    /// Forgets the phases seen so far.
+    pub fn reset_phase_stats(&self) {
+        self.phases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// Worker statistics of every GPU's pool, in GPU order.

@@ -3,7 +3,8 @@
 //! - compile latency: NVRTC to a CUBIN in the compile pool, per reference solution (compare with
 //!   torch's `load_inline`, timed by benches/torch_eager.py in the same device call);
 //! - evaluation throughput: level-1 reference solutions evaluated end to end (compile, verify,
-//!   profile) by concurrent clients for a fixed time, through the pools the daemon uses;
+//!   profile) one at a time and by concurrent clients for a fixed time, through the pools the
+//!   daemon uses, with the mean time of every phase of a GPU request;
 //! - timing repeatability: one kernel evaluated `repeat` times; coefficient of variation of its
 //!   speedup;
 //! - worker replacement: kernels that fault with an illegal address, each followed by a valid
@@ -106,7 +107,21 @@ pub fn run(args: &GpuBenchArgs) -> Result<(), String> {
         compile_ms.len()
     );
 
-    // 2. Throughput: clients evaluate level-1 solutions round-robin for `seconds`.
+    // 2a. Where one evaluation's time goes: every level-1 solution once, one at a time.
+    env.reset_phase_stats();
+    let t_serial = Instant::now();
+    for (task, src) in &level1 {
+        let o = evaluate(&env, task, src);
+        if !o.is_correct() {
+            return Err(format!("{task}: {}", o.feedback()));
+        }
+    }
+    let serial_per_s = level1.len() as f64 / t_serial.elapsed().as_secs_f64();
+    let serial_phases = env.phase_stats();
+    eprintln!("serial: {serial_per_s:.1} candidates/s");
+
+    // 2b. Throughput: clients evaluate level-1 solutions round-robin for `seconds`.
+    env.reset_phase_stats();
     let stop = AtomicBool::new(false);
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -144,6 +159,7 @@ pub fn run(args: &GpuBenchArgs) -> Result<(), String> {
     let per_s = evaluations as f64 / elapsed;
     eprintln!();
     let wrong = wrong.into_inner().expect("wrong");
+    let busy_phases = env.phase_stats();
 
     // 3. Repeatability of one kernel's speedup.
     let src = solution(&args.task)?;
@@ -206,6 +222,18 @@ pub fn run(args: &GpuBenchArgs) -> Result<(), String> {
     report += &format!(
         "| workers replaced, mean replacement time | {replaced}, {respawn_mean_ms:.0} ms |\n"
     );
+    report += &format!(
+        "| level-1 solutions one at a time (1 client) | {serial_per_s:.1} candidates/s |\n"
+    );
+    report += "\nMean ms per request and phase (`lock_wait`: waiting for the GPU lock; `transport`: the round trip minus the worker's own time; `release`: freeing the request's buffers):\n\n";
+    report += "| phase | one at a time | throughput run |\n| --- | --- | --- |\n";
+    for (name, n, ms) in &serial_phases {
+        let busy = busy_phases
+            .iter()
+            .find(|p| &p.0 == name)
+            .map_or("-".to_string(), |p| format!("{:.2} ms ({}x)", p.2, p.1));
+        report += &format!("| {name} | {ms:.2} ms ({n}x) | {busy} |\n");
+    }
     println!("{report}");
     for w in wrong.iter().take(5) {
         println!("not correct during the throughput run: {w}");

@@ -10,6 +10,8 @@
 
 use std::ffi::{c_void, CString};
 
+use std::time::{Duration, Instant};
+
 use cudarc::driver::sys;
 
 /// A failed driver call.
@@ -44,6 +46,28 @@ impl GpuError {
             | 709 // CONTEXT_IS_DESTROYED
             | 999 // UNKNOWN
         )
+    }
+}
+
+/// Polls a stream or event `query` until it is done (`Ok(true)`) or `limit` has passed
+/// (`Ok(false)`): yielding for the first millisecond (short kernels answer quickly), then
+/// sleeping 100 µs between polls.
+fn poll(call: &str, limit: Duration, query: impl Fn() -> sys::CUresult) -> Result<bool, GpuError> {
+    let start = Instant::now();
+    loop {
+        let r = query();
+        if r != sys::CUresult::CUDA_ERROR_NOT_READY {
+            return ck(call, r).map(|_| true);
+        }
+        let waited = start.elapsed();
+        if waited >= limit {
+            return Ok(false);
+        }
+        if waited < Duration::from_millis(1) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 }
 
@@ -129,6 +153,22 @@ impl Gpu {
                 sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
             )?;
             ck("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+            // Freed buffers stay in the device's default pool for the next request instead of
+            // going back to the driver at every synchronisation.
+            let mut pool = std::ptr::null_mut();
+            ck(
+                "cuDeviceGetDefaultMemPool",
+                sys::cuDeviceGetDefaultMemPool(&mut pool, dev),
+            )?;
+            let mut keep = u64::MAX;
+            ck(
+                "cuMemPoolSetAttribute",
+                sys::cuMemPoolSetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut keep as *mut u64).cast(),
+                ),
+            )?;
             let mut stream = std::ptr::null_mut();
             ck(
                 "cuStreamCreate",
@@ -181,12 +221,24 @@ impl Gpu {
         self.dev
     }
 
-    /// Allocates `bytes` of device memory (at least 1 byte).
+    /// Allocates `bytes` of device memory (at least 1 byte), ordered on the stream from the
+    /// device's memory pool: a request's buffers come back to the pool when they drop, without
+    /// the implicit synchronisation and page mapping of cuMemAlloc/cuMemFree (which cost about
+    /// as much as the GPU work of a level-1 evaluation).
     pub fn alloc(&self, bytes: usize) -> Result<DevBuf, GpuError> {
         let mut ptr = 0;
-        // SAFETY: out-pointer to a local.
-        unsafe { ck("cuMemAlloc", sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)))? };
-        Ok(DevBuf { ptr, bytes })
+        // SAFETY: out-pointer to a local; the stream lives as long as `self`.
+        unsafe {
+            ck(
+                "cuMemAllocAsync",
+                sys::cuMemAllocAsync(&mut ptr, bytes.max(1), self.stream),
+            )?
+        };
+        Ok(DevBuf {
+            ptr,
+            bytes,
+            stream: self.stream,
+        })
     }
 
     /// Copies the start of `src` into `dst` and waits.
@@ -255,6 +307,15 @@ impl Gpu {
                 sys::cuMemsetD16Async(buf.ptr, word, buf.bytes / 2, self.stream),
             )
         }
+    }
+
+    /// Waits for the stream at most `limit`: `Ok(false)` when work is still running then (the
+    /// caller decides what a late kernel means; nothing stops it short of ending the context).
+    pub fn sync_within(&self, limit: Duration) -> Result<bool, GpuError> {
+        // SAFETY: the stream lives as long as `self`.
+        poll("cuStreamQuery", limit, || unsafe {
+            sys::cuStreamQuery(self.stream)
+        })
     }
 
     /// Waits for the stream.
@@ -346,6 +407,8 @@ impl Gpu {
 pub struct DevBuf {
     ptr: u64,
     bytes: usize,
+    /// The stream it was allocated on, and is freed on.
+    stream: sys::CUstream,
 }
 
 impl DevBuf {
@@ -362,10 +425,11 @@ impl DevBuf {
 
 impl Drop for DevBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated by cuMemAlloc and freed once. After a sticky error this fails,
-        // which is fine: the process is about to exit.
+        // SAFETY: allocated by cuMemAllocAsync on `stream` and freed once, ordered after all
+        // work queued on that stream (every use of the buffer is on it). After a sticky error
+        // this fails, which is fine: the process is about to exit.
         unsafe {
-            let _ = sys::cuMemFree_v2(self.ptr);
+            let _ = sys::cuMemFreeAsync(self.ptr, self.stream);
         }
     }
 }
@@ -438,6 +502,19 @@ impl EventPair {
     pub fn stop(&self) -> Result<(), GpuError> {
         // SAFETY: live event and stream.
         unsafe { ck("cuEventRecord", sys::cuEventRecord(self.end, self.stream)) }
+    }
+
+    /// Waits at most `limit` for the end event: milliseconds between the two, or `None` when
+    /// the timed work is still running then.
+    pub fn elapsed_ms_within(&self, limit: Duration) -> Result<Option<f64>, GpuError> {
+        // SAFETY: the event lives as long as `self`.
+        if poll("cuEventQuery", limit, || unsafe {
+            sys::cuEventQuery(self.end)
+        })? {
+            self.elapsed_ms().map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     /// Waits for the end event; milliseconds between the two.

@@ -103,6 +103,11 @@ __device__ __forceinline__ double kv_value(const void* p, u64 i, int dtype, u64 
 }
 extern "C" __global__ void kevin_compare(const void* got, const void* want_masked, u64 n, int dtype, int want_dtype,
                                          u64 key, u64 fill, double atol, double rtol, u64* stats) {
+    // Counted per thread and reduced per warp: one atomic per warp, not one per element (every
+    // element of a correct float output has a small non-zero error, and 64M atomics on one
+    // address serialise in L2). Launched with whole warps (blockDim a multiple of 32).
+    u64 failures = 0, first = ~0ULL;
+    u32 worst = 0;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         u64 graw, wraw;
         double g = kv_value(got, i, dtype, 0, false, &graw);
@@ -120,11 +125,27 @@ extern "C" __global__ void kevin_compare(const void* got, const void* want_maske
             if (!fail && err > 0.0) ratio = (float)(err / bound);
         }
         if (fail) {
-            atomicAdd(&stats[0], 1ULL);
-            atomicMin(&stats[1], i);
+            failures += 1;
+            if (i < first) first = i;
         } else if (ratio > 0.0f) {
-            atomicMax((u32*)&stats[2], __float_as_uint(ratio));
+            // Positive floats order as their bit patterns.
+            u32 bits = __float_as_uint(ratio);
+            if (bits > worst) worst = bits;
         }
+    }
+    for (int lane = 16; lane > 0; lane >>= 1) {
+        failures += __shfl_xor_sync(0xffffffffu, failures, lane);
+        u64 f = __shfl_xor_sync(0xffffffffu, first, lane);
+        if (f < first) first = f;
+        u32 r = __shfl_xor_sync(0xffffffffu, worst, lane);
+        if (r > worst) worst = r;
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (failures) {
+            atomicAdd(&stats[0], failures);
+            atomicMin(&stats[1], first);
+        }
+        if (worst) atomicMax((u32*)&stats[2], worst);
     }
 }
 

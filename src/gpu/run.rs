@@ -29,6 +29,13 @@ const CANARY: u8 = 0xA5;
 /// Input sets rotated between timed runs.
 pub const TIMING_SETS: usize = 3;
 
+/// The longest one run of a candidate's launch sequence may take, in verification or in a
+/// timed run: 200 times the slowest baseline of the suite at the GPU preset. A kernel still
+/// running then is answered as a timeout at once and its worker replaced (the only way to stop
+/// it), so a hung kernel holds the GPU for a second instead of the request's whole deadline
+/// (a minute in configs/gpu.toml) and slows its neighbours' checks no longer than that.
+pub const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Set once a sticky fault has poisoned this process's context: every later answer says so, and
 /// the parent replaces the worker.
 static POISONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -36,6 +43,14 @@ static POISONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::
 /// Whether this worker's context is poisoned (it must be replaced).
 pub fn poisoned() -> bool {
     POISONED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// A candidate's run outlived [`RUN_LIMIT`]: it is still on the GPU, so this worker must go.
+fn overran() -> ExecFailure {
+    POISONED.store(true, std::sync::atomic::Ordering::SeqCst);
+    ExecFailure::Timeout {
+        limit_ms: RUN_LIMIT.as_millis() as u64,
+    }
 }
 
 fn note_fault(e: &GpuError) {
@@ -599,14 +614,19 @@ impl Candidate {
         Ok(())
     }
 
-    /// Runs the launch sequence and waits for it.
+    /// Runs the launch sequence and waits for it, at most [`RUN_LIMIT`].
     pub fn run(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
         self.enqueue(gpu, tensors)?;
-        gpu.sync().map_err(|e| {
+        let done = gpu.sync_within(RUN_LIMIT).map_err(|e| {
             fault_or(e, |e| {
                 ExecFailure::Launch(format!("the launch sequence failed: {}", e.fault()))
             })
-        })
+        })?;
+        if done {
+            Ok(())
+        } else {
+            Err(overran())
+        }
     }
 }
 
@@ -753,6 +773,9 @@ pub struct GpuTrials<'a, 't> {
     bufs: &'a TaskBuffers<'t>,
     cand: &'a Candidate,
     key: u64,
+    /// Wall-clock ms spent in each step of the protocol (see [`GpuTrials::spent`]); each step
+    /// ends with a synchronisation or a download, so this is GPU time plus launch gaps.
+    spent: [f64; 4],
 }
 
 impl<'a, 't> GpuTrials<'a, 't> {
@@ -763,12 +786,58 @@ impl<'a, 't> GpuTrials<'a, 't> {
             bufs,
             cand,
             key: 0,
+            spent: [0.0; 4],
         }
     }
+
+    /// Milliseconds spent so far drawing inputs and references (`begin`), running the candidate,
+    /// checking inputs and canaries (`tampering`) and comparing outputs.
+    pub fn spent(&self) -> [(&'static str, f64); 4] {
+        let [b, r, t, c] = self.spent;
+        [("begin", b), ("run", r), ("tampering", t), ("compare", c)]
+    }
+}
+
+/// Runs `f` and adds its wall-clock milliseconds to `slot`.
+fn timed<T>(slot: &mut f64, f: impl FnOnce() -> T) -> T {
+    let t = std::time::Instant::now();
+    let out = f();
+    *slot += t.elapsed().as_secs_f64() * 1e3;
+    out
 }
 
 impl Trials for GpuTrials<'_, '_> {
     fn begin(&mut self, seed: u64) -> Result<(), HarnessError> {
+        let mut spent = self.spent[0];
+        let out = timed(&mut spent, || self.begin_inner(seed));
+        self.spent[0] = spent;
+        out
+    }
+
+    fn run_candidate(&mut self) -> Result<(), ExecFailure> {
+        let mut spent = self.spent[1];
+        let out = timed(&mut spent, || self.run_inner());
+        self.spent[1] = spent;
+        out
+    }
+
+    fn tampering(&mut self) -> Result<Option<String>, HarnessError> {
+        let mut spent = self.spent[2];
+        let out = timed(&mut spent, || self.tampering_inner());
+        self.spent[2] = spent;
+        out
+    }
+
+    fn compare(&mut self) -> Result<Vec<OutputComparison>, HarnessError> {
+        let mut spent = self.spent[3];
+        let out = timed(&mut spent, || self.compare_inner());
+        self.spent[3] = spent;
+        out
+    }
+}
+
+impl GpuTrials<'_, '_> {
+    fn begin_inner(&mut self, seed: u64) -> Result<(), HarnessError> {
         let b = self.bufs;
         self.key = os_seed().map_err(|e| HarnessError::Seed(e.to_string()))?;
         let inputs: Vec<u64> = b.tensors[..b.n_inputs].iter().map(DevBuf::ptr).collect();
@@ -794,7 +863,7 @@ impl Trials for GpuTrials<'_, '_> {
         self.h.gpu.sync().map_err(harness)
     }
 
-    fn run_candidate(&mut self) -> Result<(), ExecFailure> {
+    fn run_inner(&mut self) -> Result<(), ExecFailure> {
         let b = self.bufs;
         for (spec, t) in b.specs.iter().zip(&b.tensors).skip(b.n_inputs) {
             self.h
@@ -806,7 +875,7 @@ impl Trials for GpuTrials<'_, '_> {
         self.cand.run(&self.h.gpu, &b.tensor_ptrs())
     }
 
-    fn tampering(&mut self) -> Result<Option<String>, HarnessError> {
+    fn tampering_inner(&mut self) -> Result<Option<String>, HarnessError> {
         let b = self.bufs;
         for (i, spec) in b.specs[..b.n_inputs].iter().enumerate() {
             let width = dtype_size(spec.dtype);
@@ -852,7 +921,7 @@ impl Trials for GpuTrials<'_, '_> {
         Ok(None)
     }
 
-    fn compare(&mut self) -> Result<Vec<OutputComparison>, HarnessError> {
+    fn compare_inner(&mut self) -> Result<Vec<OutputComparison>, HarnessError> {
         let b = self.bufs;
         let tol = b.task.tolerance;
         let mut out = Vec::new();
@@ -918,35 +987,51 @@ fn compare_output(
     })
 }
 
-/// One input set of the timing protocol, with its masked reference.
+/// One input set of the timing protocol, with the outputs of the candidate's runs on it.
 struct InputSet {
     inputs: Vec<DevBuf>,
-    refs: Vec<DevBuf>,
+    outputs: Vec<DevBuf>,
 }
 
 /// The timing protocol's [`Timer`] on the device: CUDA events around the whole launch sequence,
 /// the L2 flushed before every timed run, [`TIMING_SETS`] input sets rotated, and the output of
-/// the last timed candidate run re-checked afterwards ([`GpuTimer::recheck`]).
+/// the last timed candidate run on one of them re-checked afterwards ([`GpuTimer::recheck`]).
+///
+/// Every set keeps its own output buffers, so the last timed output of each set is still there
+/// when timing ends. Only the checked set, drawn from the OS after the candidate was loaded,
+/// has an fp64 reference: a kernel cannot tell which of its timed runs will be checked, and the
+/// timing run pays for one reference instead of one per set.
 pub struct GpuTimer<'a, 't> {
     h: &'a mut Harness,
     bufs: &'a TaskBuffers<'t>,
     cand: &'a Candidate,
     sets: Vec<InputSet>,
+    /// The set whose last timed output is re-checked, and its masked reference.
+    checked: usize,
+    refs: Vec<DevBuf>,
     base_out: Vec<DevBuf>,
     events: EventPair,
     key: u64,
     turn: [usize; 2],
-    last_set: Option<usize>,
 }
 
 impl<'a, 't> GpuTimer<'a, 't> {
-    /// Draws the input sets and their references.
+    /// Draws the input sets and the checked set's reference.
     pub fn new(
         h: &'a mut Harness,
         bufs: &'a TaskBuffers<'t>,
         cand: &'a Candidate,
     ) -> Result<Self, HarnessError> {
-        let key = os_seed().map_err(|e| HarnessError::Seed(e.to_string()))?;
+        let seed = || os_seed().map_err(|e| HarnessError::Seed(e.to_string()));
+        let key = seed()?;
+        let checked = (seed()? % TIMING_SETS as u64) as usize;
+        let outputs_of = |h: &Harness| {
+            bufs.specs[bufs.n_inputs..]
+                .iter()
+                .map(|s| alloc_tensor(&h.gpu, s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(harness)
+        };
         let mut sets = Vec::new();
         for _ in 0..TIMING_SETS {
             let inputs = bufs.specs[..bufs.n_inputs]
@@ -954,50 +1039,63 @@ impl<'a, 't> GpuTimer<'a, 't> {
                 .map(|s| alloc_tensor(&h.gpu, s))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(harness)?;
-            let refs = bufs.specs[bufs.n_inputs..]
-                .iter()
-                .map(|s| h.gpu.alloc(s.numel() * 8))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(harness)?;
-            let seed = os_seed().map_err(|e| HarnessError::Seed(e.to_string()))?;
+            let outputs = outputs_of(h)?;
             let ip: Vec<u64> = inputs.iter().map(DevBuf::ptr).collect();
-            let rp: Vec<u64> = refs.iter().map(DevBuf::ptr).collect();
-            bufs.generate(h, &ip, seed).map_err(harness)?;
-            bufs.reference_into(h, &ip, &rp, key).map_err(harness)?;
-            sets.push(InputSet { inputs, refs });
+            bufs.generate(h, &ip, seed()?).map_err(harness)?;
+            sets.push(InputSet { inputs, outputs });
         }
-        let base_out = bufs.specs[bufs.n_inputs..]
+        let refs = bufs.specs[bufs.n_inputs..]
             .iter()
-            .map(|s| alloc_tensor(&h.gpu, s))
+            .map(|s| h.gpu.alloc(s.numel() * 8))
             .collect::<Result<Vec<_>, _>>()
             .map_err(harness)?;
+        let ip: Vec<u64> = sets[checked].inputs.iter().map(DevBuf::ptr).collect();
+        let rp: Vec<u64> = refs.iter().map(DevBuf::ptr).collect();
+        bufs.reference_into(h, &ip, &rp, key).map_err(harness)?;
+        let base_out = outputs_of(h)?;
         let events = h.gpu.timer().map_err(harness)?;
         Ok(GpuTimer {
             h,
             bufs,
             cand,
             sets,
+            checked,
+            refs,
             base_out,
             events,
             key,
             turn: [0, 0],
-            last_set: None,
         })
     }
 
-    /// Compares the output of the last timed candidate run with its set's reference: a kernel
-    /// that is right while checked and wrong (or lazy) while timed is caught here.
+    /// Compares the output of the last timed candidate run on the checked set with its
+    /// reference: a kernel that is right while checked and wrong (or lazy) while timed is caught
+    /// here. When no timed run used that set (a timing configuration with fewer candidate runs
+    /// than sets), the candidate is run on it once first.
     pub fn recheck(&mut self) -> Result<Option<String>, HarnessError> {
-        let Some(set) = self.last_set else {
-            return Ok(None);
-        };
         let b = self.bufs;
+        let set = &self.sets[self.checked];
+        if self.turn[0] <= self.checked {
+            for (spec, o) in b.specs[b.n_inputs..].iter().zip(&set.outputs) {
+                self.h
+                    .fill_output(o, spec.numel(), spec.dtype)
+                    .map_err(harness)?;
+            }
+            let ptrs: Vec<u64> = set
+                .inputs
+                .iter()
+                .chain(&set.outputs)
+                .map(DevBuf::ptr)
+                .collect();
+            if let Err(f) = self.cand.run(&self.h.gpu, &ptrs) {
+                return Ok(Some(format!("a timed run failed: {f}")));
+            }
+        }
         for (j, spec) in b.specs[b.n_inputs..].iter().enumerate() {
-            let got = b.tensors[b.n_inputs + j].ptr();
             let cmp = compare_output(
                 self.h,
-                got,
-                self.sets[set].refs[j].ptr(),
+                set.outputs[j].ptr(),
+                self.refs[j].ptr(),
                 spec,
                 self.key,
                 b.task.tolerance,
@@ -1022,14 +1120,24 @@ impl Timer for GpuTimer<'_, '_> {
         let set = self.turn[slot] % self.sets.len();
         self.turn[slot] += 1;
         let inputs: Vec<u64> = self.sets[set].inputs.iter().map(DevBuf::ptr).collect();
+        if which == Which::Candidate {
+            // Every timed run starts from NaN outputs, so the checked output is that run's own
+            // work (not an earlier run's, left by a kernel that caches and skips). The fill
+            // passes through L2: flush again so the run starts as cold as the baseline's.
+            let b = self.bufs;
+            for (spec, o) in b.specs[b.n_inputs..].iter().zip(&self.sets[set].outputs) {
+                self.h
+                    .fill_output(o, spec.numel(), spec.dtype)
+                    .map_err(exec_failure)?;
+            }
+            self.h.flush_l2().map_err(exec_failure)?;
+        }
         self.events.start().map_err(exec_failure)?;
         match which {
             Which::Candidate => {
-                let b = self.bufs;
                 let mut ptrs = inputs;
-                ptrs.extend(b.tensors[b.n_inputs..].iter().map(DevBuf::ptr));
+                ptrs.extend(self.sets[set].outputs.iter().map(DevBuf::ptr));
                 self.cand.enqueue(&self.h.gpu, &ptrs)?;
-                self.last_set = Some(set);
             }
             Which::Baseline => {
                 let outs: Vec<u64> = self.base_out.iter().map(DevBuf::ptr).collect();
@@ -1046,8 +1154,13 @@ impl Timer for GpuTimer<'_, '_> {
             for b in &self.base_out {
                 self.h.gpu.fill_u32(b, 0).map_err(exec_failure)?;
             }
+            return self.events.elapsed_ms().map_err(exec_failure);
         }
-        self.events.elapsed_ms().map_err(exec_failure)
+        match self.events.elapsed_ms_within(RUN_LIMIT) {
+            Ok(Some(ms)) => Ok(ms),
+            Ok(None) => Err(overran()),
+            Err(e) => Err(exec_failure(e)),
+        }
     }
 
     fn flush_cache(&mut self) {

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""The Hugging Face peer of `kevin bench policy` (issue 7): the same Qwen2 shape, random init,
+timed with transformers on the same GPU in the same device call.
+
+- generation: `generate` with sampling (temperature 0.9), a KV cache, 256 prompt tokens and
+  exactly 256 new tokens per sequence (EOS suppressed), batch 1 and 64; tokens/s counts new tokens;
+- learner: forward + backward + AdamW step on 8 x 1024 tokens (causal LM loss), tokens/s over the
+  median step.
+
+Prints one JSON object (and writes it with --json FILE). Default shape: Qwen2-0.5B (hidden 896,
+24 layers, 14 heads, 2 KV heads, intermediate 4864, vocab 151936), bf16.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+
+def qwen2_05b(vocab):
+    return Qwen2Config(
+        vocab_size=vocab, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    )
+
+
+def sync():
+    torch.cuda.synchronize()
+
+
+def gen_tokens_per_s(model, batch, prompt, new, vocab, reps):
+    ids = torch.randint(0, vocab, (batch, prompt), device="cuda")
+    mask = torch.ones_like(ids)
+    kwargs = dict(do_sample=True, temperature=0.9, top_p=1.0, top_k=0, max_new_tokens=new,
+                  min_new_tokens=new, attention_mask=mask, pad_token_id=0)
+    model.generate(ids[:, :16], **{**kwargs, "max_new_tokens": 8, "min_new_tokens": 8,
+                                    "attention_mask": mask[:, :16]})
+    times = []
+    for _ in range(reps):
+        sync(); t = time.perf_counter()
+        out = model.generate(ids, **kwargs)
+        sync(); times.append(time.perf_counter() - t)
+        assert out.shape[1] == prompt + new, out.shape
+    return batch * new / statistics.median(times), statistics.median(times)
+
+
+def learner_tokens_per_s(model, batch, seq, vocab, steps):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    ids = torch.randint(0, vocab, (batch, seq), device="cuda")
+    times = []
+    for i in range(steps + 2):
+        sync(); t = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step(); opt.zero_grad(set_to_none=True)
+        sync()
+        if i >= 2:
+            times.append(time.perf_counter() - t)
+    return batch * seq / statistics.median(times), statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--prompt", type=int, default=256)
+    ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--train-batch", type=int, default=8)
+    ap.add_argument("--train-seq", type=int, default=1024)
+    ap.add_argument("--train-steps", type=int, default=5)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    cfg = qwen2_05b(a.vocab)
+    model = Qwen2ForCausalLM(cfg).to("cuda", dtype=dtype).eval()
+    res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "dtype": a.dtype,
+           "params": sum(p.numel() for p in model.parameters()), "generate": {}}
+    with torch.no_grad():
+        for b in [int(x) for x in a.batches.split(",")]:
+            tps, sec = gen_tokens_per_s(model, b, a.prompt, a.new, a.vocab, a.reps)
+            res["generate"][f"bs{b}"] = {"tokens_per_s": tps, "seconds": sec}
+            print(f"hf generate bs{b}: {tps:.0f} tok/s ({sec:.2f} s)", flush=True)
+    model.train()
+    tps, sec = learner_tokens_per_s(model, a.train_batch, a.train_seq, a.vocab, a.train_steps)
+    res["learner"] = {"tokens_per_s": tps, "step_seconds": sec,
+                      "tokens": a.train_batch * a.train_seq}
+    print(f"hf learner {a.train_batch}x{a.train_seq}: {tps:.0f} tok/s ({sec * 1e3:.0f} ms/step)")
+    print(json.dumps(res))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
