@@ -195,10 +195,11 @@ impl<'a, B: Backend> CheckpointSource<'a, B> {
         // One file in memory at a time; the decoded tensors are all that stays.
         for file in files {
             let bytes = fs::read(&file).map_err(io_error(&file))?;
-            let st = SafeTensors::deserialize(&bytes).map_err(|e| CheckpointError::Safetensors {
-                path: file.clone(),
-                message: e.to_string(),
-            })?;
+            let st =
+                SafeTensors::deserialize(&bytes).map_err(|e| CheckpointError::Safetensors {
+                    path: file.clone(),
+                    message: e.to_string(),
+                })?;
             for (name, view) in st.iter() {
                 let shape = view.shape().to_vec();
                 let data = decode(view.dtype(), view.data(), &shape);
@@ -391,8 +392,16 @@ fn check_same_architecture(
     model: &Qwen2Config,
 ) -> Result<(), CheckpointError> {
     let keys: [(&'static str, String, String); 9] = [
-        ("vocab_size", cfg.vocab_size.to_string(), model.vocab_size.to_string()),
-        ("hidden_size", cfg.hidden_size.to_string(), model.hidden_size.to_string()),
+        (
+            "vocab_size",
+            cfg.vocab_size.to_string(),
+            model.vocab_size.to_string(),
+        ),
+        (
+            "hidden_size",
+            cfg.hidden_size.to_string(),
+            model.hidden_size.to_string(),
+        ),
         (
             "intermediate_size",
             cfg.intermediate_size.to_string(),
@@ -413,13 +422,21 @@ fn check_same_architecture(
             cfg.num_key_value_heads.to_string(),
             model.num_key_value_heads.to_string(),
         ),
-        ("head_dim", cfg.head_dim().to_string(), model.head_dim().to_string()),
+        (
+            "head_dim",
+            cfg.head_dim().to_string(),
+            model.head_dim().to_string(),
+        ),
         (
             "tie_word_embeddings",
             cfg.tie_word_embeddings.to_string(),
             model.tie_word_embeddings.to_string(),
         ),
-        ("attention_bias", cfg.qkv_bias().to_string(), model.qkv_bias().to_string()),
+        (
+            "attention_bias",
+            cfg.qkv_bias().to_string(),
+            model.qkv_bias().to_string(),
+        ),
     ];
     for (key, config, model) in keys {
         if config != model {

@@ -248,19 +248,26 @@ impl Qwen2Config {
             ));
         }
         if self.head_dim() % 2 != 0 {
-            let key = if self.head_dim.is_some() { "head_dim" } else { "hidden_size" };
+            let key = if self.head_dim.is_some() {
+                "head_dim"
+            } else {
+                "hidden_size"
+            };
             return Err(config_error(
                 key,
-                format!("RoPE needs an even head dimension, found {}", self.head_dim()),
+                format!(
+                    "RoPE needs an even head dimension, found {}",
+                    self.head_dim()
+                ),
             ));
         }
-        if !(self.rms_norm_eps > 0.0) {
+        if self.rms_norm_eps.is_nan() || self.rms_norm_eps <= 0.0 {
             return Err(config_error(
                 "rms_norm_eps",
                 format!("must be positive, found {}", self.rms_norm_eps),
             ));
         }
-        if !(self.rope_base() > 0.0) {
+        if self.rope_base().is_nan() || self.rope_base() <= 0.0 {
             let key = match self.rope_parameters {
                 Some(_) => "rope_parameters.rope_theta",
                 None => "rope_theta",
@@ -403,7 +410,11 @@ fn visit_linear<B: Backend>(layer: &Linear<B>, name: &str, f: &mut WeightVisitor
         WeightKind::Linear,
     );
     if let Some(bias) = &layer.bias {
-        f(&format!("{name}.bias"), bias.val().into_data(), WeightKind::Bias);
+        f(
+            &format!("{name}.bias"),
+            bias.val().into_data(),
+            WeightKind::Bias,
+        );
     }
 }
 
@@ -415,7 +426,12 @@ pub struct RmsNorm<B: Backend> {
 }
 
 impl<B: Backend> RmsNorm<B> {
-    fn new<S: WeightSource<B>>(src: &mut S, name: &str, dim: usize, eps: f64) -> Result<Self, S::Error> {
+    fn new<S: WeightSource<B>>(
+        src: &mut S,
+        name: &str,
+        dim: usize,
+        eps: f64,
+    ) -> Result<Self, S::Error> {
         let weight = src.get(&format!("{name}.weight"), [dim], WeightKind::Norm)?;
         Ok(Self {
             weight: Param::from_tensor(weight),
@@ -424,14 +440,20 @@ impl<B: Backend> RmsNorm<B> {
     }
 
     fn visit(&self, name: &str, f: &mut WeightVisitor<'_>) {
-        f(&format!("{name}.weight"), self.weight.val().into_data(), WeightKind::Norm);
+        f(
+            &format!("{name}.weight"),
+            self.weight.val().into_data(),
+            WeightKind::Norm,
+        );
     }
 
     /// `[.., hidden] -> [.., hidden]`
     fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let dtype = x.dtype();
         let x = to_f32(x);
-        let inv_rms = (x.clone().square().mean_dim(D - 1) + self.eps).sqrt().recip();
+        let inv_rms = (x.clone().square().mean_dim(D - 1) + self.eps)
+            .sqrt()
+            .recip();
         (x * inv_rms).cast(dtype) * self.weight.val().unsqueeze()
     }
 }
@@ -501,8 +523,16 @@ pub struct Attention<B: Backend> {
 }
 
 impl<B: Backend> Attention<B> {
-    fn new<S: WeightSource<B>>(src: &mut S, name: &str, cfg: &Qwen2Config) -> Result<Self, S::Error> {
-        let (h, kv, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
+    fn new<S: WeightSource<B>>(
+        src: &mut S,
+        name: &str,
+        cfg: &Qwen2Config,
+    ) -> Result<Self, S::Error> {
+        let (h, kv, d) = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim(),
+        );
         let hidden = cfg.hidden_size;
         let bias = cfg.qkv_bias();
         Ok(Self {
@@ -527,9 +557,21 @@ impl<B: Backend> Attention<B> {
     fn qkv(&self, x: Tensor<B, 3>, rope: &Rope<B>) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let [b, t, _] = x.dims();
         let (h, kv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let q = self.q_proj.forward(x.clone()).reshape([b, t, h, d]).swap_dims(1, 2);
-        let k = self.k_proj.forward(x.clone()).reshape([b, t, kv, d]).swap_dims(1, 2);
-        let v = self.v_proj.forward(x).reshape([b, t, kv, d]).swap_dims(1, 2);
+        let q = self
+            .q_proj
+            .forward(x.clone())
+            .reshape([b, t, h, d])
+            .swap_dims(1, 2);
+        let k = self
+            .k_proj
+            .forward(x.clone())
+            .reshape([b, t, kv, d])
+            .swap_dims(1, 2);
+        let v = self
+            .v_proj
+            .forward(x)
+            .reshape([b, t, kv, d])
+            .swap_dims(1, 2);
         (rope.apply(q), rope.apply(k), v)
     }
 
@@ -554,8 +596,12 @@ impl<B: Backend> Attention<B> {
         let scores = to_f32(scores).mask_fill(masked.expand([b, h, t, s]), f32::NEG_INFINITY);
         let probs = softmax(scores, 3).cast(dtype);
         // [b, kv, g * t, s] @ [b, kv, s, d] -> [b, h, t, d] -> [b, t, h * d]
-        let out = probs.reshape([b, kv, g * t, s]).matmul(v).reshape([b, h, t, d]);
-        self.o_proj.forward(out.swap_dims(1, 2).reshape([b, t, h * d]))
+        let out = probs
+            .reshape([b, kv, g * t, s])
+            .matmul(v)
+            .reshape([b, h, t, d]);
+        self.o_proj
+            .forward(out.swap_dims(1, 2).reshape([b, t, h * d]))
     }
 
     /// Full causal attention over `x [b, t, hidden]` without a cache.
@@ -599,7 +645,11 @@ pub struct Mlp<B: Backend> {
 }
 
 impl<B: Backend> Mlp<B> {
-    fn new<S: WeightSource<B>>(src: &mut S, name: &str, cfg: &Qwen2Config) -> Result<Self, S::Error> {
+    fn new<S: WeightSource<B>>(
+        src: &mut S,
+        name: &str,
+        cfg: &Qwen2Config,
+    ) -> Result<Self, S::Error> {
         let (hidden, inter) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Self {
             gate_proj: linear_from(src, &format!("{name}.gate_proj"), hidden, inter, false)?,
@@ -631,7 +681,11 @@ pub struct DecoderLayer<B: Backend> {
 }
 
 impl<B: Backend> DecoderLayer<B> {
-    fn new<S: WeightSource<B>>(src: &mut S, name: &str, cfg: &Qwen2Config) -> Result<Self, S::Error> {
+    fn new<S: WeightSource<B>>(
+        src: &mut S,
+        name: &str,
+        cfg: &Qwen2Config,
+    ) -> Result<Self, S::Error> {
         let (hidden, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
         Ok(Self {
             self_attn: Attention::new(src, &format!("{name}.self_attn"), cfg)?,
@@ -649,7 +703,8 @@ impl<B: Backend> DecoderLayer<B> {
     fn visit(&self, name: &str, f: &mut WeightVisitor<'_>) {
         self.self_attn.visit(&format!("{name}.self_attn"), f);
         self.mlp.visit(&format!("{name}.mlp"), f);
-        self.input_layernorm.visit(&format!("{name}.input_layernorm"), f);
+        self.input_layernorm
+            .visit(&format!("{name}.input_layernorm"), f);
         self.post_attention_layernorm
             .visit(&format!("{name}.post_attention_layernorm"), f);
     }
@@ -698,7 +753,11 @@ impl<B: Backend> Qwen2<B> {
         src: &mut S,
     ) -> Result<Self, S::Error> {
         let (vocab, hidden) = (cfg.vocab_size, cfg.hidden_size);
-        let embed = src.get("model.embed_tokens.weight", [vocab, hidden], WeightKind::Embedding)?;
+        let embed = src.get(
+            "model.embed_tokens.weight",
+            [vocab, hidden],
+            WeightKind::Embedding,
+        )?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| DecoderLayer::new(src, &format!("model.layers.{i}"), cfg))
             .collect::<Result<_, _>>()?;
@@ -894,7 +953,9 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
                 ));
             }
             if std::mem::replace(&mut seen[slot], true) {
-                return Err(format!("slot {slot} (row {row}): appears twice in one extend"));
+                return Err(format!(
+                    "slot {slot} (row {row}): appears twice in one extend"
+                ));
             }
             if toks.is_empty() {
                 return Err(format!("slot {slot} (row {row}): no new tokens"));

@@ -28,7 +28,8 @@ fn model(tied: bool, seed: u64) -> Qwen2<B> {
 /// Logits of the last token of `seq`, by a full forward pass without a cache.
 fn full_last_logits(model: &Qwen2<B>, seq: &[u32]) -> Vec<f32> {
     let ids: Vec<i64> = seq.iter().map(|&t| t as i64).collect();
-    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, seq.len()]), &model.device());
+    let tokens =
+        Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, seq.len()]), &model.device());
     let logits = model.forward(tokens);
     let vocab = model.vocab_size();
     let last = logits.slice([0..1, seq.len() - 1..seq.len(), 0..vocab]);
@@ -37,7 +38,10 @@ fn full_last_logits(model: &Qwen2<B>, seq: &[u32]) -> Vec<f32> {
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// One `extend` call (rows of slot + new tokens), preceded by clearing some slots.
@@ -70,25 +74,52 @@ fn check_incremental(tied: bool, slots: usize, max_len: usize, steps: &[Step]) {
             let got = &logits[row * vocab..(row + 1) * vocab];
             let want = full_last_logits(&model, &history[slot]);
             let diff = max_abs_diff(got, &want);
-            assert!(diff <= 1e-4, "step {n}, row {row} (slot {slot}): max |diff| = {diff}");
+            assert!(
+                diff <= 1e-4,
+                "step {n}, row {row} (slot {slot}): max |diff| = {diff}"
+            );
         }
     }
 }
 
 const RAGGED: &[Step] = &[
     // Prefill of different lengths in one call, one slot left empty.
-    Step { clear: &[], rows: &[(0, &[1, 2, 3, 4, 5]), (2, &[9, 8, 7]), (3, &[60])] },
+    Step {
+        clear: &[],
+        rows: &[(0, &[1, 2, 3, 4, 5]), (2, &[9, 8, 7]), (3, &[60])],
+    },
     // One-token decode, rows in another order than the slots.
-    Step { clear: &[], rows: &[(3, &[11]), (0, &[12]), (2, &[13])] },
-    Step { clear: &[], rows: &[(0, &[14]), (2, &[15]), (3, &[16])] },
+    Step {
+        clear: &[],
+        rows: &[(3, &[11]), (0, &[12]), (2, &[13])],
+    },
+    Step {
+        clear: &[],
+        rows: &[(0, &[14]), (2, &[15]), (3, &[16])],
+    },
     // A new prompt next to one-token decodes (continuous batching).
-    Step { clear: &[], rows: &[(2, &[17]), (1, &[20, 21, 22, 23, 24, 25]), (0, &[18])] },
+    Step {
+        clear: &[],
+        rows: &[(2, &[17]), (1, &[20, 21, 22, 23, 24, 25]), (0, &[18])],
+    },
     // Slot 0 finished: cleared and reused by a shorter prompt while others decode.
-    Step { clear: &[0], rows: &[(1, &[26]), (0, &[30, 31]), (3, &[19])] },
-    Step { clear: &[], rows: &[(0, &[32]), (1, &[27]), (2, &[28]), (3, &[29])] },
+    Step {
+        clear: &[0],
+        rows: &[(1, &[26]), (0, &[30, 31]), (3, &[19])],
+    },
+    Step {
+        clear: &[],
+        rows: &[(0, &[32]), (1, &[27]), (2, &[28]), (3, &[29])],
+    },
     // Several new tokens on a slot that already holds some (a second user turn).
-    Step { clear: &[3], rows: &[(3, &[40, 41, 42]), (2, &[43, 44, 45, 46])] },
-    Step { clear: &[], rows: &[(3, &[47])] },
+    Step {
+        clear: &[3],
+        rows: &[(3, &[40, 41, 42]), (2, &[43, 44, 45, 46])],
+    },
+    Step {
+        clear: &[],
+        rows: &[(3, &[47])],
+    },
 ];
 
 #[test]
@@ -108,9 +139,18 @@ fn a_slot_filled_to_max_len_exactly() {
         2,
         4,
         &[
-            Step { clear: &[], rows: &[(1, &[1, 2, 3])] },
-            Step { clear: &[], rows: &[(1, &[4]), (0, &[5, 6, 7, 8])] },
-            Step { clear: &[1, 0], rows: &[(0, &[9]), (1, &[10, 11, 12, 13])] },
+            Step {
+                clear: &[],
+                rows: &[(1, &[1, 2, 3])],
+            },
+            Step {
+                clear: &[],
+                rows: &[(1, &[4]), (0, &[5, 6, 7, 8])],
+            },
+            Step {
+                clear: &[1, 0],
+                rows: &[(0, &[9]), (1, &[10, 11, 12, 13])],
+            },
         ],
     );
 }
@@ -123,21 +163,33 @@ fn check_extend_error(rows: &[(usize, Vec<u32>)], needle: &str) {
     let slots: Vec<usize> = rows.iter().map(|r| r.0).collect();
     let tokens: Vec<Vec<u32>> = rows.iter().map(|r| r.1.clone()).collect();
     let err = model.extend(&mut cache, &slots, &tokens).unwrap_err();
-    assert!(err.contains(needle), "error {err:?} does not contain {needle:?}");
+    assert!(
+        err.contains(needle),
+        "error {err:?} does not contain {needle:?}"
+    );
     assert_eq!((cache.len(0), cache.len(1)), (2, 0));
 }
 
 #[test]
 fn extend_past_max_len_names_the_slot() {
-    check_extend_error(&[(1, vec![1]), (0, vec![3, 4, 5])], "slot 0: 2 cached + 3 new tokens pass the slot's max_len 4");
+    check_extend_error(
+        &[(1, vec![1]), (0, vec![3, 4, 5])],
+        "slot 0: 2 cached + 3 new tokens pass the slot's max_len 4",
+    );
 }
 
 #[test]
 fn extend_rejects_bad_rows() {
-    check_extend_error(&[(0, vec![1]), (0, vec![2])], "slot 0 (row 1): appears twice");
+    check_extend_error(
+        &[(0, vec![1]), (0, vec![2])],
+        "slot 0 (row 1): appears twice",
+    );
     check_extend_error(&[(2, vec![1])], "slot 2 (row 0): the cache has 2 slots");
     check_extend_error(&[(1, vec![])], "slot 1 (row 0): no new tokens");
-    check_extend_error(&[(1, vec![3, 61])], "slot 1 (row 0): token 61 is outside the vocabulary of 61");
+    check_extend_error(
+        &[(1, vec![3, 61])],
+        "slot 1 (row 0): token 61 is outside the vocabulary of 61",
+    );
 }
 
 #[test]
@@ -161,7 +213,11 @@ fn right_padded_forward_matches_each_row_alone() {
                 .into_vec()
                 .unwrap();
             let diff = max_abs_diff(&got, &full_last_logits(&model, &row[..j]));
-            assert!(diff <= 1e-5, "row {r}, position {}: max |diff| = {diff}", j - 1);
+            assert!(
+                diff <= 1e-5,
+                "row {r}, position {}: max |diff| = {diff}",
+                j - 1
+            );
         }
     }
 }
@@ -177,7 +233,12 @@ fn forward_under_autodiff_gives_the_same_logits_and_gradients() {
     let plain = burn::module::AutodiffModule::valid(&model)
         .forward(Tensor::<B, 2, Int>::from_data(ids, &device));
     let diff = max_abs_diff(
-        &logits.clone().inner().into_data().into_vec::<f32>().unwrap(),
+        &logits
+            .clone()
+            .inner()
+            .into_data()
+            .into_vec::<f32>()
+            .unwrap(),
         &plain.into_data().into_vec::<f32>().unwrap(),
     );
     assert!(diff == 0.0, "autodiff changed the logits by {diff}");
@@ -206,36 +267,81 @@ fn forward_under_autodiff_gives_the_same_logits_and_gradients() {
     }
     burn::module::Module::visit(
         &model,
-        &mut Grads { grads: &grads, seen: &mut seen, finite_nonzero: &mut finite_nonzero },
+        &mut Grads {
+            grads: &grads,
+            seen: &mut seen,
+            finite_nonzero: &mut finite_nonzero,
+        },
     );
     // embed, 2 x (q,k,v weights+biases, o, gate, up, down, 2 norms), norm, lm_head
     assert_eq!(seen, 1 + 2 * 12 + 2);
-    assert_eq!(finite_nonzero, seen, "some parameter got no (finite, nonzero) gradient");
+    assert_eq!(
+        finite_nonzero, seen,
+        "some parameter got no (finite, nonzero) gradient"
+    );
 }
 
 /// A config.json text is rejected with an error that names `key`.
 fn check_config_error(edit: (&str, &str), key_and_problem: &str) {
-    let mut value: serde_json::Value =
-        serde_json::to_value(config(false)).unwrap();
+    let mut value: serde_json::Value = serde_json::to_value(config(false)).unwrap();
     value[edit.0] = serde_json::from_str(edit.1).unwrap();
     let err = Qwen2Config::from_json(&value.to_string()).unwrap_err();
-    assert!(err.contains(key_and_problem), "error {err:?} does not contain {key_and_problem:?}");
+    assert!(
+        err.contains(key_and_problem),
+        "error {err:?} does not contain {key_and_problem:?}"
+    );
 }
 
 #[test]
 fn config_errors_name_the_key() {
-    check_config_error(("hidden_size", "30"), "hidden_size: 30 is not divisible by num_attention_heads = 4");
-    check_config_error(("num_key_value_heads", "3"), "num_key_value_heads: 3 does not divide num_attention_heads = 4");
-    check_config_error(("hidden_size", "20"), "hidden_size: RoPE needs an even head dimension, found 5");
-    check_config_error(("head_dim", "5"), "head_dim: RoPE needs an even head dimension, found 5");
-    check_config_error(("num_hidden_layers", "0"), "num_hidden_layers: must be at least 1");
-    check_config_error(("model_type", "\"llama\""), "model_type: expected \"qwen2\", found \"llama\"");
-    check_config_error(("hidden_act", "\"gelu\""), "hidden_act: only \"silu\" is supported");
-    check_config_error(("use_sliding_window", "true"), "use_sliding_window: sliding-window attention is not supported");
-    check_config_error(("rope_scaling", r#"{"type": "yarn", "factor": 4.0}"#), "rope_scaling: only plain RoPE");
+    check_config_error(
+        ("hidden_size", "30"),
+        "hidden_size: 30 is not divisible by num_attention_heads = 4",
+    );
+    check_config_error(
+        ("num_key_value_heads", "3"),
+        "num_key_value_heads: 3 does not divide num_attention_heads = 4",
+    );
+    check_config_error(
+        ("hidden_size", "20"),
+        "hidden_size: RoPE needs an even head dimension, found 5",
+    );
+    check_config_error(
+        ("head_dim", "5"),
+        "head_dim: RoPE needs an even head dimension, found 5",
+    );
+    check_config_error(
+        ("num_hidden_layers", "0"),
+        "num_hidden_layers: must be at least 1",
+    );
+    check_config_error(
+        ("model_type", "\"llama\""),
+        "model_type: expected \"qwen2\", found \"llama\"",
+    );
+    check_config_error(
+        ("hidden_act", "\"gelu\""),
+        "hidden_act: only \"silu\" is supported",
+    );
+    check_config_error(
+        ("use_sliding_window", "true"),
+        "use_sliding_window: sliding-window attention is not supported",
+    );
+    check_config_error(
+        ("rope_scaling", r#"{"type": "yarn", "factor": 4.0}"#),
+        "rope_scaling: only plain RoPE",
+    );
     check_config_error(("rms_norm_eps", "0.0"), "rms_norm_eps: must be positive");
-    check_config_error(("rope_parameters", r#"{"rope_type": "yarn", "rope_theta": 1e6}"#), "rope_parameters: only rope_type");
-    check_config_error(("layer_types", r#"["full_attention", "sliding_attention"]"#), "layer_types: only \"full_attention\" layers");
+    check_config_error(
+        (
+            "rope_parameters",
+            r#"{"rope_type": "yarn", "rope_theta": 1e6}"#,
+        ),
+        "rope_parameters: only rope_type",
+    );
+    check_config_error(
+        ("layer_types", r#"["full_attention", "sliding_attention"]"#),
+        "layer_types: only \"full_attention\" layers",
+    );
 }
 
 #[test]
@@ -246,13 +352,35 @@ fn config_defaults_and_unknown_keys_follow_transformers() {
     )
     .unwrap();
     assert_eq!(
-        (cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers),
+        (
+            cfg.vocab_size,
+            cfg.hidden_size,
+            cfg.intermediate_size,
+            cfg.num_hidden_layers
+        ),
         (151936, 4096, 22016, 32)
     );
-    assert_eq!((cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim()), (32, 32, 128));
-    assert_eq!((cfg.rms_norm_eps, cfg.rope_base(), cfg.max_position_embeddings), (1e-6, 10000.0, 32768));
+    assert_eq!(
+        (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim()
+        ),
+        (32, 32, 128)
+    );
+    assert_eq!(
+        (
+            cfg.rms_norm_eps,
+            cfg.rope_base(),
+            cfg.max_position_embeddings
+        ),
+        (1e-6, 10000.0, 32768)
+    );
     assert!(!cfg.tie_word_embeddings && cfg.qkv_bias());
-    assert_eq!(cfg.eos_token_id.as_ref().unwrap().to_vec(), vec![151645, 151643]);
+    assert_eq!(
+        cfg.eos_token_id.as_ref().unwrap().to_vec(),
+        vec![151645, 151643]
+    );
     // Unknown keys survive a round trip through JSON.
     let again: serde_json::Value = serde_json::to_value(&cfg).unwrap();
     assert_eq!(again["architectures"][0], "Qwen2ForCausalLM");
