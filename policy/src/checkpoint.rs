@@ -137,13 +137,10 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ 
 pub fn load_config(dir: &Path) -> Result<Qwen2Config, CheckpointError> {
     let path = dir.join(CONFIG_FILE);
     let text = fs::read_to_string(&path).map_err(io_error(&path))?;
-    let cfg: Qwen2Config = serde_json::from_str(&text).map_err(|e| CheckpointError::Json {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    cfg.validate()
-        .map_err(|source| CheckpointError::Config { path, source })?;
-    Ok(cfg)
+    Qwen2Config::from_json(&text).map_err(|e| match e {
+        ConfigError::Json(message) => CheckpointError::Json { path, message },
+        source => CheckpointError::Config { path, source },
+    })
 }
 
 /// Loads a Hugging Face Qwen2 directory (config.json + model.safetensors, or shards) onto

@@ -155,18 +155,24 @@ mod defaults {
     }
 }
 
-/// A config.json value this model cannot run with, named by its key.
+/// A config.json this model cannot run with.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{key}: {problem}")]
-pub struct ConfigError {
-    /// The config.json key at fault.
-    pub key: &'static str,
-    /// What is wrong with its value.
-    pub problem: String,
+pub enum ConfigError {
+    /// The text is not JSON of the expected types (serde_json's message: line and column).
+    #[error("{0}")]
+    Json(String),
+    /// A value is out of range or unsupported, named by its key.
+    #[error("{key}: {problem}")]
+    Invalid {
+        /// The config.json key at fault.
+        key: &'static str,
+        /// What is wrong with its value.
+        problem: String,
+    },
 }
 
 fn config_error(key: &'static str, problem: impl Into<String>) -> ConfigError {
-    ConfigError {
+    ConfigError::Invalid {
         key,
         problem: problem.into(),
     }
@@ -174,9 +180,9 @@ fn config_error(key: &'static str, problem: impl Into<String>) -> ConfigError {
 
 impl Qwen2Config {
     /// Parses a config.json text (unknown keys kept in `extra`) and validates it.
-    pub fn from_json(text: &str) -> Result<Self, String> {
-        let cfg: Self = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        cfg.validate().map_err(|e| e.to_string())?;
+    pub fn from_json(text: &str) -> Result<Self, ConfigError> {
+        let cfg: Self = serde_json::from_str(text).map_err(|e| ConfigError::Json(e.to_string()))?;
+        cfg.validate()?;
         Ok(cfg)
     }
 

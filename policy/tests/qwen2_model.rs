@@ -285,7 +285,9 @@ fn forward_under_autodiff_gives_the_same_logits_and_gradients() {
 fn check_config_error(edit: (&str, &str), key_and_problem: &str) {
     let mut value: serde_json::Value = serde_json::to_value(config(false)).unwrap();
     value[edit.0] = serde_json::from_str(edit.1).unwrap();
-    let err = Qwen2Config::from_json(&value.to_string()).unwrap_err();
+    let err = Qwen2Config::from_json(&value.to_string())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains(key_and_problem),
         "error {err:?} does not contain {key_and_problem:?}"
