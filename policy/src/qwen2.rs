@@ -839,6 +839,10 @@ struct LayerKv<B: Backend> {
 }
 
 /// The KV cache of [`Qwen2`]: fixed slots, each holding one sequence of at most `max_len` tokens.
+///
+/// `max_len` is the caller's choice and is not bounded by `max_position_embeddings` (RoPE goes on
+/// past it; the model was not trained there). Slot indices out of range are an error in
+/// `extend` and a panic in `clear_slot` (a caller's bug, not data).
 #[derive(Debug, Clone)]
 pub struct Qwen2Cache<B: Backend> {
     layers: Vec<LayerKv<B>>,
