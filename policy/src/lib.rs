@@ -5,6 +5,12 @@
 //! unit tests, `Qwen2` for real), and the learner differentiates through its `forward`.
 #![warn(missing_docs)]
 
+pub mod checkpoint;
+pub mod qwen2;
+
+pub use checkpoint::{CheckpointError, SaveDtype};
+pub use qwen2::{ConfigError, Qwen2, Qwen2Cache, Qwen2Config};
+
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
