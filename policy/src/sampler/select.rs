@@ -5,8 +5,8 @@
 //! top-k most likely tokens are kept, then the smallest set of most likely tokens whose mass
 //! reaches `top_p` of what top-k kept (top-k first, then nucleus over the renormalised rest, the
 //! order of Hugging Face's warpers and vLLM). The token is drawn from that filtered, renormalised
-//! distribution by inverting its CDF at the row's uniform number (see [`RowChoice::uniform`]), so a row's token depends on its
-//! logits and its uniform only, never on the other rows.
+//! distribution by inverting its CDF at the row's uniform number (see [`RowChoice::uniform`]),
+//! so a row's token depends on its logits and its uniform only, never on the other rows.
 //!
 //! **The log-prob returned is that of the distribution actually sampled from**: log-softmax of
 //! the temperature-scaled logits restricted to the kept tokens. With top-k or top-p this differs
@@ -17,7 +17,7 @@
 //! Where the work happens, for a vocabulary of ~152k and 64 rows:
 //! - greedy rows: `argmax` on the device; one integer per row comes back;
 //! - unfiltered rows (the training default, top_p = 1 and top_k = 0): scaling, log-softmax,
-//!   the CDF and its inversion all on the device (in two levels, see [`inverse_cdf`]); one token
+//!   the CDF and its inversion all on the device (in two levels, see `inverse_cdf`); one token
 //!   and one log-prob per row come back;
 //! - filtered rows: scaling and log-softmax on the device, then the row's log-probs come to the
 //!   host, where the candidates are found in O(vocab) (a partial selection for top-k; for top-p a
