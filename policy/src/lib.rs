@@ -7,6 +7,8 @@
 
 pub mod checkpoint;
 pub mod qwen2;
+pub mod sampler;
+pub mod testing;
 
 pub use checkpoint::{CheckpointError, SaveDtype};
 pub use qwen2::{ConfigError, Qwen2, Qwen2Cache, Qwen2Config};
