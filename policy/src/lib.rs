@@ -5,6 +5,11 @@
 //! unit tests, `Qwen2` for real), and the learner differentiates through its `forward`.
 #![warn(missing_docs)]
 
+pub mod grad_norm;
+pub mod learner_testing;
+pub mod loss;
+pub mod train;
+
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
