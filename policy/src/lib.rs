@@ -6,9 +6,13 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
+pub mod grad_norm;
+pub mod learner_testing;
+pub mod loss;
 pub mod qwen2;
 pub mod sampler;
 pub mod testing;
+pub mod train;
 
 pub use checkpoint::{CheckpointError, SaveDtype};
 pub use qwen2::{ConfigError, Qwen2, Qwen2Cache, Qwen2Config};

@@ -1,0 +1,744 @@
+//! The learner's optimisation loop: micro-batched gradients of the policy-gradient loss, global
+//! gradient-norm clipping, AdamW with linear warm-up, and the optimizer state in checkpoints.
+//!
+//! [`Trainer::train_batch`] takes one batch of [`TrainSample`]s (tokenised turns with their
+//! behaviour log-probs and advantages) and takes `optimizer_steps` AdamW steps on it. Each step
+//! runs the batch in micro-batches of at most `micro_batch_tokens` padded positions, sums their
+//! gradients (the Dr. GRPO divisor is a constant of the whole batch, so the sum is exactly the
+//! gradient of the whole batch), clips the global norm and steps. With the decoupled correction the
+//! proximal log-probs are computed once per batch, before the first step, from the weights the
+//! batch started with; with `kl_coef > 0` the reference log-probs are computed once per batch from
+//! the frozen reference model. Both run on the inner (non-autodiff) backend: no graph is built.
+//!
+//! # Precision
+//!
+//! Weights, gradients and the AdamW moments stay in the model's parameter dtype, which for
+//! training must be f32: at the recipe's lr of 1e-6 an update is ~1e-6 of a weight, far below
+//! bf16's resolution (2^-8), so bf16 master weights would not move at all. The forward pass runs
+//! in whatever the model computes in (the backend's float type); the log-softmax, the losses and
+//! the norm are always f32 ([`crate::loss`]). A bf16 forward over f32 master weights is the model's
+//! business (casting inside `forward`), not the learner's. The optimizer state is saved with
+//! `FullPrecisionSettings` so a resumed run continues bit for bit.
+//!
+//! # Optimizer state on disk
+//!
+//! burn keys optimizer state by `ParamId`, a random id given to each parameter when a module is
+//! built, so a model loaded from a Hugging Face checkpoint in a new process has different ids.
+//! [`Trainer::save_optimizer`] therefore re-keys the state by the parameter's position in the
+//! module's visiting order and stores the parameter paths and shapes beside it;
+//! [`Trainer::load_optimizer`] checks them against the current model (naming the first parameter
+//! that differs) and maps the state back onto the current ids.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Int, Tensor};
+use kevin::config::{Correction, LearnerSection, SamplingSection};
+use kevin::learner::TrainStats;
+use kevin::replay::Batch;
+use kevin::rl::Clip;
+
+use crate::grad_norm::clip_global_grad_norm;
+use crate::loss::{
+    clipped_surrogate, decoupled_surrogate, drgrpo_loss, f32_tensor, kl_k3, token_logprobs,
+    BatchError, TokenBatch,
+};
+use crate::CausalLm;
+
+/// Padded positions per micro-batch when nothing else is said: 8192 positions of 151936 f32
+/// logits are 5 GB per `[tokens, vocab]` copy, and the loss keeps about four of them alive.
+pub const DEFAULT_MICRO_BATCH_TOKENS: usize = 8192;
+
+/// File (without the extension the recorder adds, `.mpk`) that holds the optimizer state.
+pub const OPTIMIZER_FILE: &str = "learner_optimizer";
+
+/// The optimizer: burn's AdamW behind its per-parameter adaptor.
+pub type AdamWOptimizer<M, B> = OptimizerAdaptor<AdamW, M, B>;
+
+type OptimRecord<M, B> = <AdamWOptimizer<M, B> as Optimizer<M, B>>::Record;
+
+/// What is saved: optimizer state keyed by parameter position, learner version, optimizer steps
+/// taken, parameter paths, parameter shapes.
+type SavedState<M, B> = (OptimRecord<M, B>, u64, u64, Vec<String>, Vec<Vec<usize>>);
+
+/// One turn-sample to train on. Tokenising the prompt is the caller's job; it must be tokenised
+/// exactly as the generator tokenised it, or the log-probs do not match the behaviour ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainSample {
+    /// Token ids of the turn's full prompt (at least one).
+    pub prompt_tokens: Vec<u32>,
+    /// Token ids of the response.
+    pub response_tokens: Vec<u32>,
+    /// Log-prob of each response token under the policy that sampled it.
+    pub behaviour_logprobs: Vec<f32>,
+    /// The turn's advantage, shared by all its tokens.
+    pub advantage: f64,
+}
+
+/// The learner's settings, from `[learner]` and `[sampling]` plus what the config file does not
+/// (yet) say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainerConfig {
+    /// Off-policy correction.
+    pub correction: Correction,
+    /// Clip range (clip-higher).
+    pub clip: Clip,
+    /// Cap of pi_prox / pi_behaviour in the decoupled objective.
+    pub decoupled_weight_cap: f64,
+    /// Coefficient of the k3 KL to the reference model (0: off, no reference forward).
+    pub kl_coef: f64,
+    /// Learning rate after warm-up.
+    pub lr: f64,
+    /// Optimizer steps of linear warm-up.
+    pub warmup_steps: u64,
+    /// Optimizer steps per batch.
+    pub optimizer_steps: u32,
+    /// Global gradient-norm clip.
+    pub grad_clip: f64,
+    /// Dr. GRPO's max_tokens: the generator's max new tokens.
+    pub max_tokens: usize,
+    /// Largest micro-batch in padded positions (rows * longest row). A single sequence longer
+    /// than this still runs, alone.
+    pub micro_batch_tokens: usize,
+    /// AdamW's decoupled weight decay (PyTorch's AdamW default, 0.01).
+    pub weight_decay: f64,
+    /// AdamW's beta_1.
+    pub beta_1: f64,
+    /// AdamW's beta_2.
+    pub beta_2: f64,
+    /// AdamW's epsilon (PyTorch's default, 1e-8).
+    pub epsilon: f64,
+}
+
+impl TrainerConfig {
+    /// The settings of a kevin config's `[learner]` and `[sampling]` sections.
+    pub fn new(learner: &LearnerSection, sampling: &SamplingSection) -> Self {
+        TrainerConfig {
+            correction: learner.correction,
+            clip: Clip {
+                eps_low: learner.clip_low,
+                eps_high: learner.clip_high,
+            },
+            decoupled_weight_cap: learner.decoupled_weight_cap,
+            kl_coef: learner.kl_coef,
+            lr: learner.lr,
+            warmup_steps: learner.warmup_steps,
+            optimizer_steps: learner.optimizer_steps,
+            grad_clip: learner.grad_clip,
+            max_tokens: sampling.max_new_tokens as usize,
+            micro_batch_tokens: DEFAULT_MICRO_BATCH_TOKENS,
+            weight_decay: 0.01,
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-8,
+        }
+    }
+
+    /// Checks what the trainer relies on (the core's config validation checks the file's keys;
+    /// this also covers settings made in code).
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let bad = |key: &'static str, value: f64, reason: &'static str| {
+            Err(TrainError::Config {
+                key,
+                value: value.to_string(),
+                reason,
+            })
+        };
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad("learner.lr", self.lr, "must be finite and > 0");
+        }
+        if self.grad_clip.is_nan() || self.grad_clip <= 0.0 {
+            return bad("learner.grad_clip", self.grad_clip, "must be > 0");
+        }
+        if !(self.kl_coef.is_finite() && self.kl_coef >= 0.0) {
+            return bad("learner.kl_coef", self.kl_coef, "must be finite and >= 0");
+        }
+        if !(self.clip.eps_low >= 0.0 && self.clip.eps_low < 1.0) {
+            return bad("learner.clip_low", self.clip.eps_low, "must be in [0, 1)");
+        }
+        if !(self.clip.eps_high.is_finite() && self.clip.eps_high >= 0.0) {
+            return bad("learner.clip_high", self.clip.eps_high, "must be >= 0");
+        }
+        if self.decoupled_weight_cap.is_nan() || self.decoupled_weight_cap <= 0.0 {
+            return bad(
+                "learner.decoupled_weight_cap",
+                self.decoupled_weight_cap,
+                "must be > 0",
+            );
+        }
+        if self.optimizer_steps == 0 {
+            return bad("learner.optimizer_steps", 0.0, "must be >= 1");
+        }
+        if self.max_tokens == 0 {
+            return bad("sampling.max_new_tokens", 0.0, "must be >= 1");
+        }
+        if self.micro_batch_tokens == 0 {
+            return bad("micro_batch_tokens", 0.0, "must be >= 1");
+        }
+        Ok(())
+    }
+}
+
+/// A failure of the trainer.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// A setting the trainer cannot work with.
+    #[error("learner setting {key} = {value}: {reason}")]
+    Config {
+        /// The config key.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What is allowed.
+        reason: &'static str,
+    },
+    /// The KL term needs a reference model and none was given.
+    #[error("learner.kl_coef = {kl_coef} needs a reference model, and none was given")]
+    NoReference {
+        /// The coefficient.
+        kl_coef: f64,
+    },
+    /// A sample the trainer cannot use.
+    #[error("train sample {index}: {reason}")]
+    Sample {
+        /// Its index in the batch.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A micro-batch could not be formed.
+    #[error("micro-batch of train samples {samples:?}: {source}")]
+    Batch {
+        /// Indices of its samples.
+        samples: Vec<usize>,
+        /// What went wrong.
+        #[source]
+        source: BatchError,
+    },
+    /// The gradient was NaN or infinite. The step was not taken, but earlier steps of the same
+    /// batch were, and the version was not advanced.
+    #[error("learner version {version}, optimizer step {step}: gradient norm is {norm}; the step was not taken")]
+    NonFiniteGradient {
+        /// The learner version.
+        version: u64,
+        /// The optimizer step (counted over the whole run).
+        step: u64,
+        /// The norm.
+        norm: f64,
+    },
+    /// The optimizer state could not be saved or loaded.
+    #[error("learner optimizer state {path}: {reason}")]
+    Checkpoint {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The learning rate of optimizer step `step` (0-based): linear warm-up over `warmup_steps` steps
+/// (lr/warmup, 2*lr/warmup, ..., lr), then constant.
+pub fn warmup_lr(lr: f64, warmup_steps: u64, step: u64) -> f64 {
+    if warmup_steps == 0 {
+        return lr;
+    }
+    lr * ((step + 1) as f64 / warmup_steps as f64).min(1.0)
+}
+
+/// Groups sequences into micro-batches of at most `max_tokens` padded positions each.
+///
+/// `lengths` are (sample index, prompt + response length). Longest first, so that rows of a
+/// micro-batch have similar lengths and padding stays small; a sequence longer than `max_tokens`
+/// gets a micro-batch of its own.
+pub fn plan_micro_batches(lengths: &[(usize, usize)], max_tokens: usize) -> Vec<Vec<usize>> {
+    let mut order = lengths.to_vec();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut plan: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut longest = 0;
+    for (index, len) in order {
+        if !current.is_empty() && (current.len() + 1) * longest > max_tokens {
+            plan.push(std::mem::take(&mut current));
+        }
+        if current.is_empty() {
+            longest = len;
+        }
+        current.push(index);
+    }
+    if !current.is_empty() {
+        plan.push(current);
+    }
+    plan
+}
+
+/// One micro-batch with its per-token constants, on the inner backend (they carry no gradient).
+struct MicroBatch<B: AutodiffBackend> {
+    tokens: TokenBatch,
+    behaviour: Tensor<B::InnerBackend, 1>,
+    advantages: Tensor<B::InnerBackend, 1>,
+    prox: Option<Tensor<B::InnerBackend, 1>>,
+    reference: Option<Tensor<B::InnerBackend, 1>>,
+}
+
+/// The summed gradients of a batch and what the loss measured.
+struct BatchGradients {
+    grads: GradientsParams,
+    loss: f64,
+    clipped: u64,
+}
+
+/// The parameters of a module in visiting order: id, dotted path, shape.
+#[derive(Default)]
+struct ParamTable {
+    path: Vec<String>,
+    entries: Vec<(ParamId, String, Vec<usize>)>,
+}
+
+impl<B: burn::tensor::backend::Backend> ModuleVisitor<B> for ParamTable {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.entries
+            .push((param.id, self.path.join("."), param.dims().to_vec()));
+    }
+}
+
+fn param_table<B: burn::tensor::backend::Backend, M: Module<B>>(
+    module: &M,
+) -> Vec<(ParamId, String, Vec<usize>)> {
+    let mut table = ParamTable::default();
+    module.visit(&mut table);
+    table.entries
+}
+
+/// Trains a [`CausalLm`] with kevin's policy-gradient loss. See the module docs.
+pub struct Trainer<B, M>
+where
+    B: AutodiffBackend,
+    M: CausalLm<B> + AutodiffModule<B>,
+    M::InnerModule: CausalLm<B::InnerBackend>,
+{
+    /// Always `Some` between calls; taken for the duration of an optimizer step, which consumes
+    /// the module, so that no second handle keeps the old weights alive.
+    model: Option<M>,
+    optimizer: AdamWOptimizer<M, B>,
+    reference: Option<M::InnerModule>,
+    config: TrainerConfig,
+    version: u64,
+    steps: u64,
+}
+
+impl<B, M> Trainer<B, M>
+where
+    B: AutodiffBackend,
+    M: CausalLm<B> + AutodiffModule<B>,
+    M::InnerModule: CausalLm<B::InnerBackend>,
+{
+    /// A trainer at version 0 with fresh optimizer state. `reference` is the frozen model of the
+    /// KL term: required when `config.kl_coef > 0`, dropped otherwise.
+    pub fn new(
+        model: M,
+        config: TrainerConfig,
+        reference: Option<M::InnerModule>,
+    ) -> Result<Self, TrainError> {
+        config.validate()?;
+        let reference = if config.kl_coef > 0.0 {
+            Some(reference.ok_or(TrainError::NoReference {
+                kl_coef: config.kl_coef,
+            })?)
+        } else {
+            None
+        };
+        Ok(Trainer {
+            model: Some(model),
+            optimizer: Self::fresh_optimizer(&config),
+            reference,
+            config,
+            version: 0,
+            steps: 0,
+        })
+    }
+
+    fn fresh_optimizer(config: &TrainerConfig) -> AdamWOptimizer<M, B> {
+        AdamWConfig::new()
+            .with_beta_1(config.beta_1 as f32)
+            .with_beta_2(config.beta_2 as f32)
+            .with_epsilon(config.epsilon as f32)
+            .with_weight_decay(config.weight_decay as f32)
+            .init()
+    }
+
+    /// The model being trained.
+    pub fn model(&self) -> &M {
+        self.model
+            .as_ref()
+            .expect("the model is only taken during an optimizer step")
+    }
+
+    /// The trained model.
+    pub fn into_model(self) -> M {
+        self.model
+            .expect("the model is only taken during an optimizer step")
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &TrainerConfig {
+        &self.config
+    }
+
+    /// Completed [`Trainer::train_batch`] calls: the version of the current weights.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Optimizer steps taken (drives the warm-up).
+    pub fn optimizer_steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Trains on one batch: `optimizer_steps` steps of AdamW on the same samples, then the
+    /// version advances by one. A batch without any response token takes no step (there is no
+    /// gradient) and still advances the version.
+    ///
+    /// In the stats, `loss` is the mean over the steps of the whole batch's loss before each step,
+    /// `clip_fraction` counts clipped tokens over all steps, and `grad_norm` is the last step's
+    /// norm before clipping.
+    pub fn train_batch(&mut self, samples: &[TrainSample]) -> Result<TrainStats, TrainError> {
+        let batches = self.prepare(samples)?;
+        let tokens: usize = samples.iter().map(|s| s.response_tokens.len()).sum();
+        let mut stats = TrainStats {
+            tokens: tokens as u64,
+            samples: samples.len() as u64,
+            ..TrainStats::default()
+        };
+        if batches.is_empty() {
+            self.version += 1;
+            return Ok(stats);
+        }
+        let steps = self.config.optimizer_steps;
+        let mut loss_sum = 0.0;
+        let mut clipped = 0u64;
+        for _ in 0..steps {
+            let g = self.batch_gradients(&batches, samples.len());
+            let (grads, norm) = clip_global_grad_norm(self.model(), g.grads, self.config.grad_clip);
+            if !norm.is_finite() {
+                return Err(TrainError::NonFiniteGradient {
+                    version: self.version,
+                    step: self.steps,
+                    norm,
+                });
+            }
+            let lr = warmup_lr(self.config.lr, self.config.warmup_steps, self.steps);
+            let model = self
+                .model
+                .take()
+                .expect("the model is only taken during an optimizer step");
+            self.model = Some(self.optimizer.step(lr, model, grads));
+            self.steps += 1;
+            loss_sum += g.loss;
+            clipped += g.clipped;
+            stats.grad_norm = norm;
+        }
+        self.version += 1;
+        stats.loss = loss_sum / f64::from(steps);
+        stats.clip_fraction = clipped as f64 / (tokens as f64 * f64::from(steps));
+        stats.optimizer_steps = steps;
+        Ok(stats)
+    }
+
+    /// Checks the samples and forms the micro-batches with every per-token constant of the
+    /// batch: behaviour log-probs, advantages, and the proximal and reference log-probs when the
+    /// loss needs them.
+    fn prepare(&self, samples: &[TrainSample]) -> Result<Vec<MicroBatch<B>>, TrainError> {
+        self.check_samples(samples)?;
+        let mut batches = self.micro_batches(samples)?;
+        if self.config.correction == Correction::Decoupled {
+            // The proximal policy is the weights at the start of the batch, fixed for all its steps.
+            let prox = self.model().valid();
+            for mb in &mut batches {
+                mb.prox = Some(token_logprobs(&prox, &mb.tokens));
+            }
+        }
+        if let Some(reference) = &self.reference {
+            for mb in &mut batches {
+                mb.reference = Some(token_logprobs(reference, &mb.tokens));
+            }
+        }
+        Ok(batches)
+    }
+
+    fn check_samples(&self, samples: &[TrainSample]) -> Result<(), TrainError> {
+        let vocab = self.model().vocab_size();
+        let max_positions = self.model().max_positions();
+        for (index, s) in samples.iter().enumerate() {
+            let fail = |reason: String| Err(TrainError::Sample { index, reason });
+            if s.behaviour_logprobs.len() != s.response_tokens.len() {
+                return fail(format!(
+                    "{} behaviour log-probs for {} response tokens",
+                    s.behaviour_logprobs.len(),
+                    s.response_tokens.len()
+                ));
+            }
+            if s.prompt_tokens.is_empty() && !s.response_tokens.is_empty() {
+                return fail(
+                    "empty prompt: the first response token needs a token before it".into(),
+                );
+            }
+            if let Some(i) = s.behaviour_logprobs.iter().position(|l| !l.is_finite()) {
+                return fail(format!(
+                    "behaviour log-prob of response token {i} is {}",
+                    s.behaviour_logprobs[i]
+                ));
+            }
+            if !s.advantage.is_finite() {
+                return fail(format!("advantage is {}", s.advantage));
+            }
+            let len = s.prompt_tokens.len() + s.response_tokens.len();
+            if len > max_positions {
+                return fail(format!(
+                    "prompt {} + response {} tokens pass the model's {max_positions} positions",
+                    s.prompt_tokens.len(),
+                    s.response_tokens.len()
+                ));
+            }
+            let all = s.prompt_tokens.iter().chain(&s.response_tokens);
+            if let Some((i, t)) = all.enumerate().find(|(_, &t)| t as usize >= vocab) {
+                return fail(format!(
+                    "token {t} at position {i} is outside the vocabulary of {vocab}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn micro_batches(&self, samples: &[TrainSample]) -> Result<Vec<MicroBatch<B>>, TrainError> {
+        let device = self.model().device();
+        let lengths: Vec<(usize, usize)> = samples
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.response_tokens.is_empty())
+            .map(|(i, s)| (i, s.prompt_tokens.len() + s.response_tokens.len()))
+            .collect();
+        plan_micro_batches(&lengths, self.config.micro_batch_tokens)
+            .into_iter()
+            .map(|indices| {
+                let rows = indices.iter().map(|&i| {
+                    (
+                        samples[i].prompt_tokens.as_slice(),
+                        samples[i].response_tokens.as_slice(),
+                    )
+                });
+                let tokens =
+                    TokenBatch::from_sequences(rows).map_err(|source| TrainError::Batch {
+                        samples: indices.clone(),
+                        source,
+                    })?;
+                // Row order of the batch is the order of `indices`, and within a row the response
+                // tokens are in order: the per-token constants follow the same order.
+                let behaviour = indices
+                    .iter()
+                    .flat_map(|&i| samples[i].behaviour_logprobs.iter().copied())
+                    .collect();
+                let advantages = indices
+                    .iter()
+                    .flat_map(|&i| {
+                        let s = &samples[i];
+                        std::iter::repeat_n(s.advantage as f32, s.response_tokens.len())
+                    })
+                    .collect();
+                Ok(MicroBatch {
+                    tokens,
+                    behaviour: f32_tensor(behaviour, &device),
+                    advantages: f32_tensor(advantages, &device),
+                    prox: None,
+                    reference: None,
+                })
+            })
+            .collect()
+    }
+
+    /// Gradients of the whole batch's loss, summed over its micro-batches, before clipping.
+    fn batch_gradients(&self, batches: &[MicroBatch<B>], samples: usize) -> BatchGradients {
+        let model = self.model();
+        let cfg = &self.config;
+        let mut accumulator = GradientsAccumulator::<M>::new();
+        let mut loss: Option<Tensor<B::InnerBackend, 1>> = None;
+        let mut clipped: Option<Tensor<B::InnerBackend, 1, Int>> = None;
+        for mb in batches {
+            let logp = token_logprobs(model, &mb.tokens);
+            let behaviour = Tensor::<B, 1>::from_inner(mb.behaviour.clone());
+            let advantages = Tensor::<B, 1>::from_inner(mb.advantages.clone());
+            // `prepare` sets proximal log-probs exactly when the correction is decoupled.
+            let terms = match &mb.prox {
+                Some(prox) => decoupled_surrogate(
+                    logp.clone(),
+                    Tensor::from_inner(prox.clone()),
+                    behaviour,
+                    advantages,
+                    cfg.clip,
+                    cfg.decoupled_weight_cap,
+                ),
+                None => clipped_surrogate(logp.clone(), behaviour, advantages, cfg.clip),
+            };
+            let mut token_losses = terms.loss;
+            if let Some(reference) = &mb.reference {
+                let kl = kl_k3(logp, Tensor::from_inner(reference.clone()));
+                token_losses = token_losses + kl.mul_scalar(cfg.kl_coef);
+            }
+            let mb_loss = drgrpo_loss(token_losses, cfg.max_tokens, samples);
+            let mb_clipped = terms.clipped.int().sum().inner();
+            let value = mb_loss.clone().inner();
+            loss = Some(match loss {
+                Some(l) => l + value,
+                None => value,
+            });
+            clipped = Some(match clipped {
+                Some(c) => c + mb_clipped,
+                None => mb_clipped,
+            });
+            let grads = GradientsParams::from_grads(mb_loss.backward(), model);
+            accumulator.accumulate(model, grads);
+        }
+        let scalar_f64 = |data: burn::tensor::TensorData| data.iter::<f64>().next().unwrap_or(0.0);
+        BatchGradients {
+            grads: accumulator.grads(),
+            loss: loss.map_or(0.0, |l| scalar_f64(l.into_data())),
+            clipped: clipped.map_or(0, |c| scalar_f64(c.into_data()) as u64),
+        }
+    }
+
+    /// Writes the optimizer state, the version and the optimizer-step counter into `dir`
+    /// (`learner_optimizer.mpk`). The weights are saved separately, with the model.
+    pub fn save_optimizer(&self, dir: &Path) -> Result<(), TrainError> {
+        let path = dir.join(OPTIMIZER_FILE);
+        let err = |reason: String| TrainError::Checkpoint {
+            path: format!("{}.mpk", path.display()),
+            reason,
+        };
+        let table = param_table::<B, M>(self.model());
+        let position: HashMap<ParamId, usize> = table
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _, _))| (*id, i))
+            .collect();
+        let mut state: OptimRecord<M, B> = Default::default();
+        for (id, record) in self.optimizer.to_record() {
+            let i = position.get(&id).ok_or_else(|| {
+                err(format!(
+                    "the optimizer holds state for parameter {id}, which the model does not have"
+                ))
+            })?;
+            state.insert(ParamId::from(*i as u64), record);
+        }
+        let paths = table.iter().map(|(_, p, _)| p.clone()).collect();
+        let shapes = table.iter().map(|(_, _, s)| s.clone()).collect();
+        let saved: SavedState<M, B> = (state, self.version, self.steps, paths, shapes);
+        Recorder::<B>::record(
+            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+            saved,
+            path.clone(),
+        )
+        .map_err(|e| err(e.to_string()))
+    }
+
+    /// Restores what [`Trainer::save_optimizer`] wrote onto the current model, whose parameter
+    /// paths and shapes must match those saved.
+    pub fn load_optimizer(&mut self, dir: &Path) -> Result<(), TrainError> {
+        let path = dir.join(OPTIMIZER_FILE);
+        let err = |reason: String| TrainError::Checkpoint {
+            path: format!("{}.mpk", path.display()),
+            reason,
+        };
+        let device = self.model().device();
+        let (state, version, steps, paths, shapes): SavedState<M, B> = Recorder::<B>::load(
+            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+            path.clone(),
+            &device,
+        )
+        .map_err(|e| err(e.to_string()))?;
+        let table = param_table::<B, M>(self.model());
+        if paths.len() != table.len() || shapes.len() != table.len() {
+            return Err(err(format!(
+                "saved for a model of {} parameters, this model has {}",
+                paths.len(),
+                table.len()
+            )));
+        }
+        for (i, (_, path, shape)) in table.iter().enumerate() {
+            if &paths[i] != path || &shapes[i] != shape {
+                return Err(err(format!(
+                    "parameter {i} was saved as {} {:?}, the model has {} {:?}",
+                    paths[i], shapes[i], path, shape
+                )));
+            }
+        }
+        let mut rekeyed: OptimRecord<M, B> = Default::default();
+        for (position, record) in state {
+            let i = position.val() as usize;
+            let (id, _, _) = table.get(i).ok_or_else(|| {
+                err(format!(
+                    "state for parameter position {i}, the model has {}",
+                    table.len()
+                ))
+            })?;
+            rekeyed.insert(*id, record);
+        }
+        self.optimizer = Self::fresh_optimizer(&self.config).load_record(rekeyed);
+        self.version = version;
+        self.steps = steps;
+        Ok(())
+    }
+}
+
+/// The train samples of a replay batch, turn by turn: each turn's prompt tokenised by `tokenize`
+/// (exactly as the generator tokenised it), its response tokens, behaviour log-probs and
+/// advantage. Errors name the group, trajectory and turn.
+pub fn train_samples(
+    batch: &Batch,
+    mut tokenize: impl FnMut(&str) -> Result<Vec<u32>, String>,
+) -> Result<Vec<TrainSample>, TrainError> {
+    let mut samples = Vec::new();
+    for g in &batch.groups {
+        for (t, trajectory) in g.group.trajectories.iter().enumerate() {
+            for (k, turn) in trajectory.iter().enumerate() {
+                let index = samples.len();
+                let where_ = || format!("group {} trajectory {t} turn {k}", g.seq);
+                let advantage = g
+                    .advantages
+                    .get(t)
+                    .and_then(|a| a.get(k))
+                    .copied()
+                    .ok_or_else(|| TrainError::Sample {
+                        index,
+                        reason: format!("{}: no advantage", where_()),
+                    })?;
+                let prompt_tokens = tokenize(&turn.prompt).map_err(|e| TrainError::Sample {
+                    index,
+                    reason: format!("{}: tokenising the prompt: {e}", where_()),
+                })?;
+                samples.push(TrainSample {
+                    prompt_tokens,
+                    response_tokens: turn.response_tokens.clone(),
+                    behaviour_logprobs: turn.behaviour_logprobs.clone(),
+                    advantage,
+                });
+            }
+        }
+    }
+    Ok(samples)
+}
+
+#[cfg(test)]
+#[path = "train_tests.rs"]
+mod tests;
