@@ -5,6 +5,9 @@
 //! unit tests, `Qwen2` for real), and the learner differentiates through its `forward`.
 #![warn(missing_docs)]
 
+pub mod chat;
+pub mod tokenizer;
+
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
