@@ -9,7 +9,8 @@
 //! Untrusted candidate code is handled only in worker child processes ([`worker`]: protocol,
 //! pool, child serve loop); [`compile`] is the NVRTC compile step those workers run, and [`cpu`]
 //! a CUDA device model that compiles and runs candidates on the CPU (inside workers only).
-//! [`baseline`] lowers a task's program to the op-by-op launches (trusted kernels and GEMMs) whose
+//! [`corpus`] builds the supervised warm-start corpus from the train split, verified on a real
+//! kernel environment. [`baseline`] lowers a task's program to the op-by-op launches (trusted kernels and GEMMs) whose
 //! time is the denominator of every speedup.
 //!
 //! Invariant: nothing here depends on actix, tokio or the CLI. The actors crate drives this
@@ -20,6 +21,7 @@ pub mod baseline;
 pub mod candidate;
 pub mod compile;
 pub mod config;
+pub mod corpus;
 pub mod cpu;
 #[cfg(unix)]
 pub mod cpu_env;

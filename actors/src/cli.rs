@@ -1,4 +1,4 @@
-//! The command line: `kevin train | eval | bench | inspect | tasks` (and the hidden `worker`).
+//! The command line: `kevin train | eval | bench | inspect | tasks | sft` (and the hidden `worker`).
 //!
 //! Exit codes: 0 success, 1 failure, 2 usage or configuration error.
 
@@ -92,6 +92,12 @@ pub enum Command {
         #[command(subcommand)]
         show: Option<TasksCommand>,
     },
+    /// Supervised warm-start: build the verified corpus, train the tokenizer.
+    Sft {
+        /// What to build.
+        #[command(subcommand)]
+        what: SftCommand,
+    },
     /// Serve as an evaluation worker process (internal: started by kevin itself).
     #[command(hide = true)]
     Worker {
@@ -111,6 +117,48 @@ pub enum TasksCommand {
         /// Size preset shown in the prompt: "gpu" or "small".
         #[arg(long, default_value = "gpu", value_parser = ["gpu", "small"])]
         preset: String,
+    },
+}
+
+/// `kevin sft` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum SftCommand {
+    /// Build the warm-start corpus (JSONL) from the train split: reference solutions, verified
+    /// variants and naive kernels, and broken-then-fixed repair pairs, every kernel compiled and
+    /// checked on the CPU backend. Prints counts by kind and by outcome.
+    Corpus {
+        /// The JSONL file to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// The task suite's folder (reference solutions in its `solutions/`).
+        #[arg(long, default_value = "tasks")]
+        tasks: PathBuf,
+        /// Seed of the breakage sites.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// CPU worker processes (default: one per CPU core).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Only these train tasks (comma-separated; a held-out task is an error).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Training config whose tasks.preset and rollout.prompt_budget_chars the prompts use
+        /// (default: configs/quickstart.toml when present).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Train a byte-level BPE tokenizer on a corpus and write DIR/tokenizer.json; prints bytes
+    /// per token on the corpus.
+    Tokenizer {
+        /// The corpus (JSONL from `kevin sft corpus`).
+        #[arg(long)]
+        corpus: PathBuf,
+        /// Vocabulary size, special tokens included.
+        #[arg(long, default_value_t = 4096)]
+        vocab_size: usize,
+        /// Output folder.
+        #[arg(long)]
+        out: PathBuf,
     },
 }
 
@@ -621,6 +669,51 @@ pub fn main() -> ExitCode {
                 Err(e) => failure(e),
             }
         }
+        Command::Sft {
+            what:
+                SftCommand::Corpus {
+                    out,
+                    tasks,
+                    seed,
+                    workers,
+                    only,
+                    config,
+                },
+        } => {
+            // Workers killed by broken kernels are expected here: no warning per respawn.
+            if let Err(e) = init_logging(cli.log.as_deref().unwrap_or("error"), None) {
+                return usage_error(e);
+            }
+            let config = config.or_else(|| {
+                let p = PathBuf::from(DEFAULT_CONFIG);
+                p.exists().then_some(p)
+            });
+            let args = crate::sft_cmd::CorpusArgs {
+                out,
+                tasks,
+                seed,
+                workers: workers
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                    .max(1),
+                only,
+                config,
+            };
+            match crate::sft_cmd::corpus_main(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failure(e),
+            }
+        }
+        Command::Sft {
+            what:
+                SftCommand::Tokenizer {
+                    corpus,
+                    vocab_size,
+                    out,
+                },
+        } => match crate::sft_cmd::tokenizer_main(&corpus, vocab_size, &out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => failure(e),
+        },
         // main() normally takes `kevin worker ...` before clap; this is the same worker reached
         // through clap (e.g. with a global flag before the subcommand).
         Command::Worker { args } => {

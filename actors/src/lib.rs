@@ -33,6 +33,7 @@ pub mod pool;
 pub mod profiler;
 pub mod replay_queue;
 pub mod rollout;
+pub mod sft_cmd;
 pub mod stage;
 pub mod system;
 pub mod task_sampler;

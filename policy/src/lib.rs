@@ -5,6 +5,7 @@
 //! unit tests, `Qwen2` for real), and the learner differentiates through its `forward`.
 #![warn(missing_docs)]
 
+pub mod chat;
 pub mod checkpoint;
 pub mod grad_norm;
 pub mod learner_testing;
@@ -12,6 +13,7 @@ pub mod loss;
 pub mod qwen2;
 pub mod sampler;
 pub mod testing;
+pub mod tokenizer;
 pub mod train;
 
 pub use checkpoint::{CheckpointError, SaveDtype};

@@ -1,0 +1,160 @@
+//! `kevin sft corpus` and `kevin sft tokenizer`: the supervised warm-start corpus (built and
+//! verified on the CPU backend, see `kevin::corpus`) and the byte-level BPE tokenizer trained on
+//! it (`kevin_policy::tokenizer`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use kevin::config::Config;
+use kevin::corpus::{self, CorpusOptions, CorpusStats};
+use kevin::env::Deadlines;
+use kevin::tasks::TaskSuite;
+use kevin_policy::chat;
+use kevin_policy::tokenizer::{Tokenizer, SPECIAL_TOKENS};
+
+/// What `kevin sft corpus` was asked.
+#[derive(Debug, Clone)]
+pub struct CorpusArgs {
+    /// The JSONL file to write.
+    pub out: PathBuf,
+    /// The task suite's folder (reference solutions in its `solutions/`).
+    pub tasks: PathBuf,
+    /// Chooses where each breakage edits.
+    pub seed: u64,
+    /// CPU worker processes (and evaluations in flight).
+    pub workers: usize,
+    /// Only these train tasks (all when empty).
+    pub only: Vec<String>,
+    /// The training config whose preset and prompt budget the prompts follow.
+    pub config: Option<PathBuf>,
+}
+
+/// Builds the corpus, writes it, prints its counts; `Err` is a one-line message.
+pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
+    let started = Instant::now();
+    let config = match &args.config {
+        Some(p) => Config::load(Some(p), &[]).map_err(|e| e.to_string())?,
+        None => Config::load(None, &[]).map_err(|e| e.to_string())?,
+    };
+    let suite = TaskSuite::load(&args.tasks)
+        .map_err(|e| format!("task suite {}: {e}", args.tasks.display()))?;
+    // Generous verify deadline: a broken kernel that hangs costs this much, a correct one needs
+    // well under a second on the small preset.
+    let deadlines = Deadlines {
+        verify_ms: 10_000,
+        ..Deadlines::default()
+    };
+    let env = crate::backends::eval_env(
+        Some("cpu"),
+        suite.clone(),
+        &args.tasks,
+        args.workers,
+        deadlines,
+    )?;
+    eprintln!("kevin sft corpus: {}", env.describe());
+    let opts = CorpusOptions {
+        preset: config.tasks.preset,
+        seed: args.seed,
+        prompt_budget_chars: config.rollout.prompt_budget_chars as usize,
+        parallel: args.workers,
+        only: args.only.clone(),
+    };
+    let progress = |p: corpus::Progress<'_>| {
+        eprint!(
+            "\r[{}/{}] {:.0} s, last: {:<28} {:<14}",
+            p.done,
+            p.total,
+            started.elapsed().as_secs_f64(),
+            p.task,
+            p.outcome
+        );
+        let _ = std::io::stderr().flush();
+    };
+    let built = corpus::build(&suite, env.as_ref(), &opts, &progress).map_err(|e| e.to_string())?;
+    eprintln!();
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    corpus::write_jsonl(&args.out, &built.examples).map_err(|e| e.to_string())?;
+    print!(
+        "{}",
+        render_stats(&built.stats, &args.out, started.elapsed().as_secs_f64())
+    );
+    Ok(())
+}
+
+/// The counts of a build, as printed.
+pub fn render_stats(s: &CorpusStats, out: &Path, seconds: f64) -> String {
+    let list = |m: &std::collections::BTreeMap<String, usize>| {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let total: usize = s.by_kind.values().sum();
+    let mut text = format!(
+        "wrote {total} examples to {}\nby kind: {}\nturn outcomes: {}\nrepairs by breakage: {}\n\
+         tasks: {}; characters: {}; candidates evaluated: {}; breakages dropped: {} still correct, {} with another outcome than intended; {:.0} s\n",
+        out.display(),
+        list(&s.by_kind),
+        list(&s.by_outcome),
+        list(&s.by_breakage),
+        s.tasks,
+        s.chars,
+        s.evaluated,
+        s.harmless_breakages,
+        s.unexpected_breakages,
+        seconds
+    );
+    if !s.dropped_variants.is_empty() {
+        text += &format!(
+            "variants that were not correct (dropped): {}\n",
+            s.dropped_variants.join(", ")
+        );
+    }
+    text
+}
+
+/// Trains a tokenizer of `vocab_size` tokens on the corpus at `corpus_path` (every turn as its
+/// chat training text), writes `out_dir/tokenizer.json`, prints bytes per token on the corpus.
+pub fn tokenizer_main(corpus_path: &Path, vocab_size: usize, out_dir: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    let examples = corpus::read_jsonl(corpus_path)?;
+    if examples.is_empty() {
+        return Err(format!("{}: no examples", corpus_path.display()));
+    }
+    let texts: Vec<String> = examples
+        .iter()
+        .flat_map(|e| e.turns.iter())
+        .map(|t| chat::training_text(None, &t.prompt, &t.response))
+        .collect();
+    let tok = Tokenizer::train_bpe(texts.iter(), vocab_size, &SPECIAL_TOKENS)
+        .map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let path = out_dir.join("tokenizer.json");
+    tok.save(&path).map_err(|e| e.to_string())?;
+    let (mut bytes, mut tokens) = (0usize, 0usize);
+    for t in &texts {
+        bytes += t.len();
+        tokens += tok.encode(t).map_err(|e| e.to_string())?.len();
+    }
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if tok.vocab_size() < vocab_size {
+        // BPE merges only inside pre-tokenized words: once every word seen twice is one token,
+        // there is nothing left to merge.
+        println!(
+            "the vocabulary stopped at {} of the {vocab_size} tokens asked: no pair occurs twice any more",
+            tok.vocab_size()
+        );
+    }
+    println!(
+        "wrote {} ({} tokens, {size} bytes); corpus: {} texts, {bytes} bytes, {tokens} tokens, {:.2} bytes/token; {:.1} s",
+        path.display(),
+        tok.vocab_size(),
+        texts.len(),
+        bytes as f64 / tokens.max(1) as f64,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! `kevin sft corpus` and `kevin sft tokenizer` through the real binary: the corpus of two train
+//! tasks is built on the CPU backend with its worker processes (every kernel really compiled and
+//! checked), a held-out task is refused, and a tokenizer trained on the corpus round-trips it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kevin::corpus::{read_jsonl, Kind};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn kevin(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kevin"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn corpus_and_tokenizer_on_the_cpu_backend() {
+    if kevin::cpu::find_compiler().is_err() {
+        eprintln!("skipping: no C++ compiler");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kevin-sft-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("corpus.jsonl");
+    let run = kevin(&[
+        "sft",
+        "corpus",
+        "--out",
+        out.to_str().unwrap(),
+        "--only",
+        "relu,sum_reduce",
+        "--workers",
+        "2",
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.contains("by kind: first_turn 2, repair "),
+        "{stdout}"
+    );
+    let examples = read_jsonl(&out).unwrap();
+    let count = |k: Kind| examples.iter().filter(|e| e.kind == k).count();
+    assert_eq!(count(Kind::FirstTurn), 2);
+    assert!(count(Kind::Variant) >= 4, "{stdout}");
+    assert!(count(Kind::Repair) >= 8, "{stdout}");
+    for e in &examples {
+        assert!(e.task == "relu" || e.task == "sum_reduce");
+        assert_eq!(e.outcomes.last().unwrap(), "correct");
+        if e.kind == Kind::Repair {
+            // The second prompt carries the real feedback of the real first outcome.
+            let fb = e.turns[1]
+                .prompt
+                .lines()
+                .find(|l| l.starts_with("Feedback: "))
+                .unwrap();
+            let first = e.outcomes[0].as_str();
+            let want = match first {
+                "compile_error" => "Feedback: Compilation failed:",
+                "launch_error" => "Feedback: Launch failed:",
+                "wrong" => "Feedback: Wrong result:",
+                "crash" => "Feedback: The kernel crashed:",
+                other => panic!("unexpected first outcome {other} in {}", e.form),
+            };
+            assert!(fb.starts_with(want), "{}: {fb}", e.form);
+        }
+    }
+
+    let refused = kevin(&[
+        "sft",
+        "corpus",
+        "--out",
+        dir.join("x.jsonl").to_str().unwrap(),
+        "--only",
+        "tanh",
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("task `tanh` is held out"));
+
+    let tok_dir = dir.join("tok");
+    let run = kevin(&[
+        "sft",
+        "tokenizer",
+        "--corpus",
+        out.to_str().unwrap(),
+        "--vocab-size",
+        "600",
+        "--out",
+        tok_dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("bytes/token"), "{stdout}");
+    let tok =
+        kevin_policy::tokenizer::Tokenizer::from_file(tok_dir.join("tokenizer.json")).unwrap();
+    // At most what was asked (a small corpus runs out of pairs), and more than the bytes.
+    assert!(
+        (260..=600).contains(&tok.vocab_size()),
+        "{}",
+        tok.vocab_size()
+    );
+    for e in &examples {
+        for t in &e.turns {
+            let text = kevin_policy::chat::training_text(None, &t.prompt, &t.response);
+            assert_eq!(tok.decode(&tok.encode(&text).unwrap()).unwrap(), text);
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,790 @@
+//! Naive kernels written from a task's op program: short, plainly correct CUDA that a small model
+//! can learn the candidate format from before it learns to be fast.
+//!
+//! The generator is a tiny compiler for the shapes most tasks take: an elementwise expression
+//! (broadcasting a trailing-dims tensor such as a bias `[N]` over `[M, N]`), a matrix product
+//! with an elementwise epilogue, a reduction along one axis of an elementwise expression, a
+//! row-wise operation (softmax, the norms, cumsum) between two elementwise expressions, and a
+//! plain transpose. Everything is f32 (i64 for argmax/argmin outputs); a program outside these
+//! shapes gives no kernel rather than a doubtful one. Each kind comes in a few forms (one thread
+//! per element, grid-stride, block sizes, shared-memory tiling, a block per row): the forms are
+//! written here, not derived from text, so every one is known to be the kernel it says it is.
+//! Whether a form is also correct is not taken on trust: the corpus builder evaluates every one.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::scalar::{float_lit, long_product, Render};
+use crate::ops::ast::{BinOp, Dim, Expr, Op, ReduceKind};
+use crate::ops::Dtype;
+use crate::tasks::Task;
+
+/// One generated kernel: the cuda block and the words around it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generated {
+    /// Short id of the form, e.g. `elementwise_b256` (unique per task).
+    pub form: String,
+    /// The cuda block (launch lines included).
+    pub source: String,
+    /// The reasoning paragraph of a response that answers with this kernel.
+    pub reasoning: String,
+    /// The summary paragraph.
+    pub summary: String,
+}
+
+/// Every naive form the generator can write for `task` (empty when its program is outside the
+/// supported shapes).
+pub fn generate(task: &Task) -> Vec<Generated> {
+    let Some(ctx) = Ctx::new(task) else {
+        return Vec::new();
+    };
+    let Some(stmt) = task.program.stmts.last() else {
+        return Vec::new();
+    };
+    let expr = ctx.inline(&stmt.expr);
+    let mut out = Vec::new();
+    if let Some(v) = ctx.transpose(&expr) {
+        out.extend(v);
+    } else if let Some(v) = ctx.elementwise(&expr) {
+        out.extend(v);
+    } else if let Some(v) = ctx.matmul(&expr) {
+        out.extend(v);
+    } else if let Some(v) = ctx.reduction(&expr) {
+        out.extend(v);
+    } else if let Some(v) = ctx.rowwise(&expr) {
+        out.extend(v);
+    }
+    out
+}
+
+/// What the generator knows of the task.
+struct Ctx<'a> {
+    task: &'a Task,
+    /// The one output.
+    out: String,
+    /// Symbolic shape of every input and the output.
+    shapes: BTreeMap<String, Vec<Dim>>,
+    /// Named constants.
+    consts: BTreeMap<String, f64>,
+    /// Intermediates, inlined where they are used.
+    defs: BTreeMap<String, Expr>,
+    /// The kernel's parameter list and the launch's argument list (tensors, then sizes).
+    params: String,
+    args: String,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(task: &'a Task) -> Option<Ctx<'a>> {
+        let p = &task.program;
+        if p.outputs.len() != 1 || p.stmts.last()?.target != p.outputs[0].name {
+            return None;
+        }
+        let out = &p.outputs[0];
+        let out_ok = out.ty.dtype == Dtype::F32 || out.ty.dtype == Dtype::I64;
+        if !out_ok || p.inputs.iter().any(|d| d.ty.dtype != Dtype::F32) {
+            return None;
+        }
+        let mut params = Vec::new();
+        let mut args = Vec::new();
+        let mut shapes = BTreeMap::new();
+        for d in &p.inputs {
+            params.push(format!("const float* __restrict__ {}", d.name));
+            args.push(d.name.clone());
+            shapes.insert(d.name.clone(), d.ty.shape.clone());
+        }
+        let out_ty = if out.ty.dtype == Dtype::I64 {
+            "long long"
+        } else {
+            "float"
+        };
+        params.push(format!("{out_ty}* __restrict__ {}", out.name));
+        args.push(out.name.clone());
+        shapes.insert(out.name.clone(), out.ty.shape.clone());
+        for s in p.size_symbols() {
+            params.push(format!("int {s}"));
+            args.push(s);
+        }
+        let defs = p
+            .stmts
+            .iter()
+            .take(p.stmts.len() - 1)
+            .map(|s| (s.target.clone(), s.expr.clone()))
+            .collect();
+        Some(Ctx {
+            task,
+            out: out.name.clone(),
+            shapes,
+            consts: p.consts.iter().map(|c| (c.name.clone(), c.value)).collect(),
+            defs,
+            params: params.join(", "),
+            args: args.join(", "),
+        })
+    }
+
+    /// `e` with every intermediate replaced by its definition.
+    fn inline(&self, e: &Expr) -> Expr {
+        match e {
+            Expr::Var(v) => match self.defs.get(v) {
+                Some(d) => self.inline(d),
+                None => e.clone(),
+            },
+            Expr::Num(_) => e.clone(),
+            Expr::Neg(a) => Expr::Neg(Box::new(self.inline(a))),
+            Expr::Binary(op, a, b) => {
+                Expr::Binary(*op, Box::new(self.inline(a)), Box::new(self.inline(b)))
+            }
+            Expr::Call { op, args } => Expr::Call {
+                op: op.clone(),
+                args: args.iter().map(|a| self.inline(a)).collect(),
+            },
+        }
+    }
+
+    fn out_shape(&self) -> &[Dim] {
+        &self.shapes[&self.out]
+    }
+
+    /// The first-line comment and the head of every kernel.
+    fn signature(&self, kernel: &str) -> String {
+        format!("__global__ void {kernel}({})", self.params)
+    }
+
+    fn launch(&self, kernel: &str, grid: &str, block: &str) -> String {
+        format!(
+            "// kevin: launch {kernel} grid=({grid}) block=({block}) args=({})",
+            self.args
+        )
+    }
+
+    fn program_text(&self) -> String {
+        let stmts: Vec<String> = self
+            .task
+            .program
+            .stmts
+            .iter()
+            .map(|s| format!("{} = {}", s.target, stmt_source(&self.task.source, s.line)))
+            .collect();
+        stmts.join("; ")
+    }
+
+    // ---- elementwise -------------------------------------------------------------------------
+
+    fn elementwise(&self, e: &Expr) -> Option<Vec<Generated>> {
+        let shape = self.out_shape().to_vec();
+        let mut r = Render::new(&self.shapes, &self.consts, &shape, "i");
+        let value = r.scalar(e)?;
+        let helpers = r.helpers();
+        let n = product(&shape);
+        let y = &self.out;
+        let what = self.program_text();
+        let mut out = Vec::new();
+        for block in [256, 128] {
+            let k = format!("{}_elementwise", self.task.name);
+            let src = format!(
+                "{launch}\n{helpers}{sig} {{\n    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    \
+                 long long n = {nll};\n    if (i < n) {{\n        {y}[i] = {value};\n    }}\n}}\n",
+                launch = self.launch(&k, &format!("cdiv({n},{block})"), &block.to_string()),
+                sig = self.signature(&k),
+                nll = long_product(&shape),
+            );
+            out.push(Generated {
+                form: format!("elementwise_b{block}"),
+                source: src,
+                reasoning: format!(
+                    "`{what}` is elementwise: every output element depends only on the input elements at the \
+                     same position (a smaller tensor broadcasts along the leading dimensions, so its index is \
+                     the flat index modulo its size). One thread per element is the simplest correct mapping: \
+                     a 1-D grid of {block}-thread blocks covers all {n} elements and a bounds check handles the tail."
+                ),
+                summary: format!(
+                    "One thread per output element, {block} threads per block and cdiv({n},{block}) blocks; \
+                     each thread computes its element in registers with one read of each input and one write, \
+                     and the `i < n` check guards the last block."
+                ),
+            });
+        }
+        let k = format!("{}_grid_stride", self.task.name);
+        let src = format!(
+            "{launch}\n{helpers}{sig} {{\n    long long n = {nll};\n    long long stride = (long long)gridDim.x * blockDim.x;\n    \
+             for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {{\n        \
+             {y}[i] = {value};\n    }}\n}}\n",
+            launch = self.launch(&k, &format!("cdiv({n},1024)"), "256"),
+            sig = self.signature(&k),
+            nll = long_product(&shape),
+        );
+        out.push(Generated {
+            form: "elementwise_grid_stride".into(),
+            source: src,
+            reasoning: format!(
+                "`{what}` is elementwise, so any assignment of elements to threads works. A grid-stride loop \
+                 decouples the grid from the problem size: each thread starts at its global index and steps by \
+                 the total number of threads, so a grid of a quarter as many threads as elements still covers \
+                 all {n} of them and every thread does about four."
+            ),
+            summary: format!(
+                "Grid-stride loop over the {n} flattened elements with 256-thread blocks and cdiv({n},1024) \
+                 blocks (about four elements per thread); the loop condition is the bounds check."
+            ),
+        });
+        Some(out)
+    }
+
+    fn transpose(&self, e: &Expr) -> Option<Vec<Generated>> {
+        let Expr::Call {
+            op: Op::Transpose { a, b },
+            args,
+        } = e
+        else {
+            return None;
+        };
+        let [Expr::Var(x)] = args.as_slice() else {
+            return None;
+        };
+        let xs = self.shapes.get(x)?;
+        if xs.len() != 2 || !matches!((a, b), (-2, -1) | (0, 1) | (-1, -2) | (1, 0)) {
+            return None;
+        }
+        let (rows, cols) = (dim(&xs[0]), dim(&xs[1]));
+        let y = &self.out;
+        let k = format!("{}_naive", self.task.name);
+        let src = format!(
+            "{launch}\n{sig} {{\n    int c = blockIdx.x * blockDim.x + threadIdx.x;  // column of {x}, row of {y}\n    \
+             int r = blockIdx.y * blockDim.y + threadIdx.y;  // row of {x}, column of {y}\n    \
+             if (r < {rows} && c < {cols}) {{\n        {y}[(long long)c * {rows} + r] = {x}[(long long)r * {cols} + c];\n    }}\n}}\n",
+            launch = self.launch(&k, &format!("cdiv({cols},16), cdiv({rows},16)"), "16, 16"),
+            sig = self.signature(&k),
+        );
+        Some(vec![Generated {
+            form: "transpose_naive".into(),
+            source: src,
+            reasoning: format!(
+                "{y} is the transpose of {x} ([{rows}, {cols}] -> [{cols}, {rows}]): element (r, c) of {x} goes to \
+                 (c, r) of {y}. The simplest kernel gives each thread one element with a 2-D grid of 16x16 blocks; \
+                 reads are coalesced along rows of {x}, writes are strided (a shared-memory tile would fix that later)."
+            ),
+            summary: format!(
+                "One thread per element on a 2-D grid (x over the {cols} columns of {x}, y over its {rows} rows), \
+                 16x16 blocks, both indices bounds-checked; each thread copies {x}[r][c] to {y}[c][r]."
+            ),
+        }])
+    }
+
+    // ---- matrix products ---------------------------------------------------------------------
+
+    fn matmul(&self, e: &Expr) -> Option<Vec<Generated>> {
+        let mut found = Vec::new();
+        find_matmuls(e, &mut found);
+        let [mm] = found.as_slice() else {
+            return None;
+        };
+        let Expr::Binary(BinOp::MatMul, lhs, rhs) = mm else {
+            return None;
+        };
+        let Expr::Var(a) = lhs.as_ref() else {
+            return None;
+        };
+        let ash = self.shapes.get(a)?;
+        // rhs: W [K, N], transpose(W) with W [N, K], or a vector x [K].
+        let (w, transposed) = match rhs.as_ref() {
+            Expr::Var(w) => (w.clone(), false),
+            Expr::Call {
+                op: Op::Transpose { .. },
+                args,
+            } => match args.as_slice() {
+                [Expr::Var(w)] => (w.clone(), true),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let wsh = self.shapes.get(&w)?;
+        if ash.len() != 2 {
+            return None;
+        }
+        let (m, k) = (dim(&ash[0]), dim(&ash[1]));
+        let what = self.program_text();
+        let y = self.out.clone();
+        if wsh.len() == 1 && !transposed {
+            return self.matvec(e, mm, a, &w, &m, &k, &what);
+        }
+        if wsh.len() != 2 {
+            return None;
+        }
+        let n = if transposed {
+            dim(&wsh[0])
+        } else {
+            dim(&wsh[1])
+        };
+        let shape = self.out_shape().to_vec();
+        let mut r = Render::new(&self.shapes, &self.consts, &shape, "i");
+        r.matmul = Some((*mm).clone());
+        let value = r.scalar(e)?;
+        let helpers = r.helpers();
+        let w_at = |kk: &str| {
+            if transposed {
+                format!("{w}[(long long)col * {k} + {kk}]")
+            } else {
+                format!("{w}[(long long){kk} * {n} + col]")
+            }
+        };
+        let w_desc = if transposed {
+            format!("{w} is stored [{n}, {k}], so column col of the product reads row col of {w}")
+        } else {
+            format!("{w} is [{k}, {n}]")
+        };
+        let mut out = Vec::new();
+        for (bx, by) in [(16, 16), (32, 8)] {
+            let kern = format!("{}_naive", self.task.name);
+            let src = format!(
+                "{launch}\n{helpers}{sig} {{\n    int col = blockIdx.x * blockDim.x + threadIdx.x;\n    \
+                 int row = blockIdx.y * blockDim.y + threadIdx.y;\n    if (row >= {m} || col >= {n}) return;\n    \
+                 float acc = 0.0f;\n    for (int k = 0; k < {k}; ++k) {{\n        acc += {a}[(long long)row * {k} + k] * {wk};\n    }}\n    \
+                 long long i = (long long)row * {n} + col;\n    {y}[i] = {value};\n}}\n",
+                launch = self.launch(
+                    &kern,
+                    &format!("cdiv({n},{bx}), cdiv({m},{by})"),
+                    &format!("{bx}, {by}")
+                ),
+                sig = self.signature(&kern),
+                wk = w_at("k"),
+            );
+            out.push(Generated {
+                form: format!("matmul_naive_{bx}x{by}"),
+                source: src,
+                reasoning: format!(
+                    "`{what}`: a matrix product {a} [{m}, {k}] times {w_desc}, followed by an elementwise epilogue. \
+                     The straightforward kernel gives each thread one output element (row, col): it accumulates the \
+                     dot product over k in a float register, then applies the epilogue before the single store, so \
+                     nothing intermediate goes to memory. A 2-D grid of {bx}x{by} blocks covers the [{m}, {n}] output."
+                ),
+                summary: format!(
+                    "One thread per output element on a 2-D grid ({bx}x{by} blocks, x over columns so neighbouring \
+                     threads read neighbouring elements of {w}), a float accumulator over the {k}-long dot product, \
+                     the epilogue fused before the store, and an early return for threads outside [{m}, {n}]."
+                ),
+            });
+        }
+        // Shared-memory tiling: each 16x16 tile of A and W is loaded once per block.
+        let kern = format!("{}_tiled", self.task.name);
+        let w_tile = if transposed {
+            format!("(k0 + ty < {k} && col < {n}) ? {w}[(long long)col * {k} + k0 + ty] : 0.0f")
+        } else {
+            format!("(k0 + ty < {k} && col < {n}) ? {w}[(long long)(k0 + ty) * {n} + col] : 0.0f")
+        };
+        let src = format!(
+            "{launch}\n#define TILE 16\n{helpers}{sig} {{\n    __shared__ float As[TILE][TILE];\n    __shared__ float Ws[TILE][TILE + 1];\n    \
+             int tx = threadIdx.x, ty = threadIdx.y;\n    int col = blockIdx.x * TILE + tx;\n    int row = blockIdx.y * TILE + ty;\n    \
+             float acc = 0.0f;\n    for (int k0 = 0; k0 < {k}; k0 += TILE) {{\n        \
+             As[ty][tx] = (row < {m} && k0 + tx < {k}) ? {a}[(long long)row * {k} + k0 + tx] : 0.0f;\n        \
+             Ws[ty][tx] = {w_tile};\n        __syncthreads();\n        for (int kk = 0; kk < TILE; ++kk) {{\n            \
+             acc += As[ty][kk] * Ws[kk][tx];\n        }}\n        __syncthreads();\n    }}\n    \
+             if (row < {m} && col < {n}) {{\n        long long i = (long long)row * {n} + col;\n        {y}[i] = {value};\n    }}\n}}\n",
+            launch = self.launch(&kern, &format!("cdiv({n},16), cdiv({m},16)"), "16, 16"),
+            sig = self.signature(&kern),
+        );
+        out.push(Generated {
+            form: "matmul_tiled16".into(),
+            source: src,
+            reasoning: format!(
+                "`{what}`: a matrix product {a} [{m}, {k}] times {w_desc}, then an elementwise epilogue. A naive \
+                 kernel reads every input element from global memory once per output that uses it. Tiling fixes \
+                 that: each 16x16 block stages a 16x16 tile of {a} and of {w} in shared memory, synchronises, \
+                 accumulates the 16 partial products from shared memory, and synchronises again before the next \
+                 tile overwrites it. Out-of-range tile elements are loaded as zeros, so any {m}, {n}, {k} works."
+            ),
+            summary: format!(
+                "Shared-memory tiled matrix product: 16x16 blocks, one output element per thread, tiles of {a} and \
+                 {w} loaded cooperatively (zero-padded at the edges) with __syncthreads() before and after each use, \
+                 float accumulation, the epilogue fused before a bounds-checked store."
+            ),
+        });
+        Some(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn matvec(
+        &self,
+        e: &Expr,
+        mm: &Expr,
+        a: &str,
+        x: &str,
+        m: &str,
+        k: &str,
+        what: &str,
+    ) -> Option<Vec<Generated>> {
+        let shape = self.out_shape().to_vec();
+        let mut r = Render::new(&self.shapes, &self.consts, &shape, "i");
+        r.matmul = Some((*mm).clone());
+        let value = r.scalar(e)?;
+        let helpers = r.helpers();
+        let y = &self.out;
+        let kern = format!("{}_naive", self.task.name);
+        let src = format!(
+            "{launch}\n{helpers}{sig} {{\n    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= {m}) return;\n    \
+             float acc = 0.0f;\n    for (int k = 0; k < {k}; ++k) {{\n        acc += {a}[(long long)row * {k} + k] * {x}[k];\n    }}\n    \
+             long long i = row;\n    {y}[i] = {value};\n}}\n",
+            launch = self.launch(&kern, &format!("cdiv({m},128)"), "128"),
+            sig = self.signature(&kern),
+        );
+        Some(vec![Generated {
+            form: "matvec_naive".into(),
+            source: src,
+            reasoning: format!(
+                "`{what}`: a matrix-vector product, each of the {m} outputs a dot product of one row of {a} with \
+                 {x}. The simplest kernel gives each thread one row and a float accumulator over the {k} columns."
+            ),
+            summary: format!(
+                "One thread per output row (128-thread blocks, cdiv({m},128) of them), a sequential float dot \
+                 product over the row, one store per thread, threads past the last row return early."
+            ),
+        }])
+    }
+
+    // ---- reductions along one axis -----------------------------------------------------------
+
+    fn reduction(&self, e: &Expr) -> Option<Vec<Generated>> {
+        let Expr::Call {
+            op: Op::Reduce { kind, axis, .. },
+            args,
+        } = e
+        else {
+            return None;
+        };
+        let [inner_e] = args.as_slice() else {
+            return None;
+        };
+        let shape = self.iteration_shape(inner_e)?;
+        let ax = crate::ops::normalize_axis(*axis, shape.len())?;
+        let outer = product_or_one(&shape[..ax]);
+        let len = dim(&shape[ax]);
+        let inner = product_or_one(&shape[ax + 1..]);
+        let mut r = Render::new(&self.shapes, &self.consts, &shape, "idx");
+        let v = r.scalar(inner_e)?;
+        let helpers = r.helpers();
+        let y = &self.out;
+        let what = self.program_text();
+        let (init, step, fin, kind_words) = match kind {
+            ReduceKind::Sum => ("0.0f", "acc += v;", "acc".to_string(), "sum"),
+            ReduceKind::Mean => ("0.0f", "acc += v;", format!("acc / (float){len}"), "mean"),
+            ReduceKind::Max => ("-INFINITY", "acc = fmaxf(acc, v);", "acc".into(), "maximum"),
+            ReduceKind::Min => ("INFINITY", "acc = fminf(acc, v);", "acc".into(), "minimum"),
+            ReduceKind::Argmax | ReduceKind::Argmin | ReduceKind::Logsumexp => {
+                ("", "", String::new(), "")
+            }
+            ReduceKind::Prod => return None,
+        };
+        let kern = format!("{}_naive", self.task.name);
+        let outs = format!("{outer} * {inner}");
+        let head = format!(
+            "    long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    \
+             if (o >= (long long){outer} * {inner}) return;\n    long long outer = o / {inner}, in = o % {inner};\n"
+        );
+        let idx = format!("(outer * {len} + r) * {inner} + in");
+        let body = match kind {
+            ReduceKind::Argmax | ReduceKind::Argmin => {
+                let cmp = if *kind == ReduceKind::Argmax { ">" } else { "<" };
+                format!(
+                    "    float best = 0.0f;\n    long long best_r = 0;\n    for (int r = 0; r < {len}; ++r) {{\n        \
+                     long long idx = {idx};\n        float v = {v};\n        \
+                     if (r == 0 || v {cmp} best) {{ best = v; best_r = r; }}\n    }}\n    {y}[o] = best_r;\n"
+                )
+            }
+            ReduceKind::Logsumexp => format!(
+                "    float m = -INFINITY;\n    for (int r = 0; r < {len}; ++r) {{\n        long long idx = {idx};\n        \
+                 m = fmaxf(m, {v});\n    }}\n    float s = 0.0f;\n    for (int r = 0; r < {len}; ++r) {{\n        \
+                 long long idx = {idx};\n        s += expf({v} - m);\n    }}\n    {y}[o] = m + logf(s);\n"
+            ),
+            _ => format!(
+                "    float acc = {init};\n    for (int r = 0; r < {len}; ++r) {{\n        long long idx = {idx};\n        \
+                 float v = {v};\n        {step}\n    }}\n    {y}[o] = {fin};\n"
+            ),
+        };
+        let kind_name = kind.name();
+        let mut out = vec![Generated {
+            form: "reduce_thread_per_output".into(),
+            source: format!(
+                "{launch}\n{helpers}{sig} {{\n{head}{body}}}\n",
+                launch = self.launch(&kern, &format!("cdiv({outs},128)"), "128"),
+                sig = self.signature(&kern),
+            ),
+            reasoning: format!(
+                "`{what}` reduces ({kind_name}) along an axis of length {len}. View the operand as [{outer}, {len}, \
+                 {inner}] (outer, reduced, inner) in row-major order: output o = outer * {inner} + in reads the \
+                 elements (outer * {len} + r) * {inner} + in for r < {len}. The simplest correct kernel gives each \
+                 output its own thread, which loops over r in registers."
+            ),
+            summary: format!(
+                "One thread per output element (128-thread blocks), a sequential {} over the {len} reduced elements \
+                 in a float register, the elementwise operand computed on the fly, one store per output.",
+                if kind_words.is_empty() { kind_name } else { kind_words }
+            ),
+        }];
+        // A block per output row with a shared-memory tree, for last-axis sums, means and maxima.
+        let last_axis = ax + 1 == shape.len();
+        let tree_op = match kind {
+            ReduceKind::Sum | ReduceKind::Mean => Some("buf[t] += buf[t + s];"),
+            ReduceKind::Max => Some("buf[t] = fmaxf(buf[t], buf[t + s]);"),
+            ReduceKind::Min => Some("buf[t] = fminf(buf[t], buf[t + s]);"),
+            _ => None,
+        };
+        if let (true, Some(tree)) = (last_axis, tree_op) {
+            for block in [256, 128] {
+                let kern = format!("{}_block_reduce", self.task.name);
+                let fin_b = fin.replace("acc", "buf[0]");
+                let src = format!(
+                    "{launch}\n#define BLOCK {block}\n{helpers}{sig} {{\n    __shared__ float buf[BLOCK];\n    \
+                     long long outer = blockIdx.x;\n    const long long in = 0;\n    int t = threadIdx.x;\n    float acc = {init};\n    \
+                     for (int r = t; r < {len}; r += BLOCK) {{\n        long long idx = {idx};\n        float v = {v};\n        {step}\n    }}\n    \
+                     buf[t] = acc;\n    __syncthreads();\n    for (int s = BLOCK / 2; s > 0; s >>= 1) {{\n        \
+                     if (t < s) {tree}\n        __syncthreads();\n    }}\n    if (t == 0) {y}[outer] = {fin_b};\n}}\n",
+                    launch = self.launch(&kern, &outer, &block.to_string()),
+                    sig = self.signature(&kern),
+                );
+                out.push(Generated {
+                    form: format!("reduce_block_b{block}"),
+                    source: src,
+                    reasoning: format!(
+                        "`{what}` reduces ({kind_name}) each row of {len} elements to one value. A thread per row \
+                         leaves most of the GPU idle when rows are long, so give each row a block of {block} \
+                         threads: each thread strides over the row accumulating a partial result, writes it to \
+                         shared memory, and a tree halves the number of active threads each step, with \
+                         __syncthreads() between steps so every partial is written before it is read."
+                    ),
+                    summary: format!(
+                        "One {block}-thread block per row ({outer} blocks): strided per-thread partials, then a \
+                         shared-memory tree reduction with a barrier after every level; thread 0 writes the row's \
+                         result."
+                    ),
+                });
+            }
+        }
+        Some(out)
+    }
+
+    /// The shape an elementwise expression iterates over: the largest-rank tensor it reads.
+    fn iteration_shape(&self, e: &Expr) -> Option<Vec<Dim>> {
+        let mut vars = BTreeSet::new();
+        collect_vars(e, &mut vars);
+        vars.iter()
+            .filter_map(|v| self.shapes.get(v))
+            .max_by_key(|s| s.len())
+            .cloned()
+    }
+
+    // ---- row-wise operations: softmax, norms, cumsum ------------------------------------------
+
+    fn rowwise(&self, e: &Expr) -> Option<Vec<Generated>> {
+        let mut found = Vec::new();
+        find_rowops(e, &mut found);
+        let [row_op] = found.as_slice() else {
+            return None;
+        };
+        let Expr::Call { op, args } = row_op else {
+            return None;
+        };
+        let x_e = args.first()?;
+        let shape = self.out_shape().to_vec();
+        if shape.len() != 2 || self.iteration_shape(x_e)? != shape {
+            return None;
+        }
+        let (m, n) = (dim(&shape[0]), dim(&shape[1]));
+        let axis_ok = |a: i64| a == -1 || a == 1;
+        let mut pre = Render::new(&self.shapes, &self.consts, &shape, "idx");
+        let v = pre.scalar(x_e)?;
+        let param = |i: usize| -> Option<String> {
+            match args.get(i)? {
+                Expr::Var(g) if self.shapes.get(g)?.len() == 1 => Some(format!("{g}[j]")),
+                _ => None,
+            }
+        };
+        // (passes over the row that compute the statistics, the value t of element j, words)
+        let (stats, t, words) = match op {
+            Op::Softmax { axis } | Op::LogSoftmax { axis } if axis_ok(*axis) => {
+                let log = matches!(op, Op::LogSoftmax { .. });
+                (
+                    format!(
+                        "    float mx = -INFINITY;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
+                         mx = fmaxf(mx, {v});\n    }}\n    float sum = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        \
+                         long long idx = base + j;\n        sum += expf({v} - mx);\n    }}\n"
+                    ),
+                    if log {
+                        format!("({v} - mx) - logf(sum)")
+                    } else {
+                        format!("expf({v} - mx) / sum")
+                    },
+                    "subtract the row maximum before exponentiating (so expf cannot overflow), sum the exponentials, then normalise",
+                )
+            }
+            Op::LayerNorm { eps, weight, bias } => {
+                let mut t = format!("({v} - mean) * inv");
+                if *weight {
+                    t = format!("{t} * {}", param(1)?);
+                }
+                if *bias {
+                    t = format!("{t} + {}", param(if *weight { 2 } else { 1 })?);
+                }
+                (
+                    format!(
+                        "    float mean = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
+                         mean += {v};\n    }}\n    mean /= (float){n};\n    float var = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        \
+                         long long idx = base + j;\n        float d = {v} - mean;\n        var += d * d;\n    }}\n    \
+                         var /= (float){n};\n    float inv = rsqrtf(var + {eps});\n",
+                        eps = float_lit(*eps)
+                    ),
+                    t,
+                    "compute the mean, then the biased variance around it (two passes, which is more accurate than E[x^2] - mean^2), then normalise and apply the affine parameters",
+                )
+            }
+            Op::RmsNorm { eps, weight } => {
+                let mut t = format!("{v} * inv");
+                if *weight {
+                    t = format!("{t} * {}", param(1)?);
+                }
+                (
+                    format!(
+                        "    float ss = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
+                         float x = {v};\n        ss += x * x;\n    }}\n    float inv = rsqrtf(ss / (float){n} + {eps});\n",
+                        eps = float_lit(*eps)
+                    ),
+                    t,
+                    "sum the squares, take the reciprocal root of their mean plus eps, and scale every element (and the weight)",
+                )
+            }
+            Op::L2Norm { axis, eps } if axis_ok(*axis) => (
+                format!(
+                    "    float ss = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
+                     float x = {v};\n        ss += x * x;\n    }}\n    float inv = 1.0f / fmaxf(sqrtf(ss), {eps});\n",
+                    eps = float_lit(*eps)
+                ),
+                format!("{v} * inv"),
+                "sum the squares, divide every element by the norm (at least eps)",
+            ),
+            Op::Cumsum { axis } if axis_ok(*axis) => (
+                "    float run = 0.0f;\n".to_string(),
+                "run".to_string(),
+                "keep a running sum along the row and write it at every element",
+            ),
+            _ => return None,
+        };
+        let mut post = Render::new(&self.shapes, &self.consts, &shape, "idx");
+        post.row_value = Some(((*row_op).clone(), "t".into()));
+        let value = post.scalar(e)?;
+        let mut helpers = pre.helpers();
+        for h in post.helpers().lines() {
+            if !helpers.contains(h) {
+                helpers.push_str(h);
+                helpers.push('\n');
+            }
+        }
+        let y = &self.out;
+        let what = self.program_text();
+        let kern = format!("{}_naive", self.task.name);
+        let is_scan = matches!(op, Op::Cumsum { .. });
+        let write = if is_scan {
+            format!("        run += {v};\n        float t = run;\n        {y}[idx] = {value};\n")
+        } else {
+            format!("        float t = {t};\n        {y}[idx] = {value};\n")
+        };
+        let src = format!(
+            "{launch}\n{helpers}{sig} {{\n    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= {m}) return;\n    \
+             long long base = (long long)row * {n};\n{stats}    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n{write}    }}\n}}\n",
+            launch = self.launch(&kern, &format!("cdiv({m},64)"), "64"),
+            sig = self.signature(&kern),
+        );
+        Some(vec![Generated {
+            form: "rowwise_thread_per_row".into(),
+            source: src,
+            reasoning: format!(
+                "`{what}` works row by row over the last axis: every output element of a row needs statistics of \
+                 the whole row. The simplest correct kernel gives each of the {m} rows its own thread, which walks \
+                 its {n} elements sequentially: {words}."
+            ),
+            summary: format!(
+                "One thread per row (64-thread blocks, cdiv({m},64) of them), sequential passes over the row's {n} \
+                 elements in float registers, the elementwise parts fused into the passes, one store per element."
+            ),
+        }])
+    }
+}
+
+/// The statement's right-hand side as written in the task file (for the reasoning text).
+fn stmt_source(source: &str, line: usize) -> String {
+    source
+        .lines()
+        .nth(line.saturating_sub(1))
+        .and_then(|l| l.split_once('='))
+        .map(|(_, rhs)| rhs.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn dim(d: &Dim) -> String {
+    d.to_string()
+}
+
+/// `M*N` as a launch-plan expression.
+fn product(shape: &[Dim]) -> String {
+    shape.iter().map(dim).collect::<Vec<_>>().join("*")
+}
+
+fn product_or_one(shape: &[Dim]) -> String {
+    if shape.is_empty() {
+        "1".into()
+    } else {
+        product(shape)
+    }
+}
+
+fn collect_vars(e: &Expr, out: &mut BTreeSet<String>) {
+    match e {
+        Expr::Var(v) => {
+            out.insert(v.clone());
+        }
+        Expr::Num(_) => {}
+        Expr::Neg(a) => collect_vars(a, out),
+        Expr::Binary(_, a, b) => {
+            collect_vars(a, out);
+            collect_vars(b, out);
+        }
+        Expr::Call { args, .. } => args.iter().for_each(|a| collect_vars(a, out)),
+    }
+}
+
+fn find_matmuls<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::Binary(BinOp::MatMul, ..) => out.push(e),
+        Expr::Neg(a) => find_matmuls(a, out),
+        Expr::Binary(_, a, b) => {
+            find_matmuls(a, out);
+            find_matmuls(b, out);
+        }
+        Expr::Call { args, .. } => args.iter().for_each(|a| find_matmuls(a, out)),
+        _ => {}
+    }
+}
+
+fn is_rowop(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::L2Norm { .. }
+            | Op::Cumsum { .. }
+    )
+}
+
+fn find_rowops<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::Call { op, args } => {
+            if is_rowop(op) {
+                out.push(e);
+            }
+            args.iter().for_each(|a| find_rowops(a, out));
+        }
+        Expr::Neg(a) => find_rowops(a, out),
+        Expr::Binary(_, a, b) => {
+            find_rowops(a, out);
+            find_rowops(b, out);
+        }
+        _ => {}
+    }
+}

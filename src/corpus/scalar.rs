@@ -1,0 +1,221 @@
+//! Elementwise op-language expressions as C float expressions, for the naive kernels: every
+//! tensor read at a flat index (a trailing-dims tensor such as a bias `[N]` broadcast over
+//! `[M, N]` as `b[i % N]`), constants as float literals, each function through a small
+//! `__device__` helper written once per kernel. An expression this cannot render exactly gives
+//! `None`, and the task gets no naive kernel of that kind.
+
+use std::collections::BTreeMap;
+
+use crate::ops::ast::{BinOp, Dim, Expr, Op, UnaryFn};
+
+/// A float literal in C (`0.5f`, `1e-05f`).
+pub(super) fn float_lit(v: f64) -> String {
+    let s = format!("{v:?}");
+    let s = if s.contains(['.', 'e']) {
+        s
+    } else {
+        format!("{s}.0")
+    };
+    if v < 0.0 {
+        format!("({s}f)")
+    } else {
+        format!("{s}f")
+    }
+}
+
+/// `(long long)M * N` as a C expression that cannot overflow int.
+pub(super) fn long_product(shape: &[Dim]) -> String {
+    match shape {
+        [] => "1".into(),
+        [d] => format!("(long long){d}"),
+        [d, rest @ ..] => format!(
+            "(long long){d} * {}",
+            rest.iter()
+                .map(Dim::to_string)
+                .collect::<Vec<_>>()
+                .join(" * ")
+        ),
+    }
+}
+
+/// Renders elementwise expressions as C float expressions at a flat index.
+pub(super) struct Render<'c> {
+    /// Symbolic shape of every tensor the expression may read.
+    shapes: &'c BTreeMap<String, Vec<Dim>>,
+    /// Named constants.
+    consts: &'c BTreeMap<String, f64>,
+    /// The shape the flat index runs over.
+    shape: Vec<Dim>,
+    /// The C name of the flat index.
+    index: &'static str,
+    /// The matrix product this expression contains, rendered as `acc`.
+    pub(super) matmul: Option<Expr>,
+    /// A row-wise operation rendered as a variable.
+    pub(super) row_value: Option<(Expr, String)>,
+    /// Device helper functions used, by name.
+    helpers: BTreeMap<String, String>,
+}
+
+impl<'c> Render<'c> {
+    pub(super) fn new(
+        shapes: &'c BTreeMap<String, Vec<Dim>>,
+        consts: &'c BTreeMap<String, f64>,
+        shape: &[Dim],
+        index: &'static str,
+    ) -> Self {
+        Render {
+            shapes,
+            consts,
+            shape: shape.to_vec(),
+            index,
+            matmul: None,
+            row_value: None,
+            helpers: BTreeMap::new(),
+        }
+    }
+
+    /// The helper functions, each on its own line(s), in a stable order.
+    pub(super) fn helpers(&self) -> String {
+        let mut s = String::new();
+        for h in self.helpers.values() {
+            s.push_str(h);
+            s.push('\n');
+        }
+        s
+    }
+
+    /// How tensor `v` is read at the flat index, or None when it does not broadcast simply.
+    fn tensor_at(&self, v: &str) -> Option<String> {
+        let s = self.shapes.get(v)?;
+        let i = self.index;
+        if *s == self.shape {
+            return Some(format!("{v}[{i}]"));
+        }
+        if s.iter().all(|d| *d == Dim::Lit(1)) {
+            return Some(format!("{v}[0]"));
+        }
+        // Trailing dims: a bias [N] over [M, N] repeats every N elements.
+        if s.len() < self.shape.len() && self.shape.ends_with(s) {
+            return Some(format!("{v}[{i} % {}]", long_product(s)));
+        }
+        None
+    }
+
+    fn helper(&mut self, name: &str, body: &str) -> String {
+        self.helpers.entry(name.to_string()).or_insert_with(|| {
+            format!("__device__ __forceinline__ float {name}(float x) {{ return {body}; }}")
+        });
+        name.to_string()
+    }
+
+    fn unary(&mut self, f: UnaryFn, x: String) -> String {
+        use UnaryFn::*;
+        let call = |name: String| format!("{name}({x})");
+        match f {
+            Relu => format!("fmaxf({x}, 0.0f)"),
+            Gelu => call(self.helper(
+                "gelu_f",
+                "0.5f * x * (1.0f + erff(x * 0.70710678118654752f))",
+            )),
+            GeluTanh => call(self.helper(
+                "gelu_tanh_f",
+                "0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)))",
+            )),
+            Silu => call(self.helper("silu_f", "x / (1.0f + expf(-x))")),
+            Sigmoid => call(self.helper("sigmoid_f", "1.0f / (1.0f + expf(-x))")),
+            Tanh => format!("tanhf({x})"),
+            Exp => format!("expf({x})"),
+            Log => format!("logf({x})"),
+            Abs => format!("fabsf({x})"),
+            Neg => format!("(-({x}))"),
+            Sqrt => format!("sqrtf({x})"),
+            Rsqrt => format!("rsqrtf({x})"),
+            Square => call(self.helper("square_f", "x * x")),
+            Softplus => call(self.helper("softplus_f", "fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)))")),
+            Mish => {
+                self.helper("softplus_f", "fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)))");
+                call(self.helper("mish_f", "x * tanhf(softplus_f(x))"))
+            }
+            Hardsigmoid => {
+                call(self.helper("hardsigmoid_f", "fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f"))
+            }
+            Hardswish => call(self.helper(
+                "hardswish_f",
+                "x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f",
+            )),
+        }
+    }
+
+    pub(super) fn scalar(&mut self, e: &Expr) -> Option<String> {
+        if self.matmul.as_ref() == Some(e) {
+            return Some("acc".into());
+        }
+        if let Some((row, name)) = &self.row_value {
+            if row == e {
+                return Some(name.clone());
+            }
+        }
+        Some(match e {
+            Expr::Num(v) => float_lit(*v),
+            Expr::Var(v) => match self.consts.get(v) {
+                Some(c) => float_lit(*c),
+                None => self.tensor_at(v)?,
+            },
+            Expr::Neg(a) => format!("(-{})", self.scalar(a)?),
+            Expr::Binary(op, a, b) => {
+                let (a, b) = (self.scalar(a)?, self.scalar(b)?);
+                match op {
+                    BinOp::Add => format!("({a} + {b})"),
+                    BinOp::Sub => format!("({a} - {b})"),
+                    BinOp::Mul => format!("{a} * {b}"),
+                    BinOp::Div => format!("{a} / {b}"),
+                    BinOp::Max => format!("fmaxf({a}, {b})"),
+                    BinOp::Min => format!("fminf({a}, {b})"),
+                    BinOp::Pow => format!("powf({a}, {b})"),
+                    BinOp::MatMul => return None,
+                }
+            }
+            Expr::Call { op, args } => {
+                let [x] = args.as_slice() else {
+                    return None;
+                };
+                let x = self.scalar(x)?;
+                match op {
+                    Op::Unary(f) => self.unary(*f, x),
+                    Op::LeakyRelu { slope } => {
+                        let name = self.leaky_helper(*slope);
+                        format!("{name}({x})")
+                    }
+                    Op::Elu { alpha } => {
+                        let body = format!("x > 0.0f ? x : {} * expm1f(x)", float_lit(*alpha));
+                        let name = self.param_helper("elu", &body);
+                        format!("{name}({x})")
+                    }
+                    Op::Clamp { lo, hi, .. } => {
+                        format!("fminf(fmaxf({x}, {}), {})", float_lit(*lo), float_lit(*hi))
+                    }
+                    _ => return None,
+                }
+            }
+        })
+    }
+
+    fn leaky_helper(&mut self, slope: f64) -> String {
+        let body = format!("x > 0.0f ? x : {} * x", float_lit(slope));
+        self.param_helper("leaky_relu", &body)
+    }
+
+    /// A helper whose body depends on a parameter: one function per distinct value.
+    fn param_helper(&mut self, base: &str, body: &str) -> String {
+        if let Some((n, _)) = self.helpers.iter().find(|(_, h)| h.contains(body)) {
+            return n.clone();
+        }
+        let count = self.helpers.keys().filter(|k| k.starts_with(base)).count();
+        let name = if count == 0 {
+            format!("{base}_f")
+        } else {
+            format!("{base}_f{count}")
+        };
+        self.helper(&name, body)
+    }
+}

@@ -1,0 +1,245 @@
+//! The corpus builder against a recording test environment: which tasks it asks about, the
+//! format of every response, the second-turn prompts, determinism. The real CPU backend runs in
+//! `actors/tests/sft.rs`.
+
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::candidate::Limits;
+use crate::env::Compiled;
+
+/// Admits candidates with the real rules and plan validation; then a misspelled built-in is a
+/// compile error, a removed barrier or bounds check is a wrong result, anything else is correct.
+struct TestEnv {
+    suite: Arc<TaskSuite>,
+    asked: Mutex<Vec<String>>,
+}
+
+impl KernelEnv for TestEnv {
+    fn describe(&self) -> String {
+        "test environment".into()
+    }
+    fn compile(&self, task: &str, source: &str) -> Result<Compiled, Outcome> {
+        self.asked.lock().unwrap().push(task.to_string());
+        crate::env::admit_named(&self.suite, task, Preset::Small, &Limits::default(), source)?;
+        if source.contains("threadIndx") {
+            return Err(Outcome::CompileError {
+                log: "kernel.cu:3: error: 'threadIndx' was not declared in this scope".into(),
+            });
+        }
+        Ok(Compiled {
+            task: task.into(),
+            artifact: Arc::new(source.to_string()),
+            compile_ms: 0.0,
+        })
+    }
+    fn verify(&self, compiled: &Compiled) -> Result<(), Outcome> {
+        let src = compiled.artifact.downcast_ref::<String>().unwrap();
+        if src.contains(" + 1] = ") {
+            return Err(Outcome::Wrong {
+                reason: "values differ".into(),
+                mismatch: None,
+            });
+        }
+        Ok(())
+    }
+    fn profile(&self, _: &Compiled) -> Outcome {
+        panic!("the corpus builder never times")
+    }
+}
+
+fn suite() -> Arc<TaskSuite> {
+    Arc::new(TaskSuite::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks")).unwrap())
+}
+
+fn options(only: &[&str]) -> CorpusOptions {
+    CorpusOptions {
+        preset: Preset::Small,
+        seed: 1,
+        prompt_budget_chars: 24_000,
+        parallel: 2,
+        only: only.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn build_with(only: &[&str]) -> (Corpus, Vec<String>) {
+    let suite = suite();
+    let env = TestEnv {
+        suite: suite.clone(),
+        asked: Mutex::new(Vec::new()),
+    };
+    let corpus = build(&suite, &env, &options(only), &|_| {}).unwrap();
+    let asked = env.asked.into_inner().unwrap();
+    (corpus, asked)
+}
+
+#[test]
+fn held_out_tasks_never_appear() {
+    let suite = suite();
+    let (corpus, asked) = build_with(&[]);
+    let held_out: Vec<&str> = suite
+        .split(Split::Heldout)
+        .map(|t| t.name.as_str())
+        .collect();
+    assert!(!held_out.is_empty());
+    for name in &held_out {
+        assert!(!asked.iter().any(|a| a == name), "{name} was evaluated");
+        assert!(
+            !corpus.examples.iter().any(|e| e.task == *name),
+            "{name} is in the corpus"
+        );
+        // Not even inside a prompt.
+        let header = format!("# Task: {name} (");
+        assert!(!corpus
+            .examples
+            .iter()
+            .any(|e| e.turns.iter().any(|t| t.prompt.contains(&header))));
+    }
+    let train = suite.split(Split::Train).count();
+    assert_eq!(
+        corpus.stats.tasks, train,
+        "every train task has examples; dropped: {:?}",
+        corpus.stats.dropped_variants
+    );
+    let err = build(
+        &suite,
+        &TestEnv {
+            suite: suite.clone(),
+            asked: Mutex::new(Vec::new()),
+        },
+        &options(&[held_out[0]]),
+        &|_| {},
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, CorpusError::HeldOut(ref n) if n == held_out[0]),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_response_is_a_valid_candidate() {
+    let suite = suite();
+    let (corpus, _) = build_with(&[]);
+    for e in &corpus.examples {
+        let task = suite.get(&e.task).unwrap();
+        assert_eq!(e.outcomes.len(), e.turns.len());
+        assert_eq!(e.outcomes.last().unwrap(), "correct");
+        let last = &e.turns.last().unwrap().response;
+        let cand = crate::candidate::parse_response(last)
+            .unwrap_or_else(|err| panic!("{} {}: {err}\n{last}", e.task, e.form));
+        assert!(!cand.summary.is_empty());
+        crate::env::admit(task, Preset::Small, &Limits::default(), &cand.source)
+            .unwrap_or_else(|o| panic!("{} {}: {}", e.task, e.form, o.feedback()));
+        assert_eq!(
+            e.turns[0].prompt,
+            prompt::first_turn(task, Preset::Small).unwrap()
+        );
+    }
+    let kinds = &corpus.stats.by_kind;
+    assert!(kinds["first_turn"] >= 40, "{kinds:?}");
+    assert!(kinds["variant"] > kinds["first_turn"], "{kinds:?}");
+    assert!(kinds["repair"] > kinds["first_turn"], "{kinds:?}");
+}
+
+#[test]
+fn repairs_quote_the_real_feedback_in_the_second_prompt() {
+    let (corpus, _) = build_with(&["relu", "matmul"]);
+    let repairs: Vec<&Example> = corpus
+        .examples
+        .iter()
+        .filter(|e| e.kind == Kind::Repair)
+        .collect();
+    assert!(!repairs.is_empty());
+    let mut kinds = std::collections::BTreeSet::new();
+    for e in repairs {
+        assert_eq!(e.turns.len(), 2);
+        assert_ne!(e.outcomes[0], "correct");
+        let b = Breakage::ALL
+            .into_iter()
+            .find(|b| e.form.ends_with(&format!("+{}", b.name())))
+            .unwrap();
+        assert!(b.expected().contains(&e.outcomes[0].as_str()), "{}", e.form);
+        kinds.insert(e.outcomes[0].clone());
+        let second = &e.turns[1].prompt;
+        assert!(second.starts_with(&e.turns[0].prompt), "{}", e.form);
+        assert!(second.contains("## Earlier attempts\n### Turn 1\nKernel:\n```cuda\n"));
+        let broken = crate::candidate::parse_response(&e.turns[0].response).unwrap();
+        assert!(second.contains(broken.source.trim_end()), "{}", e.form);
+        let feedback_line = second
+            .lines()
+            .find(|l| l.starts_with("Feedback: "))
+            .unwrap();
+        assert!(
+            e.turns[1]
+                .response
+                .contains(feedback_line.trim_start_matches("Feedback: ").trim()),
+            "the fix quotes the feedback: {}",
+            e.form
+        );
+        // The earlier reasoning is not in the history (the paper's context rule).
+        assert!(!second.contains("Approach:") || e.turns[0].prompt.contains("Approach:"));
+    }
+    for want in ["compile_error", "launch_error", "wrong"] {
+        assert!(kinds.contains(want), "{want} missing from {kinds:?}");
+    }
+}
+
+#[test]
+fn same_seed_same_corpus() {
+    let (a, _) = build_with(&["softmax", "gemm_bias_relu", "sum_reduce"]);
+    let (b, _) = build_with(&["softmax", "gemm_bias_relu", "sum_reduce"]);
+    assert_eq!(a.examples, b.examples);
+    let dir = std::env::temp_dir().join(format!("kevin-corpus-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.jsonl");
+    write_jsonl(&path, &a.examples).unwrap();
+    assert_eq!(read_jsonl(&path).unwrap(), a.examples);
+    let line = std::fs::read_to_string(&path).unwrap();
+    let first: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    for key in ["task", "kind", "form", "turns", "outcomes"] {
+        assert!(first.get(key).is_some(), "{key}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn naive_forms_cover_the_common_shapes() {
+    let suite = suite();
+    let check = |task: &str, forms: &[&str]| {
+        let got: Vec<String> = naive::generate(suite.get(task).unwrap())
+            .into_iter()
+            .map(|g| g.form)
+            .collect();
+        assert_eq!(got, forms, "{task}");
+    };
+    check(
+        "relu",
+        &[
+            "elementwise_b256",
+            "elementwise_b128",
+            "elementwise_grid_stride",
+        ],
+    );
+    check(
+        "gemm_bias_relu",
+        &["matmul_naive_16x16", "matmul_naive_32x8", "matmul_tiled16"],
+    );
+    check("matvec", &["matvec_naive"]);
+    check(
+        "relu_sum_rows",
+        &[
+            "reduce_thread_per_output",
+            "reduce_block_b256",
+            "reduce_block_b128",
+        ],
+    );
+    check("sum_reduce", &["reduce_thread_per_output"]);
+    check("argmax_dim1", &["reduce_thread_per_output"]);
+    check("layernorm_gelu", &["rowwise_thread_per_row"]);
+    check("exclusive_cumsum", &["rowwise_thread_per_row"]);
+    check("transpose", &["transpose_naive"]);
+    // Outside the generator's shapes: no kernel rather than a doubtful one.
+    check("gelu_f16", &[]);
+    check("attention_scores_softmax", &[]);
+}
