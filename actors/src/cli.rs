@@ -241,6 +241,44 @@ pub enum BenchCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// The burn policy's speed: batched generation (KV cache, continuous batching, sampling) and
+    /// learner steps (forward, backward, AdamW) on a random-weight Qwen2; with `--hf FILE` (the
+    /// JSON of benches/hf_policy.py, run on the same machine) the ratios to transformers.
+    Policy {
+        /// Model shape: "qwen2-0.5b" (the issue's) or "tiny" (a smoke run).
+        #[arg(long, default_value = "qwen2-0.5b")]
+        shape: String,
+        /// "cuda" or "cpu" (default: cuda where nvidia-smi lists a GPU).
+        #[arg(long)]
+        device: Option<String>,
+        /// "bf16" or "f32" (the CPU runs f32).
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+        /// Generation batch sizes, comma-separated.
+        #[arg(long, default_value = "1,64", value_delimiter = ',')]
+        batches: Vec<usize>,
+        /// Prompt tokens per sequence.
+        #[arg(long, default_value_t = 256)]
+        prompt: usize,
+        /// New tokens per sequence.
+        #[arg(long, default_value_t = 256)]
+        new_tokens: usize,
+        /// Learner: sequences per step.
+        #[arg(long, default_value_t = 8)]
+        train_batch: usize,
+        /// Learner: tokens per sequence.
+        #[arg(long, default_value_t = 1024)]
+        train_seq: usize,
+        /// Learner: timed steps after one warm-up step (0: no learner).
+        #[arg(long, default_value_t = 3)]
+        train_steps: usize,
+        /// The transformers peer's JSON (benches/hf_policy.py --json) to compare with.
+        #[arg(long)]
+        hf: Option<PathBuf>,
+        /// Write the results (and the comparison) as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// The GPU harness on this machine's GPU: NVRTC compile latency, end-to-end evaluation
     /// throughput on level-1 solutions, timing repeatability of one kernel, and replacement of
     /// workers killed by illegal-address faults.
@@ -550,6 +588,51 @@ pub fn main() -> ExitCode {
                 out,
             };
             match crate::bench_gpu::run(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failure(e),
+            }
+        }
+        Command::Bench {
+            what:
+                BenchCommand::Policy {
+                    shape,
+                    device,
+                    dtype,
+                    batches,
+                    prompt,
+                    new_tokens,
+                    train_batch,
+                    train_seq,
+                    train_steps,
+                    hf,
+                    json,
+                },
+        } => {
+            if let Err(e) = init_logging(cli.log.as_deref().unwrap_or("warn"), None) {
+                return usage_error(e);
+            }
+            let shape = match kevin_policy::bench::Shape::parse(&shape) {
+                Ok(s) => s,
+                Err(e) => return usage_error(e),
+            };
+            let args = kevin_policy::bench::BenchArgs {
+                shape,
+                batches,
+                prompt,
+                new_tokens,
+                train_batch,
+                train_seq,
+                train_steps,
+            };
+            let device = device.unwrap_or_else(|| {
+                if kevin::compile::gpu_count() > 0 {
+                    "cuda"
+                } else {
+                    "cpu"
+                }
+                .to_string()
+            });
+            match crate::bench_policy::run(&args, &device, &dtype, hf.as_deref(), json.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => failure(e),
             }

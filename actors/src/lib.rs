@@ -19,6 +19,7 @@
 pub mod backends;
 pub mod bench;
 pub mod bench_gpu;
+pub mod bench_policy;
 pub mod cli;
 pub mod compiler;
 pub mod eval_cmd;

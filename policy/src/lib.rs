@@ -5,6 +5,7 @@
 //! unit tests, `Qwen2` for real), and the learner differentiates through its `forward`.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod chat;
 pub mod checkpoint;
 pub mod grad_norm;

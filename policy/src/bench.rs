@@ -1,0 +1,337 @@
+//! `kevin bench policy`: the policy's own speed, on the shape and workload the transformers peer
+//! (benches/hf_policy.py) measures in the same device call.
+//!
+//! - generation: the [`Generator`] (continuous batching, KV cache, sampling at temperature 0.9
+//!   over the whole vocabulary) on `batch` random prompts of `prompt` tokens, exactly
+//!   `new_tokens` new tokens each (no end-of-sequence token); tokens/s counts new tokens over the
+//!   whole call, prefill included, as `generate` is timed in Python;
+//! - learner: one [`Trainer::train_batch`] per step on `train_batch` sequences of `train_seq`
+//!   tokens (one prompt token, the rest response): forward, the clipped surrogate over every
+//!   response token, backward, global-norm clipping and one AdamW step; tokens/s over the median
+//!   step.
+//!
+//! The weights are random (a benchmark of speed, not of quality). Each measurement is preceded by
+//! a short warm-up of the same kind, so burn's autotuning and kernel compilation are not timed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use kevin::config::{LearnerSection, SamplingSection};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::sampler::{Generator, Request, SamplingParams};
+use crate::train::{TrainSample, Trainer, TrainerConfig};
+use crate::{Qwen2, Qwen2Config};
+
+/// Model shapes the benchmark knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Qwen2-0.5B (hidden 896, 24 layers, 14 heads, 2 KV heads, intermediate 4864, vocab 151936).
+    Qwen2_05b,
+    /// A few-hundred-thousand-parameter model for smoke runs on the CPU.
+    Tiny,
+}
+
+impl Shape {
+    /// Parses "qwen2-0.5b" or "tiny".
+    pub fn parse(s: &str) -> Result<Shape, String> {
+        match s {
+            "qwen2-0.5b" => Ok(Shape::Qwen2_05b),
+            "tiny" => Ok(Shape::Tiny),
+            other => Err(format!(
+                "--shape {other}: expected \"qwen2-0.5b\" or \"tiny\""
+            )),
+        }
+    }
+
+    /// The model's config.json.
+    pub fn config(self) -> Qwen2Config {
+        let json = match self {
+            Shape::Qwen2_05b => {
+                r#"{"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+                "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+                "num_key_value_heads": 2, "max_position_embeddings": 32768,
+                "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}"#
+            }
+            Shape::Tiny => {
+                r#"{"model_type": "qwen2", "vocab_size": 512, "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "max_position_embeddings": 2048,
+                "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}"#
+            }
+        };
+        Qwen2Config::from_json(json).expect("the built-in shapes are valid")
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchArgs {
+    /// The model's shape.
+    pub shape: Shape,
+    /// Generation batch sizes.
+    pub batches: Vec<usize>,
+    /// Prompt tokens per sequence.
+    pub prompt: usize,
+    /// New tokens per sequence.
+    pub new_tokens: usize,
+    /// Learner: sequences per step.
+    pub train_batch: usize,
+    /// Learner: tokens per sequence.
+    pub train_seq: usize,
+    /// Learner: timed steps (after one warm-up step); 0 skips the learner.
+    pub train_steps: usize,
+}
+
+/// One generation measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct GenResult {
+    /// Sequences.
+    pub batch: usize,
+    /// New tokens per second.
+    pub tokens_per_s: f64,
+    /// Seconds of the timed call.
+    pub seconds: f64,
+    /// Forward passes of the timed call.
+    pub forward_passes: u64,
+}
+
+/// The learner measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct LearnResult {
+    /// Tokens (sequences x length) per second over the median step.
+    pub tokens_per_s: f64,
+    /// Median step time (s).
+    pub step_seconds: f64,
+    /// Tokens per step.
+    pub tokens: usize,
+}
+
+/// Everything measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// The backend, in words.
+    pub backend: String,
+    /// Parameters of the model.
+    pub params: usize,
+    /// Generation, per batch size.
+    pub generate: Vec<GenResult>,
+    /// The learner, if measured.
+    pub learner: Option<LearnResult>,
+}
+
+fn random_tokens(rng: &mut StdRng, n: usize, vocab: usize) -> Vec<u32> {
+    // Token 0 upwards are often special tokens of a real tokenizer; random weights do not care.
+    (0..n).map(|_| rng.random_range(0..vocab as u32)).collect()
+}
+
+/// Times one `generate_all` of `batch` requests on a fresh generator; returns the result and the
+/// model back.
+fn generate_once<B: Backend>(
+    model: Qwen2<B>,
+    batch: usize,
+    prompt: usize,
+    new_tokens: usize,
+    seed: u64,
+) -> Result<(GenResult, Qwen2<B>), String> {
+    let vocab = model.config().vocab_size;
+    let mut gen = Generator::new(model, batch, prompt + new_tokens).map_err(|e| e.to_string())?;
+    let params = Arc::new(SamplingParams {
+        temperature: 0.9,
+        top_p: 1.0,
+        top_k: 0,
+        max_new_tokens: new_tokens,
+        stop: Vec::new(),
+        eos_token_ids: Vec::new(),
+    });
+    let mut rng = StdRng::seed_from_u64(seed);
+    let requests: Vec<Request> = (0..batch)
+        .map(|i| Request {
+            id: i as u64,
+            prompt: random_tokens(&mut rng, prompt, vocab),
+            seed: seed ^ i as u64,
+            params: params.clone(),
+        })
+        .collect();
+    let start = Instant::now();
+    let done = gen
+        .generate_all(requests, &|_: &[u32]| String::new())
+        .map_err(|e| e.to_string())?;
+    let seconds = start.elapsed().as_secs_f64();
+    let mut tokens = 0;
+    for d in done {
+        let out = d.map_err(|r| r.to_string())?;
+        tokens += out.token_ids.len();
+    }
+    if tokens != batch * new_tokens {
+        return Err(format!(
+            "generated {tokens} tokens, expected {}",
+            batch * new_tokens
+        ));
+    }
+    let forward_passes = gen.stats().forward_passes;
+    Ok((
+        GenResult {
+            batch,
+            tokens_per_s: tokens as f64 / seconds,
+            seconds,
+            forward_passes,
+        },
+        gen.into_model(),
+    ))
+}
+
+/// Runs the benchmark on backend `B` (its autodiff twin for the learner) on `device`;
+/// `progress` gets one line per finished measurement.
+pub fn run<B: AutodiffBackend>(
+    args: &BenchArgs,
+    device: &B::Device,
+    backend: &str,
+    progress: &dyn Fn(&str),
+) -> Result<BenchReport, String> {
+    let cfg = args.shape.config();
+    let vocab = cfg.vocab_size;
+    let mut model = Qwen2::<B::InnerBackend>::new(&cfg, device).map_err(|e| e.to_string())?;
+    let params = burn::module::Module::num_params(&model);
+    let mut generate = Vec::new();
+    for &batch in &args.batches {
+        // Warm-up at the same batch: prefill and decode shapes get compiled and tuned.
+        let (_, m) = generate_once(model, batch, args.prompt, 4, 1)?;
+        let (r, m) = generate_once(m, batch, args.prompt, args.new_tokens, 2)?;
+        model = m;
+        progress(&format!(
+            "generate bs{batch}: {:.0} tokens/s ({:.2} s, {} passes)",
+            r.tokens_per_s, r.seconds, r.forward_passes
+        ));
+        generate.push(r);
+    }
+    drop(model);
+    let learner = if args.train_steps == 0 {
+        None
+    } else {
+        let model = Qwen2::<B>::new(&cfg, device).map_err(|e| e.to_string())?;
+        let sampling = SamplingSection {
+            max_new_tokens: args.train_seq as u32,
+            ..SamplingSection::default()
+        };
+        let mut tcfg = TrainerConfig::new(&LearnerSection::default(), &sampling);
+        tcfg.optimizer_steps = 1;
+        tcfg.micro_batch_tokens = args.train_batch * args.train_seq;
+        let mut trainer: Trainer<B, Qwen2<B>> =
+            Trainer::new(model, tcfg, None).map_err(|e| e.to_string())?;
+        let mut rng = StdRng::seed_from_u64(3);
+        // Behaviour log-probs near the random model's own (uniform over the vocabulary).
+        let uniform = -(vocab as f32).ln();
+        let samples: Vec<TrainSample> = (0..args.train_batch)
+            .map(|i| TrainSample {
+                prompt_tokens: random_tokens(&mut rng, 1, vocab),
+                response_tokens: random_tokens(&mut rng, args.train_seq - 1, vocab),
+                behaviour_logprobs: vec![uniform; args.train_seq - 1],
+                advantage: if i % 2 == 0 { 1.0 } else { -1.0 },
+            })
+            .collect();
+        trainer.train_batch(&samples).map_err(|e| e.to_string())?;
+        let mut times = Vec::new();
+        for _ in 0..args.train_steps {
+            let t = Instant::now();
+            // TrainStats holds host values: the step is finished when it returns.
+            trainer.train_batch(&samples).map_err(|e| e.to_string())?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let step_seconds = times[times.len() / 2];
+        let tokens = args.train_batch * args.train_seq;
+        let r = LearnResult {
+            tokens_per_s: tokens as f64 / step_seconds,
+            step_seconds,
+            tokens,
+        };
+        progress(&format!(
+            "learner {}x{}: {:.0} tokens/s ({:.0} ms/step)",
+            args.train_batch,
+            args.train_seq,
+            r.tokens_per_s,
+            step_seconds * 1e3
+        ));
+        Some(r)
+    };
+    Ok(BenchReport {
+        backend: backend.to_string(),
+        params,
+        generate,
+        learner,
+    })
+}
+
+/// Runs the benchmark on a backend named at run time: `device` "cuda" (burn's CUDA backend on
+/// GPU 0) or "cpu" (NdArray), `dtype` "bf16" or "f32" (the CPU runs f32 only).
+pub fn run_named(
+    args: &BenchArgs,
+    device: &str,
+    dtype: &str,
+    progress: &dyn Fn(&str),
+) -> Result<BenchReport, String> {
+    use burn::backend::{Autodiff, Cuda, NdArray};
+    match (device, dtype) {
+        ("cuda", "bf16") => run::<Autodiff<Cuda<half::bf16>>>(
+            args,
+            &Default::default(),
+            "burn cuda (fusion), bf16",
+            progress,
+        ),
+        ("cuda", "f32") => run::<Autodiff<Cuda<f32>>>(
+            args,
+            &Default::default(),
+            "burn cuda (fusion), f32",
+            progress,
+        ),
+        ("cpu", "f32") => {
+            run::<Autodiff<NdArray<f32>>>(args, &Default::default(), "burn ndarray, f32", progress)
+        }
+        (d, t) => Err(format!(
+            "--device {d} --dtype {t}: expected cuda with bf16 or f32, or cpu with f32"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+
+    #[test]
+    fn tiny_benchmark_runs_on_the_cpu_and_counts_every_token() {
+        let args = BenchArgs {
+            shape: Shape::Tiny,
+            batches: vec![1, 3],
+            prompt: 8,
+            new_tokens: 5,
+            train_batch: 2,
+            train_seq: 16,
+            train_steps: 1,
+        };
+        let lines = std::sync::Mutex::new(Vec::new());
+        let report = run::<Autodiff<NdArray>>(&args, &Default::default(), "ndarray", &|l| {
+            lines.lock().unwrap().push(l.to_string())
+        })
+        .unwrap();
+        assert_eq!(report.generate.len(), 2);
+        // One prefill pass and four decode passes for five new tokens.
+        assert!(report.generate.iter().all(|g| g.forward_passes == 5));
+        assert!(report.generate.iter().all(|g| g.tokens_per_s > 0.0));
+        let l = report.learner.unwrap();
+        assert_eq!(l.tokens, 32);
+        assert!(l.tokens_per_s.is_finite() && l.tokens_per_s > 0.0);
+        assert_eq!(lines.lock().unwrap().len(), 3);
+        assert!(report.params > 30_000, "{}", report.params);
+    }
+
+    #[test]
+    fn unknown_shape_is_named() {
+        assert!(Shape::parse("llama").unwrap_err().contains("llama"));
+        assert_eq!(Shape::Qwen2_05b.config().num_hidden_layers, 24);
+    }
+}
