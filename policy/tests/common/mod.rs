@@ -9,11 +9,13 @@ use burn::tensor::{Int, Tensor, TensorData};
 use kevin_policy::{checkpoint, CausalLm, Qwen2};
 use safetensors::{Dtype, SafeTensors};
 
-/// tests/data/qwen2-tiny/<variant>: `untied` or `tied`.
+/// tests/data/qwen2-tiny/<variant>: `untied` or `tied`, under the repository root (`KEVIN_ROOT`
+/// when set: a test binary copied to the GPU machine runs outside its build tree).
 pub fn tiny(variant: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data/qwen2-tiny")
-        .join(variant)
+    let root = std::env::var_os("KEVIN_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    root.join("tests/data/qwen2-tiny").join(variant)
 }
 
 /// A fresh empty directory under the system's temporary directory.
