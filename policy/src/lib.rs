@@ -5,12 +5,15 @@
 //! unit tests, `Qwen2` for real), and the learner differentiates through its `forward`.
 #![warn(missing_docs)]
 
+pub mod burn_learner;
+pub mod burn_policy;
 pub mod chat;
 pub mod checkpoint;
 pub mod grad_norm;
 pub mod learner_testing;
 pub mod loss;
 pub mod qwen2;
+pub mod runtime;
 pub mod sampler;
 pub mod testing;
 pub mod tokenizer;
