@@ -88,6 +88,8 @@ pub enum Mode {
 pub enum PolicyKind {
     /// The simulated policy: no model; configured latency; canned or corpus answers.
     Simulated,
+    /// A Qwen2 model in burn (`[policy.burn]`), sampled with continuous batching.
+    Burn,
 }
 
 /// Which kernel environment judges the kernels.
@@ -113,6 +115,20 @@ pub enum EnvKind {
 pub enum LearnerKind {
     /// The simulated learner: the real loss on the batch, no model.
     Simulated,
+    /// Trains the burn policy's model (`[policy.burn]`) with AdamW; needs `policy.kind = "burn"`.
+    Burn,
+}
+
+/// Where the burn policy and learner run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BurnDevice {
+    /// burn's NdArray backend on the CPU.
+    Cpu,
+    /// burn's CUDA backend on GPU 0.
+    Cuda,
+    /// CUDA when nvidia-smi lists a GPU, else the CPU.
+    Auto,
 }
 
 /// Where tasks come from.
@@ -252,14 +268,46 @@ impl Default for SimPolicySection {
     }
 }
 
+/// `[policy.burn]`: the burn policy's model (shared by the burn learner, which trains it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BurnPolicySection {
+    /// A Hugging Face Qwen2 directory: config.json and tokenizer.json, and model.safetensors (or
+    /// shards). Without a weights file the model is initialised randomly from `seed` (the log
+    /// says so). Relative to the working directory. A resumed run loads the run directory's latest
+    /// checkpoint instead.
+    pub checkpoint: String,
+    /// Seed of the random initialisation when `checkpoint` has no weights file.
+    pub seed: u64,
+    /// "cpu" (burn NdArray, f32), "cuda" (burn CUDA, f32, GPU 0) or "auto" (cuda when
+    /// nvidia-smi lists a GPU, else cpu).
+    pub device: BurnDevice,
+    /// Tokens of one sequence, prompt + response (capped at the model's
+    /// max_position_embeddings); a longer prompt gets an empty response.
+    pub max_len: u32,
+}
+
+impl Default for BurnPolicySection {
+    fn default() -> Self {
+        BurnPolicySection {
+            checkpoint: "models/kevin-tiny".into(),
+            seed: 0,
+            device: BurnDevice::Auto,
+            max_len: 4096,
+        }
+    }
+}
+
 /// `[policy]`: the language model that writes kernels.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicySection {
-    /// Which policy runs ("simulated").
+    /// Which policy runs ("simulated" or "burn").
     pub kind: PolicyKind,
     /// Cost model of the simulated policy.
     pub simulated: SimPolicySection,
+    /// Model, device and sequence length of the burn policy.
+    pub burn: BurnPolicySection,
 }
 
 impl Default for PolicySection {
@@ -267,6 +315,7 @@ impl Default for PolicySection {
         PolicySection {
             kind: PolicyKind::Simulated,
             simulated: SimPolicySection::default(),
+            burn: BurnPolicySection::default(),
         }
     }
 }
@@ -436,7 +485,8 @@ impl Default for SimLearnerSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LearnerSection {
-    /// Which learner runs ("simulated").
+    /// Which learner runs ("simulated", or "burn": trains `[policy.burn]`'s model, and needs
+    /// policy.kind = "burn").
     pub kind: LearnerKind,
     /// Off-policy correction: "clipped" or "decoupled".
     pub correction: Correction,
@@ -740,6 +790,50 @@ fn check_min(key: &str, v: u64, min: u64) -> Result<(), ConfigError> {
     }
 }
 
+/// The burn policy and learner come as a pair (the learner trains the policy's model and
+/// publishes it to the policy), and the model directory must hold what they read.
+fn check_burn(f: &ConfigFile) -> Result<(), ConfigError> {
+    let (policy, learner) = (f.policy.kind, f.learner.kind);
+    if learner == LearnerKind::Burn && policy != PolicyKind::Burn {
+        return Err(invalid(
+            "learner.kind",
+            "\"burn\"",
+            "needs policy.kind = \"burn\" (it trains the burn policy's model)",
+        ));
+    }
+    if policy == PolicyKind::Burn && learner != LearnerKind::Burn {
+        return Err(invalid(
+            "policy.kind",
+            "\"burn\"",
+            "needs learner.kind = \"burn\" (only the burn learner publishes weights it can load)",
+        ));
+    }
+    if policy != PolicyKind::Burn {
+        return Ok(());
+    }
+    let b = &f.policy.burn;
+    let dir = Path::new(&b.checkpoint);
+    let shown = format!("{:?}", b.checkpoint);
+    if b.checkpoint.is_empty() || !dir.is_dir() {
+        return Err(invalid(
+            "policy.burn.checkpoint",
+            shown,
+            "must be a Hugging Face model directory (config.json, tokenizer.json, model.safetensors); not found",
+        ));
+    }
+    for file in ["config.json", "tokenizer.json"] {
+        if !dir.join(file).is_file() {
+            return Err(invalid(
+                "policy.burn.checkpoint",
+                shown,
+                format!("{} is missing", dir.join(file).display()),
+            ));
+        }
+    }
+    check_min("policy.burn.max_len", b.max_len.into(), 2)?;
+    Ok(())
+}
+
 impl Config {
     /// Loads and validates: the one entry point the CLI uses.
     pub fn load(path: Option<&Path>, vars: &[(String, String)]) -> Result<Config, ConfigError> {
@@ -917,6 +1011,7 @@ impl Config {
             1.0,
             1e6,
         )?;
+        check_burn(f)?;
         check_range(
             "learner.simulated.step_ms",
             f.learner.simulated.step_ms,
@@ -1103,6 +1198,43 @@ mod tests {
             "config key `run.name` = \"../x\" is invalid",
         );
         check_err("not toml [", &[], "config file ");
+    }
+
+    #[test]
+    fn burn_policy_and_learner_are_checked() {
+        let burn = "[policy]\nkind = \"burn\"\n[learner]\nkind = \"burn\"\n";
+        for (text, expected) in [
+            (
+                "[learner]\nkind = \"burn\"\n".to_string(),
+                "config key `learner.kind` = \"burn\" is invalid: needs policy.kind = \"burn\"",
+            ),
+            (
+                "[policy]\nkind = \"burn\"\n".to_string(),
+                "config key `policy.kind` = \"burn\" is invalid: needs learner.kind = \"burn\"",
+            ),
+            (
+                format!("{burn}[policy.burn]\ncheckpoint = \"no/such/dir\"\n"),
+                "config key `policy.burn.checkpoint` = \"no/such/dir\" is invalid: must be a Hugging Face",
+            ),
+            (
+                // A tokenizer without a model config.
+                format!("{burn}[policy.burn]\ncheckpoint = \"models/kevin-bpe-4096\"\n"),
+                "config key `policy.burn.checkpoint` = \"models/kevin-bpe-4096\" is invalid: models/kevin-bpe-4096/config.json is missing",
+            ),
+            (
+                format!("{burn}[policy.burn]\nmax_len = 1\n"),
+                "config key `policy.burn.max_len` = 1 is invalid: must be at least 2",
+            ),
+            (
+                format!("{burn}[policy.burn]\ndevice = \"tpu\"\n"),
+                "config key `policy.burn.device` = \"tpu\" is invalid",
+            ),
+        ] {
+            check_err(&text, &[], expected);
+        }
+        let c = load_str(burn, &[]).unwrap();
+        assert_eq!(c.policy.burn.checkpoint, "models/kevin-tiny");
+        assert_eq!(c.policy.burn.device, BurnDevice::Auto);
     }
 
     #[test]

@@ -98,6 +98,12 @@ pub enum Command {
         #[command(subcommand)]
         what: SftCommand,
     },
+    /// The burn policy's model: `init` writes a random-initialised checkpoint to start from.
+    Policy {
+        /// What to do.
+        #[command(subcommand)]
+        what: PolicyCommand,
+    },
     /// Serve as an evaluation worker process (internal: started by kevin itself).
     #[command(hide = true)]
     Worker {
@@ -159,6 +165,31 @@ pub enum SftCommand {
         /// Output folder.
         #[arg(long)]
         out: PathBuf,
+    },
+}
+
+/// `kevin policy` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Write a random-initialised Hugging Face Qwen2 checkpoint directory (config.json,
+    /// model.safetensors, tokenizer.json) for `[policy.burn].checkpoint`: training from scratch.
+    /// The config's vocab_size is set to the tokenizer's size when it differs (and says so).
+    Init {
+        /// A Qwen2 config.json (hidden size, layers, heads, ...).
+        #[arg(long)]
+        config_json: PathBuf,
+        /// The tokenizer.json the model will use (e.g. models/kevin-bpe-4096/tokenizer.json).
+        #[arg(long)]
+        tokenizer: PathBuf,
+        /// Output folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// Seed of the random weights.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Dtype of model.safetensors: "f32" or "bf16".
+        #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+        dtype: String,
     },
 }
 
@@ -797,6 +828,44 @@ pub fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => failure(e),
         },
+        Command::Policy {
+            what:
+                PolicyCommand::Init {
+                    config_json,
+                    tokenizer,
+                    out,
+                    seed,
+                    dtype,
+                },
+        } => {
+            let dtype = if dtype == "bf16" {
+                kevin_policy::SaveDtype::Bf16
+            } else {
+                kevin_policy::SaveDtype::F32
+            };
+            match kevin_policy::runtime::init_checkpoint(&config_json, &tokenizer, &out, seed, dtype)
+            {
+                Ok(report) => {
+                    if let Some(old) = report.vocab_changed_from {
+                        println!(
+                            "vocab_size {old} of {} set to {}, the size of {}",
+                            config_json.display(),
+                            report.config.vocab_size,
+                            tokenizer.display()
+                        );
+                    }
+                    println!(
+                        "wrote {} (random Qwen2: {} parameters, {} layers, hidden {}, seed {seed})",
+                        out.display(),
+                        report.parameters,
+                        report.config.num_hidden_layers,
+                        report.config.hidden_size
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => failure(e),
+            }
+        }
         // main() normally takes `kevin worker ...` before clap; this is the same worker reached
         // through clap (e.g. with a global flag before the subcommand).
         Command::Worker { args } => {

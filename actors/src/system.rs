@@ -191,9 +191,29 @@ fn build_tasks(
     })
 }
 
-fn build_policy(config: &Config) -> Box<dyn Policy> {
-    match config.policy.kind {
-        PolicyKind::Simulated => Box::new(SimPolicy::new(config.policy.simulated.clone())),
+/// The policy and the learner the config names. The burn pair is built together, on the backend
+/// `[policy.burn].device` picks at run time, so that both start from the same weights (see
+/// `kevin_policy::runtime`); the burn types are `Send`, so they move to the policy and learner
+/// threads like the simulated ones.
+fn build_policy_and_learner(
+    config: &Config,
+) -> Result<(Box<dyn Policy>, Box<dyn Learner>), TrainError> {
+    match (config.policy.kind, config.learner.kind) {
+        (PolicyKind::Burn, LearnerKind::Burn) => {
+            kevin_policy::runtime::build(config).map_err(TrainError::Setup)
+        }
+        (PolicyKind::Simulated, LearnerKind::Simulated) => Ok((
+            Box::new(SimPolicy::new(config.policy.simulated.clone())),
+            Box::new(SimLearner::from_config(
+                &config.learner,
+                config.sampling.max_new_tokens,
+            )),
+        )),
+        // Config validation refuses these: the burn learner and policy come as a pair.
+        (policy, learner) => Err(TrainError::Setup(format!(
+            "policy.kind = {policy:?} with learner.kind = {learner:?}: the burn policy and learner \
+             come as a pair"
+        ))),
     }
 }
 
@@ -271,15 +291,6 @@ fn build_env(
     }
 }
 
-fn build_learner(config: &Config) -> Box<dyn Learner> {
-    match config.learner.kind {
-        LearnerKind::Simulated => Box::new(SimLearner::from_config(
-            &config.learner,
-            config.sampling.max_new_tokens,
-        )),
-    }
-}
-
 /// Runs a training session until `max_steps` or `shutdown`. Blocks the calling thread (it runs
 /// its own actix system).
 pub fn train(
@@ -315,9 +326,8 @@ pub fn train(
             "no training tasks: the suite's train split is empty".into(),
         ));
     }
-    let policy = build_policy(&config);
+    let (policy, mut learner) = build_policy_and_learner(&config)?;
     let env = build_env(&config, suite.as_ref())?;
-    let mut learner = build_learner(&config);
     let mut sampler = TaskSampler::new(
         tasks.iter().map(|t| t.name.clone()).collect(),
         config.run.seed,

@@ -6,12 +6,15 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod burn_learner;
+pub mod burn_policy;
 pub mod chat;
 pub mod checkpoint;
 pub mod grad_norm;
 pub mod learner_testing;
 pub mod loss;
 pub mod qwen2;
+pub mod runtime;
 pub mod sampler;
 pub mod testing;
 pub mod tokenizer;

@@ -1,0 +1,258 @@
+//! The burn policy and learner together on NdArray with the committed tiny model
+//! (models/kevin-tiny): generation, a rejected request, one training step, and the weights
+//! crossing from the learner to the policy.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use burn::backend::{Autodiff, NdArray};
+use kevin::config::{LearnerSection, SamplingSection};
+use kevin::episode::{Group, TurnRecord};
+use kevin::learner::Learner;
+use kevin::outcome::Outcome;
+use kevin::policy::{Completion, FinishReason, GenRequest, Policy, Weights};
+use kevin::replay::{Batch, ScoredGroup};
+
+use crate::burn_learner::{open_model, BurnLearner};
+use crate::burn_policy::{prompt_tokens, BurnPolicy};
+use crate::loss::{token_logprobs, TokenBatch};
+use crate::qwen2::Qwen2;
+use crate::tokenizer::Tokenizer;
+
+type Inner = NdArray<f32>;
+type Train = Autodiff<Inner>;
+
+fn tiny_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/kevin-tiny")
+}
+
+fn sampling() -> SamplingSection {
+    SamplingSection {
+        max_new_tokens: 12,
+        max_batch: 4,
+        ..SamplingSection::default()
+    }
+}
+
+/// A learner and a policy built as the daemon builds them: the policy from the learner's model.
+fn pair(lr: f64) -> (BurnPolicy<Inner>, BurnLearner<Train>, Arc<Tokenizer>) {
+    let dir = tiny_dir();
+    let tokenizer = Arc::new(Tokenizer::from_file(dir.join("tokenizer.json")).unwrap());
+    let (model, _) = open_model::<Train>(&dir, 7, &Default::default()).unwrap();
+    let learner_cfg = LearnerSection {
+        lr,
+        warmup_steps: 0,
+        optimizer_steps: 1,
+        // A random model's gradient is large; clip at 1 so the step is lr-sized, not tiny.
+        grad_clip: 1.0,
+        ..LearnerSection::default()
+    };
+    let learner = BurnLearner::new(model, tokenizer.clone(), &learner_cfg, &sampling()).unwrap();
+    let policy = BurnPolicy::new(learner.inference_model(), tokenizer.clone(), 4, 160, 0).unwrap();
+    (policy, learner, tokenizer)
+}
+
+/// The log-probs of `completion`'s tokens after `prompt` under `model` (no temperature).
+fn logprobs_under(model: &Qwen2<Inner>, prompt: &[u32], completion: &Completion) -> Vec<f32> {
+    let batch = TokenBatch::from_sequences([(prompt, completion.token_ids.as_slice())]).unwrap();
+    token_logprobs(model, &batch)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
+fn turn(prompt: &str, c: &Completion) -> TurnRecord {
+    TurnRecord {
+        turn: 0,
+        prompt: prompt.to_string(),
+        response: c.text.clone(),
+        kernel: None,
+        summary: None,
+        outcome: Outcome::FormatError {
+            reason: "no kernel".into(),
+        },
+        score: 0.0,
+        policy_version: c.policy_version,
+        response_tokens: c.token_ids.clone(),
+        behaviour_logprobs: c.logprobs.clone(),
+        generate_ms: 0.0,
+        evaluate_ms: 0.0,
+    }
+}
+
+#[test]
+fn policy_generates_learner_trains_and_weights_cross_over() {
+    let (mut policy, mut learner, tokenizer) = pair(1e-3);
+    let prompts = ["Write a relu kernel.", "Write a softmax kernel."];
+    let too_long = "kernel ".repeat(400);
+    let requests: Vec<GenRequest> = prompts
+        .iter()
+        .chain([&too_long.as_str()])
+        .enumerate()
+        .map(|(i, p)| GenRequest {
+            id: 10 + i as u64,
+            prompt: p.to_string(),
+            seed: i as u64,
+        })
+        .collect();
+    let out = policy.generate(&requests, &sampling()).unwrap();
+
+    // One completion per request, in request order; the too-long prompt is answered empty.
+    assert_eq!(
+        out.iter().map(|c| c.id).collect::<Vec<_>>(),
+        vec![10, 11, 12]
+    );
+    for c in &out[..2] {
+        assert!(!c.token_ids.is_empty(), "request {} generated nothing", c.id);
+        assert_eq!(c.token_ids.len(), c.logprobs.len());
+        assert!(c.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
+        assert_eq!(c.policy_version, 0);
+        // The text is the decoded tokens (no stop strings are configured; an EOS is not shown).
+        let shown: Vec<u32> = c
+            .token_ids
+            .iter()
+            .copied()
+            .filter(|t| !tokenizer.eos_ids().contains(t))
+            .collect();
+        assert_eq!(c.text, tokenizer.decode(&shown).unwrap());
+    }
+    let rejected = &out[2];
+    assert_eq!(
+        (rejected.text.as_str(), rejected.token_ids.len(), rejected.finish),
+        ("", 0, FinishReason::Length)
+    );
+
+    // The policy's log-probs of the generated tokens before training.
+    let prompt_ids: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| prompt_tokens(&tokenizer, p).unwrap())
+        .collect();
+    let before: Vec<Vec<f32>> = (0..2)
+        .map(|i| logprobs_under(policy.generator().model(), &prompt_ids[i], &out[i]))
+        .collect();
+
+    // One group: the two completions plus the rejected one (whose prompt is longer than the
+    // policy's slots: the learner must not fail on it), with non-zero advantages.
+    let group = Group {
+        id: 1,
+        task: "t".into(),
+        trajectories: vec![
+            vec![turn(prompts[0], &out[0])],
+            vec![turn(prompts[1], &out[1])],
+            vec![turn(&too_long, &out[2])],
+        ],
+    };
+    let batch = Batch {
+        learner_version: 0,
+        groups: vec![ScoredGroup {
+            seq: 0,
+            group,
+            returns: vec![vec![1.0], vec![-1.0], vec![0.0]],
+            advantages: vec![vec![1.0], vec![-1.0], vec![0.0]],
+        }],
+        dropped: Vec::new(),
+        staleness: vec![0],
+    };
+    let stats = learner.train(&batch).unwrap();
+    assert_eq!(learner.version(), 1);
+    assert_eq!(stats.samples, 3);
+    assert_eq!(
+        stats.tokens as usize,
+        out[0].token_ids.len() + out[1].token_ids.len()
+    );
+    assert!(stats.loss.is_finite() && stats.grad_norm > 0.0);
+
+    policy.set_weights(&learner.weights()).unwrap();
+    assert_eq!(policy.version(), 1);
+    for i in 0..2 {
+        let after = logprobs_under(policy.generator().model(), &prompt_ids[i], &out[i]);
+        let moved = before[i]
+            .iter()
+            .zip(&after)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            moved > 1e-4,
+            "completion {i}: log-probs moved by at most {moved}"
+        );
+    }
+    // The step went up the objective: the advantage-weighted change of the completions'
+    // log-likelihoods (+1 for the first, -1 for the second) is positive.
+    let total = |v: &[f32]| v.iter().sum::<f32>();
+    let after0 = logprobs_under(policy.generator().model(), &prompt_ids[0], &out[0]);
+    let after1 = logprobs_under(policy.generator().model(), &prompt_ids[1], &out[1]);
+    let gain = (total(&after0) - total(&before[0])) - (total(&after1) - total(&before[1]));
+    assert!(gain > 0.0, "advantage-weighted log-likelihood change {gain}");
+}
+
+#[test]
+fn wrong_weights_payload_names_the_expected_type() {
+    let (mut policy, _learner, _) = pair(1e-4);
+    let err = policy
+        .set_weights(&Weights {
+            version: 3,
+            payload: Arc::new(()),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("v3") && err.contains("Qwen2"), "{err}");
+    assert_eq!(policy.version(), 0);
+}
+
+#[test]
+fn save_then_load_restores_weights_optimizer_and_version() {
+    let (mut policy, mut learner, _) = pair(1e-2);
+    let prompt = "Write relu.";
+    let out = policy
+        .generate(
+            &[GenRequest {
+                id: 1,
+                prompt: prompt.into(),
+                seed: 1,
+            }],
+            &sampling(),
+        )
+        .unwrap();
+    let batch = Batch {
+        learner_version: 0,
+        groups: vec![ScoredGroup {
+            seq: 0,
+            group: Group {
+                id: 1,
+                task: "t".into(),
+                trajectories: vec![vec![turn(prompt, &out[0])]],
+            },
+            returns: vec![vec![1.0]],
+            advantages: vec![vec![1.0]],
+        }],
+        dropped: Vec::new(),
+        staleness: vec![0],
+    };
+    learner.train(&batch).unwrap();
+    let dir = std::env::temp_dir().join(format!("kevin-burn-learner-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    learner.save(&dir).unwrap();
+    for file in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "learner_optimizer.mpk",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} not written");
+    }
+
+    // A fresh learner (at version 0, fresh optimizer) loads the checkpoint and then trains
+    // exactly as the saved one does.
+    let (_, mut resumed) = {
+        let (p, l, _) = pair(1e-2);
+        (p, l)
+    };
+    resumed.load(&dir).unwrap();
+    assert_eq!(resumed.version(), 1);
+    assert_eq!(resumed.trainer().optimizer_steps(), 1);
+    let a = learner.train(&batch).unwrap();
+    let b = resumed.train(&batch).unwrap();
+    assert_eq!(a, b);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,147 @@
+//! The burn policy and learner of a kevin config, on the backend chosen at run time, and the
+//! random-initialised checkpoints of `kevin policy init`.
+//!
+//! `[policy.burn].device` picks the backend: "cpu" is burn's NdArray (f32), "cuda" burn's CUDA
+//! backend (f32) on GPU 0, "auto" CUDA when nvidia-smi lists a GPU. The learner trains on
+//! `Autodiff<backend>` and publishes its model on the backend itself, which is where the policy
+//! samples, so a publication is a reference-counted handle on the same device memory.
+//!
+//! Both are built here, in one place, so they start identical: the learner opens the model
+//! directory (or initialises randomly when it has no weights file), and the policy is built from
+//! the learner's published model. A resumed run then loads the run directory's checkpoint into
+//! the learner, and the daemon publishes the learner's weights to the policy before the first
+//! batch (see the actors crate's `system.rs`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::backend::{Autodiff, Cuda, NdArray};
+use burn::tensor::backend::AutodiffBackend;
+use kevin::config::{BurnDevice, Config};
+use kevin::learner::Learner;
+use kevin::policy::Policy;
+
+use crate::burn_learner::{config_for_tokenizer, open_model, BurnLearner, TOKENIZER_FILE};
+use crate::burn_policy::BurnPolicy;
+use crate::checkpoint::{self, SaveDtype};
+use crate::qwen2::{Qwen2, Qwen2Config};
+use crate::tokenizer::Tokenizer;
+
+/// The learner's backend on the CPU.
+pub type CpuTrain = Autodiff<NdArray<f32>>;
+/// The learner's backend on a GPU.
+pub type CudaTrain = Autodiff<Cuda<f32>>;
+
+/// The backend `device` resolves to: true for CUDA.
+pub fn uses_cuda(device: BurnDevice) -> bool {
+    match device {
+        BurnDevice::Cpu => false,
+        BurnDevice::Cuda => true,
+        BurnDevice::Auto => kevin::compile::gpu_count() > 0,
+    }
+}
+
+/// The burn policy and learner of `config` (`policy.kind = "burn"`), starting from the same
+/// weights. Errors are one line naming the file or key.
+pub fn build(config: &Config) -> Result<(Box<dyn Policy>, Box<dyn Learner>), String> {
+    if uses_cuda(config.policy.burn.device) {
+        build_on::<CudaTrain>(config, burn::backend::cuda::CudaDevice { index: 0 })
+    } else {
+        build_on::<CpuTrain>(config, Default::default())
+    }
+}
+
+/// [`build`] on the learner backend `B`, on `device`.
+pub fn build_on<B: AutodiffBackend>(
+    config: &Config,
+    device: B::Device,
+) -> Result<(Box<dyn Policy>, Box<dyn Learner>), String> {
+    let b = &config.policy.burn;
+    let dir = Path::new(&b.checkpoint);
+    let tokenizer_path = dir.join(TOKENIZER_FILE);
+    let tokenizer = Arc::new(
+        Tokenizer::from_file(&tokenizer_path)
+            .map_err(|e| format!("policy.burn.checkpoint: {}: {e}", tokenizer_path.display()))?,
+    );
+    let (model, random) = open_model::<B>(dir, b.seed, &device)
+        .map_err(|e| format!("policy.burn.checkpoint: {e}"))?;
+    if random {
+        tracing::info!(
+            checkpoint = %dir.display(),
+            seed = b.seed,
+            "no model.safetensors in the checkpoint directory: the model is initialised randomly"
+        );
+    }
+    let vocab = model.config().vocab_size;
+    if vocab < tokenizer.vocab_size() {
+        return Err(format!(
+            "policy.burn.checkpoint: {}: vocab_size {vocab} is smaller than the {} tokens of {}",
+            dir.join("config.json").display(),
+            tokenizer.vocab_size(),
+            tokenizer_path.display()
+        ));
+    }
+    let learner = BurnLearner::<B>::new(
+        model,
+        tokenizer.clone(),
+        &config.learner,
+        &config.sampling,
+    )
+    .map_err(|e| e.to_string())?;
+    let policy = BurnPolicy::<B::InnerBackend>::new(
+        learner.inference_model(),
+        tokenizer,
+        config.sampling.max_batch as usize,
+        b.max_len as usize,
+        learner.version(),
+    )
+    .map_err(|e| format!("policy.burn: {e}"))?;
+    Ok((Box::new(policy), Box::new(learner)))
+}
+
+/// What [`init_checkpoint`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitReport {
+    /// The config written.
+    pub config: Qwen2Config,
+    /// The vocabulary size of the given config when it differed from the tokenizer's.
+    pub vocab_changed_from: Option<usize>,
+    /// Parameters of the model.
+    pub parameters: usize,
+}
+
+/// Writes a random-initialised Hugging Face checkpoint into `out`: config.json (`config_json`
+/// with `vocab_size` set to the tokenizer's size), model.safetensors in `dtype`, tokenizer.json.
+/// The weights are built on the CPU from `seed`.
+pub fn init_checkpoint(
+    config_json: &Path,
+    tokenizer_json: &Path,
+    out: &Path,
+    seed: u64,
+    dtype: SaveDtype,
+) -> Result<InitReport, String> {
+    let text = std::fs::read_to_string(config_json)
+        .map_err(|e| format!("{}: {e}", config_json.display()))?;
+    let cfg =
+        Qwen2Config::from_json(&text).map_err(|e| format!("{}: {e}", config_json.display()))?;
+    let tokenizer = Tokenizer::from_file(tokenizer_json)
+        .map_err(|e| format!("{}: {e}", tokenizer_json.display()))?;
+    let (cfg, vocab_changed_from) = config_for_tokenizer(cfg, &tokenizer);
+    type B = NdArray<f32>;
+    let device = Default::default();
+    <B as burn::tensor::backend::Backend>::seed(&device, seed);
+    let model = Qwen2::<B>::new(&cfg, &device)
+        .map_err(|e| format!("{}: {e}", config_json.display()))?;
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    checkpoint::save(&model, &cfg, out, dtype).map_err(|e| e.to_string())?;
+    let path = out.join(TOKENIZER_FILE);
+    tokenizer
+        .save(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let parameters = burn::module::Module::num_params(&model);
+    Ok(InitReport {
+        config: cfg,
+        vocab_changed_from,
+        parameters,
+    })
+}
