@@ -81,13 +81,9 @@ pub fn build_on<B: AutodiffBackend>(
             tokenizer_path.display()
         ));
     }
-    let learner = BurnLearner::<B>::new(
-        model,
-        tokenizer.clone(),
-        &config.learner,
-        &config.sampling,
-    )
-    .map_err(|e| e.to_string())?;
+    let learner =
+        BurnLearner::<B>::new(model, tokenizer.clone(), &config.learner, &config.sampling)
+            .map_err(|e| e.to_string())?;
     let policy = BurnPolicy::<B::InnerBackend>::new(
         learner.inference_model(),
         tokenizer,
@@ -130,8 +126,8 @@ pub fn init_checkpoint(
     type B = NdArray<f32>;
     let device = Default::default();
     <B as burn::tensor::backend::Backend>::seed(&device, seed);
-    let model = Qwen2::<B>::new(&cfg, &device)
-        .map_err(|e| format!("{}: {e}", config_json.display()))?;
+    let model =
+        Qwen2::<B>::new(&cfg, &device).map_err(|e| format!("{}: {e}", config_json.display()))?;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     checkpoint::save(&model, &cfg, out, dtype).map_err(|e| e.to_string())?;
     let path = out.join(TOKENIZER_FILE);
