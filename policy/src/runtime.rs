@@ -32,6 +32,9 @@ pub type CpuTrain = Autodiff<NdArray<f32>>;
 /// The learner's backend on a GPU.
 pub type CudaTrain = Autodiff<Cuda<f32>>;
 
+/// A policy and the learner that trains it.
+pub type PolicyAndLearner = (Box<dyn Policy>, Box<dyn Learner>);
+
 /// The backend `device` resolves to: true for CUDA.
 pub fn uses_cuda(device: BurnDevice) -> bool {
     match device {
@@ -43,7 +46,7 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
 
 /// The burn policy and learner of `config` (`policy.kind = "burn"`), starting from the same
 /// weights. Errors are one line naming the file or key.
-pub fn build(config: &Config) -> Result<(Box<dyn Policy>, Box<dyn Learner>), String> {
+pub fn build(config: &Config) -> Result<PolicyAndLearner, String> {
     if uses_cuda(config.policy.burn.device) {
         build_on::<CudaTrain>(config, burn::backend::cuda::CudaDevice { index: 0 })
     } else {
@@ -55,7 +58,7 @@ pub fn build(config: &Config) -> Result<(Box<dyn Policy>, Box<dyn Learner>), Str
 pub fn build_on<B: AutodiffBackend>(
     config: &Config,
     device: B::Device,
-) -> Result<(Box<dyn Policy>, Box<dyn Learner>), String> {
+) -> Result<PolicyAndLearner, String> {
     let b = &config.policy.burn;
     let dir = Path::new(&b.checkpoint);
     let tokenizer_path = dir.join(TOKENIZER_FILE);
