@@ -843,8 +843,13 @@ pub fn main() -> ExitCode {
             } else {
                 kevin_policy::SaveDtype::F32
             };
-            match kevin_policy::runtime::init_checkpoint(&config_json, &tokenizer, &out, seed, dtype)
-            {
+            match kevin_policy::runtime::init_checkpoint(
+                &config_json,
+                &tokenizer,
+                &out,
+                seed,
+                dtype,
+            ) {
                 Ok(report) => {
                     if let Some(old) = report.vocab_changed_from {
                         println!(

@@ -17,9 +17,7 @@ use actix::prelude::*;
 use kevin::config::{Config, ConfigFile, EnvKind, LearnerKind, PolicyKind, TaskSource};
 use kevin::env::KernelEnv;
 use kevin::episode::EpisodeTask;
-use kevin::learner::Learner;
 use kevin::nvrtc_env::NvrtcEnv;
-use kevin::policy::Policy;
 use kevin::replay::ReplayBuffer;
 use kevin::run_dir::{RunDir, RunDirError};
 use kevin::sampler::TaskSampler;
@@ -197,7 +195,7 @@ fn build_tasks(
 /// threads like the simulated ones.
 fn build_policy_and_learner(
     config: &Config,
-) -> Result<(Box<dyn Policy>, Box<dyn Learner>), TrainError> {
+) -> Result<kevin_policy::runtime::PolicyAndLearner, TrainError> {
     match (config.policy.kind, config.learner.kind) {
         (PolicyKind::Burn, LearnerKind::Burn) => {
             kevin_policy::runtime::build(config).map_err(TrainError::Setup)

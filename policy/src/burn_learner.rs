@@ -57,8 +57,8 @@ pub fn open_model<B: Backend>(
     seed: u64,
     device: &B::Device,
 ) -> Result<(Qwen2<B>, bool), OpenError> {
-    let has_weights = dir.join("model.safetensors").exists()
-        || dir.join("model.safetensors.index.json").exists();
+    let has_weights =
+        dir.join("model.safetensors").exists() || dir.join("model.safetensors.index.json").exists();
     if has_weights {
         return Ok((checkpoint::load::<B>(dir, device)?.0, false));
     }
@@ -201,8 +201,8 @@ impl<B: AutodiffBackend> Learner for BurnLearner<B> {
                 ),
             ));
         }
-        let (model, _) = checkpoint::load::<B>(dir, &self.device)
-            .map_err(|e| self.checkpoint_error(dir, e))?;
+        let (model, _) =
+            checkpoint::load::<B>(dir, &self.device).map_err(|e| self.checkpoint_error(dir, e))?;
         let mut trainer = Trainer::new(model, self.config.clone(), self.reference.clone())
             .map_err(|e| self.checkpoint_error(dir, e))?;
         trainer

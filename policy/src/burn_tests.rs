@@ -103,7 +103,11 @@ fn policy_generates_learner_trains_and_weights_cross_over() {
         vec![10, 11, 12]
     );
     for c in &out[..2] {
-        assert!(!c.token_ids.is_empty(), "request {} generated nothing", c.id);
+        assert!(
+            !c.token_ids.is_empty(),
+            "request {} generated nothing",
+            c.id
+        );
         assert_eq!(c.token_ids.len(), c.logprobs.len());
         assert!(c.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
         assert_eq!(c.policy_version, 0);
@@ -118,7 +122,11 @@ fn policy_generates_learner_trains_and_weights_cross_over() {
     }
     let rejected = &out[2];
     assert_eq!(
-        (rejected.text.as_str(), rejected.token_ids.len(), rejected.finish),
+        (
+            rejected.text.as_str(),
+            rejected.token_ids.len(),
+            rejected.finish
+        ),
         ("", 0, FinishReason::Length)
     );
 
@@ -182,7 +190,10 @@ fn policy_generates_learner_trains_and_weights_cross_over() {
     let after0 = logprobs_under(policy.generator().model(), &prompt_ids[0], &out[0]);
     let after1 = logprobs_under(policy.generator().model(), &prompt_ids[1], &out[1]);
     let gain = (total(&after0) - total(&before[0])) - (total(&after1) - total(&before[1]));
-    assert!(gain > 0.0, "advantage-weighted log-likelihood change {gain}");
+    assert!(
+        gain > 0.0,
+        "advantage-weighted log-likelihood change {gain}"
+    );
 }
 
 #[test]

@@ -32,6 +32,9 @@ pub type CpuTrain = Autodiff<NdArray<f32>>;
 /// The learner's backend on a GPU.
 pub type CudaTrain = Autodiff<Cuda<f32>>;
 
+/// A policy and the learner that trains it.
+pub type PolicyAndLearner = (Box<dyn Policy>, Box<dyn Learner>);
+
 /// The backend `device` resolves to: true for CUDA.
 pub fn uses_cuda(device: BurnDevice) -> bool {
     match device {
@@ -43,7 +46,7 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
 
 /// The burn policy and learner of `config` (`policy.kind = "burn"`), starting from the same
 /// weights. Errors are one line naming the file or key.
-pub fn build(config: &Config) -> Result<(Box<dyn Policy>, Box<dyn Learner>), String> {
+pub fn build(config: &Config) -> Result<PolicyAndLearner, String> {
     if uses_cuda(config.policy.burn.device) {
         build_on::<CudaTrain>(config, burn::backend::cuda::CudaDevice { index: 0 })
     } else {
@@ -55,7 +58,7 @@ pub fn build(config: &Config) -> Result<(Box<dyn Policy>, Box<dyn Learner>), Str
 pub fn build_on<B: AutodiffBackend>(
     config: &Config,
     device: B::Device,
-) -> Result<(Box<dyn Policy>, Box<dyn Learner>), String> {
+) -> Result<PolicyAndLearner, String> {
     let b = &config.policy.burn;
     let dir = Path::new(&b.checkpoint);
     let tokenizer_path = dir.join(TOKENIZER_FILE);
@@ -81,13 +84,9 @@ pub fn build_on<B: AutodiffBackend>(
             tokenizer_path.display()
         ));
     }
-    let learner = BurnLearner::<B>::new(
-        model,
-        tokenizer.clone(),
-        &config.learner,
-        &config.sampling,
-    )
-    .map_err(|e| e.to_string())?;
+    let learner =
+        BurnLearner::<B>::new(model, tokenizer.clone(), &config.learner, &config.sampling)
+            .map_err(|e| e.to_string())?;
     let policy = BurnPolicy::<B::InnerBackend>::new(
         learner.inference_model(),
         tokenizer,
@@ -130,8 +129,8 @@ pub fn init_checkpoint(
     type B = NdArray<f32>;
     let device = Default::default();
     <B as burn::tensor::backend::Backend>::seed(&device, seed);
-    let model = Qwen2::<B>::new(&cfg, &device)
-        .map_err(|e| format!("{}: {e}", config_json.display()))?;
+    let model =
+        Qwen2::<B>::new(&cfg, &device).map_err(|e| format!("{}: {e}", config_json.display()))?;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     checkpoint::save(&model, &cfg, out, dtype).map_err(|e| e.to_string())?;
     let path = out.join(TOKENIZER_FILE);
