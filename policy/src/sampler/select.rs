@@ -226,8 +226,11 @@ fn inverse_cdf<B: Backend>(
     let width = (vocab as f64).sqrt().ceil() as usize;
     let blocks = vocab.div_ceil(width);
     let pad = blocks * width - vocab;
+    // Every tensor made here takes the dtype of `probs` (f32 from the model's `extend`), not the
+    // device's default float (bf16 on a bf16 backend): burn refuses mixed dtypes in one op.
+    let dtype = probs.dtype();
     let probs = if pad > 0 {
-        Tensor::cat(vec![probs, Tensor::zeros([rows, pad], device)], 1)
+        Tensor::cat(vec![probs, Tensor::zeros([rows, pad], (device, dtype))], 1)
     } else {
         probs
     };
@@ -237,7 +240,10 @@ fn inverse_cdf<B: Backend>(
     let block_mass = probs.clone().sum_dim(2).reshape([rows, blocks]);
     let block_cdf = block_mass.clone().cumsum(1);
     let total = block_cdf.clone().slice([0..rows, blocks - 1..blocks]);
-    let u = Tensor::<B, 2>::from_data(TensorData::new(uniforms.to_vec(), [rows, 1]), device);
+    let u = Tensor::<B, 2>::from_data(
+        TensorData::new(uniforms.to_vec(), [rows, 1]),
+        (device, dtype),
+    );
     let threshold = total * u;
     let block = first_reaching(block_cdf.clone(), threshold.clone());
     let mass = block_mass.gather(1, block.clone());
@@ -297,7 +303,8 @@ fn scaled_log_softmax<B: Backend>(
         .iter()
         .map(|&i| (1.0 / rows[i].filter.temperature) as f32)
         .collect();
-    let inv = Tensor::<B, 2>::from_data(TensorData::new(inv, [idx.len(), 1]), device);
+    let dtype = logits.dtype();
+    let inv = Tensor::<B, 2>::from_data(TensorData::new(inv, [idx.len(), 1]), (device, dtype));
     log_softmax(logits * inv, 1)
 }
 
