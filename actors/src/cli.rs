@@ -206,7 +206,9 @@ pub struct EnvArgs {
     /// The adversarial suite's folder (with hacks.toml).
     #[arg(long, default_value = "tests/data/hacks")]
     pub hacks: PathBuf,
-    /// Worker processes (default: one per CPU core).
+    /// Worker processes (default: one per CPU core): the CPU backend's workers, or the cuda
+    /// backend's compile workers (its GPU workers are a fixed few per GPU). On a GPU machine,
+    /// keep the default: compile bombs hold a compile worker until the compile deadline.
     #[arg(long)]
     pub workers: Option<usize>,
     /// Deadline of one compilation (ms).
