@@ -12,7 +12,7 @@
 //! type: a log-softmax over 151936 logits loses too much in bf16.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, DType, FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, FloatDType, Tensor, TensorData};
 use kevin::rl::{self, Clip};
 
 use crate::CausalLm;
@@ -191,14 +191,6 @@ pub fn f32_tensor<B: Backend>(values: Vec<f32>, device: &B::Device) -> Tensor<B,
     Tensor::from_data(TensorData::new(values, [n]), (device, DType::F32))
 }
 
-fn int_tensor<B: Backend, const D: usize>(
-    values: Vec<i64>,
-    shape: [usize; D],
-    device: &B::Device,
-) -> Tensor<B, D, Int> {
-    Tensor::from_data(TensorData::new(values, shape), device)
-}
-
 /// log p(token | tokens before it) of every response token of `batch` under `model`: `[N]`, f32.
 ///
 /// Differentiable when `B` is an autodiff backend; call it on `model.valid()` for values without
@@ -216,19 +208,20 @@ where
 {
     let device = model.device();
     let n = batch.response_tokens();
-    let tokens = int_tensor::<B, 2>(batch.tokens.clone(), [batch.rows, batch.seq], &device);
+    let tokens =
+        crate::qwen2::int_tensor::<B, 2>(batch.tokens.clone(), [batch.rows, batch.seq], &device);
     let logits = model.forward(tokens).cast(FloatDType::F32); // [rows, seq, vocab]
     let vocab = logits.dims()[2];
     let predicting = logits.reshape([batch.rows * batch.seq, vocab]).select(
         0,
-        int_tensor::<B, 1>(batch.predict_at.clone(), [n], &device),
+        crate::qwen2::int_tensor::<B, 1>(batch.predict_at.clone(), [n], &device),
     ); // [N, vocab]
        // Subtracting the (constant) row maximum keeps exp finite; it cancels out of the result.
     let max = predicting.clone().detach().max_dim(1); // [N, 1]
     let shifted = predicting - max; // [N, vocab]
     let target = shifted.clone().gather(
         1,
-        int_tensor::<B, 2>(batch.targets.clone(), [n, 1], &device),
+        crate::qwen2::int_tensor::<B, 2>(batch.targets.clone(), [n, 1], &device),
     ); // [N, 1]
     let log_sum_exp = shifted.exp().sum_dim(1).log(); // [N, 1]
     (target - log_sum_exp).reshape([n])

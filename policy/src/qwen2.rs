@@ -897,7 +897,8 @@ impl<B: Backend> ExtendPlan<B> {
     }
 }
 
-fn int_tensor<B: Backend, const D: usize>(
+/// An integer tensor of `shape` from host values (token ids, positions, indices).
+pub(crate) fn int_tensor<B: Backend, const D: usize>(
     values: Vec<i64>,
     shape: [usize; D],
     device: &B::Device,
