@@ -49,6 +49,10 @@ fn main() {
             "retired_worker_answers_then_is_replaced",
             retired_worker_answers_then_is_replaced,
         ),
+        (
+            "failure_returns_before_the_replacement_is_ready",
+            failure_returns_before_the_replacement_is_ready,
+        ),
     ]);
 }
 
@@ -317,4 +321,40 @@ fn retired_worker_answers_then_is_replaced() {
     );
     assert_eq!(pool.stats().retired, 1);
     assert_recovered(&pool);
+}
+
+/// A failed request returns once its child is killed, not after the replacement has started (the
+/// CUDA environment holds its GPU's lock around a request, so a respawn inside it would stall the
+/// GPU for a process start). Children here take 1.5 s to say `Ready`, standing in for a slow
+/// start such as creating a CUDA context.
+fn failure_returns_before_the_replacement_is_ready() {
+    let mut command = common::self_as_worker("echo");
+    command
+        .env
+        .push((kevin::worker::echo::START_DELAY_ENV.into(), "1500".into()));
+    let config = PoolConfig {
+        workers: 1,
+        request_timeout: Duration::from_secs(5),
+        ..PoolConfig::default()
+    };
+    let pool: EchoPool = WorkerPool::new(command, config).expect("echo pool starts");
+    let first = pool.pids()[0];
+    assert!(matches!(
+        pool.request(&EchoRequest::Segfault),
+        Err(WorkerFailure::Crashed { .. })
+    ));
+    // Returned before the replacement answered its health check: no respawn recorded yet.
+    assert_eq!(pool.stats().respawns, 0, "{:?}", pool.stats());
+    // The next request waits for the replacement rather than failing.
+    assert_eq!(
+        pool.request(&echo("after")),
+        Ok(EchoResponse::Text("after".into()))
+    );
+    let stats = pool.stats();
+    assert_eq!(stats.respawns, 1, "{stats:?}");
+    assert!(
+        stats.respawn_latency_last >= Duration::from_millis(1500),
+        "{stats:?}"
+    );
+    assert_ne!(pool.pids()[0], first);
 }

@@ -56,8 +56,18 @@ pub enum EchoResponse {
     Slept(u64),
 }
 
+/// Environment variable: milliseconds the echo worker waits before it says `Ready` (a stand-in
+/// for a slow start, such as creating a CUDA context, in the pool's tests).
+pub const START_DELAY_ENV: &str = "KEVIN_ECHO_START_DELAY_MS";
+
 /// Runs the echo role's serve loop on stdin/stdout.
 pub fn echo_main() -> Result<(), ServeError> {
+    if let Some(ms) = std::env::var(START_DELAY_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
     serve("echo", DEFAULT_MAX_FRAME_BYTES, handle)
 }
 

@@ -1,17 +1,20 @@
 //! [`WorkerPool`]: N worker child processes behind a blocking, thread-safe request API.
 //!
 //! Each request goes to one idle child and gets an answer or a [`WorkerFailure`] by its deadline.
-//! A child that times out, crashes or breaks the protocol is killed (SIGKILL) and respawned, and
+//! A child that times out, crashes or breaks the protocol is killed (SIGKILL) and reaped before
 //! the failure is returned for *that* request only: the other children, and the requests they are
-//! serving, are untouched. A replacement is in service once it has said `Ready` and answered a
-//! health check (`Ping`); the time from detecting the failure to that answer is the respawn
-//! latency the stats record. The pool is meant for dedicated blocking threads (the actors hand work
-//! over through crossbeam channels), never for an async executor thread.
+//! serving, are untouched. Its replacement is started on a background thread, so the failed
+//! request returns at once and whatever its caller holds (the CUDA environment holds its GPU's
+//! lock around a request) is not held through a process start and context creation. The slot
+//! rejoins the idle queue once the replacement has said `Ready` and answered a health check
+//! (`Ping`); the time from detecting the failure to that answer is the respawn latency the stats
+//! record. The pool is meant for dedicated blocking threads (the actors hand work over through
+//! crossbeam channels), never for an async executor thread.
 
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -208,17 +211,25 @@ struct Slot<Resp> {
 
 /// A pool of worker child processes serving `Req -> Resp` (see the module docs).
 pub struct WorkerPool<Req, Resp> {
+    shared: Arc<Shared<Resp>>,
+    retire: Option<fn(&Resp) -> bool>,
+    _req: PhantomData<fn(&Req)>,
+}
+
+/// The part of a pool that background respawns share with it (nothing in it depends on `Req`).
+struct Shared<Resp> {
     command: WorkerCommand,
     config: PoolConfig,
     slots: Vec<Mutex<Slot<Resp>>>,
-    /// Indices of idle slots: a request takes one, and gives it back when done. Capacity N, so
-    /// returning an index never blocks.
+    /// Indices of idle slots: a request takes one, and gives it back when done (or its respawn
+    /// does). Capacity N, so returning an index never blocks.
     idle_tx: Sender<usize>,
     idle_rx: Receiver<usize>,
     stats: Mutex<PoolStats>,
     next_id: std::sync::atomic::AtomicU64,
-    retire: Option<fn(&Resp) -> bool>,
-    _req: PhantomData<fn(&Req)>,
+    /// Respawns under way on background threads, and the signal that one finished.
+    respawning: Mutex<usize>,
+    respawned: Condvar,
 }
 
 /// What one exchange waits for.
@@ -236,7 +247,7 @@ where
     pub fn new(command: WorkerCommand, config: PoolConfig) -> Result<Self, WorkerFailure> {
         let n = config.workers.max(1);
         let (idle_tx, idle_rx) = bounded(n);
-        let pool = WorkerPool {
+        let shared = Shared {
             command,
             config,
             slots: (0..n).map(|_| Mutex::new(Slot { child: None })).collect(),
@@ -244,14 +255,18 @@ where
             idle_rx,
             stats: Mutex::new(PoolStats::default()),
             next_id: std::sync::atomic::AtomicU64::new(1),
+            respawning: Mutex::new(0),
+            respawned: Condvar::new(),
+        };
+        for (i, slot) in shared.slots.iter().enumerate() {
+            lock(slot).child = Some(shared.start_child()?);
+            let _ = shared.idle_tx.send(i);
+        }
+        Ok(WorkerPool {
+            shared: Arc::new(shared),
             retire: None,
             _req: PhantomData,
-        };
-        for (i, slot) in pool.slots.iter().enumerate() {
-            lock(slot).child = Some(pool.start_child()?);
-            let _ = pool.idle_tx.send(i);
-        }
-        Ok(pool)
+        })
     }
 
     /// Replaces a child after any answer for which `retire` is true (a GPU worker whose context a
@@ -263,84 +278,141 @@ where
 
     /// Sends `req` to an idle worker (waiting for one if all are busy) with the default deadline.
     pub fn request(&self, req: &Req) -> Result<Resp, WorkerFailure> {
-        self.request_with_timeout(req, self.config.request_timeout)
+        self.request_with_timeout(req, self.shared.config.request_timeout)
     }
 
     /// Like [`Self::request`] with an explicit deadline, counted from when a worker takes it.
+    /// A failure returns as soon as the failed child is killed and reaped; its replacement starts
+    /// in the background (see the module docs).
     pub fn request_with_timeout(&self, req: &Req, limit: Duration) -> Result<Resp, WorkerFailure> {
-        let id = self.fresh_id();
+        let shared = &self.shared;
+        let id = shared.fresh_id();
         let msg = ToChild::Request { id, body: req };
-        let frame = encode_frame(&msg, self.config.max_frame_bytes).map_err(|e| {
+        let frame = encode_frame(&msg, shared.config.max_frame_bytes).map_err(|e| {
             WorkerFailure::Protocol {
                 reason: format!("request could not be encoded: {e}"),
                 stderr_tail: String::new(),
             }
         })?;
-        let idx = self.take_idle();
-        let result = self.exchange(idx, frame, Expect::Response(id), limit);
-        if let (Some(retire), Ok(FromChild::Response { body, .. })) = (self.retire, &result) {
-            if retire(body) {
-                self.replace(idx);
+        let idx = shared.take_idle();
+        let result = shared.exchange(idx, frame, Expect::Response(id), limit);
+        match (&result, self.retire) {
+            (Err(failed), _) => Shared::respawn_in_background(shared, idx, failed.detected),
+            (Ok(FromChild::Response { body, .. }), Some(retire)) if retire(body) => {
+                let since = shared.retire_child(idx);
+                Shared::respawn_in_background(shared, idx, since);
             }
+            _ => shared.give_back(idx),
         }
-        let _ = self.idle_tx.send(idx);
-        let mut stats = lock(&self.stats);
+        let mut stats = lock(&shared.stats);
         stats.requests += 1;
-        let result = result.and_then(|msg| match msg {
-            FromChild::Response { body, .. } => Ok(body),
-            // exchange() returns only the message it was asked to expect.
-            other => Err(WorkerFailure::Protocol {
-                reason: format!("expected a response, got {}", describe(&other)),
-                stderr_tail: String::new(),
-            }),
-        });
+        let result = result
+            .map_err(|failed| failed.failure)
+            .and_then(|msg| match msg {
+                FromChild::Response { body, .. } => Ok(body),
+                // exchange() returns only the message it was asked to expect.
+                other => Err(WorkerFailure::Protocol {
+                    reason: format!("expected a response, got {}", describe(&other)),
+                    stderr_tail: String::new(),
+                }),
+            });
         stats.succeeded += u64::from(result.is_ok());
         result
     }
 
     /// Health check of one idle worker: its ping round-trip time.
     pub fn ping(&self, limit: Duration) -> Result<Duration, WorkerFailure> {
-        let idx = self.take_idle();
-        let result = self.ping_slot(idx, limit);
-        let _ = self.idle_tx.send(idx);
-        result
+        let shared = &self.shared;
+        let idx = shared.take_idle();
+        let start = Instant::now();
+        match shared.ping_slot(idx, limit) {
+            Ok(()) => {
+                shared.give_back(idx);
+                Ok(start.elapsed())
+            }
+            Err(failed) => {
+                Shared::respawn_in_background(shared, idx, failed.detected);
+                Err(failed.failure)
+            }
+        }
     }
 
     /// Health check of every worker, one after the other (each waits for its worker to finish
-    /// what it is doing). A dead worker is respawned by its ping.
+    /// what it is doing, and for background respawns to end). A dead worker is respawned by its
+    /// ping before the next one is checked.
     pub fn ping_all(&self, limit: Duration) -> Vec<Result<Duration, WorkerFailure>> {
-        (0..self.slots.len())
-            .map(|i| self.ping_slot(i, limit))
+        let shared = &self.shared;
+        self.wait_for_respawns();
+        (0..shared.slots.len())
+            .map(|i| {
+                let start = Instant::now();
+                shared
+                    .ping_slot(i, limit)
+                    .map(|()| start.elapsed())
+                    .map_err(|failed| {
+                        // This slot is still in the idle queue: replace its child in place.
+                        let mut slot = lock(&shared.slots[i]);
+                        if slot.child.is_none() {
+                            slot.child = shared.respawn(failed.detected).ok();
+                        }
+                        failed.failure
+                    })
+            })
             .collect()
+    }
+
+    /// Blocks until no replacement child is being started in the background.
+    pub fn wait_for_respawns(&self) {
+        let mut pending = lock(&self.shared.respawning);
+        while *pending > 0 {
+            pending = self
+                .shared
+                .respawned
+                .wait(pending)
+                .unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> PoolStats {
-        lock(&self.stats).clone()
+        lock(&self.shared.stats).clone()
     }
 
     /// Number of worker slots.
     pub fn workers(&self) -> usize {
-        self.slots.len()
+        self.shared.slots.len()
     }
 
     /// The configuration the pool runs with.
     pub fn config(&self) -> &PoolConfig {
-        &self.config
+        &self.shared.config
     }
 
-    /// Process ids of the live children (for tests and logs).
+    /// Process ids of the children (for tests and logs), after background respawns have ended.
     pub fn pids(&self) -> Vec<Option<u32>> {
-        self.slots
+        self.wait_for_respawns();
+        self.shared
+            .slots
             .iter()
             .map(|s| lock(s).child.as_ref().map(ChildProc::pid))
             .collect()
     }
+}
 
+/// A failed exchange: why, and when the failure was detected (the start of the respawn latency).
+struct Failed {
+    failure: WorkerFailure,
+    detected: Instant,
+}
+
+impl<Resp> Shared<Resp>
+where
+    Resp: DeserializeOwned + Send + 'static,
+{
     /// A fresh nonce and the ping frame that carries it.
     fn ping_frame(&self) -> Result<(u64, Vec<u8>), WorkerFailure> {
         let nonce = self.fresh_id();
-        let frame = encode_frame(&ToChild::<Req>::Ping { nonce }, self.config.max_frame_bytes)
+        let frame = encode_frame(&ToChild::<()>::Ping { nonce }, self.config.max_frame_bytes)
             .map_err(|e| WorkerFailure::Protocol {
                 reason: e.to_string(),
                 stderr_tail: String::new(),
@@ -348,16 +420,22 @@ where
         Ok((nonce, frame))
     }
 
-    fn ping_slot(&self, idx: usize, limit: Duration) -> Result<Duration, WorkerFailure> {
-        let (nonce, frame) = self.ping_frame()?;
-        let start = Instant::now();
+    fn ping_slot(&self, idx: usize, limit: Duration) -> Result<(), Failed> {
+        let (nonce, frame) = self.ping_frame().map_err(|failure| Failed {
+            failure,
+            detected: Instant::now(),
+        })?;
         self.exchange(idx, frame, Expect::Pong(nonce), limit)
-            .map(|_| start.elapsed())
+            .map(drop)
     }
 
     fn take_idle(&self) -> usize {
         // The pool holds a sender, so the channel never disconnects while `self` lives.
         self.idle_rx.recv().unwrap_or(0)
+    }
+
+    fn give_back(&self, idx: usize) {
+        let _ = self.idle_tx.send(idx);
     }
 
     fn fresh_id(&self) -> u64 {
@@ -366,22 +444,29 @@ where
     }
 
     /// Sends one frame to slot `idx` and waits for the expected answer. On any failure the child
-    /// is killed and a replacement started before returning.
+    /// is killed and reaped and the slot left empty: the caller has it replaced.
     fn exchange(
         &self,
         idx: usize,
         frame: Vec<u8>,
         expect: Expect,
         limit: Duration,
-    ) -> Result<FromChild<Resp>, WorkerFailure> {
+    ) -> Result<FromChild<Resp>, Failed> {
         let mut slot = lock(&self.slots[idx]);
         if slot.child.is_none() {
-            slot.child = Some(self.respawn(Instant::now())?);
+            // Only after a background respawn failed: try once more, and report if that fails.
+            slot.child = Some(self.respawn(Instant::now()).map_err(|failure| Failed {
+                failure,
+                detected: Instant::now(),
+            })?);
         }
         let Some(child) = slot.child.as_mut() else {
-            return Err(WorkerFailure::Spawn {
-                program: self.command.program.clone(),
-                reason: "worker slot empty after respawn".into(),
+            return Err(Failed {
+                failure: WorkerFailure::Spawn {
+                    program: self.command.program.clone(),
+                    reason: "worker slot empty after respawn".into(),
+                },
+                detected: Instant::now(),
             });
         };
         child.send(frame);
@@ -415,6 +500,7 @@ where
             }
         };
         child.kill();
+        slot.child = None;
         {
             let mut stats = lock(&self.stats);
             match failure {
@@ -425,22 +511,48 @@ where
             }
         }
         tracing::warn!(worker = idx, %failure, "worker failed; respawning");
-        // Respawn now so the next request finds a ready worker; if that fails, the slot stays
-        // empty and the next request retries (and reports Spawn if it fails again).
-        slot.child = self.respawn(detected).ok();
-        Err(failure)
+        Err(Failed { failure, detected })
     }
 
-    /// Kills the child of slot `idx` after a good answer and starts its replacement.
-    fn replace(&self, idx: usize) {
-        let mut slot = lock(&self.slots[idx]);
+    /// Kills and reaps the child of slot `idx` after a good answer that says it must go; returns
+    /// when that began (the start of the respawn latency).
+    fn retire_child(&self, idx: usize) -> Instant {
         let since = Instant::now();
-        if let Some(mut child) = slot.child.take() {
+        if let Some(mut child) = lock(&self.slots[idx]).child.take() {
             child.kill();
             child.reap(Duration::from_secs(1));
         }
         lock(&self.stats).retired += 1;
-        slot.child = self.respawn(since).ok();
+        since
+    }
+
+    /// Starts the replacement of slot `idx`'s dead child on a background thread, which returns
+    /// the slot to the idle queue when done. If the replacement cannot start, the slot goes back
+    /// empty and the next request on it retries (and reports `Spawn` if that fails too).
+    fn respawn_in_background(this: &Arc<Self>, idx: usize, since: Instant) {
+        *lock(&this.respawning) += 1;
+        let shared = Arc::clone(this);
+        let job = move || {
+            {
+                let mut slot = lock(&shared.slots[idx]);
+                if slot.child.is_none() {
+                    slot.child = shared.respawn(since).ok();
+                }
+            }
+            shared.give_back(idx);
+            *lock(&shared.respawning) -= 1;
+            shared.respawned.notify_all();
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("respawn-{idx}"))
+            .spawn(job);
+        if let Err(e) = spawned {
+            // No thread to spare: leave the slot empty; the next request on it respawns inline.
+            tracing::warn!(worker = idx, error = %e, "no thread for a background respawn");
+            this.give_back(idx);
+            *lock(&this.respawning) -= 1;
+            this.respawned.notify_all();
+        }
     }
 
     /// Starts a replacement child and health-checks it, recording the latency from `since` (when
@@ -506,7 +618,9 @@ where
     }
 }
 
-impl<Req, Resp> Drop for WorkerPool<Req, Resp> {
+/// Children are shut down when the last owner goes: the pool, or a background respawn that
+/// outlived it (whose new child is then shut down here too).
+impl<Resp> Drop for Shared<Resp> {
     fn drop(&mut self) {
         for slot in &self.slots {
             if let Some(mut child) = lock(slot).child.take() {
