@@ -92,7 +92,7 @@ pub enum Command {
         #[command(subcommand)]
         show: Option<TasksCommand>,
     },
-    /// Supervised warm-start: build the verified corpus, train the tokenizer.
+    /// Supervised warm-start: build the verified corpus, train the tokenizer, train the policy.
     Sft {
         /// What to build.
         #[command(subcommand)]
@@ -166,6 +166,92 @@ pub enum SftCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Train the policy on the corpus (supervised warm start): mean NLL of each conversation's
+    /// last response, prompt tokens as context only; AdamW, warm-up + cosine decay, global
+    /// gradient-norm clipping; whole forms held out for validation. Writes a Hugging Face
+    /// directory (config.json, model.safetensors, tokenizer.json) for `[policy.burn].checkpoint`,
+    /// and sft.json (command, corpus hash, shape, losses per epoch, speed, device).
+    Train(SftTrainArgs),
+}
+
+/// The flags of `kevin sft train`.
+#[derive(clap::Args, Debug)]
+pub struct SftTrainArgs {
+    /// The corpus (JSONL from `kevin sft corpus`).
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// The tokenizer.json (e.g. models/kevin-bpe-4096/tokenizer.json).
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    /// Output folder.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Start from this Hugging Face directory instead of a fresh model (the shape flags are
+    /// then ignored).
+    #[arg(long)]
+    pub init: Option<PathBuf>,
+    /// Fresh model: hidden size.
+    #[arg(long, default_value_t = 256)]
+    pub hidden: usize,
+    /// Fresh model: decoder layers.
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    /// Fresh model: attention heads.
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Fresh model: key/value heads (grouped-query attention).
+    #[arg(long, default_value_t = 2)]
+    pub kv_heads: usize,
+    /// Fresh model: MLP width.
+    #[arg(long, default_value_t = 768)]
+    pub intermediate: usize,
+    /// Passes over the training examples.
+    #[arg(long, default_value_t = 10)]
+    pub epochs: u64,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Learning rate at the last step, as a fraction of --lr (cosine decay).
+    #[arg(long, default_value_t = 0.1)]
+    pub min_lr_ratio: f64,
+    /// Linear warm-up steps (default: 5% of all steps).
+    #[arg(long)]
+    pub warmup_steps: Option<u64>,
+    /// Padded positions (rows x longest row) per optimizer step.
+    #[arg(long, default_value_t = 16384)]
+    pub batch_tokens: usize,
+    /// Padded positions per forward pass, to bound memory (default: --batch-tokens); the
+    /// gradient does not depend on it.
+    #[arg(long)]
+    pub micro_batch_tokens: Option<usize>,
+    /// Longest sequence, prompt + response, in tokens.
+    #[arg(long, default_value_t = 2048)]
+    pub max_len: usize,
+    /// Longer examples: "truncate" (keep the prompt and the start of the response; dropped
+    /// when the prompt alone is too long) or "drop".
+    #[arg(long, default_value = "truncate", value_parser = ["truncate", "drop"])]
+    pub overlong: String,
+    /// Fraction of examples held out for validation, as whole forms (0: none).
+    #[arg(long, default_value_t = 0.05)]
+    pub val_fraction: f64,
+    /// Global gradient-norm clip.
+    #[arg(long, default_value_t = 1.0)]
+    pub grad_clip: f64,
+    /// AdamW weight decay.
+    #[arg(long, default_value_t = 0.1)]
+    pub weight_decay: f64,
+    /// "cpu", "cuda" or "auto" (cuda where nvidia-smi lists a GPU).
+    #[arg(long, default_value = "auto", value_parser = ["cpu", "cuda", "auto"])]
+    pub device: String,
+    /// Seed of the initial weights, the shuffles and the validation split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also write OUT/epoch-NNN/ after every epoch.
+    #[arg(long)]
+    pub save_every_epoch: bool,
+    /// Stop after this many optimizer steps (a smoke run; the schedule still spans all epochs).
+    #[arg(long)]
+    pub max_steps: Option<u64>,
 }
 
 /// `kevin policy` subcommands.
@@ -827,6 +913,12 @@ pub fn main() -> ExitCode {
                     out,
                 },
         } => match crate::sft_cmd::tokenizer_main(&corpus, vocab_size, &out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => failure(e),
+        },
+        Command::Sft {
+            what: SftCommand::Train(args),
+        } => match crate::sft_cmd::train_main(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => failure(e),
         },

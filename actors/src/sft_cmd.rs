@@ -1,6 +1,7 @@
-//! `kevin sft corpus` and `kevin sft tokenizer`: the supervised warm-start corpus (built and
-//! verified on the CPU backend, see `kevin::corpus`) and the byte-level BPE tokenizer trained on
-//! it (`kevin_policy::tokenizer`).
+//! `kevin sft corpus`, `kevin sft tokenizer` and `kevin sft train`: the supervised warm-start
+//! corpus (built and verified on the CPU backend, see `kevin::corpus`), the byte-level BPE
+//! tokenizer trained on it (`kevin_policy::tokenizer`), and the policy trained on it
+//! (`kevin_policy::sft`), with progress on stderr.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -156,5 +157,123 @@ pub fn tokenizer_main(corpus_path: &Path, vocab_size: usize, out_dir: &Path) -> 
         bytes as f64 / tokens.max(1) as f64,
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// How often `kevin sft train` reports progress.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `kevin sft train`: trains, prints progress every few seconds and a line per epoch on stderr,
+/// then what was written on stdout.
+pub fn train_main(a: &crate::cli::SftTrainArgs) -> Result<(), String> {
+    use kevin_policy::sft::run::{self, ModelShape, SftArgs};
+    use kevin_policy::sft::Overlong;
+    let device = match a.device.as_str() {
+        "cpu" => kevin::config::BurnDevice::Cpu,
+        "cuda" => kevin::config::BurnDevice::Cuda,
+        _ => kevin::config::BurnDevice::Auto,
+    };
+    let args = SftArgs {
+        corpus: a.corpus.clone(),
+        tokenizer: a.tokenizer.clone(),
+        out: a.out.clone(),
+        init: a.init.clone(),
+        shape: ModelShape {
+            hidden: a.hidden,
+            layers: a.layers,
+            heads: a.heads,
+            kv_heads: a.kv_heads,
+            intermediate: a.intermediate,
+        },
+        epochs: a.epochs,
+        lr: a.lr,
+        min_lr_ratio: a.min_lr_ratio,
+        warmup_steps: a.warmup_steps,
+        batch_tokens: a.batch_tokens,
+        micro_batch_tokens: a.micro_batch_tokens,
+        max_len: a.max_len,
+        overlong: if a.overlong == "drop" {
+            Overlong::Drop
+        } else {
+            Overlong::Truncate
+        },
+        val_fraction: a.val_fraction,
+        grad_clip: a.grad_clip,
+        weight_decay: a.weight_decay,
+        seed: a.seed,
+        save_every_epoch: a.save_every_epoch,
+        max_steps: a.max_steps,
+        command: std::env::args().collect(),
+    };
+    let mut last = Instant::now();
+    let mut progress = |p: &run::Progress| {
+        if last.elapsed() < PROGRESS_EVERY && p.step != p.total_steps {
+            return;
+        }
+        last = Instant::now();
+        eprintln!(
+            "epoch {}/{} step {}/{} loss {:.4} lr {:.2e} {:.0} tokens/s {:.0} s, ETA {:.0} s",
+            p.epoch,
+            p.epochs,
+            p.step,
+            p.total_steps,
+            p.loss,
+            p.lr,
+            p.tokens_per_s,
+            p.elapsed_s,
+            p.eta_s
+        );
+    };
+    let mut epoch_done = |e: &run::EpochRecord| {
+        let val = e
+            .val_loss
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.4}"));
+        eprintln!(
+            "epoch {} done: train loss {:.4}, val loss {val}, {} steps, {:.0} tokens/s, padding {:.1}%, {:.1} s",
+            e.epoch,
+            e.train_loss,
+            e.steps,
+            e.tokens_per_s,
+            100.0 * e.padding,
+            e.seconds
+        );
+    };
+    let r = run::run_on(device, &args, &mut progress, &mut epoch_done)?;
+    let c = &r.corpus;
+    println!(
+        "wrote {} (Qwen2 {} parameters: {} layers, hidden {}, vocab {}; device {})",
+        a.out.display(),
+        r.parameters,
+        r.model.num_hidden_layers,
+        r.model.hidden_size,
+        r.model.vocab_size,
+        r.device
+    );
+    println!(
+        "corpus {}: {} examples, {} train, {} validation (held-out forms: {}); {} truncated, {} dropped for length",
+        c.path,
+        c.examples,
+        c.train,
+        c.validation,
+        if c.held_out_forms.is_empty() { "none".to_string() } else { c.held_out_forms.join(", ") },
+        c.truncated,
+        c.dropped
+    );
+    if let Some(e) = r.epochs.last() {
+        let val = e
+            .val_loss
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.4}"));
+        println!(
+            "{} steps{}; last epoch: train loss {:.4}, val loss {val}; {:.1} s",
+            r.steps,
+            if r.stopped_early {
+                " (stopped by --max-steps)"
+            } else {
+                ""
+            },
+            e.train_loss,
+            r.wall_s
+        );
+    }
     Ok(())
 }

@@ -16,6 +16,7 @@ pub mod loss;
 pub mod qwen2;
 pub mod runtime;
 pub mod sampler;
+pub mod sft;
 pub mod testing;
 pub mod tokenizer;
 pub mod train;

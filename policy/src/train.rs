@@ -139,6 +139,16 @@ impl TrainerConfig {
         }
     }
 
+    /// The AdamW hyper-parameters of these settings.
+    pub fn adamw(&self) -> AdamWSettings {
+        AdamWSettings {
+            weight_decay: self.weight_decay,
+            beta_1: self.beta_1,
+            beta_2: self.beta_2,
+            epsilon: self.epsilon,
+        }
+    }
+
     /// Checks what the trainer relies on (the core's config validation checks the file's keys;
     /// this also covers settings made in code).
     pub fn validate(&self) -> Result<(), TrainError> {
@@ -276,6 +286,101 @@ pub fn plan_micro_batches(lengths: &[(usize, usize)], max_tokens: usize) -> Vec<
     plan
 }
 
+/// AdamW's hyper-parameters (PyTorch's names and meanings).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWSettings {
+    /// Decoupled weight decay.
+    pub weight_decay: f64,
+    /// beta_1.
+    pub beta_1: f64,
+    /// beta_2.
+    pub beta_2: f64,
+    /// epsilon.
+    pub epsilon: f64,
+}
+
+/// A fresh AdamW optimizer: the one both trainers (RL and [`crate::sft`]) step with.
+pub fn adamw<B: AutodiffBackend, M: AutodiffModule<B>>(
+    settings: &AdamWSettings,
+) -> AdamWOptimizer<M, B> {
+    AdamWConfig::new()
+        .with_beta_1(settings.beta_1 as f32)
+        .with_beta_2(settings.beta_2 as f32)
+        .with_epsilon(settings.epsilon as f32)
+        .with_weight_decay(settings.weight_decay as f32)
+        .init()
+}
+
+/// One optimizer step: clips the global gradient norm to `max_norm`, then steps `model` at `lr`.
+/// Returns the norm before clipping, or, when it is NaN or infinite, `Err(norm)` with the model
+/// untouched: a step on such gradients would destroy the weights.
+///
+/// `model` is `Some` on entry and on return; it is taken for the step, which consumes the
+/// module, so that no second handle keeps the old weights alive.
+pub fn clipped_step<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &mut Option<M>,
+    optimizer: &mut AdamWOptimizer<M, B>,
+    grads: GradientsParams,
+    max_norm: f64,
+    lr: f64,
+) -> Result<f64, f64> {
+    let current = model
+        .take()
+        .expect("the model is only taken during an optimizer step");
+    let (grads, norm) = clip_global_grad_norm(&current, grads, max_norm);
+    if !norm.is_finite() {
+        *model = Some(current);
+        return Err(norm);
+    }
+    *model = Some(optimizer.step(lr, current, grads));
+    Ok(norm)
+}
+
+/// Gradients summed over micro-batches, and the sum of their losses.
+pub struct SummedGradients {
+    /// The summed gradients (empty when there was no micro-batch).
+    pub grads: GradientsParams,
+    /// The sum of the micro-batch losses (0 when there was none).
+    pub loss: f64,
+}
+
+/// Sums the gradients of `loss_of(item)` over `items`, one micro-batch at a time: each graph is
+/// built, differentiated and dropped before the next, so memory holds one micro-batch's
+/// activations. The loss values are summed on the device and read back once. Summing is exact
+/// when every micro-batch's loss is divided by a constant of the whole batch (Dr. GRPO's
+/// normaliser, or the SFT batch's token count).
+pub fn summed_gradients<B, M, T>(
+    model: &M,
+    items: &[T],
+    mut loss_of: impl FnMut(&T) -> Tensor<B, 1>,
+) -> SummedGradients
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    let mut accumulator = GradientsAccumulator::<M>::new();
+    let mut loss: Option<Tensor<B::InnerBackend, 1>> = None;
+    for item in items {
+        let mb_loss = loss_of(item);
+        let value = mb_loss.clone().inner();
+        loss = Some(match loss {
+            Some(l) => l + value,
+            None => value,
+        });
+        let grads = GradientsParams::from_grads(mb_loss.backward(), model);
+        accumulator.accumulate(model, grads);
+    }
+    SummedGradients {
+        grads: accumulator.grads(),
+        loss: loss.map_or(0.0, |l| scalar_f64(l.into_data())),
+    }
+}
+
+/// The first value of a tensor's data as f64 (0 when empty).
+pub(crate) fn scalar_f64(data: burn::tensor::TensorData) -> f64 {
+    data.iter::<f64>().next().unwrap_or(0.0)
+}
+
 /// One micro-batch with its per-token constants, on the inner backend (they carry no gradient).
 struct MicroBatch<B: AutodiffBackend> {
     tokens: TokenBatch,
@@ -371,12 +476,7 @@ where
     }
 
     fn fresh_optimizer(config: &TrainerConfig) -> AdamWOptimizer<M, B> {
-        AdamWConfig::new()
-            .with_beta_1(config.beta_1 as f32)
-            .with_beta_2(config.beta_2 as f32)
-            .with_epsilon(config.epsilon as f32)
-            .with_weight_decay(config.weight_decay as f32)
-            .init()
+        adamw(&config.adamw())
     }
 
     /// The model being trained.
@@ -431,20 +531,19 @@ where
         let mut clipped = 0u64;
         for _ in 0..steps {
             let g = self.batch_gradients(&batches, samples.len());
-            let (grads, norm) = clip_global_grad_norm(self.model(), g.grads, self.config.grad_clip);
-            if !norm.is_finite() {
-                return Err(TrainError::NonFiniteGradient {
-                    version: self.version,
-                    step: self.steps,
-                    norm,
-                });
-            }
             let lr = warmup_lr(self.config.lr, self.config.warmup_steps, self.steps);
-            let model = self
-                .model
-                .take()
-                .expect("the model is only taken during an optimizer step");
-            self.model = Some(self.optimizer.step(lr, model, grads));
+            let norm = clipped_step(
+                &mut self.model,
+                &mut self.optimizer,
+                g.grads,
+                self.config.grad_clip,
+                lr,
+            )
+            .map_err(|norm| TrainError::NonFiniteGradient {
+                version: self.version,
+                step: self.steps,
+                norm,
+            })?;
             self.steps += 1;
             loss_sum += g.loss;
             clipped += g.clipped;
@@ -572,10 +671,8 @@ where
     fn batch_gradients(&self, batches: &[MicroBatch<B>], samples: usize) -> BatchGradients {
         let model = self.model();
         let cfg = &self.config;
-        let mut accumulator = GradientsAccumulator::<M>::new();
-        let mut loss: Option<Tensor<B::InnerBackend, 1>> = None;
         let mut clipped: Option<Tensor<B::InnerBackend, 1, Int>> = None;
-        for mb in batches {
+        let summed = summed_gradients(model, batches, |mb| {
             let logp = token_logprobs(model, &mb.tokens);
             let behaviour = Tensor::<B, 1>::from_inner(mb.behaviour.clone());
             let advantages = Tensor::<B, 1>::from_inner(mb.advantages.clone());
@@ -596,24 +693,16 @@ where
                 let kl = kl_k3(logp, Tensor::from_inner(reference.clone()));
                 token_losses = token_losses + kl.mul_scalar(cfg.kl_coef);
             }
-            let mb_loss = drgrpo_loss(token_losses, cfg.max_tokens, samples);
             let mb_clipped = terms.clipped.int().sum().inner();
-            let value = mb_loss.clone().inner();
-            loss = Some(match loss {
-                Some(l) => l + value,
-                None => value,
-            });
-            clipped = Some(match clipped {
+            clipped = Some(match clipped.take() {
                 Some(c) => c + mb_clipped,
                 None => mb_clipped,
             });
-            let grads = GradientsParams::from_grads(mb_loss.backward(), model);
-            accumulator.accumulate(model, grads);
-        }
-        let scalar_f64 = |data: burn::tensor::TensorData| data.iter::<f64>().next().unwrap_or(0.0);
+            drgrpo_loss(token_losses, cfg.max_tokens, samples)
+        });
         BatchGradients {
-            grads: accumulator.grads(),
-            loss: loss.map_or(0.0, |l| scalar_f64(l.into_data())),
+            grads: summed.grads,
+            loss: summed.loss,
             clipped: clipped.map_or(0, |c| scalar_f64(c.into_data()) as u64),
         }
     }

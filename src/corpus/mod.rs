@@ -34,6 +34,7 @@
 
 pub mod naive;
 mod scalar;
+pub mod split;
 pub mod variants;
 
 use std::collections::BTreeMap;
