@@ -191,6 +191,22 @@ pub enum PolicyCommand {
         #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
         dtype: String,
     },
+    /// Check that kevin computes the logits transformers computed for a checkpoint: DIR holds the
+    /// model and `expected.safetensors` (written by `python3 tests/qwen2_parity.py --out`). Prints
+    /// the largest difference through the full forward pass and through the KV cache; exits 1
+    /// when either is over the bound (1e-4 in f32; in bf16 2e-2 or transformers' own bf16 vs f32
+    /// difference, whichever is larger).
+    Parity {
+        /// The checkpoint directory with its expected.safetensors.
+        #[arg(long)]
+        dir: PathBuf,
+        /// "cuda" (burn's CUDA backend, GPU 0) or "cpu" (NdArray, f32 only).
+        #[arg(long, default_value = "cuda", value_parser = ["cuda", "cpu"])]
+        device: String,
+        /// The dtype kevin computes in: "f32" or "bf16".
+        #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+        dtype: String,
+    },
 }
 
 /// The environment a `kevin bench hacks|faults` run evaluates with.
@@ -873,6 +889,34 @@ pub fn main() -> ExitCode {
                 Err(e) => failure(e),
             }
         }
+        Command::Policy {
+            what: PolicyCommand::Parity { dir, device, dtype },
+        } => match kevin_policy::parity::check_named(&dir, &device, &dtype) {
+            Ok(p) => {
+                let rounding = if p.dtype_rounding > 0.0 {
+                    format!(
+                        " (transformers' own {dtype} vs f32: {:.3e})",
+                        p.dtype_rounding
+                    )
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{} on {device} {dtype}: max |kevin - transformers| forward {:.3e}, kv-cache {:.3e}; bound {:.1e}{rounding}: {}",
+                    dir.display(),
+                    p.forward,
+                    p.extend,
+                    p.bound,
+                    if p.holds() { "parity holds" } else { "PARITY FAILS" }
+                );
+                if p.holds() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => failure(e),
+        },
         // main() normally takes `kevin worker ...` before clap; this is the same worker reached
         // through clap (e.g. with a global flag before the subcommand).
         Command::Worker { args } => {
