@@ -21,6 +21,10 @@ pub struct StepMetrics {
     pub unix_s: f64,
     /// Mean turn score over the batch.
     pub reward_mean: f64,
+    /// Standard deviation of the turn scores over the batch (population; `None` in files written
+    /// before it was recorded, so they still load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward_std: Option<f64>,
     /// Fraction of the batch's turns that were correct.
     pub correct_rate: f64,
     /// Mean speedup of the correct turns (0 when none).
@@ -71,12 +75,13 @@ impl StepMetrics {
             ..Default::default()
         };
         let mut turns = 0u64;
-        let (mut score, mut correct, mut speedup_sum) = (0.0, 0u64, 0.0);
+        let (mut score, mut score_sq, mut correct, mut speedup_sum) = (0.0, 0.0, 0u64, 0.0);
         let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
         for g in &batch.groups {
             for t in g.group.turns() {
                 turns += 1;
                 score += t.score;
+                score_sq += t.score * t.score;
                 *kinds.entry(t.outcome.kind().to_string()).or_default() += 1;
                 if let Some(s) = t.outcome.speedup() {
                     correct += 1;
@@ -89,6 +94,9 @@ impl StepMetrics {
         }
         if turns > 0 {
             m.reward_mean = score / turns as f64;
+            // E[s^2] - E[s]^2 can come out a hair below zero in floating point.
+            let var = score_sq / turns as f64 - m.reward_mean * m.reward_mean;
+            m.reward_std = Some(var.max(0.0).sqrt());
             m.correct_rate = correct as f64 / turns as f64;
             m.outcomes = kinds
                 .into_iter()
@@ -99,5 +107,72 @@ impl StepMetrics {
             m.mean_speedup = speedup_sum / correct as f64;
         }
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::episode::tests::turn;
+    use crate::episode::Group;
+    use crate::outcome::Outcome;
+    use crate::replay::{score_group, ScoredGroup};
+
+    fn batch(outcomes: &[Outcome]) -> Batch {
+        let group = Group {
+            id: 0,
+            task: "t".into(),
+            trajectories: vec![outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, o)| turn(i as u32, o.clone(), 0))
+                .collect()],
+        };
+        let scored: ScoredGroup = score_group(0, group, &Default::default());
+        Batch {
+            learner_version: 1,
+            groups: vec![scored],
+            dropped: vec![],
+            staleness: vec![1],
+        }
+    }
+
+    #[test]
+    fn reward_spread_is_the_population_std_of_turn_scores() {
+        let ok = Outcome::Correct {
+            kernel_ms: 1.0,
+            baseline_ms: 2.0,
+            spread: 0.0,
+            timing: "cpu".into(),
+        };
+        let bad = Outcome::CompileError { log: String::new() };
+        let (a, b) = (ok.score(), bad.score());
+        let m = StepMetrics::from_batch(1, &batch(&[ok, bad]));
+        assert!((m.reward_mean - (a + b) / 2.0).abs() < 1e-12);
+        assert!((m.reward_std.unwrap() - (a - b).abs() / 2.0).abs() < 1e-12);
+        assert_eq!(m.staleness, BTreeMap::from([(1, 1)]));
+        // An empty batch records no spread rather than a spread of 0.
+        let empty = Batch {
+            learner_version: 1,
+            groups: vec![],
+            dropped: vec![3],
+            staleness: vec![],
+        };
+        assert_eq!(StepMetrics::from_batch(1, &empty).reward_std, None);
+    }
+
+    #[test]
+    fn lines_written_before_reward_std_still_load() {
+        let mut m = StepMetrics {
+            step: 4,
+            reward_mean: 0.5,
+            ..Default::default()
+        };
+        let old = serde_json::to_string(&m).unwrap();
+        assert!(!old.contains("reward_std"), "{old}");
+        assert_eq!(serde_json::from_str::<StepMetrics>(&old).unwrap(), m);
+        m.reward_std = Some(0.25);
+        let new = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<StepMetrics>(&new).unwrap(), m);
     }
 }

@@ -1,4 +1,5 @@
-//! The command line: `kevin train | eval | bench | inspect | tasks | sft` (and the hidden `worker`).
+//! The command line: `kevin train | eval | bench | inspect | report | tasks | sft | policy` (and the
+//! hidden `worker`).
 //!
 //! Exit codes: 0 success, 1 failure, 2 usage or configuration error.
 
@@ -79,6 +80,21 @@ pub enum Command {
         /// Print JSON instead of tables.
         #[arg(long)]
         json: bool,
+    },
+    /// PNG plots over learner steps (reward, correctness, mean speedup, staleness, actor
+    /// utilisation) and summary.md (config, steps, wall time, trajectories/hour, first vs last
+    /// window means) from a run directory's metrics.jsonl. Unreadable lines are skipped and
+    /// named; the run directory is only read, so a live run can be reported on.
+    Report {
+        /// The run directory (the one `kevin train` wrote, with metrics.jsonl).
+        run_dir: PathBuf,
+        /// Output folder for the PNGs and summary.md (default: RUN_DIR/report).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Steps in each of the first and last windows the summary compares (default: a fifth of
+        /// the steps, 1 to 50).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        window: Option<u64>,
     },
     /// List the task suite (name, level, split, sizes), or show a task's first-turn prompt.
     Tasks {
@@ -274,6 +290,22 @@ pub enum PolicyCommand {
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Dtype of model.safetensors: "f32" or "bf16".
+        #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+        dtype: String,
+    },
+    /// Check that kevin computes the logits transformers computed for a checkpoint: DIR holds the
+    /// model and `expected.safetensors` (written by `python3 tests/qwen2_parity.py --out`). Prints
+    /// the largest difference through the full forward pass and through the KV cache; exits 1
+    /// when either is over the bound (1e-4 in f32; in bf16 2e-2 or transformers' own bf16 vs f32
+    /// difference, whichever is larger).
+    Parity {
+        /// The checkpoint directory with its expected.safetensors.
+        #[arg(long)]
+        dir: PathBuf,
+        /// "cuda" (burn's CUDA backend, GPU 0) or "cpu" (NdArray, f32 only).
+        #[arg(long, default_value = "cuda", value_parser = ["cuda", "cpu"])]
+        device: String,
+        /// The dtype kevin computes in: "f32" or "bf16".
         #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
         dtype: String,
     },
@@ -620,11 +652,52 @@ fn cmd_train(
             if let Some(c) = s.checkpoint {
                 println!("checkpoint: {}", c.display());
             }
-            println!("inspect it with: kevin inspect {}", s.run_dir.display());
+            println!(
+                "inspect it with: kevin inspect {0}; plot it with: kevin report {0}",
+                s.run_dir.display()
+            );
             ExitCode::SUCCESS
         }
         Err(system::TrainError::ConfigMismatch { dir, key }) => {
             usage_error(system::TrainError::ConfigMismatch { dir, key })
+        }
+        Err(e) => failure(e),
+    }
+}
+
+/// Warnings `kevin report` prints on stderr before pointing at summary.md for the rest.
+const REPORT_WARNINGS_SHOWN: usize = 10;
+
+fn cmd_report(run_dir: &Path, out: Option<PathBuf>, window: Option<u64>) -> ExitCode {
+    let opts = crate::report::ReportOptions {
+        out,
+        window: window.map(|w| usize::try_from(w).unwrap_or(usize::MAX)),
+    };
+    match crate::report::write_report(run_dir, &opts) {
+        Ok(r) => {
+            if !r.warnings.is_empty() {
+                eprintln!("kevin report: {} warning(s):", r.warnings.len());
+                for w in r.warnings.iter().take(REPORT_WARNINGS_SHOWN) {
+                    eprintln!("  {w}");
+                }
+                if r.warnings.len() > REPORT_WARNINGS_SHOWN {
+                    eprintln!(
+                        "  ... and {} more (listed in {})",
+                        r.warnings.len() - REPORT_WARNINGS_SHOWN,
+                        r.summary.display()
+                    );
+                }
+            }
+            println!(
+                "kevin report: {} learner steps, {} plots in {}",
+                r.steps,
+                r.plots.len(),
+                r.out.display()
+            );
+            for p in r.plots.iter().chain([&r.summary]) {
+                println!("{}", p.display());
+            }
+            ExitCode::SUCCESS
         }
         Err(e) => failure(e),
     }
@@ -664,6 +737,11 @@ pub fn main() -> ExitCode {
             max_steps,
         } => cmd_train(cli.log, config, run_dir, max_steps),
         Command::Inspect { run_dir, json } => cmd_inspect(&run_dir, json),
+        Command::Report {
+            run_dir,
+            out,
+            window,
+        } => cmd_report(&run_dir, out, window),
         Command::Bench {
             what:
                 BenchCommand::Pipeline {
@@ -965,6 +1043,34 @@ pub fn main() -> ExitCode {
                 Err(e) => failure(e),
             }
         }
+        Command::Policy {
+            what: PolicyCommand::Parity { dir, device, dtype },
+        } => match kevin_policy::parity::check_named(&dir, &device, &dtype) {
+            Ok(p) => {
+                let rounding = if p.dtype_rounding > 0.0 {
+                    format!(
+                        " (transformers' own {dtype} vs f32: {:.3e})",
+                        p.dtype_rounding
+                    )
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{} on {device} {dtype}: max |kevin - transformers| forward {:.3e}, kv-cache {:.3e}; bound {:.1e}{rounding}: {}",
+                    dir.display(),
+                    p.forward,
+                    p.extend,
+                    p.bound,
+                    if p.holds() { "parity holds" } else { "PARITY FAILS" }
+                );
+                if p.holds() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => failure(e),
+        },
         // main() normally takes `kevin worker ...` before clap; this is the same worker reached
         // through clap (e.g. with a global flag before the subcommand).
         Command::Worker { args } => {

@@ -33,6 +33,7 @@ pub mod messages;
 pub mod pool;
 pub mod profiler;
 pub mod replay_queue;
+pub mod report;
 pub mod rollout;
 pub mod sft_cmd;
 pub mod stage;

@@ -13,6 +13,7 @@ pub mod checkpoint;
 pub mod grad_norm;
 pub mod learner_testing;
 pub mod loss;
+pub mod parity;
 pub mod qwen2;
 pub mod runtime;
 pub mod sampler;

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use burn::backend::cuda::CudaDevice;
 use burn::backend::Cuda;
-use common::{expected, extend_diff, forward_diff, logits, max_abs_diff, tiny};
-use kevin_policy::checkpoint;
+use common::{extend_diff, forward_diff, tiny};
+use kevin_policy::parity;
 
 fn gpu_tests() -> bool {
     let on = std::env::var("KEVIN_GPU_TESTS").is_ok_and(|v| v == "1");
@@ -49,55 +49,12 @@ fn larger_model_matches_transformers_on_cuda() {
         eprintln!("skipped: KEVIN_PARITY_DIR is not set");
         return;
     };
-    let device = CudaDevice::default();
-
-    let f32_dir = dir.join("f32");
-    let diff = forward_diff::<Cuda<f32>>(&f32_dir, &device);
-    eprintln!(
-        "{}: f32 forward: max |kevin - transformers| = {diff:.3e}",
-        f32_dir.display()
-    );
-    assert!(
-        diff <= 1e-4,
-        "f32 forward: max |kevin - transformers| = {diff}"
-    );
-    let diff = extend_diff::<Cuda<f32>>(&f32_dir, &device);
-    eprintln!(
-        "{}: f32 extend: max |kevin - transformers| = {diff:.3e}",
-        f32_dir.display()
-    );
-    assert!(
-        diff <= 1e-4,
-        "f32 extend: max |kevin - transformers| = {diff}"
-    );
-
     // bf16 against transformers in bf16: the two round at different points, so the bound is
     // 2e-2 or, if larger, how far transformers' own bf16 logits are from its f32 ones.
-    let bf16_dir = dir.join("bf16");
-    let exp = expected(&bf16_dir);
-    let (model, _) = checkpoint::load::<Cuda<half::bf16>>(&bf16_dir, &device).unwrap();
-    let ours = logits(&model, &exp);
-    let diff = max_abs_diff(&ours, &exp.logits);
-    let own = exp
-        .logits_f32
-        .as_ref()
-        .map_or(0.0, |f| max_abs_diff(&exp.logits, f));
-    let bound = own.max(2e-2);
-    eprintln!(
-        "{}: bf16 forward: max |kevin - transformers| = {diff:.3e} (transformers bf16 vs f32: {own:.3e})",
-        bf16_dir.display()
-    );
-    assert!(
-        diff <= bound,
-        "bf16: max |kevin - transformers| = {diff} > {bound}"
-    );
-    let diff = extend_diff::<Cuda<half::bf16>>(&bf16_dir, &device);
-    eprintln!(
-        "{}: bf16 extend: max |kevin - transformers| = {diff:.3e}",
-        bf16_dir.display()
-    );
-    assert!(
-        diff <= bound,
-        "bf16 extend: max |kevin - transformers| = {diff} > {bound}"
-    );
+    for dtype in ["f32", "bf16"] {
+        let sub = dir.join(dtype);
+        let parity = parity::check_named(&sub, "cuda", dtype).unwrap();
+        eprintln!("{}: {parity:?}", sub.display());
+        assert!(parity.holds(), "{}: {parity:?}", sub.display());
+    }
 }

@@ -46,11 +46,32 @@ pub fn resolve_arch(configured: &str) -> String {
         .unwrap_or_else(|| DEFAULT_ARCH.to_string())
 }
 
-/// Number of GPUs nvidia-smi lists (0 without a GPU or without nvidia-smi).
+/// Number of GPUs this process may use: the ones nvidia-smi lists (0 without a GPU or without
+/// nvidia-smi), narrowed by `CUDA_VISIBLE_DEVICES` when it is set (nvidia-smi ignores it, CUDA
+/// does not: a GPU index past the visible ones is an invalid device ordinal).
 pub fn gpu_count() -> usize {
-    nvidia_smi_query("index").map_or(0, |out| {
+    let listed = nvidia_smi_query("index").map_or(0, |out| {
         out.lines().filter(|l| !l.trim().is_empty()).count()
-    })
+    });
+    visible_gpus(listed, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())
+}
+
+/// How many of `listed` GPUs a `CUDA_VISIBLE_DEVICES` value leaves visible. CUDA reads the list
+/// up to its first invalid entry ("-1", empty, or an index past the listed GPUs); UUIDs
+/// (`GPU-...`, `MIG-...`) are taken as valid.
+fn visible_gpus(listed: usize, cuda_visible_devices: Option<&str>) -> usize {
+    let Some(list) = cuda_visible_devices else {
+        return listed;
+    };
+    let visible = list
+        .split(',')
+        .map(str::trim)
+        .take_while(|e| match e.parse::<usize>() {
+            Ok(i) => i < listed,
+            Err(_) => e.starts_with("GPU-") || e.starts_with("MIG-"),
+        })
+        .count();
+    visible.min(listed)
 }
 
 /// `nvidia-smi --query-gpu=<field>` (one line per GPU), when it runs and succeeds.
@@ -74,6 +95,18 @@ fn parse_compute_cap(text: &str) -> Option<String> {
 #[cfg(test)]
 mod arch_tests {
     use super::*;
+
+    #[test]
+    fn cuda_visible_devices_narrows_the_gpus() {
+        assert_eq!(visible_gpus(2, None), 2);
+        assert_eq!(visible_gpus(2, Some("1")), 1);
+        assert_eq!(visible_gpus(2, Some("0,1")), 2);
+        assert_eq!(visible_gpus(2, Some("")), 0);
+        assert_eq!(visible_gpus(2, Some("-1")), 0);
+        assert_eq!(visible_gpus(2, Some("0,5,1")), 1);
+        assert_eq!(visible_gpus(0, Some("0")), 0);
+        assert_eq!(visible_gpus(8, Some("GPU-1a2b, GPU-3c4d")), 2);
+    }
 
     #[test]
     fn compute_capability_becomes_an_arch() {
