@@ -107,14 +107,8 @@ fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
         path.display(),
         bytes.len()
     );
-    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
-        .read_info()
-        .unwrap();
-    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!(info.color_type, png::ColorType::Rgb, "{}", path.display());
-    buf.truncate(info.buffer_size());
-    (info.width, info.height, buf)
+    kevin_actors::report::png::decode_rgb(&bytes)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Asserts the summary's first-vs-last row of `label`.

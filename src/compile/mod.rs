@@ -53,7 +53,10 @@ pub fn gpu_count() -> usize {
     let listed = nvidia_smi_query("index").map_or(0, |out| {
         out.lines().filter(|l| !l.trim().is_empty()).count()
     });
-    visible_gpus(listed, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())
+    visible_gpus(
+        listed,
+        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+    )
 }
 
 /// How many of `listed` GPUs a `CUDA_VISIBLE_DEVICES` value leaves visible. CUDA reads the list

@@ -16,6 +16,7 @@
 //! (plotters, into a buffer, encoded by `png`), [`summary`] writes the markdown.
 
 pub mod plot;
+pub mod png;
 pub mod series;
 pub mod summary;
 

@@ -1,11 +1,10 @@
-//! Drawing a [`Chart`] as a PNG: plotters' bitmap backend into an RGB buffer, then `png`.
+//! Drawing a [`Chart`] as a PNG: plotters' bitmap backend into an RGB buffer, then [`super::png`].
 //!
 //! Text is drawn with a font embedded in the binary (`assets/fonts/DejaVuSansMono-ascii.ttf`, the
 //! printable ASCII subset of DejaVu Sans Mono, 8 KB; its licence is beside it) through plotters'
 //! `ab_glyph` feature, so a report looks the same on every machine and needs no system fonts.
 //! Labels are therefore ASCII only.
 
-use std::io::BufWriter;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -59,14 +58,9 @@ pub fn draw_png(path: &Path, chart: &Chart) -> Result<(), ReportError> {
         path: path.to_path_buf(),
         source: e,
     };
-    let png_err = |e: png::EncodingError| write_err(std::io::Error::other(e));
-    let file = std::fs::File::create(path).map_err(write_err)?;
-    let mut encoder = png::Encoder::new(BufWriter::new(file), WIDTH, HEIGHT);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder.write_header().map_err(png_err)?;
-    writer.write_image_data(&rgb).map_err(png_err)?;
-    writer.finish().map_err(png_err)
+    let bytes = super::png::encode_rgb(WIDTH, HEIGHT, &rgb)
+        .map_err(|e| write_err(std::io::Error::other(e)))?;
+    std::fs::write(path, bytes).map_err(write_err)
 }
 
 /// The chart as RGB bytes, row-major, [`WIDTH`] x [`HEIGHT`].
