@@ -97,7 +97,8 @@ fn figures_on_hand_made_trajectories() {
     let c = task("c", vec![traj(&[fe(), fe()], 30), traj(&[fe(), fe()], 30)]);
     let scores: Vec<TaskScores> = [&a, &b, &c].into_iter().map(score_task).collect();
     // (task, turn_correct, solved_by_turn, avg@K, best@K, best speedup, avg speedup, format errors)
-    let want: [(&str, [f64; 2], [f64; 2], f64, bool, f64, f64, f64); 3] = [
+    type Want = (&'static str, [f64; 2], [f64; 2], f64, bool, f64, f64, f64);
+    let want: [Want; 3] = [
         ("a", [0.0, 0.5], [0.0, 0.5], 0.5, true, 2.0, 1.0, 0.5),
         ("b", [0.5, 1.0], [0.5, 1.0], 1.0, true, 0.8, 0.525, 0.0),
         ("c", [0.0, 0.0], [0.0, 0.0], 0.0, false, 0.0, 0.0, 1.0),
