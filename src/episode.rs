@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::outcome::Outcome;
+use crate::policy::Completion;
 use crate::prompt;
 
 /// What an episode needs to know of its task.
@@ -50,6 +51,49 @@ pub struct TurnRecord {
     pub generate_ms: f64,
     /// Time spent evaluating (ms, compile + verify + profile, including queueing).
     pub evaluate_ms: f64,
+}
+
+impl TurnRecord {
+    /// The record of turn `turn`: the prompt it was asked, the completion that answered it, the
+    /// candidate's block and summary (None for a format error) and the outcome, scored here so
+    /// that training and evaluation score a turn the same way.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        turn: u32,
+        prompt: String,
+        completion: Completion,
+        kernel: Option<String>,
+        summary: Option<String>,
+        outcome: Outcome,
+        generate_ms: f64,
+        evaluate_ms: f64,
+    ) -> TurnRecord {
+        TurnRecord {
+            turn,
+            prompt,
+            response: completion.text,
+            kernel,
+            summary,
+            score: outcome.score(),
+            outcome,
+            policy_version: completion.policy_version,
+            response_tokens: completion.token_ids,
+            behaviour_logprobs: completion.logprobs,
+            generate_ms,
+            evaluate_ms,
+        }
+    }
+}
+
+/// What a response offers the environment: its ```cuda block and summary, or the format error
+/// that is the turn's outcome (no block, or launch lines that do not parse). The rollout and
+/// `kevin eval --checkpoint` both call this, so a response is judged the same way in both.
+pub fn parse_response(response: &str) -> Result<(String, String), Outcome> {
+    crate::candidate::parse_response(response)
+        .map(|c| (c.source, c.summary))
+        .map_err(|e| Outcome::FormatError {
+            reason: e.to_string(),
+        })
 }
 
 /// m trajectories of one task: the unit the replay queue accepts.

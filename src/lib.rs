@@ -10,7 +10,8 @@
 //! pool, child serve loop); [`compile`] is the NVRTC compile step those workers run, and [`cpu`]
 //! a CUDA device model that compiles and runs candidates on the CPU (inside workers only).
 //! [`corpus`] builds the supervised warm-start corpus from the train split, verified on a real
-//! kernel environment. [`baseline`] lowers a task's program to the op-by-op launches (trusted kernels and GEMMs) whose
+//! kernel environment. [`policy_eval`] runs a policy's K x N episodes on held-out tasks and
+//! computes the paper's evaluation figures ([`scripted`] is its test double policy). [`baseline`] lowers a task's program to the op-by-op launches (trusted kernels and GEMMs) whose
 //! time is the denominator of every speedup.
 //!
 //! Invariant: nothing here depends on actix, tokio or the CLI. The actors crate drives this
@@ -39,12 +40,14 @@ pub mod nvrtc_env;
 pub mod ops;
 pub mod outcome;
 pub mod policy;
+pub mod policy_eval;
 pub mod prompt;
 pub mod replay;
 pub mod rl;
 pub mod rng;
 pub mod run_dir;
 pub mod sampler;
+pub mod scripted;
 pub mod sim;
 pub mod tasks;
 pub mod telemetry;

@@ -140,6 +140,39 @@ pub fn build(statement: &str, history: &[TurnRecord], budget_chars: usize) -> St
     out
 }
 
+/// The task a prompt of [`first_turn`] (or [`build`] over it) asks for: the name in its
+/// `# Task:` header. For test doubles and tools that answer prompts; None for other text.
+pub fn task_of(prompt: &str) -> Option<&str> {
+    prompt
+        .lines()
+        .find_map(|l| l.strip_prefix("# Task: "))?
+        .split_whitespace()
+        .next()
+}
+
+/// The 0-based index of the turn a prompt of [`build`] asks for: one past the last earlier turn
+/// it shows (turns are numbered from 1 in the history and the earliest are cut first, so the
+/// last heading stays), or the number of attempts the cut note says were omitted when all were;
+/// 0 for a first-turn prompt.
+pub fn turn_of(prompt: &str) -> u32 {
+    let heading = prompt
+        .match_indices("\n### Turn ")
+        .last()
+        .and_then(|(i, m)| {
+            prompt[i + m.len()..]
+                .split('\n')
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        });
+    let omitted = || {
+        let (before, _) = prompt.split_once(" earliest attempt(s) omitted")?;
+        before.rsplit('(').next()?.parse().ok()
+    };
+    heading.or_else(omitted).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +252,20 @@ mod tests {
         let tiny = build("T", &h, 10);
         assert!(tiny.contains("(5 earliest attempt(s) omitted"));
         assert_eq!(build("T", &[], 10), "T");
+        // The turn a prompt asks for survives the cut: the last heading is kept.
+        assert_eq!((turn_of(&full), turn_of(&small), turn_of(&tiny)), (5, 5, 5));
+    }
+
+    #[test]
+    fn task_and_turn_of_a_prompt() {
+        let statement = "# Task: relu (level 1)\nApply relu.";
+        assert_eq!(task_of(statement), Some("relu"));
+        assert_eq!(turn_of(statement), 0);
+        let h: Vec<_> = (0..2)
+            .map(|i| turn(i, Outcome::CompileError { log: "x".into() }, 0))
+            .collect();
+        let p = build(statement, &h, 100_000);
+        assert_eq!((task_of(&p), turn_of(&p)), (Some("relu"), 2));
+        assert_eq!(task_of("no header"), None);
     }
 }

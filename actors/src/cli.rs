@@ -46,13 +46,47 @@ pub enum Command {
         #[arg(long)]
         max_steps: Option<u64>,
     },
-    /// Evaluate `<task>.cu` kernels on the task suite: a table per task (outcome, speedup, times,
-    /// spread) and a summary (correct rate, fast_p, mean and geometric-mean speedup).
+    /// Evaluate kernels (`--kernels DIR`) or a policy checkpoint (`--checkpoint DIR`).
+    ///
+    /// `--kernels DIR`: the `<task>.cu` files of DIR, one kernel per task: a table per task
+    /// (outcome, speedup, times, spread) and a summary (correct rate, fast_p, mean and
+    /// geometric-mean speedup).
+    ///
+    /// `--checkpoint DIR`: a burn policy (Hugging Face Qwen2 directory) writes K trajectories of
+    /// N refinement turns per task (default: the held-out split, which training never sees), with
+    /// the training rollout's prompts, history and feedback; the shape of the paper's Table 1.
+    /// Per task and overall: avg@K (fraction of trajectories with a correct kernel at any turn),
+    /// best@K (task solved by any trajectory), correctness at each turn t and by turn t, mean
+    /// speedup (best correct speedup per task, unsolved tasks counted as 0; also per trajectory,
+    /// avg@K-style), geometric-mean speedup over solved tasks, fast_p (fast_1: a correct kernel
+    /// faster than the reference), format-error rate and mean response tokens.
+    ///
+    /// Serial refinement vs parallel sampling at an equal number of kernels (Table 2): give
+    /// --budget B instead of --samples, so K = B / N; e.g. `--turns 4 --budget 64` (16 x 4)
+    /// against `--turns 1 --budget 64` (64 x 1).
+    #[command(group(clap::ArgGroup::new("what").required(true).args(["kernels", "checkpoint"])))]
     Eval {
         /// Folder of `<task>.cu` files (e.g. tasks/solutions).
         #[arg(long)]
-        kernels: PathBuf,
-        /// Only these tasks (comma-separated).
+        kernels: Option<PathBuf>,
+        /// A policy checkpoint: a Hugging Face Qwen2 directory (config.json, tokenizer.json,
+        /// model.safetensors), e.g. models/kevin-tiny or RUN/checkpoints/step-N/learner.
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// K: trajectories per task (default 16, the paper's).
+        #[arg(long, requires = "checkpoint", conflicts_with = "budget")]
+        samples: Option<u32>,
+        /// Kernels per task instead of --samples: K = B / --turns (B must be a multiple of
+        /// --turns). Equal budgets compare serial refinement with parallel sampling.
+        #[arg(long, requires = "checkpoint")]
+        budget: Option<u32>,
+        /// N: refinement turns per trajectory, with --checkpoint (the paper evaluates 8).
+        #[arg(long, default_value_t = 8)]
+        turns: u32,
+        /// Task split of --checkpoint: "heldout" (never trained on), "train" or "all".
+        #[arg(long, default_value = "heldout", value_parser = crate::eval_policy_cmd::SPLITS)]
+        split: String,
+        /// Only these tasks (comma-separated; with --checkpoint each must be in --split).
         #[arg(long, value_delimiter = ',')]
         tasks: Vec<String>,
         /// Also write the results as JSON to this file.
@@ -62,6 +96,25 @@ pub enum Command {
         /// cuda where nvidia-smi lists a GPU, else cpu.
         #[arg(long, value_parser = crate::backends::BACKENDS)]
         backend: Option<String>,
+        /// Where the policy runs: "cpu" (burn NdArray), "cuda" (GPU 0) or "auto" (cuda where
+        /// nvidia-smi lists a GPU). Default: the config's policy.burn.device (auto).
+        #[arg(long, requires = "checkpoint", value_parser = crate::eval_policy_cmd::DEVICES)]
+        device: Option<String>,
+        /// Sampling temperature (default: the config's sampling.temperature, 0.9).
+        #[arg(long, requires = "checkpoint")]
+        temperature: Option<f64>,
+        /// Maximum tokens per response (default: the config's sampling.max_new_tokens, 4096).
+        #[arg(long, requires = "checkpoint")]
+        max_new_tokens: Option<u32>,
+        /// Base seed of --checkpoint's sampling seeds (each turn's seed derives from it, the
+        /// task, the trajectory and the turn).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// A training config (TOML) whose [sampling], rollout.prompt_budget_chars and
+        /// [policy.burn] (device, max_len, seed) apply; default: the built-in defaults. The
+        /// flags above override it; KEVIN__SECTION__KEY variables apply as for kevin train.
+        #[arg(long, requires = "checkpoint")]
+        config: Option<PathBuf>,
         /// The task suite's folder.
         #[arg(long, default_value = "tasks")]
         dir: PathBuf,
@@ -904,14 +957,51 @@ pub fn main() -> ExitCode {
         }
         Command::Eval {
             kernels,
+            checkpoint,
+            samples,
+            budget,
+            turns,
+            split,
             tasks,
             json,
             backend,
+            device,
+            temperature,
+            max_new_tokens,
+            seed,
+            config,
             dir,
         } => {
             if let Err(e) = init_logging(cli.log.as_deref().unwrap_or("warn"), None) {
                 return usage_error(e);
             }
+            if let Some(checkpoint) = checkpoint {
+                let args = crate::eval_policy_cmd::PolicyEvalArgs {
+                    checkpoint,
+                    samples,
+                    budget,
+                    turns,
+                    split,
+                    tasks,
+                    backend,
+                    device,
+                    temperature,
+                    max_new_tokens,
+                    seed,
+                    json,
+                    config,
+                    dir,
+                };
+                return match crate::eval_policy_cmd::main(&args, &env_vars()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(crate::eval_policy_cmd::CmdError::Usage(e)) => usage_error(e),
+                    Err(crate::eval_policy_cmd::CmdError::Failure(e)) => failure(e),
+                };
+            }
+            // clap's group makes one of --kernels and --checkpoint present.
+            let Some(kernels) = kernels else {
+                return usage_error("give --kernels DIR or --checkpoint DIR");
+            };
             let suite = match kevin::tasks::TaskSuite::load(&dir) {
                 Ok(s) => s,
                 Err(e) => return usage_error(format!("task suite {}: {e}", dir.display())),

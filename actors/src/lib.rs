@@ -23,6 +23,7 @@ pub mod bench_policy;
 pub mod cli;
 pub mod compiler;
 pub mod eval_cmd;
+pub mod eval_policy_cmd;
 pub mod failures;
 pub mod faults_bench;
 pub mod generator;

@@ -194,18 +194,11 @@ async fn run_trajectory(
         let evaluated = Instant::now();
         let parsed = {
             let _s = tracing::info_span!("ParseResponse", actor = "Rollout", turn).entered();
-            kevin::candidate::parse_response(&completion.text)
+            kevin::episode::parse_response(&completion.text)
         };
         let (kernel, summary, outcome) = match parsed {
-            Err(e) => (
-                None,
-                None,
-                Outcome::FormatError {
-                    reason: e.to_string(),
-                },
-            ),
-            Ok(candidate) => {
-                let (source, summary) = (candidate.source, Some(candidate.summary));
+            Err(format_error) => (None, None, format_error),
+            Ok((source, summary)) => {
                 let (tx, rx) = oneshot::channel();
                 let (t, s) = (task.name.clone(), source.clone());
                 if shared
@@ -224,23 +217,19 @@ async fn run_trajectory(
                 let outcome = rx.await.unwrap_or_else(|_| Outcome::Crash {
                     reason: "the evaluation pipeline dropped the candidate".into(),
                 });
-                (Some(source), summary, outcome)
+                (Some(source), Some(summary), outcome)
             }
         };
-        episode.record(TurnRecord {
+        episode.record(TurnRecord::new(
             turn,
             prompt,
-            response: completion.text,
+            completion,
             kernel,
             summary,
-            score: outcome.score(),
             outcome,
-            policy_version: completion.policy_version,
-            response_tokens: completion.token_ids,
-            behaviour_logprobs: completion.logprobs,
             generate_ms,
-            evaluate_ms: evaluated.elapsed().as_secs_f64() * 1e3,
-        });
+            evaluated.elapsed().as_secs_f64() * 1e3,
+        ));
         shared.turns_done.fetch_add(1, Ordering::Relaxed);
     }
     Ok(episode.into_turns())

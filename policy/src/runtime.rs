@@ -10,13 +10,14 @@
 //! directory (or initialises randomly when it has no weights file), and the policy is built from
 //! the learner's published model. A resumed run then loads the run directory's checkpoint into
 //! the learner, and the daemon publishes the learner's weights to the policy before the first
-//! batch (see the actors crate's `system.rs`).
+//! batch (see the actors crate's `system.rs`). [`build_policy`] opens the same directory the same
+//! way for a policy alone, on the inference backend (`kevin eval --checkpoint`).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use burn::backend::{Autodiff, Cuda, NdArray};
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use kevin::config::{BurnDevice, Config};
 use kevin::learner::Learner;
 use kevin::policy::Policy;
@@ -59,6 +60,56 @@ pub fn build_on<B: AutodiffBackend>(
     config: &Config,
     device: B::Device,
 ) -> Result<PolicyAndLearner, String> {
+    let (model, tokenizer) = open::<B>(config, &device)?;
+    let learner =
+        BurnLearner::<B>::new(model, tokenizer.clone(), &config.learner, &config.sampling)
+            .map_err(|e| e.to_string())?;
+    let policy = BurnPolicy::<B::InnerBackend>::new(
+        learner.inference_model(),
+        tokenizer,
+        config.sampling.max_batch as usize,
+        config.policy.burn.max_len as usize,
+        learner.version(),
+    )
+    .map_err(|e| format!("policy.burn: {e}"))?;
+    Ok((Box::new(policy), Box::new(learner)))
+}
+
+/// The burn policy of `config` alone, without a learner (`kevin eval --checkpoint`): the model
+/// directory opened as [`build`] opens it, on the backend `[policy.burn].device` picks, at
+/// version 0 (a Hugging Face directory does not know its learner version).
+pub fn build_policy(config: &Config) -> Result<Box<dyn Policy>, String> {
+    if uses_cuda(config.policy.burn.device) {
+        build_policy_on::<Cuda<f32>>(config, burn::backend::cuda::CudaDevice { index: 0 })
+    } else {
+        build_policy_on::<NdArray<f32>>(config, Default::default())
+    }
+}
+
+/// [`build_policy`] on the inference backend `B`, on `device`.
+pub fn build_policy_on<B: Backend>(
+    config: &Config,
+    device: B::Device,
+) -> Result<Box<dyn Policy>, String> {
+    let (model, tokenizer) = open::<B>(config, &device)?;
+    let policy = BurnPolicy::<B>::new(
+        model,
+        tokenizer,
+        config.sampling.max_batch as usize,
+        config.policy.burn.max_len as usize,
+        0,
+    )
+    .map_err(|e| format!("policy.burn: {e}"))?;
+    Ok(Box::new(policy))
+}
+
+/// The model and tokenizer of `[policy.burn].checkpoint` on `device`: the weights, or a random
+/// initialisation from `policy.burn.seed` when the directory has none (logged); the config's
+/// vocabulary must hold the tokenizer's. Errors are one line naming the file.
+fn open<B: Backend>(
+    config: &Config,
+    device: &B::Device,
+) -> Result<(Qwen2<B>, Arc<Tokenizer>), String> {
     let b = &config.policy.burn;
     let dir = Path::new(&b.checkpoint);
     let tokenizer_path = dir.join(TOKENIZER_FILE);
@@ -66,8 +117,8 @@ pub fn build_on<B: AutodiffBackend>(
         Tokenizer::from_file(&tokenizer_path)
             .map_err(|e| format!("policy.burn.checkpoint: {}: {e}", tokenizer_path.display()))?,
     );
-    let (model, random) = open_model::<B>(dir, b.seed, &device)
-        .map_err(|e| format!("policy.burn.checkpoint: {e}"))?;
+    let (model, random) =
+        open_model::<B>(dir, b.seed, device).map_err(|e| format!("policy.burn.checkpoint: {e}"))?;
     if random {
         tracing::info!(
             checkpoint = %dir.display(),
@@ -84,18 +135,7 @@ pub fn build_on<B: AutodiffBackend>(
             tokenizer_path.display()
         ));
     }
-    let learner =
-        BurnLearner::<B>::new(model, tokenizer.clone(), &config.learner, &config.sampling)
-            .map_err(|e| e.to_string())?;
-    let policy = BurnPolicy::<B::InnerBackend>::new(
-        learner.inference_model(),
-        tokenizer,
-        config.sampling.max_batch as usize,
-        b.max_len as usize,
-        learner.version(),
-    )
-    .map_err(|e| format!("policy.burn: {e}"))?;
-    Ok((Box::new(policy), Box::new(learner)))
+    Ok((model, tokenizer))
 }
 
 /// What [`init_checkpoint`] did.
