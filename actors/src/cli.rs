@@ -544,6 +544,10 @@ pub enum BenchCommand {
         /// Seed of the shuffle.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Stop submitting after this many seconds: the evaluations in flight finish and the
+        /// report covers those submitted (it says so), so a run under a time limit still reports.
+        #[arg(long)]
+        max_seconds: Option<f64>,
         /// Also write the figures as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -919,6 +923,7 @@ pub fn main() -> ExitCode {
                     concurrency,
                     faulty_share,
                     seed,
+                    max_seconds,
                     json,
                 },
         } => {
@@ -939,6 +944,7 @@ pub fn main() -> ExitCode {
                 concurrency: concurrency.unwrap_or(2 * env.workers()).max(1),
                 seed,
                 faulty_share,
+                max_seconds,
             };
             let result = crate::faults_bench::main(
                 kernel_env,

@@ -15,12 +15,12 @@
 //! - crashed and hung workers are respawned, how often and how fast (from detecting the failure
 //!   to the replacement answering its health check, [`kevin::worker::PoolStats`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use kevin::env::{Deadlines, KernelEnv};
@@ -43,7 +43,16 @@ pub struct FaultOptions {
     pub seed: u64,
     /// Share of the evaluations that are faulty candidates (0..=1).
     pub faulty_share: f64,
+    /// Stop submitting after this many seconds (the ones in flight finish).
+    pub max_seconds: Option<f64>,
 }
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// After this long without a result, the storm names the evaluations in flight the longest.
+const STALL_REPORT: Duration = Duration::from_secs(10);
 
 /// A candidate of the storm.
 struct Candidate {
@@ -80,7 +89,9 @@ pub struct FaultReport {
     pub backend: String,
     /// The environment's own description.
     pub environment: String,
-    /// Evaluations submitted.
+    /// Evaluations asked for (`--count`).
+    pub requested: usize,
+    /// Evaluations submitted (fewer than requested only when `--max-seconds` stopped it).
     pub submitted: usize,
     /// Of which faulty candidates.
     pub faulty: usize,
@@ -261,16 +272,23 @@ pub fn run(
     );
     let started = Instant::now();
     let next = AtomicUsize::new(0);
+    let budget = opts.max_seconds.map(Duration::from_secs_f64);
+    // Job -> (label, start) of the evaluations in flight, to name them when results stall.
+    let in_flight: Mutex<HashMap<usize, (String, Instant)>> = Mutex::new(HashMap::new());
     let (tx, rx) = crossbeam_channel::unbounded::<Received>();
     let mut got: Vec<Received> = Vec::with_capacity(list.len());
     std::thread::scope(|s| {
         for _ in 0..opts.concurrency.max(1) {
             let tx = tx.clone();
-            let (env, list, all, next) = (&env, &list, &all, &next);
+            let (env, list, all, next, in_flight) = (&env, &list, &all, &next, &in_flight);
             s.spawn(move || loop {
+                if budget.is_some_and(|b| started.elapsed() >= b) {
+                    break;
+                }
                 let job = next.fetch_add(1, Ordering::SeqCst);
                 let Some(&ci) = list.get(job) else { break };
                 let c = &all[ci];
+                lock(in_flight).insert(job, (c.label.clone(), Instant::now()));
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     kevin::env::evaluate(env.as_ref(), &c.task, &c.source)
                 }))
@@ -280,6 +298,7 @@ pub fn run(
                         .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                         .unwrap_or_else(|| "a panic".into())
                 });
+                lock(in_flight).remove(&job);
                 let _ = tx.send(Received {
                     job,
                     task: c.task.clone(),
@@ -288,8 +307,30 @@ pub fn run(
             });
         }
         drop(tx);
-        for r in rx.iter() {
-            got.push(r);
+        loop {
+            match rx.recv_timeout(STALL_REPORT) {
+                Ok(r) => got.push(r),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    let mut oldest: Vec<(String, f64)> = lock(&in_flight)
+                        .values()
+                        .map(|(label, t)| (label.clone(), t.elapsed().as_secs_f64()))
+                        .collect();
+                    oldest.sort_by(|a, b| b.1.total_cmp(&a.1));
+                    let names: Vec<String> = oldest
+                        .iter()
+                        .take(8)
+                        .map(|(l, secs)| format!("{l} ({secs:.0} s)"))
+                        .collect();
+                    eprintln!(
+                        "\nno result for {} s; {} in flight, longest: {}",
+                        STALL_REPORT.as_secs(),
+                        oldest.len(),
+                        names.join(", ")
+                    );
+                    continue;
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            }
             let secs = started.elapsed().as_secs_f64();
             eprint!(
                 "\r[{}/{}] {secs:.0} s, {:.2} eval/s, respawns {}   ",
@@ -301,11 +342,21 @@ pub fn run(
             let _ = std::io::stderr().flush();
         }
     });
+    // Only the jobs a thread took count as submitted (all of them without --max-seconds).
+    let taken = next.load(Ordering::SeqCst).min(list.len());
+    if taken < list.len() {
+        eprintln!(
+            "\nstopped submitting after {:.0} s (--max-seconds): {taken} of {} submitted",
+            started.elapsed().as_secs_f64(),
+            list.len()
+        );
+    }
+    let list = &list[..taken];
     eprintln!();
     let elapsed = started.elapsed();
     let after = env.pool_stats();
     Ok(judge(
-        &env, backend, deadlines, opts, &all, &list, n_faulty, clean, got, elapsed, &before, after,
+        &env, backend, deadlines, opts, &all, list, n_faulty, clean, got, elapsed, &before, after,
     ))
 }
 
@@ -409,6 +460,7 @@ fn judge(
     FaultReport {
         backend: backend.to_string(),
         environment: env.describe(),
+        requested: opts.count,
         submitted: list.len(),
         faulty: list.len() - valid,
         valid,
@@ -458,6 +510,15 @@ pub fn render(r: &FaultReport) -> String {
         r.deadlines.verify_ms,
         r.deadlines.profile_ms
     );
+    if r.submitted < r.requested {
+        out = out.replace(
+            "\n\n| figure",
+            &format!(
+                " **Stopped by --max-seconds: {} of {} requested evaluations submitted.**\n\n| figure",
+                r.submitted, r.requested
+            ),
+        );
+    }
     let rows: Vec<(&str, String)> = vec![
         ("daemon crashes", r.daemon_crashes.to_string()),
         ("lost results (submitted - received)", r.lost.to_string()),
