@@ -39,7 +39,8 @@ pub fn logits<B: Backend>(model: &Qwen2<B>, exp: &Expected) -> Vec<f32> {
 /// Loads `dir` on `B` and returns max |kevin - transformers| over all logits of `forward`.
 pub fn forward_diff<B: Backend>(dir: &Path, device: &B::Device) -> f32 {
     let (model, _) = checkpoint::load::<B>(dir, device).unwrap();
-    max_abs_diff(&logits(&model, &expected(dir)), &expected(dir).logits)
+    let exp = expected(dir);
+    max_abs_diff(&logits(&model, &exp), &exp.logits)
 }
 
 /// Loads `dir` on `B` and returns max |kevin - transformers| through the KV cache.
