@@ -404,7 +404,8 @@ pub struct EnvSection {
     pub arch: String,
     /// Compile workers (compilation is CPU-bound and parallel).
     pub compile_workers: u32,
-    /// Verification workers (cpu: in all; cuda: per GPU, where they also time, one at a time).
+    /// Verification workers (cpu: in all; cuda: per GPU, where they also time; one request holds
+    /// a GPU at a time; the others wait or restart meanwhile).
     pub verify_workers: u32,
     /// Profiling workers (simulated environments; the cuda environment's workers time
     /// candidates under an exclusive lock of their GPU instead).

@@ -375,9 +375,13 @@ impl Default for CudaEnvConfig {
 pub struct CudaEnv {
     compiler: NvrtcCompiler,
     pools: Vec<WorkerPool<CudaRequest, CudaReply>>,
-    /// One per GPU: read-held by verifications, write-held by timing runs (std's lock blocks new
-    /// readers while a writer waits, so timing runs are not starved).
-    gpu_locks: Vec<std::sync::RwLock<()>>,
+    /// One per GPU, held by every request (verification and timing alike) from before a worker
+    /// takes it until its answer or its worker's death: one candidate on a GPU at a time. With
+    /// verifications sharing the GPU, a hung or faulting candidate in one worker slowed the
+    /// checks of valid candidates in the others past their deadline (the H200 storm of
+    /// 2026-11-30: 27 of 500 valid candidates timed out, every misaligned access timed out
+    /// instead of crashing); each hang now holds the GPU for at most `RUN_LIMIT`.
+    gpu_locks: Vec<std::sync::Mutex<()>>,
     next_pool: AtomicUsize,
     preset: Preset,
     workdir: PathBuf,
@@ -534,7 +538,7 @@ impl CudaEnv {
         }
         Ok(CudaEnv {
             compiler,
-            gpu_locks: pools.iter().map(|_| std::sync::RwLock::new(())).collect(),
+            gpu_locks: pools.iter().map(|_| std::sync::Mutex::new(())).collect(),
             pools,
             next_pool: AtomicUsize::new(0),
             preset: cfg.preset,
@@ -546,9 +550,9 @@ impl CudaEnv {
         })
     }
 
-    /// Sends one request to the next GPU's pool, holding that GPU's lock (exclusively for a
-    /// timing run) from before a worker takes it; a worker failure becomes the candidate's
-    /// outcome.
+    /// Sends one request to the next GPU's pool, holding that GPU's lock from before a worker
+    /// takes it (the deadline never includes the wait); a worker failure becomes the
+    /// candidate's outcome.
     pub fn request(
         &self,
         req: &CudaRequest,
@@ -556,14 +560,8 @@ impl CudaEnv {
         limit: Duration,
     ) -> Result<CudaResult, Outcome> {
         let i = self.next_pool.fetch_add(1, Ordering::Relaxed) % self.pools.len();
-        let exclusive = matches!(req, CudaRequest::Profile { .. });
         let waiting = Instant::now();
-        let (_read, _write);
-        if exclusive {
-            _write = self.gpu_locks[i].write().unwrap_or_else(|e| e.into_inner());
-        } else {
-            _read = self.gpu_locks[i].read().unwrap_or_else(|e| e.into_inner());
-        }
+        let _gpu = self.gpu_locks[i].lock().unwrap_or_else(|e| e.into_inner());
         let waited = waiting.elapsed();
         let sent = Instant::now();
         match self.pools[i].request_with_timeout(req, limit) {

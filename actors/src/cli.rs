@@ -349,8 +349,11 @@ pub enum PolicyCommand {
     /// Check that kevin computes the logits transformers computed for a checkpoint: DIR holds the
     /// model and `expected.safetensors` (written by `python3 tests/qwen2_parity.py --out`). Prints
     /// the largest difference through the full forward pass and through the KV cache; exits 1
-    /// when either is over the bound (1e-4 in f32; in bf16 2e-2 or transformers' own bf16 vs f32
-    /// difference, whichever is larger).
+    /// when either is over the bound. In f32 the bound is 1e-4, and on CUDA the matmuls are
+    /// split so that burn's TF32 tensor cores keep f32 accuracy (`--tf32` measures them as they
+    /// are). In bf16 kevin must be as close to transformers' f32 logits as transformers' own
+    /// bf16 ones are (bound 2e-2 or that difference, whichever is larger); the difference to
+    /// transformers' bf16 logits is printed too.
     Parity {
         /// The checkpoint directory with its expected.safetensors.
         #[arg(long)]
@@ -361,6 +364,10 @@ pub enum PolicyCommand {
         /// The dtype kevin computes in: "f32" or "bf16".
         #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
         dtype: String,
+        /// f32 on CUDA: leave the matmuls to burn's tensor-core kernels, which round f32
+        /// operands to TF32 (shows how far that alone moves the logits).
+        #[arg(long)]
+        tf32: bool,
     },
 }
 
@@ -1140,20 +1147,27 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Policy {
-            what: PolicyCommand::Parity { dir, device, dtype },
-        } => match kevin_policy::parity::check_named(&dir, &device, &dtype) {
+            what:
+                PolicyCommand::Parity {
+                    dir,
+                    device,
+                    dtype,
+                    tf32,
+                },
+        } => match kevin_policy::parity::check_named(&dir, &device, &dtype, tf32) {
             Ok(p) => {
-                let rounding = if p.dtype_rounding > 0.0 {
-                    format!(
-                        " (transformers' own {dtype} vs f32: {:.3e})",
+                let rounding = match p.to_f32 {
+                    Some((forward, extend)) => format!(
+                        "; kevin vs transformers' f32 model: forward {forward:.3e}, kv-cache \
+                         {extend:.3e} (transformers' own {dtype} vs f32: {:.3e})",
                         p.dtype_rounding
-                    )
-                } else {
-                    String::new()
+                    ),
+                    None => String::new(),
                 };
                 println!(
-                    "{} on {device} {dtype}: max |kevin - transformers| forward {:.3e}, kv-cache {:.3e}; bound {:.1e}{rounding}: {}",
+                    "{} on {device} {dtype}{}: max |kevin - transformers| forward {:.3e}, kv-cache {:.3e}{rounding}; bound {:.1e}: {}",
                     dir.display(),
+                    if tf32 { " (tf32)" } else { "" },
                     p.forward,
                     p.extend,
                     p.bound,

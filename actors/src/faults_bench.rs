@@ -80,6 +80,8 @@ struct Received {
     job: usize,
     task: String,
     outcome: Result<Outcome, String>,
+    /// Seconds from submission to result (queueing for workers and the GPU included).
+    seconds: f64,
 }
 
 /// The storm's figures.
@@ -139,6 +141,9 @@ pub struct FaultReport {
     pub outcomes: BTreeMap<String, usize>,
     /// Outcome kinds per candidate.
     pub per_candidate: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Seconds from submission to result per candidate: (median, max). Where the storm's time
+    /// goes: a candidate that holds a worker or the GPU long shows here.
+    pub latency_s: BTreeMap<String, (f64, f64)>,
     /// The clean runs of the valid candidates.
     pub clean: Vec<CleanRun>,
 }
@@ -288,7 +293,8 @@ pub fn run(
                 let job = next.fetch_add(1, Ordering::SeqCst);
                 let Some(&ci) = list.get(job) else { break };
                 let c = &all[ci];
-                lock(in_flight).insert(job, (c.label.clone(), Instant::now()));
+                let submitted = Instant::now();
+                lock(in_flight).insert(job, (c.label.clone(), submitted));
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     kevin::env::evaluate(env.as_ref(), &c.task, &c.source)
                 }))
@@ -303,6 +309,7 @@ pub fn run(
                     job,
                     task: c.task.clone(),
                     outcome,
+                    seconds: submitted.elapsed().as_secs_f64(),
                 });
             });
         }
@@ -382,6 +389,7 @@ fn judge(
     let mut ratios = Vec::new();
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     let mut per_candidate: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    let mut to_result: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let note = |examples: &mut Vec<String>, line: String| {
         if examples.len() < 10 {
             examples.push(line);
@@ -408,6 +416,10 @@ fn judge(
                 continue;
             }
         };
+        to_result
+            .entry(c.label.clone())
+            .or_default()
+            .push(r.seconds);
         let kind = outcome.kind().to_string();
         *outcomes.entry(kind.clone()).or_default() += 1;
         *per_candidate
@@ -484,6 +496,14 @@ fn judge(
         throughput_per_s: list.len() as f64 / elapsed.as_secs_f64().max(1e-9),
         outcomes,
         per_candidate,
+        latency_s: to_result
+            .into_iter()
+            .map(|(label, mut v)| {
+                v.sort_by(f64::total_cmp);
+                let max = v.last().copied().unwrap_or(0.0);
+                (label, (v[v.len() / 2], max))
+            })
+            .collect(),
         clean,
     }
 }
@@ -558,10 +578,14 @@ pub fn render(r: &FaultReport) -> String {
         .map(|(k, n)| format!("{k} {n}"))
         .collect::<Vec<_>>()
         .join(", ");
-    out += "\n\n| candidate | outcomes |\n|---|---|\n";
+    out += "\n\n| candidate | outcomes | seconds to result: median, max |\n|---|---|---|\n";
     for (c, kinds) in &r.per_candidate {
         let ks: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        out += &format!("| {c} | {} |\n", ks.join(", "));
+        let latency = r
+            .latency_s
+            .get(c)
+            .map_or(String::from("-"), |(m, x)| format!("{m:.2}, {x:.2}"));
+        out += &format!("| {c} | {} | {latency} |\n", ks.join(", "));
     }
     out += "\nClean run: ";
     out += &r

@@ -275,16 +275,19 @@ pub fn run_named(
     progress: &dyn Fn(&str),
 ) -> Result<BenchReport, String> {
     use burn::backend::{Autodiff, Cuda, NdArray};
+    if device == "cuda" {
+        crate::cuda_setup::require_gpu("--device cuda")?;
+    }
     match (device, dtype) {
         ("cuda", "bf16") => run::<Autodiff<Cuda<half::bf16>>>(
             args,
-            &Default::default(),
+            &crate::cuda_setup::cuda_device(0),
             "burn cuda (fusion), bf16",
             progress,
         ),
         ("cuda", "f32") => run::<Autodiff<Cuda<f32>>>(
             args,
-            &Default::default(),
+            &crate::cuda_setup::cuda_device(0),
             "burn cuda (fusion), f32",
             progress,
         ),

@@ -151,6 +151,34 @@ impl TokenBatch {
         })
     }
 
+    /// The same batch with every row right-padded further, to a sequence length that is a
+    /// multiple of `multiple` (unchanged for 0 or 1). On a backend that compiles kernels per
+    /// shape ([`crate::qwen2::compiles_per_shape`]) the learner then meets a few lengths instead
+    /// of a new one every step; the padding is never predicted, so the loss is unchanged.
+    pub fn padded_to_multiple(self, multiple: usize) -> Self {
+        if multiple <= 1 || self.seq == 0 || self.seq.is_multiple_of(multiple) {
+            return self;
+        }
+        let seq = self.seq.next_multiple_of(multiple);
+        let mut tokens = vec![i64::from(PAD); self.rows * seq];
+        for (r, row) in self.tokens.chunks(self.seq).enumerate() {
+            tokens[r * seq..r * seq + self.seq].copy_from_slice(row);
+        }
+        let old = self.seq as i64;
+        let predict_at = self
+            .predict_at
+            .iter()
+            .map(|&i| i / old * seq as i64 + i % old)
+            .collect();
+        TokenBatch {
+            tokens,
+            rows: self.rows,
+            seq,
+            predict_at,
+            targets: self.targets,
+        }
+    }
+
     /// Rows.
     pub fn rows(&self) -> usize {
         self.rows

@@ -348,6 +348,21 @@ fn a_mask_selects_the_same_tokens_as_prompt_and_response_rows() {
 }
 
 #[test]
+fn padding_to_a_multiple_keeps_every_prediction_at_its_token() {
+    // Rows of length 3 padded to 4 are the batch built from a 4-wide mask directly.
+    let rows = TokenBatch::from_sequences([(&[5u32, 6][..], &[7u32][..]), (&[9][..], &[1, 2][..])])
+        .unwrap();
+    assert_eq!(rows.seq_len(), 3);
+    let tokens = [5, 6, 7, PAD, 9, 1, 2, PAD];
+    let mask = [false, false, true, false, false, true, true, false];
+    let wide = TokenBatch::from_mask(&tokens, 2, 4, &mask).unwrap();
+    assert_eq!(rows.clone().padded_to_multiple(4), wide);
+    assert_eq!(rows.clone().padded_to_multiple(2), wide);
+    assert_eq!(rows.clone().padded_to_multiple(3), rows);
+    assert_eq!(rows.clone().padded_to_multiple(1), rows);
+}
+
+#[test]
 fn malformed_token_batches_are_rejected_by_name() {
     let check = |got: Result<TokenBatch, BatchError>, want: &str| {
         let msg = got.expect_err(want).to_string();

@@ -15,7 +15,9 @@ use burn::nn::{Embedding, Linear};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::linear;
-use burn::tensor::{Bool, DType, Distribution, IndexingUpdateOp, Int, Tensor, TensorData};
+use burn::tensor::{
+    Bool, DType, Distribution, FloatDType, IndexingUpdateOp, Int, Tensor, TensorData,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::CausalLm;
@@ -424,6 +426,39 @@ fn visit_linear<B: Backend>(layer: &Linear<B>, name: &str, f: &mut WeightVisitor
     }
 }
 
+/// `a @ b` (batch dimensions broadcast). With `split` and f32 operands, each operand is split
+/// into a bf16 head and its f32 remainder and the four partial products are summed: tensor-core
+/// kernels that stage f32 through TF32 (burn's CUDA matmuls do, with no switch to turn it off)
+/// then hold every product to about f32 accuracy, at four times the matmul work (the 3xTF32
+/// technique of CUTLASS, with the small*small term kept). Casting to bf16 needs a backend that
+/// has bf16 (CUDA does; NdArray does not, and computes f32 matmuls exactly anyway).
+fn mm<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>, split: bool) -> Tensor<B, D> {
+    if !split || a.dtype() != DType::F32 {
+        return a.matmul(b);
+    }
+    let head = |x: Tensor<B, D>| x.cast(FloatDType::BF16).cast(FloatDType::F32);
+    let (ah, bh) = (head(a.clone()), head(b.clone()));
+    let (al, bl) = (a - ah.clone(), b - bh.clone());
+    // Smallest terms first.
+    al.clone().matmul(bl.clone()) + al.matmul(bh.clone()) + ah.clone().matmul(bl) + ah.matmul(bh)
+}
+
+/// `layer(x)`, through [`mm`] when `split`.
+fn lin<B: Backend, const D: usize>(
+    layer: &Linear<B>,
+    x: Tensor<B, D>,
+    split: bool,
+) -> Tensor<B, D> {
+    if !split {
+        return layer.forward(x);
+    }
+    let y = mm(x, layer.weight.val().unsqueeze::<D>(), true);
+    match &layer.bias {
+        Some(bias) => y + bias.val().unsqueeze::<D>(),
+        None => y,
+    }
+}
+
 /// RMSNorm as transformers computes it: in f32, scaled after casting back.
 #[derive(Module, Debug)]
 pub struct RmsNorm<B: Backend> {
@@ -526,6 +561,8 @@ pub struct Attention<B: Backend> {
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
+    /// Split f32 matmuls (see [`Qwen2::set_split_f32_matmul`]).
+    split: bool,
 }
 
 impl<B: Backend> Attention<B> {
@@ -549,6 +586,7 @@ impl<B: Backend> Attention<B> {
             num_heads: h,
             num_kv_heads: kv,
             head_dim: d,
+            split: false,
         })
     }
 
@@ -563,19 +601,13 @@ impl<B: Backend> Attention<B> {
     fn qkv(&self, x: Tensor<B, 3>, rope: &Rope<B>) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let [b, t, _] = x.dims();
         let (h, kv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let q = self
-            .q_proj
-            .forward(x.clone())
+        let q = lin(&self.q_proj, x.clone(), self.split)
             .reshape([b, t, h, d])
             .swap_dims(1, 2);
-        let k = self
-            .k_proj
-            .forward(x.clone())
+        let k = lin(&self.k_proj, x.clone(), self.split)
             .reshape([b, t, kv, d])
             .swap_dims(1, 2);
-        let v = self
-            .v_proj
-            .forward(x)
+        let v = lin(&self.v_proj, x, self.split)
             .reshape([b, t, kv, d])
             .swap_dims(1, 2);
         (rope.apply(q), rope.apply(k), v)
@@ -596,18 +628,18 @@ impl<B: Backend> Attention<B> {
         let g = h / kv;
         let scale = (d as f64).powf(-0.5);
         // [b, kv, g * t, d] @ [b, kv, d, s] -> [b, kv, g * t, s] -> [b, h, t, s]
-        let scores = q.reshape([b, kv, g * t, d]).matmul(k.swap_dims(2, 3)) * scale;
+        let scores = mm(q.reshape([b, kv, g * t, d]), k.swap_dims(2, 3), self.split) * scale;
         let scores = scores.reshape([b, h, t, s]);
         let dtype = scores.dtype();
         let scores = to_f32(scores).mask_fill(masked.expand([b, h, t, s]), f32::NEG_INFINITY);
         let probs = softmax(scores, 3).cast(dtype);
         // [b, kv, g * t, s] @ [b, kv, s, d] -> [b, h, t, d] -> [b, t, h * d]
-        let out = probs
-            .reshape([b, kv, g * t, s])
-            .matmul(v)
-            .reshape([b, h, t, d]);
-        self.o_proj
-            .forward(out.swap_dims(1, 2).reshape([b, t, h * d]))
+        let out = mm(probs.reshape([b, kv, g * t, s]), v, self.split).reshape([b, h, t, d]);
+        lin(
+            &self.o_proj,
+            out.swap_dims(1, 2).reshape([b, t, h * d]),
+            self.split,
+        )
     }
 
     /// Full causal attention over `x [b, t, hidden]` without a cache.
@@ -648,6 +680,8 @@ pub struct Mlp<B: Backend> {
     gate_proj: Linear<B>,
     up_proj: Linear<B>,
     down_proj: Linear<B>,
+    /// Split f32 matmuls (see [`Qwen2::set_split_f32_matmul`]).
+    split: bool,
 }
 
 impl<B: Backend> Mlp<B> {
@@ -661,6 +695,7 @@ impl<B: Backend> Mlp<B> {
             gate_proj: linear_from(src, &format!("{name}.gate_proj"), hidden, inter, false)?,
             up_proj: linear_from(src, &format!("{name}.up_proj"), hidden, inter, false)?,
             down_proj: linear_from(src, &format!("{name}.down_proj"), inter, hidden, false)?,
+            split: false,
         })
     }
 
@@ -672,8 +707,9 @@ impl<B: Backend> Mlp<B> {
 
     /// `[b, t, hidden] -> [b, t, hidden]`
     fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gate = silu(self.gate_proj.forward(x.clone()));
-        self.down_proj.forward(gate * self.up_proj.forward(x))
+        let gate = silu(lin(&self.gate_proj, x.clone(), self.split));
+        let up = lin(&self.up_proj, x, self.split);
+        lin(&self.down_proj, gate * up, self.split)
     }
 }
 
@@ -737,6 +773,8 @@ pub struct Qwen2<B: Backend> {
     /// The architecture, kept for RoPE and the cache; not a parameter.
     #[module(skip)]
     config: Qwen2Config,
+    /// Split f32 matmuls (see [`Qwen2::set_split_f32_matmul`]).
+    split: bool,
 }
 
 impl<B: Backend> Qwen2<B> {
@@ -781,6 +819,7 @@ impl<B: Backend> Qwen2<B> {
             norm,
             lm_head,
             config: cfg.clone(),
+            split: false,
         })
     }
 
@@ -806,10 +845,28 @@ impl<B: Backend> Qwen2<B> {
         &self.config
     }
 
+    /// Computes every f32 matmul as four bf16-split products (see `mm`): about f32 accuracy on
+    /// burn's CUDA backend, whose matmuls otherwise round f32 operands to TF32 (10-bit
+    /// mantissa; logits move by about 7e-3 on the parity model), at four times the matmul cost.
+    /// Off by default; `kevin policy parity` turns it on for f32 on CUDA. No effect in bf16.
+    /// Needs a backend with bf16 casts (not NdArray, whose f32 matmuls are exact anyway).
+    pub fn set_split_f32_matmul(&mut self, on: bool) {
+        self.split = on;
+        for layer in &mut self.layers {
+            layer.self_attn.split = on;
+            layer.mlp.split = on;
+        }
+    }
+
     /// `[.., hidden] -> [.., vocab]`
     fn logits<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         match &self.lm_head {
-            Some(head) => head.forward(x),
+            Some(head) => lin(head, x, self.split),
+            None if self.split => mm(
+                x,
+                self.embed_tokens.weight.val().transpose().unsqueeze::<D>(),
+                true,
+            ),
             None => linear(x, self.embed_tokens.weight.val().transpose(), None),
         }
     }
@@ -849,6 +906,24 @@ pub struct Qwen2Cache<B: Backend> {
     /// Tokens held by each slot.
     lens: Vec<usize>,
     max_len: usize,
+    /// Whether `extend` rounds its shapes up (see [`Qwen2Cache::set_bucketed`]).
+    bucketed: bool,
+}
+
+/// Attended keys are rounded up to a multiple of this when shapes are bucketed.
+pub const KEY_BUCKET: usize = 128;
+/// New tokens per row are rounded up to a multiple of this (prefill only) when bucketed.
+pub const TOKEN_BUCKET: usize = 16;
+
+/// True for backends that compile kernels for the shapes they meet (burn's cubecl backends:
+/// CUDA, wgpu, ...), where [`Qwen2Cache`] buckets its shapes by default.
+pub fn compiles_per_shape<B: Backend>(device: &B::Device) -> bool {
+    B::name(device).contains("cubecl")
+}
+
+/// `n` rounded up to a multiple of `bucket`, at most `cap` (and at least `n`).
+fn round_up(n: usize, bucket: usize, cap: usize) -> usize {
+    n.div_ceil(bucket).saturating_mul(bucket).min(cap).max(n)
 }
 
 impl<B: Backend> Qwen2Cache<B> {
@@ -865,6 +940,23 @@ impl<B: Backend> Qwen2Cache<B> {
     /// Tokens held by `slot` (0 when empty).
     pub fn len(&self, slot: usize) -> usize {
         self.lens[slot]
+    }
+
+    /// Whether `extend` rounds the shapes it computes with up to a few buckets: attended keys
+    /// to a multiple of [`KEY_BUCKET`] (the extra keys are masked), rows to a power of two
+    /// (padding rows sit in slots the call does not touch; nothing is written for them and
+    /// their logits are dropped) and, when a row brings more than one token, tokens per row to
+    /// a multiple of [`TOKEN_BUCKET`] (padding queries, dropped). Results are the same either
+    /// way (tested); on a backend that compiles kernels per shape, a decode step then meets a
+    /// handful of shapes instead of a new one every token. On by default exactly where
+    /// [`compiles_per_shape`].
+    pub fn set_bucketed(&mut self, on: bool) {
+        self.bucketed = on;
+    }
+
+    /// See [`Qwen2Cache::set_bucketed`].
+    pub fn bucketed(&self) -> bool {
+        self.bucketed
     }
 }
 
@@ -935,6 +1027,7 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
             layers,
             lens: vec![0; slots],
             max_len,
+            bucketed: compiles_per_shape::<B>(&device),
         }
     }
 
@@ -988,22 +1081,39 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
         }
 
         let device = self.device();
-        let rows = slots.len();
-        let t = tokens.iter().map(Vec::len).max().unwrap_or(1);
+        let real_rows = slots.len();
         let (kv, max_len) = (cfg.num_key_value_heads, cache.max_len);
-        let keys = slots
+        let mut t = tokens.iter().map(Vec::len).max().unwrap_or(1);
+        let mut keys = slots
             .iter()
             .zip(tokens)
             .map(|(&s, toks)| cache.lens[s] + toks.len())
             .max()
             .unwrap_or(1);
+        // Padding rows (bucketed shapes only): one query each, in a slot this call does not
+        // touch, at that slot's length; nothing is written for them and their logits dropped.
+        let mut all_slots = slots.to_vec();
+        if cache.bucketed {
+            let rows = real_rows.next_power_of_two().min(cache.slots());
+            all_slots.extend(
+                (0..cache.slots())
+                    .filter(|&s| !seen[s])
+                    .take(rows - real_rows),
+            );
+            if t > 1 {
+                t = round_up(t, TOKEN_BUCKET, usize::MAX);
+            }
+            keys = round_up(keys, KEY_BUCKET, max_len);
+        }
+        let rows = all_slots.len();
         // Rows are right-padded to `t` with token 0; a padded query sits at the position after
         // its row's last token, sees only keys up to there (never a fully masked row, so no NaN)
         // and its output is dropped. Real queries never see a padded key: it comes after them.
         let mut ids = Vec::with_capacity(rows * t);
         let mut positions = Vec::with_capacity(rows * t);
         let (mut src, mut dst) = (Vec::new(), Vec::new());
-        for (row, (&slot, toks)) in slots.iter().zip(tokens).enumerate() {
+        for (row, &slot) in all_slots.iter().enumerate() {
+            let toks: &[u32] = tokens.get(row).map_or(&[], Vec::as_slice);
             let start = cache.lens[slot];
             for j in 0..t {
                 ids.push(toks.get(j).map_or(0, |&tok| tok as i64));
@@ -1023,7 +1133,11 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
             &device,
         );
         let plan = ExtendPlan {
-            slots: int_tensor(slots.iter().map(|&s| s as i64).collect(), [rows], &device),
+            slots: int_tensor(
+                all_slots.iter().map(|&s| s as i64).collect(),
+                [rows],
+                &device,
+            ),
             src: int_tensor(src, [written], &device),
             dst: int_tensor(dst, [written], &device),
             keys,
@@ -1048,7 +1162,7 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
             cache.lens[slot] += toks.len();
         }
 
-        // The hidden state of each row's last real token: [rows * t, hidden] -> [rows, hidden].
+        // The hidden state of each real row's last token: [rows * t, hidden] -> [real, hidden].
         let last: Vec<i64> = tokens
             .iter()
             .enumerate()
@@ -1057,7 +1171,7 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
         let [_, _, hidden] = x.dims();
         let x = x
             .reshape([rows * t, hidden])
-            .select(0, int_tensor(last, [rows], &device));
+            .select(0, int_tensor(last, [real_rows], &device));
         Ok(to_f32(self.logits(self.norm.forward(x))))
     }
 

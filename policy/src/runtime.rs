@@ -49,7 +49,8 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
 /// weights. Errors are one line naming the file or key.
 pub fn build(config: &Config) -> Result<PolicyAndLearner, String> {
     if uses_cuda(config.policy.burn.device) {
-        build_on::<CudaTrain>(config, burn::backend::cuda::CudaDevice { index: 0 })
+        crate::cuda_setup::require_gpu("policy.burn.device")?;
+        build_on::<CudaTrain>(config, crate::cuda_setup::cuda_device(0))
     } else {
         build_on::<CpuTrain>(config, Default::default())
     }
@@ -80,7 +81,8 @@ pub fn build_on<B: AutodiffBackend>(
 /// version 0 (a Hugging Face directory does not know its learner version).
 pub fn build_policy(config: &Config) -> Result<Box<dyn Policy>, String> {
     if uses_cuda(config.policy.burn.device) {
-        build_policy_on::<Cuda<f32>>(config, burn::backend::cuda::CudaDevice { index: 0 })
+        crate::cuda_setup::require_gpu("policy.burn.device")?;
+        build_policy_on::<Cuda<f32>>(config, crate::cuda_setup::cuda_device(0))
     } else {
         build_policy_on::<NdArray<f32>>(config, Default::default())
     }

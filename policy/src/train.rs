@@ -36,7 +36,7 @@ use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use kevin::config::{Correction, LearnerSection, SamplingSection};
 use kevin::learner::TrainStats;
@@ -258,6 +258,16 @@ pub fn warmup_lr(lr: f64, warmup_steps: u64, step: u64) -> f64 {
         return lr;
     }
     lr * ((step + 1) as f64 / warmup_steps as f64).min(1.0)
+}
+
+/// Sequence lengths of learner batches are rounded up to a multiple of this on backends that
+/// compile kernels per shape (see [`TokenBatch::padded_to_multiple`]); 1 elsewhere.
+pub fn seq_bucket<B: Backend>(device: &B::Device) -> usize {
+    if crate::qwen2::compiles_per_shape::<B>(device) {
+        64
+    } else {
+        1
+    }
 }
 
 /// Groups sequences into micro-batches of at most `max_tokens` padded positions each.
@@ -623,6 +633,7 @@ where
 
     fn micro_batches(&self, samples: &[TrainSample]) -> Result<Vec<MicroBatch<B>>, TrainError> {
         let device = self.model().device();
+        let multiple = seq_bucket::<B>(&device);
         let lengths: Vec<(usize, usize)> = samples
             .iter()
             .enumerate()
@@ -638,11 +649,12 @@ where
                         samples[i].response_tokens.as_slice(),
                     )
                 });
-                let tokens =
-                    TokenBatch::from_sequences(rows).map_err(|source| TrainError::Batch {
+                let tokens = TokenBatch::from_sequences(rows)
+                    .map_err(|source| TrainError::Batch {
                         samples: indices.clone(),
                         source,
-                    })?;
+                    })?
+                    .padded_to_multiple(multiple);
                 // Row order of the batch is the order of `indices`, and within a row the response
                 // tokens are in order: the per-token constants follow the same order.
                 let behaviour = indices

@@ -196,6 +196,11 @@ impl Blas {
 
 impl Drop for Blas {
     fn drop(&mut self) {
+        // As for modules (see `GpuModule`'s drop): destroying the handle may wait for the GPU,
+        // where a poisoned worker may still run a candidate's kernel.
+        if super::run::poisoned() {
+            return;
+        }
         // SAFETY: created once, destroyed once.
         unsafe {
             let _ = cb::cublasDestroy_v2(self.handle);

@@ -458,6 +458,13 @@ impl GpuModule {
 
 impl Drop for GpuModule {
     fn drop(&mut self) {
+        // A poisoned worker is about to be replaced, possibly with a kernel of this module still
+        // running (it overran `RUN_LIMIT`): cuModuleUnload would wait for that kernel, holding
+        // the answer (and the GPU's lock in the parent) until the request's deadline. On the
+        // H200 storm this cost 5 s per hung candidate.
+        if super::run::poisoned() {
+            return;
+        }
         // SAFETY: loaded once, unloaded once.
         unsafe {
             let _ = sys::cuModuleUnload(self.module);

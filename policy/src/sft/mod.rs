@@ -131,7 +131,11 @@ where
 }
 
 /// The micro-batches of `batch` (at most `max_tokens` padded positions each) as token batches.
-fn token_batches(batch: &[&SftExample], max_tokens: usize) -> Result<Vec<TokenBatch>, SftError> {
+fn token_batches(
+    batch: &[&SftExample],
+    max_tokens: usize,
+    multiple: usize,
+) -> Result<Vec<TokenBatch>, SftError> {
     let lengths: Vec<(usize, usize)> = batch
         .iter()
         .enumerate()
@@ -144,7 +148,9 @@ fn token_batches(batch: &[&SftExample], max_tokens: usize) -> Result<Vec<TokenBa
             let seqs = rows
                 .iter()
                 .map(|&i| (batch[i].prompt.as_slice(), batch[i].response.as_slice()));
-            TokenBatch::from_sequences(seqs).map_err(SftError::from)
+            TokenBatch::from_sequences(seqs)
+                .map(|b| b.padded_to_multiple(multiple))
+                .map_err(SftError::from)
         })
         .collect()
 }
@@ -231,7 +237,8 @@ where
             return Ok(None);
         }
         let model = self.model();
-        let micro = token_batches(batch, self.config.micro_batch_tokens)?;
+        let multiple = crate::train::seq_bucket::<B>(&model.device());
+        let micro = token_batches(batch, self.config.micro_batch_tokens, multiple)?;
         for mb in &micro {
             mb.check_vocab(model.vocab_size())?;
         }
@@ -282,7 +289,8 @@ where
         }
         let model = self.model().valid();
         let mut total: Option<Tensor<B::InnerBackend, 1>> = None;
-        for mb in token_batches(examples, batch_tokens)? {
+        let multiple = crate::train::seq_bucket::<B>(&model.device());
+        for mb in token_batches(examples, batch_tokens, multiple)? {
             mb.check_vocab(model.vocab_size())?;
             let loss = nll_loss(&model, &mb, n);
             total = Some(match total {

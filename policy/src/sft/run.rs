@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::backend::cuda::CudaDevice;
 use burn::module::Module;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use kevin::config::BurnDevice;
@@ -190,7 +189,13 @@ pub fn run_on(
     epoch_done: &mut dyn FnMut(&EpochRecord),
 ) -> Result<SftRecord, String> {
     if uses_cuda(device) {
-        run::<CudaTrain>(args, &CudaDevice { index: 0 }, progress, epoch_done)
+        crate::cuda_setup::require_gpu("--device cuda")?;
+        run::<CudaTrain>(
+            args,
+            &crate::cuda_setup::cuda_device(0),
+            progress,
+            epoch_done,
+        )
     } else {
         run::<CpuTrain>(args, &Default::default(), progress, epoch_done)
     }
