@@ -156,7 +156,7 @@ impl TokenBatch {
     /// shape ([`crate::qwen2::compiles_per_shape`]) the learner then meets a few lengths instead
     /// of a new one every step; the padding is never predicted, so the loss is unchanged.
     pub fn padded_to_multiple(self, multiple: usize) -> Self {
-        if multiple <= 1 || self.seq == 0 || self.seq.is_multiple_of(multiple) {
+        if multiple <= 1 || self.seq == 0 || self.seq % multiple == 0 {
             return self;
         }
         let seq = self.seq.next_multiple_of(multiple);
