@@ -232,7 +232,12 @@ mod worker {
                         Err(answer) => return answer,
                     };
                 ph.mark("verify.load");
-                let mut trials_impl = GpuTrials::new(h, &bufs, &cand);
+                let limit = match bufs.run_limit(h) {
+                    Ok(l) => l,
+                    Err(e) => return CudaResult::HarnessError(e.to_string()),
+                };
+                ph.mark("verify.limit");
+                let mut trials_impl = GpuTrials::new(h, &bufs, &cand, limit);
                 let cfg = ProtocolConfig { trials, seed: None };
                 let verdict = correctness::run_protocol(&mut trials_impl, &cfg);
                 ph.split("verify", &trials_impl.spent());
@@ -305,8 +310,12 @@ mod worker {
             let mut ph = Phases::start();
             let result = handle(&mut h, &suite, req, &mut ph);
             // Buffers are freed on the stream: wait for the frees so the next request's
-            // phases do not pay for this one's.
-            let _ = h.gpu().sync();
+            // phases do not pay for this one's. Not in a poisoned worker: its candidate may
+            // still be running, and this wait held the answer (and the GPU's lock) until the
+            // request's deadline killed the worker (the 5 s holders of the H200 storms).
+            if !crate::gpu::run::poisoned() {
+                let _ = h.gpu().sync();
+            }
             ph.mark("release");
             CudaReply {
                 result,

@@ -92,6 +92,10 @@ pub enum Command {
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// With --checkpoint: write every turn (task, trajectory, turn, prompt, response, outcome
+        /// and its reason) to this file as JSON lines, to read what the policy wrote.
+        #[arg(long, requires = "checkpoint")]
+        transcripts: Option<PathBuf>,
         /// Execution backend: "cpu" (no GPU needed; small preset) or "cuda" (GPU preset). Default:
         /// cuda where nvidia-smi lists a GPU, else cpu.
         #[arg(long, value_parser = crate::backends::BACKENDS)]
@@ -977,6 +981,7 @@ pub fn main() -> ExitCode {
             split,
             tasks,
             json,
+            transcripts,
             backend,
             device,
             temperature,
@@ -1002,6 +1007,7 @@ pub fn main() -> ExitCode {
                     max_new_tokens,
                     seed,
                     json,
+                    transcripts,
                     config,
                     dir,
                 };

@@ -54,6 +54,8 @@ pub struct PolicyEvalArgs {
     pub seed: u64,
     /// Where to write the JSON report.
     pub json: Option<PathBuf>,
+    /// Where to write every turn as JSON lines.
+    pub transcripts: Option<PathBuf>,
     /// The training config whose sampling, prompt budget and `[policy.burn]` settings apply.
     pub config: Option<PathBuf>,
     /// The task suite's folder.
@@ -512,5 +514,35 @@ pub fn main(args: &PolicyEvalArgs, vars: &[(String, String)]) -> Result<(), CmdE
             .map_err(|e| Failure(e.to_string()))?;
         std::fs::write(path, text).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
     }
+    if let Some(path) = &args.transcripts {
+        std::fs::write(path, transcripts(&report.trajectories))
+            .map_err(|e| Failure(format!("--transcripts {}: {e}", path.display())))?;
+    }
     Ok(())
+}
+
+/// Every turn as one JSON line: task, trajectory, turn, prompt, response, outcome, its reason
+/// (as the feedback text the next turn sees), speedup and response tokens.
+pub fn transcripts(trajectories: &[TaskTrajectories]) -> String {
+    let mut out = String::new();
+    for task in trajectories {
+        for (k, turns) in task.trajectories.iter().enumerate() {
+            for r in turns {
+                let line = serde_json::json!({
+                    "task": task.task,
+                    "trajectory": k,
+                    "turn": r.turn,
+                    "prompt": r.prompt,
+                    "response": r.response,
+                    "outcome": r.outcome.kind(),
+                    "feedback": r.outcome.feedback(),
+                    "speedup": r.outcome.speedup(),
+                    "tokens": r.response_tokens.len(),
+                });
+                out.push_str(&line.to_string());
+                out.push('\n');
+            }
+        }
+    }
+    out
 }

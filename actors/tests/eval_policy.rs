@@ -134,6 +134,7 @@ fn budget_and_task_errors_name_the_flag() {
 #[test]
 fn tiny_random_checkpoint_runs_end_to_end_and_reports_zeros() {
     let json = std::env::temp_dir().join(format!("kevin-eval-policy-{}.json", std::process::id()));
+    let lines = json.with_extension("jsonl");
     let out = kevin(&[
         "eval",
         "--checkpoint",
@@ -152,8 +153,44 @@ fn tiny_random_checkpoint_runs_end_to_end_and_reports_zeros() {
         "32",
         "--json",
         json.to_str().unwrap(),
+        "--transcripts",
+        lines.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // One line per turn, in trajectory and turn order, with what the policy was asked and wrote.
+    let turns: Vec<Value> = std::fs::read_to_string(&lines)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let _ = std::fs::remove_file(&lines);
+    let order: Vec<(u64, u64)> = turns
+        .iter()
+        .map(|t| {
+            (
+                t["trajectory"].as_u64().unwrap(),
+                t["turn"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(order, [(0, 0), (0, 1), (1, 0), (1, 1)]);
+    for t in &turns {
+        assert_eq!(t["task"], TASK);
+        assert_eq!(t["outcome"], "format_error");
+        assert!(t["prompt"].as_str().unwrap().contains(TASK), "{t}");
+        assert!(
+            t["feedback"].as_str().unwrap().starts_with("Format error"),
+            "{t}"
+        );
+        let tokens = t["tokens"].as_u64().unwrap();
+        assert!(tokens > 0 && tokens <= 32, "{t}");
+    }
+    // The second turn's prompt carries the first turn's feedback.
+    let feedback = turns[0]["feedback"].as_str().unwrap();
+    assert!(turns[1]["prompt"]
+        .as_str()
+        .unwrap()
+        .contains(&feedback[..40]));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("avg@2 0.0%") && stdout.contains("best@2 0.0%"),

@@ -662,13 +662,10 @@ impl<B: Backend> Attention<B> {
             k: plan.write(kv.k, k),
             v: plan.write(kv.v, v),
         };
-        // [slots, kv, max_len, d] -> [rows, kv, keys, d]
-        let keys = |cache: &Tensor<B, 4>| {
-            cache
-                .clone()
-                .narrow(2, 0, plan.keys)
-                .select(0, plan.slots.clone())
-        };
+        // [slots * kv * max_len, d] -> [rows, kv, keys, d]
+        let rows = q.dims()[0];
+        let shape = [rows, self.num_kv_heads, plan.keys, self.head_dim];
+        let keys = |cache: &Tensor<B, 2>| cache.clone().select(0, plan.read.clone()).reshape(shape);
         let out = self.attend(q, keys(&kv.k), keys(&kv.v), plan.masked.clone());
         (out, kv)
     }
@@ -884,15 +881,20 @@ fn causal_mask<B: Backend>(query_pos: Tensor<B, 2, Int>, keys: usize) -> Tensor<
         .greater(query_pos.expand([rows, 1, t, keys]))
 }
 
-/// Keys and values of one layer for every slot: `[slots, kv, max_len, d]` each.
+/// Keys and values of one layer for every slot, flattened: `[slots * kv * max_len, d]` each
+/// (slot-major, then head, then position).
+///
+/// Flat, so that no step reshapes the whole cache: burn-ndarray copies on every reshape, which
+/// made each decoded token copy the cache twice per layer (a 4M-parameter model decoded at
+/// minutes per 2048 tokens on a CPU). Writes are an indexed add into it and reads a gather.
 ///
 /// Invariant: positions at or past a slot's length hold zeros, because new entries are written
 /// with an indexed *add* (burn 0.21's only indexed update on every backend). `clear_slot`
 /// restores the zeros.
 #[derive(Debug, Clone)]
 struct LayerKv<B: Backend> {
-    k: Tensor<B, 4>,
-    v: Tensor<B, 4>,
+    k: Tensor<B, 2>,
+    v: Tensor<B, 2>,
 }
 
 /// The KV cache of [`Qwen2`]: fixed slots, each holding one sequence of at most `max_len` tokens.
@@ -963,8 +965,8 @@ impl<B: Backend> Qwen2Cache<B> {
 /// What every layer of one `extend` call shares: where the new keys go, which slots each row
 /// reads, the mask and the RoPE angles.
 struct ExtendPlan<B: Backend> {
-    /// `[rows]`: the slot of each row.
-    slots: Tensor<B, 1, Int>,
+    /// `[rows * kv * keys]`: the cache rows each row attends, as `[rows, kv, keys]` flattened.
+    read: Tensor<B, 1, Int>,
     /// `[written]`: indices into the new keys flattened as `[rows * kv * t, d]`; padding skipped.
     src: Tensor<B, 1, Int>,
     /// `[written]`: where each goes in the cache flattened as `[slots * kv * max_len, d]`.
@@ -977,15 +979,11 @@ struct ExtendPlan<B: Backend> {
 }
 
 impl<B: Backend> ExtendPlan<B> {
-    /// `cache [slots, kv, max_len, d]`, `new [rows, kv, t, d]` -> cache with the new entries.
-    fn write(&self, cache: Tensor<B, 4>, new: Tensor<B, 4>) -> Tensor<B, 4> {
-        let [slots, kv, max_len, d] = cache.dims();
-        let [rows, _, t, _] = new.dims();
+    /// `cache [slots * kv * max_len, d]`, `new [rows, kv, t, d]` -> cache with the new entries.
+    fn write(&self, cache: Tensor<B, 2>, new: Tensor<B, 4>) -> Tensor<B, 2> {
+        let [rows, kv, t, d] = new.dims();
         let new = new.reshape([rows * kv * t, d]).select(0, self.src.clone());
-        cache
-            .reshape([slots * kv * max_len, d])
-            .select_assign(0, self.dst.clone(), new, IndexingUpdateOp::Add)
-            .reshape([slots, kv, max_len, d])
+        cache.select_assign(0, self.dst.clone(), new, IndexingUpdateOp::Add)
     }
 }
 
@@ -1015,7 +1013,7 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
 
     fn new_cache(&self, slots: usize, max_len: usize) -> Qwen2Cache<B> {
         let cfg = &self.config;
-        let shape = [slots, cfg.num_key_value_heads, max_len, cfg.head_dim()];
+        let shape = [slots * cfg.num_key_value_heads * max_len, cfg.head_dim()];
         let device = self.device();
         let layers = (0..cfg.num_hidden_layers)
             .map(|_| LayerKv {
@@ -1132,12 +1130,16 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
             [rows, t],
             &device,
         );
+        // Cache row of (row, head, key) = (slot * kv + head) * max_len + key: each (row, head)'s
+        // base plus 0..keys, added on the device.
+        let bases = all_slots
+            .iter()
+            .flat_map(|&slot| (0..kv).map(move |head| ((slot * kv + head) * max_len) as i64))
+            .collect();
+        let read = int_tensor::<B, 2>(bases, [rows * kv, 1], &device)
+            + Tensor::<B, 1, Int>::arange(0..keys as i64, &device).reshape([1, keys]);
         let plan = ExtendPlan {
-            slots: int_tensor(
-                all_slots.iter().map(|&s| s as i64).collect(),
-                [rows],
-                &device,
-            ),
+            read: read.reshape([rows * kv * keys]),
             src: int_tensor(src, [written], &device),
             dst: int_tensor(dst, [written], &device),
             keys,
@@ -1180,15 +1182,21 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
         if len == 0 {
             return;
         }
-        // Restore the zeros that the indexed-add write relies on (see `LayerKv`). The tensors
-        // are moved, not cloned, so a backend may fill them in place.
-        let [_, kv, _, d] = cache.layers[0].k.dims();
-        let region = [slot..slot + 1, 0..kv, 0..len, 0..d];
+        // Restore the zeros that the indexed-add write relies on (see `LayerKv`): the first
+        // `len` positions of each of the slot's heads. The tensors are moved, not cloned, so a
+        // backend may fill them in place.
+        let (kv, max_len) = (self.config.num_key_value_heads, cache.max_len);
+        let d = self.config.head_dim();
         cache.layers = std::mem::take(&mut cache.layers)
             .into_iter()
-            .map(|layer| LayerKv {
-                k: layer.k.slice_fill(region.clone(), 0.0),
-                v: layer.v.slice_fill(region.clone(), 0.0),
+            .map(|mut layer| {
+                for head in 0..kv {
+                    let start = (slot * kv + head) * max_len;
+                    let region = [start..start + len, 0..d];
+                    layer.k = layer.k.slice_fill(region.clone(), 0.0);
+                    layer.v = layer.v.slice_fill(region, 0.0);
+                }
+                layer
             })
             .collect();
     }

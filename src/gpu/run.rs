@@ -36,6 +36,17 @@ pub const TIMING_SETS: usize = 3;
 /// (a minute in configs/gpu.toml) and slows its neighbours' checks no longer than that.
 pub const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// A verification run may take at most this many times the task's own baseline (timed on the
+/// worker's GPU when the request starts), within [`MIN_RUN_LIMIT`, `RUN_LIMIT`]. Verification
+/// runs the candidate ten times (five trials, twice each): with only the global `RUN_LIMIT`, a
+/// kernel that took just under a second per run (a printf flood, a scan of device memory) held
+/// the GPU for ten seconds, or to the request's deadline. Timed runs keep `RUN_LIMIT`.
+pub const RUN_FACTOR: f64 = 200.0;
+
+/// The floor of the per-task verification run limit: launch latency and clock ramp-up dominate
+/// below it.
+pub const MIN_RUN_LIMIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Set once a sticky fault has poisoned this process's context: every later answer says so, and
 /// the parent replaces the worker.
 static POISONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -45,11 +56,11 @@ pub fn poisoned() -> bool {
     POISONED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// A candidate's run outlived [`RUN_LIMIT`]: it is still on the GPU, so this worker must go.
-fn overran() -> ExecFailure {
+/// A candidate's run outlived its limit: it is still on the GPU, so this worker must go.
+fn overran(limit: std::time::Duration) -> ExecFailure {
     POISONED.store(true, std::sync::atomic::Ordering::SeqCst);
     ExecFailure::Timeout {
-        limit_ms: RUN_LIMIT.as_millis() as u64,
+        limit_ms: limit.as_millis() as u64,
     }
 }
 
@@ -614,18 +625,38 @@ impl Candidate {
         Ok(())
     }
 
-    /// Runs the launch sequence and waits for it, at most [`RUN_LIMIT`].
-    pub fn run(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
+    /// Runs the launch sequence and waits for it: a run past `limit` is a timeout. A run still
+    /// going at `limit` gets until [`RUN_LIMIT`] to end, because the driver reports an illegal or
+    /// misaligned address some hundreds of milliseconds after the fault (such a run is the crash
+    /// it is); one that ends in time without a fault is a timeout (too slow), and one still
+    /// running at `RUN_LIMIT` is a timeout that poisons this worker (the kernel cannot be
+    /// stopped).
+    pub fn run(
+        &self,
+        gpu: &Gpu,
+        tensors: &[u64],
+        limit: std::time::Duration,
+    ) -> Result<(), ExecFailure> {
         self.enqueue(gpu, tensors)?;
-        let done = gpu.sync_within(RUN_LIMIT).map_err(|e| {
+        let started = std::time::Instant::now();
+        let failed = |e: GpuError| {
             fault_or(e, |e| {
                 ExecFailure::Launch(format!("the launch sequence failed: {}", e.fault()))
             })
-        })?;
-        if done {
-            Ok(())
+        };
+        let wait = |d: std::time::Duration| gpu.sync_within(d).map_err(failed);
+        if wait(limit)? {
+            return Ok(());
+        }
+        if wait(RUN_LIMIT.saturating_sub(started.elapsed()))? {
+            // Ended late. A fault may surface only at the next synchronisation (the storm of
+            // 2026-12-01 answered 15 misaligned accesses as slow runs without this).
+            gpu.sync().map_err(failed)?;
+            Err(ExecFailure::Timeout {
+                limit_ms: limit.as_millis() as u64,
+            })
         } else {
-            Err(overran())
+            Err(overran(limit))
         }
     }
 }
@@ -708,6 +739,30 @@ impl<'t> TaskBuffers<'t> {
         })
     }
 
+    /// The limit of one verification run of a candidate for this task: [`RUN_FACTOR`] times
+    /// the baseline's time on this GPU (its second run, on inputs drawn from a fixed seed),
+    /// within [`MIN_RUN_LIMIT`, `RUN_LIMIT`]. The outputs are zeroed afterwards, so no correct
+    /// result is left in memory the candidate can reach.
+    pub fn run_limit(&self, h: &mut Harness) -> Result<std::time::Duration, HarnessError> {
+        let ptrs = self.tensor_ptrs();
+        let (inputs, outputs) = ptrs.split_at(self.n_inputs);
+        self.generate(h, inputs, 0).map_err(harness)?;
+        let base = self.baseline_ptrs(inputs, outputs);
+        let events = h.gpu.timer().map_err(harness)?;
+        let mut ms = 0.0;
+        for _ in 0..2 {
+            events.start().map_err(harness)?;
+            h.run_baseline(&self.plan, &base).map_err(harness)?;
+            events.stop().map_err(harness)?;
+            ms = events.elapsed_ms().map_err(harness)?;
+        }
+        for t in &self.tensors[self.n_inputs..] {
+            h.gpu.fill_u32(t, 0).map_err(harness)?;
+        }
+        let limit = std::time::Duration::from_secs_f64(ms * RUN_FACTOR / 1e3);
+        Ok(limit.clamp(MIN_RUN_LIMIT, RUN_LIMIT))
+    }
+
     fn tensor_ptrs(&self) -> Vec<u64> {
         self.tensors.iter().map(DevBuf::ptr).collect()
     }
@@ -772,6 +827,8 @@ pub struct GpuTrials<'a, 't> {
     h: &'a mut Harness,
     bufs: &'a TaskBuffers<'t>,
     cand: &'a Candidate,
+    /// The limit of each candidate run.
+    limit: std::time::Duration,
     key: u64,
     /// Wall-clock ms spent in each step of the protocol (see [`GpuTrials::spent`]); each step
     /// ends with a synchronisation or a download, so this is GPU time plus launch gaps.
@@ -779,12 +836,18 @@ pub struct GpuTrials<'a, 't> {
 }
 
 impl<'a, 't> GpuTrials<'a, 't> {
-    /// Trials of `cand` on `bufs`.
-    pub fn new(h: &'a mut Harness, bufs: &'a TaskBuffers<'t>, cand: &'a Candidate) -> Self {
+    /// Trials of `cand` on `bufs`, each run at most `limit` (see [`TaskBuffers::run_limit`]).
+    pub fn new(
+        h: &'a mut Harness,
+        bufs: &'a TaskBuffers<'t>,
+        cand: &'a Candidate,
+        limit: std::time::Duration,
+    ) -> Self {
         GpuTrials {
             h,
             bufs,
             cand,
+            limit,
             key: 0,
             spent: [0.0; 4],
         }
@@ -864,7 +927,7 @@ impl GpuTrials<'_, '_> {
         }
         set_canaries(self.h, b).map_err(exec_failure)?;
         self.h.scribble_shared().map_err(exec_failure)?;
-        self.cand.run(&self.h.gpu, &b.tensor_ptrs())
+        self.cand.run(&self.h.gpu, &b.tensor_ptrs(), self.limit)
     }
 
     fn tampering_inner(&mut self) -> Result<Option<String>, HarnessError> {
@@ -1079,7 +1142,7 @@ impl<'a, 't> GpuTimer<'a, 't> {
                 .chain(&set.outputs)
                 .map(DevBuf::ptr)
                 .collect();
-            if let Err(f) = self.cand.run(&self.h.gpu, &ptrs) {
+            if let Err(f) = self.cand.run(&self.h.gpu, &ptrs, RUN_LIMIT) {
                 return Ok(Some(format!("a timed run failed: {f}")));
             }
         }
@@ -1150,7 +1213,7 @@ impl Timer for GpuTimer<'_, '_> {
         }
         match self.events.elapsed_ms_within(RUN_LIMIT) {
             Ok(Some(ms)) => Ok(ms),
-            Ok(None) => Err(overran()),
+            Ok(None) => Err(overran(RUN_LIMIT)),
             Err(e) => Err(exec_failure(e)),
         }
     }
