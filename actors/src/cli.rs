@@ -563,6 +563,33 @@ pub enum BenchCommand {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Async vs sync with real components: the config trained in async mode, then in sync mode
+    /// (only run.mode and replay.max_staleness change), each a `kevin train` child for the same
+    /// wall-clock time, stopped by SIGINT. Reports per mode, over its window: groups and
+    /// trajectories per hour, learner steps, reward and correct rate of those steps, and the busy
+    /// share of each actor and of the accelerator actors together (from the trace); then the
+    /// async / sync ratio of trajectories per hour.
+    Modes {
+        /// The config to compare (default: configs/quickstart.toml). KEVIN__* variables apply.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Wall-clock seconds each mode is measured.
+        #[arg(long, default_value_t = 300.0)]
+        seconds: f64,
+        /// Seconds of a discarded async run first, so that neither timed run pays a fresh
+        /// machine's one-time work (burn's CUDA kernels, the CUBIN cache).
+        #[arg(long, default_value_t = 0.0)]
+        warmup: f64,
+        /// Folder for the run directories (warmup, async, sync; replaced if present).
+        #[arg(long, default_value = "runs/bench-modes")]
+        dir: PathBuf,
+        /// Also write the results as markdown to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 fn init_logging(
@@ -969,6 +996,30 @@ pub fn main() -> ExitCode {
             match result {
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(1),
+                Err(e) => failure(e),
+            }
+        }
+        Command::Bench {
+            what:
+                BenchCommand::Modes {
+                    config,
+                    seconds,
+                    warmup,
+                    dir,
+                    out,
+                    json,
+                },
+        } => {
+            let args = crate::modes_bench::ModesArgs {
+                config: config.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG)),
+                seconds,
+                warmup,
+                dir,
+                out,
+                json,
+            };
+            match crate::modes_bench::run(&args) {
+                Ok(_) => ExitCode::SUCCESS,
                 Err(e) => failure(e),
             }
         }

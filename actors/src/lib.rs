@@ -31,6 +31,7 @@ pub mod hacks_cmd;
 pub mod learner;
 pub mod mailbox;
 pub mod messages;
+pub mod modes_bench;
 pub mod pool;
 pub mod profiler;
 pub mod replay_queue;

@@ -602,3 +602,61 @@ fn the_cpu_backend_judges_real_tasks_in_training() {
         }
     }
 }
+
+#[test]
+fn bench_modes_trains_the_config_in_both_modes_for_the_same_wall_clock() {
+    // Simulated latencies of a real run's shape: sync waits for the learner, async does not.
+    let (root, config) = setup(
+        "modes",
+        "[policy.simulated]\nbatch_ms = 200.0\n[learner.simulated]\nstep_ms = 300.0\n",
+    );
+    let json = root.join("modes.json");
+    let out = kevin()
+        .args(["bench", "modes", "--seconds", "4", "--config"])
+        .arg(&config)
+        .arg("--dir")
+        .arg(root.join("runs"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("async / sync trajectories per hour"),
+        "{stdout}"
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let modes = report["modes"].as_array().unwrap();
+    assert_eq!(modes.len(), 2);
+    for (m, (name, staleness)) in modes.iter().zip([("async", 2), ("sync", 0)]) {
+        assert_eq!(m["mode"], name);
+        assert_eq!(m["max_staleness"], staleness);
+        assert_eq!(m["ended"], "stopped", "{m}");
+        let groups = m["groups"].as_u64().unwrap();
+        assert!(groups > 0, "{m}");
+        assert_eq!(m["trajectories"].as_u64().unwrap(), 4 * groups);
+        assert!(m["learner_steps"].as_u64().unwrap() > 0, "{m}");
+        let s = m["seconds"].as_f64().unwrap();
+        assert!((3.0..=4.0).contains(&s), "window {s}");
+        let busy = m["accelerator_busy_pct"].as_f64().unwrap();
+        assert!(busy > 0.0 && busy <= 100.0, "{m}");
+        // Each mode's run directory holds its own trace and metrics.
+        let dir = root.join("runs").join(name);
+        assert!(dir.join("metrics.jsonl").exists() && dir.join("train.log").exists());
+    }
+    // Sync pauses generation while the learner trains: async finishes more in the same time.
+    assert!(
+        report["async_over_sync"].as_f64().unwrap() > 1.0,
+        "{report}"
+    );
+    // A bad argument names itself.
+    let bad = kevin()
+        .args(["bench", "modes", "--seconds", "0", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--seconds 0"));
+    std::fs::remove_dir_all(&root).ok();
+}

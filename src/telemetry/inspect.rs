@@ -155,6 +155,17 @@ struct TrackSpans {
 
 /// Inspects the run directory `run_dir`; see the module docs.
 pub fn inspect(run_dir: &Path) -> Result<InspectReport, InspectError> {
+    let files = trace_names(run_dir)?
+        .iter()
+        .map(|n| read_trace(&run_dir.join(n)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut warnings = Vec::new();
+    let mailbox = mailbox_high_water(&run_dir.join("metrics.jsonl"), &mut warnings);
+    Ok(report(run_dir, &files, mailbox, warnings))
+}
+
+/// The run directory's trace files, in the order their sessions ran.
+fn trace_names(run_dir: &Path) -> Result<Vec<String>, InspectError> {
     let entries = std::fs::read_dir(run_dir).map_err(|source| InspectError::ReadDir {
         dir: run_dir.to_owned(),
         source,
@@ -178,13 +189,7 @@ pub fn inspect(run_dir: &Path) -> Result<InspectReport, InspectError> {
         };
         (order, n.clone())
     });
-    let files = names
-        .iter()
-        .map(|n| read_trace(&run_dir.join(n)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut warnings = Vec::new();
-    let mailbox = mailbox_high_water(&run_dir.join("metrics.jsonl"), &mut warnings);
-    Ok(report(run_dir, &files, mailbox, warnings))
+    Ok(names)
 }
 
 /// Builds the report from files already read (and the mailbox marks already gathered).
@@ -357,6 +362,101 @@ fn report(
         slowest: slow,
         warnings,
     }
+}
+
+/// What the first session of a run did in its first seconds of wall-clock time: the measure of
+/// `kevin bench modes`, which stops each run a little after its window and must not count what
+/// happened while it drained.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WindowReport {
+    /// The window: the requested seconds, or the whole session when it was shorter.
+    pub seconds: f64,
+    /// The session's whole traced time, in seconds.
+    pub traced_s: f64,
+    /// Spans named by the caller (`count`) that started in the window.
+    pub counted: u64,
+    /// Percent of the window during which at least one span of each actor was open.
+    pub busy_pct: BTreeMap<String, f64>,
+    /// Percent of the window during which at least one span of any of the caller's actors
+    /// (`union_of`) was open.
+    pub union_busy_pct: f64,
+}
+
+/// Reads the first session's trace of `run_dir` and measures its first `seconds`: the number of
+/// spans named `count` that started in it, each actor's busy share of it, and the busy share of
+/// the actors `union_of` together (spans are cut at the window's end).
+pub fn window(
+    run_dir: &Path,
+    seconds: f64,
+    count: &str,
+    union_of: &[&str],
+) -> Result<WindowReport, InspectError> {
+    let first = trace_names(run_dir)?.remove(0);
+    let file = read_trace(&run_dir.join(first))?;
+    let mut tracks: BTreeMap<u64, &str> = BTreeMap::new();
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for event in &file.events {
+        match event {
+            TraceEvent::ThreadName { tid, name } => {
+                tracks.insert(*tid, name);
+            }
+            TraceEvent::Span { ts_us, dur_us, .. } => {
+                lo = lo.min(*ts_us);
+                hi = hi.max(ts_us + dur_us);
+            }
+            TraceEvent::Counter { ts_us, .. } => {
+                lo = lo.min(*ts_us);
+                hi = hi.max(*ts_us);
+            }
+        }
+    }
+    let traced_us = if hi > lo { hi - lo } else { 0.0 };
+    let window_us = (seconds * 1e6).min(traced_us);
+    let end = lo + window_us;
+    let mut counted = 0;
+    let mut spans_of: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut union = Vec::new();
+    for event in &file.events {
+        let TraceEvent::Span {
+            name,
+            tid,
+            ts_us,
+            dur_us,
+            ..
+        } = event
+        else {
+            continue;
+        };
+        if *ts_us >= end {
+            continue;
+        }
+        if name == count {
+            counted += 1;
+        }
+        let actor = tracks.get(tid).copied().unwrap_or("?");
+        let span = (*ts_us, (ts_us + dur_us).min(end));
+        spans_of.entry(actor).or_default().push(span);
+        if union_of.contains(&actor) {
+            union.push(span);
+        }
+    }
+    let pct = |us: f64| {
+        if window_us > 0.0 {
+            100.0 * us / window_us
+        } else {
+            0.0
+        }
+    };
+    Ok(WindowReport {
+        seconds: window_us / 1e6,
+        traced_s: traced_us / 1e6,
+        counted,
+        busy_pct: spans_of
+            .into_iter()
+            .map(|(actor, spans)| (actor.to_owned(), pct(union_length(spans))))
+            .collect(),
+        union_busy_pct: pct(union_length(union)),
+    })
 }
 
 fn file_name(path: &Path) -> String {

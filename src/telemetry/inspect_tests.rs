@@ -256,3 +256,37 @@ fn slowest_spans_survive_the_running_cut_and_sessions_sort_by_number() {
     assert_eq!(got, want);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn window_counts_and_cuts_spans_at_its_end_in_the_first_session_only() {
+    let dir = synthetic_run("window");
+    // trace-1 runs from 0 to 1000 us; the first 300 us hold Compile [0,100] and [50,250], and
+    // Generator [100,400] (cut to 300) with its nested [150,200]. trace-2 is not read.
+    let w = window(&dir, 300e-6, "Compile", &["Compiler", "Generator"]).unwrap();
+    assert_eq!(w.counted, 2);
+    assert!((w.seconds - 300e-6).abs() < 1e-12);
+    assert!((w.traced_s - 1000e-6).abs() < 1e-12);
+    assert!((w.busy_pct["Compiler"] - 250.0 / 3.0).abs() < 1e-9);
+    assert!((w.busy_pct["Generator"] - 200.0 / 3.0).abs() < 1e-9);
+    assert!((w.union_busy_pct - 100.0).abs() < 1e-9);
+    let only = window(&dir, 300e-6, "generate_batch", &["Generator"]).unwrap();
+    assert_eq!(only.counted, 1);
+    assert!((only.union_busy_pct - 200.0 / 3.0).abs() < 1e-9);
+    // A window longer than the session is the session.
+    let all = window(&dir, 10.0, "Compile", &[]).unwrap();
+    assert_eq!(all.counted, 3);
+    assert!((all.seconds - 1000e-6).abs() < 1e-12);
+    assert_eq!(all.union_busy_pct, 0.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn window_of_a_directory_without_traces_names_it() {
+    let dir = temp_dir("window-empty");
+    let e = window(&dir, 1.0, "Compile", &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("no trace file") && e.contains("window-empty"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

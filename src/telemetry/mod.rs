@@ -38,7 +38,10 @@ pub use chrome::{
     chrome_layer, chrome_layer_with_capacity, ChromeLayer, TraceGuard, TraceSummary,
     DEFAULT_CAPACITY,
 };
-pub use inspect::{inspect, ActorReport, InspectError, InspectReport, SessionReport, SlowSpan};
+pub use inspect::{
+    inspect, window, ActorReport, InspectError, InspectReport, SessionReport, SlowSpan,
+    WindowReport,
+};
 pub use stats::{CounterSnapshot, StatsSnapshot, TraceStats, TrackSnapshot};
 
 /// The span field that names the actor (the trace track) a span belongs to.
