@@ -103,6 +103,8 @@ pub struct ModesReport {
     pub modes: Vec<ModeResult>,
     /// Async trajectories per hour over sync's (None when sync finished none).
     pub async_over_sync: Option<f64>,
+    /// Set when the config leaves async mode no room to run ahead of the learner.
+    pub note: Option<String>,
 }
 
 /// Runs the comparison, prints the markdown report and writes the requested files.
@@ -156,6 +158,19 @@ pub fn run(args: &ModesArgs) -> Result<ModesReport, String> {
     }
     let async_over_sync = (modes[1].trajectories_per_hour > 0.0)
         .then(|| modes[0].trajectories_per_hour / modes[1].trajectories_per_hour);
+    // A group holds its slot until the learner consumes it: with no more slots than a batch,
+    // generation waits for the learner in async mode too.
+    let note = (file.rollout.max_inflight_groups <= file.replay.tasks_per_batch).then(|| {
+        format!(
+            "rollout.max_inflight_groups ({}) is not above replay.tasks_per_batch ({}): async \
+             generation cannot run ahead of the learner, so the modes differ little \
+             (KEVIN__ROLLOUT__MAX_INFLIGHT_GROUPS raises it for both)",
+            file.rollout.max_inflight_groups, file.replay.tasks_per_batch
+        )
+    });
+    if let Some(n) = &note {
+        eprintln!("note: {n}");
+    }
     let report = ModesReport {
         config: args.config.clone(),
         seconds: args.seconds,
@@ -164,6 +179,7 @@ pub fn run(args: &ModesArgs) -> Result<ModesReport, String> {
         turns: file.rollout.turns,
         modes,
         async_over_sync,
+        note,
     };
     let text = markdown(&report);
     println!("{text}");
@@ -374,5 +390,8 @@ pub fn markdown(r: &ModesReport) -> String {
         Some(x) => format!("\nasync / sync trajectories per hour: {x:.2}x\n"),
         None => "\nasync / sync trajectories per hour: - (sync finished no group)\n".to_owned(),
     };
+    if let Some(n) = &r.note {
+        s += &format!("\nNote: {n}.\n");
+    }
     s
 }

@@ -650,6 +650,10 @@ fn bench_modes_trains_the_config_in_both_modes_for_the_same_wall_clock() {
         report["async_over_sync"].as_f64().unwrap() > 1.0,
         "{report}"
     );
+    assert!(
+        report["note"].is_null(),
+        "8 slots for batches of 2 leave async room: {report}"
+    );
     // A bad argument names itself.
     let bad = kevin()
         .args(["bench", "modes", "--seconds", "0", "--config"])
