@@ -211,17 +211,16 @@ fn report(
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         let mut dropped = 0;
         for event in &file.events {
+            if let Some((start, end)) = extent(event) {
+                lo = lo.min(start);
+                hi = hi.max(end);
+            }
             match event {
                 TraceEvent::ThreadName { tid, name } => {
                     tracks.insert(*tid, name.clone());
                 }
-                TraceEvent::Span { ts_us, dur_us, .. } => {
-                    lo = lo.min(*ts_us);
-                    hi = hi.max(ts_us + dur_us);
-                }
-                TraceEvent::Counter { name, ts_us, args } => {
-                    lo = lo.min(*ts_us);
-                    hi = hi.max(*ts_us);
+                TraceEvent::Span { .. } => {}
+                TraceEvent::Counter { name, args, .. } => {
                     if name == DROPPED_COUNTER {
                         dropped = args.get("dropped").and_then(Value::as_u64).unwrap_or(0);
                     } else if let Some(actor) = name.strip_prefix(MAILBOX_COUNTER_PREFIX) {
@@ -396,18 +395,12 @@ pub fn window(
     let mut tracks: BTreeMap<u64, &str> = BTreeMap::new();
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for event in &file.events {
-        match event {
-            TraceEvent::ThreadName { tid, name } => {
-                tracks.insert(*tid, name);
-            }
-            TraceEvent::Span { ts_us, dur_us, .. } => {
-                lo = lo.min(*ts_us);
-                hi = hi.max(ts_us + dur_us);
-            }
-            TraceEvent::Counter { ts_us, .. } => {
-                lo = lo.min(*ts_us);
-                hi = hi.max(*ts_us);
-            }
+        if let TraceEvent::ThreadName { tid, name } = event {
+            tracks.insert(*tid, name);
+        }
+        if let Some((start, end)) = extent(event) {
+            lo = lo.min(start);
+            hi = hi.max(end);
         }
     }
     let traced_us = if hi > lo { hi - lo } else { 0.0 };
@@ -457,6 +450,16 @@ pub fn window(
             .collect(),
         union_busy_pct: pct(union_length(union)),
     })
+}
+
+/// The time an event covers, in microseconds: a span from its start to its end, a counter
+/// sample at its instant; a track name covers none. A session's window is the hull of these.
+fn extent(event: &TraceEvent) -> Option<(f64, f64)> {
+    match event {
+        TraceEvent::Span { ts_us, dur_us, .. } => Some((*ts_us, ts_us + dur_us)),
+        TraceEvent::Counter { ts_us, .. } => Some((*ts_us, *ts_us)),
+        TraceEvent::ThreadName { .. } => None,
+    }
 }
 
 fn file_name(path: &Path) -> String {
