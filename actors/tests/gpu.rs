@@ -13,7 +13,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kevin::cuda_env::{CudaEnv, CudaEnvConfig};
+use kevin::env::cuda::CudaEnv;
+use kevin::env::CudaEnvConfig;
 use kevin::env::evaluate;
 use kevin::outcome::Outcome;
 use kevin::tasks::{Preset, TaskSuite};

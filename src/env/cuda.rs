@@ -24,311 +24,17 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::candidate::ResolvedPlan;
 use crate::compile::{self, OutputKind};
-use crate::env::{Compiled, KernelEnv};
-use crate::nvrtc_env::NvrtcCompiler;
+use crate::env::nvrtc::NvrtcCompiler;
+use crate::env::{Compiled, CudaEnvConfig, KernelEnv};
+use crate::gpu::worker::{CudaReply, BASELINE_ENV, DEVICE_ENV, HARNESS_ENV};
 use crate::outcome::Outcome;
 use crate::tasks::{Preset, TaskSuite};
+use crate::verify::request::{
+    unanswered, BaselineCheck, EvalRequest, EvalResult, ModuleJob, TASKS_ENV,
+};
 use crate::worker::{PoolConfig, WorkerCommand, WorkerFailure, WorkerPool};
-
-/// Environment variables that configure a `cuda` worker.
-pub const HARNESS_ENV: &str = "KEVIN_CUDA_HARNESS";
-/// Path of the compiled baseline module.
-pub const BASELINE_ENV: &str = "KEVIN_CUDA_BASELINE";
-/// The GPU ordinal a worker serves.
-pub const DEVICE_ENV: &str = "KEVIN_CUDA_DEVICE";
-
-/// Work for a `cuda` worker.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum CudaRequest {
-    /// Run the correctness protocol.
-    Verify {
-        /// The task.
-        task: String,
-        /// Its size preset.
-        preset: Preset,
-        /// The module image file.
-        module: PathBuf,
-        /// Source kernel name -> symbol.
-        symbols: BTreeMap<String, String>,
-        /// The resolved launch plan.
-        plan: ResolvedPlan,
-        /// Trials (5 in the protocol).
-        trials: u32,
-    },
-    /// Run the timing protocol against the baseline.
-    Profile {
-        /// The task.
-        task: String,
-        /// Its size preset.
-        preset: Preset,
-        /// The module image file.
-        module: PathBuf,
-        /// Source kernel name -> symbol.
-        symbols: BTreeMap<String, String>,
-        /// The resolved launch plan.
-        plan: ResolvedPlan,
-    },
-    /// Check the baseline against the fp64 interpreter on one input set (GPU tests).
-    CheckBaseline {
-        /// The task.
-        task: String,
-        /// Its size preset.
-        preset: Preset,
-        /// Input seed.
-        seed: u64,
-    },
-}
-
-/// What a baseline check found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BaselineCheck {
-    /// Launches (kernels and GEMMs) of the eager plan.
-    pub steps: usize,
-    /// Whether GEMMs went through cuBLAS.
-    pub cublas: bool,
-    /// Largest error / tolerance bound over all outputs (at most 1 when within tolerance).
-    pub max_error_ratio: f64,
-    /// The first element out of tolerance, if any: "Y[12]: expected 1.5, got 1.7".
-    pub first_failure: Option<String>,
-    /// The same for the fp64 reference plan (the correctness protocol's reference).
-    pub reference_max_error_ratio: f64,
-    /// Its first element out of tolerance, if any.
-    pub reference_first_failure: Option<String>,
-}
-
-/// A `cuda` worker's answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CudaReply {
-    /// The result.
-    pub result: CudaResult,
-    /// The worker's context is poisoned: it must be replaced.
-    pub retire: bool,
-    /// Where the worker's time went: (phase, ms) in order (see [`CudaEnv::phase_stats`]).
-    #[serde(default)]
-    pub phases: Vec<(String, f64)>,
-}
-
-/// Wall-clock phases of one request inside a worker.
-#[derive(Debug)]
-struct Phases {
-    last: Instant,
-    done: Vec<(String, f64)>,
-}
-
-impl Phases {
-    fn start() -> Phases {
-        Phases {
-            last: Instant::now(),
-            done: Vec::new(),
-        }
-    }
-
-    /// Ends the current phase, split into `parts` measured inside it (`<prefix>.<part>`); what
-    /// they do not cover goes to `<prefix>.other`.
-    fn split(&mut self, prefix: &str, parts: &[(&str, f64)]) {
-        let total = self.last.elapsed().as_secs_f64() * 1e3;
-        let covered: f64 = parts.iter().map(|p| p.1).sum();
-        for (name, ms) in parts {
-            self.done.push((format!("{prefix}.{name}"), *ms));
-        }
-        self.done
-            .push((format!("{prefix}.other"), (total - covered).max(0.0)));
-        self.last = Instant::now();
-    }
-
-    /// Ends the current phase under `name`.
-    fn mark(&mut self, name: &str) {
-        let now = Instant::now();
-        self.done
-            .push((name.to_string(), (now - self.last).as_secs_f64() * 1e3));
-        self.last = now;
-    }
-}
-
-/// The result part of a [`CudaReply`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum CudaResult {
-    /// The candidate's outcome (verify: `None` when it passed).
-    Outcome(Option<Outcome>),
-    /// A baseline check.
-    Baseline(BaselineCheck),
-    /// The harness failed; the candidate was not judged.
-    HarnessError(String),
-}
-
-#[cfg(unix)]
-mod worker {
-    use super::*;
-    use crate::gpu::run::{Candidate, GpuTimer, GpuTrials, Harness, TaskBuffers};
-    use crate::verify::correctness::{self, CheckError, ProtocolConfig};
-    use crate::verify::timing::{self, TimingConfig};
-    use crate::verify::ExecFailure;
-
-    fn outcome_of(f: ExecFailure, stage: &str) -> CudaResult {
-        match f.into_outcome(stage) {
-            Ok(o) => CudaResult::Outcome(Some(o)),
-            Err(harness) => CudaResult::HarnessError(harness),
-        }
-    }
-
-    fn load(
-        h: &Harness,
-        module: &Path,
-        symbols: &BTreeMap<String, String>,
-        plan: &ResolvedPlan,
-    ) -> Result<Candidate, ExecFailure> {
-        let image = std::fs::read(module)
-            .map_err(|e| ExecFailure::Harness(format!("{}: {e}", module.display())))?;
-        Candidate::load(h, &image, symbols, plan)
-    }
-
-    /// The candidate loaded and the task's device buffers allocated; a failure is the answer
-    /// (the candidate's outcome in `stage`, or the harness's error).
-    fn prepare<'t>(
-        h: &mut Harness,
-        task: &'t crate::tasks::Task,
-        preset: Preset,
-        module: &Path,
-        symbols: &BTreeMap<String, String>,
-        plan: &ResolvedPlan,
-        stage: &str,
-    ) -> Result<(Candidate, TaskBuffers<'t>), CudaResult> {
-        let cand = load(h, module, symbols, plan).map_err(|f| outcome_of(f, stage))?;
-        let bufs = TaskBuffers::new(h, task, preset)
-            .map_err(|e| CudaResult::HarnessError(e.to_string()))?;
-        Ok((cand, bufs))
-    }
-
-    pub(super) fn handle(
-        h: &mut Harness,
-        suite: &TaskSuite,
-        req: CudaRequest,
-        ph: &mut Phases,
-    ) -> CudaResult {
-        let name = match &req {
-            CudaRequest::Verify { task, .. }
-            | CudaRequest::Profile { task, .. }
-            | CudaRequest::CheckBaseline { task, .. } => task.clone(),
-        };
-        let Some(task) = suite.get(&name) else {
-            return CudaResult::HarnessError(format!("unknown task `{name}`"));
-        };
-        match req {
-            CudaRequest::Verify {
-                preset,
-                module,
-                symbols,
-                plan,
-                trials,
-                ..
-            } => {
-                let (cand, bufs) =
-                    match prepare(h, task, preset, &module, &symbols, &plan, "verify") {
-                        Ok(p) => p,
-                        Err(answer) => return answer,
-                    };
-                ph.mark("verify.load");
-                let limit = match bufs.run_limit(h) {
-                    Ok(l) => l,
-                    Err(e) => return CudaResult::HarnessError(e.to_string()),
-                };
-                ph.mark("verify.limit");
-                let mut trials_impl = GpuTrials::new(h, &bufs, &cand, limit);
-                let cfg = ProtocolConfig { trials, seed: None };
-                let verdict = correctness::run_protocol(&mut trials_impl, &cfg);
-                ph.split("verify", &trials_impl.spent());
-                match verdict {
-                    Ok(_) => CudaResult::Outcome(None),
-                    Err(CheckError::Candidate(o)) => CudaResult::Outcome(Some(o)),
-                    Err(CheckError::Harness(e)) => CudaResult::HarnessError(e.to_string()),
-                }
-            }
-            CudaRequest::Profile {
-                preset,
-                module,
-                symbols,
-                plan,
-                ..
-            } => {
-                let (cand, bufs) =
-                    match prepare(h, task, preset, &module, &symbols, &plan, "profile") {
-                        Ok(p) => p,
-                        Err(answer) => return answer,
-                    };
-                ph.mark("profile.load");
-                let mut timer = match GpuTimer::new(h, &bufs, &cand) {
-                    Ok(t) => t,
-                    Err(e) => return CudaResult::HarnessError(e.to_string()),
-                };
-                ph.mark("profile.inputs");
-                let t = match timing::measure(&mut timer, &TimingConfig::default()) {
-                    Ok(t) => t,
-                    Err(f) => return outcome_of(f, "profile"),
-                };
-                ph.mark("profile.timing");
-                let rechecked = timer.recheck();
-                ph.mark("profile.recheck");
-                match rechecked {
-                    Ok(None) => CudaResult::Outcome(Some(timing::correct_outcome(&t, "cuda"))),
-                    Ok(Some(reason)) => CudaResult::Outcome(Some(Outcome::Wrong {
-                        reason,
-                        mismatch: None,
-                    })),
-                    Err(e) => CudaResult::HarnessError(e.to_string()),
-                }
-            }
-            CudaRequest::CheckBaseline { preset, seed, .. } => {
-                match crate::gpu::run::check_baseline(h, task, preset, seed) {
-                    Ok(c) => CudaResult::Baseline(c),
-                    Err(e) => CudaResult::HarnessError(e),
-                }
-            }
-        }
-    }
-
-    /// The `cuda` worker's main loop (`kevin worker --role cuda`).
-    pub fn worker_main() -> Result<(), String> {
-        let var = |k: &str| std::env::var(k).map_err(|_| format!("{k} is not set"));
-        let dir = var(crate::cpu_env::TASKS_ENV)?;
-        let suite = TaskSuite::load(&dir).map_err(|e| format!("task suite {dir}: {e}"))?;
-        let ordinal: usize = std::env::var(DEVICE_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let read = |k: &str| -> Result<Vec<u8>, String> {
-            let p = var(k)?;
-            std::fs::read(&p).map_err(|e| format!("{p}: {e}"))
-        };
-        let (himg, bimg) = (read(HARNESS_ENV)?, read(BASELINE_ENV)?);
-        let mut h =
-            Harness::new(ordinal, &himg, &bimg).map_err(|e| format!("GPU {ordinal}: {e}"))?;
-        crate::worker::serve("cuda", crate::worker::DEFAULT_MAX_FRAME_BYTES, |req| {
-            let mut ph = Phases::start();
-            let result = handle(&mut h, &suite, req, &mut ph);
-            // Buffers are freed on the stream: wait for the frees so the next request's
-            // phases do not pay for this one's. Not in a poisoned worker: its candidate may
-            // still be running, and this wait held the answer (and the GPU's lock) until the
-            // request's deadline killed the worker (the 5 s holders of the H200 storms).
-            if !crate::gpu::run::poisoned() {
-                let _ = h.gpu().sync();
-            }
-            ph.mark("release");
-            CudaReply {
-                result,
-                retire: crate::gpu::run::poisoned(),
-                phases: ph.done,
-            }
-        })
-        .map_err(|e| e.to_string())
-    }
-}
-
-#[cfg(unix)]
-pub use worker::worker_main;
 
 /// A compiled module on disk; its file is removed when the last reference goes.
 #[derive(Debug)]
@@ -338,52 +44,29 @@ struct Artifact {
     plan: ResolvedPlan,
 }
 
+impl Artifact {
+    /// The request part that names this module.
+    fn job(&self, task: &str, preset: Preset) -> ModuleJob {
+        ModuleJob {
+            task: task.to_string(),
+            preset,
+            module: self.module.clone(),
+            symbols: self.symbols.clone(),
+            plan: self.plan.clone(),
+        }
+    }
+}
+
 impl Drop for Artifact {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.module);
     }
 }
 
-/// Settings of a [`CudaEnv`].
-#[derive(Debug, Clone)]
-pub struct CudaEnvConfig {
-    /// Size preset of evaluations (the GPU preset normally).
-    pub preset: Preset,
-    /// `sm_XX` or "auto".
-    pub arch: String,
-    /// GPU ordinals to use.
-    pub gpus: Vec<usize>,
-    /// Worker processes per GPU.
-    pub workers_per_gpu: usize,
-    /// Compile worker processes.
-    pub compile_workers: usize,
-    /// Compile deadline.
-    pub compile_timeout_ms: u64,
-    /// Verify deadline.
-    pub verify_timeout_ms: u64,
-    /// Profile deadline.
-    pub profile_timeout_ms: u64,
-}
-
-impl Default for CudaEnvConfig {
-    fn default() -> Self {
-        CudaEnvConfig {
-            preset: Preset::Gpu,
-            arch: "auto".into(),
-            gpus: vec![0],
-            workers_per_gpu: 2,
-            compile_workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            compile_timeout_ms: 30_000,
-            verify_timeout_ms: 60_000,
-            profile_timeout_ms: 60_000,
-        }
-    }
-}
-
 /// The environment.
 pub struct CudaEnv {
     compiler: NvrtcCompiler,
-    pools: Vec<WorkerPool<CudaRequest, CudaReply>>,
+    pools: Vec<WorkerPool<EvalRequest, CudaReply>>,
     /// One per GPU, held by every request (verification and timing alike) from before a worker
     /// takes it until its answer or its worker's death: one candidate on a GPU at a time. With
     /// verifications sharing the GPU, a hung or faulting candidate in one worker slowed the
@@ -522,10 +205,7 @@ impl CudaEnv {
         for &gpu in &cfg.gpus {
             let mut command = WorkerCommand::kevin_role(program.clone(), "cuda");
             command.env.extend([
-                (
-                    crate::cpu_env::TASKS_ENV.to_string(),
-                    tasks_dir.display().to_string(),
-                ),
+                (TASKS_ENV.to_string(), tasks_dir.display().to_string()),
                 (HARNESS_ENV.to_string(), harness.display().to_string()),
                 (BASELINE_ENV.to_string(), baseline.display().to_string()),
                 (DEVICE_ENV.to_string(), gpu.to_string()),
@@ -564,10 +244,10 @@ impl CudaEnv {
     /// candidate's outcome.
     pub fn request(
         &self,
-        req: &CudaRequest,
+        req: &EvalRequest,
         stage: &str,
         limit: Duration,
-    ) -> Result<CudaResult, Outcome> {
+    ) -> Result<EvalResult, Outcome> {
         let i = self.next_pool.fetch_add(1, Ordering::Relaxed) % self.pools.len();
         let waiting = Instant::now();
         let _gpu = self.gpu_locks[i].lock().unwrap_or_else(|e| e.into_inner());
@@ -593,16 +273,12 @@ impl CudaEnv {
                 }
                 Ok(reply.result)
             }
-            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout {
-                stage: stage.into(),
-                limit_ms: limit.as_millis() as u64,
-            }),
-            Err(WorkerFailure::Crashed { exit, .. }) => Err(Outcome::Crash {
-                reason: format!("the kernel crashed its GPU worker ({exit})"),
-            }),
-            Err(other) => Err(Outcome::Crash {
-                reason: format!("the GPU worker failed: {other}"),
-            }),
+            Err(failure) => Err(unanswered(failure, stage, limit, |f| match f {
+                WorkerFailure::Crashed { exit, .. } => {
+                    format!("the kernel crashed its GPU worker ({exit})")
+                }
+                other => format!("the GPU worker failed: {other}"),
+            })),
         }
     }
 
@@ -613,14 +289,14 @@ impl CudaEnv {
         preset: Preset,
         seed: u64,
     ) -> Result<BaselineCheck, String> {
-        let req = CudaRequest::CheckBaseline {
+        let req = EvalRequest::CheckBaseline {
             task: task.to_string(),
             preset,
             seed,
         };
         match self.request(&req, "verify", self.verify_timeout) {
-            Ok(CudaResult::Baseline(c)) => Ok(c),
-            Ok(CudaResult::HarnessError(e)) => Err(e),
+            Ok(EvalResult::Baseline(c)) => Ok(c),
+            Ok(EvalResult::HarnessError(e)) => Err(e),
             Ok(other) => Err(format!("unexpected answer {other:?}")),
             Err(o) => Err(o.feedback()),
         }
@@ -653,24 +329,6 @@ impl CudaEnv {
 
     fn artifact(compiled: &Compiled) -> Option<&Artifact> {
         compiled.artifact.downcast_ref::<Artifact>()
-    }
-
-    fn outcome(
-        result: Result<CudaResult, Outcome>,
-        none_ok: bool,
-    ) -> Result<Option<Outcome>, Outcome> {
-        match result? {
-            CudaResult::Outcome(o) if o.is_some() || none_ok => Ok(o),
-            CudaResult::Outcome(_) => Err(Outcome::Crash {
-                reason: "the GPU worker returned no timing".into(),
-            }),
-            CudaResult::HarnessError(e) => Err(Outcome::Crash {
-                reason: format!("the GPU harness failed: {e}"),
-            }),
-            CudaResult::Baseline(_) => Err(Outcome::Crash {
-                reason: "the GPU worker answered another request".into(),
-            }),
-        }
     }
 }
 
@@ -727,15 +385,14 @@ impl KernelEnv for CudaEnv {
         let a = Self::artifact(compiled).ok_or_else(|| Outcome::Crash {
             reason: "not a CUDA module".into(),
         })?;
-        let req = CudaRequest::Verify {
-            task: compiled.task.clone(),
-            preset: self.preset,
-            module: a.module.clone(),
-            symbols: a.symbols.clone(),
-            plan: a.plan.clone(),
+        let req = EvalRequest::Verify {
+            job: a.job(&compiled.task, self.preset),
             trials: 5,
         };
-        match Self::outcome(self.request(&req, "verify", self.verify_timeout), true)? {
+        match self
+            .request(&req, "verify", self.verify_timeout)?
+            .verdict("GPU", true)?
+        {
             None => Ok(()),
             Some(o) => Err(o),
         }
@@ -747,14 +404,11 @@ impl KernelEnv for CudaEnv {
                 reason: "not a CUDA module".into(),
             };
         };
-        let req = CudaRequest::Profile {
-            task: compiled.task.clone(),
-            preset: self.preset,
-            module: a.module.clone(),
-            symbols: a.symbols.clone(),
-            plan: a.plan.clone(),
+        let req = EvalRequest::Profile {
+            job: a.job(&compiled.task, self.preset),
         };
-        match Self::outcome(self.request(&req, "profile", self.profile_timeout), false) {
+        let answer = self.request(&req, "profile", self.profile_timeout);
+        match answer.and_then(|r| r.verdict("GPU", false)) {
             Ok(Some(o)) | Err(o) => o,
             Ok(None) => Outcome::Crash {
                 reason: "the GPU worker returned no timing".into(),
