@@ -114,4 +114,3 @@ mod tests {
         assert!(resolve_arch("auto").starts_with("sm_"));
     }
 }
-

@@ -11,12 +11,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::config::{LearnerSection, SamplingSection, SimEnvSection, SimPolicySection};
+use crate::config::{LearnerSection, SamplingSection, SimPolicySection};
 use crate::env::sim::sleep_ms;
 use crate::learner::{Learner, LearnerError, TrainStats};
-use crate::outcome::{Mismatch, Outcome};
 use crate::policy::{Completion, FinishReason, GenRequest, Policy, PolicyError, Weights};
 use crate::replay::Batch;
 use crate::rl;
@@ -284,8 +282,10 @@ impl Learner for SimLearner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::SimEnvSection;
     use crate::env::sim::SimEnv;
     use crate::env::KernelEnv;
+    use crate::outcome::Outcome;
 
     #[test]
     fn simulated_policy_and_env_round_trip() {

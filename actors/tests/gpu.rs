@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kevin::env::cuda::CudaEnv;
-use kevin::env::CudaEnvConfig;
 use kevin::env::evaluate;
+use kevin::env::CudaEnvConfig;
 use kevin::outcome::Outcome;
 use kevin::tasks::{Preset, TaskSuite};
 

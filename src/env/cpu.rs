@@ -181,8 +181,7 @@ impl KernelEnv for CpuEnv {
 
     fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
         let started = Instant::now();
-        let plan =
-            super::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
+        let plan = super::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
         let dir = self.workdir.join(format!(
             "{}-{}",
             task_name,

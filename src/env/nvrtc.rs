@@ -94,8 +94,7 @@ impl NvrtcCompiler {
 
     /// Admits and compiles one candidate; a rejection or a failed compile is its outcome.
     pub fn compile(&self, task_name: &str, source: &str) -> Result<CompiledKernel, Outcome> {
-        let plan =
-            super::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
+        let plan = super::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
         let mut names: Vec<&str> = plan.launches.iter().map(|l| l.kernel.as_str()).collect();
         names.sort_unstable();
         names.dedup();

@@ -1,27 +1,13 @@
 //! The GPU tests' check of the eager baseline (and its fp64 reference plan) against the fp64
 //! interpreter on one input set ([`check_baseline`]).
 
-use std::collections::{BTreeMap, HashMap};
-
-use cudarc::driver::sys::CUfunction;
-
-use crate::baseline::{EagerPlan, Precision, Step, StepArg};
-use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
-use crate::ops::round::{bf16_from_bits, f16_from_bits};
 use crate::ops::Dtype;
-use crate::tasks::InputDist;
-use crate::tasks::{Preset, Role, Task, TensorSpec, Tolerance};
-use crate::verify::buffer::{dtype_size, BF16_FILL, F16_FILL, F32_FILL, I64_FILL};
-use crate::verify::correctness::{
-    judge, os_seed, Comparison, ElemFailure, FirstFailure, HarnessError, OutputComparison, Trials,
-};
-use crate::verify::timing::{Timer, Which};
-use crate::verify::ExecFailure;
+use crate::tasks::{Preset, Task, TensorSpec, Tolerance};
+use crate::verify::buffer::dtype_size;
+use crate::verify::correctness::judge;
 
-use super::blas::{Blas, GemmCall};
-use super::device::{allow_dynamic_smem, ArgPack, DevBuf, EventPair, Gpu, GpuError, GpuModule};
-use super::{mask_stream, HARNESS_KERNELS};
 use super::buffers::TaskBuffers;
+use super::device::{DevBuf, GpuError};
 use super::harness::{decode, decode_reference, Harness};
 use crate::verify::request::BaselineCheck;
 

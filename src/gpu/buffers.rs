@@ -1,27 +1,13 @@
 //! The device buffers of one task at one preset: the tensors the candidate sees (with slack and
 //! canaries), the masked references and input copies, and the baseline's intermediates.
 
-use std::collections::{BTreeMap, HashMap};
+use crate::baseline::EagerPlan;
+use crate::tasks::{Preset, Role, Task, TensorSpec};
+use crate::verify::buffer::dtype_size;
+use crate::verify::correctness::HarnessError;
 
-use cudarc::driver::sys::CUfunction;
-
-use crate::baseline::{EagerPlan, Precision, Step, StepArg};
-use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
-use crate::ops::round::{bf16_from_bits, f16_from_bits};
-use crate::ops::Dtype;
-use crate::tasks::InputDist;
-use crate::tasks::{Preset, Role, Task, TensorSpec, Tolerance};
-use crate::verify::buffer::{dtype_size, BF16_FILL, F16_FILL, F32_FILL, I64_FILL};
-use crate::verify::correctness::{
-    judge, os_seed, Comparison, ElemFailure, FirstFailure, HarnessError, OutputComparison, Trials,
-};
-use crate::verify::timing::{Timer, Which};
-use crate::verify::ExecFailure;
-
-use super::blas::{Blas, GemmCall};
-use super::device::{allow_dynamic_smem, ArgPack, DevBuf, EventPair, Gpu, GpuError, GpuModule};
-use super::{mask_stream, HARNESS_KERNELS};
-use super::fault::{exec_failure, harness};
+use super::device::{DevBuf, Gpu, GpuError};
+use super::fault::harness;
 use super::harness::{Harness, MIN_RUN_LIMIT, RUN_FACTOR, RUN_LIMIT, SLACK};
 
 pub(super) fn alloc_tensor(gpu: &Gpu, spec: &TensorSpec) -> Result<DevBuf, GpuError> {
@@ -31,21 +17,21 @@ pub(super) fn alloc_tensor(gpu: &Gpu, spec: &TensorSpec) -> Result<DevBuf, GpuEr
 /// Device buffers of one task at one preset: the tensors the candidate sees (with slack), the
 /// masked references and input copies, and the baseline's intermediates.
 pub struct TaskBuffers<'t> {
-    task: &'t Task,
-    specs: Vec<TensorSpec>,
-    n_inputs: usize,
+    pub(super) task: &'t Task,
+    pub(super) specs: Vec<TensorSpec>,
+    pub(super) n_inputs: usize,
     /// The baseline in the task's dtypes: what candidates are timed against.
-    plan: EagerPlan,
+    pub(super) plan: EagerPlan,
     /// The same program in f64: the reference of the correctness protocol.
-    ref_plan: EagerPlan,
-    tensors: Vec<DevBuf>,
+    pub(super) ref_plan: EagerPlan,
+    pub(super) tensors: Vec<DevBuf>,
     /// Masked references, 8 bytes per element.
-    refs: Vec<DevBuf>,
-    snaps: Vec<DevBuf>,
-    temps: Vec<DevBuf>,
+    pub(super) refs: Vec<DevBuf>,
+    pub(super) snaps: Vec<DevBuf>,
+    pub(super) temps: Vec<DevBuf>,
     /// f64 copies of the inputs and the f64 plan's intermediates.
-    wide: Vec<DevBuf>,
-    ref_temps: Vec<DevBuf>,
+    pub(super) wide: Vec<DevBuf>,
+    pub(super) ref_temps: Vec<DevBuf>,
 }
 
 impl<'t> TaskBuffers<'t> {
@@ -130,12 +116,12 @@ impl<'t> TaskBuffers<'t> {
         Ok(limit.clamp(MIN_RUN_LIMIT, RUN_LIMIT))
     }
 
-    fn tensor_ptrs(&self) -> Vec<u64> {
+    pub(super) fn tensor_ptrs(&self) -> Vec<u64> {
         self.tensors.iter().map(DevBuf::ptr).collect()
     }
 
     /// Baseline addresses: `inputs`, then `outputs`, then the intermediates.
-    fn baseline_ptrs(&self, inputs: &[u64], outputs: &[u64]) -> Vec<u64> {
+    pub(super) fn baseline_ptrs(&self, inputs: &[u64], outputs: &[u64]) -> Vec<u64> {
         inputs
             .iter()
             .chain(outputs)
@@ -145,7 +131,7 @@ impl<'t> TaskBuffers<'t> {
     }
 
     /// Draws the inputs of a trial into `targets` (one buffer per input).
-    fn generate(&self, h: &Harness, targets: &[u64], seed: u64) -> Result<(), GpuError> {
+    pub(super) fn generate(&self, h: &Harness, targets: &[u64], seed: u64) -> Result<(), GpuError> {
         for (i, spec) in self.specs[..self.n_inputs].iter().enumerate() {
             let dist = self.task.inputs.get(i).copied().unwrap_or_default();
             let stream = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -157,7 +143,7 @@ impl<'t> TaskBuffers<'t> {
     /// Computes the fp64 reference of the task-dtype `inputs` into `outputs` (8 bytes per
     /// element) and masks it with `key`; the f64 copies and intermediates are overwritten
     /// afterwards so no unmasked result stays behind.
-    fn reference_into(
+    pub(super) fn reference_into(
         &self,
         h: &mut Harness,
         inputs: &[u64],

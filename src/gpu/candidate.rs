@@ -1,33 +1,21 @@
 //! A candidate's module loaded on the worker's GPU and its launch sequence run on task tensors.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use cudarc::driver::sys::CUfunction;
 
-use crate::baseline::{EagerPlan, Precision, Step, StepArg};
 use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
-use crate::ops::round::{bf16_from_bits, f16_from_bits};
-use crate::ops::Dtype;
-use crate::tasks::InputDist;
-use crate::tasks::{Preset, Role, Task, TensorSpec, Tolerance};
-use crate::verify::buffer::{dtype_size, BF16_FILL, F16_FILL, F32_FILL, I64_FILL};
-use crate::verify::correctness::{
-    judge, os_seed, Comparison, ElemFailure, FirstFailure, HarnessError, OutputComparison, Trials,
-};
-use crate::verify::timing::{Timer, Which};
 use crate::verify::ExecFailure;
 
-use super::blas::{Blas, GemmCall};
-use super::device::{allow_dynamic_smem, ArgPack, DevBuf, EventPair, Gpu, GpuError, GpuModule};
-use super::{mask_stream, HARNESS_KERNELS};
+use super::device::{allow_dynamic_smem, ArgPack, DevBuf, Gpu, GpuError, GpuModule};
 use super::fault::{fault_or, overran};
 use super::harness::{Harness, RUN_LIMIT};
 
 /// A candidate's module and launch plan, ready to run on task tensors.
 pub struct Candidate {
-    _module: GpuModule,
-    launches: Vec<(CUfunction, ResolvedLaunch)>,
-    scratch: Vec<DevBuf>,
+    pub(super) _module: GpuModule,
+    pub(super) launches: Vec<(CUfunction, ResolvedLaunch)>,
+    pub(super) scratch: Vec<DevBuf>,
 }
 
 impl Candidate {
@@ -73,7 +61,7 @@ impl Candidate {
     }
 
     /// Enqueues the launch sequence on task tensors at `tensors`.
-    fn enqueue(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
+    pub(super) fn enqueue(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
         for (f, l) in &self.launches {
             let mut pack = ArgPack::default();
             for a in &l.args {

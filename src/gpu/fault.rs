@@ -2,26 +2,10 @@
 //! misaligned access) or outlives its run limit, every later answer says so and the parent
 //! replaces the worker. Also how a GPU error becomes the candidate's failure.
 
-use std::collections::{BTreeMap, HashMap};
-
-use cudarc::driver::sys::CUfunction;
-
-use crate::baseline::{EagerPlan, Precision, Step, StepArg};
-use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
-use crate::ops::round::{bf16_from_bits, f16_from_bits};
-use crate::ops::Dtype;
-use crate::tasks::InputDist;
-use crate::tasks::{Preset, Role, Task, TensorSpec, Tolerance};
-use crate::verify::buffer::{dtype_size, BF16_FILL, F16_FILL, F32_FILL, I64_FILL};
-use crate::verify::correctness::{
-    judge, os_seed, Comparison, ElemFailure, FirstFailure, HarnessError, OutputComparison, Trials,
-};
-use crate::verify::timing::{Timer, Which};
+use crate::verify::correctness::HarnessError;
 use crate::verify::ExecFailure;
 
-use super::blas::{Blas, GemmCall};
-use super::device::{allow_dynamic_smem, ArgPack, DevBuf, EventPair, Gpu, GpuError, GpuModule};
-use super::{mask_stream, HARNESS_KERNELS};
+use super::device::GpuError;
 
 /// Set once a sticky fault has poisoned this process's context: every later answer says so, and
 /// the parent replaces the worker.
@@ -52,7 +36,10 @@ pub(super) fn harness(e: impl std::fmt::Display) -> HarnessError {
 
 /// A GPU error as the candidate's failure: a sticky fault is its crash (and poisons this worker);
 /// anything else is what `otherwise` makes of it (a refused launch, or the harness's own error).
-pub(super) fn fault_or(e: GpuError, otherwise: impl FnOnce(GpuError) -> ExecFailure) -> ExecFailure {
+pub(super) fn fault_or(
+    e: GpuError,
+    otherwise: impl FnOnce(GpuError) -> ExecFailure,
+) -> ExecFailure {
     note_fault(&e);
     if e.is_sticky() {
         ExecFailure::Crash(format!("the kernel faulted: {} (at {})", e.fault(), e.call))

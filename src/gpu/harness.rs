@@ -1,26 +1,20 @@
-//! The GPU worker's state and the protocols on device memory (see the module docs of
-//! [`crate::gpu`]).
+//! The GPU worker's state ([`Harness`]): its GPU, the harness's kernels (input generation,
+//! masks, fills, comparisons), the L2 flush, the eager baseline runner; and the limits of one
+//! run of a candidate (see the module docs of [`crate::gpu`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use cudarc::driver::sys::CUfunction;
 
 use crate::baseline::{EagerPlan, Precision, Step, StepArg};
-use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
 use crate::ops::round::{bf16_from_bits, f16_from_bits};
 use crate::ops::Dtype;
 use crate::tasks::InputDist;
-use crate::tasks::{Preset, Role, Task, TensorSpec, Tolerance};
+use crate::tasks::{Preset, Task, Tolerance};
 use crate::verify::buffer::{dtype_size, BF16_FILL, F16_FILL, F32_FILL, I64_FILL};
-use crate::verify::correctness::{
-    judge, os_seed, Comparison, ElemFailure, FirstFailure, HarnessError, OutputComparison, Trials,
-};
-use crate::verify::timing::{Timer, Which};
-use crate::verify::ExecFailure;
 
 use super::blas::{Blas, GemmCall};
-use super::device::{allow_dynamic_smem, ArgPack, DevBuf, EventPair, Gpu, GpuError, GpuModule};
-use super::fault::{exec_failure, fault_or, harness};
+use super::device::{allow_dynamic_smem, ArgPack, DevBuf, Gpu, GpuError, GpuModule};
 use super::{mask_stream, HARNESS_KERNELS};
 
 /// Bytes after every task tensor, filled with [`CANARY`] before a run: a kernel that writes a
@@ -50,17 +44,17 @@ pub const MIN_RUN_LIMIT: std::time::Duration = std::time::Duration::from_millis(
 
 /// The worker's GPU with the harness's and the baseline's modules loaded.
 pub struct Harness {
-    gpu: Gpu,
-    _hmod: GpuModule,
-    hk: HashMap<&'static str, CUfunction>,
-    bmod: GpuModule,
-    bfns: HashMap<String, CUfunction>,
-    blas: Option<Result<Blas, String>>,
-    flush: DevBuf,
-    flush_value: u32,
-    stats: DevBuf,
+    pub(super) gpu: Gpu,
+    pub(super) _hmod: GpuModule,
+    pub(super) hk: HashMap<&'static str, CUfunction>,
+    pub(super) bmod: GpuModule,
+    pub(super) bfns: HashMap<String, CUfunction>,
+    pub(super) blas: Option<Result<Blas, String>>,
+    pub(super) flush: DevBuf,
+    pub(super) flush_value: u32,
+    pub(super) stats: DevBuf,
     /// Fallback plans (GEMMs as kevin's kernel) when cuBLAS is missing.
-    use_blas: bool,
+    pub(super) use_blas: bool,
 }
 
 impl Harness {
@@ -106,7 +100,7 @@ impl Harness {
         self.use_blas && self.blas().is_ok()
     }
 
-    fn blas(&mut self) -> Result<&Blas, String> {
+    pub(super) fn blas(&mut self) -> Result<&Blas, String> {
         let stream = self.gpu.stream();
         self.blas
             .get_or_insert_with(|| Blas::new(stream).map_err(|e| e.to_string()))
@@ -114,13 +108,13 @@ impl Harness {
             .map_err(|e| e.clone())
     }
 
-    fn hk(&self, name: &str) -> CUfunction {
+    pub(super) fn hk(&self, name: &str) -> CUfunction {
         // Every name is looked up in `new`.
         self.hk[name]
     }
 
     /// A grid-stride launch of a harness kernel over `n` elements.
-    fn launch_h(&self, name: &str, n: u64, args: &mut ArgPack) -> Result<(), GpuError> {
+    pub(super) fn launch_h(&self, name: &str, n: u64, args: &mut ArgPack) -> Result<(), GpuError> {
         let blocks = n.div_ceil(256).clamp(1, 8192) as u32;
         let mut params = args.params();
         // SAFETY: the harness kernels' parameter lists are the ones packed by the callers below.
@@ -168,7 +162,7 @@ impl Harness {
         self.launch_h("kevin_generate", n as u64, &mut args)
     }
 
-    fn width_kernel(prefix: &str, width: usize) -> String {
+    pub(super) fn width_kernel(prefix: &str, width: usize) -> String {
         format!("{prefix}{width}")
     }
 
@@ -187,12 +181,12 @@ impl Harness {
 
     /// Stats to [0, u64::MAX, 0, 0] (failures, first index, max ratio), on the stream: the
     /// kernel that follows sees them without a host round trip.
-    fn reset_stats(&self) -> Result<(), GpuError> {
+    pub(super) fn reset_stats(&self) -> Result<(), GpuError> {
         self.gpu.fill_bytes_at(self.stats.ptr(), 0, 32)?;
         self.gpu.fill_bytes_at(self.stats.ptr() + 8, 0xff, 8)
     }
 
-    fn read_stats(&self) -> Result<[u64; 4], GpuError> {
+    pub(super) fn read_stats(&self) -> Result<[u64; 4], GpuError> {
         let mut bytes = [0u8; 32];
         self.gpu.download(&mut bytes, &self.stats)?;
         let mut out = [0u64; 4];
@@ -346,7 +340,7 @@ impl Harness {
         self.gpu.fill_u32(&self.flush, self.flush_value)
     }
 
-    fn baseline_fn(&mut self, name: &str) -> Result<CUfunction, GpuError> {
+    pub(super) fn baseline_fn(&mut self, name: &str) -> Result<CUfunction, GpuError> {
         if let Some(f) = self.bfns.get(name) {
             return Ok(*f);
         }
@@ -431,7 +425,7 @@ impl Harness {
 
     /// A lowered plan as this worker runs it: GEMMs through cuBLAS when it loads, else kevin's
     /// own GEMM kernel.
-    fn runnable(
+    pub(super) fn runnable(
         &mut self,
         lowered: Result<EagerPlan, crate::baseline::BaselineError>,
     ) -> Result<EagerPlan, String> {

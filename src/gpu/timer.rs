@@ -1,28 +1,13 @@
 //! The timing protocol's [`Timer`] on the device ([`GpuTimer`]): CUDA events, the L2 flushed
 //! before every timed run, input sets rotated, and the last timed output re-checked.
 
-use std::collections::{BTreeMap, HashMap};
-
-use cudarc::driver::sys::CUfunction;
-
-use crate::baseline::{EagerPlan, Precision, Step, StepArg};
-use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
-use crate::ops::round::{bf16_from_bits, f16_from_bits};
-use crate::ops::Dtype;
-use crate::tasks::InputDist;
-use crate::tasks::{Preset, Role, Task, TensorSpec, Tolerance};
-use crate::verify::buffer::{dtype_size, BF16_FILL, F16_FILL, F32_FILL, I64_FILL};
-use crate::verify::correctness::{
-    judge, os_seed, Comparison, ElemFailure, FirstFailure, HarnessError, OutputComparison, Trials,
-};
+use crate::verify::correctness::{os_seed, HarnessError};
 use crate::verify::timing::{Timer, Which};
 use crate::verify::ExecFailure;
 
-use super::blas::{Blas, GemmCall};
-use super::device::{allow_dynamic_smem, ArgPack, DevBuf, EventPair, Gpu, GpuError, GpuModule};
-use super::{mask_stream, HARNESS_KERNELS};
 use super::buffers::{alloc_tensor, TaskBuffers};
 use super::candidate::Candidate;
+use super::device::{DevBuf, EventPair};
 use super::fault::{exec_failure, harness, overran};
 use super::harness::{Harness, RUN_LIMIT, TIMING_SETS};
 use super::trials::compare_output;

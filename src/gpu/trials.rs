@@ -1,30 +1,18 @@
 //! The correctness protocol's steps on device memory ([`GpuTrials`]): inputs drawn on the
 //! device, outputs NaN-filled, the masked reference and input copy, and the comparisons.
 
-use std::collections::{BTreeMap, HashMap};
-
-use cudarc::driver::sys::CUfunction;
-
-use crate::baseline::{EagerPlan, Precision, Step, StepArg};
-use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
-use crate::ops::round::{bf16_from_bits, f16_from_bits};
-use crate::ops::Dtype;
-use crate::tasks::InputDist;
-use crate::tasks::{Preset, Role, Task, TensorSpec, Tolerance};
-use crate::verify::buffer::{dtype_size, BF16_FILL, F16_FILL, F32_FILL, I64_FILL};
+use crate::tasks::{TensorSpec, Tolerance};
+use crate::verify::buffer::dtype_size;
 use crate::verify::correctness::{
     judge, os_seed, Comparison, ElemFailure, FirstFailure, HarnessError, OutputComparison, Trials,
 };
-use crate::verify::timing::{Timer, Which};
 use crate::verify::ExecFailure;
 
-use super::blas::{Blas, GemmCall};
-use super::device::{allow_dynamic_smem, ArgPack, DevBuf, EventPair, Gpu, GpuError, GpuModule};
-use super::{mask_stream, HARNESS_KERNELS};
 use super::buffers::TaskBuffers;
 use super::candidate::Candidate;
-use super::fault::{exec_failure, harness, overran};
-use super::harness::{fill_bits, Harness, CANARY, RUN_LIMIT, SLACK};
+use super::device::{DevBuf, GpuError};
+use super::fault::{exec_failure, harness};
+use super::harness::{fill_bits, Harness, CANARY, SLACK};
 
 /// The correctness protocol's steps on the device ([`Trials`]).
 pub struct GpuTrials<'a, 't> {

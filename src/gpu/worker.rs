@@ -18,9 +18,9 @@ use crate::verify::timing::{self, TimingConfig};
 use crate::verify::ExecFailure;
 
 use super::baseline_check::check_baseline;
+use super::buffers::TaskBuffers;
 use super::candidate::Candidate;
 use super::fault::poisoned;
-use super::buffers::TaskBuffers;
 use super::harness::Harness;
 use super::timer::GpuTimer;
 use super::trials::GpuTrials;
