@@ -140,36 +140,31 @@ fn timing_tensors(
     Ok(out)
 }
 
-fn handle(suite: &TaskSuite, req: EvalRequest) -> EvalResult {
+/// The candidate's module loaded for `stage`; a failure is the answer.
+fn load(job: ModuleJob, stage: &str) -> Result<(CpuExecutor, Preset), EvalResult> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    CpuExecutor::new(&job.module, job.plan, threads)
+        .map(|exec| (exec, job.preset))
+        .map_err(|f| EvalResult::of_failure(f, stage))
+}
+
+fn handle(suite: &TaskSuite, req: EvalRequest) -> EvalResult {
     let Some(task) = suite.get(req.task()) else {
         return EvalResult::HarnessError(format!("unknown task `{}`", req.task()));
     };
     match req {
         EvalRequest::Verify { job, trials } => {
-            let ModuleJob {
-                preset,
-                module,
-                plan,
-                ..
-            } = job;
-            let mut exec = match CpuExecutor::new(&module, plan, threads) {
-                Ok(e) => e,
-                Err(f) => return EvalResult::of_failure(f, "verify"),
+            let (mut exec, preset) = match load(job, "verify") {
+                Ok(loaded) => loaded,
+                Err(answer) => return answer,
             };
             let cfg = ProtocolConfig { trials, seed: None };
             EvalResult::of_check(correctness::check(task, preset, &mut exec, &cfg))
         }
         EvalRequest::Profile { job } => {
-            let ModuleJob {
-                preset,
-                module,
-                plan,
-                ..
-            } = job;
-            let mut exec = match CpuExecutor::new(&module, plan, threads) {
-                Ok(e) => e,
-                Err(f) => return EvalResult::of_failure(f, "profile"),
+            let (mut exec, preset) = match load(job, "profile") {
+                Ok(loaded) => loaded,
+                Err(answer) => return answer,
             };
             let inputs = task.generate_inputs(preset, correctness::os_seed().unwrap_or(1));
             let tensors = match timing_tensors(task, preset, &inputs) {

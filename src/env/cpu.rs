@@ -22,12 +22,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::candidate::{Limits, ResolvedPlan};
+use crate::candidate::Limits;
 use crate::cpu::{self, CpuCompileError};
 use crate::env::{Compiled, Deadlines, KernelEnv};
 use crate::outcome::Outcome;
 use crate::tasks::{Preset, TaskSuite};
-use crate::verify::request::{unanswered, EvalRequest, EvalResult, ModuleJob, TASKS_ENV};
+use crate::verify::request::{unanswered, EvalRequest, EvalResult, TASKS_ENV};
+
+use super::artifact::{ModuleArtifact, Owned};
 use crate::worker::{PoolConfig, PoolStats, WorkerCommand, WorkerFailure, WorkerPool};
 
 use crate::cpu::worker::FAULT_MARKER;
@@ -59,33 +61,6 @@ fn crash_reason(exit: &crate::worker::ExitReport, stderr_tail: &str) -> String {
         }
     };
     format!("the kernel crashed its worker ({exit}): {fault}, {meaning}")
-}
-
-/// A compiled module on disk; its folder is removed when the last reference goes.
-#[derive(Debug)]
-struct Artifact {
-    dir: PathBuf,
-    module: PathBuf,
-    plan: ResolvedPlan,
-}
-
-impl Artifact {
-    /// The request part that names this module.
-    fn job(&self, task: &str, preset: Preset) -> ModuleJob {
-        ModuleJob {
-            task: task.to_string(),
-            preset,
-            module: self.module.clone(),
-            symbols: Default::default(),
-            plan: self.plan.clone(),
-        }
-    }
-}
-
-impl Drop for Artifact {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// The environment.
@@ -142,25 +117,23 @@ impl CpuEnv {
         })
     }
 
-    /// Sends `req` for `stage` to a worker; a failed worker or harness becomes the outcome.
+    /// Sends `req` for `stage` to a worker; a worker that does not answer makes the outcome.
     fn request(
         &self,
         req: &EvalRequest,
         stage: &str,
         limit: Duration,
-        none_ok: bool,
-    ) -> Result<Option<Outcome>, Outcome> {
-        match self.pool.request_with_timeout(req, limit) {
-            Ok(result) => result.verdict("CPU", none_ok),
-            Err(failure) => Err(unanswered(failure, stage, limit, |f| match f {
-                WorkerFailure::Crashed { exit, stderr_tail } => crash_reason(&exit, &stderr_tail),
-                other => format!("the CPU worker failed: {other}"),
-            })),
-        }
-    }
-
-    fn artifact(compiled: &Compiled) -> Option<&Artifact> {
-        compiled.artifact.downcast_ref::<Artifact>()
+    ) -> Result<EvalResult, Outcome> {
+        self.pool
+            .request_with_timeout(req, limit)
+            .map_err(|failure| {
+                unanswered(failure, stage, limit, |f| match f {
+                    WorkerFailure::Crashed { exit, stderr_tail } => {
+                        crash_reason(&exit, &stderr_tail)
+                    }
+                    other => format!("the CPU worker failed: {other}"),
+                })
+            })
     }
 }
 
@@ -202,23 +175,20 @@ impl KernelEnv for CpuEnv {
             })?;
         Ok(Compiled {
             task: task_name.to_string(),
-            artifact: Arc::new(Artifact { dir, module, plan }),
+            artifact: Arc::new(ModuleArtifact {
+                owned: Owned::Dir(dir),
+                module,
+                symbols: Default::default(),
+                plan,
+            }),
             compile_ms: started.elapsed().as_secs_f64() * 1e3,
         })
     }
 
     fn verify(&self, compiled: &Compiled) -> Result<(), Outcome> {
-        let a = Self::artifact(compiled).ok_or_else(|| Outcome::Crash {
-            reason: "not a CPU module".into(),
-        })?;
-        let req = EvalRequest::Verify {
-            job: a.job(&compiled.task, self.preset),
-            trials: 5,
-        };
-        match self.request(&req, "verify", self.deadlines.verify(), true)? {
-            None => Ok(()),
-            Some(o) => Err(o),
-        }
+        let req = ModuleArtifact::verify_request(compiled, "CPU", self.preset)?;
+        self.request(&req, "verify", self.deadlines.verify())?
+            .verified("CPU")
     }
 
     fn pool_stats(&self) -> Vec<(String, PoolStats)> {
@@ -226,19 +196,13 @@ impl KernelEnv for CpuEnv {
     }
 
     fn profile(&self, compiled: &Compiled) -> Outcome {
-        let Some(a) = Self::artifact(compiled) else {
-            return Outcome::Crash {
-                reason: "not a CPU module".into(),
-            };
+        let req = match ModuleArtifact::profile_request(compiled, "CPU", self.preset) {
+            Ok(req) => req,
+            Err(o) => return o,
         };
-        let req = EvalRequest::Profile {
-            job: a.job(&compiled.task, self.preset),
-        };
-        match self.request(&req, "profile", self.deadlines.profile(), false) {
-            Ok(Some(o)) | Err(o) => o,
-            Ok(None) => Outcome::Crash {
-                reason: "the CPU worker returned no timing".into(),
-            },
+        match self.request(&req, "profile", self.deadlines.profile()) {
+            Ok(answer) => answer.timed("CPU"),
+            Err(o) => o,
         }
     }
 }

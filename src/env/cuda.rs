@@ -24,44 +24,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::candidate::ResolvedPlan;
 use crate::compile::{self, OutputKind};
 use crate::env::nvrtc::NvrtcCompiler;
 use crate::env::{Compiled, CudaEnvConfig, KernelEnv};
 use crate::gpu::worker::{CudaReply, BASELINE_ENV, DEVICE_ENV, HARNESS_ENV};
 use crate::outcome::Outcome;
 use crate::tasks::{Preset, TaskSuite};
-use crate::verify::request::{
-    unanswered, BaselineCheck, EvalRequest, EvalResult, ModuleJob, TASKS_ENV,
-};
+use crate::verify::request::{unanswered, BaselineCheck, EvalRequest, EvalResult, TASKS_ENV};
+
+use super::artifact::{ModuleArtifact, Owned};
 use crate::worker::{PoolConfig, WorkerCommand, WorkerFailure, WorkerPool};
-
-/// A compiled module on disk; its file is removed when the last reference goes.
-#[derive(Debug)]
-struct Artifact {
-    module: PathBuf,
-    symbols: BTreeMap<String, String>,
-    plan: ResolvedPlan,
-}
-
-impl Artifact {
-    /// The request part that names this module.
-    fn job(&self, task: &str, preset: Preset) -> ModuleJob {
-        ModuleJob {
-            task: task.to_string(),
-            preset,
-            module: self.module.clone(),
-            symbols: self.symbols.clone(),
-            plan: self.plan.clone(),
-        }
-    }
-}
-
-impl Drop for Artifact {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.module);
-    }
-}
 
 /// The environment.
 pub struct CudaEnv {
@@ -326,10 +298,6 @@ impl CudaEnv {
     pub fn gpu_pool_stats(&self) -> Vec<crate::worker::PoolStats> {
         self.pools.iter().map(WorkerPool::stats).collect()
     }
-
-    fn artifact(compiled: &Compiled) -> Option<&Artifact> {
-        compiled.artifact.downcast_ref::<Artifact>()
-    }
 }
 
 impl Drop for CudaEnv {
@@ -372,7 +340,8 @@ impl KernelEnv for CudaEnv {
         })?;
         Ok(Compiled {
             task: task_name.to_string(),
-            artifact: Arc::new(Artifact {
+            artifact: Arc::new(ModuleArtifact {
+                owned: Owned::File,
                 module,
                 symbols: kernel.lowered_names,
                 plan: kernel.plan,
@@ -382,37 +351,19 @@ impl KernelEnv for CudaEnv {
     }
 
     fn verify(&self, compiled: &Compiled) -> Result<(), Outcome> {
-        let a = Self::artifact(compiled).ok_or_else(|| Outcome::Crash {
-            reason: "not a CUDA module".into(),
-        })?;
-        let req = EvalRequest::Verify {
-            job: a.job(&compiled.task, self.preset),
-            trials: 5,
-        };
-        match self
-            .request(&req, "verify", self.verify_timeout)?
-            .verdict("GPU", true)?
-        {
-            None => Ok(()),
-            Some(o) => Err(o),
-        }
+        let req = ModuleArtifact::verify_request(compiled, "CUDA", self.preset)?;
+        self.request(&req, "verify", self.verify_timeout)?
+            .verified("GPU")
     }
 
     fn profile(&self, compiled: &Compiled) -> Outcome {
-        let Some(a) = Self::artifact(compiled) else {
-            return Outcome::Crash {
-                reason: "not a CUDA module".into(),
-            };
+        let req = match ModuleArtifact::profile_request(compiled, "CUDA", self.preset) {
+            Ok(req) => req,
+            Err(o) => return o,
         };
-        let req = EvalRequest::Profile {
-            job: a.job(&compiled.task, self.preset),
-        };
-        let answer = self.request(&req, "profile", self.profile_timeout);
-        match answer.and_then(|r| r.verdict("GPU", false)) {
-            Ok(Some(o)) | Err(o) => o,
-            Ok(None) => Outcome::Crash {
-                reason: "the GPU worker returned no timing".into(),
-            },
+        match self.request(&req, "profile", self.profile_timeout) {
+            Ok(answer) => answer.timed("GPU"),
+            Err(o) => o,
         }
     }
 }

@@ -28,6 +28,8 @@ use crate::outcome::Outcome;
 use crate::tasks::{Preset, Task, TaskSuite};
 use crate::worker::PoolStats;
 
+#[cfg(unix)]
+mod artifact;
 mod build;
 #[cfg(unix)]
 pub mod cpu;

@@ -130,21 +130,30 @@ impl EvalResult {
         }
     }
 
-    /// The parent's reading of the answer of a `device` ("CPU", "GPU") worker: the candidate's
-    /// outcome (`None`: it passed verification, allowed only when `none_ok`), or the outcome that
-    /// ends its evaluation (the harness failed, the worker answered another request).
-    pub fn verdict(self, device: &str, none_ok: bool) -> Result<Option<Outcome>, Outcome> {
+    /// The parent's reading of a `device` ("CPU", "GPU") worker's answer to a verification:
+    /// `Ok` when the candidate passed, else the outcome that ends its evaluation (its failure,
+    /// the harness's, or an answer to another request).
+    pub fn verified(self, device: &str) -> Result<(), Outcome> {
         match self {
-            EvalResult::Outcome(o) if o.is_some() || none_ok => Ok(o),
-            EvalResult::Outcome(_) => Err(Outcome::Crash {
+            EvalResult::Outcome(None) => Ok(()),
+            other => Err(other.timed(device)),
+        }
+    }
+
+    /// The parent's reading of a `device` ("CPU", "GPU") worker's answer to a timing run: the
+    /// candidate's final outcome.
+    pub fn timed(self, device: &str) -> Outcome {
+        match self {
+            EvalResult::Outcome(Some(o)) => o,
+            EvalResult::Outcome(None) => Outcome::Crash {
                 reason: format!("the {device} worker returned no timing"),
-            }),
-            EvalResult::HarnessError(e) => Err(Outcome::Crash {
+            },
+            EvalResult::HarnessError(e) => Outcome::Crash {
                 reason: format!("the {device} harness failed: {e}"),
-            }),
-            EvalResult::Baseline(_) => Err(Outcome::Crash {
+            },
+            EvalResult::Baseline(_) => Outcome::Crash {
                 reason: format!("the {device} worker answered another request"),
-            }),
+            },
         }
     }
 }
