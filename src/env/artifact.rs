@@ -34,25 +34,22 @@ pub(super) struct ModuleArtifact {
 }
 
 impl ModuleArtifact {
-    /// The artifact inside `compiled`; anything else is a crash ("not a `kind` module").
-    fn of<'a>(compiled: &'a Compiled, kind: &str) -> Result<&'a ModuleArtifact, Outcome> {
-        compiled
+    /// The request part that names the `kind` module in `compiled`; anything else in
+    /// `compiled` is a crash ("not a `kind` module").
+    fn job(compiled: &Compiled, kind: &str, preset: Preset) -> Result<ModuleJob, Outcome> {
+        let a = compiled
             .artifact
             .downcast_ref::<ModuleArtifact>()
             .ok_or_else(|| Outcome::Crash {
                 reason: format!("not a {kind} module"),
-            })
-    }
-
-    /// The request part that names this module.
-    fn job(&self, compiled: &Compiled, preset: Preset) -> ModuleJob {
-        ModuleJob {
+            })?;
+        Ok(ModuleJob {
             task: compiled.task.clone(),
             preset,
-            module: self.module.clone(),
-            symbols: self.symbols.clone(),
-            plan: self.plan.clone(),
-        }
+            module: a.module.clone(),
+            symbols: a.symbols.clone(),
+            plan: a.plan.clone(),
+        })
     }
 
     /// The correctness protocol's request (5 trials) for the `kind` module in `compiled`.
@@ -61,11 +58,8 @@ impl ModuleArtifact {
         kind: &str,
         preset: Preset,
     ) -> Result<EvalRequest, Outcome> {
-        let a = Self::of(compiled, kind)?;
-        Ok(EvalRequest::Verify {
-            job: a.job(compiled, preset),
-            trials: 5,
-        })
+        let job = Self::job(compiled, kind, preset)?;
+        Ok(EvalRequest::Verify { job, trials: 5 })
     }
 
     /// The timing protocol's request for the `kind` module in `compiled`.
@@ -74,10 +68,8 @@ impl ModuleArtifact {
         kind: &str,
         preset: Preset,
     ) -> Result<EvalRequest, Outcome> {
-        let a = Self::of(compiled, kind)?;
-        Ok(EvalRequest::Profile {
-            job: a.job(compiled, preset),
-        })
+        let job = Self::job(compiled, kind, preset)?;
+        Ok(EvalRequest::Profile { job })
     }
 }
 
