@@ -10,6 +10,12 @@
 //!
 //! Output: PTX for a virtual architecture (`compute_90`) or, when a GPU is present, a CUBIN for
 //! the exact one (`sm_90`), which spares the driver's JIT at load time. No fast math by default.
+//! Which architecture "auto" means, and whether there is a GPU at all, is
+//! [`crate::machine`]'s to say.
+//!
+//! Dependency direction: this folder imports only the worker pool ([`crate::worker`]); the
+//! environments ([`crate::env`]) and the role table ([`crate::roles`]) import it, never the
+//! other way round.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,6 +1,6 @@
-//! The "cuda" kernel environment: candidates compiled by NVRTC to a CUBIN for the GPU's own
-//! architecture, then checked and timed on the GPU by `kevin worker --role cuda` processes
-//! ([`crate::gpu`]) with the protocols of [`crate::verify`].
+//! The "cuda" kernel environment, parent side: candidates compiled by NVRTC to a CUBIN for the
+//! GPU's own architecture, then checked and timed on the GPU by `kevin worker --role cuda`
+//! processes ([`crate::gpu::worker`]) with the protocols of [`crate::verify`].
 //!
 //! - compile: the static rules and launch-plan validation, then NVRTC in the compile pool
 //!   ([`NvrtcCompiler`]); the image is written to the environment's work folder.
