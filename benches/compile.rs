@@ -25,7 +25,7 @@ struct Kernel {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("worker") {
-        std::process::exit(kevin::worker::child_main_from_args(&args[1..]));
+        std::process::exit(kevin::roles::child_main_from_args(&args[1..]));
     }
     let flag = |name: &str| {
         args.iter()

@@ -24,10 +24,6 @@ pub mod compile;
 pub mod config;
 pub mod corpus;
 pub mod cpu;
-#[cfg(unix)]
-pub mod cpu_env;
-#[cfg(unix)]
-pub mod cuda_env;
 pub mod env;
 pub mod episode;
 pub mod eval;
@@ -35,8 +31,8 @@ pub mod eval;
 pub mod gpu;
 pub mod hacks;
 pub mod learner;
+pub mod machine;
 pub mod metrics;
-pub mod nvrtc_env;
 pub mod ops;
 pub mod outcome;
 pub mod policy;
@@ -45,6 +41,7 @@ pub mod prompt;
 pub mod replay;
 pub mod rl;
 pub mod rng;
+pub mod roles;
 pub mod run_dir;
 pub mod sampler;
 pub mod scripted;

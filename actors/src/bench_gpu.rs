@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kevin::cuda_env::{CudaEnv, CudaEnvConfig};
+use kevin::env::cuda::CudaEnv;
+use kevin::env::CudaEnvConfig;
 use kevin::env::{evaluate, KernelEnv};
 use kevin::outcome::Outcome;
 use kevin::tasks::TaskSuite;

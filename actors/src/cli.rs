@@ -916,14 +916,7 @@ pub fn main() -> ExitCode {
                 train_seq,
                 train_steps,
             };
-            let device = device.unwrap_or_else(|| {
-                if kevin::compile::gpu_count() > 0 {
-                    "cuda"
-                } else {
-                    "cpu"
-                }
-                .to_string()
-            });
+            let device = device.unwrap_or_else(|| kevin::machine::default_backend().to_string());
             match crate::bench_policy::run(&args, &device, &dtype, hf.as_deref(), json.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => failure(e),
@@ -1241,7 +1234,7 @@ pub fn main() -> ExitCode {
         // main() normally takes `kevin worker ...` before clap; this is the same worker reached
         // through clap (e.g. with a global flag before the subcommand).
         Command::Worker { args } => {
-            ExitCode::from(kevin::worker::child_main_from_args(&args).clamp(0, 255) as u8)
+            ExitCode::from(kevin::roles::child_main_from_args(&args).clamp(0, 255) as u8)
         }
     }
 }

@@ -5,7 +5,7 @@ fn main() -> std::process::ExitCode {
     // print anything there.
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("worker") {
-        std::process::exit(kevin::worker::child_main_from_args(&args[2..]));
+        std::process::exit(kevin::roles::child_main_from_args(&args[2..]));
     }
     // Listing commands die quietly when their reader goes away (`kevin tasks | head`), as Unix
     // tools do; the training daemon keeps Rust's default (a failed write is an error, not death).

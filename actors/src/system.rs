@@ -14,17 +14,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use kevin::config::{Config, ConfigFile, EnvKind, LearnerKind, PolicyKind, TaskSource};
-use kevin::env::KernelEnv;
+use kevin::config::{Config, ConfigFile, LearnerKind, PolicyKind, TaskSource};
+use kevin::env::{EnvSpec, KernelEnv};
 use kevin::episode::EpisodeTask;
-use kevin::nvrtc_env::NvrtcEnv;
 use kevin::replay::ReplayBuffer;
 use kevin::run_dir::{RunDir, RunDirError};
 use kevin::sampler::TaskSampler;
-use kevin::sim::{SimEnv, SimLearner, SimPolicy};
+use kevin::sim::{SimLearner, SimPolicy};
 use kevin::tasks::{Split, TaskSuite};
 use kevin::telemetry::TraceStats;
-use kevin::worker::WorkerCommand;
 use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::compiler::Compiler;
@@ -219,74 +217,12 @@ fn build_env(
     config: &Config,
     suite: Option<&Arc<TaskSuite>>,
 ) -> Result<Arc<dyn KernelEnv>, TrainError> {
-    match config.env.kind {
-        EnvKind::Simulated => Ok(Arc::new(SimEnv::new(config.env.simulated.clone()))),
-        EnvKind::Nvrtc => {
-            let suite = suite.ok_or_else(|| {
-                TrainError::Setup("env.kind = \"nvrtc\" needs the task suite".into())
-            })?;
-            // Compile workers are this very binary, started as `kevin worker --role compile`.
-            let exe = std::env::current_exe()
-                .map_err(|e| TrainError::Setup(format!("locating the kevin binary: {e}")))?;
-            let env = NvrtcEnv::new(
-                suite.clone(),
-                config.tasks.preset,
-                &config.env.arch,
-                WorkerCommand::kevin_role(exe, "compile"),
-                config.env.compile_workers as usize,
-                config.env.compile_timeout_ms,
-                config.env.simulated.clone(),
-            )
-            .map_err(TrainError::Setup)?;
-            Ok(Arc::new(env))
-        }
-        EnvKind::Cuda => {
-            let suite = suite.ok_or_else(|| {
-                TrainError::Setup("env.kind = \"cuda\" needs the task suite".into())
-            })?;
-            let exe = std::env::current_exe()
-                .map_err(|e| TrainError::Setup(format!("locating the kevin binary: {e}")))?;
-            let cfg = kevin::cuda_env::CudaEnvConfig {
-                preset: config.tasks.preset,
-                arch: config.env.arch.clone(),
-                gpus: config.env.gpus.iter().map(|&g| g as usize).collect(),
-                workers_per_gpu: config.env.verify_workers as usize,
-                compile_workers: config.env.compile_workers as usize,
-                compile_timeout_ms: config.env.compile_timeout_ms,
-                verify_timeout_ms: config.env.verify_timeout_ms,
-                profile_timeout_ms: config.env.profile_timeout_ms,
-            };
-            let env = kevin::cuda_env::CudaEnv::new(
-                suite.clone(),
-                std::path::Path::new(&config.tasks.dir),
-                exe,
-                &cfg,
-            )
-            .map_err(TrainError::Setup)?;
-            Ok(Arc::new(env))
-        }
-        EnvKind::Cpu => {
-            let suite = suite.ok_or_else(|| {
-                TrainError::Setup("env.kind = \"cpu\" needs the task suite".into())
-            })?;
-            let exe = std::env::current_exe()
-                .map_err(|e| TrainError::Setup(format!("locating the kevin binary: {e}")))?;
-            let env = kevin::cpu_env::CpuEnv::new(
-                suite.clone(),
-                std::path::Path::new(&config.tasks.dir),
-                config.tasks.preset,
-                exe,
-                config.env.verify_workers as usize,
-                kevin::env::Deadlines {
-                    compile_ms: config.env.compile_timeout_ms,
-                    verify_ms: config.env.verify_timeout_ms,
-                    profile_ms: config.env.profile_timeout_ms,
-                },
-            )
-            .map_err(TrainError::Setup)?;
-            Ok(Arc::new(env))
-        }
-    }
+    kevin::env::build(
+        EnvSpec::from_config(config),
+        suite,
+        std::path::Path::new(&config.tasks.dir),
+    )
+    .map_err(TrainError::Setup)
 }
 
 /// Runs a training session until `max_steps` or `shutdown`. Blocks the calling thread (it runs

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kevin::cpu_env::CpuEnv;
+use kevin::env::cpu::CpuEnv;
 use kevin::env::{evaluate, KernelEnv};
 use kevin::tasks::{Preset, TaskSuite};
 

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use kevin::config::SamplingSection;
-use kevin::cpu_env::CpuEnv;
+use kevin::env::cpu::CpuEnv;
 use kevin::policy_eval::{run, score_task, summarize, RunOptions};
 use kevin::scripted::ScriptedPolicy;
 use kevin::tasks::{Preset, TaskSuite};

@@ -13,8 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kevin::cuda_env::{CudaEnv, CudaEnvConfig};
+use kevin::env::cuda::CudaEnv;
 use kevin::env::evaluate;
+use kevin::env::CudaEnvConfig;
 use kevin::outcome::Outcome;
 use kevin::tasks::{Preset, TaskSuite};
 

@@ -490,7 +490,7 @@ fn bad_configs_exit_2_with_one_line_naming_the_key() {
 #[test]
 fn unavailable_backends_and_unknown_commands_say_so() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    if kevin::compile::gpu_count() == 0 {
+    if kevin::machine::gpu_count() == 0 {
         let out = kevin()
             .current_dir(root)
             .args(["eval", "--kernels", "tasks/solutions", "--backend", "cuda"])

@@ -82,7 +82,7 @@ pub fn configure() -> &'static PathBuf {
 /// An error naming `what` when no GPU is visible: burn's CUDA backend would otherwise panic on
 /// a thread of its own when it cannot load the driver.
 pub fn require_gpu(what: &str) -> Result<(), String> {
-    if kevin::compile::gpu_count() == 0 {
+    if !kevin::machine::has_gpu() {
         return Err(format!(
             "{what} asks for CUDA, but no GPU is visible (nvidia-smi lists none, or \
              CUDA_VISIBLE_DEVICES hides them); use the cpu device on this machine"

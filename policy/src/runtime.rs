@@ -41,7 +41,7 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
     match device {
         BurnDevice::Cpu => false,
         BurnDevice::Cuda => true,
-        BurnDevice::Auto => kevin::compile::gpu_count() > 0,
+        BurnDevice::Auto => kevin::machine::has_gpu(),
     }
 }
 

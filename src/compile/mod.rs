@@ -10,6 +10,12 @@
 //!
 //! Output: PTX for a virtual architecture (`compute_90`) or, when a GPU is present, a CUBIN for
 //! the exact one (`sm_90`), which spares the driver's JIT at load time. No fast math by default.
+//! Which architecture "auto" means, and whether there is a GPU at all, is
+//! [`crate::machine`]'s to say.
+//!
+//! Dependency direction: this folder imports only the worker pool ([`crate::worker`]); the
+//! environments ([`crate::env`]) and the role table ([`crate::roles`]) import it, never the
+//! other way round.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,94 +38,6 @@ pub const SOURCE_FILE_NAME: &str = "candidate.cu";
 
 /// Default architecture: the H200.
 pub const DEFAULT_ARCH: &str = "sm_90";
-
-/// The architecture to compile for: `configured`, or for "auto" the compute capability of the
-/// first GPU as nvidia-smi reports it (so a CUBIN/PTX fits the device that will run it), and
-/// [`DEFAULT_ARCH`] when there is no GPU or no nvidia-smi. nvidia-smi is asked rather than the
-/// driver API because loading libcuda where there is no driver makes cudarc panic.
-pub fn resolve_arch(configured: &str) -> String {
-    if configured != "auto" {
-        return configured.to_string();
-    }
-    nvidia_smi_query("compute_cap")
-        .and_then(|out| parse_compute_cap(&out))
-        .unwrap_or_else(|| DEFAULT_ARCH.to_string())
-}
-
-/// Number of GPUs this process may use: the ones nvidia-smi lists (0 without a GPU or without
-/// nvidia-smi), narrowed by `CUDA_VISIBLE_DEVICES` when it is set (nvidia-smi ignores it, CUDA
-/// does not: a GPU index past the visible ones is an invalid device ordinal).
-pub fn gpu_count() -> usize {
-    let listed = nvidia_smi_query("index").map_or(0, |out| {
-        out.lines().filter(|l| !l.trim().is_empty()).count()
-    });
-    visible_gpus(
-        listed,
-        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
-    )
-}
-
-/// How many of `listed` GPUs a `CUDA_VISIBLE_DEVICES` value leaves visible. CUDA reads the list
-/// up to its first invalid entry ("-1", empty, or an index past the listed GPUs); UUIDs
-/// (`GPU-...`, `MIG-...`) are taken as valid.
-fn visible_gpus(listed: usize, cuda_visible_devices: Option<&str>) -> usize {
-    let Some(list) = cuda_visible_devices else {
-        return listed;
-    };
-    let visible = list
-        .split(',')
-        .map(str::trim)
-        .take_while(|e| match e.parse::<usize>() {
-            Ok(i) => i < listed,
-            Err(_) => e.starts_with("GPU-") || e.starts_with("MIG-"),
-        })
-        .count();
-    visible.min(listed)
-}
-
-/// `nvidia-smi --query-gpu=<field>` (one line per GPU), when it runs and succeeds.
-fn nvidia_smi_query(field: &str) -> Option<String> {
-    std::process::Command::new("nvidia-smi")
-        .args([&format!("--query-gpu={field}"), "--format=csv,noheader"])
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-/// "9.0\n" (nvidia-smi's first line) -> "sm_90".
-fn parse_compute_cap(text: &str) -> Option<String> {
-    let (major, minor) = text.lines().next()?.trim().split_once('.')?;
-    let (major, minor): (u32, u32) = (major.parse().ok()?, minor.parse().ok()?);
-    Some(format!("sm_{major}{minor}"))
-}
-
-#[cfg(test)]
-mod arch_tests {
-    use super::*;
-
-    #[test]
-    fn cuda_visible_devices_narrows_the_gpus() {
-        assert_eq!(visible_gpus(2, None), 2);
-        assert_eq!(visible_gpus(2, Some("1")), 1);
-        assert_eq!(visible_gpus(2, Some("0,1")), 2);
-        assert_eq!(visible_gpus(2, Some("")), 0);
-        assert_eq!(visible_gpus(2, Some("-1")), 0);
-        assert_eq!(visible_gpus(2, Some("0,5,1")), 1);
-        assert_eq!(visible_gpus(0, Some("0")), 0);
-        assert_eq!(visible_gpus(8, Some("GPU-1a2b, GPU-3c4d")), 2);
-    }
-
-    #[test]
-    fn compute_capability_becomes_an_arch() {
-        assert_eq!(parse_compute_cap("9.0\n9.0\n").as_deref(), Some("sm_90"));
-        assert_eq!(parse_compute_cap("8.6").as_deref(), Some("sm_86"));
-        assert_eq!(parse_compute_cap("N/A"), None);
-        assert_eq!(resolve_arch("sm_80"), "sm_80");
-        assert!(resolve_arch("auto").starts_with("sm_"));
-    }
-}
 
 /// Largest accepted source, in bytes (the candidate format bounds it far lower).
 pub const MAX_SOURCE_BYTES: usize = 256 * 1024;

@@ -1,6 +1,8 @@
 //! A CUDA device model for the CPU: candidate kernels compiled with the host C++ compiler
 //! against `runtime/kevin_cuda.h` and run on CPU threads, so correctness can be checked without
-//! a GPU.
+//! a GPU. [`worker`] is the `kevin worker --role cpu` child that runs the evaluation protocols
+//! of [`crate::verify`] on such modules; its parent side is `crate::env::cpu`. Nothing here
+//! imports `env` (the environments import the devices, never the other way round).
 //!
 //! Steps: [`compile()`] turns a candidate's source and its [`ResolvedPlan`] into a shared
 //! library (`g++`/`clang++`, with a deadline) that exports one launcher per launched kernel;
@@ -89,6 +91,8 @@ mod ptx;
 mod scan;
 #[cfg(test)]
 mod tests;
+#[cfg(unix)]
+pub mod worker;
 
 #[cfg(test)]
 use buffer::HostBuffer;

@@ -198,7 +198,7 @@ impl Drop for Blas {
     fn drop(&mut self) {
         // As for modules (see `GpuModule`'s drop): destroying the handle may wait for the GPU,
         // where a poisoned worker may still run a candidate's kernel.
-        if super::run::poisoned() {
+        if super::fault::poisoned() {
             return;
         }
         // SAFETY: created once, destroyed once.

@@ -462,7 +462,7 @@ impl Drop for GpuModule {
         // running (it overran `RUN_LIMIT`): cuModuleUnload would wait for that kernel, holding
         // the answer (and the GPU's lock in the parent) until the request's deadline. On the
         // H200 storm this cost 5 s per hung candidate.
-        if super::run::poisoned() {
+        if super::fault::poisoned() {
             return;
         }
         // SAFETY: loaded once, unloaded once.

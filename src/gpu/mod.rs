@@ -5,9 +5,21 @@
 //! - [`harness.cu`](HARNESS_SOURCE): trusted kernels that generate inputs on the device, fill
 //!   outputs with their NaN patterns, mask references and input copies, and compare.
 //! - [`blas`]: cuBLAS (the only library the baseline may call) for the eager baseline's GEMMs.
-//! - [`run`]: the worker's state ([`run::Harness`]), the baseline runner, the candidate's
-//!   launches, the correctness protocol's [`crate::verify::correctness::Trials`] on device
-//!   memory and the [`crate::verify::timing::Timer`] with CUDA events.
+//! - [`fault`]: sticky faults that poison the worker's context, and how a GPU error becomes the
+//!   candidate's failure.
+//! - [`harness`]: the worker's state ([`harness::Harness`]: its GPU, the harness kernels, the
+//!   baseline runner) and the run limits.
+//! - [`candidate`]: the candidate's module and its launches; [`buffers`]: one task's device
+//!   buffers.
+//! - [`trials`]: the correctness protocol's [`crate::verify::correctness::Trials`] on device
+//!   memory; [`timer`]: the [`crate::verify::timing::Timer`] with CUDA events;
+//!   [`baseline_check`]: the baseline against the fp64 interpreter (GPU tests).
+//! - [`worker`]: the `kevin worker --role cuda` child that answers the requests of
+//!   [`crate::verify::request`] with all of the above.
+//!
+//! Dependency direction: this folder imports [`crate::verify`], [`crate::baseline`] and the
+//! worker pool's serve loop, never `crate::env` (the cuda environment, the parent side, imports
+//! this folder's worker).
 //!
 //! # Why the data stays on the device
 //! Tasks at the GPU preset have up to 67M elements per tensor: generating inputs and computing
@@ -28,9 +40,16 @@
 //! misaligned access) makes the worker answer with the crash and exit, and the pool starts a
 //! fresh one.
 
+pub mod baseline_check;
 pub mod blas;
+pub mod buffers;
+pub mod candidate;
 pub mod device;
-pub mod run;
+pub mod fault;
+pub mod harness;
+pub mod timer;
+pub mod trials;
+pub mod worker;
 
 /// CUDA source of the harness kernels.
 pub const HARNESS_SOURCE: &str = include_str!("harness.cu");

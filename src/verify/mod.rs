@@ -11,11 +11,16 @@
 //! Flow: `check` gives a [`correctness::CorrectnessReport`] or the failing
 //! [`crate::outcome::Outcome`]; a correct candidate is then `measure`d and
 //! [`timing::correct_outcome`] builds `Outcome::Correct` with the timing label ("cpu", "cuda").
+//!
+//! [`request`] holds the messages between an environment and its evaluation workers and the
+//! mapping of a failed worker to the candidate's outcome, shared by both devices. This folder
+//! imports neither `env` nor the devices (`cpu`, `gpu`): they import it.
 
 #[cfg(unix)]
 pub mod buffer;
 #[cfg(unix)]
 pub mod correctness;
+pub mod request;
 pub mod timing;
 
 #[cfg(all(test, unix))]

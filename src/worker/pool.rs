@@ -36,7 +36,7 @@ pub struct WorkerCommand {
 
 impl WorkerCommand {
     /// `program worker --role <role>`: the hidden subcommand of the `kevin` binary (see
-    /// [`super::child_main_from_args`]).
+    /// [`crate::roles::child_main_from_args`]).
     pub fn kevin_role(program: impl Into<PathBuf>, role: &str) -> Self {
         WorkerCommand {
             program: program.into(),

@@ -18,7 +18,7 @@ pub type Test = (&'static str, fn());
 pub fn main(tests: &[Test]) -> ! {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("worker") {
-        std::process::exit(kevin::worker::child_main_from_args(&args[1..]));
+        std::process::exit(kevin::roles::child_main_from_args(&args[1..]));
     }
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     let selected: Vec<&Test> = tests

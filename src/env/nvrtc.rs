@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use crate::candidate::{Limits, ResolvedPlan};
 use crate::compile::{self, CompileError, CompilePool, CompileRequest, ModuleImage, OutputKind};
 use crate::config::SimEnvSection;
+use crate::env::sim::{SimArtifact, SimEnv};
 use crate::env::{Compiled, KernelEnv};
 use crate::outcome::Outcome;
-use crate::sim::{SimArtifact, SimEnv};
 use crate::tasks::{Preset, TaskSuite};
-use crate::worker::{WorkerCommand, WorkerFailure};
+use crate::verify::request::unanswered;
+use crate::worker::WorkerCommand;
 
 /// A compiled candidate: the module image, the kernels' symbols and the resolved launch plan.
 #[derive(Debug, Clone)]
@@ -68,7 +69,7 @@ impl NvrtcCompiler {
         Ok(NvrtcCompiler {
             suite,
             preset,
-            arch: compile::resolve_arch(arch),
+            arch: crate::machine::resolve_arch(arch),
             output,
             limits: Limits::default(),
             pool,
@@ -93,15 +94,13 @@ impl NvrtcCompiler {
 
     /// Admits and compiles one candidate; a rejection or a failed compile is its outcome.
     pub fn compile(&self, task_name: &str, source: &str) -> Result<CompiledKernel, Outcome> {
-        let plan =
-            crate::env::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
+        let plan = super::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
         let mut names: Vec<&str> = plan.launches.iter().map(|l| l.kernel.as_str()).collect();
         names.sort_unstable();
         names.dedup();
         let mut request = CompileRequest::ptx(source, &names);
         request.arch = self.arch.clone();
         request.output = self.output;
-        let limit_ms = self.timeout.as_millis() as u64;
         match self.pool.request_with_timeout(&request, self.timeout) {
             Ok(Ok(out)) => Ok(CompiledKernel {
                 image: out.image,
@@ -110,13 +109,9 @@ impl NvrtcCompiler {
             }),
             Ok(Err(CompileError::Source { log })) => Err(Outcome::CompileError { log }),
             Ok(Err(e)) => Err(Outcome::CompileError { log: e.to_string() }),
-            Err(WorkerFailure::Timeout { .. }) => Err(Outcome::Timeout {
-                stage: "compile".into(),
-                limit_ms,
-            }),
-            Err(failure) => Err(Outcome::Crash {
-                reason: format!("the compiler failed on this kernel: {failure}"),
-            }),
+            Err(failure) => Err(unanswered(failure, "compile", self.timeout, |f| {
+                format!("the compiler failed on this kernel: {f}")
+            })),
         }
     }
 }

@@ -1,4 +1,16 @@
-//! The kernel environment interface: compile, verify and profile one candidate.
+//! The kernel environments: compile, verify and profile one candidate.
+//!
+//! Here live the [`KernelEnv`] interface with its [`Deadlines`] and the admission every real
+//! environment runs first ([`admit`]), the one factory that builds an environment from a run's
+//! configuration or a command's `--backend` ([`build()`], [`EnvSpec`]), and the environments
+//! themselves, parent side only: [`sim`] (everything simulated), [`nvrtc`] (real NVRTC
+//! compilation, simulated verdicts), [`cpu`] (the CUDA device model in `cpu` workers) and
+//! [`cuda`] (the GPU harness in `cuda` workers).
+//!
+//! Dependency direction: `env` imports the devices and their workers ([`crate::cpu`],
+//! [`crate::gpu`]), [`crate::compile`], [`crate::verify`] and [`crate::worker`]; none of those
+//! may import `env`. The messages between an environment and its workers, and the mapping of a
+//! failed worker to the candidate's outcome, are [`crate::verify::request`] for that reason.
 //!
 //! The three stages are separate calls because separate actors (and worker pools) run them:
 //! compilation is CPU-bound and parallel, verification and timing need the device. A failure of
@@ -15,6 +27,18 @@ use crate::candidate::{self, Candidate, Limits, ResolvedPlan};
 use crate::outcome::Outcome;
 use crate::tasks::{Preset, Task, TaskSuite};
 use crate::worker::PoolStats;
+
+#[cfg(unix)]
+mod artifact;
+mod build;
+#[cfg(unix)]
+pub mod cpu;
+#[cfg(unix)]
+pub mod cuda;
+pub mod nvrtc;
+pub mod sim;
+
+pub use build::{build, CudaEnvConfig, EnvSpec};
 
 /// A compiled candidate, ready to verify. The artifact's type belongs to the environment (PTX and
 /// a resolved launch plan for the CUDA harness; nothing much for the simulated one).

@@ -1,0 +1,135 @@
+//! The GPU tests' check of the eager baseline (and its fp64 reference plan) against the fp64
+//! interpreter on one input set ([`check_baseline`]).
+
+use crate::ops::Dtype;
+use crate::tasks::{Preset, Task, TensorSpec, Tolerance};
+use crate::verify::buffer::dtype_size;
+use crate::verify::correctness::judge;
+
+use super::buffers::TaskBuffers;
+use super::device::{DevBuf, GpuError};
+use super::harness::{decode, decode_reference, Harness};
+use crate::verify::request::BaselineCheck;
+
+/// Downloads a device tensor of `spec`'s elements as f64 values: in its dtype, or (`reference`)
+/// as the 8-byte elements of a reference.
+fn download_values(
+    h: &Harness,
+    ptr: u64,
+    spec: &TensorSpec,
+    reference: bool,
+) -> Result<Vec<f64>, GpuError> {
+    let width = if reference { 8 } else { dtype_size(spec.dtype) };
+    let mut bytes = vec![0u8; spec.numel() * width];
+    let n = bytes.len();
+    h.gpu.download_at(&mut bytes, ptr, n)?;
+    Ok(bytes
+        .chunks_exact(width)
+        .map(|c| {
+            let mut raw = [0u8; 8];
+            raw[..width].copy_from_slice(c);
+            let raw = u64::from_ne_bytes(raw);
+            if reference {
+                decode_reference(spec.dtype, raw)
+            } else {
+                decode(spec.dtype, raw)
+            }
+        })
+        .collect())
+}
+
+/// Largest error / tolerance bound and the first element out of tolerance, of `got` against the
+/// interpreter's `want`.
+fn judge_all(
+    spec: &TensorSpec,
+    got: &[f64],
+    want: &[f64],
+    tol: Tolerance,
+    ratio: &mut f64,
+    first: &mut Option<String>,
+) {
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if judge(spec.dtype, g, false, w, tol).is_some() {
+            first.get_or_insert_with(|| format!("{}[{i}]: expected {w}, got {g}", spec.name));
+        } else if spec.dtype != Dtype::I64 && w.is_finite() {
+            *ratio = ratio.max((g - w).abs() / (tol.atol + tol.rtol * w.abs()));
+        }
+    }
+}
+
+/// Runs the baseline of `task`, and its fp64 reference plan, on one input set drawn on the
+/// device from `seed`, and compares both with the fp64 interpreter on the same (downloaded)
+/// inputs.
+pub fn check_baseline(
+    h: &mut Harness,
+    task: &Task,
+    preset: Preset,
+    seed: u64,
+) -> Result<BaselineCheck, String> {
+    let e = |e: GpuError| e.to_string();
+    let bufs = TaskBuffers::new(h, task, preset).map_err(|e| e.to_string())?;
+    let inputs: Vec<u64> = bufs.tensors[..bufs.n_inputs]
+        .iter()
+        .map(DevBuf::ptr)
+        .collect();
+    let outputs: Vec<u64> = bufs.tensors[bufs.n_inputs..]
+        .iter()
+        .map(DevBuf::ptr)
+        .collect();
+    bufs.generate(h, &inputs, seed).map_err(e)?;
+    let ptrs = bufs.baseline_ptrs(&inputs, &outputs);
+    h.run_baseline(&bufs.plan, &ptrs).map_err(e)?;
+    h.gpu.sync().map_err(e)?;
+    let host_inputs = bufs.specs[..bufs.n_inputs]
+        .iter()
+        .zip(&inputs)
+        .map(|(s, &p)| download_values(h, p, s, false))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let want = task
+        .reference(preset, &host_inputs)
+        .map_err(|e| format!("reference: {e}"))?;
+    let tol = task.tolerance;
+    let (mut max_ratio, mut first_failure) = (0.0, None);
+    let (mut ref_ratio, mut ref_failure) = (0.0, None);
+    let out_specs = &bufs.specs[bufs.n_inputs..];
+    for ((spec, &p), want) in out_specs.iter().zip(&outputs).zip(&want) {
+        let got = download_values(h, p, spec, false).map_err(e)?;
+        judge_all(spec, &got, want, tol, &mut max_ratio, &mut first_failure);
+    }
+    // The fp64 reference, unmasked (key 0 is never drawn; masking is skipped here).
+    let wide_out = out_specs
+        .iter()
+        .map(|s| h.gpu.alloc(s.numel() * 8))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    for ((spec, &src), dst) in bufs.specs[..bufs.n_inputs]
+        .iter()
+        .zip(&inputs)
+        .zip(&bufs.wide)
+    {
+        h.widen(src, dst.ptr(), spec.numel(), spec.dtype)
+            .map_err(e)?;
+    }
+    let rptrs: Vec<u64> = bufs
+        .wide
+        .iter()
+        .map(DevBuf::ptr)
+        .chain(wide_out.iter().map(DevBuf::ptr))
+        .chain(bufs.ref_temps.iter().map(DevBuf::ptr))
+        .collect();
+    h.run_baseline(&bufs.ref_plan, &rptrs).map_err(e)?;
+    h.gpu.sync().map_err(e)?;
+    for ((spec, buf), want) in out_specs.iter().zip(&wide_out).zip(&want) {
+        let got = download_values(h, buf.ptr(), spec, true).map_err(e)?;
+        judge_all(spec, &got, want, tol, &mut ref_ratio, &mut ref_failure);
+    }
+    Ok(BaselineCheck {
+        steps: bufs.plan.steps.len(),
+        cublas: h.blas_in_use(),
+        max_error_ratio: max_ratio,
+        first_failure,
+        reference_max_error_ratio: ref_ratio,
+        reference_first_failure: ref_failure,
+    })
+}

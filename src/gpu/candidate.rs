@@ -1,0 +1,134 @@
+//! A candidate's module loaded on the worker's GPU and its launch sequence run on task tensors.
+
+use std::collections::BTreeMap;
+
+use cudarc::driver::sys::CUfunction;
+
+use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
+use crate::verify::ExecFailure;
+
+use super::device::{allow_dynamic_smem, ArgPack, DevBuf, Gpu, GpuError, GpuModule};
+use super::fault::{fault_or, overran};
+use super::harness::{Harness, RUN_LIMIT};
+
+/// A candidate's module and launch plan, ready to run on task tensors.
+pub struct Candidate {
+    pub(super) _module: GpuModule,
+    pub(super) launches: Vec<(CUfunction, ResolvedLaunch)>,
+    pub(super) scratch: Vec<DevBuf>,
+}
+
+impl Candidate {
+    /// Loads the module and looks up every launched kernel (`symbols`: source name -> lowered).
+    pub fn load(
+        h: &Harness,
+        image: &[u8],
+        symbols: &BTreeMap<String, String>,
+        plan: &ResolvedPlan,
+    ) -> Result<Candidate, ExecFailure> {
+        let module = h
+            .gpu
+            .load_module(image)
+            .map_err(|e| ExecFailure::Launch(format!("the module did not load: {e}")))?;
+        let mut launches = Vec::new();
+        for l in &plan.launches {
+            let symbol = symbols
+                .get(&l.kernel)
+                .map_or(l.kernel.as_str(), String::as_str);
+            let f = module.function(symbol).map_err(|e| {
+                ExecFailure::Launch(format!("kernel `{}` not found: {e}", l.kernel))
+            })?;
+            // SAFETY: `f` belongs to `module`, which the candidate keeps loaded.
+            unsafe { allow_dynamic_smem(f, l.smem_bytes) }.map_err(|e| {
+                ExecFailure::Launch(format!(
+                    "launch line {}: {} bytes of dynamic shared memory refused: {e}",
+                    l.line, l.smem_bytes
+                ))
+            })?;
+            launches.push((f, l.clone()));
+        }
+        let scratch = plan
+            .scratch
+            .iter()
+            .map(|s| h.gpu.alloc((s.elems * s.dtype.size_bytes()) as usize))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ExecFailure::Harness(e.to_string()))?;
+        Ok(Candidate {
+            _module: module,
+            launches,
+            scratch,
+        })
+    }
+
+    /// Enqueues the launch sequence on task tensors at `tensors`.
+    pub(super) fn enqueue(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
+        for (f, l) in &self.launches {
+            let mut pack = ArgPack::default();
+            for a in &l.args {
+                match a {
+                    ResolvedArg::Tensor(i) => pack.ptr(tensors.get(*i).copied().unwrap_or(0)),
+                    ResolvedArg::Scratch(i) => {
+                        pack.ptr(self.scratch.get(*i).map_or(0, DevBuf::ptr))
+                    }
+                    ResolvedArg::Scalar(s) => match s {
+                        Scalar::I32(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::U32(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::I64(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::U64(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::F32(v) => pack.push(&v.to_ne_bytes()),
+                        Scalar::F64(v) => pack.push(&v.to_ne_bytes()),
+                    },
+                }
+            }
+            let mut params = pack.params();
+            // SAFETY: the plan was validated against the kernel's signature; what the kernel
+            // does with its pointers is untrusted, which is why this runs in a worker.
+            unsafe { gpu.launch(*f, l.grid, l.block, l.smem_bytes, &mut params) }.map_err(|e| {
+                fault_or(e, |e| {
+                    ExecFailure::Launch(format!(
+                        "launch line {} (`{}`): {}",
+                        l.line,
+                        l.kernel,
+                        e.fault()
+                    ))
+                })
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Runs the launch sequence and waits for it: a run past `limit` is a timeout. A run still
+    /// going at `limit` gets until [`RUN_LIMIT`] to end, because the driver reports an illegal or
+    /// misaligned address some hundreds of milliseconds after the fault (such a run is the crash
+    /// it is); one that ends in time without a fault is a timeout (too slow), and one still
+    /// running at `RUN_LIMIT` is a timeout that poisons this worker (the kernel cannot be
+    /// stopped).
+    pub fn run(
+        &self,
+        gpu: &Gpu,
+        tensors: &[u64],
+        limit: std::time::Duration,
+    ) -> Result<(), ExecFailure> {
+        self.enqueue(gpu, tensors)?;
+        let started = std::time::Instant::now();
+        let failed = |e: GpuError| {
+            fault_or(e, |e| {
+                ExecFailure::Launch(format!("the launch sequence failed: {}", e.fault()))
+            })
+        };
+        let wait = |d: std::time::Duration| gpu.sync_within(d).map_err(failed);
+        if wait(limit)? {
+            return Ok(());
+        }
+        if wait(RUN_LIMIT.saturating_sub(started.elapsed()))? {
+            // Ended late. A fault may surface only at the next synchronisation (the storm of
+            // 2026-12-01 answered 15 misaligned accesses as slow runs without this).
+            gpu.sync().map_err(failed)?;
+            Err(ExecFailure::Timeout {
+                limit_ms: limit.as_millis() as u64,
+            })
+        } else {
+            Err(overran(limit))
+        }
+    }
+}
