@@ -14,6 +14,7 @@ pub mod cuda_setup;
 pub mod grad_norm;
 pub mod learner_testing;
 pub mod loss;
+pub mod optim;
 pub mod parity;
 pub mod qwen2;
 pub mod runtime;

@@ -38,6 +38,18 @@ struct Tokens {
     advantage: Vec<f32>,
 }
 
+impl Tokens {
+    /// Token `i` as f64: (new, prox, behaviour, advantage).
+    fn at(&self, i: usize) -> (f64, f64, f64, f64) {
+        (
+            f64::from(self.new[i]),
+            f64::from(self.prox[i]),
+            f64::from(self.behaviour[i]),
+            f64::from(self.advantage[i]),
+        )
+    }
+}
+
 fn random_tokens(n: usize, seed: u64) -> Tokens {
     let mut rng = SplitMix64::new(seed);
     let mut t = Tokens {
@@ -88,12 +100,7 @@ fn check_against_scalar(kind: Kind, clip: Clip, seed: u64) {
     let clipped = host_bool(losses.clipped);
     let (mut n_clipped, mut n_capped) = (0, 0);
     for i in 0..t.new.len() {
-        let (new, prox, b, a) = (
-            f64::from(t.new[i]),
-            f64::from(t.prox[i]),
-            f64::from(t.behaviour[i]),
-            f64::from(t.advantage[i]),
-        );
+        let (new, prox, b, a) = t.at(i);
         let want = match kind {
             Kind::Clipped => rl::clipped_surrogate(new, b, a, clip),
             Kind::Decoupled { cap } => {
@@ -246,12 +253,7 @@ fn clipped_tokens_have_zero_gradient_and_the_others_minus_a_times_r() {
     );
     assert!(clipped.iter().any(|c| *c) && clipped.iter().any(|c| !*c));
     for i in 0..t.new.len() {
-        let (new, prox, b, a) = (
-            f64::from(t.new[i]),
-            f64::from(t.prox[i]),
-            f64::from(t.behaviour[i]),
-            f64::from(t.advantage[i]),
-        );
+        let (new, prox, b, a) = t.at(i);
         if clipped[i] {
             assert_eq!(grad[i], 0.0, "decoupled token {i}: clipped");
         } else {

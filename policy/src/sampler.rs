@@ -7,6 +7,10 @@
 //! - [`Generator`] (`generator.rs`): continuous batching over the slots of a [`crate::CausalLm`]
 //!   cache; requests join at step boundaries and leave when they finish.
 //! - `stop.rs`: stop strings, found on incrementally decoded text.
+//!
+//! Dependencies: the sampler knows a model only through [`crate::CausalLm`] and takes its rules
+//! from kevin's `[sampling]` config; it may not import a concrete model (`qwen2`), the learner,
+//! training or checkpoints. Callers use the re-exports here, not the submodules.
 
 mod generator;
 #[cfg(test)]

@@ -20,22 +20,13 @@
 //! business (casting inside `forward`), not the learner's. The optimizer state is saved with
 //! `FullPrecisionSettings` so a resumed run continues bit for bit.
 //!
-//! # Optimizer state on disk
-//!
-//! burn keys optimizer state by `ParamId`, a random id given to each parameter when a module is
-//! built, so a model loaded from a Hugging Face checkpoint in a new process has different ids.
-//! [`Trainer::save_optimizer`] therefore re-keys the state by the parameter's position in the
-//! module's visiting order and stores the parameter paths and shapes beside it;
-//! [`Trainer::load_optimizer`] checks them against the current model (naming the first parameter
-//! that differs) and maps the state back onto the current ids.
+//! The optimizer itself (AdamW, the warm-up, the clipped step and its state on disk) is
+//! [`crate::optim`]'s, shared with the warm start.
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::module::AutodiffModule;
+use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use kevin::config::{Correction, LearnerSection, SamplingSection};
@@ -43,28 +34,18 @@ use kevin::learner::TrainStats;
 use kevin::replay::Batch;
 use kevin::rl::Clip;
 
-use crate::grad_norm::clip_global_grad_norm;
 use crate::loss::{
     clipped_surrogate, decoupled_surrogate, drgrpo_loss, f32_tensor, kl_k3, token_logprobs,
     BatchError, TokenBatch,
+};
+use crate::optim::{
+    reject_if, warmup_lr, AdamWSettings, InvalidSetting, OptimizedModel, OPTIMIZER_FILE,
 };
 use crate::CausalLm;
 
 /// Padded positions per micro-batch when nothing else is said: 8192 positions of 151936 f32
 /// logits are 5 GB per `[tokens, vocab]` copy, and the loss keeps about four of them alive.
 pub const DEFAULT_MICRO_BATCH_TOKENS: usize = 8192;
-
-/// File (without the extension the recorder adds, `.mpk`) that holds the optimizer state.
-pub const OPTIMIZER_FILE: &str = "learner_optimizer";
-
-/// The optimizer: burn's AdamW behind its per-parameter adaptor.
-pub type AdamWOptimizer<M, B> = OptimizerAdaptor<AdamW, M, B>;
-
-type OptimRecord<M, B> = <AdamWOptimizer<M, B> as Optimizer<M, B>>::Record;
-
-/// What is saved: optimizer state keyed by parameter position, learner version, optimizer steps
-/// taken, parameter paths, parameter shapes.
-type SavedState<M, B> = (OptimRecord<M, B>, u64, u64, Vec<String>, Vec<Vec<usize>>);
 
 /// One turn-sample to train on. Tokenising the prompt is the caller's job; it must be tokenised
 /// exactly as the generator tokenised it, or the log-probs do not match the behaviour ones.
@@ -152,44 +133,55 @@ impl TrainerConfig {
     /// Checks what the trainer relies on (the core's config validation checks the file's keys;
     /// this also covers settings made in code).
     pub fn validate(&self) -> Result<(), TrainError> {
-        let bad = |key: &'static str, value: f64, reason: &'static str| {
-            Err(TrainError::Config {
-                key,
-                value: value.to_string(),
-                reason,
-            })
-        };
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad("learner.lr", self.lr, "must be finite and > 0");
-        }
-        if self.grad_clip.is_nan() || self.grad_clip <= 0.0 {
-            return bad("learner.grad_clip", self.grad_clip, "must be > 0");
-        }
-        if !(self.kl_coef.is_finite() && self.kl_coef >= 0.0) {
-            return bad("learner.kl_coef", self.kl_coef, "must be finite and >= 0");
-        }
-        if !(self.clip.eps_low >= 0.0 && self.clip.eps_low < 1.0) {
-            return bad("learner.clip_low", self.clip.eps_low, "must be in [0, 1)");
-        }
-        if !(self.clip.eps_high.is_finite() && self.clip.eps_high >= 0.0) {
-            return bad("learner.clip_high", self.clip.eps_high, "must be >= 0");
-        }
-        if self.decoupled_weight_cap.is_nan() || self.decoupled_weight_cap <= 0.0 {
-            return bad(
-                "learner.decoupled_weight_cap",
-                self.decoupled_weight_cap,
-                "must be > 0",
-            );
-        }
-        if self.optimizer_steps == 0 {
-            return bad("learner.optimizer_steps", 0.0, "must be >= 1");
-        }
-        if self.max_tokens == 0 {
-            return bad("sampling.max_new_tokens", 0.0, "must be >= 1");
-        }
-        if self.micro_batch_tokens == 0 {
-            return bad("micro_batch_tokens", 0.0, "must be >= 1");
-        }
+        reject_if(
+            !(self.lr.is_finite() && self.lr > 0.0),
+            "learner.lr",
+            self.lr,
+            "must be finite and > 0",
+        )?;
+        reject_if(
+            self.grad_clip.is_nan() || self.grad_clip <= 0.0,
+            "learner.grad_clip",
+            self.grad_clip,
+            "must be > 0",
+        )?;
+        reject_if(
+            !(self.kl_coef.is_finite() && self.kl_coef >= 0.0),
+            "learner.kl_coef",
+            self.kl_coef,
+            "must be finite and >= 0",
+        )?;
+        reject_if(
+            !(self.clip.eps_low >= 0.0 && self.clip.eps_low < 1.0),
+            "learner.clip_low",
+            self.clip.eps_low,
+            "must be in [0, 1)",
+        )?;
+        reject_if(
+            !(self.clip.eps_high.is_finite() && self.clip.eps_high >= 0.0),
+            "learner.clip_high",
+            self.clip.eps_high,
+            "must be >= 0",
+        )?;
+        reject_if(
+            self.decoupled_weight_cap.is_nan() || self.decoupled_weight_cap <= 0.0,
+            "learner.decoupled_weight_cap",
+            self.decoupled_weight_cap,
+            "must be > 0",
+        )?;
+        reject_if(
+            self.optimizer_steps == 0,
+            "learner.optimizer_steps",
+            0.0,
+            "must be >= 1",
+        )?;
+        reject_if(
+            self.max_tokens == 0,
+            "sampling.max_new_tokens",
+            0.0,
+            "must be >= 1",
+        )?;
+        check_micro_batch_tokens(self.micro_batch_tokens)?;
         Ok(())
     }
 }
@@ -198,15 +190,8 @@ impl TrainerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
     /// A setting the trainer cannot work with.
-    #[error("learner setting {key} = {value}: {reason}")]
-    Config {
-        /// The config key.
-        key: &'static str,
-        /// Its value.
-        value: String,
-        /// What is allowed.
-        reason: &'static str,
-    },
+    #[error("learner setting {0}")]
+    Config(InvalidSetting),
     /// The KL term needs a reference model and none was given.
     #[error("learner.kl_coef = {kl_coef} needs a reference model, and none was given")]
     NoReference {
@@ -251,13 +236,10 @@ pub enum TrainError {
     },
 }
 
-/// The learning rate of optimizer step `step` (0-based): linear warm-up over `warmup_steps` steps
-/// (lr/warmup, 2*lr/warmup, ..., lr), then constant.
-pub fn warmup_lr(lr: f64, warmup_steps: u64, step: u64) -> f64 {
-    if warmup_steps == 0 {
-        return lr;
+impl From<InvalidSetting> for TrainError {
+    fn from(e: InvalidSetting) -> Self {
+        TrainError::Config(e)
     }
-    lr * ((step + 1) as f64 / warmup_steps as f64).min(1.0)
 }
 
 /// Sequence lengths of learner batches are rounded up to a multiple of this on backends that
@@ -296,54 +278,33 @@ pub fn plan_micro_batches(lengths: &[(usize, usize)], max_tokens: usize) -> Vec<
     plan
 }
 
-/// AdamW's hyper-parameters (PyTorch's names and meanings).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdamWSettings {
-    /// Decoupled weight decay.
-    pub weight_decay: f64,
-    /// beta_1.
-    pub beta_1: f64,
-    /// beta_2.
-    pub beta_2: f64,
-    /// epsilon.
-    pub epsilon: f64,
+/// Both trainers' rule for their `micro_batch_tokens` setting: at least 1.
+pub(crate) fn check_micro_batch_tokens(n: usize) -> Result<(), InvalidSetting> {
+    reject_if(n == 0, "micro_batch_tokens", 0.0, "must be >= 1")
 }
 
-/// A fresh AdamW optimizer: the one both trainers (RL and [`crate::sft`]) step with.
-pub fn adamw<B: AutodiffBackend, M: AutodiffModule<B>>(
-    settings: &AdamWSettings,
-) -> AdamWOptimizer<M, B> {
-    AdamWConfig::new()
-        .with_beta_1(settings.beta_1 as f32)
-        .with_beta_2(settings.beta_2 as f32)
-        .with_epsilon(settings.epsilon as f32)
-        .with_weight_decay(settings.weight_decay as f32)
-        .init()
-}
-
-/// One optimizer step: clips the global gradient norm to `max_norm`, then steps `model` at `lr`.
-/// Returns the norm before clipping, or, when it is NaN or infinite, `Err(norm)` with the model
-/// untouched: a step on such gradients would destroy the weights.
-///
-/// `model` is `Some` on entry and on return; it is taken for the step, which consumes the
-/// module, so that no second handle keeps the old weights alive.
-pub fn clipped_step<B: AutodiffBackend, M: AutodiffModule<B>>(
-    model: &mut Option<M>,
-    optimizer: &mut AdamWOptimizer<M, B>,
-    grads: GradientsParams,
-    max_norm: f64,
-    lr: f64,
-) -> Result<f64, f64> {
-    let current = model
-        .take()
-        .expect("the model is only taken during an optimizer step");
-    let (grads, norm) = clip_global_grad_norm(&current, grads, max_norm);
-    if !norm.is_finite() {
-        *model = Some(current);
-        return Err(norm);
-    }
-    *model = Some(optimizer.step(lr, current, grads));
-    Ok(norm)
+/// The micro-batches of the `rows` (prompt, response) that have a response token: planned by
+/// [`plan_micro_batches`] (at most `max_tokens` padded positions each), each formed as a
+/// [`TokenBatch`] padded to a multiple of `multiple`, with the indices of its rows in batch order.
+/// Both trainers (RL and [`crate::sft`]) form their micro-batches here.
+pub(crate) fn token_micro_batches<'a>(
+    rows: &'a [(&'a [u32], &'a [u32])],
+    max_tokens: usize,
+    multiple: usize,
+) -> impl Iterator<Item = (Vec<usize>, Result<TokenBatch, BatchError>)> + 'a {
+    let lengths: Vec<(usize, usize)> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, response))| !response.is_empty())
+        .map(|(i, (prompt, response))| (i, prompt.len() + response.len()))
+        .collect();
+    plan_micro_batches(&lengths, max_tokens)
+        .into_iter()
+        .map(move |indices| {
+            let batch = TokenBatch::from_sequences(indices.iter().map(|&i| rows[i]))
+                .map(|b| b.padded_to_multiple(multiple));
+            (indices, batch)
+        })
 }
 
 /// Gradients summed over micro-batches, and the sum of their losses.
@@ -407,36 +368,6 @@ struct BatchGradients {
     clipped: u64,
 }
 
-/// The parameters of a module in visiting order: id, dotted path, shape.
-#[derive(Default)]
-struct ParamTable {
-    path: Vec<String>,
-    entries: Vec<(ParamId, String, Vec<usize>)>,
-}
-
-impl<B: burn::tensor::backend::Backend> ModuleVisitor<B> for ParamTable {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.entries
-            .push((param.id, self.path.join("."), param.dims().to_vec()));
-    }
-}
-
-fn param_table<B: burn::tensor::backend::Backend, M: Module<B>>(
-    module: &M,
-) -> Vec<(ParamId, String, Vec<usize>)> {
-    let mut table = ParamTable::default();
-    module.visit(&mut table);
-    table.entries
-}
-
 /// Trains a [`CausalLm`] with kevin's policy-gradient loss. See the module docs.
 pub struct Trainer<B, M>
 where
@@ -444,14 +375,11 @@ where
     M: CausalLm<B> + AutodiffModule<B>,
     M::InnerModule: CausalLm<B::InnerBackend>,
 {
-    /// Always `Some` between calls; taken for the duration of an optimizer step, which consumes
-    /// the module, so that no second handle keeps the old weights alive.
-    model: Option<M>,
-    optimizer: AdamWOptimizer<M, B>,
+    /// The model, its AdamW state and the optimizer steps taken (which drive the warm-up).
+    optimized: OptimizedModel<B, M>,
     reference: Option<M::InnerModule>,
     config: TrainerConfig,
     version: u64,
-    steps: u64,
 }
 
 impl<B, M> Trainer<B, M>
@@ -476,30 +404,21 @@ where
             None
         };
         Ok(Trainer {
-            model: Some(model),
-            optimizer: Self::fresh_optimizer(&config),
+            optimized: OptimizedModel::new(model, config.adamw()),
             reference,
             config,
             version: 0,
-            steps: 0,
         })
-    }
-
-    fn fresh_optimizer(config: &TrainerConfig) -> AdamWOptimizer<M, B> {
-        adamw(&config.adamw())
     }
 
     /// The model being trained.
     pub fn model(&self) -> &M {
-        self.model
-            .as_ref()
-            .expect("the model is only taken during an optimizer step")
+        self.optimized.model()
     }
 
     /// The trained model.
     pub fn into_model(self) -> M {
-        self.model
-            .expect("the model is only taken during an optimizer step")
+        self.optimized.into_model()
     }
 
     /// The settings.
@@ -514,7 +433,7 @@ where
 
     /// Optimizer steps taken (drives the warm-up).
     pub fn optimizer_steps(&self) -> u64 {
-        self.steps
+        self.optimized.steps()
     }
 
     /// Trains on one batch: `optimizer_steps` steps of AdamW on the same samples, then the
@@ -541,20 +460,16 @@ where
         let mut clipped = 0u64;
         for _ in 0..steps {
             let g = self.batch_gradients(&batches, samples.len());
-            let lr = warmup_lr(self.config.lr, self.config.warmup_steps, self.steps);
-            let norm = clipped_step(
-                &mut self.model,
-                &mut self.optimizer,
-                g.grads,
-                self.config.grad_clip,
-                lr,
-            )
-            .map_err(|norm| TrainError::NonFiniteGradient {
-                version: self.version,
-                step: self.steps,
-                norm,
-            })?;
-            self.steps += 1;
+            let step = self.optimized.steps();
+            let lr = warmup_lr(self.config.lr, self.config.warmup_steps, step);
+            let norm = self
+                .optimized
+                .step(g.grads, self.config.grad_clip, lr)
+                .map_err(|norm| TrainError::NonFiniteGradient {
+                    version: self.version,
+                    step,
+                    norm,
+                })?;
             loss_sum += g.loss;
             clipped += g.clipped;
             stats.grad_norm = norm;
@@ -634,27 +549,16 @@ where
     fn micro_batches(&self, samples: &[TrainSample]) -> Result<Vec<MicroBatch<B>>, TrainError> {
         let device = self.model().device();
         let multiple = seq_bucket::<B>(&device);
-        let lengths: Vec<(usize, usize)> = samples
+        let rows: Vec<_> = samples
             .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.response_tokens.is_empty())
-            .map(|(i, s)| (i, s.prompt_tokens.len() + s.response_tokens.len()))
+            .map(|s| (s.prompt_tokens.as_slice(), s.response_tokens.as_slice()))
             .collect();
-        plan_micro_batches(&lengths, self.config.micro_batch_tokens)
-            .into_iter()
-            .map(|indices| {
-                let rows = indices.iter().map(|&i| {
-                    (
-                        samples[i].prompt_tokens.as_slice(),
-                        samples[i].response_tokens.as_slice(),
-                    )
-                });
-                let tokens = TokenBatch::from_sequences(rows)
-                    .map_err(|source| TrainError::Batch {
-                        samples: indices.clone(),
-                        source,
-                    })?
-                    .padded_to_multiple(multiple);
+        token_micro_batches(&rows, self.config.micro_batch_tokens, multiple)
+            .map(|(indices, tokens)| {
+                let tokens = tokens.map_err(|source| TrainError::Batch {
+                    samples: indices.clone(),
+                    source,
+                })?;
                 // Row order of the batch is the order of `indices`, and within a row the response
                 // tokens are in order: the per-token constants follow the same order.
                 let behaviour = indices
@@ -723,82 +627,29 @@ where
     /// (`learner_optimizer.mpk`). The weights are saved separately, with the model.
     pub fn save_optimizer(&self, dir: &Path) -> Result<(), TrainError> {
         let path = dir.join(OPTIMIZER_FILE);
-        let err = |reason: String| TrainError::Checkpoint {
-            path: format!("{}.mpk", path.display()),
-            reason,
-        };
-        let table = param_table::<B, M>(self.model());
-        let position: HashMap<ParamId, usize> = table
-            .iter()
-            .enumerate()
-            .map(|(i, (id, _, _))| (*id, i))
-            .collect();
-        let mut state: OptimRecord<M, B> = Default::default();
-        for (id, record) in self.optimizer.to_record() {
-            let i = position.get(&id).ok_or_else(|| {
-                err(format!(
-                    "the optimizer holds state for parameter {id}, which the model does not have"
-                ))
-            })?;
-            state.insert(ParamId::from(*i as u64), record);
-        }
-        let paths = table.iter().map(|(_, p, _)| p.clone()).collect();
-        let shapes = table.iter().map(|(_, _, s)| s.clone()).collect();
-        let saved: SavedState<M, B> = (state, self.version, self.steps, paths, shapes);
-        Recorder::<B>::record(
-            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
-            saved,
-            path.clone(),
-        )
-        .map_err(|e| err(e.to_string()))
+        self.optimized
+            .save(&path, self.version)
+            .map_err(|reason| checkpoint_error(&path, reason))
     }
 
     /// Restores what [`Trainer::save_optimizer`] wrote onto the current model, whose parameter
     /// paths and shapes must match those saved.
     pub fn load_optimizer(&mut self, dir: &Path) -> Result<(), TrainError> {
         let path = dir.join(OPTIMIZER_FILE);
-        let err = |reason: String| TrainError::Checkpoint {
-            path: format!("{}.mpk", path.display()),
-            reason,
-        };
         let device = self.model().device();
-        let (state, version, steps, paths, shapes): SavedState<M, B> = Recorder::<B>::load(
-            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
-            path.clone(),
-            &device,
-        )
-        .map_err(|e| err(e.to_string()))?;
-        let table = param_table::<B, M>(self.model());
-        if paths.len() != table.len() || shapes.len() != table.len() {
-            return Err(err(format!(
-                "saved for a model of {} parameters, this model has {}",
-                paths.len(),
-                table.len()
-            )));
-        }
-        for (i, (_, path, shape)) in table.iter().enumerate() {
-            if &paths[i] != path || &shapes[i] != shape {
-                return Err(err(format!(
-                    "parameter {i} was saved as {} {:?}, the model has {} {:?}",
-                    paths[i], shapes[i], path, shape
-                )));
-            }
-        }
-        let mut rekeyed: OptimRecord<M, B> = Default::default();
-        for (position, record) in state {
-            let i = position.val() as usize;
-            let (id, _, _) = table.get(i).ok_or_else(|| {
-                err(format!(
-                    "state for parameter position {i}, the model has {}",
-                    table.len()
-                ))
-            })?;
-            rekeyed.insert(*id, record);
-        }
-        self.optimizer = Self::fresh_optimizer(&self.config).load_record(rekeyed);
-        self.version = version;
-        self.steps = steps;
+        self.version = self
+            .optimized
+            .load(&path, &device)
+            .map_err(|reason| checkpoint_error(&path, reason))?;
         Ok(())
+    }
+}
+
+/// The error of saving or loading the optimizer state at `path` (the recorder adds `.mpk`).
+fn checkpoint_error(path: &Path, reason: String) -> TrainError {
+    TrainError::Checkpoint {
+        path: format!("{}.mpk", path.display()),
+        reason,
     }
 }
 

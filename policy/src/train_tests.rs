@@ -10,6 +10,7 @@ use kevin::rng::SplitMix64;
 use super::*;
 use crate::learner_testing::BigramTestLm;
 use crate::loss::TokenBatch;
+use crate::optim::param_table;
 
 type Ad = Autodiff<NdArray>;
 type Lm = BigramTestLm<Ad>;

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::scalar::{float_lit, long_product, Render};
-use crate::ops::ast::{BinOp, Dim, Expr, Op, ReduceKind};
+use crate::ops::ast::{collect_vars, BinOp, Dim, Expr, Op, ReduceKind};
 use crate::ops::Dtype;
 use crate::tasks::Task;
 
@@ -729,21 +729,6 @@ fn product_or_one(shape: &[Dim]) -> String {
         "1".into()
     } else {
         product(shape)
-    }
-}
-
-fn collect_vars(e: &Expr, out: &mut BTreeSet<String>) {
-    match e {
-        Expr::Var(v) => {
-            out.insert(v.clone());
-        }
-        Expr::Num(_) => {}
-        Expr::Neg(a) => collect_vars(a, out),
-        Expr::Binary(_, a, b) => {
-            collect_vars(a, out);
-            collect_vars(b, out);
-        }
-        Expr::Call { args, .. } => args.iter().for_each(|a| collect_vars(a, out)),
     }
 }
 

@@ -2,7 +2,7 @@
 //! types and symbolic shapes they carry. The parser builds it, the checker fills in the type of
 //! every statement, and the interpreter, the PyTorch renderer and the task loader read it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Element type of a tensor.
@@ -429,6 +429,23 @@ pub enum Expr {
         /// Tensor operands.
         args: Vec<Expr>,
     },
+}
+
+/// Adds every name `e` reads (tensors and named constants) to `out`; the checker uses it for
+/// "every input used" and the naive-kernel writer for the shape an expression iterates over.
+pub(crate) fn collect_vars(e: &Expr, out: &mut BTreeSet<String>) {
+    match e {
+        Expr::Num(_) => {}
+        Expr::Var(n) => {
+            out.insert(n.clone());
+        }
+        Expr::Neg(a) => collect_vars(a, out),
+        Expr::Binary(_, a, b) => {
+            collect_vars(a, out);
+            collect_vars(b, out);
+        }
+        Expr::Call { args, .. } => args.iter().for_each(|a| collect_vars(a, out)),
+    }
 }
 
 /// A parsed and type-checked program.

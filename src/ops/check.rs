@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ast::{BinOp, Dim, Dtype, Expr, Op, Program, ReduceKind, TensorType};
+use super::ast::{collect_vars, BinOp, Dim, Dtype, Expr, Op, Program, ReduceKind, TensorType};
 use super::CheckError;
 
 /// The type of an expression: a tensor type, or a Python-like scalar (`dtype == None`, rank 0)
@@ -273,21 +273,6 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                 }
             }
         }
-    }
-}
-
-fn collect_vars(e: &Expr, out: &mut BTreeSet<String>) {
-    match e {
-        Expr::Num(_) => {}
-        Expr::Var(n) => {
-            out.insert(n.clone());
-        }
-        Expr::Neg(a) => collect_vars(a, out),
-        Expr::Binary(_, a, b) => {
-            collect_vars(a, out);
-            collect_vars(b, out);
-        }
-        Expr::Call { args, .. } => args.iter().for_each(|a| collect_vars(a, out)),
     }
 }
 

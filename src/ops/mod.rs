@@ -51,6 +51,11 @@
 //! literal, and a literal 1 broadcasts. Every input must be used, every intermediate used, every
 //! output assigned exactly once with exactly its declared type. Errors name the line and column
 //! (parse errors) or the line and statement (type errors).
+//!
+//! Dependencies: `ops` is the bottom of the core; it imports nothing else from the crate (tasks,
+//! the baseline, the verifier, the corpus and the devices build on it). Outside `ops`, use the
+//! re-exported items and the public `ast`, `interp`, `lexer`, `round` and `torch`; `check`,
+//! `builtins` and `parse` are private, and `kernels` is for the baseline's lowering only.
 
 pub mod ast;
 mod builtins;

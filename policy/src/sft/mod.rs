@@ -7,12 +7,17 @@
 //! batch, so summing micro-batch gradients gives exactly the batch's gradient however the batch
 //! is split. Log-probs come from [`crate::loss::token_logprobs`], the learner's own (f32
 //! log-softmax, only response rows); the optimizer step, clipping and gradient summation are the
-//! RL trainer's ([`crate::train::clipped_step`], [`crate::train::summed_gradients`]).
+//! RL trainer's ([`crate::optim::OptimizedModel`], [`crate::train::summed_gradients`]).
 //!
 //! Schedule: linear warm-up to `lr`, then cosine decay to `min_lr` at the last step.
 //!
 //! - `data.rs`: tokenising the corpus, over-long examples, the batches of an epoch.
 //! - `run.rs`: the command: model, epochs, validation, progress, the output directory.
+//!
+//! Dependencies: the warm start builds on the RL side's pieces (`train`'s micro-batches and
+//! gradient sums, `optim`, `loss`, `qwen2`, `burn_learner::open_model`, the tokenizer); none of
+//! those may import `sft`. Outside the crate, the `kevin sft` command calls [`run`] and the
+//! re-exported data items; the trainer internals are not for other callers.
 
 pub mod data;
 pub mod run;
@@ -22,9 +27,9 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
 use crate::loss::{token_logprobs, BatchError, TokenBatch};
+use crate::optim::{reject_if, AdamWSettings, InvalidSetting, OptimizedModel};
 use crate::train::{
-    adamw, clipped_step, plan_micro_batches, scalar_f64, summed_gradients, AdamWOptimizer,
-    AdamWSettings, SummedGradients,
+    check_micro_batch_tokens, scalar_f64, summed_gradients, token_micro_batches, SummedGradients,
 };
 use crate::CausalLm;
 pub use data::{epoch_batches, tokenize, Overlong, SftExample, Tokenized};
@@ -51,28 +56,31 @@ pub struct SftConfig {
 impl SftConfig {
     /// Checks the settings; the error names the flag.
     pub fn validate(&self) -> Result<(), SftError> {
-        let bad = |key: &'static str, value: f64, reason: &'static str| {
-            Err(SftError::Config {
-                key,
-                value: value.to_string(),
-                reason,
-            })
-        };
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad("lr", self.lr, "must be finite and > 0");
-        }
-        if !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
-            return bad("min_lr", self.min_lr, "must be in [0, lr]");
-        }
-        if self.grad_clip.is_nan() || self.grad_clip <= 0.0 {
-            return bad("grad_clip", self.grad_clip, "must be > 0");
-        }
-        if !(self.adamw.weight_decay >= 0.0 && self.adamw.weight_decay.is_finite()) {
-            return bad("weight_decay", self.adamw.weight_decay, "must be >= 0");
-        }
-        if self.micro_batch_tokens == 0 {
-            return bad("micro_batch_tokens", 0.0, "must be >= 1");
-        }
+        reject_if(
+            !(self.lr.is_finite() && self.lr > 0.0),
+            "lr",
+            self.lr,
+            "must be finite and > 0",
+        )?;
+        reject_if(
+            !(self.min_lr >= 0.0 && self.min_lr <= self.lr),
+            "min_lr",
+            self.min_lr,
+            "must be in [0, lr]",
+        )?;
+        reject_if(
+            self.grad_clip.is_nan() || self.grad_clip <= 0.0,
+            "grad_clip",
+            self.grad_clip,
+            "must be > 0",
+        )?;
+        reject_if(
+            !(self.adamw.weight_decay >= 0.0 && self.adamw.weight_decay.is_finite()),
+            "weight_decay",
+            self.adamw.weight_decay,
+            "must be >= 0",
+        )?;
+        check_micro_batch_tokens(self.micro_batch_tokens)?;
         Ok(())
     }
 }
@@ -81,15 +89,8 @@ impl SftConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum SftError {
     /// A setting it cannot work with.
-    #[error("sft setting {key} = {value}: {reason}")]
-    Config {
-        /// The setting.
-        key: &'static str,
-        /// Its value.
-        value: String,
-        /// What is allowed.
-        reason: &'static str,
-    },
+    #[error("sft setting {0}")]
+    Config(InvalidSetting),
     /// A batch could not be formed.
     #[error("sft batch: {0}")]
     Batch(#[from] BatchError),
@@ -101,6 +102,12 @@ pub enum SftError {
         /// The norm.
         norm: f64,
     },
+}
+
+impl From<InvalidSetting> for SftError {
+    fn from(e: InvalidSetting) -> Self {
+        SftError::Config(e)
+    }
 }
 
 /// The learning rate of optimizer step `step` (0-based): linear warm-up over `warmup` steps
@@ -136,22 +143,12 @@ fn token_batches(
     max_tokens: usize,
     multiple: usize,
 ) -> Result<Vec<TokenBatch>, SftError> {
-    let lengths: Vec<(usize, usize)> = batch
+    let rows: Vec<_> = batch
         .iter()
-        .enumerate()
-        .filter(|(_, e)| !e.response.is_empty())
-        .map(|(i, e)| (i, e.len()))
+        .map(|e| (e.prompt.as_slice(), e.response.as_slice()))
         .collect();
-    plan_micro_batches(&lengths, max_tokens)
-        .into_iter()
-        .map(|rows| {
-            let seqs = rows
-                .iter()
-                .map(|&i| (batch[i].prompt.as_slice(), batch[i].response.as_slice()));
-            TokenBatch::from_sequences(seqs)
-                .map(|b| b.padded_to_multiple(multiple))
-                .map_err(SftError::from)
-        })
+    token_micro_batches(&rows, max_tokens, multiple)
+        .map(|(_, tokens)| tokens.map_err(SftError::from))
         .collect()
 }
 
@@ -179,11 +176,9 @@ where
     M: CausalLm<B> + AutodiffModule<B>,
     M::InnerModule: CausalLm<B::InnerBackend>,
 {
-    /// Always `Some` between calls (see [`clipped_step`]).
-    model: Option<M>,
-    optimizer: AdamWOptimizer<M, B>,
+    /// The model, its AdamW state and the steps taken.
+    optimized: OptimizedModel<B, M>,
     config: SftConfig,
-    steps: u64,
 }
 
 impl<B, M> SftTrainer<B, M>
@@ -196,29 +191,24 @@ where
     pub fn new(model: M, config: SftConfig) -> Result<Self, SftError> {
         config.validate()?;
         Ok(SftTrainer {
-            model: Some(model),
-            optimizer: adamw(&config.adamw),
+            optimized: OptimizedModel::new(model, config.adamw),
             config,
-            steps: 0,
         })
     }
 
     /// The model being trained.
     pub fn model(&self) -> &M {
-        self.model
-            .as_ref()
-            .expect("the model is only taken during an optimizer step")
+        self.optimized.model()
     }
 
     /// The trained model.
     pub fn into_model(self) -> M {
-        self.model
-            .expect("the model is only taken during an optimizer step")
+        self.optimized.into_model()
     }
 
     /// Optimizer steps taken.
     pub fn steps(&self) -> u64 {
-        self.steps
+        self.optimized.steps()
     }
 
     /// The settings.
@@ -251,7 +241,8 @@ where
     /// token takes no step and reports loss 0.
     pub fn step(&mut self, batch: &[&SftExample]) -> Result<StepStats, SftError> {
         let c = &self.config;
-        let lr = warmup_cosine_lr(c.lr, c.min_lr, c.warmup_steps, c.total_steps, self.steps);
+        let step = self.optimized.steps();
+        let lr = warmup_cosine_lr(c.lr, c.min_lr, c.warmup_steps, c.total_steps, step);
         let longest = batch.iter().map(|e| e.len()).max().unwrap_or(0);
         let mut stats = StepStats {
             loss: 0.0,
@@ -265,13 +256,11 @@ where
             return Ok(stats);
         };
         let max_norm = self.config.grad_clip;
-        stats.grad_norm = clipped_step(&mut self.model, &mut self.optimizer, g.grads, max_norm, lr)
-            .map_err(|norm| SftError::NonFiniteGradient {
-                step: self.steps,
-                norm,
-            })?;
+        stats.grad_norm = self
+            .optimized
+            .step(g.grads, max_norm, lr)
+            .map_err(|norm| SftError::NonFiniteGradient { step, norm })?;
         stats.loss = g.loss;
-        self.steps += 1;
         Ok(stats)
     }
 

@@ -17,10 +17,10 @@ use sha2::{Digest, Sha256};
 use super::{epoch_batches, tokenize, Overlong, SftConfig, SftExample, SftTrainer};
 use crate::burn_learner::{open_model, TOKENIZER_FILE};
 use crate::checkpoint::{self, SaveDtype};
+use crate::optim::AdamWSettings;
 use crate::qwen2::{Qwen2, Qwen2Config};
 use crate::runtime::{uses_cuda, CpuTrain, CudaTrain};
 use crate::tokenizer::{Tokenizer, ENDOFTEXT, IM_END};
-use crate::train::AdamWSettings;
 
 /// The record written next to the weights.
 pub const RECORD_FILE: &str = "sft.json";

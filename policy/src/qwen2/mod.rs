@@ -1,0 +1,30 @@
+//! The Qwen2 decoder (Hugging Face's `Qwen2ForCausalLM`) in burn, one model in one file as
+//! candle writes them: the config.json struct, small modules each with `new` and a short
+//! `forward`, and an explicit KV cache of fixed slots for batched generation.
+//!
+//! Shapes in comments use `b` batch rows, `t` new tokens, `s` attended keys, `h` query heads,
+//! `kv` key/value heads, `d` head dimension, `g = h / kv` query heads per key/value head.
+//!
+//! Numerics follow transformers' eager code so that logits match it: RMSNorm in f32 and cast
+//! back, RoPE tables computed in f32 with the `rotate_half` convention, softmax in f32.
+//!
+//! Files: `config` (the `config.json` struct and its checks), `weights` (Hugging Face weight
+//! names, [`WeightSource`] and the visitor that saving uses), `layers` (RMSNorm, RoPE,
+//! attention, MLP, decoder layer), `cache` (the KV cache of fixed slots), `model` ([`Qwen2`] and
+//! its [`crate::CausalLm`] implementation). Everything public is re-exported here; callers use
+//! `kevin_policy::qwen2::X`, never the submodules. This module imports only burn, serde and the
+//! crate's `CausalLm` trait: nothing from the sampler, the learner, training or checkpoints
+//! (they build on it, not the other way round).
+
+mod cache;
+mod config;
+mod layers;
+mod model;
+mod weights;
+
+pub(crate) use cache::int_tensor;
+pub use cache::{compiles_per_shape, Qwen2Cache, KEY_BUCKET, TOKEN_BUCKET};
+pub use config::{ConfigError, Qwen2Config, TokenIds};
+pub use layers::{Attention, DecoderLayer, Mlp, RmsNorm};
+pub use model::Qwen2;
+pub(crate) use weights::{WeightKind, WeightSource};

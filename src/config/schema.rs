@@ -1,0 +1,536 @@
+//! The file schema: every section as a serde struct with the paper's recipe as its defaults.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::rl::ReturnAggregation;
+
+/// Asynchronous (off-policy) or synchronous (on-policy baseline) training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Generation never waits for the learner; stale groups are dropped.
+    Async,
+    /// Generation pauses while the learner trains; every group is on-policy.
+    Sync,
+}
+
+/// Which policy writes the kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    /// The simulated policy: no model; configured latency; canned or corpus answers.
+    Simulated,
+    /// A Qwen2 model in burn (`[policy.burn]`), sampled with continuous batching.
+    Burn,
+}
+
+/// Which kernel environment judges the kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvKind {
+    /// Everything simulated: configured latencies and outcome distributions.
+    Simulated,
+    /// Real static checks, launch-plan validation and NVRTC compilation in worker processes;
+    /// correctness and timing simulated (and labelled so).
+    Nvrtc,
+    /// The CPU execution backend: candidates compiled against kevin's CUDA device model and
+    /// judged by the real correctness protocol in worker processes; CPU timings.
+    Cpu,
+    /// The GPU harness: NVRTC CUBINs checked and timed on the GPU(s) in `kevin worker --role
+    /// cuda` processes against kevin's eager baseline.
+    Cuda,
+}
+
+/// Which learner optimises the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LearnerKind {
+    /// The simulated learner: the real loss on the batch, no model.
+    Simulated,
+    /// Trains the burn policy's model (`[policy.burn]`) with AdamW; needs `policy.kind = "burn"`.
+    Burn,
+}
+
+/// Where the burn policy and learner run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BurnDevice {
+    /// burn's NdArray backend on the CPU.
+    Cpu,
+    /// burn's CUDA backend on GPU 0.
+    Cuda,
+    /// CUDA when nvidia-smi lists a GPU, else the CPU.
+    Auto,
+}
+
+/// Where tasks come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskSource {
+    /// Synthetic task names for the simulated environment.
+    Simulated,
+    /// The task suite in `tasks.dir` (train split only).
+    Suite,
+}
+
+/// The off-policy correction of the policy-gradient loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Correction {
+    /// Clipped ratio against the behaviour log-probs.
+    Clipped,
+    /// Clip pi_theta / pi_prox, weight by pi_prox / pi_behaviour (capped).
+    Decoupled,
+}
+
+/// `[run]`: the run's identity and lifecycle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunSection {
+    /// Run name: the run directory is `<runs_dir>/<name>` unless `--run-dir` says otherwise.
+    pub name: String,
+    /// Parent folder of run directories.
+    pub runs_dir: String,
+    /// Seed of every random choice the system makes.
+    pub seed: u64,
+    /// "async" or "sync".
+    pub mode: Mode,
+    /// Stop after this many learner steps (0: run until stopped).
+    pub max_steps: u64,
+    /// Write a checkpoint every this many learner steps (and always at shutdown).
+    pub checkpoint_every: u64,
+    /// How long a shutdown waits for in-flight episodes before it abandons them (seconds).
+    pub drain_timeout_s: f64,
+}
+
+impl Default for RunSection {
+    fn default() -> Self {
+        RunSection {
+            name: "default".into(),
+            runs_dir: "runs".into(),
+            seed: 0,
+            mode: Mode::Async,
+            max_steps: 0,
+            checkpoint_every: 10,
+            drain_timeout_s: 60.0,
+        }
+    }
+}
+
+/// `[tasks]`: the task suite.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TasksSection {
+    /// "suite" (the task files in `dir`) or "simulated" (synthetic tasks).
+    pub source: TaskSource,
+    /// The task suite's folder.
+    pub dir: String,
+    /// Size preset prompts and evaluation use: "small" (CPU) or "gpu".
+    pub preset: crate::tasks::Preset,
+    /// Number of synthetic tasks when `source = "simulated"`.
+    pub simulated_count: u32,
+}
+
+impl Default for TasksSection {
+    fn default() -> Self {
+        TasksSection {
+            source: TaskSource::Suite,
+            dir: "tasks".into(),
+            preset: crate::tasks::Preset::Gpu,
+            simulated_count: 16,
+        }
+    }
+}
+
+/// `[rollout]`: episodes and groups.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolloutSection {
+    /// m: trajectories per task group.
+    pub trajectories: u32,
+    /// n: refinement turns per trajectory.
+    pub turns: u32,
+    /// Groups being generated or waiting in the replay queue at once. This is the system's one
+    /// global bound on work in flight: when it is reached, the task sampler waits.
+    pub max_inflight_groups: u32,
+    /// Character budget of a prompt; the earliest turns of the history are cut first.
+    pub prompt_budget_chars: u32,
+}
+
+impl Default for RolloutSection {
+    fn default() -> Self {
+        RolloutSection {
+            trajectories: 16,
+            turns: 4,
+            max_inflight_groups: 16,
+            prompt_budget_chars: 24_000,
+        }
+    }
+}
+
+/// `[policy.simulated]`: the simulated policy's cost model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimPolicySection {
+    /// Fixed cost of one batched forward pass sequence (ms).
+    pub batch_ms: f64,
+    /// Cost per generated token of a batch (ms); a batch costs batch_ms + tokens * token_ms.
+    pub token_ms: f64,
+    /// Tokens in each simulated response.
+    pub response_tokens: u32,
+    /// Probability that a response has no kernel at all (a format error).
+    pub p_format_error: f64,
+    /// A folder of `<task>.cu` answers (e.g. "tasks/solutions"): when set, the simulated policy
+    /// answers each task with its file, sometimes broken (`p_mutate`), instead of a canned kernel.
+    pub corpus: String,
+    /// Probability that a corpus answer is broken on the first turn (halved at each later turn).
+    pub p_mutate: f64,
+}
+
+impl Default for SimPolicySection {
+    fn default() -> Self {
+        SimPolicySection {
+            batch_ms: 5.0,
+            token_ms: 0.02,
+            response_tokens: 64,
+            p_format_error: 0.05,
+            corpus: String::new(),
+            p_mutate: 0.3,
+        }
+    }
+}
+
+/// `[policy.burn]`: the burn policy's model (shared by the burn learner, which trains it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BurnPolicySection {
+    /// A Hugging Face Qwen2 directory: config.json and tokenizer.json, and model.safetensors (or
+    /// shards). Without a weights file the model is initialised randomly from `seed` (the log
+    /// says so). Relative to the working directory. A resumed run loads the run directory's latest
+    /// checkpoint instead.
+    pub checkpoint: String,
+    /// Seed of the random initialisation when `checkpoint` has no weights file.
+    pub seed: u64,
+    /// "cpu" (burn NdArray, f32), "cuda" (burn CUDA, f32, GPU 0) or "auto" (cuda when
+    /// nvidia-smi lists a GPU, else cpu).
+    pub device: BurnDevice,
+    /// Tokens of one sequence, prompt + response (capped at the model's
+    /// max_position_embeddings); a longer prompt gets an empty response.
+    pub max_len: u32,
+}
+
+impl Default for BurnPolicySection {
+    fn default() -> Self {
+        BurnPolicySection {
+            checkpoint: "models/kevin-tiny".into(),
+            seed: 0,
+            device: BurnDevice::Auto,
+            max_len: 4096,
+        }
+    }
+}
+
+/// `[policy]`: the language model that writes kernels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicySection {
+    /// Which policy runs ("simulated" or "burn").
+    pub kind: PolicyKind,
+    /// Cost model of the simulated policy.
+    pub simulated: SimPolicySection,
+    /// Model, device and sequence length of the burn policy.
+    pub burn: BurnPolicySection,
+}
+
+impl Default for PolicySection {
+    fn default() -> Self {
+        PolicySection {
+            kind: PolicyKind::Simulated,
+            simulated: SimPolicySection::default(),
+            burn: BurnPolicySection::default(),
+        }
+    }
+}
+
+/// `[sampling]`: how the policy samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SamplingSection {
+    /// Sampling temperature (0.9 in training and evaluation).
+    pub temperature: f64,
+    /// Nucleus sampling mass (1.0: off).
+    pub top_p: f64,
+    /// Keep only the k most likely tokens (0: off).
+    pub top_k: u32,
+    /// Maximum tokens generated per turn.
+    pub max_new_tokens: u32,
+    /// Largest batch of requests one forward pass serves.
+    pub max_batch: u32,
+    /// Strings that end a response.
+    pub stop: Vec<String>,
+}
+
+impl Default for SamplingSection {
+    fn default() -> Self {
+        SamplingSection {
+            temperature: 0.9,
+            top_p: 1.0,
+            top_k: 0,
+            max_new_tokens: 4096,
+            max_batch: 64,
+            stop: Vec::new(),
+        }
+    }
+}
+
+/// `[env.simulated]`: the simulated kernel environment's latencies and outcome distribution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimEnvSection {
+    /// Compile latency (ms).
+    pub compile_ms: f64,
+    /// Correctness-check latency (ms).
+    pub verify_ms: f64,
+    /// Timing latency (ms).
+    pub profile_ms: f64,
+    /// Probability of a compile error on the first turn.
+    pub p_compile_error: f64,
+    /// Probability that a compiled kernel is wrong on the first turn.
+    pub p_wrong: f64,
+    /// Probability that a kernel crashes its worker.
+    pub p_crash: f64,
+    /// Factor applied to the failure probabilities at each later turn (refinement helps).
+    pub improve_per_turn: f64,
+    /// Median speedup of a correct kernel (log-normal around it).
+    pub median_speedup: f64,
+    /// Probability that compiling panics inside the environment (to exercise supervision).
+    pub p_panic: f64,
+}
+
+impl Default for SimEnvSection {
+    fn default() -> Self {
+        SimEnvSection {
+            compile_ms: 1.0,
+            verify_ms: 2.0,
+            profile_ms: 2.0,
+            p_compile_error: 0.3,
+            p_wrong: 0.3,
+            p_crash: 0.02,
+            improve_per_turn: 0.7,
+            median_speedup: 0.8,
+            p_panic: 0.0,
+        }
+    }
+}
+
+/// `[env]`: the kernel environment (compile, verify, profile).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvSection {
+    /// Which environment runs: "simulated", "nvrtc", "cpu" or "cuda".
+    pub kind: EnvKind,
+    /// GPU ordinals the cuda environment evaluates on (one worker pool per GPU).
+    pub gpus: Vec<u32>,
+    /// Target architecture of compilation: "auto" (the GPU's own, asked from nvidia-smi; sm_90,
+    /// the H200, when there is no GPU) or an architecture such as "sm_90".
+    pub arch: String,
+    /// Compile workers (compilation is CPU-bound and parallel).
+    pub compile_workers: u32,
+    /// Verification workers (cpu: in all; cuda: per GPU, where they also time; one request holds
+    /// a GPU at a time; the others wait or restart meanwhile).
+    pub verify_workers: u32,
+    /// Profiling workers (simulated environments; the cuda environment's workers time
+    /// candidates under an exclusive lock of their GPU instead).
+    pub profile_workers: u32,
+    /// Deadline of one compilation (ms).
+    pub compile_timeout_ms: u64,
+    /// Deadline of one correctness check (ms).
+    pub verify_timeout_ms: u64,
+    /// Deadline of one timing run (ms).
+    pub profile_timeout_ms: u64,
+    /// The simulated environment's parameters.
+    pub simulated: SimEnvSection,
+}
+
+impl Default for EnvSection {
+    fn default() -> Self {
+        EnvSection {
+            kind: EnvKind::Simulated,
+            gpus: vec![0],
+            arch: "auto".into(),
+            compile_workers: 2,
+            verify_workers: 1,
+            profile_workers: 1,
+            compile_timeout_ms: 10_000,
+            verify_timeout_ms: 20_000,
+            profile_timeout_ms: 30_000,
+            simulated: SimEnvSection::default(),
+        }
+    }
+}
+
+/// `[replay]`: returns, advantages, staleness and batching.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplaySection {
+    /// Task groups per learner batch.
+    pub tasks_per_batch: u32,
+    /// Largest accepted gap between the learner's version and a group's oldest turn.
+    pub max_staleness: u64,
+    /// Discount of later turns' scores.
+    pub gamma: f64,
+    /// "sum" or "max" of discounted later scores.
+    pub aggregation: ReturnAggregation,
+    /// Divide advantages by the group's standard deviation.
+    pub std_normalize: bool,
+    /// Keep a write-ahead log so accepted groups survive a crash.
+    pub wal: bool,
+}
+
+impl Default for ReplaySection {
+    fn default() -> Self {
+        ReplaySection {
+            tasks_per_batch: 8,
+            max_staleness: 2,
+            gamma: 0.4,
+            aggregation: ReturnAggregation::Sum,
+            std_normalize: false,
+            wal: true,
+        }
+    }
+}
+
+/// `[learner.simulated]`: the simulated learner's cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimLearnerSection {
+    /// Cost of one optimizer step (ms).
+    pub step_ms: f64,
+}
+
+impl Default for SimLearnerSection {
+    fn default() -> Self {
+        SimLearnerSection { step_ms: 20.0 }
+    }
+}
+
+/// `[learner]`: the loss and the optimizer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LearnerSection {
+    /// Which learner runs ("simulated", or "burn": trains `[policy.burn]`'s model, and needs
+    /// policy.kind = "burn").
+    pub kind: LearnerKind,
+    /// Off-policy correction: "clipped" or "decoupled".
+    pub correction: Correction,
+    /// Learning rate (constant after warm-up).
+    pub lr: f64,
+    /// Linear warm-up steps.
+    pub warmup_steps: u64,
+    /// Optimizer steps per batch.
+    pub optimizer_steps: u32,
+    /// Lower clip offset.
+    pub clip_low: f64,
+    /// Upper clip offset (clip-higher).
+    pub clip_high: f64,
+    /// Global gradient-norm clip.
+    pub grad_clip: f64,
+    /// KL coefficient to a reference policy (0: off, as in the recipe).
+    pub kl_coef: f64,
+    /// Cap of the decoupled objective's importance weight.
+    pub decoupled_weight_cap: f64,
+    /// The simulated learner's cost.
+    pub simulated: SimLearnerSection,
+}
+
+impl Default for LearnerSection {
+    fn default() -> Self {
+        LearnerSection {
+            kind: LearnerKind::Simulated,
+            correction: Correction::Clipped,
+            lr: 1e-6,
+            warmup_steps: 10,
+            optimizer_steps: 2,
+            clip_low: 0.2,
+            clip_high: 0.28,
+            grad_clip: 0.05,
+            kl_coef: 0.0,
+            decoupled_weight_cap: 5.0,
+            simulated: SimLearnerSection::default(),
+        }
+    }
+}
+
+/// `[telemetry]`: logs, trace and metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetrySection {
+    /// Log filter (tracing's EnvFilter syntax), e.g. "info" or "kevin=debug".
+    pub log_level: String,
+    /// Write the Chrome trace-event file.
+    pub trace: bool,
+    /// Write episodes.jsonl (every turn's prompt, response, outcome and score).
+    pub episodes: bool,
+}
+
+impl Default for TelemetrySection {
+    fn default() -> Self {
+        TelemetrySection {
+            log_level: "info".into(),
+            trace: true,
+            episodes: true,
+        }
+    }
+}
+
+/// The file-facing configuration: every section with its defaults.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigFile {
+    /// `[run]`
+    pub run: RunSection,
+    /// `[tasks]`
+    pub tasks: TasksSection,
+    /// `[rollout]`
+    pub rollout: RolloutSection,
+    /// `[policy]`
+    pub policy: PolicySection,
+    /// `[sampling]`
+    pub sampling: SamplingSection,
+    /// `[env]`
+    pub env: EnvSection,
+    /// `[replay]`
+    pub replay: ReplaySection,
+    /// `[learner]`
+    pub learner: LearnerSection,
+    /// `[telemetry]`
+    pub telemetry: TelemetrySection,
+}
+
+/// Every dotted key the schema knows, for documentation and `--help`.
+pub fn known_keys() -> BTreeSet<String> {
+    fn walk(t: &toml::Table, prefix: &str, out: &mut BTreeSet<String>) {
+        for (k, v) in t {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                toml::Value::Table(sub) => walk(sub, &key, out),
+                _ => {
+                    out.insert(key);
+                }
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(
+        &toml::Table::try_from(ConfigFile::default()).expect("defaults serialise"),
+        "",
+        &mut out,
+    );
+    out
+}

@@ -1,0 +1,191 @@
+use std::path::Path;
+
+use super::*;
+
+fn load_str(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let dir = std::env::temp_dir().join(format!("kevin-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A unique file per call: tests run in parallel and texts of equal length are common.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("{n}.toml"));
+    std::fs::write(&path, text).unwrap();
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let result = Config::load(Some(&path), &vars);
+    std::fs::remove_file(&path).ok();
+    result
+}
+
+fn check_err(text: &str, vars: &[(&str, &str)], expected_start: &str) {
+    let err = load_str(text, vars)
+        .expect_err("must be rejected")
+        .to_string();
+    assert!(!err.contains('\n'), "error must be one line: {err}");
+    assert!(
+        err.starts_with(expected_start),
+        "got: {err}\nexpected to start with: {expected_start}"
+    );
+}
+
+#[test]
+fn defaults_are_the_recipe() {
+    let c = Config::load(None, &[]).unwrap();
+    assert_eq!(c.rollout.trajectories, 16);
+    assert_eq!(c.rollout.turns, 4);
+    assert_eq!(c.replay.tasks_per_batch, 8);
+    assert_eq!(c.replay.gamma, 0.4);
+    assert_eq!(c.learner.clip_low, 0.2);
+    assert_eq!(c.learner.clip_high, 0.28);
+    assert_eq!(c.learner.grad_clip, 0.05);
+    assert_eq!(c.learner.optimizer_steps, 2);
+    assert_eq!(c.learner.kl_coef, 0.0);
+    assert_eq!(c.sampling.temperature, 0.9);
+}
+
+#[test]
+fn layers_file_then_environment() {
+    let c = load_str(
+        "[rollout]\nturns = 8\ntrajectories = 4\n",
+        &[("KEVIN__ROLLOUT__TURNS", "2")],
+    )
+    .unwrap();
+    assert_eq!(c.rollout.turns, 2, "environment wins over the file");
+    assert_eq!(c.rollout.trajectories, 4, "file wins over defaults");
+    let c = load_str(
+        "",
+        &[
+            ("KEVIN__ENV__SIMULATED__COMPILE_MS", "0.5"),
+            ("KEVIN__RUN__MODE", "sync"),
+            ("KEVIN__REPLAY__MAX_STALENESS", "0"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.env.simulated.compile_ms, 0.5);
+    assert_eq!(c.run.mode, Mode::Sync);
+    assert!(c.sources.iter().any(|s| s.starts_with("KEVIN__RUN__MODE")));
+    // Unrelated variables are ignored.
+    assert!(load_str("", &[("KEVINX", "1"), ("PATH", "/bin")]).is_ok());
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_name() {
+    check_err(
+        "[rollout]\nturnz = 3\n",
+        &[],
+        "unknown config key `rollout.turnz` (from ",
+    );
+    check_err("[rolout]\nturns = 3\n", &[], "unknown config key `rolout`");
+    check_err(
+        "",
+        &[("KEVIN__ROLLOUT__TURNZ", "3")],
+        "unknown config key `rollout.turnz` (from environment variable KEVIN__ROLLOUT__TURNZ)",
+    );
+    check_err(
+        "[env.simulated]\ncompile_mss = 1\n",
+        &[],
+        "unknown config key `env.simulated.compile_mss`",
+    );
+}
+
+#[test]
+fn bad_values_are_rejected_with_key_value_and_rule() {
+    check_err(
+        "[rollout]\nturns = 0\n",
+        &[],
+        "config key `rollout.turns` = 0 is invalid: must be at least 1",
+    );
+    check_err(
+        "[rollout]\nturns = \"four\"\n",
+        &[],
+        "config key `rollout.turns` = \"four\" is invalid",
+    );
+    check_err(
+        "[run]\nmode = \"fast\"\n",
+        &[],
+        "config key `run.mode` = \"fast\" is invalid",
+    );
+    check_err(
+        "[replay]\ngamma = 1.5\n",
+        &[],
+        "config key `replay.gamma` = 1.5 is invalid: must be between 0 and 1",
+    );
+    check_err(
+        "",
+        &[("KEVIN__SAMPLING__TOP_P", "0")],
+        "config key `sampling.top_p` = 0 is invalid",
+    );
+    check_err(
+        "[run]\nmode = \"sync\"\n",
+        &[],
+        "config key `replay.max_staleness` = 2 is invalid: must be 0 when",
+    );
+    check_err(
+        "[run]\nname = \"../x\"\n",
+        &[],
+        "config key `run.name` = \"../x\" is invalid",
+    );
+    check_err("not toml [", &[], "config file ");
+}
+
+#[test]
+fn burn_policy_and_learner_are_checked() {
+    let burn = "[policy]\nkind = \"burn\"\n[learner]\nkind = \"burn\"\n";
+    for (text, expected) in [
+        (
+            "[learner]\nkind = \"burn\"\n".to_string(),
+            "config key `learner.kind` = \"burn\" is invalid: needs policy.kind = \"burn\"",
+        ),
+        (
+            "[policy]\nkind = \"burn\"\n".to_string(),
+            "config key `policy.kind` = \"burn\" is invalid: needs learner.kind = \"burn\"",
+        ),
+        (
+            format!("{burn}[policy.burn]\ncheckpoint = \"no/such/dir\"\n"),
+            "config key `policy.burn.checkpoint` = \"no/such/dir\" is invalid: must be a Hugging Face",
+        ),
+        (
+            // A tokenizer without a model config.
+            format!("{burn}[policy.burn]\ncheckpoint = \"models/kevin-bpe-4096\"\n"),
+            "config key `policy.burn.checkpoint` = \"models/kevin-bpe-4096\" is invalid: models/kevin-bpe-4096/config.json is missing",
+        ),
+        (
+            format!("{burn}[policy.burn]\nmax_len = 1\n"),
+            "config key `policy.burn.max_len` = 1 is invalid: must be at least 2",
+        ),
+        (
+            format!("{burn}[policy.burn]\ndevice = \"tpu\"\n"),
+            "config key `policy.burn.device` = \"tpu\" is invalid",
+        ),
+    ] {
+        check_err(&text, &[], expected);
+    }
+    let c = load_str(burn, &[]).unwrap();
+    assert_eq!(c.policy.burn.checkpoint, "models/kevin-tiny");
+    assert_eq!(c.policy.burn.device, BurnDevice::Auto);
+}
+
+#[test]
+fn resolved_config_round_trips() {
+    let c = load_str("[rollout]\nturns = 3\n", &[]).unwrap();
+    let text = c.to_toml();
+    let back: ConfigFile = toml::from_str(&text).unwrap();
+    assert_eq!(back, c.file);
+    assert!(known_keys().contains("replay.max_staleness"));
+}
+
+#[test]
+fn shipped_configs_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Config::load(Some(&path), &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "quickstart, gpu and sync configs");
+}

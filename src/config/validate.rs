@@ -1,0 +1,283 @@
+//! Validation: [`Config::from_file`] checks every value of a loaded [`ConfigFile`] and names the
+//! rule a bad value breaks.
+
+use std::path::{Path, PathBuf};
+
+use super::error::{invalid, ConfigError};
+use super::schema::{ConfigFile, EnvKind, LearnerKind, Mode, PolicyKind, TaskSource};
+
+/// The validated runtime configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The validated sections.
+    pub file: ConfigFile,
+    /// Where the layers came from, for the log ("defaults", the file, the overrides).
+    pub sources: Vec<String>,
+}
+
+impl std::ops::Deref for Config {
+    type Target = ConfigFile;
+    fn deref(&self) -> &ConfigFile {
+        &self.file
+    }
+}
+
+fn check_range(key: &str, v: f64, lo: f64, hi: f64) -> Result<(), ConfigError> {
+    if v.is_finite() && v >= lo && v <= hi {
+        Ok(())
+    } else {
+        Err(invalid(key, v, format!("must be between {lo} and {hi}")))
+    }
+}
+
+fn check_min(key: &str, v: u64, min: u64) -> Result<(), ConfigError> {
+    if v >= min {
+        Ok(())
+    } else {
+        Err(invalid(key, v, format!("must be at least {min}")))
+    }
+}
+
+/// The burn policy and learner come as a pair (the learner trains the policy's model and
+/// publishes it to the policy), and the model directory must hold what they read.
+fn check_burn(f: &ConfigFile) -> Result<(), ConfigError> {
+    let (policy, learner) = (f.policy.kind, f.learner.kind);
+    if learner == LearnerKind::Burn && policy != PolicyKind::Burn {
+        return Err(invalid(
+            "learner.kind",
+            "\"burn\"",
+            "needs policy.kind = \"burn\" (it trains the burn policy's model)",
+        ));
+    }
+    if policy == PolicyKind::Burn && learner != LearnerKind::Burn {
+        return Err(invalid(
+            "policy.kind",
+            "\"burn\"",
+            "needs learner.kind = \"burn\" (only the burn learner publishes weights it can load)",
+        ));
+    }
+    if policy != PolicyKind::Burn {
+        return Ok(());
+    }
+    let b = &f.policy.burn;
+    let dir = Path::new(&b.checkpoint);
+    let shown = format!("{:?}", b.checkpoint);
+    if b.checkpoint.is_empty() || !dir.is_dir() {
+        return Err(invalid(
+            "policy.burn.checkpoint",
+            shown,
+            "must be a Hugging Face model directory (config.json, tokenizer.json, model.safetensors); not found",
+        ));
+    }
+    for file in ["config.json", "tokenizer.json"] {
+        if !dir.join(file).is_file() {
+            return Err(invalid(
+                "policy.burn.checkpoint",
+                shown,
+                format!("{} is missing", dir.join(file).display()),
+            ));
+        }
+    }
+    check_min("policy.burn.max_len", b.max_len.into(), 2)?;
+    Ok(())
+}
+
+impl Config {
+    /// Validates every value of `file`.
+    pub fn from_file(file: ConfigFile) -> Result<Config, ConfigError> {
+        let f = &file;
+        if f.run.name.is_empty() || f.run.name.contains(['/', '\\']) || f.run.name.starts_with('.')
+        {
+            return Err(invalid(
+                "run.name",
+                format!("{:?}", f.run.name),
+                "a non-empty name without path separators",
+            ));
+        }
+        check_min("run.checkpoint_every", f.run.checkpoint_every, 1)?;
+        check_range("run.drain_timeout_s", f.run.drain_timeout_s, 0.0, 86_400.0)?;
+        check_min("tasks.simulated_count", f.tasks.simulated_count.into(), 1)?;
+        if f.env.kind != EnvKind::Simulated && f.tasks.source != TaskSource::Suite {
+            return Err(invalid(
+                "env.kind",
+                format!("{:?}", format!("{:?}", f.env.kind).to_lowercase()),
+                "needs tasks.source = \"suite\" (real compilation needs real tasks)",
+            ));
+        }
+        let arch_ok = f.env.arch == "auto"
+            || (f.env.arch.starts_with("sm_")
+                && f.env.arch[3..].parse::<u32>().is_ok_and(|v| v >= 50));
+        if !arch_ok {
+            return Err(invalid(
+                "env.arch",
+                format!("{:?}", f.env.arch),
+                "\"auto\" or an architecture such as \"sm_90\"",
+            ));
+        }
+        check_range(
+            "policy.simulated.p_mutate",
+            f.policy.simulated.p_mutate,
+            0.0,
+            1.0,
+        )?;
+        check_min("rollout.trajectories", f.rollout.trajectories.into(), 1)?;
+        check_min("rollout.turns", f.rollout.turns.into(), 1)?;
+        check_min(
+            "rollout.max_inflight_groups",
+            f.rollout.max_inflight_groups.into(),
+            1,
+        )?;
+        check_min(
+            "rollout.prompt_budget_chars",
+            f.rollout.prompt_budget_chars.into(),
+            256,
+        )?;
+        check_range(
+            "policy.simulated.batch_ms",
+            f.policy.simulated.batch_ms,
+            0.0,
+            3.6e6,
+        )?;
+        check_range(
+            "policy.simulated.token_ms",
+            f.policy.simulated.token_ms,
+            0.0,
+            3.6e6,
+        )?;
+        check_min(
+            "policy.simulated.response_tokens",
+            f.policy.simulated.response_tokens.into(),
+            1,
+        )?;
+        check_range("sampling.temperature", f.sampling.temperature, 0.0, 10.0)?;
+        if !(f.sampling.top_p > 0.0 && f.sampling.top_p <= 1.0) {
+            return Err(invalid(
+                "sampling.top_p",
+                f.sampling.top_p,
+                "must be in (0, 1]",
+            ));
+        }
+        check_min(
+            "sampling.max_new_tokens",
+            f.sampling.max_new_tokens.into(),
+            1,
+        )?;
+        check_min("sampling.max_batch", f.sampling.max_batch.into(), 1)?;
+        check_min("env.compile_workers", f.env.compile_workers.into(), 1)?;
+        check_min("env.verify_workers", f.env.verify_workers.into(), 1)?;
+        check_min("env.profile_workers", f.env.profile_workers.into(), 1)?;
+        if f.env.kind == EnvKind::Cuda && f.env.gpus.is_empty() {
+            return Err(invalid(
+                "env.gpus",
+                "[]",
+                "must name at least one GPU ordinal",
+            ));
+        }
+        check_min("env.compile_timeout_ms", f.env.compile_timeout_ms, 1)?;
+        check_min("env.verify_timeout_ms", f.env.verify_timeout_ms, 1)?;
+        check_min("env.profile_timeout_ms", f.env.profile_timeout_ms, 1)?;
+        let s = &f.env.simulated;
+        for (key, v) in [
+            ("env.simulated.compile_ms", s.compile_ms),
+            ("env.simulated.verify_ms", s.verify_ms),
+            ("env.simulated.profile_ms", s.profile_ms),
+        ] {
+            check_range(key, v, 0.0, 3.6e6)?;
+        }
+        for (key, v) in [
+            ("env.simulated.p_compile_error", s.p_compile_error),
+            ("env.simulated.p_wrong", s.p_wrong),
+            ("env.simulated.p_crash", s.p_crash),
+            ("env.simulated.improve_per_turn", s.improve_per_turn),
+            ("env.simulated.p_panic", s.p_panic),
+            (
+                "policy.simulated.p_format_error",
+                f.policy.simulated.p_format_error,
+            ),
+        ] {
+            check_range(key, v, 0.0, 1.0)?;
+        }
+        check_range("env.simulated.median_speedup", s.median_speedup, 1e-3, 1e3)?;
+        check_min("replay.tasks_per_batch", f.replay.tasks_per_batch.into(), 1)?;
+        check_range("replay.gamma", f.replay.gamma, 0.0, 1.0)?;
+        if f.run.mode == Mode::Sync && f.replay.max_staleness != 0 {
+            return Err(invalid(
+                "replay.max_staleness",
+                f.replay.max_staleness,
+                "must be 0 when run.mode = \"sync\" (the on-policy baseline)",
+            ));
+        }
+        if f.run.mode == Mode::Sync && f.rollout.max_inflight_groups < f.replay.tasks_per_batch {
+            return Err(invalid(
+                "rollout.max_inflight_groups",
+                f.rollout.max_inflight_groups,
+                format!(
+                    "must be at least replay.tasks_per_batch ({}) in sync mode",
+                    f.replay.tasks_per_batch
+                ),
+            ));
+        }
+        if f.rollout.max_inflight_groups < f.replay.tasks_per_batch {
+            return Err(invalid(
+                "rollout.max_inflight_groups",
+                f.rollout.max_inflight_groups,
+                format!(
+                    "must be at least replay.tasks_per_batch ({}), or no batch could ever fill",
+                    f.replay.tasks_per_batch
+                ),
+            ));
+        }
+        if !(f.learner.lr > 0.0 && f.learner.lr < 1.0) {
+            return Err(invalid("learner.lr", f.learner.lr, "must be in (0, 1)"));
+        }
+        check_min(
+            "learner.optimizer_steps",
+            f.learner.optimizer_steps.into(),
+            1,
+        )?;
+        check_range("learner.clip_low", f.learner.clip_low, 0.0, 1.0)?;
+        check_range("learner.clip_high", f.learner.clip_high, 0.0, 10.0)?;
+        if f.learner.grad_clip.is_nan() || f.learner.grad_clip <= 0.0 {
+            return Err(invalid(
+                "learner.grad_clip",
+                f.learner.grad_clip,
+                "must be > 0",
+            ));
+        }
+        check_range("learner.kl_coef", f.learner.kl_coef, 0.0, 100.0)?;
+        check_range(
+            "learner.decoupled_weight_cap",
+            f.learner.decoupled_weight_cap,
+            1.0,
+            1e6,
+        )?;
+        check_burn(f)?;
+        check_range(
+            "learner.simulated.step_ms",
+            f.learner.simulated.step_ms,
+            0.0,
+            3.6e6,
+        )?;
+        Ok(Config {
+            file,
+            sources: vec!["defaults".into()],
+        })
+    }
+
+    /// The run directory: `--run-dir` when given, else `<run.runs_dir>/<run.name>`.
+    pub fn run_dir(&self, explicit: Option<&Path>) -> PathBuf {
+        match explicit {
+            Some(p) => p.to_path_buf(),
+            None => Path::new(&self.run.runs_dir).join(&self.run.name),
+        }
+    }
+
+    /// The resolved configuration as TOML, as written into the run directory.
+    pub fn to_toml(&self) -> String {
+        let header = format!(
+            "# resolved kevin config; layers: {}\n",
+            self.sources.join(" < ")
+        );
+        header + &toml::to_string_pretty(&self.file).expect("config serialises")
+    }
+}
