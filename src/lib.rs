@@ -20,6 +20,7 @@
 
 pub mod baseline;
 pub mod candidate;
+pub mod clock;
 pub mod compile;
 pub mod config;
 pub mod corpus;

@@ -11,7 +11,7 @@ use kevin::cpu_env::CpuEnv;
 use kevin::policy_eval::{run, score_task, summarize, RunOptions};
 use kevin::scripted::ScriptedPolicy;
 use kevin::tasks::{Preset, TaskSuite};
-use kevin_actors::eval_policy_cmd::episode_tasks;
+use kevin_actors::cmd::eval::checkpoint::episode_tasks;
 use serde_json::Value;
 
 /// A held-out task with a short reference solution.

@@ -36,7 +36,7 @@ fn corpus_and_tokenizer_on_the_cpu_backend() {
         "corpus",
         "--out",
         out.to_str().unwrap(),
-        "--only",
+        "--tasks",
         "relu,sum_reduce",
         "--workers",
         "2",
@@ -83,7 +83,7 @@ fn corpus_and_tokenizer_on_the_cpu_backend() {
         "corpus",
         "--out",
         dir.join("x.jsonl").to_str().unwrap(),
-        "--only",
+        "--tasks",
         "tanh",
     ]);
     assert!(!refused.status.success());

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use actix::prelude::*;
 use kevin::env::KernelEnv;
 
-use crate::failures::Failures;
-use crate::messages::Profile;
-use crate::pool::BlockingPool;
-use crate::stage::{run_stage, stage_actor};
+use crate::pipeline::failures::Failures;
+use crate::pipeline::messages::Profile;
+use crate::pipeline::pool::BlockingPool;
+use crate::pipeline::stage::{run_stage, stage_actor};
 
 /// The Profiler actor.
 pub struct Profiler {

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -30,7 +30,65 @@ use kevin::rng::SplitMix64;
 use kevin::worker::PoolStats;
 use serde::Serialize;
 
-use crate::hacks_cmd::reference_source;
+use super::hacks::reference_source;
+use super::EnvArgs;
+use crate::cmd::{failure, passed, usage, write_json, CmdResult};
+
+/// The flags of `kevin bench faults`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The environment.
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// Evaluations to submit.
+    #[arg(long, default_value_t = 1000)]
+    pub count: usize,
+    /// Threads submitting at once (default: twice the workers).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Share of faulty candidates among the evaluations.
+    #[arg(long, default_value_t = 0.5)]
+    pub faulty_share: f64,
+    /// Seed of the shuffle.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Stop submitting after this many seconds: the evaluations in flight finish and the
+    /// report covers those submitted (it says so), so a run under a time limit still reports.
+    #[arg(long)]
+    pub max_seconds: Option<f64>,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the storm with the flags; exit 1 when anything was lost or misattributed.
+pub fn run_cmd(a: &Args) -> CmdResult {
+    if !(0.0..=1.0).contains(&a.faulty_share) {
+        return Err(usage(format!(
+            "--faulty-share {}: must be between 0 and 1",
+            a.faulty_share
+        )));
+    }
+    let env = a.env.env()?;
+    let opts = FaultOptions {
+        count: a.count,
+        concurrency: a.concurrency.unwrap_or(2 * a.env.workers()).max(1),
+        seed: a.seed,
+        faulty_share: a.faulty_share,
+        max_seconds: a.max_seconds,
+    };
+    let ok = main(
+        env,
+        &a.env.hacks,
+        &a.env.dir,
+        a.env.backend(),
+        a.env.deadlines(),
+        &opts,
+        a.json.as_deref(),
+    )
+    .map_err(failure)?;
+    Ok(passed(ok))
+}
 
 /// How the storm is made.
 #[derive(Debug, Clone)]
@@ -624,8 +682,7 @@ pub fn main(
     let report = run(env, &hacks, tasks_dir, backend, deadlines, opts)?;
     print!("{}", render(&report));
     if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        write_json(path, &report)?;
     }
     Ok(report.passed())
 }

@@ -27,18 +27,18 @@ use kevin::telemetry::TraceStats;
 use kevin::worker::WorkerCommand;
 use tokio::sync::{oneshot, watch, Semaphore};
 
-use crate::compiler::Compiler;
-use crate::failures::Failures;
-use crate::generator::Generator;
-use crate::learner::{LearnerActor, LearnerCtx, LearnerSignal};
-use crate::mailbox::{Handle, Mailbox};
-use crate::messages::{Finish, Flush, PublishWeights, StopSampling};
-use crate::profiler::Profiler;
-use crate::replay_queue::ReplayQueue;
-use crate::rollout::{Rollout, RolloutShared};
-use crate::task_sampler::TaskSamplerActor;
-use crate::telemetry::Telemetry;
-use crate::verifier::Verifier;
+use crate::pipeline::compiler::Compiler;
+use crate::pipeline::failures::Failures;
+use crate::pipeline::generator::Generator;
+use crate::pipeline::learner::{LearnerActor, LearnerCtx, LearnerSignal};
+use crate::pipeline::mailbox::{Handle, Mailbox};
+use crate::pipeline::messages::{Finish, Flush, PublishWeights, StopSampling};
+use crate::pipeline::profiler::Profiler;
+use crate::pipeline::replay_queue::ReplayQueue;
+use crate::pipeline::rollout::{Rollout, RolloutShared};
+use crate::pipeline::task_sampler::TaskSamplerActor;
+use crate::pipeline::telemetry::Telemetry;
+use crate::pipeline::verifier::Verifier;
 
 /// What `kevin train` runs.
 pub struct TrainOptions {

@@ -11,6 +11,7 @@
 //!   evaluation that must succeed; the replacement latency from the pool's statistics.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,25 +21,44 @@ use kevin::env::{evaluate, KernelEnv};
 use kevin::outcome::Outcome;
 use kevin::tasks::TaskSuite;
 
-/// Options of `kevin bench gpu`.
-#[derive(Debug, Clone)]
-pub struct GpuBenchArgs {
-    /// The task suite's folder.
-    pub dir: PathBuf,
+use crate::cmd::{failure, write_json, CmdResult};
+
+/// The flags of `kevin bench gpu`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
     /// Seconds of the throughput run.
+    #[arg(long, default_value_t = 30.0)]
     pub seconds: f64,
     /// Evaluations of the repeatability kernel.
+    #[arg(long, default_value_t = 10)]
     pub repeat: usize,
-    /// The repeatability kernel's task (its reference solution).
+    /// Task whose reference solution is evaluated repeatedly.
+    #[arg(long, default_value = "softmax")]
     pub task: String,
-    /// GPU workers.
+    /// GPU worker processes.
+    #[arg(long, default_value_t = 4)]
     pub workers: usize,
-    /// Concurrent clients of the throughput run.
+    /// Concurrent evaluations in the throughput run.
+    #[arg(long, default_value_t = 16)]
     pub clients: usize,
-    /// Illegal-address faults in the replacement test.
+    /// Illegal-address faults to inject.
+    #[arg(long, default_value_t = 5)]
     pub faults: usize,
-    /// Write a markdown report here.
+    /// The task suite's folder.
+    #[arg(long, default_value = "tasks")]
+    pub dir: PathBuf,
+    /// Also write the results as markdown to this file.
+    #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the benchmark with the flags.
+pub fn run(args: &Args) -> CmdResult {
+    bench(args).map_err(failure)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 const ILLEGAL: &str = "// Writes through a forged pointer: an illegal address.\n\
@@ -69,7 +89,7 @@ fn speedup(o: &Outcome) -> Option<f64> {
 }
 
 /// Runs the benchmark and prints (and optionally writes) the report.
-pub fn run(args: &GpuBenchArgs) -> Result<(), String> {
+pub fn bench(args: &Args) -> Result<(), String> {
     let suite = TaskSuite::load(&args.dir).map_err(|e| format!("task suite: {e}"))?;
     let exe = std::env::current_exe().map_err(|e| format!("locating the kevin binary: {e}"))?;
     let cfg = CudaEnvConfig {
@@ -248,22 +268,54 @@ pub fn run(args: &GpuBenchArgs) -> Result<(), String> {
             args.workers,
             args.clients,
             args.faults,
-            date_utc(),
+            kevin::clock::utc_minute(),
             env.describe()
         );
         std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+    }
+    if let Some(path) = &args.json {
+        let phases = |p: &[(String, u64, f64)]| -> Vec<serde_json::Value> {
+            p.iter()
+                .map(
+                    |(name, n, ms)| serde_json::json!({ "phase": name, "count": n, "mean_ms": ms }),
+                )
+                .collect()
+        };
+        let figures = serde_json::json!({
+            "device": env.describe(),
+            "date": kevin::clock::utc_minute(),
+            "setup_s": setup_s,
+            "workers": args.workers,
+            "compile_ms_median": compile_median,
+            "compile_ms_max": compile_max,
+            "throughput": {
+                "clients": args.clients,
+                "seconds": elapsed,
+                "evaluations": evaluations,
+                "candidates_per_s": per_s,
+                "not_correct": wrong.len(),
+            },
+            "serial_candidates_per_s": serial_per_s,
+            "repeatability": {
+                "task": args.task,
+                "evaluations": speedups.len(),
+                "speedup_mean": mean,
+                "speedup_cv": cv,
+            },
+            "faults": {
+                "injected": args.faults,
+                "crash_outcomes": crashes,
+                "next_correct": after_ok,
+                "workers_replaced": replaced,
+                "replacement_mean_ms": respawn_mean_ms,
+            },
+            "phases_serial": phases(&serial_phases),
+            "phases_throughput": phases(&busy_phases),
+        });
+        write_json(path, &figures)?;
     }
     if crashes != args.faults || after_ok != args.faults {
         return Err("a fault was not reported as a crash or a replacement worker failed".into());
     }
     Ok(())
-}
-
-fn date_utc() -> String {
-    std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
 }

@@ -1,9 +1,57 @@
 //! `kevin tasks`: list the task suite, print it as JSON, or show a task's exact first-turn prompt.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
+use clap::Subcommand;
 use kevin::tasks::{Preset, Split, TaskSuite};
 use serde_json::json;
+
+use super::{failure, CmdResult};
+
+/// List the task suite (name, level, split, sizes), or show a task's first-turn prompt.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The task suite's folder.
+    #[arg(long, default_value = "tasks", global = true)]
+    pub dir: PathBuf,
+    /// Print the suite as JSON (for tools).
+    #[arg(long)]
+    pub json: bool,
+    /// `show NAME`: print the exact first-turn prompt of a task.
+    #[command(subcommand)]
+    pub show: Option<TasksCommand>,
+}
+
+/// `kevin tasks` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum TasksCommand {
+    /// Print the exact first-turn prompt a policy sees for a task.
+    Show {
+        /// The task's name.
+        name: String,
+        /// Size preset shown in the prompt: "gpu" or "small".
+        #[arg(long, default_value = "gpu", value_parser = ["gpu", "small"])]
+        preset: String,
+    },
+}
+
+/// Lists the suite or shows a prompt.
+pub fn run(args: Args) -> CmdResult {
+    match args.show {
+        None => list(&args.dir, args.json),
+        Some(TasksCommand::Show { name, preset }) => {
+            let preset = if preset == "small" {
+                Preset::Small
+            } else {
+                Preset::Gpu
+            };
+            show(&args.dir, &name, preset)
+        }
+    }
+    .map_err(failure)?;
+    Ok(ExitCode::SUCCESS)
+}
 
 fn dims(sizes: &kevin::ops::Sizes) -> String {
     sizes

@@ -5,7 +5,10 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Instant;
+
+use clap::Subcommand;
 
 use kevin::config::Config;
 use kevin::corpus::{self, CorpusOptions, CorpusStats};
@@ -14,52 +17,191 @@ use kevin::tasks::TaskSuite;
 use kevin_policy::chat;
 use kevin_policy::tokenizer::{Tokenizer, SPECIAL_TOKENS};
 
-/// What `kevin sft corpus` was asked.
-#[derive(Debug, Clone)]
+use super::{failure, workers_or_cores, CmdResult, DEFAULT_CONFIG};
+
+/// Supervised warm-start: build the verified corpus, train the tokenizer, train the policy.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// What to build.
+    #[command(subcommand)]
+    pub what: SftCommand,
+}
+
+/// `kevin sft` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum SftCommand {
+    /// Build the warm-start corpus (JSONL) from the train split: reference solutions, verified
+    /// variants and naive kernels, and broken-then-fixed repair pairs, every kernel compiled and
+    /// checked on the CPU backend. Prints counts by kind and by outcome.
+    Corpus(CorpusArgs),
+    /// Train a byte-level BPE tokenizer on a corpus and write DIR/tokenizer.json; prints bytes
+    /// per token on the corpus.
+    Tokenizer(TokenizerArgs),
+    /// Train the policy on the corpus (supervised warm start): mean NLL of each conversation's
+    /// last response, prompt tokens as context only; AdamW, warm-up + cosine decay, global
+    /// gradient-norm clipping; whole forms held out for validation. Writes a Hugging Face
+    /// directory (config.json, model.safetensors, tokenizer.json) for `[policy.burn].checkpoint`,
+    /// and sft.json (command, corpus hash, shape, losses per epoch, speed, device).
+    Train(TrainArgs),
+}
+
+/// The flags of `kevin sft corpus`.
+#[derive(clap::Args, Debug, Clone)]
 pub struct CorpusArgs {
     /// The JSONL file to write.
+    #[arg(long)]
     pub out: PathBuf,
     /// The task suite's folder (reference solutions in its `solutions/`).
-    pub tasks: PathBuf,
-    /// Chooses where each breakage edits.
+    #[arg(long, default_value = "tasks")]
+    pub dir: PathBuf,
+    /// Seed of the breakage sites.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// CPU worker processes (and evaluations in flight).
-    pub workers: usize,
-    /// Only these train tasks (all when empty).
-    pub only: Vec<String>,
-    /// The training config whose preset and prompt budget the prompts follow.
+    /// CPU worker processes, and evaluations in flight (default: one per CPU core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Only these train tasks (comma-separated; a held-out task is an error; default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub tasks: Vec<String>,
+    /// Training config whose tasks.preset and rollout.prompt_budget_chars the prompts use
+    /// (default: configs/quickstart.toml when present).
+    #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+/// The flags of `kevin sft tokenizer`.
+#[derive(clap::Args, Debug)]
+pub struct TokenizerArgs {
+    /// The corpus (JSONL from `kevin sft corpus`).
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// Vocabulary size, special tokens included.
+    #[arg(long, default_value_t = 4096)]
+    pub vocab_size: usize,
+    /// Output folder.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// The flags of `kevin sft train`.
+#[derive(clap::Args, Debug)]
+pub struct TrainArgs {
+    /// The corpus (JSONL from `kevin sft corpus`).
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// The tokenizer.json (e.g. models/kevin-bpe-4096/tokenizer.json).
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    /// Output folder.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Start from this Hugging Face directory instead of a fresh model (the shape flags are
+    /// then ignored).
+    #[arg(long)]
+    pub init: Option<PathBuf>,
+    /// Fresh model: hidden size.
+    #[arg(long, default_value_t = 256)]
+    pub hidden: usize,
+    /// Fresh model: decoder layers.
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    /// Fresh model: attention heads.
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Fresh model: key/value heads (grouped-query attention).
+    #[arg(long, default_value_t = 2)]
+    pub kv_heads: usize,
+    /// Fresh model: MLP width.
+    #[arg(long, default_value_t = 768)]
+    pub intermediate: usize,
+    /// Passes over the training examples.
+    #[arg(long, default_value_t = 10)]
+    pub epochs: u64,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Learning rate at the last step, as a fraction of --lr (cosine decay).
+    #[arg(long, default_value_t = 0.1)]
+    pub min_lr_ratio: f64,
+    /// Linear warm-up steps (default: 5% of all steps).
+    #[arg(long)]
+    pub warmup_steps: Option<u64>,
+    /// Padded positions (rows x longest row) per optimizer step.
+    #[arg(long, default_value_t = 16384)]
+    pub batch_tokens: usize,
+    /// Padded positions per forward pass, to bound memory (default: --batch-tokens); the
+    /// gradient does not depend on it.
+    #[arg(long)]
+    pub micro_batch_tokens: Option<usize>,
+    /// Longest sequence, prompt + response, in tokens.
+    #[arg(long, default_value_t = 2048)]
+    pub max_len: usize,
+    /// Longer examples: "truncate" (keep the prompt and the start of the response; dropped
+    /// when the prompt alone is too long) or "drop".
+    #[arg(long, default_value = "truncate", value_parser = ["truncate", "drop"])]
+    pub overlong: String,
+    /// Fraction of examples held out for validation, as whole forms (0: none).
+    #[arg(long, default_value_t = 0.05)]
+    pub val_fraction: f64,
+    /// Global gradient-norm clip.
+    #[arg(long, default_value_t = 1.0)]
+    pub grad_clip: f64,
+    /// AdamW weight decay.
+    #[arg(long, default_value_t = 0.1)]
+    pub weight_decay: f64,
+    /// "cpu", "cuda" or "auto" (cuda where nvidia-smi lists a GPU).
+    #[arg(long, default_value = "auto", value_parser = ["cpu", "cuda", "auto"])]
+    pub device: String,
+    /// Seed of the initial weights, the shuffles and the validation split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also write OUT/epoch-NNN/ after every epoch.
+    #[arg(long)]
+    pub save_every_epoch: bool,
+    /// Stop after this many optimizer steps (a smoke run; the schedule still spans all epochs).
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> CmdResult {
+    match args.what {
+        SftCommand::Corpus(a) => corpus_main(&a),
+        SftCommand::Tokenizer(a) => tokenizer_main(&a.corpus, a.vocab_size, &a.out),
+        SftCommand::Train(a) => train_main(&a),
+    }
+    .map_err(failure)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Builds the corpus, writes it, prints its counts; `Err` is a one-line message.
 pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
     let started = Instant::now();
-    let config = match &args.config {
+    let workers = workers_or_cores(args.workers);
+    let config_path = args.config.clone().or_else(|| {
+        let p = PathBuf::from(DEFAULT_CONFIG);
+        p.exists().then_some(p)
+    });
+    let config = match &config_path {
         Some(p) => Config::load(Some(p), &[]).map_err(|e| e.to_string())?,
         None => Config::load(None, &[]).map_err(|e| e.to_string())?,
     };
-    let suite = TaskSuite::load(&args.tasks)
-        .map_err(|e| format!("task suite {}: {e}", args.tasks.display()))?;
+    let suite = TaskSuite::load(&args.dir)
+        .map_err(|e| format!("task suite {}: {e}", args.dir.display()))?;
     // Generous verify deadline: a broken kernel that hangs costs this much, a correct one needs
     // well under a second on the small preset.
     let deadlines = Deadlines {
         verify_ms: 10_000,
         ..Deadlines::default()
     };
-    let env = crate::backends::eval_env(
-        Some("cpu"),
-        suite.clone(),
-        &args.tasks,
-        args.workers,
-        deadlines,
-    )?;
+    let env = super::backends::eval_env(Some("cpu"), suite.clone(), &args.dir, workers, deadlines)?;
     eprintln!("kevin sft corpus: {}", env.describe());
     let opts = CorpusOptions {
         preset: config.tasks.preset,
         seed: args.seed,
         prompt_budget_chars: config.rollout.prompt_budget_chars as usize,
-        parallel: args.workers,
-        only: args.only.clone(),
+        parallel: workers,
+        only: args.tasks.clone(),
     };
     let progress = |p: corpus::Progress<'_>| {
         eprint!(
@@ -165,7 +307,7 @@ const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `kevin sft train`: trains, prints progress every few seconds and a line per epoch on stderr,
 /// then what was written on stdout.
-pub fn train_main(a: &crate::cli::SftTrainArgs) -> Result<(), String> {
+pub fn train_main(a: &TrainArgs) -> Result<(), String> {
     use kevin_policy::sft::run::{self, ModelShape, SftArgs};
     use kevin_policy::sft::Overlong;
     let device = match a.device.as_str() {

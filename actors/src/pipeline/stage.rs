@@ -8,8 +8,8 @@ use actix::prelude::*;
 use kevin::outcome::Outcome;
 use tracing::Span;
 
-use crate::messages::Restart;
-use crate::pool::BlockingPool;
+use crate::pipeline::messages::Restart;
+use crate::pipeline::pool::BlockingPool;
 
 /// Extra time the actor grants beyond the environment's own deadline before it gives up on the
 /// call: the environment enforces deadlines in its worker processes; this is the safety net for
@@ -103,22 +103,26 @@ macro_rules! stage_actor {
             type Context = actix::Context<Self>;
 
             fn started(&mut self, ctx: &mut actix::Context<Self>) {
-                ctx.set_mailbox_capacity(crate::mailbox::actix_capacity(self.credits));
+                ctx.set_mailbox_capacity(crate::pipeline::mailbox::actix_capacity(self.credits));
             }
         }
 
         impl actix::Supervised for $actor {
             fn restarting(&mut self, _ctx: &mut actix::Context<Self>) {
-                self.pool = crate::pool::BlockingPool::new($pool, self.workers);
+                self.pool = crate::pipeline::pool::BlockingPool::new($pool, self.workers);
                 self.failures.count(concat!($name, ".restart"));
                 tracing::warn!(actor = $name, "restarted after a component failure");
             }
         }
 
-        impl actix::Handler<crate::messages::Restart> for $actor {
+        impl actix::Handler<crate::pipeline::messages::Restart> for $actor {
             type Result = ();
 
-            fn handle(&mut self, _: crate::messages::Restart, ctx: &mut actix::Context<Self>) {
+            fn handle(
+                &mut self,
+                _: crate::pipeline::messages::Restart,
+                ctx: &mut actix::Context<Self>,
+            ) {
                 use actix::ActorContext;
                 ctx.stop();
             }

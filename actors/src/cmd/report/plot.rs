@@ -21,7 +21,7 @@ pub const HEIGHT: u32 = 540;
 /// The font family plotters looks text up by; the embedded font is registered under it.
 const FONT: &str = "sans-serif";
 /// The embedded font (see the module docs).
-static FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSansMono-ascii.ttf");
+static FONT_BYTES: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSansMono-ascii.ttf");
 /// Line colours (Tableau 10), distinguishable for the common forms of colour blindness.
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),

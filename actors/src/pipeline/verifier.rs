@@ -6,12 +6,12 @@ use std::sync::Arc;
 use actix::prelude::*;
 use kevin::env::KernelEnv;
 
-use crate::failures::Failures;
-use crate::mailbox::Handle;
-use crate::messages::{Profile, Verify};
-use crate::pool::BlockingPool;
-use crate::profiler::Profiler;
-use crate::stage::{run_stage, stage_actor};
+use crate::pipeline::failures::Failures;
+use crate::pipeline::mailbox::Handle;
+use crate::pipeline::messages::{Profile, Verify};
+use crate::pipeline::pool::BlockingPool;
+use crate::pipeline::profiler::Profiler;
+use crate::pipeline::stage::{run_stage, stage_actor};
 
 /// The Verifier actor.
 pub struct Verifier {

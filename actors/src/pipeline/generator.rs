@@ -13,10 +13,10 @@ use actix::prelude::*;
 use kevin::config::SamplingSection;
 use kevin::policy::{Completion, Policy, Weights};
 
-use crate::failures::Failures;
-use crate::mailbox::actix_capacity;
-use crate::messages::{Generate, PublishWeights};
-use crate::pool::BlockingPool;
+use crate::pipeline::failures::Failures;
+use crate::pipeline::mailbox::actix_capacity;
+use crate::pipeline::messages::{Generate, PublishWeights};
+use crate::pipeline::pool::BlockingPool;
 
 /// The Generator actor.
 pub struct Generator {

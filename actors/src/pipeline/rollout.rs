@@ -18,12 +18,12 @@ use kevin::policy::GenRequest;
 use kevin::rng::SplitMix64;
 use tokio::sync::oneshot;
 
-use crate::compiler::Compiler;
-use crate::failures::Failures;
-use crate::generator::Generator;
-use crate::mailbox::{actix_capacity, Handle};
-use crate::messages::{Compile, Generate, GroupDone, GroupSlot, StartGroup};
-use crate::replay_queue::ReplayQueue;
+use crate::pipeline::compiler::Compiler;
+use crate::pipeline::failures::Failures;
+use crate::pipeline::generator::Generator;
+use crate::pipeline::mailbox::{actix_capacity, Handle};
+use crate::pipeline::messages::{Compile, Generate, GroupDone, GroupSlot, StartGroup};
+use crate::pipeline::replay_queue::ReplayQueue;
 
 /// Attempts at generating one turn before the group is abandoned (a policy failure is not the
 /// candidate's fault, so it is retried rather than scored).

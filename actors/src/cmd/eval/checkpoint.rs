@@ -21,55 +21,16 @@ use kevin::policy_eval::{
 };
 use kevin::tasks::{Preset, Split, TaskSuite};
 
+use crate::cmd::CmdError;
+
 /// The task splits `--split` accepts.
 pub const SPLITS: [&str; 3] = ["heldout", "train", "all"];
 
 /// The devices `--device` accepts.
 pub const DEVICES: [&str; 3] = ["cpu", "cuda", "auto"];
 
-/// What `kevin eval --checkpoint` was asked.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PolicyEvalArgs {
-    /// The Hugging Face model directory.
-    pub checkpoint: PathBuf,
-    /// K, when given.
-    pub samples: Option<u32>,
-    /// Kernels per task, when given instead of K (K = budget / turns).
-    pub budget: Option<u32>,
-    /// N.
-    pub turns: u32,
-    /// "heldout", "train" or "all".
-    pub split: String,
-    /// Only these tasks (each must be in the split).
-    pub tasks: Vec<String>,
-    /// The kernel environment ("cpu", "cuda"; None: cuda where a GPU is listed).
-    pub backend: Option<String>,
-    /// The policy's device ("cpu", "cuda", "auto"; None: the config's).
-    pub device: Option<String>,
-    /// Sampling temperature (None: the config's).
-    pub temperature: Option<f64>,
-    /// Maximum tokens per response (None: the config's).
-    pub max_new_tokens: Option<u32>,
-    /// Base seed of the sampling seeds.
-    pub seed: u64,
-    /// Where to write the JSON report.
-    pub json: Option<PathBuf>,
-    /// Where to write every turn as JSON lines.
-    pub transcripts: Option<PathBuf>,
-    /// The training config whose sampling, prompt budget and `[policy.burn]` settings apply.
-    pub config: Option<PathBuf>,
-    /// The task suite's folder.
-    pub dir: PathBuf,
-}
-
-/// A failure of the command, by exit code.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CmdError {
-    /// Bad arguments or configuration (exit 2).
-    Usage(String),
-    /// Something failed while running (exit 1).
-    Failure(String),
-}
+/// The flags of `kevin eval` ([`super::Args`]), `--checkpoint` present.
+pub type PolicyEvalArgs = super::Args;
 
 /// K: `--samples`, or `--budget / --turns`.
 pub fn samples(args: &PolicyEvalArgs) -> Result<u32, String> {
@@ -87,10 +48,14 @@ pub const DEFAULT_SAMPLES: u32 = 16;
 
 /// The config the evaluation runs with: `--config` (or the built-in defaults) with the
 /// `KEVIN__*` variables in `vars`, then the command's flags.
-pub fn config(args: &PolicyEvalArgs, vars: &[(String, String)]) -> Result<Config, String> {
+pub fn config(
+    args: &PolicyEvalArgs,
+    checkpoint: &Path,
+    vars: &[(String, String)],
+) -> Result<Config, String> {
     let config = Config::load(args.config.as_deref(), vars).map_err(|e| e.to_string())?;
     let mut file = config.file;
-    file.policy.burn.checkpoint = args.checkpoint.display().to_string();
+    file.policy.burn.checkpoint = checkpoint.display().to_string();
     if let Some(d) = &args.device {
         file.policy.burn.device = match d.as_str() {
             "cpu" => BurnDevice::Cpu,
@@ -334,6 +299,8 @@ pub fn render(scores: &[TaskScores], s: &PolicySummary, k: u32, n: u32) -> Strin
 pub struct RunInfo<'a> {
     /// The arguments.
     pub args: &'a PolicyEvalArgs,
+    /// The checkpoint evaluated.
+    pub checkpoint: &'a Path,
     /// K.
     pub samples: u32,
     /// The backend used.
@@ -379,7 +346,7 @@ pub fn to_json(info: &RunInfo<'_>, report: &Report) -> serde_json::Value {
         .collect();
     serde_json::json!({
         "command": "kevin eval --checkpoint",
-        "checkpoint": provenance(&a.checkpoint),
+        "checkpoint": provenance(info.checkpoint),
         "samples": info.samples,
         "turns": a.turns,
         "budget": info.samples * a.turns,
@@ -392,7 +359,7 @@ pub fn to_json(info: &RunInfo<'_>, report: &Report) -> serde_json::Value {
         "max_new_tokens": info.config.sampling.max_new_tokens,
         "prompt_budget_chars": info.config.rollout.prompt_budget_chars,
         "config": a.config.as_ref().map(|c| c.display().to_string()),
-        "date": date_utc(),
+        "date": kevin::clock::utc_rfc3339(),
         "policy": info.policy,
         "env": info.env,
         "tasks": tasks,
@@ -400,52 +367,32 @@ pub fn to_json(info: &RunInfo<'_>, report: &Report) -> serde_json::Value {
     })
 }
 
-/// Now as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, so no date crate is needed).
-pub fn date_utc() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's days_from_civil, inverted.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// Runs the command: checks the arguments, loads the policy and the environment, evaluates,
 /// prints the table and the summary, writes the JSON.
-pub fn main(args: &PolicyEvalArgs, vars: &[(String, String)]) -> Result<(), CmdError> {
+pub fn main(
+    args: &PolicyEvalArgs,
+    checkpoint: &Path,
+    vars: &[(String, String)],
+) -> Result<(), CmdError> {
     use CmdError::{Failure, Usage};
     let k = samples(args).map_err(Usage)?;
     if args.turns == 0 {
         return Err(Usage("--turns 0: at least one turn is needed".into()));
     }
-    if !args.checkpoint.is_dir() {
+    if !checkpoint.is_dir() {
         return Err(Usage(format!(
             "--checkpoint {}: no such directory (a Hugging Face model directory: config.json, \
              tokenizer.json, model.safetensors)",
-            args.checkpoint.display()
+            checkpoint.display()
         )));
     }
-    let config = config(args, vars).map_err(Usage)?;
+    let config = config(args, checkpoint, vars).map_err(Usage)?;
     let suite = TaskSuite::load(&args.dir)
         .map_err(|e| Usage(format!("task suite {}: {e}", args.dir.display())))?;
     let backend = args
         .backend
         .clone()
-        .unwrap_or_else(|| crate::backends::default_backend().to_string());
+        .unwrap_or_else(|| crate::cmd::backends::default_backend().to_string());
     // The prompt shows the sizes the backend evaluates at.
     let preset = if backend == "cuda" {
         Preset::Gpu
@@ -454,7 +401,7 @@ pub fn main(args: &PolicyEvalArgs, vars: &[(String, String)]) -> Result<(), CmdE
     };
     let tasks = episode_tasks(&suite, &args.split, &args.tasks, preset).map_err(Usage)?;
     let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let env = crate::backends::eval_env(
+    let env = crate::cmd::backends::eval_env(
         Some(&backend),
         suite,
         &args.dir,
@@ -489,6 +436,7 @@ pub fn main(args: &PolicyEvalArgs, vars: &[(String, String)]) -> Result<(), CmdE
     let report = evaluate(policy.as_mut(), env.as_ref(), &tasks, &opts).map_err(Failure)?;
     let info = RunInfo {
         args,
+        checkpoint,
         samples: k,
         backend: &backend,
         device,
@@ -496,10 +444,10 @@ pub fn main(args: &PolicyEvalArgs, vars: &[(String, String)]) -> Result<(), CmdE
         policy: policy.describe(),
         env: env.describe(),
     };
-    let prov = provenance(&args.checkpoint);
+    let prov = provenance(checkpoint);
     println!(
         "checkpoint {}{}{}; backend {backend}, policy on {device}, temperature {}, max new tokens {}",
-        args.checkpoint.display(),
+        checkpoint.display(),
         prov["learner_version"]
             .as_u64()
             .map(|v| format!(" (learner version {v})"))

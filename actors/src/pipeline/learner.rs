@@ -16,16 +16,16 @@ use kevin::run_dir::{CheckpointState, Counters, RunDir, StepRecord};
 use kevin::telemetry::{StatsSnapshot, TraceStats};
 use tokio::sync::{oneshot, watch};
 
-use crate::failures::Failures;
-use crate::generator::Generator;
-use crate::mailbox::Mailbox;
-use crate::messages::{
+use crate::pipeline::failures::Failures;
+use crate::pipeline::generator::Generator;
+use crate::pipeline::mailbox::Mailbox;
+use crate::pipeline::messages::{
     Finish, GetReplayStatus, GetSamplerState, PublishWeights, RecordMetrics, TakeBatch,
 };
-use crate::pool::BlockingPool;
-use crate::replay_queue::ReplayQueue;
-use crate::task_sampler::TaskSamplerActor;
-use crate::telemetry::Telemetry;
+use crate::pipeline::pool::BlockingPool;
+use crate::pipeline::replay_queue::ReplayQueue;
+use crate::pipeline::task_sampler::TaskSamplerActor;
+use crate::pipeline::telemetry::Telemetry;
 
 /// Why the learner's loop ended by itself.
 #[derive(Debug, Clone, PartialEq)]

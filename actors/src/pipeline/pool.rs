@@ -5,7 +5,7 @@
 //! oneshot that async code awaits. A panic inside a job is caught on the worker thread (the thread
 //! lives on) and comes back as [`JobPanic`], so a component bug fails one request, is counted, and
 //! takes nothing else down. The channel is unbounded because callers bound what they submit:
-//! every submitter holds a mailbox credit ([`crate::mailbox`]) while its job is queued.
+//! every submitter holds a mailbox credit ([`crate::pipeline::mailbox`]) while its job is queued.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};

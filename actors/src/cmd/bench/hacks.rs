@@ -5,7 +5,7 @@
 //! everything matched.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -14,6 +14,35 @@ use kevin::env::KernelEnv;
 use kevin::hacks::{first_line, Expectation, HackSuite};
 use kevin::outcome::Outcome;
 use serde::Serialize;
+
+use super::EnvArgs;
+use crate::cmd::{failure, passed, write_json, CmdResult};
+
+/// The flags of `kevin bench hacks`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The environment.
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the suite with the flags; exit 1 on any mismatch.
+pub fn run_cmd(a: &Args) -> CmdResult {
+    let env = a.env.env()?;
+    let ok = main(
+        env,
+        &a.env.hacks,
+        &a.env.dir,
+        a.env.backend(),
+        a.env.workers(),
+        a.json.as_deref(),
+    )
+    .map_err(failure)?;
+    Ok(passed(ok))
+}
 
 /// One evaluated candidate: a hack case, or a task's reference solution.
 #[derive(Debug, Clone, Serialize)]
@@ -237,8 +266,7 @@ pub fn main(
             "passed": passed,
             "results": results,
         });
-        let text = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
-        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        write_json(path, &value)?;
     }
     Ok(passed)
 }

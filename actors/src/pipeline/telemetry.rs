@@ -14,8 +14,8 @@ use actix::prelude::*;
 use kevin::replay::ScoredGroup;
 use serde_json::json;
 
-use crate::mailbox::actix_capacity;
-use crate::messages::{Flush, RecordGroup, RecordMetrics};
+use crate::pipeline::mailbox::actix_capacity;
+use crate::pipeline::messages::{Flush, RecordGroup, RecordMetrics};
 
 /// The Telemetry actor.
 pub struct Telemetry {

@@ -7,12 +7,43 @@
 //!    batch takes about a second, an evaluation tens of milliseconds, a learner step about a
 //!    second), each mode for the same wall-clock time.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use kevin::config::{Config, ConfigFile, Mode};
 
-use crate::system::{self, TrainOptions, TrainSummary};
+use crate::cmd::{failure, write_json, CmdResult};
+use crate::pipeline::system::{self, TrainOptions, TrainSummary};
+
+/// The flags of `kevin bench pipeline`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Learner steps of the zero-latency run.
+    #[arg(long, default_value_t = 60)]
+    pub steps: u64,
+    /// Seconds each of the async and sync runs lasts.
+    #[arg(long, default_value_t = 20.0)]
+    pub seconds: f64,
+    /// Also write the results as markdown to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the benchmark with the flags.
+pub fn run(args: &Args) -> CmdResult {
+    pipeline(
+        args.steps,
+        args.seconds,
+        args.out.as_deref(),
+        args.json.as_deref(),
+    )
+    .map_err(failure)?;
+    Ok(ExitCode::SUCCESS)
+}
 
 /// Process CPU time (user + system) in seconds, from /proc (Linux); None elsewhere.
 fn cpu_seconds() -> Option<f64> {
@@ -25,7 +56,7 @@ fn cpu_seconds() -> Option<f64> {
     Some((utime + stime) / 100.0) // USER_HZ is 100 on Linux
 }
 
-fn run(
+fn run_system(
     file: ConfigFile,
     stop_after: Option<Duration>,
 ) -> Result<(TrainSummary, f64, Option<f64>), String> {
@@ -106,10 +137,16 @@ fn realistic(mode: Mode) -> ConfigFile {
     f
 }
 
-/// Runs both parts and prints a markdown report (also written to `out`).
-pub fn pipeline(steps: u64, seconds: f64, out: Option<&Path>) -> Result<(), String> {
+/// Runs both parts and prints a markdown report (also written to `out`; the figures as JSON to
+/// `json`).
+pub fn pipeline(
+    steps: u64,
+    seconds: f64,
+    out: Option<&Path>,
+    json: Option<&Path>,
+) -> Result<(), String> {
     let mut report = String::from("## Pipeline overhead (zero-latency simulated components)\n\n");
-    let (s, wall, cpu) = run(zero_latency(steps), None)?;
+    let (s, wall, cpu) = run_system(zero_latency(steps), None)?;
     let turns = s.turns.max(1) as f64;
     report += "| learner steps | turns | wall s | turns/s | wall us/turn | CPU us/turn |\n|---|---|---|---|---|---|\n";
     report += &format!(
@@ -123,6 +160,18 @@ pub fn pipeline(steps: u64, seconds: f64, out: Option<&Path>) -> Result<(), Stri
             .unwrap_or_else(|| "n/a".into())
     );
     eprintln!("{report}");
+    let mut figures = serde_json::json!({
+        "overhead": {
+            "learner_steps": s.steps,
+            "turns": s.turns,
+            "wall_s": wall,
+            "turns_per_s": turns / wall,
+            "wall_us_per_turn": wall / turns * 1e6,
+            "cpu_us_per_turn": cpu.map(|c| c / turns * 1e6),
+        },
+        "seconds": seconds,
+        "modes": [],
+    });
     report += &format!(
         "## Async vs sync ({seconds} s each; generation batch 1 s, evaluation 80 ms, learner step 2 x 0.5 s)\n\n\
          | mode | turns | trajectories/hour | learner steps | steps/min | wall s |\n|---|---|---|---|---|---|\n"
@@ -131,7 +180,7 @@ pub fn pipeline(steps: u64, seconds: f64, out: Option<&Path>) -> Result<(), Stri
     for mode in [Mode::Async, Mode::Sync] {
         let file = realistic(mode);
         let n = file.rollout.turns as f64;
-        let (s, wall, _) = run(file, Some(Duration::from_secs_f64(seconds)))?;
+        let (s, wall, _) = run_system(file, Some(Duration::from_secs_f64(seconds)))?;
         let traj_per_hour = s.turns as f64 / n / wall * 3600.0;
         rates.push(traj_per_hour);
         report += &format!(
@@ -143,14 +192,28 @@ pub fn pipeline(steps: u64, seconds: f64, out: Option<&Path>) -> Result<(), Stri
             wall
         );
         eprintln!("{mode:?}: {} turns in {wall:.1} s", s.turns);
+        figures["modes"]
+            .as_array_mut()
+            .expect("modes is an array")
+            .push(serde_json::json!({
+                "mode": format!("{mode:?}"),
+                "turns": s.turns,
+                "trajectories_per_hour": traj_per_hour,
+                "learner_steps": s.steps,
+                "wall_s": wall,
+            }));
     }
     report += &format!(
         "\nasync / sync trajectories per hour: {:.2}x\n",
         rates[0] / rates[1].max(1e-9)
     );
+    figures["async_over_sync"] = serde_json::json!(rates[0] / rates[1].max(1e-9));
     println!("{report}");
     if let Some(path) = out {
         std::fs::write(path, &report).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = json {
+        write_json(path, &figures)?;
     }
     Ok(())
 }

@@ -11,13 +11,13 @@ use actix::prelude::*;
 use kevin::replay::{Batch, ReplayBuffer};
 use tokio::sync::oneshot;
 
-use crate::failures::Failures;
-use crate::mailbox::{actix_capacity, Handle};
-use crate::messages::{
+use crate::pipeline::failures::Failures;
+use crate::pipeline::mailbox::{actix_capacity, Handle};
+use crate::pipeline::messages::{
     GetReplayStatus, GroupDone, GroupSlot, RecordGroup, ReplayStatus, TakeBatch, TaskFeedback,
 };
-use crate::task_sampler::TaskSamplerActor;
-use crate::telemetry::Telemetry;
+use crate::pipeline::task_sampler::TaskSamplerActor;
+use crate::pipeline::telemetry::Telemetry;
 
 /// The ReplayQueue actor.
 pub struct ReplayQueue {

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use actix::prelude::*;
 use kevin::env::KernelEnv;
 
-use crate::failures::Failures;
-use crate::mailbox::Handle;
-use crate::messages::{Compile, Verify};
-use crate::pool::BlockingPool;
-use crate::stage::{run_stage, stage_actor};
-use crate::verifier::Verifier;
+use crate::pipeline::failures::Failures;
+use crate::pipeline::mailbox::Handle;
+use crate::pipeline::messages::{Compile, Verify};
+use crate::pipeline::pool::BlockingPool;
+use crate::pipeline::stage::{run_stage, stage_actor};
+use crate::pipeline::verifier::Verifier;
 
 /// The Compiler actor.
 pub struct Compiler {

@@ -19,14 +19,15 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use kevin::config::{Config, Mode};
 use kevin::metrics::StepMetrics;
 use serde::Serialize;
 
-use crate::report::MetricsLog;
+use crate::cmd::report::MetricsLog;
+use crate::cmd::{failure, CmdResult, DEFAULT_CONFIG};
 
 /// The actors whose spans hold the accelerator on a GPU config.
 pub const ACCELERATOR_ACTORS: [&str; 4] = ["Generator", "Learner", "Verifier", "Profiler"];
@@ -35,21 +36,34 @@ const GROUP_DONE: &str = "GroupDone";
 /// Seconds past the window before the child is asked to stop.
 const STOP_MARGIN_S: f64 = 2.0;
 
-/// What `kevin bench modes` was asked to do.
-#[derive(Clone, Debug)]
-pub struct ModesArgs {
-    /// The config (and the environment's `KEVIN__*` overrides, which the children inherit).
+/// The flags of `kevin bench modes`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The config to compare. KEVIN__* variables apply.
+    #[arg(long, default_value = DEFAULT_CONFIG)]
     pub config: PathBuf,
-    /// Wall-clock seconds measured per mode.
+    /// Wall-clock seconds each mode is measured.
+    #[arg(long, default_value_t = 300.0)]
     pub seconds: f64,
-    /// Seconds of a discarded warm-up run first (0: none).
+    /// Seconds of a discarded async run first, so that neither timed run pays a fresh
+    /// machine's one-time work (burn's CUDA kernels, the CUBIN cache).
+    #[arg(long, default_value_t = 0.0)]
     pub warmup: f64,
-    /// Where the run directories go (`warmup`, `async`, `sync`; replaced if present).
+    /// Folder for the run directories (warmup, async, sync; replaced if present).
+    #[arg(long, default_value = "runs/bench-modes")]
     pub dir: PathBuf,
-    /// Also write the markdown report here.
+    /// Also write the results as markdown to this file.
+    #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Also write the figures as JSON here.
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// Runs the comparison with the flags.
+pub fn run_cmd(args: &Args) -> CmdResult {
+    run(args).map_err(failure)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One mode's figures over its window.
@@ -108,7 +122,7 @@ pub struct ModesReport {
 }
 
 /// Runs the comparison, prints the markdown report and writes the requested files.
-pub fn run(args: &ModesArgs) -> Result<ModesReport, String> {
+pub fn run(args: &Args) -> Result<ModesReport, String> {
     if !(args.seconds.is_finite() && args.seconds >= 1.0) {
         return Err(format!(
             "--seconds {}: must be at least 1 (the wall-clock time each mode runs)",
@@ -203,7 +217,7 @@ fn mode_name(mode: Mode) -> &'static str {
 /// Trains `mode` in a fresh `dir` for `seconds` (then SIGINT and drain); returns how it ended.
 fn train_for(
     exe: &Path,
-    args: &ModesArgs,
+    args: &Args,
     dir: &Path,
     mode: Mode,
     staleness: u64,
@@ -249,7 +263,7 @@ fn train_for(
                 mode_name(mode),
                 elapsed,
                 seconds,
-                lines(&dir.join(crate::report::METRICS_FILE))
+                lines(&dir.join(crate::cmd::report::METRICS_FILE))
             );
             let _ = std::io::stderr().flush();
             next_progress += 15.0;
@@ -309,14 +323,15 @@ fn measure(
 ) -> Result<ModeResult, String> {
     let w = kevin::telemetry::window(dir, seconds, GROUP_DONE, &ACCELERATOR_ACTORS)
         .map_err(|e| e.to_string())?;
-    let steps: Vec<StepMetrics> = match MetricsLog::read(&dir.join(crate::report::METRICS_FILE)) {
-        Ok(log) => log
-            .steps
-            .into_iter()
-            .filter(|m| m.elapsed_s <= w.seconds)
-            .collect(),
-        Err(_) => Vec::new(), // no learner step finished: the figures say so
-    };
+    let steps: Vec<StepMetrics> =
+        match MetricsLog::read(&dir.join(crate::cmd::report::METRICS_FILE)) {
+            Ok(log) => log
+                .steps
+                .into_iter()
+                .filter(|m| m.elapsed_s <= w.seconds)
+                .collect(),
+            Err(_) => Vec::new(), // no learner step finished: the figures say so
+        };
     let mean = |f: fn(&StepMetrics) -> f64| {
         (!steps.is_empty()).then(|| steps.iter().map(f).sum::<f64>() / steps.len() as f64)
     };

@@ -15,7 +15,7 @@ use kevin::replay::{Batch, ScoredGroup};
 use kevin::sampler::SamplerState;
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
-use crate::mailbox::Ticket;
+use crate::pipeline::mailbox::Ticket;
 
 /// A group's place in the system's global in-flight bound: taken by the TaskSampler, released
 /// when the learner consumes the group or the replay queue drops it as stale.
@@ -183,5 +183,5 @@ pub struct Flush;
 
 /// -> Learner: finish the current step, write the final checkpoint, stop.
 #[derive(Message)]
-#[rtype(result = "crate::learner::LearnerSummary")]
+#[rtype(result = "crate::pipeline::learner::LearnerSummary")]
 pub struct Finish;

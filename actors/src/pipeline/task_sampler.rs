@@ -14,9 +14,9 @@ use kevin::episode::EpisodeTask;
 use kevin::sampler::{SamplerState, TaskSampler};
 use tokio::sync::{watch, Semaphore};
 
-use crate::mailbox::Handle;
-use crate::messages::{GetSamplerState, StartGroup, StopSampling, TaskFeedback};
-use crate::rollout::Rollout;
+use crate::pipeline::mailbox::Handle;
+use crate::pipeline::messages::{GetSamplerState, StartGroup, StopSampling, TaskFeedback};
+use crate::pipeline::rollout::Rollout;
 
 /// Drives the loop: one tick starts (at most) one group.
 #[derive(Message)]
