@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod nvrtc_env;
 pub mod ops;
 pub mod outcome;
+pub mod par;
 pub mod policy;
 pub mod policy_eval;
 pub mod prompt;

@@ -16,7 +16,6 @@ use crate::pipeline::mailbox::{actix_capacity, Handle};
 use crate::pipeline::messages::{
     GetReplayStatus, GroupDone, GroupSlot, RecordGroup, ReplayStatus, TakeBatch, TaskFeedback,
 };
-use crate::pipeline::task_sampler::TaskSamplerActor;
 use crate::pipeline::telemetry::Telemetry;
 
 /// The ReplayQueue actor.
@@ -25,7 +24,9 @@ pub struct ReplayQueue {
     /// In-flight slots of queued groups, released when a group is consumed or dropped.
     slots: HashMap<u64, GroupSlot>,
     waiting: Option<(u64, oneshot::Sender<Batch>)>,
-    sampler: Addr<TaskSamplerActor>,
+    /// Where each finished group's correctness goes (the task sampler); a `Recipient`, so the
+    /// queue does not depend on the sampler (which depends on the rollout, which sends here).
+    feedback: Recipient<TaskFeedback>,
     telemetry: Handle<Telemetry>,
     credits: usize,
     failures: Arc<Failures>,
@@ -35,7 +36,7 @@ impl ReplayQueue {
     /// A queue around `buffer` (which holds any groups recovered from the WAL).
     pub fn new(
         buffer: ReplayBuffer,
-        sampler: Addr<TaskSamplerActor>,
+        feedback: Recipient<TaskFeedback>,
         telemetry: Handle<Telemetry>,
         credits: usize,
         failures: Arc<Failures>,
@@ -44,7 +45,7 @@ impl ReplayQueue {
             buffer,
             slots: HashMap::new(),
             waiting: None,
-            sampler,
+            feedback,
             telemetry,
             credits,
             failures,
@@ -99,7 +100,7 @@ impl Handler<GroupDone> for ReplayQueue {
             e.to_string()
         })?;
         self.slots.insert(seq, msg.slot);
-        self.sampler.do_send(TaskFeedback {
+        self.feedback.do_send(TaskFeedback {
             task,
             correct_rate: rate,
         });

@@ -406,12 +406,12 @@ pub fn train(
         // The generator starts with the learner's weights, so versions agree from the first turn.
         generator.addr.do_send(PublishWeights(learner.weights()));
 
-        // The sampler and the replay queue know each other's addresses (feedback flows back by
-        // do_send, which never blocks): create the sampler's context first to get its address.
+        // The replay queue sends feedback to the sampler through a recipient (by do_send, which
+        // never blocks): create the sampler's context first to get its address.
         let sampler_ctx = Context::<TaskSamplerActor>::new();
         let sampler_addr = sampler_ctx.address();
         let replay = {
-            let (s, t, f, c) = (sampler_addr.clone(), telemetry.clone(), failures.clone(), mb_replay.capacity());
+            let (s, t, f, c) = (sampler_addr.clone().recipient(), telemetry.clone(), failures.clone(), mb_replay.capacity());
             Handle { addr: ReplayQueue::start_in_arbiter(&replay_arbiter.handle(), move |_| ReplayQueue::new(buffer, s, t, c, f)), mailbox: mb_replay }
         };
         let inflight = Arc::new(AtomicUsize::new(0));

@@ -6,13 +6,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use kevin::env::KernelEnv;
 use kevin::hacks::{first_line, Expectation, HackSuite};
 use kevin::outcome::Outcome;
+use kevin::par::par_map;
 use serde::Serialize;
 
 use super::EnvArgs;
@@ -68,37 +68,6 @@ impl CaseResult {
     pub fn ok(&self) -> bool {
         self.mismatch.is_none()
     }
-}
-
-/// Applies `f` to every item on `threads` threads (items taken in order), calling `done` after
-/// each; results come back in the order of `items`.
-pub fn par_map<T, R, F, D>(items: &[T], threads: usize, f: F, done: D) -> Vec<R>
-where
-    T: Sync,
-    R: Send,
-    F: Fn(&T) -> R + Sync,
-    D: Fn(usize, &T, &R) + Sync,
-{
-    let next = AtomicUsize::new(0);
-    let finished = AtomicUsize::new(0);
-    let slots: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..threads.clamp(1, items.len().max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(item) = items.get(i) else { break };
-                let r = f(item);
-                done(finished.fetch_add(1, Ordering::SeqCst) + 1, item, &r);
-                slots.lock().expect("results")[i] = Some(r);
-            });
-        }
-    });
-    slots
-        .into_inner()
-        .expect("results")
-        .into_iter()
-        .map(|r| r.expect("every item was evaluated"))
-        .collect()
 }
 
 /// What to evaluate: (name, task, source, expectation).

@@ -4,13 +4,13 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use kevin::env::KernelEnv;
 use kevin::eval::{summarize, Summary, TaskResult};
 use kevin::outcome::Outcome;
+use kevin::par::par_map;
 use kevin::tasks::TaskSuite;
 
 /// What to evaluate: the `<task>.cu` files in `kernels` whose stem is a task (optionally only
@@ -49,38 +49,30 @@ pub fn run(
     }
     jobs.sort_by(|a, b| a.0.cmp(&b.0));
     let total = jobs.len();
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let results = Mutex::new(Vec::with_capacity(total));
     let started = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..parallel.max(1).min(total.max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some((task, level, source)) = jobs.get(i) else {
-                    break;
-                };
-                let t0 = Instant::now();
-                let outcome = kevin::env::evaluate(env.as_ref(), task, source);
-                let r = TaskResult {
-                    task: task.clone(),
-                    level: *level,
-                    outcome,
-                    eval_ms: t0.elapsed().as_secs_f64() * 1e3,
-                };
-                results.lock().expect("results").push(r);
-                let n = done.fetch_add(1, Ordering::SeqCst) + 1;
-                // A progress line on stderr, rewritten in place.
-                eprint!(
-                    "\r[{n}/{total}] {:.1} s, last: {task:<28}",
-                    started.elapsed().as_secs_f64()
-                );
-                let _ = std::io::stderr().flush();
-            });
-        }
-    });
+    let mut results = par_map(
+        &jobs,
+        parallel,
+        |(task, level, source)| {
+            let t0 = Instant::now();
+            let outcome = kevin::env::evaluate(env.as_ref(), task, source);
+            TaskResult {
+                task: task.clone(),
+                level: *level,
+                outcome,
+                eval_ms: t0.elapsed().as_secs_f64() * 1e3,
+            }
+        },
+        |n, (task, _, _), _| {
+            // A progress line on stderr, rewritten in place.
+            eprint!(
+                "\r[{n}/{total}] {:.1} s, last: {task:<28}",
+                started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        },
+    );
     eprintln!();
-    let mut results = results.into_inner().expect("results");
     results.sort_by(|a, b| a.task.cmp(&b.task));
     Ok(results)
 }
