@@ -53,5 +53,6 @@ pub mod scripted;
 pub mod sim;
 pub mod tasks;
 pub mod telemetry;
+pub mod turn;
 pub mod verify;
 pub mod worker;

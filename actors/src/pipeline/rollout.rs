@@ -14,8 +14,7 @@ use actix::prelude::*;
 use kevin::config::RolloutSection;
 use kevin::episode::{Episode, EpisodeTask, Group, TurnRecord};
 use kevin::outcome::Outcome;
-use kevin::policy::GenRequest;
-use kevin::rng::SplitMix64;
+use kevin::turn::Responded;
 use tokio::sync::oneshot;
 
 use crate::pipeline::compiler::Compiler;
@@ -135,11 +134,6 @@ async fn run_group(
     shared.inflight.fetch_sub(1, Ordering::SeqCst);
 }
 
-fn turn_seed(base: u64, group: u64, trajectory: u32, turn: u32) -> u64 {
-    let mut g = SplitMix64::derive(base, group);
-    g.next_u64() ^ ((trajectory as u64) << 32 | turn as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
 async fn run_trajectory(
     shared: Arc<RolloutShared>,
     task: Arc<EpisodeTask>,
@@ -153,17 +147,14 @@ async fn run_trajectory(
     );
     while !episode.is_done() {
         let turn = episode.next_turn();
-        let prompt = {
+        let request = {
             let _s = tracing::info_span!("BuildPrompt", actor = "Rollout", turn).entered();
-            episode.prompt()
+            // The id is unique per turn of the run: group, trajectory and turn.
+            let id = (group_id << 20) | ((index as u64) << 10) | turn as u64;
+            kevin::turn::request(&episode, id, shared.seed, group_id, index)
         };
+        let prompt = request.prompt.clone();
         let started = Instant::now();
-        let request = GenRequest {
-            // Unique per turn of the run: group, trajectory and turn.
-            id: (group_id << 20) | ((index as u64) << 10) | turn as u64,
-            prompt: prompt.clone(),
-            seed: turn_seed(shared.seed, group_id, index, turn),
-        };
         let mut completion = Err(String::new());
         for attempt in 0..GENERATE_ATTEMPTS {
             let (tx, rx) = oneshot::channel();
@@ -192,15 +183,15 @@ async fn run_trajectory(
             completion.map_err(|e| format!("generation failed {GENERATE_ATTEMPTS} times: {e}"))?;
         let generate_ms = started.elapsed().as_secs_f64() * 1e3;
         let evaluated = Instant::now();
-        let parsed = {
+        let responded = {
             let _s = tracing::info_span!("ParseResponse", actor = "Rollout", turn).entered();
-            kevin::episode::parse_response(&completion.text)
+            Responded::new(turn, prompt, completion, generate_ms)
         };
-        let (kernel, summary, outcome) = match parsed {
-            Err(format_error) => (None, None, format_error),
-            Ok((source, summary)) => {
+        let verdict = match responded.candidate() {
+            None => None,
+            Some(source) => {
                 let (tx, rx) = oneshot::channel();
-                let (t, s) = (task.name.clone(), source.clone());
+                let (t, s) = (task.name.clone(), source.to_string());
                 if shared
                     .compiler
                     .send(|ticket| Compile {
@@ -214,22 +205,12 @@ async fn run_trajectory(
                 {
                     return Err("the compiler is gone".into());
                 }
-                let outcome = rx.await.unwrap_or_else(|_| Outcome::Crash {
+                Some(rx.await.unwrap_or_else(|_| Outcome::Crash {
                     reason: "the evaluation pipeline dropped the candidate".into(),
-                });
-                (Some(source), Some(summary), outcome)
+                }))
             }
         };
-        episode.record(TurnRecord::new(
-            turn,
-            prompt,
-            completion,
-            kernel,
-            summary,
-            outcome,
-            generate_ms,
-            evaluated.elapsed().as_secs_f64() * 1e3,
-        ));
+        episode.record(responded.record(verdict, evaluated.elapsed().as_secs_f64() * 1e3));
         shared.turns_done.fetch_add(1, Ordering::Relaxed);
     }
     Ok(episode.into_turns())
