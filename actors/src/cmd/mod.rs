@@ -95,6 +95,12 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// The width of a table's first column: its longest name, at least 4 (the header "task" or
+/// "case").
+pub fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(str::len).max().unwrap_or(4).max(4)
+}
+
 /// Writes `value` as pretty JSON to `path`; the error names the file.
 pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;

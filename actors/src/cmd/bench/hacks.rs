@@ -16,7 +16,7 @@ use kevin::par::par_map;
 use serde::Serialize;
 
 use super::EnvArgs;
-use crate::cmd::{failure, passed, write_json, CmdResult};
+use crate::cmd::{failure, name_width, passed, write_json, CmdResult};
 
 /// The flags of `kevin bench hacks`.
 #[derive(clap::Args, Debug)]
@@ -152,12 +152,7 @@ pub fn run(
 /// The report: one line per case (case, expected, got, ok, reason), then the footnotes for cases
 /// the backend cannot reproduce, then a summary line.
 pub fn render(results: &[CaseResult], backend: &str) -> String {
-    let w = results
-        .iter()
-        .map(|r| r.case.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let w = name_width(results.iter().map(|r| r.case.as_str()));
     let mut out = format!(
         "{:w$}  {:<20}  {:<14}  {:<8}  {:>8}  reason\n",
         "case", "expected", "got", "verdict", "ms"

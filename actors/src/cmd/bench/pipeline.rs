@@ -102,13 +102,19 @@ fn zero_latency(steps: u64) -> ConfigFile {
     f.policy.simulated.batch_ms = 0.0;
     f.policy.simulated.token_ms = 0.0;
     f.policy.simulated.response_tokens = 16;
-    f.env.simulated.compile_ms = 0.0;
-    f.env.simulated.verify_ms = 0.0;
-    f.env.simulated.profile_ms = 0.0;
-    f.learner.simulated.step_ms = 0.0;
+    simulated_latencies(&mut f, [0.0; 4]);
+    f
+}
+
+/// Sets the simulated stage latencies (ms: compile, verify, profile, learner step) and turns off
+/// the trace and the episode log, so that only the system itself is measured.
+fn simulated_latencies(f: &mut ConfigFile, [compile, verify, profile, step]: [f64; 4]) {
+    f.env.simulated.compile_ms = compile;
+    f.env.simulated.verify_ms = verify;
+    f.env.simulated.profile_ms = profile;
+    f.learner.simulated.step_ms = step;
     f.telemetry.trace = false;
     f.telemetry.episodes = false;
-    f
 }
 
 fn realistic(mode: Mode) -> ConfigFile {
@@ -128,12 +134,7 @@ fn realistic(mode: Mode) -> ConfigFile {
     f.env.compile_workers = 8;
     f.env.verify_workers = 2;
     f.env.profile_workers = 1;
-    f.env.simulated.compile_ms = 40.0;
-    f.env.simulated.verify_ms = 20.0;
-    f.env.simulated.profile_ms = 20.0;
-    f.learner.simulated.step_ms = 500.0;
-    f.telemetry.trace = false;
-    f.telemetry.episodes = false;
+    simulated_latencies(&mut f, [40.0, 20.0, 20.0, 500.0]);
     f
 }
 

@@ -21,7 +21,7 @@ use kevin::policy_eval::{
 };
 use kevin::tasks::{Preset, Split, TaskSuite};
 
-use crate::cmd::CmdError;
+use crate::cmd::{name_width, write_json, CmdError};
 
 /// The task splits `--split` accepts.
 pub const SPLITS: [&str; 3] = ["heldout", "train", "all"];
@@ -210,12 +210,7 @@ fn pct(x: f64) -> String {
 
 /// The report as text: a line per task, then the summary.
 pub fn render(scores: &[TaskScores], s: &PolicySummary, k: u32, n: u32) -> String {
-    let w = scores
-        .iter()
-        .map(|r| r.task.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let w = name_width(scores.iter().map(|r| r.task.as_str()));
     let mut out = format!(
         "{:w$}  lvl  {:>7}  {:>7}  {:>10}  {:>10}  {:>7}  {:>6}  correct at turn 1..{n}\n",
         "task",
@@ -458,9 +453,7 @@ pub fn main(
     );
     print!("{}", render(&report.scores, &report.summary, k, args.turns));
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&to_json(&info, &report))
-            .map_err(|e| Failure(e.to_string()))?;
-        std::fs::write(path, text).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+        write_json(path, &to_json(&info, &report)).map_err(Failure)?;
     }
     if let Some(path) = &args.transcripts {
         std::fs::write(path, transcripts(&report.trajectories))

@@ -13,6 +13,8 @@ use kevin::outcome::Outcome;
 use kevin::par::par_map;
 use kevin::tasks::TaskSuite;
 
+use crate::cmd::{name_width, write_json};
+
 /// What to evaluate: the `<task>.cu` files in `kernels` whose stem is a task (optionally only
 /// `only`), evaluated `parallel` at a time.
 pub fn run(
@@ -107,12 +109,7 @@ fn cell(o: &Outcome) -> (String, String, String, String, String) {
 
 /// The report as text: one line per task, then the summary.
 pub fn render(results: &[TaskResult], summary: &Summary) -> String {
-    let w = results
-        .iter()
-        .map(|r| r.task.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let w = name_width(results.iter().map(|r| r.task.as_str()));
     let mut out = format!(
         "{:w$}  {:<17}  {:>8}  {:>11}  {:>10}  spread\n",
         "task", "outcome", "speedup", "baseline ms", "kernel ms"
@@ -172,9 +169,7 @@ pub fn main(
     let summary = summarize(&results);
     print!("{}", render(&results, &summary));
     if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&to_json(&results, &summary))
-            .map_err(|e| e.to_string())?;
-        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        write_json(path, &to_json(&results, &summary))?;
     }
     Ok(())
 }
