@@ -19,13 +19,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use kevin::env::{Deadlines, KernelEnv};
 use kevin::hacks::{first_line, Expectation, HackSuite};
 use kevin::outcome::Outcome;
+use kevin::par::par_map;
 use kevin::rng::SplitMix64;
 use kevin::worker::PoolStats;
 use serde::Serialize;
@@ -334,25 +335,27 @@ pub fn run(
         opts.concurrency
     );
     let started = Instant::now();
-    let next = AtomicUsize::new(0);
     let budget = opts.max_seconds.map(Duration::from_secs_f64);
     // Job -> (label, start) of the evaluations in flight, to name them when results stall.
     let in_flight: Mutex<HashMap<usize, (String, Instant)>> = Mutex::new(HashMap::new());
-    let (tx, rx) = crossbeam_channel::unbounded::<Received>();
-    let mut got: Vec<Received> = Vec::with_capacity(list.len());
-    std::thread::scope(|s| {
-        for _ in 0..opts.concurrency.max(1) {
-            let tx = tx.clone();
-            let (env, list, all, next, in_flight) = (&env, &list, &all, &next, &in_flight);
-            s.spawn(move || loop {
+    // When the last result came (or the last stall was reported).
+    let last_news = Mutex::new(Instant::now());
+    let storm_over = AtomicBool::new(false);
+    let jobs: Vec<usize> = (0..list.len()).collect();
+    let received = AtomicUsize::new(0);
+    let (results, elapsed): (Vec<Option<Received>>, Duration) = std::thread::scope(|s| {
+        s.spawn(|| stall_watch(&in_flight, &last_news, &storm_over));
+        let results = par_map(
+            &jobs,
+            opts.concurrency,
+            |&job| {
+                // Past --max-seconds a job is not submitted at all.
                 if budget.is_some_and(|b| started.elapsed() >= b) {
-                    break;
+                    return None;
                 }
-                let job = next.fetch_add(1, Ordering::SeqCst);
-                let Some(&ci) = list.get(job) else { break };
-                let c = &all[ci];
+                let c = &all[list[job]];
                 let submitted = Instant::now();
-                lock(in_flight).insert(job, (c.label.clone(), submitted));
+                lock(&in_flight).insert(job, (c.label.clone(), submitted));
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     kevin::env::evaluate(env.as_ref(), &c.task, &c.source)
                 }))
@@ -362,53 +365,45 @@ pub fn run(
                         .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                         .unwrap_or_else(|| "a panic".into())
                 });
-                lock(in_flight).remove(&job);
-                let _ = tx.send(Received {
+                lock(&in_flight).remove(&job);
+                Some(Received {
                     job,
                     task: c.task.clone(),
                     outcome,
                     seconds: submitted.elapsed().as_secs_f64(),
-                });
-            });
-        }
-        drop(tx);
-        loop {
-            match rx.recv_timeout(STALL_REPORT) {
-                Ok(r) => got.push(r),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    let mut oldest: Vec<(String, f64)> = lock(&in_flight)
-                        .values()
-                        .map(|(label, t)| (label.clone(), t.elapsed().as_secs_f64()))
-                        .collect();
-                    oldest.sort_by(|a, b| b.1.total_cmp(&a.1));
-                    let names: Vec<String> = oldest
-                        .iter()
-                        .take(8)
-                        .map(|(l, secs)| format!("{l} ({secs:.0} s)"))
-                        .collect();
-                    eprintln!(
-                        "\nno result for {} s; {} in flight, longest: {}",
-                        STALL_REPORT.as_secs(),
-                        oldest.len(),
-                        names.join(", ")
-                    );
-                    continue;
+                })
+            },
+            |_, _, r| {
+                if r.is_none() {
+                    return;
                 }
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-            }
-            let secs = started.elapsed().as_secs_f64();
-            eprint!(
-                "\r[{}/{}] {secs:.0} s, {:.2} eval/s, respawns {}   ",
-                got.len(),
-                list.len(),
-                got.len() as f64 / secs.max(1e-9),
-                respawns(&env.pool_stats()) - respawns(&before)
-            );
-            let _ = std::io::stderr().flush();
-        }
+                let n = received.fetch_add(1, Ordering::SeqCst) + 1;
+                *lock(&last_news) = Instant::now();
+                let secs = started.elapsed().as_secs_f64();
+                eprint!(
+                    "\r[{n}/{}] {secs:.0} s, {:.2} eval/s, respawns {}   ",
+                    list.len(),
+                    n as f64 / secs.max(1e-9),
+                    respawns(&env.pool_stats()) - respawns(&before)
+                );
+                let _ = std::io::stderr().flush();
+            },
+        );
+        let elapsed = started.elapsed();
+        storm_over.store(true, Ordering::SeqCst);
+        (results, elapsed)
     });
-    // Only the jobs a thread took count as submitted (all of them without --max-seconds).
-    let taken = next.load(Ordering::SeqCst).min(list.len());
+    // Only the jobs submitted count (all of them without --max-seconds), numbered in order.
+    let mut submitted = Vec::with_capacity(list.len());
+    let mut got: Vec<Received> = Vec::with_capacity(list.len());
+    for r in results.into_iter().flatten() {
+        got.push(Received {
+            job: submitted.len(),
+            ..r
+        });
+        submitted.push(list[r.job]);
+    }
+    let taken = submitted.len();
     if taken < list.len() {
         eprintln!(
             "\nstopped submitting after {:.0} s (--max-seconds): {taken} of {} submitted",
@@ -416,13 +411,44 @@ pub fn run(
             list.len()
         );
     }
-    let list = &list[..taken];
+    let list = &submitted[..];
     eprintln!();
-    let elapsed = started.elapsed();
     let after = env.pool_stats();
     Ok(judge(
         &env, backend, deadlines, opts, &all, list, n_faulty, clean, got, elapsed, &before, after,
     ))
+}
+
+/// Until `over`, names the evaluations in flight (the longest first) whenever no result came
+/// for [`STALL_REPORT`] (`last_news`: when the last result came, or the last report).
+fn stall_watch(
+    in_flight: &Mutex<HashMap<usize, (String, Instant)>>,
+    last_news: &Mutex<Instant>,
+    over: &AtomicBool,
+) {
+    while !over.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+        if lock(last_news).elapsed() < STALL_REPORT {
+            continue;
+        }
+        *lock(last_news) = Instant::now();
+        let mut oldest: Vec<(String, f64)> = lock(in_flight)
+            .values()
+            .map(|(label, t)| (label.clone(), t.elapsed().as_secs_f64()))
+            .collect();
+        oldest.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let names: Vec<String> = oldest
+            .iter()
+            .take(8)
+            .map(|(l, secs)| format!("{l} ({secs:.0} s)"))
+            .collect();
+        eprintln!(
+            "\nno result for {} s; {} in flight, longest: {}",
+            STALL_REPORT.as_secs(),
+            oldest.len(),
+            names.join(", ")
+        );
+    }
 }
 
 /// Turns what came back into the figures.
