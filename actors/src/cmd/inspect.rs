@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::{failure, CmdResult};
+use super::{failure, write_json, CmdResult};
 
 /// Per-actor busy/idle, message counts, latencies, mailbox high-water marks and the slowest
 /// spans of a run, from its trace files and metrics.jsonl.
@@ -12,21 +12,25 @@ use super::{failure, CmdResult};
 pub struct Args {
     /// The run directory.
     pub run_dir: PathBuf,
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    pub json: bool,
+    /// `--json FILE`: also write the figures as JSON to FILE; `--json` alone: print JSON
+    /// instead of tables.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
 }
 
 /// Reads the run and prints the report.
 pub fn run(args: Args) -> CmdResult {
     let report = kevin::telemetry::inspect(&args.run_dir).map_err(failure)?;
-    if args.json {
-        println!(
+    match &args.json {
+        Some(path) if path.as_os_str() == "-" => println!(
             "{}",
             serde_json::to_string_pretty(&report).expect("report serialises")
-        );
-    } else {
-        print!("{report}");
+        ),
+        Some(path) => {
+            print!("{report}");
+            write_json(path, &report).map_err(failure)?;
+        }
+        None => print!("{report}"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use kevin::tasks::{Preset, Split, TaskSuite};
 use serde_json::json;
 
-use super::{failure, CmdResult};
+use super::{failure, name_width, write_json, CmdResult};
 
 /// List the task suite (name, level, split, sizes), or show a task's first-turn prompt.
 #[derive(clap::Args, Debug)]
@@ -15,9 +15,10 @@ pub struct Args {
     /// The task suite's folder.
     #[arg(long, default_value = "tasks", global = true)]
     pub dir: PathBuf,
-    /// Print the suite as JSON (for tools).
-    #[arg(long)]
-    pub json: bool,
+    /// `--json FILE`: also write the suite as JSON to FILE; `--json` alone: print JSON (for
+    /// tools) instead of the table.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
     /// `show NAME`: print the exact first-turn prompt of a task.
     #[command(subcommand)]
     pub show: Option<TasksCommand>,
@@ -39,7 +40,7 @@ pub enum TasksCommand {
 /// Lists the suite or shows a prompt.
 pub fn run(args: Args) -> CmdResult {
     match args.show {
-        None => list(&args.dir, args.json),
+        None => list(&args.dir, args.json.as_deref()),
         Some(TasksCommand::Show { name, preset }) => {
             let preset = if preset == "small" {
                 Preset::Small
@@ -61,10 +62,11 @@ fn dims(sizes: &kevin::ops::Sizes) -> String {
         .join(" ")
 }
 
-/// Prints the suite in `dir` as a table, or as JSON for tools.
-pub fn list(dir: &Path, as_json: bool) -> Result<(), String> {
+/// Prints the suite in `dir` as a table, or as JSON for tools (`json` is "-"), or as a table
+/// and also as JSON to the file `json`.
+pub fn list(dir: &Path, json: Option<&Path>) -> Result<(), String> {
     let suite = TaskSuite::load(dir).map_err(|e| e.to_string())?;
-    if as_json {
+    if let Some(path) = json {
         let tasks: Vec<_> = suite
             .tasks()
             .iter()
@@ -84,19 +86,16 @@ pub fn list(dir: &Path, as_json: bool) -> Result<(), String> {
                 })
             })
             .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&tasks).map_err(|e| e.to_string())?
-        );
-        return Ok(());
+        if path.as_os_str() == "-" {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&tasks).map_err(|e| e.to_string())?
+            );
+            return Ok(());
+        }
+        write_json(path, &tasks)?;
     }
-    let width = suite
-        .tasks()
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let width = name_width(suite.tasks().iter().map(|t| t.name.as_str()));
     println!(
         "{:width$}  level  split    gpu sizes                         small sizes",
         "name"

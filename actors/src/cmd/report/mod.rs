@@ -35,7 +35,7 @@ pub use series::{Chart, Line, Series};
 pub use summary::RunInfo;
 pub use write::{write_report, Report, ReportOptions};
 
-use super::{failure, CmdResult};
+use super::{failure, write_json, CmdResult};
 
 /// PNG plots over learner steps (reward, correctness, mean speedup, staleness, actor
 /// utilisation) and summary.md (config, steps, wall time, trajectories/hour, first vs last
@@ -52,6 +52,10 @@ pub struct Args {
     /// the steps, 1 to 50).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub window: Option<u64>,
+    /// Also write the figures (steps, window, first and last window means of every series,
+    /// plots, warnings) as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// Warnings `kevin report` prints on stderr before pointing at summary.md for the rest.
@@ -87,6 +91,18 @@ pub fn run(args: Args) -> CmdResult {
     );
     for p in r.plots.iter().chain([&r.summary]) {
         println!("{}", p.display());
+    }
+    if let Some(path) = &args.json {
+        let figures = serde_json::json!({
+            "run_dir": args.run_dir.display().to_string(),
+            "steps": r.steps,
+            "window": r.window,
+            "means": r.means,
+            "plots": r.plots.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "summary": r.summary.display().to_string(),
+            "warnings": r.warnings,
+        });
+        write_json(path, &figures).map_err(failure)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -115,6 +115,41 @@ fn per_hour(count: f64, wall_s: f64) -> String {
     }
 }
 
+/// One series' means over the first and the last window of steps.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct WindowMeans {
+    /// The series, as the summary labels it ("busy: Generator", "staleness: mean", ...).
+    pub series: String,
+    /// Mean over the first window (`None`: not recorded there).
+    pub first: Option<f64>,
+    /// Mean over the last window (`None`: not recorded there).
+    pub last: Option<f64>,
+}
+
+/// The first and last window means of every series of `charts` (over `n` steps), in chart and
+/// line order, spreads after their line. `window` must be in `1..=n`.
+pub fn window_means(charts: &[Chart], n: usize, window: usize) -> Vec<WindowMeans> {
+    let (first, tail) = (0..window, n - window..n);
+    let mut out = Vec::new();
+    for chart in charts {
+        for line in &chart.lines {
+            for s in std::iter::once(&line.series).chain(line.spread.as_ref()) {
+                let series = match chart.file {
+                    "utilisation.png" => format!("busy: {}", s.label),
+                    "staleness.png" => format!("staleness: {}", s.label),
+                    _ => s.label.clone(),
+                };
+                out.push(WindowMeans {
+                    series,
+                    first: s.mean(first.clone()),
+                    last: s.mean(tail.clone()),
+                });
+            }
+        }
+    }
+    out
+}
+
 /// The summary's markdown. `window` must be in `1..=log.steps.len()`.
 pub fn markdown(
     info: &RunInfo,
@@ -219,22 +254,18 @@ pub fn markdown(
         steps_span(log, first.clone()),
         steps_span(log, tail.clone())
     );
-    for chart in charts {
-        for line in &chart.lines {
-            for s in std::iter::once(&line.series).chain(line.spread.as_ref()) {
-                let (a, b) = (s.mean(first.clone()), s.mean(tail.clone()));
-                let change = match (a, b) {
-                    (Some(a), Some(b)) => format!("{:+.3}", b - a),
-                    _ => "-".into(),
-                };
-                let label = match chart.file {
-                    "utilisation.png" => format!("busy: {}", s.label),
-                    "staleness.png" => format!("staleness: {}", s.label),
-                    _ => s.label.clone(),
-                };
-                let _ = writeln!(md, "| {label} | {} | {} | {change} |", num(a), num(b));
-            }
-        }
+    for m in window_means(charts, n, window) {
+        let change = match (m.first, m.last) {
+            (Some(a), Some(b)) => format!("{:+.3}", b - a),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {change} |",
+            m.series,
+            num(m.first),
+            num(m.last)
+        );
     }
 
     md.push_str("\n## Plots\n\n");

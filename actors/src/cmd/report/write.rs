@@ -20,6 +20,10 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// Learner steps reported.
     pub steps: usize,
+    /// Steps in each of the first and last windows the summary compares.
+    pub window: usize,
+    /// The first and last window means of every series, as the summary lists them.
+    pub means: Vec<summary::WindowMeans>,
 }
 
 /// Options of [`write_report`].
@@ -93,6 +97,7 @@ pub fn write_report(run_dir: &Path, opts: &ReportOptions) -> Result<Report, Repo
         .unwrap_or_else(|| series::default_window(log.steps.len()))
         .clamp(1, log.steps.len());
     let text = summary::markdown(&info, &log, &charts, window, &warnings);
+    let means = summary::window_means(&charts, log.steps.len(), window);
     let summary = out.join(SUMMARY_FILE);
     std::fs::write(&summary, text).map_err(|source| ReportError::Write {
         path: summary.clone(),
@@ -104,5 +109,7 @@ pub fn write_report(run_dir: &Path, opts: &ReportOptions) -> Result<Report, Repo
         summary,
         warnings,
         steps: log.steps.len(),
+        window,
+        means,
     })
 }
