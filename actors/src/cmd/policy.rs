@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::{failure, CmdResult};
+use super::{failure, write_json, CmdResult};
 
 /// The burn policy's model: `init` writes a random-initialised checkpoint to start from.
 #[derive(clap::Args, Debug)]
@@ -70,6 +70,9 @@ pub struct ParityArgs {
     /// operands to TF32 (shows how far that alone moves the logits).
     #[arg(long)]
     pub tf32: bool,
+    /// Also write the differences, the bound and the verdict as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// Runs the subcommand.
@@ -114,6 +117,7 @@ fn parity(a: ParityArgs) -> CmdResult {
         device,
         dtype,
         tf32,
+        json,
     } = a;
     let p = kevin_policy::parity::check_named(&dir, &device, &dtype, tf32).map_err(failure)?;
     let rounding = match p.to_f32 {
@@ -133,6 +137,21 @@ fn parity(a: ParityArgs) -> CmdResult {
         p.bound,
         if p.holds() { "parity holds" } else { "PARITY FAILS" }
     );
+    if let Some(path) = &json {
+        let figures = serde_json::json!({
+            "dir": dir.display().to_string(),
+            "device": device,
+            "dtype": dtype,
+            "tf32": tf32,
+            "forward": p.forward,
+            "extend": p.extend,
+            "dtype_rounding": p.dtype_rounding,
+            "to_f32": p.to_f32,
+            "bound": p.bound,
+            "holds": p.holds(),
+        });
+        write_json(path, &figures).map_err(failure)?;
+    }
     Ok(if p.holds() {
         ExitCode::SUCCESS
     } else {

@@ -17,7 +17,7 @@ use kevin::tasks::TaskSuite;
 use kevin_policy::chat;
 use kevin_policy::tokenizer::{Tokenizer, SPECIAL_TOKENS};
 
-use super::{failure, workers_or_cores, CmdResult, DEFAULT_CONFIG};
+use super::{failure, workers_or_cores, write_json, CmdResult, DEFAULT_CONFIG};
 
 /// Supervised warm-start: build the verified corpus, train the tokenizer, train the policy.
 #[derive(clap::Args, Debug)]
@@ -67,6 +67,9 @@ pub struct CorpusArgs {
     /// (default: configs/quickstart.toml when present).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Also write the counts as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// The flags of `kevin sft tokenizer`.
@@ -224,6 +227,9 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
         "{}",
         render_stats(&built.stats, &args.out, started.elapsed().as_secs_f64())
     );
+    if let Some(path) = &args.json {
+        write_json(path, &built.stats)?;
+    }
     Ok(())
 }
 
