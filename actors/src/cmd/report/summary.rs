@@ -84,6 +84,11 @@ impl RunInfo {
         }
     }
 
+    /// [`RunInfo::show`] of each (section, key).
+    fn show_all<const N: usize>(&self, keys: [(&str, &str); N]) -> [String; N] {
+        keys.map(|(section, key)| self.show(section, key))
+    }
+
     /// Trajectories per group (`rollout.trajectories`).
     pub fn trajectories_per_group(&self) -> Option<u64> {
         self.get("rollout", "trajectories")?
@@ -176,33 +181,33 @@ pub fn markdown(
     row("run", info.name.clone());
     if info.config.is_some() {
         row("mode", info.show("run", "mode"));
+        let [policy, learner, env] =
+            info.show_all([("policy", "kind"), ("learner", "kind"), ("env", "kind")]);
         row(
             "policy / learner / environment",
-            format!(
-                "{} / {} / {}",
-                info.show("policy", "kind"),
-                info.show("learner", "kind"),
-                info.show("env", "kind")
-            ),
+            format!("{policy} / {learner} / {env}"),
         );
+        let [m, turns, tasks, staleness] = info.show_all([
+            ("rollout", "trajectories"),
+            ("rollout", "turns"),
+            ("replay", "tasks_per_batch"),
+            ("replay", "max_staleness"),
+        ]);
         row(
             "rollout",
             format!(
-                "{} trajectories x {} turns per group, {} tasks per batch, max staleness {}",
-                info.show("rollout", "trajectories"),
-                info.show("rollout", "turns"),
-                info.show("replay", "tasks_per_batch"),
-                info.show("replay", "max_staleness")
+                "{m} trajectories x {turns} turns per group, {tasks} tasks per batch, max \
+                 staleness {staleness}"
             ),
         );
+        let [compile, verify, profile] = info.show_all([
+            ("env", "compile_workers"),
+            ("env", "verify_workers"),
+            ("env", "profile_workers"),
+        ]);
         row(
             "evaluation workers",
-            format!(
-                "compile {}, verify {}, profile {}",
-                info.show("env", "compile_workers"),
-                info.show("env", "verify_workers"),
-                info.show("env", "profile_workers")
-            ),
+            format!("compile {compile}, verify {verify}, profile {profile}"),
         );
     }
     row("learner steps", format!("{n} ({})", steps_span(log, 0..n)));
