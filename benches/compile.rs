@@ -10,7 +10,7 @@
 //! Each file names its kernels on its first line: `// kernels: a, b`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kevin::compile::{
     compile, find_cuda_include_dirs, locate_nvrtc, spawn_compile_pool, CompileRequest, OutputKind,
@@ -63,7 +63,7 @@ fn main() {
     }
 
     let mut report = String::new();
-    let date = today();
+    let date = kevin::clock::utc_date();
     report += &format!("# Compile benchmark, {date}\n\n");
     report +=
         &format!(
@@ -260,22 +260,4 @@ fn percentile(values: &[f64], q: f64) -> f64 {
     v.get(((v.len() as f64 - 1.0) * q).round() as usize)
         .copied()
         .unwrap_or(f64::NAN)
-}
-
-/// Today's UTC date as YYYY-MM-DD (civil-from-days, so no date crate is needed).
-fn today() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs() as i64;
-    let z = secs.div_euclid(86_400) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
 }

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::Outcome;
-use crate::policy::Completion;
+use crate::policy::GenRequest;
 use crate::prompt;
+use crate::turn::{self, TurnRecord};
 
 /// What an episode needs to know of its task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,78 +22,6 @@ pub struct EpisodeTask {
     pub level: u8,
     /// The first-turn prompt: the task statement and the answer format.
     pub statement: String,
-}
-
-/// One turn of one trajectory: what was asked, what came back, how it was judged.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TurnRecord {
-    /// 0-based turn index within the trajectory.
-    pub turn: u32,
-    /// The full prompt of this turn.
-    pub prompt: String,
-    /// The policy's full response (reasoning included).
-    pub response: String,
-    /// The ```cuda block, when the response had one.
-    pub kernel: Option<String>,
-    /// The summary paragraph after the block, when there was one.
-    pub summary: Option<String>,
-    /// The evaluation's verdict.
-    pub outcome: Outcome,
-    /// Turn score S.
-    pub score: f64,
-    /// Learner version of the weights that sampled the response.
-    pub policy_version: u64,
-    /// Token ids of the response.
-    pub response_tokens: Vec<u32>,
-    /// Behaviour log-probability of each response token under the sampling policy.
-    pub behaviour_logprobs: Vec<f32>,
-    /// Time spent generating (ms, including queueing at the generator).
-    pub generate_ms: f64,
-    /// Time spent evaluating (ms, compile + verify + profile, including queueing).
-    pub evaluate_ms: f64,
-}
-
-impl TurnRecord {
-    /// The record of turn `turn`: the prompt it was asked, the completion that answered it, the
-    /// candidate's block and summary (None for a format error) and the outcome, scored here so
-    /// that training and evaluation score a turn the same way.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        turn: u32,
-        prompt: String,
-        completion: Completion,
-        kernel: Option<String>,
-        summary: Option<String>,
-        outcome: Outcome,
-        generate_ms: f64,
-        evaluate_ms: f64,
-    ) -> TurnRecord {
-        TurnRecord {
-            turn,
-            prompt,
-            response: completion.text,
-            kernel,
-            summary,
-            score: outcome.score(),
-            outcome,
-            policy_version: completion.policy_version,
-            response_tokens: completion.token_ids,
-            behaviour_logprobs: completion.logprobs,
-            generate_ms,
-            evaluate_ms,
-        }
-    }
-}
-
-/// What a response offers the environment: its ```cuda block and summary, or the format error
-/// that is the turn's outcome (no block, or launch lines that do not parse). The rollout and
-/// `kevin eval --checkpoint` both call this, so a response is judged the same way in both.
-pub fn parse_response(response: &str) -> Result<(String, String), Outcome> {
-    crate::candidate::parse_response(response)
-        .map(|c| (c.source, c.summary))
-        .map_err(|e| Outcome::FormatError {
-            reason: e.to_string(),
-        })
 }
 
 /// m trajectories of one task: the unit the replay queue accepts.
@@ -143,6 +71,17 @@ pub struct Episode {
 }
 
 impl Episode {
+    /// The generation request of the next turn: its prompt (history and feedback within the
+    /// episode's budget) and the seed [`turn::seed`]`(base, key, trajectory, turn)`; `id` is the
+    /// caller's.
+    pub fn request(&self, id: u64, base: u64, key: u64, trajectory: u32) -> GenRequest {
+        GenRequest {
+            id,
+            prompt: self.prompt(),
+            seed: turn::seed(base, key, trajectory, self.next_turn()),
+        }
+    }
+
     /// A fresh trajectory of `max_turns` turns on `task`.
     pub fn new(task: Arc<EpisodeTask>, max_turns: u32, prompt_budget_chars: usize) -> Self {
         Episode {
@@ -194,6 +133,7 @@ impl Episode {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::outcome::Outcome;
 
     pub(crate) fn turn(i: u32, outcome: Outcome, version: u64) -> TurnRecord {
         TurnRecord {

@@ -20,6 +20,7 @@
 
 pub mod baseline;
 pub mod candidate;
+pub mod clock;
 pub mod compile;
 pub mod config;
 pub mod corpus;
@@ -35,6 +36,7 @@ pub mod machine;
 pub mod metrics;
 pub mod ops;
 pub mod outcome;
+pub mod par;
 pub mod policy;
 pub mod policy_eval;
 pub mod prompt;
@@ -48,5 +50,6 @@ pub mod scripted;
 pub mod sim;
 pub mod tasks;
 pub mod telemetry;
+pub mod turn;
 pub mod verify;
 pub mod worker;

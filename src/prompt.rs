@@ -7,10 +7,10 @@
 //! the earliest turns are cut first and a note says how many were cut. Deterministic: the same
 //! inputs give the same bytes, so prompts can be snapshot-tested.
 
-use crate::episode::TurnRecord;
 use crate::ops::torch::RenderError;
 use crate::ops::Dtype;
 use crate::tasks::{Preset, Role, Task};
+use crate::turn::TurnRecord;
 
 /// The worked example of the answer format, for a task unlike any in the suite.
 const EXAMPLE: &str = r#"Example answer (for a different task: `Y = relu(X)` with `X: f32[N]`):

@@ -3,24 +3,19 @@
 //! for a third. Checks the run directory: Hugging Face checkpoints, 2 then 3 learner steps in the
 //! metrics, and turns with real generated text, token ids and finite behaviour log-probs.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use common::{assert_ok, jsonl_strict, kevin, root};
 
 fn train(run: &Path, max_steps: u64) -> Output {
     // From the repository root: the config's paths (tasks/, models/kevin-tiny) are relative.
-    Command::new(env!("CARGO_BIN_EXE_kevin"))
+    kevin()
         .current_dir(root())
-        .env("RUST_LOG", "warn")
-        .env_remove("KEVIN__RUN__MAX_STEPS")
         // Short responses and small batches keep a debug-build step to seconds.
         .env("KEVIN__SAMPLING__MAX_NEW_TOKENS", "32")
         .env("KEVIN__TELEMETRY__TRACE", "false")
@@ -31,26 +26,8 @@ fn train(run: &Path, max_steps: u64) -> Output {
         .unwrap()
 }
 
-fn assert_ok(out: &Output) {
-    assert!(
-        out.status.success(),
-        "kevin train failed: {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn steps(run: &Path) -> Vec<u64> {
-    jsonl(&run.join("metrics.jsonl"))
+    jsonl_strict(&run.join("metrics.jsonl"))
         .iter()
         .map(|m| m["step"].as_u64().unwrap())
         .collect()
@@ -79,7 +56,7 @@ fn tiny_cpu_config_trains_checkpoints_and_resumes() {
 
     // Every turn of the accepted groups (the write-ahead log keeps them whole): the policy's
     // tokens with one finite behaviour log-prob each; the text is what the tokens decode to.
-    let turns: Vec<Value> = jsonl(&run.join("replay.wal"))
+    let turns: Vec<Value> = jsonl_strict(&run.join("replay.wal"))
         .iter()
         .flat_map(|r| {
             r["group"]["group"]["trajectories"]
@@ -114,7 +91,7 @@ fn tiny_cpu_config_trains_checkpoints_and_resumes() {
     let weights = |v| std::fs::read(checkpoint(&run, v).join("model.safetensors")).unwrap();
     assert_ne!(weights(2), weights(3), "step 3 did not change the weights");
     // The resumed learner's weights (version 2) reached the policy.
-    let versions: Vec<u64> = jsonl(&run.join("episodes.jsonl"))
+    let versions: Vec<u64> = jsonl_strict(&run.join("episodes.jsonl"))
         .iter()
         .map(|e| e["policy_version"].as_u64().unwrap())
         .collect();

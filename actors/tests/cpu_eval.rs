@@ -4,27 +4,22 @@
 //! get the right outcome (tests/data/cpu/). And every reference solution passes, the inline-PTX
 //! tensor-core GEMMs (mma.sync, ldmatrix, cp.async) included.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::sync::Arc;
 
 use kevin::env::cpu::CpuEnv;
 use kevin::env::{evaluate, KernelEnv};
 use kevin::tasks::{Preset, TaskSuite};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use common::{bin, cpu_backend_available, root};
 
 fn env(verify_timeout_ms: u64) -> Option<CpuEnv> {
-    if kevin::cpu::find_compiler().is_err() {
-        eprintln!("skipping: no C++ compiler");
+    if !cpu_backend_available() {
         return None;
     }
     let suite = Arc::new(TaskSuite::load(root().join("tasks")).unwrap());
-    let program = PathBuf::from(env!("CARGO_BIN_EXE_kevin"));
+    let program = bin();
     Some(
         CpuEnv::new(
             suite,

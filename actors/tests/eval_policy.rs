@@ -2,8 +2,9 @@
 //! on turn 1, the task's reference solution on turn 2), the command's argument errors, and one
 //! end-to-end run of the command on the committed tiny random checkpoint.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kevin::config::SamplingSection;
@@ -11,35 +12,17 @@ use kevin::env::cpu::CpuEnv;
 use kevin::policy_eval::{run, score_task, summarize, RunOptions};
 use kevin::scripted::ScriptedPolicy;
 use kevin::tasks::{Preset, TaskSuite};
-use kevin_actors::eval_policy_cmd::episode_tasks;
+use kevin_actors::cmd::eval::checkpoint::episode_tasks;
 use serde_json::Value;
+
+use common::{cpu_backend_available, kevin_at_root, root, stderr};
 
 /// A held-out task with a short reference solution.
 const TASK: &str = "tanh";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn kevin(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kevin"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
-
 #[test]
 fn garbage_then_the_reference_solution_scores_zero_then_one() {
-    if kevin::cpu::find_compiler().is_err() {
-        eprintln!("skipping: no C++ compiler");
+    if !cpu_backend_available() {
         return;
     }
     let suite = TaskSuite::load(root().join("tasks")).unwrap();
@@ -95,7 +78,7 @@ fn garbage_then_the_reference_solution_scores_zero_then_one() {
 
 #[test]
 fn a_missing_checkpoint_is_a_one_line_error_naming_it() {
-    let out = kevin(&[
+    let out = kevin_at_root(&[
         "eval",
         "--checkpoint",
         "no/such/checkpoint",
@@ -125,7 +108,7 @@ fn budget_and_task_errors_name_the_flag() {
     for (args, says) in cases {
         let mut all = vec!["eval", "--checkpoint", "models/kevin-tiny"];
         all.extend_from_slice(args);
-        let out = kevin(&all);
+        let out = kevin_at_root(&all);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
     }
@@ -135,7 +118,7 @@ fn budget_and_task_errors_name_the_flag() {
 fn tiny_random_checkpoint_runs_end_to_end_and_reports_zeros() {
     let json = std::env::temp_dir().join(format!("kevin-eval-policy-{}.json", std::process::id()));
     let lines = json.with_extension("jsonl");
-    let out = kevin(&[
+    let out = kevin_at_root(&[
         "eval",
         "--checkpoint",
         "models/kevin-tiny",

@@ -10,7 +10,8 @@
 //! - a kernel that faults with an illegal address poisons only its worker, which is replaced, and
 //!   the next evaluation succeeds; a kernel that never ends is timed out and replaced.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::sync::Arc;
 
 use kevin::env::cuda::CudaEnv;
@@ -19,20 +20,10 @@ use kevin::env::CudaEnvConfig;
 use kevin::outcome::Outcome;
 use kevin::tasks::{Preset, TaskSuite};
 
-/// The repository root (KEVIN_ROOT when the test runs elsewhere than it was built).
-fn root() -> PathBuf {
-    std::env::var_os("KEVIN_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .unwrap()
-                .to_path_buf()
-        })
-}
+use common::{bin, gpu_tests, root};
 
-fn gpu_tests() -> bool {
-    let on = std::env::var("KEVIN_GPU_TESTS").as_deref() == Ok("1");
+fn gpu_on() -> bool {
+    let on = gpu_tests();
     if !on {
         eprintln!("skipping: set KEVIN_GPU_TESTS=1 on a machine with a GPU");
     }
@@ -42,9 +33,7 @@ fn gpu_tests() -> bool {
 fn env(cfg: CudaEnvConfig) -> CudaEnv {
     let suite = Arc::new(TaskSuite::load(root().join("tasks")).unwrap());
     // KEVIN_BIN: the binary's path when the test runs on another machine than it was built on.
-    let program = std::env::var_os("KEVIN_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kevin")));
+    let program = bin();
     CudaEnv::new(suite, &root().join("tasks"), program, &cfg).expect("cuda environment")
 }
 
@@ -54,7 +43,7 @@ fn read(rel: &str) -> String {
 
 #[test]
 fn baseline_matches_the_interpreter_on_every_task() {
-    if !gpu_tests() {
+    if !gpu_on() {
         return;
     }
     let workers = 8;
@@ -121,7 +110,7 @@ fn baseline_matches_the_interpreter_on_every_task() {
 
 #[test]
 fn reference_solutions_are_correct_with_cuda_timings() {
-    if !gpu_tests() {
+    if !gpu_on() {
         return;
     }
     let env = env(CudaEnvConfig::default());
@@ -149,7 +138,7 @@ fn reference_solutions_are_correct_with_cuda_timings() {
 
 #[test]
 fn protocol_cases_get_the_right_outcome_on_the_gpu() {
-    if !gpu_tests() {
+    if !gpu_on() {
         return;
     }
     let env = env(CudaEnvConfig {

@@ -9,31 +9,15 @@
 //! Both run on the CPU backend (when a C++ compiler is present) and, with `KEVIN_GPU_TESTS=1`, on
 //! the GPU (`--backend cuda`, the storm at full size). The table each run prints is in the log.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::Command;
 use std::sync::Mutex;
 
+use common::{bin, cpu_backend_available, gpu_tests, root};
+
 /// The runs share the machine's cores and their deadlines are wall-clock: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn gpu_tests() -> bool {
-    std::env::var("KEVIN_GPU_TESTS").is_ok_and(|v| v == "1")
-}
-
-fn cpu_backend_available() -> bool {
-    let ok = kevin::cpu::find_compiler().is_ok();
-    if !ok {
-        eprintln!("skipping: no C++ compiler for the CPU backend");
-    }
-    ok
-}
 
 /// Runs `kevin bench <what> --backend <backend> ... --json <file>` from the repository root and
 /// returns the JSON it wrote; panics (with its output) unless it exited 0.
@@ -43,7 +27,7 @@ fn bench(what: &str, backend: &str, extra: &[&str]) -> serde_json::Value {
         "kevin-{what}-{backend}-{}.json",
         std::process::id()
     ));
-    let out = Command::new(env!("CARGO_BIN_EXE_kevin"))
+    let out = Command::new(bin())
         .args([
             "bench",
             what,

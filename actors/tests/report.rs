@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kevin::metrics::StepMetrics;
-use kevin_actors::report::{self, MetricsLog, ReportError, ReportOptions};
+use kevin_actors::cmd::report::{self, MetricsLog, ReportError, ReportOptions};
 
 const PLOTS: [&str; 5] = [
     "reward.png",
@@ -107,7 +107,7 @@ fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
         path.display(),
         bytes.len()
     );
-    kevin_actors::report::png::decode_rgb(&bytes)
+    kevin_actors::cmd::report::png::decode_rgb(&bytes)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

@@ -2,41 +2,26 @@
 //! tasks is built on the CPU backend with its worker processes (every kernel really compiled and
 //! checked), a held-out task is refused, and a tokenizer trained on the corpus round-trips it.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
 use kevin::corpus::{read_jsonl, Kind};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn kevin(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kevin"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap()
-}
+use common::{cpu_backend_available, kevin_at_root};
 
 #[test]
 fn corpus_and_tokenizer_on_the_cpu_backend() {
-    if kevin::cpu::find_compiler().is_err() {
-        eprintln!("skipping: no C++ compiler");
+    if !cpu_backend_available() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("kevin-sft-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("corpus.jsonl");
-    let run = kevin(&[
+    let run = kevin_at_root(&[
         "sft",
         "corpus",
         "--out",
         out.to_str().unwrap(),
-        "--only",
+        "--tasks",
         "relu,sum_reduce",
         "--workers",
         "2",
@@ -78,19 +63,19 @@ fn corpus_and_tokenizer_on_the_cpu_backend() {
         }
     }
 
-    let refused = kevin(&[
+    let refused = kevin_at_root(&[
         "sft",
         "corpus",
         "--out",
         dir.join("x.jsonl").to_str().unwrap(),
-        "--only",
+        "--tasks",
         "tanh",
     ]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("task `tanh` is held out"));
 
     let tok_dir = dir.join("tok");
-    let run = kevin(&[
+    let run = kevin_at_root(&[
         "sft",
         "tokenizer",
         "--corpus",

@@ -3,6 +3,8 @@
 //! dropped and counted, the learner version advances, a stopped run resumes, a kill -9 loses no
 //! accepted group and trains none twice, component panics are survived, and bad configs exit 2.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -10,12 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn kevin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kevin"));
-    c.env("RUST_LOG", "warn")
-        .env_remove("KEVIN__RUN__MAX_STEPS");
-    c
-}
+use common::{assert_ok, cpu_backend_available, jsonl, kevin};
 
 /// A fresh directory for one test, with a config file made of the fast base plus `extra`.
 fn setup(name: &str, extra: &str) -> (PathBuf, PathBuf) {
@@ -77,24 +74,6 @@ fn train(run: &Path, config: &Path, max_steps: u64) -> Output {
         .args(["--max-steps", &max_steps.to_string()])
         .output()
         .unwrap()
-}
-
-fn assert_ok(out: &Output) {
-    assert!(
-        out.status.success(),
-        "kevin failed ({:?}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 fn seqs(v: &Value, key: &str) -> Vec<u64> {
@@ -571,8 +550,7 @@ fn real_tasks_compile_for_real_in_worker_processes() {
 
 #[test]
 fn the_cpu_backend_judges_real_tasks_in_training() {
-    if kevin::cpu::find_compiler().is_err() {
-        eprintln!("skipping: no C++ compiler");
+    if !cpu_backend_available() {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use burn::backend::{Autodiff, NdArray};
 use kevin::config::{LearnerSection, SamplingSection};
-use kevin::episode::{Group, TurnRecord};
+use kevin::episode::Group;
 use kevin::learner::Learner;
 use kevin::outcome::Outcome;
 use kevin::policy::{Completion, FinishReason, GenRequest, Policy, Weights};
 use kevin::replay::{Batch, ScoredGroup};
+use kevin::turn::TurnRecord;
 
 use crate::burn_learner::{open_model, BurnLearner};
 use crate::burn_policy::{prompt_tokens, BurnPolicy};

@@ -496,9 +496,10 @@ fn a_batch_without_response_tokens_takes_no_step() {
 
 #[test]
 fn replay_batches_become_samples_turn_by_turn() {
-    use kevin::episode::{Group, TurnRecord};
+    use kevin::episode::Group;
     use kevin::outcome::Outcome;
     use kevin::replay::ScoredGroup;
+    use kevin::turn::TurnRecord;
 
     let turn = |k: u32, prompt: &str, response: Vec<u32>| TurnRecord {
         turn: k,

@@ -40,17 +40,15 @@ pub mod variants;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
 use crate::env::KernelEnv;
-use crate::episode::TurnRecord;
 use crate::outcome::Outcome;
 use crate::prompt;
 use crate::rng::SplitMix64;
 use crate::tasks::{Preset, Split, Task, TaskSuite};
+use crate::turn::TurnRecord;
 use variants::Breakage;
 
 /// What a corpus line teaches.
@@ -568,37 +566,25 @@ fn evaluate_all(
     parallel: usize,
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Vec<Option<Outcome>> {
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Option<Outcome>>>> = Mutex::new(vec![None; jobs.len()]);
-    std::thread::scope(|s| {
-        for _ in 0..parallel.clamp(1, jobs.len().max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(job) = jobs.get(i) else { break };
-                let task = &tasks[answers[job.answer].task].name;
-                let verdict = match env.compile(task, &job.source) {
-                    Ok(compiled) => env.verify(&compiled).err(),
-                    Err(o) => Some(o),
-                };
-                let kind = verdict.as_ref().map_or("correct", Outcome::kind);
-                let n = done.fetch_add(1, Ordering::SeqCst) + 1;
-                progress(Progress {
-                    done: n,
-                    total: jobs.len(),
-                    task,
-                    outcome: kind,
-                });
-                results.lock().expect("results")[i] = Some(verdict);
-            });
-        }
-    });
-    results
-        .into_inner()
-        .expect("results")
-        .into_iter()
-        .map(|r| r.expect("every job evaluated"))
-        .collect()
+    crate::par::par_map(
+        jobs,
+        parallel,
+        |job| {
+            let task = &tasks[answers[job.answer].task].name;
+            match env.compile(task, &job.source) {
+                Ok(compiled) => env.verify(&compiled).err(),
+                Err(o) => Some(o),
+            }
+        },
+        |n, job, verdict| {
+            progress(Progress {
+                done: n,
+                total: jobs.len(),
+                task: &tasks[answers[job.answer].task].name,
+                outcome: verdict.as_ref().map_or("correct", Outcome::kind),
+            })
+        },
+    )
 }
 
 /// Writes the examples as JSON lines.

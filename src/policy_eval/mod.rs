@@ -33,8 +33,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::episode::TurnRecord;
 use crate::eval::FAST_P;
+use crate::turn::TurnRecord;
 
 /// K trajectories for `--budget B` kernels per task at N turns: B / N, refusing a budget that
 /// N does not divide or that leaves no trajectory (the comparison of Table 2 is at an equal

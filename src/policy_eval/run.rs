@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use crate::config::SamplingSection;
 use crate::env::KernelEnv;
-use crate::episode::{parse_response, Episode, EpisodeTask, TurnRecord};
+use crate::episode::{Episode, EpisodeTask};
 use crate::outcome::Outcome;
-use crate::policy::{Completion, GenRequest, Policy, PolicyError};
-use crate::rng::SplitMix64;
+use crate::policy::{GenRequest, Policy, PolicyError};
+use crate::turn::{self, Responded, TurnRecord};
 
 use super::TaskTrajectories;
 
@@ -103,13 +103,10 @@ pub enum RunError {
 }
 
 /// The sampling seed of one turn: derived from the base seed, the task's name (so a task's
-/// samples do not depend on which other tasks are evaluated), the trajectory and the turn.
+/// samples do not depend on which other tasks are evaluated), the trajectory and the turn; the
+/// training rollout's [`turn::seed`] keyed by [`turn::name_key`] of the task.
 pub fn request_seed(seed: u64, task: &str, trajectory: u32, turn: u32) -> u64 {
-    let name = task.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    });
-    let mut g = SplitMix64::derive(seed, name);
-    g.next_u64() ^ ((trajectory as u64) << 32 | turn as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    turn::seed(seed, turn::name_key(task), trajectory, turn)
 }
 
 struct Job {
@@ -124,21 +121,13 @@ struct Done {
     evaluate_ms: f64,
 }
 
-/// A turn whose candidate is being evaluated.
-struct Waiting {
-    prompt: String,
-    completion: Completion,
-    source: String,
-    summary: String,
-    generate_ms: f64,
-}
-
 struct Driver<'a> {
     episodes: Vec<(usize, u32, Episode)>,
     tasks: &'a [Arc<EpisodeTask>],
     opts: &'a RunOptions,
     ready: BTreeSet<usize>,
-    waiting: HashMap<usize, Waiting>,
+    /// Turns whose candidate is being evaluated.
+    waiting: HashMap<usize, Responded>,
     left_per_task: Vec<u32>,
     progress: Progress,
     started: Instant,
@@ -167,22 +156,11 @@ impl Driver<'_> {
             .waiting
             .remove(&d.episode)
             .expect("an evaluation answers a waiting turn");
-        let turn = self.episodes[d.episode].2.next_turn();
         let outcome = d.outcome.map_err(|reason| RunError::Environment {
             task: self.tasks[self.episodes[d.episode].0].name.clone(),
             reason,
         })?;
-        let record = TurnRecord::new(
-            turn,
-            w.prompt,
-            w.completion,
-            Some(w.source),
-            Some(w.summary),
-            outcome,
-            w.generate_ms,
-            d.evaluate_ms,
-        );
-        self.record(d.episode, record, report);
+        self.record(d.episode, w.record(Some(outcome), d.evaluate_ms), report);
         Ok(())
     }
 }
@@ -315,12 +293,8 @@ fn drive(
             .map(|&i| {
                 d.ready.remove(&i);
                 let (ti, k, e) = &d.episodes[i];
-                let turn = e.next_turn();
-                GenRequest {
-                    id: i as u64,
-                    prompt: e.prompt(),
-                    seed: request_seed(d.opts.seed, &d.tasks[*ti].name, *k, turn),
-                }
+                let key = turn::name_key(&d.tasks[*ti].name);
+                e.request(i as u64, d.opts.seed, key, *k)
             })
             .collect();
         let t0 = Instant::now();
@@ -348,43 +322,22 @@ fn drive(
             }
             let i = req.id as usize;
             let turn = d.episodes[i].2.next_turn();
-            match parse_response(&completion.text) {
-                Err(format_error) => {
-                    let record = TurnRecord::new(
-                        turn,
-                        req.prompt,
-                        completion,
-                        None,
-                        None,
-                        format_error,
-                        generate_ms,
-                        0.0,
-                    );
-                    d.record(i, record, report);
-                }
-                Ok((source, summary)) => {
-                    let task = d.tasks[d.episodes[i].0].name.clone();
-                    let job = Job {
-                        episode: i,
-                        task,
-                        source: source.clone(),
-                    };
-                    d.waiting.insert(
-                        i,
-                        Waiting {
-                            prompt: req.prompt,
-                            completion,
-                            source,
-                            summary,
-                            generate_ms,
-                        },
-                    );
-                    jobs.send(job).map_err(|_| RunError::Environment {
-                        task: d.tasks[d.episodes[i].0].name.clone(),
-                        reason: "every evaluation thread is gone".into(),
-                    })?;
-                }
-            }
+            let responded = Responded::new(turn, req.prompt, completion, generate_ms);
+            let Some(source) = responded.candidate().map(str::to_string) else {
+                d.record(i, responded.record(None, 0.0), report);
+                continue;
+            };
+            let task = d.tasks[d.episodes[i].0].name.clone();
+            d.waiting.insert(i, responded);
+            jobs.send(Job {
+                episode: i,
+                task,
+                source,
+            })
+            .map_err(|_| RunError::Environment {
+                task: d.tasks[d.episodes[i].0].name.clone(),
+                reason: "every evaluation thread is gone".into(),
+            })?;
         }
     }
     Ok(())

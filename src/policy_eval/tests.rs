@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex};
 use super::*;
 use crate::config::SamplingSection;
 use crate::env::{Compiled, KernelEnv};
-use crate::episode::{EpisodeTask, TurnRecord};
+use crate::episode::EpisodeTask;
 use crate::outcome::Outcome;
 use crate::policy::{Completion, FinishReason};
 use crate::scripted::ScriptedPolicy;
+use crate::turn::TurnRecord;
 
 fn correct(speedup: f64) -> Outcome {
     Outcome::Correct {

@@ -1,0 +1,143 @@
+//! `kevin bench policy`: runs `kevin_policy::bench` on the chosen backend, prints a table and,
+//! given the transformers peer's JSON (benches/hf_policy.py, same machine, same call), the
+//! ratios the issue asks for (generation at each batch size, learner tokens/s).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use kevin_policy::bench::{run_named, BenchArgs, BenchReport, Shape};
+
+use crate::cmd::{failure, usage, write_json, CmdResult};
+
+/// The flags of `kevin bench policy`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Model shape: "qwen2-0.5b" (the issue's) or "tiny" (a smoke run).
+    #[arg(long, default_value = "qwen2-0.5b")]
+    pub shape: String,
+    /// "cuda" or "cpu" (default: cuda where nvidia-smi lists a GPU).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// "bf16" or "f32" (the CPU runs f32).
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// Generation batch sizes, comma-separated.
+    #[arg(long, default_value = "1,64", value_delimiter = ',')]
+    pub batches: Vec<usize>,
+    /// Prompt tokens per sequence.
+    #[arg(long, default_value_t = 256)]
+    pub prompt: usize,
+    /// New tokens per sequence.
+    #[arg(long, default_value_t = 256)]
+    pub new_tokens: usize,
+    /// Learner: sequences per step.
+    #[arg(long, default_value_t = 8)]
+    pub train_batch: usize,
+    /// Learner: tokens per sequence.
+    #[arg(long, default_value_t = 1024)]
+    pub train_seq: usize,
+    /// Learner: timed steps after one warm-up step (0: no learner).
+    #[arg(long, default_value_t = 3)]
+    pub train_steps: usize,
+    /// The transformers peer's JSON (benches/hf_policy.py --json) to compare with.
+    #[arg(long)]
+    pub hf: Option<PathBuf>,
+    /// Write the results (and the comparison) as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the benchmark with the flags (device default: cuda where a GPU is listed).
+pub fn run(a: &Args) -> CmdResult {
+    let shape = Shape::parse(&a.shape).map_err(usage)?;
+    let args = BenchArgs {
+        shape,
+        batches: a.batches.clone(),
+        prompt: a.prompt,
+        new_tokens: a.new_tokens,
+        train_batch: a.train_batch,
+        train_seq: a.train_seq,
+        train_steps: a.train_steps,
+    };
+    let device = a
+        .device
+        .clone()
+        .unwrap_or_else(|| kevin::machine::default_backend().to_string());
+    bench(&args, &device, &a.dtype, a.hf.as_deref(), a.json.as_deref()).map_err(failure)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The peer's figure for `key` ("bs64" or "learner") from its JSON, if present.
+fn peer(hf: &serde_json::Value, key: &str) -> Option<f64> {
+    if key == "learner" {
+        hf["learner"]["tokens_per_s"].as_f64()
+    } else {
+        hf["generate"][key]["tokens_per_s"].as_f64()
+    }
+}
+
+fn table(report: &BenchReport, hf: Option<&serde_json::Value>) -> String {
+    let mut out = format!(
+        "{} ({:.1}M parameters)\n\n| measurement | kevin tokens/s | transformers tokens/s | ratio |\n| --- | --- | --- | --- |\n",
+        report.backend,
+        report.params as f64 / 1e6
+    );
+    let mut row = |name: String, ours: f64, key: String| {
+        let theirs = hf.and_then(|h| peer(h, &key));
+        let (t, r) = match theirs {
+            Some(t) => (format!("{t:.0}"), format!("{:.2}x", ours / t)),
+            None => ("-".into(), "-".into()),
+        };
+        out += &format!("| {name} | {ours:.0} | {t} | {r} |\n");
+    };
+    for g in &report.generate {
+        row(
+            format!(
+                "generate bs{} ({:.2} s, {} passes)",
+                g.batch, g.seconds, g.forward_passes
+            ),
+            g.tokens_per_s,
+            format!("bs{}", g.batch),
+        );
+    }
+    if let Some(l) = &report.learner {
+        row(
+            format!(
+                "learner {} tokens/step ({:.0} ms/step)",
+                l.tokens,
+                l.step_seconds * 1e3
+            ),
+            l.tokens_per_s,
+            "learner".into(),
+        );
+    }
+    out
+}
+
+/// Runs the benchmark and reports it.
+pub fn bench(
+    args: &BenchArgs,
+    device: &str,
+    dtype: &str,
+    hf: Option<&Path>,
+    json: Option<&Path>,
+) -> Result<(), String> {
+    let peer = match hf {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            Some(
+                serde_json::from_str::<serde_json::Value>(&text)
+                    .map_err(|e| format!("{}: not JSON: {e}", p.display()))?,
+            )
+        }
+        None => None,
+    };
+    let report = run_named(args, device, dtype, &|line| eprintln!("{line}"))?;
+    let text = table(&report, peer.as_ref());
+    println!("{text}");
+    if let Some(path) = json {
+        let value = serde_json::json!({ "kevin": report, "transformers": peer, "table": text });
+        write_json(path, &value)?;
+    }
+    Ok(())
+}

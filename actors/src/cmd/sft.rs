@@ -1,0 +1,427 @@
+//! `kevin sft corpus`, `kevin sft tokenizer` and `kevin sft train`: the supervised warm-start
+//! corpus (built and verified on the CPU backend, see `kevin::corpus`), the byte-level BPE
+//! tokenizer trained on it (`kevin_policy::tokenizer`), and the policy trained on it
+//! (`kevin_policy::sft`), with progress on stderr.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Subcommand;
+
+use kevin::config::Config;
+use kevin::corpus::{self, CorpusOptions, CorpusStats};
+use kevin::env::Deadlines;
+use kevin::tasks::TaskSuite;
+use kevin_policy::chat;
+use kevin_policy::tokenizer::{Tokenizer, SPECIAL_TOKENS};
+
+use super::{failure, workers_or_cores, write_json, CmdResult, DEFAULT_CONFIG};
+
+/// Supervised warm-start: build the verified corpus, train the tokenizer, train the policy.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// What to build.
+    #[command(subcommand)]
+    pub what: SftCommand,
+}
+
+/// `kevin sft` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum SftCommand {
+    /// Build the warm-start corpus (JSONL) from the train split: reference solutions, verified
+    /// variants and naive kernels, and broken-then-fixed repair pairs, every kernel compiled and
+    /// checked on the CPU backend. Prints counts by kind and by outcome.
+    Corpus(CorpusArgs),
+    /// Train a byte-level BPE tokenizer on a corpus and write DIR/tokenizer.json; prints bytes
+    /// per token on the corpus.
+    Tokenizer(TokenizerArgs),
+    /// Train the policy on the corpus (supervised warm start): mean NLL of each conversation's
+    /// last response, prompt tokens as context only; AdamW, warm-up + cosine decay, global
+    /// gradient-norm clipping; whole forms held out for validation. Writes a Hugging Face
+    /// directory (config.json, model.safetensors, tokenizer.json) for `[policy.burn].checkpoint`,
+    /// and sft.json (command, corpus hash, shape, losses per epoch, speed, device).
+    Train(TrainArgs),
+}
+
+/// The flags of `kevin sft corpus`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CorpusArgs {
+    /// The JSONL file to write.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The task suite's folder (reference solutions in its `solutions/`).
+    #[arg(long, default_value = "tasks")]
+    pub dir: PathBuf,
+    /// Seed of the breakage sites.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// CPU worker processes, and evaluations in flight (default: one per CPU core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Only these train tasks (comma-separated; a held-out task is an error; default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub tasks: Vec<String>,
+    /// Training config whose tasks.preset and rollout.prompt_budget_chars the prompts use
+    /// (default: configs/quickstart.toml when present).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Also write the counts as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// The flags of `kevin sft tokenizer`.
+#[derive(clap::Args, Debug)]
+pub struct TokenizerArgs {
+    /// The corpus (JSONL from `kevin sft corpus`).
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// Vocabulary size, special tokens included.
+    #[arg(long, default_value_t = 4096)]
+    pub vocab_size: usize,
+    /// Output folder.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// The flags of `kevin sft train`.
+#[derive(clap::Args, Debug)]
+pub struct TrainArgs {
+    /// The corpus (JSONL from `kevin sft corpus`).
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// The tokenizer.json (e.g. models/kevin-bpe-4096/tokenizer.json).
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    /// Output folder.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Start from this Hugging Face directory instead of a fresh model (the shape flags are
+    /// then ignored).
+    #[arg(long)]
+    pub init: Option<PathBuf>,
+    /// Fresh model: hidden size.
+    #[arg(long, default_value_t = 256)]
+    pub hidden: usize,
+    /// Fresh model: decoder layers.
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    /// Fresh model: attention heads.
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Fresh model: key/value heads (grouped-query attention).
+    #[arg(long, default_value_t = 2)]
+    pub kv_heads: usize,
+    /// Fresh model: MLP width.
+    #[arg(long, default_value_t = 768)]
+    pub intermediate: usize,
+    /// Passes over the training examples.
+    #[arg(long, default_value_t = 10)]
+    pub epochs: u64,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Learning rate at the last step, as a fraction of --lr (cosine decay).
+    #[arg(long, default_value_t = 0.1)]
+    pub min_lr_ratio: f64,
+    /// Linear warm-up steps (default: 5% of all steps).
+    #[arg(long)]
+    pub warmup_steps: Option<u64>,
+    /// Padded positions (rows x longest row) per optimizer step.
+    #[arg(long, default_value_t = 16384)]
+    pub batch_tokens: usize,
+    /// Padded positions per forward pass, to bound memory (default: --batch-tokens); the
+    /// gradient does not depend on it.
+    #[arg(long)]
+    pub micro_batch_tokens: Option<usize>,
+    /// Longest sequence, prompt + response, in tokens.
+    #[arg(long, default_value_t = 2048)]
+    pub max_len: usize,
+    /// Longer examples: "truncate" (keep the prompt and the start of the response; dropped
+    /// when the prompt alone is too long) or "drop".
+    #[arg(long, default_value = "truncate", value_parser = ["truncate", "drop"])]
+    pub overlong: String,
+    /// Fraction of examples held out for validation, as whole forms (0: none).
+    #[arg(long, default_value_t = 0.05)]
+    pub val_fraction: f64,
+    /// Global gradient-norm clip.
+    #[arg(long, default_value_t = 1.0)]
+    pub grad_clip: f64,
+    /// AdamW weight decay.
+    #[arg(long, default_value_t = 0.1)]
+    pub weight_decay: f64,
+    /// "cpu", "cuda" or "auto" (cuda where nvidia-smi lists a GPU).
+    #[arg(long, default_value = "auto", value_parser = ["cpu", "cuda", "auto"])]
+    pub device: String,
+    /// Seed of the initial weights, the shuffles and the validation split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also write OUT/epoch-NNN/ after every epoch.
+    #[arg(long)]
+    pub save_every_epoch: bool,
+    /// Stop after this many optimizer steps (a smoke run; the schedule still spans all epochs).
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> CmdResult {
+    match args.what {
+        SftCommand::Corpus(a) => corpus_main(&a),
+        SftCommand::Tokenizer(a) => tokenizer_main(&a.corpus, a.vocab_size, &a.out),
+        SftCommand::Train(a) => train_main(&a),
+    }
+    .map_err(failure)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Builds the corpus, writes it, prints its counts; `Err` is a one-line message.
+pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
+    let started = Instant::now();
+    let workers = workers_or_cores(args.workers);
+    let config_path = args.config.clone().or_else(|| {
+        let p = PathBuf::from(DEFAULT_CONFIG);
+        p.exists().then_some(p)
+    });
+    let config = match &config_path {
+        Some(p) => Config::load(Some(p), &[]).map_err(|e| e.to_string())?,
+        None => Config::load(None, &[]).map_err(|e| e.to_string())?,
+    };
+    let suite = TaskSuite::load(&args.dir)
+        .map_err(|e| format!("task suite {}: {e}", args.dir.display()))?;
+    // Generous verify deadline: a broken kernel that hangs costs this much, a correct one needs
+    // well under a second on the small preset.
+    let deadlines = Deadlines {
+        verify_ms: 10_000,
+        ..Deadlines::default()
+    };
+    let env = super::backends::eval_env(Some("cpu"), suite.clone(), &args.dir, workers, deadlines)?;
+    eprintln!("kevin sft corpus: {}", env.describe());
+    let opts = CorpusOptions {
+        preset: config.tasks.preset,
+        seed: args.seed,
+        prompt_budget_chars: config.rollout.prompt_budget_chars as usize,
+        parallel: workers,
+        only: args.tasks.clone(),
+    };
+    let progress = |p: corpus::Progress<'_>| {
+        eprint!(
+            "\r[{}/{}] {:.0} s, last: {:<28} {:<14}",
+            p.done,
+            p.total,
+            started.elapsed().as_secs_f64(),
+            p.task,
+            p.outcome
+        );
+        let _ = std::io::stderr().flush();
+    };
+    let built = corpus::build(&suite, env.as_ref(), &opts, &progress).map_err(|e| e.to_string())?;
+    eprintln!();
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    corpus::write_jsonl(&args.out, &built.examples).map_err(|e| e.to_string())?;
+    print!(
+        "{}",
+        render_stats(&built.stats, &args.out, started.elapsed().as_secs_f64())
+    );
+    if let Some(path) = &args.json {
+        write_json(path, &built.stats)?;
+    }
+    Ok(())
+}
+
+/// The counts of a build, as printed.
+pub fn render_stats(s: &CorpusStats, out: &Path, seconds: f64) -> String {
+    let list = |m: &std::collections::BTreeMap<String, usize>| {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let total: usize = s.by_kind.values().sum();
+    let mut text = format!(
+        "wrote {total} examples to {}\nby kind: {}\nturn outcomes: {}\nrepairs by breakage: {}\n\
+         tasks: {}; characters: {}; candidates evaluated: {}; breakages dropped: {} still correct, {} with another outcome than intended; {:.0} s\n",
+        out.display(),
+        list(&s.by_kind),
+        list(&s.by_outcome),
+        list(&s.by_breakage),
+        s.tasks,
+        s.chars,
+        s.evaluated,
+        s.harmless_breakages,
+        s.unexpected_breakages,
+        seconds
+    );
+    if !s.dropped_variants.is_empty() {
+        text += &format!(
+            "variants that were not correct (dropped): {}\n",
+            s.dropped_variants.join(", ")
+        );
+    }
+    text
+}
+
+/// Trains a tokenizer of `vocab_size` tokens on the corpus at `corpus_path` (every turn as its
+/// chat training text), writes `out_dir/tokenizer.json`, prints bytes per token on the corpus.
+pub fn tokenizer_main(corpus_path: &Path, vocab_size: usize, out_dir: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    let examples = corpus::read_jsonl(corpus_path)?;
+    if examples.is_empty() {
+        return Err(format!("{}: no examples", corpus_path.display()));
+    }
+    let texts: Vec<String> = examples
+        .iter()
+        .flat_map(|e| e.turns.iter())
+        .map(|t| chat::training_text(None, &t.prompt, &t.response))
+        .collect();
+    let tok = Tokenizer::train_bpe(texts.iter(), vocab_size, &SPECIAL_TOKENS)
+        .map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let path = out_dir.join("tokenizer.json");
+    tok.save(&path).map_err(|e| e.to_string())?;
+    let (mut bytes, mut tokens) = (0usize, 0usize);
+    for t in &texts {
+        bytes += t.len();
+        tokens += tok.encode(t).map_err(|e| e.to_string())?.len();
+    }
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if tok.vocab_size() < vocab_size {
+        // BPE merges only inside pre-tokenized words: once every word seen twice is one token,
+        // there is nothing left to merge.
+        println!(
+            "the vocabulary stopped at {} of the {vocab_size} tokens asked: no pair occurs twice any more",
+            tok.vocab_size()
+        );
+    }
+    println!(
+        "wrote {} ({} tokens, {size} bytes); corpus: {} texts, {bytes} bytes, {tokens} tokens, {:.2} bytes/token; {:.1} s",
+        path.display(),
+        tok.vocab_size(),
+        texts.len(),
+        bytes as f64 / tokens.max(1) as f64,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// How often `kevin sft train` reports progress.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `kevin sft train`: trains, prints progress every few seconds and a line per epoch on stderr,
+/// then what was written on stdout.
+pub fn train_main(a: &TrainArgs) -> Result<(), String> {
+    use kevin_policy::sft::run::{self, ModelShape, SftArgs};
+    use kevin_policy::sft::Overlong;
+    let device = match a.device.as_str() {
+        "cpu" => kevin::config::BurnDevice::Cpu,
+        "cuda" => kevin::config::BurnDevice::Cuda,
+        _ => kevin::config::BurnDevice::Auto,
+    };
+    let args = SftArgs {
+        corpus: a.corpus.clone(),
+        tokenizer: a.tokenizer.clone(),
+        out: a.out.clone(),
+        init: a.init.clone(),
+        shape: ModelShape {
+            hidden: a.hidden,
+            layers: a.layers,
+            heads: a.heads,
+            kv_heads: a.kv_heads,
+            intermediate: a.intermediate,
+        },
+        epochs: a.epochs,
+        lr: a.lr,
+        min_lr_ratio: a.min_lr_ratio,
+        warmup_steps: a.warmup_steps,
+        batch_tokens: a.batch_tokens,
+        micro_batch_tokens: a.micro_batch_tokens,
+        max_len: a.max_len,
+        overlong: if a.overlong == "drop" {
+            Overlong::Drop
+        } else {
+            Overlong::Truncate
+        },
+        val_fraction: a.val_fraction,
+        grad_clip: a.grad_clip,
+        weight_decay: a.weight_decay,
+        seed: a.seed,
+        save_every_epoch: a.save_every_epoch,
+        max_steps: a.max_steps,
+        command: std::env::args().collect(),
+    };
+    let mut last = Instant::now();
+    let mut progress = |p: &run::Progress| {
+        if last.elapsed() < PROGRESS_EVERY && p.step != p.total_steps {
+            return;
+        }
+        last = Instant::now();
+        eprintln!(
+            "epoch {}/{} step {}/{} loss {:.4} lr {:.2e} {:.0} tokens/s {:.0} s, ETA {:.0} s",
+            p.epoch,
+            p.epochs,
+            p.step,
+            p.total_steps,
+            p.loss,
+            p.lr,
+            p.tokens_per_s,
+            p.elapsed_s,
+            p.eta_s
+        );
+    };
+    let mut epoch_done = |e: &run::EpochRecord| {
+        let val = e
+            .val_loss
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.4}"));
+        eprintln!(
+            "epoch {} done: train loss {:.4}, val loss {val}, {} steps, {:.0} tokens/s, padding {:.1}%, {:.1} s",
+            e.epoch,
+            e.train_loss,
+            e.steps,
+            e.tokens_per_s,
+            100.0 * e.padding,
+            e.seconds
+        );
+    };
+    let r = run::run_on(device, &args, &mut progress, &mut epoch_done)?;
+    let c = &r.corpus;
+    println!(
+        "wrote {} (Qwen2 {} parameters: {} layers, hidden {}, vocab {}; device {})",
+        a.out.display(),
+        r.parameters,
+        r.model.num_hidden_layers,
+        r.model.hidden_size,
+        r.model.vocab_size,
+        r.device
+    );
+    println!(
+        "corpus {}: {} examples, {} train, {} validation (held-out forms: {}); {} truncated, {} dropped for length",
+        c.path,
+        c.examples,
+        c.train,
+        c.validation,
+        if c.held_out_forms.is_empty() { "none".to_string() } else { c.held_out_forms.join(", ") },
+        c.truncated,
+        c.dropped
+    );
+    if let Some(e) = r.epochs.last() {
+        let val = e
+            .val_loss
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.4}"));
+        println!(
+            "{} steps{}; last epoch: train loss {:.4}, val loss {val}; {:.1} s",
+            r.steps,
+            if r.stopped_early {
+                " (stopped by --max-steps)"
+            } else {
+                ""
+            },
+            e.train_loss,
+            r.wall_s
+        );
+    }
+    Ok(())
+}

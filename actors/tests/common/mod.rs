@@ -1,0 +1,98 @@
+//! Helpers shared by the integration tests in `actors/tests` (each test file says `mod common;`):
+//! where the repository and the `kevin` binary are, how to run the binary, how to check its
+//! exit, how to read the JSON-lines files a run writes, and which optional backends are here.
+//! Nothing here asserts anything about kevin's behaviour: the tests do.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The repository root (KEVIN_ROOT when the test runs elsewhere than it was built).
+pub fn root() -> PathBuf {
+    std::env::var_os("KEVIN_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .unwrap()
+                .to_path_buf()
+        })
+}
+
+/// The `kevin` binary (KEVIN_BIN when the test runs on another machine than it was built on).
+pub fn bin() -> PathBuf {
+    std::env::var_os("KEVIN_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kevin")))
+}
+
+/// `kevin` for a training run: logging at warn (RUST_LOG) and without a KEVIN__RUN__MAX_STEPS
+/// from the caller's environment; the caller adds the arguments.
+pub fn kevin() -> Command {
+    let mut c = Command::new(bin());
+    c.env("RUST_LOG", "warn")
+        .env_remove("KEVIN__RUN__MAX_STEPS");
+    c
+}
+
+/// Runs `kevin ARGS` from the repository root (so `tasks/`, `models/` and `configs/` resolve)
+/// and returns what it did.
+pub fn kevin_at_root(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap()
+}
+
+/// The process's stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Panics with the status, stdout and stderr unless `out` exited 0.
+pub fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "kevin failed ({:?}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The JSON lines of `path` that parse, in order; nothing when it is not there (a live run's
+/// files may be missing or end in a torn line).
+pub fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Every JSON line of `path`; panics when the file is missing or a line does not parse.
+pub fn jsonl_strict(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// True when a C++ compiler for the CPU backend is here; else says that the test is skipped.
+pub fn cpu_backend_available() -> bool {
+    let ok = kevin::cpu::find_compiler().is_ok();
+    if !ok {
+        eprintln!("skipping: no C++ compiler for the CPU backend");
+    }
+    ok
+}
+
+/// True when `KEVIN_GPU_TESTS=1` asks for the GPU tests.
+pub fn gpu_tests() -> bool {
+    std::env::var("KEVIN_GPU_TESTS").is_ok_and(|v| v == "1")
+}
