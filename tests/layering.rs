@@ -23,7 +23,11 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
                 rust_files(&path, out);
             }
         } else if path.extension().is_some_and(|e| e == "rs")
-            && !path.file_name().unwrap().to_string_lossy().contains("tests")
+            && !path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .contains("tests")
         {
             out.push(path);
         }
@@ -93,7 +97,12 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let rel = file.strip_prefix(&src).unwrap();
-        let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
         let module = first.trim_end_matches(".rs").to_string();
         if module == "lib" {
             continue;

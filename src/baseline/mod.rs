@@ -42,6 +42,9 @@
 //! the interpreter's (`ops/kernels.rs`), NaN rules included, so an F64 plan computes what
 //! `Task::reference` computes, up to the order of operations and the libm: within 1e-9 relative
 //! + 1e-12 absolute on every task and fixture (`cpu_tests.rs`), indices exactly.
+//!
+//! Dependency direction: this folder imports only `ops`, `tasks` and `candidate` (for the launch
+//! plan types); the devices (`gpu`, the CPU model in tests) and the cuda environment import it.
 
 #[cfg(test)]
 mod cpu_tests;

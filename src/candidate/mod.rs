@@ -24,6 +24,9 @@
 //! Invariant: nothing here panics on any input, and every step is linear (or close) in the
 //! input's length, with recursion bounded by [`expr::MAX_DEPTH`]. The fuzz test in
 //! `tests/fuzz.rs` holds it to that.
+//!
+//! Dependency direction: this folder imports nothing else of the crate; the environments, the
+//! devices, the protocol, the turn step and the corpus import it.
 
 pub mod error;
 pub mod expr;

@@ -6,6 +6,9 @@
 //!
 //! Invariant: tasks of the [`Split::Heldout`] split are for evaluation only; samplers of training
 //! tasks go through [`TaskSuite::split`] with [`Split::Train`].
+//!
+//! Dependency direction: this folder imports only `ops` and `candidate` (signatures); everything
+//! that evaluates or trains on a task imports it, and it may import none of them.
 
 mod estimate;
 mod file;

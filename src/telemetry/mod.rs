@@ -24,6 +24,9 @@
 //!   resumed run keeps every earlier session's trace; `kevin inspect` reads them all.
 //! - Async handlers keep their span alive with `future.instrument(span)` (or by moving it into
 //!   the future); the event closes when the future, and so the message's work, is done.
+//!
+//! Dependency direction: this folder imports nothing else of the crate (the actors and the
+//! commands import it), so tracing, reading traces and `inspect` work on any run directory.
 
 pub mod chrome;
 pub mod inspect;

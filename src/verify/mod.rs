@@ -13,8 +13,11 @@
 //! [`timing::correct_outcome`] builds `Outcome::Correct` with the timing label ("cpu", "cuda").
 //!
 //! [`request`] holds the messages between an environment and its evaluation workers and the
-//! mapping of a failed worker to the candidate's outcome, shared by both devices. This folder
-//! imports neither `env` nor the devices (`cpu`, `gpu`): they import it.
+//! mapping of a failed worker to the candidate's outcome, shared by both devices.
+//!
+//! Dependency direction: this folder imports `tasks`, `ops`, `candidate`, `outcome`, `rng` and the
+//! worker protocol; the devices (`cpu`, `gpu`) and the environments import it, never the other
+//! way round (`tests/layering.rs`).
 
 #[cfg(unix)]
 pub mod buffer;
