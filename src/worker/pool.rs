@@ -510,7 +510,13 @@ where
                 WorkerFailure::Spawn { .. } => stats.spawn_failures += 1,
             }
         }
-        tracing::warn!(worker = idx, %failure, "worker failed; respawning");
+        // A candidate that crashes or hangs its worker is ordinary (its outcome says so, and the
+        // pool's counters count it); a worker that cannot be started is the harness's problem.
+        if matches!(failure, WorkerFailure::Spawn { .. }) {
+            tracing::warn!(worker = idx, %failure, "worker failed; respawning");
+        } else {
+            tracing::debug!(worker = idx, %failure, "worker failed; respawning");
+        }
         Err(Failed { failure, detected })
     }
 
