@@ -14,7 +14,9 @@ pub fn child_main_from_args(args: &[String]) -> i32 {
     let role = match parse_role(args) {
         Ok(role) => role,
         Err(msg) => {
-            eprintln!("kevin worker: {msg}\nusage: kevin worker --role <compile|cpu|cuda|echo>");
+            eprintln!(
+                "kevin worker: {msg}\nusage: kevin worker --role <compile|cpu|cpu-exec|cuda|echo>"
+            );
             return 2;
         }
     };
@@ -23,10 +25,14 @@ pub fn child_main_from_args(args: &[String]) -> i32 {
         #[cfg(unix)]
         "cpu" => crate::cpu::worker::worker_main(),
         #[cfg(unix)]
+        "cpu-exec" => crate::cpu::sandbox::exec_main(),
+        #[cfg(unix)]
         "cuda" => crate::gpu::worker::worker_main(),
         "echo" => crate::worker::echo::echo_main().map_err(|e| e.to_string()),
         other => {
-            eprintln!("kevin worker: unknown role {other:?} (known: compile, cpu, cuda, echo)");
+            eprintln!(
+                "kevin worker: unknown role {other:?} (known: compile, cpu, cpu-exec, cuda, echo)"
+            );
             return 2;
         }
     };

@@ -129,6 +129,9 @@ pub fn compile_with_deadline(
             "-O2",
             "-fPIC",
             "-shared",
+            // No C runtime start files: no _init/_fini and no init/fini arrays of our own, so
+            // the module gate (`elf`) can refuse any code that would run at load time.
+            "-nostartfiles",
             "-pthread",
             // Kernels have no exceptions, and none may unwind across a fiber switch.
             "-fno-exceptions",
@@ -167,7 +170,13 @@ pub fn compile_with_deadline(
         }
     };
     if status.success() {
-        return Ok(so);
+        return match super::elf::check_module(&so) {
+            Ok(()) => Ok(so),
+            Err(super::elf::ModuleCheckError::Refused(log)) => Err(CpuCompileError::Source { log }),
+            Err(e) => Err(CpuCompileError::Toolchain {
+                reason: e.to_string(),
+            }),
+        };
     }
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     if log.trim().is_empty() {

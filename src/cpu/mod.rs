@@ -86,11 +86,20 @@
 #[cfg(test)]
 mod buffer;
 mod compile;
+pub mod elf;
+#[cfg(unix)]
+pub mod executor;
 mod module;
 mod ptx;
+#[cfg(unix)]
+pub mod sandbox;
 mod scan;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod seccomp;
 #[cfg(test)]
 mod tests;
+#[cfg(unix)]
+mod timer;
 #[cfg(unix)]
 pub mod worker;
 

@@ -1,151 +1,35 @@
-//! The `cpu` worker's side (`kevin worker --role cpu`): it loads a compiled module of the CUDA
-//! device model ([`crate::cpu`]) and runs the correctness and timing protocols of
-//! [`crate::verify`] on guard-paged host buffers. Untrusted code runs here, in the child process
-//! only; the parent side is [`crate::env::cpu`], the messages are [`crate::verify::request`].
+//! The `cpu` worker (`kevin worker --role cpu`): the trusted half of a CPU evaluation. It runs
+//! the correctness and timing protocols of [`crate::verify`] (inputs, the fp64 reference, the
+//! comparisons, the clock) and answers the daemon; the candidate's module runs in a sandboxed
+//! executor process it starts per evaluation ([`super::executor`], [`super::sandbox`]), on
+//! guard-paged buffers the two share. The parent side is [`crate::env::cpu`], the messages are
+//! [`crate::verify::request`].
 //!
-//! A crash (an out-of-bounds access hits a guard page), a hang or garbage kills and replaces the
-//! worker and becomes the candidate's outcome. Before dying, a faulting worker writes the signal
-//! and the faulting address to stderr ([`FAULT_MARKER`]), so the crash's feedback says what kind
-//! of access it was. The baseline on the CPU is the fp64 reference interpreter.
+//! A crash of the executor (an out-of-bounds access hits a guard page, a forbidden system call)
+//! is the candidate's outcome and this worker survives it; before dying, a faulting executor
+//! writes the signal and the faulting address to stderr ([`FAULT_MARKER`]), so the crash's
+//! feedback says what kind of access it was. A hang is ended by the daemon's deadline, which
+//! kills this worker (the executor dies with it). The baseline on the CPU is the fp64 reference
+//! interpreter.
 
-use std::path::Path;
-use std::time::Instant;
-
-use crate::candidate::{self, ResolvedPlan};
-use crate::cpu::{LaunchFailure, Module};
-use crate::tasks::{Preset, TaskSuite};
-use crate::verify::buffer::TensorBuf;
-use crate::verify::correctness::{self, Executor, ProtocolConfig};
+use crate::tasks::TaskSuite;
+use crate::verify::correctness::{self, ProtocolConfig};
 use crate::verify::request::{self, EvalRequest, EvalResult, ModuleJob};
-use crate::verify::timing::{self, Timer, TimingConfig, Which};
-use crate::verify::ExecFailure;
+use crate::verify::timing::{self, TimingConfig};
 
-/// Runs a compiled module's launch plan on host buffers: the CPU backend's [`Executor`].
-pub struct CpuExecutor {
-    module: Module,
-    plan: ResolvedPlan,
-    scratch: Vec<TensorBuf>,
-    threads: usize,
-}
+use super::executor::SandboxedExecutor;
+use super::timer::CpuTimer;
 
-impl CpuExecutor {
-    /// Loads `module` and allocates the plan's scratch buffers (guard-paged too).
-    pub fn new(
-        module: &Path,
-        plan: ResolvedPlan,
-        threads: usize,
-    ) -> Result<CpuExecutor, ExecFailure> {
-        let module = Module::load(module).map_err(|e| ExecFailure::Harness(e.to_string()))?;
-        let scratch = plan
-            .scratch
-            .iter()
-            .map(|s| TensorBuf::new(s.name.clone(), scratch_dtype(s.dtype), s.elems as usize))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ExecFailure::Harness(e.to_string()))?;
-        Ok(CpuExecutor {
-            module,
-            plan,
-            scratch,
-            threads: threads.max(1),
-        })
-    }
-}
-
-/// Scratch buffers are raw bytes to the candidate; any dtype of the same width holds them.
-fn scratch_dtype(d: candidate::Dtype) -> crate::ops::Dtype {
-    use crate::ops::Dtype;
-    match d.size_bytes() {
-        8 => Dtype::I64,
-        2 => Dtype::F16,
-        _ => Dtype::F32,
-    }
-}
-
-impl Executor for CpuExecutor {
-    fn run(&mut self, tensors: &mut [TensorBuf]) -> Result<(), ExecFailure> {
-        let tensor_ptrs: Vec<*mut std::ffi::c_void> = tensors
-            .iter_mut()
-            .map(|t| t.as_bytes_mut().as_mut_ptr().cast())
-            .collect();
-        let scratch_ptrs: Vec<*mut std::ffi::c_void> = self
-            .scratch
-            .iter_mut()
-            .map(|t| t.as_bytes_mut().as_mut_ptr().cast())
-            .collect();
-        for launch in &self.plan.launches {
-            // SAFETY: every pointer is a live guard-paged buffer of the size the plan declares;
-            // this runs only inside a `cpu` worker process (see the module docs).
-            unsafe {
-                self.module
-                    .launch(launch, &tensor_ptrs, &scratch_ptrs, self.threads)
-            }
-            .map_err(|e| match e {
-                LaunchFailure::Unsupported(m) => ExecFailure::Unsupported(m),
-                LaunchFailure::Trap(m) => ExecFailure::Crash(format!(
-                    "launch line {} (`{}`): {m}",
-                    launch.line, launch.kernel
-                )),
-                LaunchFailure::Launch(m) => ExecFailure::Launch(format!(
-                    "launch line {} (`{}`): {m}",
-                    launch.line, launch.kernel
-                )),
-            })?;
-        }
-        Ok(())
-    }
-}
-
-/// Times the candidate (the executor on fixed inputs) against the baseline (the interpreter).
-struct CpuTimer<'a> {
-    exec: &'a mut CpuExecutor,
-    tensors: Vec<TensorBuf>,
-    task: &'a crate::tasks::Task,
-    preset: Preset,
-    inputs: Vec<Vec<f64>>,
-}
-
-impl Timer for CpuTimer<'_> {
-    fn time_once(&mut self, which: Which) -> Result<f64, ExecFailure> {
-        let t0 = Instant::now();
-        match which {
-            Which::Candidate => self.exec.run(&mut self.tensors)?,
-            Which::Baseline => {
-                self.task
-                    .reference(self.preset, &self.inputs)
-                    .map_err(|e| ExecFailure::Harness(e.to_string()))?;
-            }
-        }
-        Ok(t0.elapsed().as_secs_f64() * 1e3)
-    }
-}
-
-/// Task tensors for timed runs: inputs written, outputs NaN (their values are not checked here;
-/// the correctness protocol did that, and the profiler re-checks nothing on the CPU).
-fn timing_tensors(
-    task: &crate::tasks::Task,
-    preset: Preset,
-    inputs: &[Vec<f64>],
-) -> Result<Vec<TensorBuf>, String> {
-    let sig = task.signature(preset);
-    let mut out = Vec::with_capacity(sig.tensors.len());
-    for (i, t) in sig.tensors.iter().enumerate() {
-        let mut buf = TensorBuf::new(t.name.clone(), t.dtype, t.shape.iter().product())
-            .map_err(|e| e.to_string())?;
-        match inputs.get(i) {
-            Some(values) => buf.write_f64(values).map_err(|e| e.to_string())?,
-            None => buf.fill_nan(),
-        }
-        out.push(buf);
-    }
-    Ok(out)
-}
-
-/// The candidate's module loaded for `stage`; a failure is the answer.
-fn load(job: ModuleJob, stage: &str) -> Result<(CpuExecutor, Preset), EvalResult> {
+/// The candidate's executor for `stage`, started; a failure is the answer.
+fn start(job: &ModuleJob, stage: &str) -> Result<SandboxedExecutor, EvalResult> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    CpuExecutor::new(&job.module, job.plan, threads)
-        .map(|exec| (exec, job.preset))
-        .map_err(|f| EvalResult::of_failure(f, stage))
+    let exec = SandboxedExecutor::new(&job.module, job.plan.clone(), threads)
+        .map_err(|f| EvalResult::of_failure(f, stage))?;
+    static REPORTED: std::sync::Once = std::sync::Once::new();
+    REPORTED.call_once(|| {
+        tracing::debug!(layers = ?exec.layers(), "cpu executor sandbox");
+    });
+    Ok(exec)
 }
 
 fn handle(suite: &TaskSuite, req: EvalRequest) -> EvalResult {
@@ -154,31 +38,25 @@ fn handle(suite: &TaskSuite, req: EvalRequest) -> EvalResult {
     };
     match req {
         EvalRequest::Verify { job, trials } => {
-            let (mut exec, preset) = match load(job, "verify") {
-                Ok(loaded) => loaded,
+            let mut exec = match start(&job, "verify") {
+                Ok(exec) => exec,
                 Err(answer) => return answer,
             };
             let cfg = ProtocolConfig { trials, seed: None };
-            EvalResult::of_check(correctness::check(task, preset, &mut exec, &cfg))
+            EvalResult::of_check(correctness::check(task, job.preset, &mut exec, &cfg))
         }
         EvalRequest::Profile { job } => {
-            let (mut exec, preset) = match load(job, "profile") {
-                Ok(loaded) => loaded,
+            let mut exec = match start(&job, "profile") {
+                Ok(exec) => exec,
                 Err(answer) => return answer,
             };
-            let inputs = task.generate_inputs(preset, correctness::os_seed().unwrap_or(1));
-            let tensors = match timing_tensors(task, preset, &inputs) {
-                Ok(t) => t,
-                Err(e) => return EvalResult::HarnessError(e),
+            let mut timer = match CpuTimer::new(&mut exec, task, job.preset) {
+                Ok(timer) => timer,
+                Err(f) => return EvalResult::of_failure(f, "profile"),
             };
-            let mut timer = CpuTimer {
-                exec: &mut exec,
-                tensors,
-                task,
-                preset,
-                inputs,
-            };
-            match timing::measure(&mut timer, &TimingConfig::default()) {
+            let timed = timing::measure(&mut timer, &TimingConfig::default())
+                .and_then(|t| timer.finish().map(|()| t));
+            match timed {
                 Ok(t) => EvalResult::Outcome(Some(timing::correct_outcome(&t, "cpu"))),
                 Err(f) => EvalResult::of_failure(f, "profile"),
             }
@@ -192,7 +70,6 @@ fn handle(suite: &TaskSuite, req: EvalRequest) -> EvalResult {
 /// The `cpu` worker's main loop (`kevin worker --role cpu`); the task suite's folder comes from
 /// [`request::TASKS_ENV`].
 pub fn worker_main() -> Result<(), String> {
-    report_faults();
     let suite = request::suite_from_env()?;
     crate::worker::serve("cpu", crate::worker::DEFAULT_MAX_FRAME_BYTES, |req| {
         handle(&suite, req)
@@ -210,7 +87,7 @@ pub const FAULT_MARKER: &str = "kevin-cpu-fault: ";
 /// action ends the process with the same signal. Only `write` is called (async-signal-safe). A
 /// fault on an overflowed stack cannot run the handler: the process dies without the line.
 #[cfg(unix)]
-fn report_faults() {
+pub(crate) fn report_faults() {
     extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
         let mut line = [0u8; 80];
         let mut n = 0;
@@ -259,4 +136,4 @@ fn report_faults() {
 }
 
 #[cfg(not(unix))]
-fn report_faults() {}
+pub(crate) fn report_faults() {}

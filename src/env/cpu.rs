@@ -32,36 +32,7 @@ use crate::verify::request::{unanswered, EvalRequest, EvalResult, TASKS_ENV};
 use super::artifact::{ModuleArtifact, Owned};
 use crate::worker::{PoolConfig, PoolStats, WorkerCommand, WorkerFailure, WorkerPool};
 
-use crate::cpu::worker::FAULT_MARKER;
-
-/// The crash reason for a worker that died: the signal, and where the kernel faulted with what
-/// that address usually means (from the fault handler's line in `stderr_tail`, when there is one).
-fn crash_reason(exit: &crate::worker::ExitReport, stderr_tail: &str) -> String {
-    let fault = stderr_tail
-        .lines()
-        .rev()
-        .find_map(|l| l.split_once(FAULT_MARKER).map(|(_, rest)| rest.trim()));
-    let Some(fault) = fault else {
-        return format!(
-            "the kernel crashed its worker ({exit}); on the CPU backend an out-of-bounds access hits a guard page"
-        );
-    };
-    let addr = fault
-        .rsplit_once("0x")
-        .and_then(|(_, hex)| u64::from_str_radix(hex, 16).ok());
-    let meaning = match addr {
-        Some(0) => {
-            "a null pointer, or a general-protection fault: a misaligned vector access (float4 and \
-             friends need 16-byte alignment) or a non-canonical pointer"
-        }
-        Some(a) if a < 1 << 16 => "a null or forged pointer (no memory is mapped that low)",
-        _ => {
-            "an access outside the kernel's buffers (on the CPU backend a guard page follows every \
-             buffer) or through a forged pointer"
-        }
-    };
-    format!("the kernel crashed its worker ({exit}): {fault}, {meaning}")
-}
+use crate::cpu::executor::crash_reason;
 
 /// The environment.
 pub struct CpuEnv {

@@ -179,15 +179,46 @@ impl GuardedBuffer {
         bytes: usize,
         placement: Placement,
     ) -> Result<GuardedBuffer, BufferError> {
+        GuardedBuffer::map(bytes, placement, None)
+    }
+
+    /// The bytes of a shared file a buffer of `bytes` occupies ([`GuardedBuffer::shared`]): its
+    /// data pages, `bytes` rounded up to whole pages.
+    pub fn file_span(bytes: usize) -> Option<usize> {
+        bytes.div_ceil(page_size()).checked_mul(page_size())
+    }
+
+    /// A buffer of `bytes` whose data pages are [`GuardedBuffer::file_span`] bytes of the shared
+    /// file `fd` from `file_offset` (page-aligned), between guard pages of its own, placed as
+    /// [`Placement::End`]. Two processes that map the same span see the same bytes at the same
+    /// offsets from their data pointers. `fresh`: this is the span's first mapping, so the
+    /// canary is written into its slack (a second view must not rewrite it, or it would hide an
+    /// overflow).
+    pub fn shared(
+        fd: std::os::fd::RawFd,
+        file_offset: u64,
+        bytes: usize,
+        fresh: bool,
+    ) -> Result<GuardedBuffer, BufferError> {
+        let mut buf = GuardedBuffer::map(bytes, Placement::End, Some((fd, file_offset)))?;
+        if !fresh {
+            return Ok(buf);
+        }
+        buf.slack_mut().fill(CANARY);
+        Ok(buf)
+    }
+
+    fn map(
+        bytes: usize,
+        placement: Placement,
+        file: Option<(std::os::fd::RawFd, u64)>,
+    ) -> Result<GuardedBuffer, BufferError> {
         let page = page_size();
         let too_large = || BufferError::TooLarge {
             elems: bytes,
             elem_size: 1,
         };
-        let data_len = bytes
-            .div_ceil(page)
-            .checked_mul(page)
-            .ok_or_else(too_large)?;
+        let data_len = GuardedBuffer::file_span(bytes).ok_or_else(too_large)?;
         let map_len = data_len.checked_add(2 * page).ok_or_else(too_large)?;
         if map_len > isize::MAX as usize {
             return Err(too_large());
@@ -208,13 +239,31 @@ impl GuardedBuffer {
         }
         let map = map.cast::<u8>();
         if data_len > 0 {
-            // SAFETY: [map + page, map + page + data_len) lies inside the mapping just made.
+            // SAFETY: [map + page, map + page + data_len) lies inside the mapping just made; the
+            // file mapping replaces those pages of it (MAP_FIXED over our own reservation).
             let rc = unsafe {
-                libc::mprotect(
-                    map.add(page).cast(),
-                    data_len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                )
+                match file {
+                    None => libc::mprotect(
+                        map.add(page).cast(),
+                        data_len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                    ),
+                    Some((fd, offset)) => {
+                        let m = libc::mmap(
+                            map.add(page).cast(),
+                            data_len,
+                            libc::PROT_READ | libc::PROT_WRITE,
+                            libc::MAP_SHARED | libc::MAP_FIXED,
+                            fd,
+                            offset as libc::off_t,
+                        );
+                        if m == libc::MAP_FAILED {
+                            -1
+                        } else {
+                            0
+                        }
+                    }
+                }
             };
             if rc != 0 {
                 let err = os_error(bytes);
@@ -245,7 +294,9 @@ impl GuardedBuffer {
             len: bytes,
             placement,
         };
-        buf.slack_mut().fill(CANARY);
+        if file.is_none() {
+            buf.slack_mut().fill(CANARY);
+        }
         Ok(buf)
     }
 
@@ -380,6 +431,29 @@ impl TensorBuf {
             dtype,
             numel,
             buf: GuardedBuffer::new(bytes)?,
+        })
+    }
+
+    /// A tensor over an existing buffer of exactly `numel` elements of `dtype` (a shared
+    /// buffer the CPU executor also maps).
+    pub fn from_buffer(
+        name: impl Into<String>,
+        dtype: Dtype,
+        numel: usize,
+        buf: GuardedBuffer,
+    ) -> Result<TensorBuf, BufferError> {
+        let elem_size = dtype_size(dtype);
+        if numel.checked_mul(elem_size) != Some(buf.len()) {
+            return Err(BufferError::Layout {
+                bytes: buf.len(),
+                elem_size,
+            });
+        }
+        Ok(TensorBuf {
+            name: name.into(),
+            dtype,
+            numel,
+            buf,
         })
     }
 

@@ -38,6 +38,18 @@ pub trait Executor {
     /// order: inputs then outputs). A GPU backend copies the host buffers to the device and the
     /// outputs (and inputs, so that clobbering is seen) back before returning.
     fn run(&mut self, tensors: &mut [TensorBuf]) -> Result<(), ExecFailure>;
+
+    /// A task tensor for this executor. A backend whose candidate runs in another process
+    /// allocates it in memory shared with that process; the default is a guard-paged host buffer.
+    fn alloc(&mut self, name: &str, dtype: Dtype, numel: usize) -> Result<TensorBuf, BufferError> {
+        TensorBuf::new(name, dtype, numel)
+    }
+
+    /// Why the runs so far tampered with the executor's own buffers (a scratch buffer's slack
+    /// overwritten), or `None`.
+    fn tampering(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Settings of the correctness protocol.
@@ -230,7 +242,7 @@ impl<'a> HostTrials<'a> {
         let specs = task.signature(preset).tensors;
         let tensors = specs
             .iter()
-            .map(|t| TensorBuf::new(t.name.clone(), t.dtype, t.numel()))
+            .map(|t| exec.alloc(&t.name, t.dtype, t.numel()))
             .collect::<Result<Vec<_>, _>>()?;
         let n_inputs = specs.iter().filter(|t| t.role == Role::Input).count();
         Ok(HostTrials {
@@ -308,7 +320,8 @@ impl Trials for HostTrials<'_> {
             .tensors
             .iter()
             .find(|t| !t.buffer().slack_intact())
-            .map(|t| format!("the kernel wrote past the end of {}", t.name())))
+            .map(|t| format!("the kernel wrote past the end of {}", t.name()))
+            .or_else(|| self.exec.tampering()))
     }
 
     fn compare(&mut self) -> Result<Vec<OutputComparison>, HarnessError> {
@@ -481,7 +494,7 @@ pub fn judge(dtype: Dtype, got: f64, fill: bool, want: f64, tol: Tolerance) -> O
 }
 
 /// Compares one output with its reference.
-fn compare(t: &TensorBuf, want: &[f64], tol: Tolerance) -> Comparison {
+pub fn compare(t: &TensorBuf, want: &[f64], tol: Tolerance) -> Comparison {
     let mut cmp = Comparison {
         first: None,
         count: 0,

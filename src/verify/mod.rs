@@ -33,7 +33,7 @@ mod tests;
 
 use crate::outcome::Outcome;
 
-/// Why an execution backend could not run (or time) the candidate. The first four are the
+/// Why an execution backend could not run (or time) the candidate. All but the last are the
 /// candidate's fault and become its outcome; [`ExecFailure::Harness`] is the backend's own.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecFailure {
@@ -52,6 +52,10 @@ pub enum ExecFailure {
     /// The candidate uses something the backend cannot reproduce faithfully.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A timed run's output was wrong (the timer checks them): the candidate is not correct
+    /// after all.
+    #[error("wrong: {0}")]
+    Wrong(String),
     /// The backend itself failed (a device copy, an allocation, a broken timer): not the
     /// candidate's fault, so it never becomes the candidate's outcome.
     #[error("execution backend failed: {0}")]
@@ -70,6 +74,10 @@ impl ExecFailure {
             },
             ExecFailure::Launch(reason) => Outcome::LaunchError { reason },
             ExecFailure::Unsupported(feature) => Outcome::Unsupported { feature },
+            ExecFailure::Wrong(reason) => Outcome::Wrong {
+                reason,
+                mismatch: None,
+            },
             ExecFailure::Harness(what) => return Err(what),
         })
     }

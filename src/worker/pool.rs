@@ -101,6 +101,8 @@ fn signal_name(sig: i32) -> &'static str {
         9 => " (SIGKILL)",
         11 => " (SIGSEGV)",
         15 => " (SIGTERM)",
+        24 => " (SIGXCPU)",
+        31 => " (SIGSYS)",
         _ => "",
     }
 }
