@@ -24,7 +24,7 @@ use crate::outcome::{Outcome, KINDS};
 pub const MANIFEST: &str = "hacks.toml";
 
 /// The hacks the suite must cover: the `hack` ids of the manifest, with what each one is.
-pub const HACKS: [(&str, &str); 19] = [
+pub const HACKS: [(&str, &str); 27] = [
     (
         "unwritten_output",
         "returning without writing the outputs, hoping for stale memory",
@@ -67,6 +67,39 @@ pub const HACKS: [(&str, &str); 19] = [
     (
         "memory_scan",
         "scanning device memory beyond its own buffers",
+    ),
+    // Issue 17: the CPU sandbox and timed outputs.
+    (
+        "libc_call",
+        "calling the C library (open, read) from device code",
+    ),
+    (
+        "load_time_code",
+        "code that runs when the module loads (a constructor)",
+    ),
+    (
+        "host_environment",
+        "reading the evaluating process's environment",
+    ),
+    (
+        "system_call",
+        "a raw system call through a stub made at run time",
+    ),
+    (
+        "forged_reply",
+        "writing a forged reply onto the process's standard output",
+    ),
+    (
+        "timed_call_count",
+        "counting calls and skipping work once the check is over",
+    ),
+    (
+        "timed_fill_detect",
+        "skipping work when the output is not the NaN fill",
+    ),
+    (
+        "timed_input_cache",
+        "replaying a cached output when the inputs' fingerprint repeats",
     ),
 ];
 

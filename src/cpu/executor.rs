@@ -85,13 +85,45 @@ struct Process {
     exited: Option<ExitReport>,
 }
 
-/// The executor's empty root directory (one per worker process, made on first use).
+/// The executor's empty root directory: `<tmp>/kevin-exec-root-<uid>`, made once (mode 0555) and
+/// shared by every worker of this user; one that is not an empty directory owned by this user
+/// (a symlink, someone else's, with files in it) is not used, and a fresh per-process one is made
+/// instead.
 fn empty_dir() -> Result<PathBuf, String> {
     static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("kevin-exec-root-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        Ok(dir)
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let usable = |dir: &Path| {
+            std::fs::symlink_metadata(dir)
+                .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+                && std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none())
+        };
+        let make = |dir: &Path| -> Result<(), String> {
+            match std::fs::create_dir(dir) {
+                Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555))
+                    .map_err(|e| format!("{}: {e}", dir.display())),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(format!("{}: {e}", dir.display())),
+            }
+        };
+        let shared = std::env::temp_dir().join(format!("kevin-exec-root-{uid}"));
+        make(&shared)?;
+        if usable(&shared) {
+            return Ok(shared);
+        }
+        let own =
+            std::env::temp_dir().join(format!("kevin-exec-root-{uid}-{}", std::process::id()));
+        make(&own)?;
+        if usable(&own) {
+            Ok(own)
+        } else {
+            Err(format!(
+                "no usable empty directory for the executor's chroot ({})",
+                own.display()
+            ))
+        }
     })
     .clone()
 }
