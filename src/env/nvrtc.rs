@@ -108,6 +108,7 @@ impl NvrtcCompiler {
                 plan,
             }),
             Ok(Err(CompileError::Source { log })) => Err(Outcome::CompileError { log }),
+            Ok(Err(CompileError::Rule { reason })) => Err(Outcome::FormatError { reason }),
             Ok(Err(e)) => Err(Outcome::CompileError { log: e.to_string() }),
             Err(failure) => Err(unanswered(failure, "compile", self.timeout, |f| {
                 format!("the compiler failed on this kernel: {f}")
