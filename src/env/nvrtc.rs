@@ -95,6 +95,17 @@ impl NvrtcCompiler {
     /// Admits and compiles one candidate; a rejection or a failed compile is its outcome.
     pub fn compile(&self, task_name: &str, source: &str) -> Result<CompiledKernel, Outcome> {
         let plan = super::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
+        self.compile_admitted(source, plan)
+    }
+
+    /// Compiles a candidate that was admitted already (its `plan` resolved); a failed compile is
+    /// its outcome: NVRTC's log as a compile error, a rule on what was compiled as a format error,
+    /// a hung or crashed compiler as the worker failure's outcome.
+    pub fn compile_admitted(
+        &self,
+        source: &str,
+        plan: ResolvedPlan,
+    ) -> Result<CompiledKernel, Outcome> {
         let mut names: Vec<&str> = plan.launches.iter().map(|l| l.kernel.as_str()).collect();
         names.sort_unstable();
         names.dedup();
