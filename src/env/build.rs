@@ -72,6 +72,22 @@ impl CpuFrontEnd {
     }
 }
 
+/// Environment variable that sets a command's `--backend cpu` NVRTC front-end: "auto" (the
+/// default), "on" or "off" (`env.cpu_nvrtc` of a run's configuration).
+pub const CPU_NVRTC_ENV: &str = "KEVIN_CPU_NVRTC";
+
+/// The front-end mode [`CPU_NVRTC_ENV`] asks for ("auto" when unset); another value is an error.
+fn cpu_nvrtc_from_env() -> Result<CpuNvrtc, String> {
+    match std::env::var(CPU_NVRTC_ENV).as_deref() {
+        Err(_) | Ok("") | Ok("auto") => Ok(CpuNvrtc::Auto),
+        Ok("on") => Ok(CpuNvrtc::On),
+        Ok("off") => Ok(CpuNvrtc::Off),
+        Ok(other) => Err(format!(
+            "{CPU_NVRTC_ENV}={other:?}: expected \"auto\", \"on\" or \"off\""
+        )),
+    }
+}
+
 /// Which environment to build, with its settings.
 #[derive(Debug, Clone)]
 pub enum EnvSpec {
@@ -180,7 +196,10 @@ impl EnvSpec {
             _ => Ok(EnvSpec::Cpu {
                 preset: Preset::Small,
                 workers,
-                front_end: CpuFrontEnd::auto(workers),
+                front_end: CpuFrontEnd {
+                    mode: cpu_nvrtc_from_env()?,
+                    ..CpuFrontEnd::auto(workers)
+                },
                 deadlines,
             }),
         }
