@@ -11,8 +11,14 @@
 //!   variable, not a function), and not by a control keyword;
 //! - its qualifiers are everything since that boundary: `__device__` or `__global__` there (or a
 //!   macro defined in the block whose body holds one of them, `#define DEV __device__`) makes it
-//!   device code. Templates (`template <...> __device__ ...`), `constexpr` and `inline` helpers
-//!   need `__device__` like any other function; `__host__` is rejected by name elsewhere;
+//!   device code. Templates (`template <...> __device__ ...`) and `inline` helpers need
+//!   `__device__` like any other function; `__host__` is rejected by name elsewhere;
+//! - except `constexpr` and `consteval` functions: CUDA calls them from device code only with
+//!   relaxed constexpr, but with kevin's `--device-as-default-execution-space` they are device
+//!   functions, and both compilers evaluate them at compile time where a constant is needed
+//!   (`constexpr int cdiv(int a, int b)` for tile sizes is common and harmless). On the CPU
+//!   backend the NVRTC front-end compiles them as device code too, so they cannot do there what
+//!   device code cannot;
 //! - the bodies of `#define`s are read the same way, so a macro that defines a function is
 //!   checked where it is defined.
 //!
@@ -144,6 +150,8 @@ fn scan(toks: &[Token<'_>], qualifier_macros: &[&str]) -> Option<(String, usize)
                         let device = decl.iter().any(|t| {
                             t.is_ident("__device__")
                                 || t.is_ident("__global__")
+                                || t.is_ident("constexpr")
+                                || t.is_ident("consteval")
                                 || (t.kind == TokKind::Ident && qualifier_macros.contains(&t.text))
                         });
                         if !device {
@@ -307,6 +315,8 @@ mod tests {
             "#define LOOP(n) for (int i = 0; i < n; ++i) { acc += i; }\n__global__ void k() {}",
             "__launch_bounds__(256) __global__ void k(float* y) { y[0] = 0; }",
             "float declared_only(float);",
+            "constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }",
+            "template <int N> constexpr int twice() { return 2 * N; }",
             "struct S { __device__ S() {} __device__ S& operator=(const S& o) { return *this; } };",
         ] {
             assert_eq!(host(ok), None, "{ok}");
@@ -322,7 +332,6 @@ mod tests {
                 "helper",
                 3,
             ),
-            ("constexpr float two() { return 2.0f; }", "two", 1),
             ("template <typename T> T id(T x) { return x; }", "id", 1),
             ("template <int N = 4> float f() { return N; }", "f", 1),
             ("namespace ns {\nint g(int a) { return a; }\n}", "g", 2),
