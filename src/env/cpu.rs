@@ -30,10 +30,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::candidate::Limits;
-use crate::compile::OutputKind;
+use crate::compile::{CompileError, OutputKind};
 use crate::config::CpuNvrtc;
 use crate::cpu::{self, CpuCompileError};
-use crate::env::nvrtc::NvrtcCompiler;
+use crate::env::nvrtc::{compile_error_outcome, NvrtcCompiler};
 use crate::env::CpuFrontEnd;
 use crate::env::{Compiled, Deadlines, KernelEnv};
 use crate::outcome::Outcome;
@@ -225,7 +225,15 @@ impl KernelEnv for CpuEnv {
         let started = Instant::now();
         let plan = super::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
         if let Some(front_end) = &self.front_end {
-            front_end.compile_admitted(source, plan.clone())?;
+            match front_end.request(source, &plan)? {
+                Ok(_) => {}
+                // This installation's fault (NVRTC or the CUDA headers went missing), not the
+                // candidate's: g++ decides alone, and the log says so.
+                Err(CompileError::Unavailable { reason }) => {
+                    tracing::warn!("cpu backend: the NVRTC front-end was skipped: {reason}")
+                }
+                Err(e) => return Err(compile_error_outcome(e)),
+            }
         }
         let dir = self.workdir.join(format!(
             "{}-{}",
