@@ -31,6 +31,7 @@
 pub mod error;
 pub mod expr;
 pub mod extract;
+mod host_fns;
 pub(crate) mod lex;
 pub mod plan;
 pub mod rules;

@@ -15,7 +15,14 @@
 //!   literals joined) containing `%clock` or `%globaltimer`. Inline PTX (`asm`, `asm volatile`) is
 //!   otherwise allowed, because `mma`, `ldmatrix` and `cp.async` are legitimate speed; the timer
 //!   registers are the part of PTX that could tell a timed run from a checked one. A PTX string
-//!   assembled by macros is not seen; the harness's events time the run from the host anyway;
+//!   assembled by macros is not seen here; the compile worker looks for the timer registers in
+//!   the PTX NVRTC produced too (`crate::compile`), which no macro can hide from;
+//! - host functions: a function definition that is neither `__device__` nor `__global__`
+//!   (`host_fns.rs` says what counts), named with its line;
+//! - `__has_include` and `__has_include_next`: NVRTC answers them from the evaluation machine's
+//!   file system (a verdict that depends on whether a host file exists leaks one bit per
+//!   evaluation). Rejected whatever the operand, so no macro can build one: an allowed header
+//!   is always there and can be included directly;
 //! - preprocessor directives other than `#include` of [`ALLOWED_INCLUDES`] (or a header under
 //!   [`ALLOWED_INCLUDE_DIRS`]), `#pragma unroll` / `#pragma nounroll`, and the macro directives
 //!   (`#define`, `#undef`, `#if`, `#ifdef`, `#ifndef`, `#elif`, `#else`, `#endif`); `"quoted"`
@@ -141,6 +148,24 @@ pub enum RuleViolation {
     /// `__host__`.
     #[error("`__host__` functions are not allowed; the block holds device code only")]
     HostFunction,
+    /// A function definition that is neither `__device__` nor `__global__`.
+    #[error(
+        "function `{name}` is host code (neither `__device__` nor `__global__`); the block holds \
+         device code only: declare it `__device__`"
+    )]
+    HostFunctionDefinition {
+        /// The function's name.
+        name: String,
+    },
+    /// `__has_include`, `__has_include_next`.
+    #[error(
+        "`{name}` is not allowed: whether a file exists on the evaluation machine is not the \
+         kernel's business; include the allowed headers directly"
+    )]
+    HasInclude {
+        /// The operator.
+        name: String,
+    },
     /// `std::`.
     #[error("`std::{name}` is from the host C++ standard library; use plain arrays, CUDA intrinsics or `cuda::std::`")]
     StdLibrary {
@@ -206,7 +231,16 @@ pub fn check(source: &str) -> Result<(), (usize, RuleViolation)> {
 /// Checks the rules on `source` and its tokens.
 pub(crate) fn check_source(source: &str, toks: &[Token<'_>]) -> Result<(), (usize, RuleViolation)> {
     check_splices(source)?;
-    check_tokens(toks)
+    check_tokens(toks)?;
+    match super::host_fns::first_host_function(toks) {
+        Some((name, line)) => Err((
+            line,
+            RuleViolation::HostFunctionDefinition {
+                name: excerpt(&name),
+            },
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Rejects a line splice (`\` at the end of a line) between two identifier characters: the
@@ -300,6 +334,9 @@ fn check_ident(name: &str, called: bool) -> Option<RuleViolation> {
         "main" if called => Some(RuleViolation::Main),
         "__host__" => Some(RuleViolation::HostFunction),
         "_Pragma" | "__pragma" => Some(RuleViolation::PragmaOperator {
+            name: name.to_string(),
+        }),
+        "__has_include" | "__has_include_next" => Some(RuleViolation::HasInclude {
             name: name.to_string(),
         }),
         _ if TIMER_WORDS.iter().any(|w| name.contains(w)) => Some(RuleViolation::Timer {

@@ -8,6 +8,12 @@
 //! candidate that hangs or crashes NVRTC becomes a [`WorkerFailure`] for its request, and the
 //! child is replaced.
 //!
+//! Rules on what was compiled: the PTX of every compile (also fetched when the output is a
+//! CUBIN; NVRTC keeps it) is searched for the timer and clock registers
+//! (`source_check::ptx_timer_register`), so an inline-asm string assembled by macros, which the
+//! source rules cannot read, is still caught: [`CompileError::Rule`]. `__has_include` is refused
+//! before NVRTC runs (it would answer from this machine's file system).
+//!
 //! Output: PTX for a virtual architecture (`compute_90`) or, when a GPU is present, a CUBIN for
 //! the exact one (`sm_90`), which spares the driver's JIT at load time. No fast math by default.
 //! Which architecture "auto" means, and whether there is a GPU at all, is
@@ -110,7 +116,9 @@ impl CompileRequest {
         }
         // A forbidden include is the candidate's fault: report it like a compile error.
         source_check::check_includes(&self.source, SOURCE_FILE_NAME)
-            .map_err(|log| CompileError::Source { log })
+            .map_err(|log| CompileError::Source { log })?;
+        source_check::check_has_include(&self.source, SOURCE_FILE_NAME)
+            .map_err(|reason| CompileError::Rule { reason })
     }
 }
 
@@ -156,6 +164,14 @@ pub enum CompileError {
     Source {
         /// NVRTC's log, trimmed to the first errors.
         log: String,
+    },
+    /// The source compiled, but what was compiled breaks a rule of the format (the PTX reads a
+    /// timer register), or the source uses what the compiler must not be asked (`__has_include`):
+    /// a format error of the candidate, like the static rules' (`crate::candidate::rules`).
+    #[error("{reason}")]
+    Rule {
+        /// What is not allowed, for the policy.
+        reason: String,
     },
     /// The request itself is malformed (kevin's fault, or a launch plan naming a bad kernel).
     #[error("invalid compile request: {reason}")]

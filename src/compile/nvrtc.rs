@@ -272,8 +272,19 @@ pub fn compile_in_process(
             }
         }
     }
+    // The PTX is there after a compile for a real architecture too (NVRTC compiles through
+    // it): the rules on what was compiled read it whatever the output.
+    let ptx = program.ptx()?;
+    if let Some(register) = super::source_check::ptx_timer_register(&ptx) {
+        return Err(CompileError::Rule {
+            reason: format!(
+                "the compiled code reads the GPU clock (`{register}`), which is not allowed \
+                 (inline PTX is read after the preprocessor: a macro does not hide a timer register)"
+            ),
+        });
+    }
     let image = match req.output {
-        OutputKind::Ptx => ModuleImage::Ptx(program.ptx()?),
+        OutputKind::Ptx => ModuleImage::Ptx(ptx),
         OutputKind::Cubin => ModuleImage::Cubin(program.cubin()?),
     };
     Ok(CompileOutput {

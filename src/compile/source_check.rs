@@ -29,6 +29,64 @@ const ALLOWED_HEADERS: &[&str] = &[
 /// Preprocessor directives that read files.
 const FILE_DIRECTIVES: &[&str] = &["include", "include_next", "import", "embed"];
 
+/// PTX special registers that read a clock or count events (a cycle counter is a clock):
+/// `%clock`, `%clock_hi`, `%clock64`, `%globaltimer`, `%globaltimer_lo`, `%globaltimer_hi`, and
+/// the performance-monitor counters `%pm0`..`%pm7`, `%pm0_64`..`%pm7_64` (PTX ISA, "Special
+/// Registers"). Matched as prefixes of a `%` name, so a future `%clock_lo` is covered too.
+const PTX_TIMER_PREFIXES: [&str; 3] = ["clock", "globaltimer", "pm"];
+
+/// The first timer register the compiled PTX reads, if any. This sees what was compiled, so an
+/// inline-asm string assembled by macros (`S(%glob) S(altimer)`) cannot hide one. The PTX names
+/// registers the compiler made `%r12`, `%rd3`, `%f1`, `%p2`...; none starts with these words.
+pub(crate) fn ptx_timer_register(ptx: &str) -> Option<String> {
+    let b = ptx.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let start = i + 1;
+            let mut end = start;
+            while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
+                end += 1;
+            }
+            let name = &ptx[start..end];
+            let timer = PTX_TIMER_PREFIXES
+                .iter()
+                .any(|p| match name.strip_prefix(p) {
+                    // `%pm` must be followed by a digit: `%pm0`, `%pm7_64`.
+                    Some(rest) if *p == "pm" => rest.starts_with(|c: char| c.is_ascii_digit()),
+                    Some(_) => true,
+                    None => false,
+                });
+            if timer {
+                return Some(format!("%{name}"));
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+/// The first `__has_include` or `__has_include_next` in `source` (outside comments and
+/// literals), with its line: NVRTC answers them from the file system of the machine it runs on.
+/// The static rules reject them before a candidate gets here; this is the compile worker's own
+/// check, for any request.
+pub(crate) fn check_has_include(source: &str, file_name: &str) -> Result<(), String> {
+    let toks = crate::candidate::lex::lex(source);
+    match toks.iter().find(|t| {
+        t.kind == crate::candidate::lex::TokKind::Ident
+            && (t.text == "__has_include" || t.text == "__has_include_next")
+    }) {
+        Some(t) => Err(format!(
+            "{file_name}({}): error: `{}` is not allowed: whether a file exists on the evaluation \
+             machine is not the kernel's business",
+            t.line, t.text
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Returns a compiler-style message (`<file>(<line>): error: ...`) for the first include that is
 /// not allowed.
 pub(crate) fn check_includes(source: &str, file_name: &str) -> Result<(), String> {
@@ -245,6 +303,38 @@ mod tests {
         check("x = 1; \\\n\n#include \"/etc/passwd\"", Err("k.cu(3)"));
         check("int a; /*\n\n*/ int b;\n#include \"/x\"", Err("k.cu(4)"));
         check("int a; /*\n\n*/ int b;\n#include \"/x\"", Err("k.cu(4)"));
+    }
+
+    #[test]
+    fn timer_registers_are_found_in_ptx() {
+        let ptx = "\tmov.u64 \t%rd1, %globaltimer;\n\tst.global.u64 [%rd2], %rd1;";
+        assert_eq!(ptx_timer_register(ptx).as_deref(), Some("%globaltimer"));
+        for reg in [
+            "%clock",
+            "%clock_hi",
+            "%clock64",
+            "%globaltimer_lo",
+            "%pm3",
+            "%pm0_64",
+        ] {
+            let ptx = format!("mov.u32 %r1, {reg};");
+            assert_eq!(ptx_timer_register(&ptx).as_deref(), Some(reg), "{reg}");
+        }
+        let clean = "mov.u32 %r1, %tid.x; mov.u32 %r2, %ctaid.x; setp.ge.s32 %p1, %r1, %r2; \
+                     ld.param.u64 %rd1, [k_param_0]; mov.u32 %r3, %smid; // %pmx";
+        assert_eq!(ptx_timer_register(clean), None);
+    }
+
+    #[test]
+    fn has_include_is_rejected() {
+        let e = check_has_include("int a;\n#if __has_include(\"/etc/passwd\")\n#endif", "k.cu");
+        assert!(e.unwrap_err().contains("k.cu(2): error: `__has_include`"));
+        assert!(check_has_include("#if __has_include_next(<x>)\n#endif", "k.cu").is_err());
+        assert!(check_has_include(
+            "// __has_include\nconst char* s = \"__has_include\";",
+            "k.cu"
+        )
+        .is_ok());
     }
 
     #[test]

@@ -225,3 +225,35 @@ fn hex_round_trip_and_errors() {
         assert!(serde_json::from_str::<ModuleImage>(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn timer_registers_are_found_in_the_compiled_ptx() {
+    if !nvrtc_or_skip("timer_registers_are_found_in_the_compiled_ptx") {
+        return;
+    }
+    // No literal of the source holds the register's name: the preprocessor assembles it.
+    let source = r#"
+#define STR(x) #x
+#define REG(a, b) "mov.u64 %0, %%" STR(a) STR(b) ";"
+extern "C" __global__ void k(unsigned long long* out) {
+    unsigned long long t;
+    asm volatile(REG(global, timer) : "=l"(t));
+    out[0] = t;
+}
+"#;
+    for output in [OutputKind::Ptx, OutputKind::Cubin] {
+        let req = CompileRequest {
+            output,
+            ..CompileRequest::ptx(source, &["k"])
+        };
+        match compile_here(&req) {
+            Err(CompileError::Rule { reason }) => {
+                assert!(reason.contains("`%globaltimer`"), "{reason}")
+            }
+            other => panic!("{output:?}: expected a rule error, got {other:?}"),
+        }
+    }
+    // The same kernel without the timer compiles.
+    let clean = source.replace("asm volatile(REG(global, timer) : \"=l\"(t));", "t = 1;");
+    assert!(compile_here(&CompileRequest::ptx(clean, &["k"])).is_ok());
+}

@@ -26,6 +26,20 @@ pub enum PolicyKind {
     Burn,
 }
 
+/// Whether the cpu environment compiles every candidate with NVRTC before g++ (`env.cpu_nvrtc`),
+/// so that a kernel the GPU toolchain rejects is a compile error on the CPU too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuNvrtc {
+    /// On where NVRTC is found; otherwise off, said once at startup (log level info).
+    #[default]
+    Auto,
+    /// Always; the environment does not start without NVRTC.
+    On,
+    /// Never: g++ alone decides what compiles.
+    Off,
+}
+
 /// Which kernel environment judges the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -346,6 +360,8 @@ pub struct EnvSection {
     pub profile_workers: u32,
     /// Deadline of one compilation (ms).
     pub compile_timeout_ms: u64,
+    /// The cpu environment's NVRTC front-end: "auto" (default), "on" or "off" ([`CpuNvrtc`]).
+    pub cpu_nvrtc: CpuNvrtc,
     /// Deadline of one correctness check (ms).
     pub verify_timeout_ms: u64,
     /// Deadline of one timing run (ms).
@@ -364,6 +380,7 @@ impl Default for EnvSection {
             verify_workers: 1,
             profile_workers: 1,
             compile_timeout_ms: 10_000,
+            cpu_nvrtc: CpuNvrtc::Auto,
             verify_timeout_ms: 20_000,
             profile_timeout_ms: 30_000,
             simulated: SimEnvSection::default(),

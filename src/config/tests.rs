@@ -189,3 +189,23 @@ fn shipped_configs_load() {
     }
     assert!(n >= 3, "quickstart, gpu and sync configs");
 }
+
+#[test]
+fn cpu_nvrtc_front_end_is_auto_on_or_off() {
+    assert_eq!(
+        Config::load(None, &[]).unwrap().env.cpu_nvrtc,
+        CpuNvrtc::Auto
+    );
+    for (text, want) in [
+        ("on", CpuNvrtc::On),
+        ("off", CpuNvrtc::Off),
+        ("auto", CpuNvrtc::Auto),
+    ] {
+        let c = load_str(&format!("[env]\ncpu_nvrtc = \"{text}\"\n"), &[]).unwrap();
+        assert_eq!(c.env.cpu_nvrtc, want, "{text}");
+    }
+    let err = load_str("[env]\ncpu_nvrtc = \"maybe\"\n", &[])
+        .expect_err("not a mode")
+        .to_string();
+    assert!(err.contains("env") && err.contains("maybe"), "{err}");
+}

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::{Config, EnvKind, SimEnvSection};
+use crate::config::{Config, CpuNvrtc, EnvKind, SimEnvSection};
 use crate::env::{Deadlines, KernelEnv};
 use crate::tasks::{Preset, TaskSuite};
 
@@ -49,6 +49,45 @@ impl Default for CudaEnvConfig {
     }
 }
 
+/// The NVRTC front-end of the cpu environment: whether to run it, for which architecture, with
+/// how many compile workers.
+#[derive(Debug, Clone)]
+pub struct CpuFrontEnd {
+    /// "auto", "on" or "off" (`env.cpu_nvrtc`).
+    pub mode: CpuNvrtc,
+    /// `sm_XX` or "auto" (as the GPU path resolves it).
+    pub arch: String,
+    /// Compile worker processes.
+    pub workers: usize,
+}
+
+impl CpuFrontEnd {
+    /// "auto" for the GPU path's default architecture, with `workers` compile workers.
+    pub fn auto(workers: usize) -> CpuFrontEnd {
+        CpuFrontEnd {
+            mode: CpuNvrtc::Auto,
+            arch: "auto".into(),
+            workers,
+        }
+    }
+}
+
+/// Environment variable that sets a command's `--backend cpu` NVRTC front-end: "auto" (the
+/// default), "on" or "off" (`env.cpu_nvrtc` of a run's configuration).
+pub const CPU_NVRTC_ENV: &str = "KEVIN_CPU_NVRTC";
+
+/// The front-end mode [`CPU_NVRTC_ENV`] asks for ("auto" when unset); another value is an error.
+fn cpu_nvrtc_from_env() -> Result<CpuNvrtc, String> {
+    match std::env::var(CPU_NVRTC_ENV).as_deref() {
+        Err(_) | Ok("") | Ok("auto") => Ok(CpuNvrtc::Auto),
+        Ok("on") => Ok(CpuNvrtc::On),
+        Ok("off") => Ok(CpuNvrtc::Off),
+        Ok(other) => Err(format!(
+            "{CPU_NVRTC_ENV}={other:?}: expected \"auto\", \"on\" or \"off\""
+        )),
+    }
+}
+
 /// Which environment to build, with its settings.
 #[derive(Debug, Clone)]
 pub enum EnvSpec {
@@ -73,6 +112,8 @@ pub enum EnvSpec {
         preset: Preset,
         /// Worker processes.
         workers: usize,
+        /// The NVRTC front-end (`env.cpu_nvrtc`, `env.arch`, `env.compile_workers`).
+        front_end: CpuFrontEnd,
         /// Each stage's deadline.
         deadlines: Deadlines,
     },
@@ -106,6 +147,11 @@ impl EnvSpec {
             EnvKind::Cpu => EnvSpec::Cpu {
                 preset: config.tasks.preset,
                 workers: env.verify_workers as usize,
+                front_end: CpuFrontEnd {
+                    mode: env.cpu_nvrtc,
+                    arch: env.arch.clone(),
+                    workers: env.compile_workers as usize,
+                },
                 deadlines: Deadlines {
                     compile_ms: env.compile_timeout_ms,
                     verify_ms: env.verify_timeout_ms,
@@ -150,6 +196,10 @@ impl EnvSpec {
             _ => Ok(EnvSpec::Cpu {
                 preset: Preset::Small,
                 workers,
+                front_end: CpuFrontEnd {
+                    mode: cpu_nvrtc_from_env()?,
+                    ..CpuFrontEnd::auto(workers)
+                },
                 deadlines,
             }),
         }
@@ -203,9 +253,10 @@ pub fn build(
         EnvSpec::Cpu {
             preset,
             workers,
+            front_end,
             deadlines,
-        } => Ok(Arc::new(super::cpu::CpuEnv::new(
-            suite, tasks_dir, preset, exe, workers, deadlines,
+        } => Ok(Arc::new(super::cpu::CpuEnv::with_front_end(
+            suite, tasks_dir, preset, exe, workers, deadlines, &front_end,
         )?)),
         #[cfg(unix)]
         EnvSpec::Cuda(cfg) => Ok(Arc::new(super::cuda::CudaEnv::new(

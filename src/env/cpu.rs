@@ -2,9 +2,16 @@
 //! ([`crate::cpu`]) and judged by the same correctness and timing protocols as on a GPU
 //! ([`crate::verify`]), in worker processes with deadlines.
 //!
-//! - compile: the static rules, the launch plan validated against the task, then the host C++
-//!   compiler as a child process with a deadline and a memory limit (the compiler never runs in
-//!   the daemon).
+//! - compile: the static rules, the launch plan validated against the task, then NVRTC (the
+//!   front-end, where it is available: [`CpuFrontEnd`]), then the host C++ compiler as a child
+//!   process with a deadline and a memory limit (neither compiler ever runs in the daemon).
+//!   NVRTC compiles with the GPU path's options for the architecture the GPU path would pick
+//!   (`env.arch`, "auto": the GPU's, sm_90 without one) to PTX (the front-end and the PTX rules;
+//!   no ptxas), in the same pool of `kevin worker --role compile` children as the GPU path, so a
+//!   kernel the GPU toolchain rejects (`INFINITY` without a header, a kernel named `norm` like
+//!   CUDA's math overloads) is the same compile error here, with NVRTC's log, and a timer register
+//!   in the compiled PTX the same format error. `env.cpu_nvrtc` ("auto", "on", "off") says
+//!   whether to; "auto" without NVRTC says once at startup (info) why the front-end is off.
 //! - verify: a `kevin worker --role cpu` process ([`crate::cpu::worker`]) loads the module and
 //!   runs the correctness protocol on guard-paged host buffers. A crash (an out-of-bounds access
 //!   hits a guard page), a hang or garbage kills and replaces that worker and becomes the
@@ -23,7 +30,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::candidate::Limits;
+use crate::compile::{CompileError, OutputKind};
+use crate::config::CpuNvrtc;
 use crate::cpu::{self, CpuCompileError};
+use crate::env::nvrtc::{compile_error_outcome, NvrtcCompiler};
+use crate::env::CpuFrontEnd;
 use crate::env::{Compiled, Deadlines, KernelEnv};
 use crate::outcome::Outcome;
 use crate::tasks::{Preset, TaskSuite};
@@ -36,6 +47,10 @@ use crate::cpu::executor::crash_reason;
 
 /// The environment.
 pub struct CpuEnv {
+    /// NVRTC in compile workers, run before g++ (None: the front-end is off, `front_end_off`
+    /// says why).
+    front_end: Option<NvrtcCompiler>,
+    front_end_off: Option<String>,
     suite: Arc<TaskSuite>,
     preset: Preset,
     limits: Limits,
@@ -48,7 +63,7 @@ pub struct CpuEnv {
 impl CpuEnv {
     /// Starts `workers` `cpu` worker processes (`program` is the kevin binary); the suite is read
     /// from `tasks_dir` in the workers too. Each stage of an evaluation gets its deadline from
-    /// `deadlines`.
+    /// `deadlines`. The NVRTC front-end is on where NVRTC is found ([`CpuFrontEnd::auto`]).
     pub fn new(
         suite: Arc<TaskSuite>,
         tasks_dir: &Path,
@@ -57,7 +72,50 @@ impl CpuEnv {
         workers: usize,
         deadlines: Deadlines,
     ) -> Result<CpuEnv, String> {
+        let front = CpuFrontEnd::auto(workers);
+        Self::with_front_end(
+            suite, tasks_dir, preset, program, workers, deadlines, &front,
+        )
+    }
+
+    /// [`CpuEnv::new`] with the NVRTC front-end `front`. "on" without NVRTC is an error; "auto"
+    /// without it logs once (info) that the front-end is off and why.
+    pub fn with_front_end(
+        suite: Arc<TaskSuite>,
+        tasks_dir: &Path,
+        preset: Preset,
+        program: PathBuf,
+        workers: usize,
+        deadlines: Deadlines,
+        front: &CpuFrontEnd,
+    ) -> Result<CpuEnv, String> {
         cpu::find_compiler().map_err(|e| e.to_string())?;
+        let (front_end, front_end_off) = match front.mode {
+            CpuNvrtc::Off => (None, Some("env.cpu_nvrtc = \"off\"".to_string())),
+            mode => match NvrtcCompiler::new(
+                suite.clone(),
+                preset,
+                &front.arch,
+                OutputKind::Ptx,
+                WorkerCommand::kevin_role(program.clone(), "compile"),
+                front.workers.max(1),
+                deadlines.compile_ms,
+            ) {
+                Ok(c) => (Some(c), None),
+                Err(e) if mode == CpuNvrtc::On => {
+                    return Err(format!(
+                        "env.cpu_nvrtc = \"on\" but NVRTC is unavailable: {e}"
+                    ))
+                }
+                Err(e) => {
+                    tracing::info!(
+                        "cpu backend: the NVRTC front-end is off (candidates are compiled by g++ \
+                         alone, so a kernel the GPU toolchain rejects may pass here): {e}"
+                    );
+                    (None, Some(e))
+                }
+            },
+        };
         let tasks_dir = tasks_dir
             .canonicalize()
             .map_err(|e| format!("{}: {e}", tasks_dir.display()))?;
@@ -78,6 +136,8 @@ impl CpuEnv {
         let workdir =
             std::env::temp_dir().join(format!("kevin-cpu-{}-{instance}", std::process::id()));
         Ok(CpuEnv {
+            front_end,
+            front_end_off,
             suite,
             preset,
             limits: Limits::default(),
@@ -116,8 +176,17 @@ impl Drop for CpuEnv {
 
 impl KernelEnv for CpuEnv {
     fn describe(&self) -> String {
+        let front = match (&self.front_end, &self.front_end_off) {
+            (Some(c), _) => format!(
+                "NVRTC for {} ({} compile workers), then ",
+                c.arch(),
+                c.workers()
+            ),
+            (None, Some(why)) => format!("no NVRTC front-end ({why}); "),
+            (None, None) => String::new(),
+        };
         format!(
-            "cpu environment: candidates compiled with the host C++ compiler against kevin's CUDA device model and \
+            "cpu environment: candidates compiled by {front}the host C++ compiler against kevin's CUDA device model and \
              run in {} worker process(es); CPU timings against the fp64 interpreter",
             self.pool.workers()
         )
@@ -126,6 +195,17 @@ impl KernelEnv for CpuEnv {
     fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
         let started = Instant::now();
         let plan = super::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
+        if let Some(front_end) = &self.front_end {
+            match front_end.request(source, &plan)? {
+                Ok(_) => {}
+                // This installation's fault (NVRTC or the CUDA headers went missing), not the
+                // candidate's: g++ decides alone, and the log says so.
+                Err(CompileError::Unavailable { reason }) => {
+                    tracing::warn!("cpu backend: the NVRTC front-end was skipped: {reason}")
+                }
+                Err(e) => return Err(compile_error_outcome(e)),
+            }
+        }
         let dir = self.workdir.join(format!(
             "{}-{}",
             task_name,
@@ -163,7 +243,13 @@ impl KernelEnv for CpuEnv {
     }
 
     fn pool_stats(&self) -> Vec<(String, PoolStats)> {
-        vec![("cpu".to_string(), self.pool.stats())]
+        let mut out = vec![("cpu".to_string(), self.pool.stats())];
+        out.extend(
+            self.front_end
+                .as_ref()
+                .map(|c| ("compile".to_string(), c.pool_stats())),
+        );
+        out
     }
 
     fn profile(&self, compiled: &Compiled) -> Outcome {

@@ -38,7 +38,7 @@ pub mod cuda;
 pub mod nvrtc;
 pub mod sim;
 
-pub use build::{build, CudaEnvConfig, EnvSpec};
+pub use build::{build, CpuFrontEnd, CudaEnvConfig, EnvSpec, CPU_NVRTC_ENV};
 
 /// A compiled candidate, ready to verify. The artifact's type belongs to the environment (PTX and
 /// a resolved launch plan for the CUDA harness; nothing much for the simulated one).

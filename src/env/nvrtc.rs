@@ -95,24 +95,57 @@ impl NvrtcCompiler {
     /// Admits and compiles one candidate; a rejection or a failed compile is its outcome.
     pub fn compile(&self, task_name: &str, source: &str) -> Result<CompiledKernel, Outcome> {
         let plan = super::admit_named(&self.suite, task_name, self.preset, &self.limits, source)?;
+        self.compile_admitted(source, plan)
+    }
+
+    /// Compiles a candidate that was admitted already (its `plan` resolved); a failed compile is
+    /// its outcome: NVRTC's log as a compile error, a rule on what was compiled as a format error,
+    /// a hung or crashed compiler as the worker failure's outcome.
+    pub fn compile_admitted(
+        &self,
+        source: &str,
+        plan: ResolvedPlan,
+    ) -> Result<CompiledKernel, Outcome> {
+        match self.request(source, &plan)? {
+            Ok(out) => Ok(CompiledKernel {
+                image: out.image,
+                lowered_names: out.lowered_names,
+                plan,
+            }),
+            Err(e) => Err(compile_error_outcome(e)),
+        }
+    }
+
+    /// The compile worker's answer for an admitted candidate; a worker that does not answer (a
+    /// hung or crashed compiler) is the candidate's outcome.
+    pub fn request(
+        &self,
+        source: &str,
+        plan: &ResolvedPlan,
+    ) -> Result<compile::CompileResponse, Outcome> {
         let mut names: Vec<&str> = plan.launches.iter().map(|l| l.kernel.as_str()).collect();
         names.sort_unstable();
         names.dedup();
         let mut request = CompileRequest::ptx(source, &names);
         request.arch = self.arch.clone();
         request.output = self.output;
-        match self.pool.request_with_timeout(&request, self.timeout) {
-            Ok(Ok(out)) => Ok(CompiledKernel {
-                image: out.image,
-                lowered_names: out.lowered_names,
-                plan,
-            }),
-            Ok(Err(CompileError::Source { log })) => Err(Outcome::CompileError { log }),
-            Ok(Err(e)) => Err(Outcome::CompileError { log: e.to_string() }),
-            Err(failure) => Err(unanswered(failure, "compile", self.timeout, |f| {
-                format!("the compiler failed on this kernel: {f}")
-            })),
-        }
+        self.pool
+            .request_with_timeout(&request, self.timeout)
+            .map_err(|failure| {
+                unanswered(failure, "compile", self.timeout, |f| {
+                    format!("the compiler failed on this kernel: {f}")
+                })
+            })
+    }
+}
+
+/// The outcome of a compile that produced no module: NVRTC's log as a compile error, a rule on
+/// what was compiled as a format error, anything else as a compile error saying what failed.
+pub fn compile_error_outcome(e: CompileError) -> Outcome {
+    match e {
+        CompileError::Source { log } => Outcome::CompileError { log },
+        CompileError::Rule { reason } => Outcome::FormatError { reason },
+        e => Outcome::CompileError { log: e.to_string() },
     }
 }
 

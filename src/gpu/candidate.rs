@@ -9,13 +9,18 @@ use crate::verify::ExecFailure;
 
 use super::device::{allow_dynamic_smem, ArgPack, DevBuf, Gpu, GpuError, GpuModule};
 use super::fault::{fault_or, overran};
-use super::harness::{Harness, RUN_LIMIT};
+use super::harness::{Harness, CANARY, RUN_LIMIT, SLACK};
 
 /// A candidate's module and launch plan, ready to run on task tensors.
 pub struct Candidate {
     pub(super) _module: GpuModule,
     pub(super) launches: Vec<(CUfunction, ResolvedLaunch)>,
+    /// The plan's scratch buffers, each [`SLACK`] bytes longer than declared (the slack holds
+    /// canaries, as after task tensors: a write past a scratch buffer's end would otherwise land
+    /// in another pool allocation unnoticed).
     pub(super) scratch: Vec<DevBuf>,
+    /// Each scratch buffer's name and declared size in bytes (where its slack starts).
+    pub(super) scratch_sizes: Vec<(String, usize)>,
 }
 
 impl Candidate {
@@ -47,17 +52,44 @@ impl Candidate {
             })?;
             launches.push((f, l.clone()));
         }
-        let scratch = plan
+        let scratch_sizes: Vec<(String, usize)> = plan
             .scratch
             .iter()
-            .map(|s| h.gpu.alloc((s.elems * s.dtype.size_bytes()) as usize))
+            .map(|s| (s.name.clone(), (s.elems * s.dtype.size_bytes()) as usize))
+            .collect();
+        let scratch = scratch_sizes
+            .iter()
+            .map(|(_, bytes)| h.gpu.alloc(bytes + SLACK))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ExecFailure::Harness(e.to_string()))?;
         Ok(Candidate {
             _module: module,
             launches,
             scratch,
+            scratch_sizes,
         })
+    }
+
+    /// Fills the slack after every scratch buffer with [`CANARY`] (asynchronously, on the
+    /// stream, so before the next launch).
+    pub(super) fn set_scratch_canaries(&self, gpu: &Gpu) -> Result<(), GpuError> {
+        for (buf, (_, bytes)) in self.scratch.iter().zip(&self.scratch_sizes) {
+            gpu.fill_bytes_at(buf.ptr() + *bytes as u64, CANARY, SLACK)?;
+        }
+        Ok(())
+    }
+
+    /// The reason when the slack of a scratch buffer no longer holds [`CANARY`] (the kernel
+    /// wrote past its end since [`Candidate::set_scratch_canaries`]).
+    pub(super) fn scratch_overflow(&self, gpu: &Gpu) -> Result<Option<String>, GpuError> {
+        let mut slack = vec![0u8; SLACK];
+        for (buf, (name, bytes)) in self.scratch.iter().zip(&self.scratch_sizes) {
+            gpu.download_at(&mut slack, buf.ptr() + *bytes as u64, SLACK)?;
+            if slack.iter().any(|&x| x != CANARY) {
+                return Ok(Some(scratch_overflow_reason(name)));
+            }
+        }
+        Ok(None)
     }
 
     /// Enqueues the launch sequence on task tensors at `tensors`.
@@ -131,4 +163,9 @@ impl Candidate {
             Err(overran(limit))
         }
     }
+}
+
+/// The wrong outcome's reason for a write past the end of scratch buffer `name`.
+pub(crate) fn scratch_overflow_reason(name: &str) -> String {
+    format!("the kernel wrote past the end of scratch buffer `{name}`")
 }

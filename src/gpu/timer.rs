@@ -78,6 +78,9 @@ impl<'a, 't> GpuTimer<'a, 't> {
         let rp: Vec<u64> = refs.iter().map(DevBuf::ptr).collect();
         bufs.reference_into(h, &ip, &rp, key).map_err(harness)?;
         let base_out = outputs_of(h)?;
+        // Once for all timed runs: nothing but an overflowing candidate run writes the slack,
+        // so [`GpuTimer::recheck`] sees a write past a scratch buffer in any of them.
+        cand.set_scratch_canaries(&h.gpu).map_err(harness)?;
         let events = h.gpu.timer().map_err(harness)?;
         Ok(GpuTimer {
             h,
@@ -96,7 +99,8 @@ impl<'a, 't> GpuTimer<'a, 't> {
     /// Compares the output of the last timed candidate run on the checked set with its
     /// reference: a kernel that is right while checked and wrong (or lazy) while timed is caught
     /// here. When no timed run used that set (a timing configuration with fewer candidate runs
-    /// than sets), the candidate is run on it once first.
+    /// than sets), the candidate is run on it once first. A write past the end of a scratch
+    /// buffer in any timed run (its canaries were set before the first) is caught here too.
     pub fn recheck(&mut self) -> Result<Option<String>, HarnessError> {
         let b = self.bufs;
         let set = &self.sets[self.checked];
@@ -115,6 +119,9 @@ impl<'a, 't> GpuTimer<'a, 't> {
             if let Err(f) = self.cand.run(&self.h.gpu, &ptrs, RUN_LIMIT) {
                 return Ok(Some(format!("a timed run failed: {f}")));
             }
+        }
+        if let Some(reason) = self.cand.scratch_overflow(&self.h.gpu).map_err(harness)? {
+            return Ok(Some(reason));
         }
         for (j, spec) in b.specs[b.n_inputs..].iter().enumerate() {
             let cmp = compare_output(

@@ -118,6 +118,9 @@ impl GpuTrials<'_, '_> {
                 .map_err(exec_failure)?;
         }
         set_canaries(self.h, b).map_err(exec_failure)?;
+        self.cand
+            .set_scratch_canaries(&self.h.gpu)
+            .map_err(exec_failure)?;
         self.h.scribble_shared().map_err(exec_failure)?;
         self.cand.run(&self.h.gpu, &b.tensor_ptrs(), self.limit)
     }
@@ -165,7 +168,7 @@ impl GpuTrials<'_, '_> {
                 )));
             }
         }
-        Ok(None)
+        self.cand.scratch_overflow(&self.h.gpu).map_err(harness)
     }
 
     fn compare_inner(&mut self) -> Result<Vec<OutputComparison>, HarnessError> {
