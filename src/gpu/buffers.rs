@@ -7,7 +7,7 @@ use crate::verify::buffer::dtype_size;
 use crate::verify::correctness::HarnessError;
 
 use super::device::{DevBuf, Gpu, GpuError};
-use super::fault::harness;
+use super::fault::{harness, harness_text};
 use super::harness::{Harness, MIN_RUN_LIMIT, RUN_FACTOR, RUN_LIMIT, SLACK};
 
 pub(super) fn alloc_tensor(gpu: &Gpu, spec: &TensorSpec) -> Result<DevBuf, GpuError> {
@@ -39,10 +39,10 @@ impl<'t> TaskBuffers<'t> {
     pub fn new(h: &mut Harness, task: &'t Task, preset: Preset) -> Result<Self, HarnessError> {
         let specs = task.signature(preset).tensors;
         let n_inputs = specs.iter().filter(|t| t.role == Role::Input).count();
-        let plan = h.baseline_plan(task, preset).map_err(harness)?;
-        let ref_plan = h.reference_plan(task, preset).map_err(harness)?;
+        let plan = h.baseline_plan(task, preset).map_err(harness_text)?;
+        let ref_plan = h.reference_plan(task, preset).map_err(harness_text)?;
         if plan.buffers.len() < specs.len() || ref_plan.buffers.len() < specs.len() {
-            return Err(harness(
+            return Err(harness_text(
                 "the baseline plan has fewer buffers than the task has tensors",
             ));
         }

@@ -8,7 +8,7 @@ use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
 use crate::verify::ExecFailure;
 
 use super::device::{allow_dynamic_smem, ArgPack, DevBuf, Gpu, GpuError, GpuModule};
-use super::fault::{fault_or, overran};
+use super::fault::{candidate_launches, fault_or, overran};
 use super::harness::{Harness, RUN_LIMIT};
 
 /// A candidate's module and launch plan, ready to run on task tensors.
@@ -62,6 +62,8 @@ impl Candidate {
 
     /// Enqueues the launch sequence on task tensors at `tensors`.
     pub(super) fn enqueue(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
+        // From here on a sticky fault is the candidate's (see [`super::fault`]).
+        candidate_launches();
         for (f, l) in &self.launches {
             let mut pack = ArgPack::default();
             for a in &l.args {

@@ -112,8 +112,10 @@ impl<'a, 't> GpuTimer<'a, 't> {
                 .chain(&set.outputs)
                 .map(DevBuf::ptr)
                 .collect();
-            if let Err(f) = self.cand.run(&self.h.gpu, &ptrs, RUN_LIMIT) {
-                return Ok(Some(format!("a timed run failed: {f}")));
+            match self.cand.run(&self.h.gpu, &ptrs, RUN_LIMIT) {
+                Ok(()) => {}
+                Err(ExecFailure::Harness(e)) => return Err(HarnessError::Backend(e)),
+                Err(f) => return Ok(Some(format!("a timed run failed: {f}"))),
             }
         }
         for (j, spec) in b.specs[b.n_inputs..].iter().enumerate() {
@@ -169,7 +171,7 @@ impl Timer for GpuTimer<'_, '_> {
                 let ptrs = self.bufs.baseline_ptrs(&inputs, &outs);
                 self.h
                     .run_baseline(&self.bufs.plan, &ptrs)
-                    .map_err(|e| ExecFailure::Harness(e.to_string()))?;
+                    .map_err(exec_failure)?;
             }
         }
         self.events.stop().map_err(exec_failure)?;

@@ -20,7 +20,7 @@ use crate::verify::ExecFailure;
 use super::baseline_check::check_baseline;
 use super::buffers::TaskBuffers;
 use super::candidate::Candidate;
-use super::fault::poisoned;
+use super::fault::{note_fault, poisoned, request_starts, settle};
 use super::harness::Harness;
 use super::timer::GpuTimer;
 use super::trials::GpuTrials;
@@ -183,13 +183,17 @@ pub fn worker_main() -> Result<(), String> {
     let mut h = Harness::new(ordinal, &himg, &bimg).map_err(|e| format!("GPU {ordinal}: {e}"))?;
     crate::worker::serve("cuda", crate::worker::DEFAULT_MAX_FRAME_BYTES, |req| {
         let mut ph = Phases::start();
-        let result = handle(&mut h, &suite, req, &mut ph);
+        request_starts();
+        let result = settle(handle(&mut h, &suite, req, &mut ph));
         // Buffers are freed on the stream: wait for the frees so the next request's
         // phases do not pay for this one's. Not in a poisoned worker: its candidate may
         // still be running, and this wait held the answer (and the GPU's lock) until the
         // request's deadline killed the worker (the 5 s holders of the H200 storms).
+        // A sticky fault found here retires the worker (its context is dead).
         if !poisoned() {
-            let _ = h.gpu().sync();
+            if let Err(e) = h.gpu().sync() {
+                note_fault(&e);
+            }
         }
         ph.mark("release");
         CudaReply {
