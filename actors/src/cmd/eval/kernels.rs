@@ -138,6 +138,12 @@ pub fn render(results: &[TaskResult], summary: &Summary) -> String {
     if !failures.is_empty() {
         out += &format!("not correct: {}\n", failures.join(", "));
     }
+    if summary.harness_errors > 0 {
+        out += &format!(
+            "{} task(s) not judged: the harness failed (not the kernels' fault; in no rate above)\n",
+            summary.harness_errors
+        );
+    }
     if summary.flagged > 0 {
         out += &format!(
             "{} speedup(s) over 10x flagged for review\n",
