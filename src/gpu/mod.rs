@@ -67,6 +67,9 @@ pub const HARNESS_KERNELS: &[&str] = &[
     "kevin_compare",
     "kevin_widen",
     "kevin_scribble_smem",
+    "kevin_generate_wide",
+    "kevin_regen_diff",
+    "kevin_narrow",
 ];
 
 /// The key stream that masks device copies: must equal `kv_stream` in `harness.cu`.
