@@ -14,13 +14,26 @@ use super::fault::{exec_failure, harness, overran};
 use super::harness::{Harness, RUN_LIMIT, TIMING_SETS};
 use super::trials::compare_output;
 
+/// Inputs (all of a task's, in bytes) above which the timing sets share one input buffer: the
+/// level-1 and level-2 tasks keep a buffer per set (each drawn once), tasks at KernelBench's
+/// current sizes redraw (untimed) instead of holding three copies.
+pub const SHARED_INPUTS_ABOVE: u64 = 1 << 30;
+
+/// Bytes of all of a task's inputs (with slack).
+fn input_bytes(bufs: &TaskBuffers) -> u64 {
+    bufs.specs[..bufs.n_inputs]
+        .iter()
+        .map(|s| super::buffers::tensor_bytes(s) as u64)
+        .sum()
+}
+
 /// The timing protocol's [`Timer`] on the device: CUDA events around the whole launch sequence,
 /// the L2 flushed before every timed run, [`TIMING_SETS`] input sets rotated, and the output of
 /// the last timed candidate run on one of them re-checked afterwards ([`GpuTimer::recheck`]).
 ///
-/// The sets share one input buffer per input: a set is drawn into it (untimed, from its own
-/// seed) before a run that needs it, so rotating sets costs no memory (a task of 1.6e9 elements
-/// fits). The checked set keeps its own outputs, so its last timed output is still there when
+/// For a large task the sets share one input buffer per input: a set is drawn into it
+/// (untimed, from its own seed) before a run that needs it, so rotating sets costs no memory (a
+/// task of 1.6e9 elements fits); smaller tasks keep one buffer per set ([`SHARED_INPUTS_ABOVE`]). The checked set keeps its own outputs, so its last timed output is still there when
 /// timing ends; every other candidate run and every baseline run share one more set of outputs.
 /// Only the checked set, drawn from the OS after the candidate was loaded, has an fp64
 /// reference (computed first, its f64 buffers freed before the sets are allocated): a kernel
@@ -31,9 +44,12 @@ pub struct GpuTimer<'a, 't> {
     cand: &'a Candidate,
     /// The input seed of each set.
     seeds: [u64; TIMING_SETS],
-    /// The set drawn into `inputs` now.
-    loaded: Option<usize>,
-    inputs: Vec<DevBuf>,
+    /// Input buffers: one per set for tasks whose inputs take at most
+    /// [`SHARED_INPUTS_ABOVE`] bytes (each set drawn once), else one shared by all sets (a set
+    /// redrawn before a run that needs it), with the set each holds now.
+    slots: Vec<(Vec<DevBuf>, Option<usize>)>,
+    /// The slot of the current run.
+    slot: usize,
     /// Outputs of the checked set's candidate runs.
     checked_out: Vec<DevBuf>,
     /// Outputs of every other run (candidate or baseline).
@@ -63,7 +79,11 @@ impl<'a, 't> GpuTimer<'a, 't> {
         let refs = bufs.alloc_refs(h)?;
         bufs.reference(h, seeds[checked], &refs, key)
             .map_err(harness)?;
-        let inputs = bufs.alloc_tensors(h, Role::Input)?;
+        let separate = input_bytes(bufs) <= SHARED_INPUTS_ABOVE;
+        let mut slots = Vec::new();
+        for _ in 0..if separate { TIMING_SETS } else { 1 } {
+            slots.push((bufs.alloc_tensors(h, Role::Input)?, None));
+        }
         let checked_out = bufs.alloc_tensors(h, Role::Output)?;
         let shared_out = bufs.alloc_tensors(h, Role::Output)?;
         let events = h.gpu.timer().map_err(harness)?;
@@ -72,8 +92,8 @@ impl<'a, 't> GpuTimer<'a, 't> {
             bufs,
             cand,
             seeds,
-            loaded: None,
-            inputs,
+            slots,
+            slot: 0,
             checked_out,
             shared_out,
             checked,
@@ -84,16 +104,23 @@ impl<'a, 't> GpuTimer<'a, 't> {
         })
     }
 
-    /// Draws set `set` into the input buffers unless it is there already; true when it drew.
+    /// Makes set `set` the current inputs, drawing it into its slot unless it is there
+    /// already; true when it drew.
     fn load(&mut self, set: usize) -> Result<bool, crate::gpu::device::GpuError> {
-        if self.loaded == Some(set) {
+        self.slot = set % self.slots.len();
+        if self.slots[self.slot].1 == Some(set) {
             return Ok(false);
         }
-        self.loaded = None;
-        let ptrs: Vec<u64> = self.inputs.iter().map(DevBuf::ptr).collect();
+        self.slots[self.slot].1 = None;
+        let ptrs = self.inputs();
         self.bufs.generate(self.h, &ptrs, self.seeds[set])?;
-        self.loaded = Some(set);
+        self.slots[self.slot].1 = Some(set);
         Ok(true)
+    }
+
+    /// The current inputs' addresses.
+    fn inputs(&self) -> Vec<u64> {
+        self.slots[self.slot].0.iter().map(DevBuf::ptr).collect()
     }
 
     /// Compares the output of the last timed candidate run on the checked set with its
@@ -109,12 +136,8 @@ impl<'a, 't> GpuTimer<'a, 't> {
                     .fill_output(o, spec.numel(), spec.dtype)
                     .map_err(harness)?;
             }
-            let ptrs: Vec<u64> = self
-                .inputs
-                .iter()
-                .chain(&self.checked_out)
-                .map(DevBuf::ptr)
-                .collect();
+            let mut ptrs = self.inputs();
+            ptrs.extend(self.checked_out.iter().map(DevBuf::ptr));
             match self.cand.run(&self.h.gpu, &ptrs, RUN_LIMIT) {
                 Ok(()) => {}
                 Err(ExecFailure::Harness(e)) => return Err(HarnessError::Backend(e)),
@@ -150,7 +173,7 @@ impl Timer for GpuTimer<'_, '_> {
         let set = self.turn[slot] % TIMING_SETS;
         self.turn[slot] += 1;
         let drew = self.load(set).map_err(exec_failure)?;
-        let inputs: Vec<u64> = self.inputs.iter().map(DevBuf::ptr).collect();
+        let inputs = self.inputs();
         let checked_run = which == Which::Candidate && set == self.checked;
         let b = self.bufs;
         if which == Which::Candidate {
