@@ -4,7 +4,8 @@
 //! kernel is correct and more than p times faster than the baseline, as KernelBench defines it),
 //! the mean speedup counting an incorrect kernel as 0 (so it rewards correctness and speed
 //! together, as the paper's averages do), and the geometric-mean speedup over the correct
-//! kernels (robust to one outlier; undefined when nothing is correct).
+//! kernels (robust to one outlier; undefined when nothing is correct). A task the harness could
+//! not judge ([`Outcome::HarnessError`]) is left out of every rate and counted apart.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,8 +30,11 @@ pub struct TaskResult {
 /// The summary over a set of tasks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
-    /// Tasks evaluated.
+    /// Tasks judged (those the harness failed on are not: see `harness_errors`).
     pub tasks: usize,
+    /// Tasks the harness could not judge (not the kernels' failures; in no rate).
+    #[serde(default)]
+    pub harness_errors: usize,
     /// Correct kernels.
     pub correct: usize,
     /// correct / tasks.
@@ -49,7 +53,11 @@ pub struct Summary {
 
 /// Summarises `results`.
 pub fn summarize(results: &[TaskResult]) -> Summary {
-    let n = results.len();
+    let harness_errors = results
+        .iter()
+        .filter(|r| r.outcome.is_harness_error())
+        .count();
+    let n = results.len() - harness_errors;
     let speedups: Vec<f64> = results.iter().filter_map(|r| r.outcome.speedup()).collect();
     let correct = results.iter().filter(|r| r.outcome.is_correct()).count();
     let frac = |k: usize| if n == 0 { 0.0 } else { k as f64 / n as f64 };
@@ -71,6 +79,7 @@ pub fn summarize(results: &[TaskResult]) -> Summary {
     }
     Summary {
         tasks: n,
+        harness_errors,
         correct,
         correct_rate: frac(correct),
         fast_p,
@@ -122,6 +131,18 @@ mod tests {
         // Geometric mean of (2, 0.5, 1.2) = 1.2^(1/3).
         assert!((s.geomean_speedup.unwrap() - 1.2f64.powf(1.0 / 3.0)).abs() < 1e-12);
         assert_eq!(s.outcomes["compile_error"], 1);
+        // A task the harness failed on is in no rate.
+        let mut with_fault = rs.to_vec();
+        with_fault.push(result(
+            "e",
+            Outcome::HarnessError {
+                reason: "cuMemAllocAsync: out of memory".into(),
+            },
+        ));
+        let f = summarize(&with_fault);
+        assert_eq!((f.tasks, f.harness_errors, f.correct), (4, 1, 3));
+        assert!((f.correct_rate - 0.75).abs() < 1e-12);
+        assert!((f.mean_speedup - 0.925).abs() < 1e-12);
         let empty = summarize(&[]);
         assert_eq!((empty.correct_rate, empty.geomean_speedup), (0.0, None));
     }

@@ -71,6 +71,39 @@ fn visible_gpus(listed: usize, cuda_visible_devices: Option<&str>) -> usize {
     visible.min(listed)
 }
 
+/// Free memory of the GPU that CUDA numbers `ordinal` in this process, in bytes, as nvidia-smi
+/// reports it now (`None` without nvidia-smi or that GPU). `CUDA_VISIBLE_DEVICES` maps the
+/// ordinal to nvidia-smi's index when it lists indices.
+pub fn gpu_free_bytes(ordinal: usize) -> Option<u64> {
+    let out = nvidia_smi_query("memory.free")?;
+    let index = smi_index(
+        ordinal,
+        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+    )?;
+    parse_mib_lines(&out).get(index).copied().flatten()
+}
+
+/// nvidia-smi's index of CUDA ordinal `ordinal`: the `ordinal`-th entry of
+/// `CUDA_VISIBLE_DEVICES` when it is a number, the ordinal itself when the variable is unset,
+/// `None` when the entry is a UUID or missing.
+fn smi_index(ordinal: usize, cuda_visible_devices: Option<&str>) -> Option<usize> {
+    match cuda_visible_devices {
+        None => Some(ordinal),
+        Some(list) => list.split(',').nth(ordinal)?.trim().parse().ok(),
+    }
+}
+
+/// "143771 MiB\n512 MiB\n" (nvidia-smi's csv) -> bytes per line.
+fn parse_mib_lines(text: &str) -> Vec<Option<u64>> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let n = l.trim().trim_end_matches("MiB").trim();
+            n.parse::<u64>().ok().map(|mib| mib << 20)
+        })
+        .collect()
+}
+
 /// `nvidia-smi --query-gpu=<field>` (one line per GPU), when it runs and succeeds.
 fn nvidia_smi_query(field: &str) -> Option<String> {
     std::process::Command::new("nvidia-smi")
@@ -103,6 +136,19 @@ mod tests {
         assert_eq!(visible_gpus(2, Some("0,5,1")), 1);
         assert_eq!(visible_gpus(0, Some("0")), 0);
         assert_eq!(visible_gpus(8, Some("GPU-1a2b, GPU-3c4d")), 2);
+    }
+
+    #[test]
+    fn free_memory_lines_and_visible_indices() {
+        assert_eq!(
+            parse_mib_lines("143771 MiB\n512 MiB\n\n"),
+            vec![Some(143771 << 20), Some(512 << 20)]
+        );
+        assert_eq!(parse_mib_lines("[N/A]\n"), vec![None]);
+        assert_eq!(smi_index(1, None), Some(1));
+        assert_eq!(smi_index(1, Some("3,5")), Some(5));
+        assert_eq!(smi_index(2, Some("3,5")), None);
+        assert_eq!(smi_index(0, Some("GPU-1a2b")), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::rl;
 
 /// Every [`Outcome::kind`], in the order of the enum.
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 9] = [
     "format_error",
     "compile_error",
     "launch_error",
@@ -18,6 +18,7 @@ pub const KINDS: [&str; 8] = [
     "wrong",
     "unsupported",
     "correct",
+    "harness_error",
 ];
 
 /// Speedups above this are flagged: they are more often a hole in the harness than a real win.
@@ -132,6 +133,14 @@ pub enum Outcome {
         /// Where the times come from ("cuda" or "cpu" or "simulated"): CPU timings say so.
         timing: String,
     },
+    /// The evaluation harness failed (its reference, its buffers, its worker or device before
+    /// the candidate ran): the candidate was not judged. Never the candidate's outcome: such a
+    /// turn earns no reward and is not trained on (the rollout abandons its group, counted as
+    /// `Rollout.harness_error`), and evaluation summaries leave it out of their rates.
+    HarnessError {
+        /// What failed.
+        reason: String,
+    },
 }
 
 impl Outcome {
@@ -146,7 +155,13 @@ impl Outcome {
             Outcome::Wrong { .. } => "wrong",
             Outcome::Unsupported { .. } => "unsupported",
             Outcome::Correct { .. } => "correct",
+            Outcome::HarnessError { .. } => "harness_error",
         }
+    }
+
+    /// True when the harness failed and the candidate was not judged.
+    pub fn is_harness_error(&self) -> bool {
+        matches!(self, Outcome::HarnessError { .. })
     }
 
     /// True only for a correct kernel.
@@ -210,6 +225,9 @@ impl Outcome {
                 }
                 text
             }
+            Outcome::HarnessError { reason } => format!(
+                "The evaluation harness failed before judging this kernel (not the kernel's fault): {reason}"
+            ),
         }
     }
 }
@@ -327,6 +345,9 @@ mod tests {
                 feature: String::new(),
             },
             correct(1.0, 1.0),
+            Outcome::HarnessError {
+                reason: String::new(),
+            },
         ];
         let kinds: Vec<&str> = every.iter().map(Outcome::kind).collect();
         assert_eq!(kinds, KINDS);

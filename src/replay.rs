@@ -68,6 +68,18 @@ pub enum ReplayError {
         /// Why.
         reason: String,
     },
+    /// The group holds a turn the harness could not judge: it is never trained on.
+    #[error("group {group} of task {task}: turn {turn} was not judged (harness error: {reason})")]
+    Unjudged {
+        /// The group's id.
+        group: u64,
+        /// Its task.
+        task: String,
+        /// The turn.
+        turn: u32,
+        /// The harness's error.
+        reason: String,
+    },
 }
 
 /// One WAL line.
@@ -198,8 +210,18 @@ impl ReplayBuffer {
         }
     }
 
-    /// Scores `group`, logs it, queues it; returns its sequence number.
+    /// Scores `group`, logs it, queues it; returns its sequence number. A group with a turn the
+    /// harness did not judge ([`crate::outcome::Outcome::HarnessError`]) is refused: its score
+    /// says nothing about the policy, so it is never trained on.
     pub fn accept(&mut self, group: Group) -> Result<u64, ReplayError> {
+        if let Some(t) = group.turns().find(|t| t.outcome.is_harness_error()) {
+            return Err(ReplayError::Unjudged {
+                group: group.id,
+                task: group.task.clone(),
+                turn: t.turn,
+                reason: t.outcome.feedback(),
+            });
+        }
         let seq = self.next_seq;
         let scored = score_group(seq, group, &self.cfg);
         if let Some(wal) = &mut self.wal {
@@ -354,6 +376,27 @@ mod tests {
         assert_eq!(b.staleness, vec![1, 0]);
         assert_eq!(q.dropped_total(), 2);
         assert!(q.take_batch(4).is_none());
+    }
+
+    #[test]
+    fn a_group_with_a_harness_error_is_never_accepted() {
+        let mut q = ReplayBuffer::new(ReplaySection::default(), None, Vec::new(), 0);
+        let mut g = group(0, 0);
+        g.trajectories[1][1] = turn(
+            1,
+            Outcome::HarnessError {
+                reason: "cuMemAllocAsync: out of memory".into(),
+            },
+            0,
+        );
+        let err = q.accept(g).unwrap_err();
+        assert!(
+            matches!(err, ReplayError::Unjudged { turn: 1, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("out of memory"), "{err}");
+        assert_eq!(q.accepted_total(), 0);
+        assert!(q.take_batch(0).is_none());
     }
 
     #[test]

@@ -45,6 +45,41 @@ pub fn child_main_from_args(args: &[String]) -> i32 {
     }
 }
 
+/// Commands that only read files and print (`kevin tasks | head`): they die quietly when their
+/// reader goes away, as Unix tools do. They never start worker processes.
+pub const DIE_ON_SIGPIPE: [&str; 3] = ["tasks", "inspect", "report"];
+
+/// Whether `kevin <command>` should die of SIGPIPE (the default disposition) instead of
+/// ignoring it. Every command that talks to worker processes (`eval`, every `bench`, `train`,
+/// `sft`, and `worker` itself) must ignore it: a worker that dies mid-write (a candidate that
+/// forged a reply and killed its worker, say) would otherwise kill kevin itself before it
+/// prints anything, where the failure must become the candidate's outcome (EPIPE on the pipe,
+/// then the worker's death, then a respawn).
+pub fn dies_on_sigpipe(command: Option<&str>) -> bool {
+    command.is_some_and(|c| DIE_ON_SIGPIPE.contains(&c))
+}
+
+/// Sets this process's SIGPIPE disposition for `kevin <command>` ([`dies_on_sigpipe`]):
+/// default for the listing commands, ignored for everything else. Call it before any thread
+/// starts.
+#[cfg(unix)]
+pub fn set_sigpipe_for(command: Option<&str>) {
+    let disposition = if dies_on_sigpipe(command) {
+        libc::SIG_DFL
+    } else {
+        libc::SIG_IGN
+    };
+    // SAFETY: setting a signal's disposition to default or ignore has no memory-safety
+    // preconditions; called before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, disposition);
+    }
+}
+
+/// No signals to set off Unix.
+#[cfg(not(unix))]
+pub fn set_sigpipe_for(_command: Option<&str>) {}
+
 fn parse_role(args: &[String]) -> Result<String, String> {
     let mut iter = args.iter();
     let mut role = None;
@@ -63,6 +98,18 @@ fn parse_role(args: &[String]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::parse_role;
+
+    #[test]
+    fn only_the_listing_commands_die_of_sigpipe() {
+        use super::dies_on_sigpipe;
+        for c in ["tasks", "inspect", "report"] {
+            assert!(dies_on_sigpipe(Some(c)), "{c}");
+        }
+        for c in ["eval", "bench", "train", "sft", "policy", "worker"] {
+            assert!(!dies_on_sigpipe(Some(c)), "{c}");
+        }
+        assert!(!dies_on_sigpipe(None));
+    }
 
     #[test]
     fn role_parsing() {

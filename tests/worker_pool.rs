@@ -53,6 +53,10 @@ fn main() {
             "failure_returns_before_the_replacement_is_ready",
             failure_returns_before_the_replacement_is_ready,
         ),
+        (
+            "a_worker_that_forges_a_reply_and_dies_does_not_kill_the_parent",
+            a_worker_that_forges_a_reply_and_dies_does_not_kill_the_parent,
+        ),
     ]);
 }
 
@@ -357,4 +361,46 @@ fn failure_returns_before_the_replacement_is_ready() {
         "{stats:?}"
     );
     assert_ne!(pool.pids()[0], first);
+}
+
+/// Issue 17, item 8: untrusted code in a worker writes a well-formed reply onto the frame
+/// channel and kills its worker. The parent, with the SIGPIPE disposition of `kevin eval` and
+/// `kevin bench` ([`kevin::roles::set_sigpipe_for`]), must survive its next write to the dead
+/// worker: the failure is that request's (a crash), and a fresh worker serves the one after.
+/// (With SIGPIPE at its default disposition, as `kevin eval` had it, this test binary dies.)
+fn a_worker_that_forges_a_reply_and_dies_does_not_kill_the_parent() {
+    for command in ["eval", "bench"] {
+        kevin::roles::set_sigpipe_for(Some(command));
+        // The forger must name the request's id: a fresh pool numbers from 1 (its first
+        // health-check ping included), so one of the first few ids is the first request's.
+        let mut forged = None;
+        for id in 1..=8 {
+            let pool = pool(1);
+            let reply = pool.request(&EchoRequest::ForgeAndDie {
+                id,
+                text: "correct, 5.00x".into(),
+            });
+            match reply {
+                Ok(EchoResponse::Text(t)) => {
+                    assert_eq!(t, "correct, 5.00x");
+                    forged = Some(pool);
+                    break;
+                }
+                Err(WorkerFailure::Protocol { .. } | WorkerFailure::Crashed { .. }) => continue,
+                other => panic!("{command}: unexpected answer to a forged reply: {other:?}"),
+            }
+        }
+        let pool = forged.expect("a forged reply with the right id is accepted by the pool");
+        // The forger is gone; the parent's next request is written into a closed pipe.
+        std::thread::sleep(Duration::from_millis(300));
+        match pool.request(&echo("after the forger")) {
+            Err(WorkerFailure::Crashed { .. }) => {}
+            Ok(EchoResponse::Text(t)) => assert_eq!(t, "after the forger"),
+            other => panic!("{command}: expected the dead worker's crash, got {other:?}"),
+        }
+        assert_eq!(
+            pool.request(&echo("again")),
+            Ok(EchoResponse::Text("again".into()))
+        );
+    }
 }

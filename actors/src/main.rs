@@ -8,12 +8,8 @@ fn main() -> std::process::ExitCode {
         std::process::exit(kevin::roles::child_main_from_args(&args[2..]));
     }
     // Listing commands die quietly when their reader goes away (`kevin tasks | head`), as Unix
-    // tools do; the training daemon keeps Rust's default (a failed write is an error, not death).
-    if args.get(1).map(String::as_str) != Some("train") {
-        // SAFETY: restoring the default disposition of a signal, before any thread is started.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
-    }
+    // tools do; every command that talks to worker processes ignores SIGPIPE, so a worker that
+    // dies mid-write is the candidate's outcome, not kevin's death (kevin::roles::dies_on_sigpipe).
+    kevin::roles::set_sigpipe_for(args.get(1).map(String::as_str));
     kevin_actors::cli::main()
 }

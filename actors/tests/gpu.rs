@@ -181,3 +181,63 @@ fn protocol_cases_get_the_right_outcome_on_the_gpu() {
         "the faulted and the hung worker were replaced"
     );
 }
+
+/// Issue 17, item 5: a task whose buffers cannot fit the GPU is refused at admission as a
+/// harness error naming the task and the bytes (never the candidate's crash), and a task at
+/// KernelBench's current sizes (1.6e9 elements) is evaluated within 3x of the bytes its inputs
+/// and outputs take (torch eager's floor), by the worker's own high-water mark.
+#[test]
+fn oversized_tasks_are_harness_errors_and_large_tasks_fit() {
+    if !gpu_on() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kevin-gpu-large-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let large = root().join("benches/data/large-tasks");
+    let relu = std::fs::read_to_string(large.join("relu_large.toml")).unwrap();
+    std::fs::write(dir.join("relu_large.toml"), &relu).unwrap();
+    // 64 x 1.6e9 elements: terabytes.
+    let huge = relu
+        .replace("name = \"relu_large\"", "name = \"relu_huge\"")
+        .replace("M = 4096", "M = 262144");
+    std::fs::write(dir.join("relu_huge.toml"), huge).unwrap();
+    let suite = Arc::new(TaskSuite::load(&dir).unwrap());
+    let env = CudaEnv::new(
+        suite,
+        &dir,
+        bin(),
+        &CudaEnvConfig {
+            workers_per_gpu: 1,
+            compile_workers: 1,
+            verify_timeout_ms: 600_000,
+            profile_timeout_ms: 600_000,
+            ..CudaEnvConfig::default()
+        },
+    )
+    .expect("cuda environment");
+    assert!(env.refused_tasks().contains_key("relu_huge"));
+    assert!(
+        !env.refused_tasks().contains_key("relu_large"),
+        "{:?}",
+        env.refused_tasks()
+    );
+    let source = std::fs::read_to_string(large.join("solutions/relu_large.cu")).unwrap();
+    match evaluate(&env, "relu_huge", &source) {
+        Outcome::HarnessError { reason } => {
+            assert!(
+                reason.contains("task `relu_huge` at preset `gpu` needs"),
+                "{reason}"
+            )
+        }
+        other => panic!("an oversized task must be the harness's: {other:?}"),
+    }
+    let outcome = evaluate(&env, "relu_large", &source);
+    assert!(outcome.is_correct(), "{outcome:?}");
+    let peak = kevin::env::KernelEnv::device_memory_peak(&env).unwrap();
+    let io_bytes = 2 * 4096u64 * 393216 * 4;
+    assert!(
+        peak <= 3 * io_bytes,
+        "harness peak {peak} bytes > 3x the task's {io_bytes} bytes of inputs and outputs"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

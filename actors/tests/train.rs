@@ -404,6 +404,33 @@ fn kill_9_loses_no_accepted_group_and_trains_none_twice() {
 }
 
 #[test]
+fn harness_errors_are_counted_logged_and_never_trained_on() {
+    let (run, config) = setup("harness", "[env.simulated]\np_harness_error = 0.05\n");
+    let out = train(&run, &config, 4);
+    assert_ok(&out);
+    let last = jsonl(&run.join("metrics.jsonl")).pop().unwrap();
+    let counted = last["failures"]["Rollout.harness_error"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(counted > 0, "harness errors were not counted: {last}");
+    // No episode (what the learner trains on) holds an unjudged turn, and none was refused
+    // late by the replay queue: the rollout dropped them first.
+    let episodes = jsonl(&run.join("episodes.jsonl"));
+    assert!(!episodes.is_empty());
+    let unjudged = episodes
+        .iter()
+        .filter(|e| e.to_string().contains("harness_error"))
+        .count();
+    assert_eq!(unjudged, 0, "a harness error reached the episodes");
+    assert!(last["failures"]["ReplayQueue.unjudged"].is_null(), "{last}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("the harness failed; the candidate was not judged"),
+        "harness errors are logged: {log}"
+    );
+}
+
+#[test]
 fn component_panics_are_survived_and_counted() {
     let (run, config) = setup("panic", "[env.simulated]\np_panic = 0.1\n");
     assert_ok(&train(&run, &config, 4));

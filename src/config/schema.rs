@@ -321,6 +321,10 @@ pub struct SimEnvSection {
     pub median_speedup: f64,
     /// Probability that compiling panics inside the environment (to exercise supervision).
     pub p_panic: f64,
+    /// Probability that verification fails in the harness, not the candidate (a simulated
+    /// out-of-memory of the harness's buffers): to exercise how harness errors are kept out of
+    /// training.
+    pub p_harness_error: f64,
 }
 
 impl Default for SimEnvSection {
@@ -335,6 +339,7 @@ impl Default for SimEnvSection {
             improve_per_turn: 0.7,
             median_speedup: 0.8,
             p_panic: 0.0,
+            p_harness_error: 0.0,
         }
     }
 }

@@ -190,6 +190,7 @@ impl Config {
             ("env.simulated.p_crash", s.p_crash),
             ("env.simulated.improve_per_turn", s.improve_per_turn),
             ("env.simulated.p_panic", s.p_panic),
+            ("env.simulated.p_harness_error", s.p_harness_error),
             (
                 "policy.simulated.p_format_error",
                 f.policy.simulated.p_format_error,

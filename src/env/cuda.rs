@@ -54,6 +54,57 @@ pub struct CudaEnv {
     profile_timeout: Duration,
     /// Phase name -> (requests, total ms): where GPU requests spend their time.
     phases: std::sync::Mutex<BTreeMap<String, (u64, f64)>>,
+    /// Tasks whose device-memory need does not fit the GPUs, with the reason: refused at
+    /// admission as a harness error (never the candidate's).
+    refused: BTreeMap<String, String>,
+    /// The largest `peak_bytes` a worker reported.
+    peak: AtomicU64,
+}
+
+/// "gpu" or "small", as configs spell a preset.
+fn preset_name(preset: Preset) -> &'static str {
+    match preset {
+        Preset::Gpu => "gpu",
+        Preset::Small => "small",
+    }
+}
+
+/// The tasks of `suite` at `preset` whose need ([`crate::gpu::buffers::memory_need`]) exceeds
+/// `available` bytes on GPU `gpu`, with a message naming the task, the preset and the bytes.
+pub fn oversized_tasks(
+    suite: &TaskSuite,
+    preset: Preset,
+    gpu: usize,
+    available: u64,
+) -> BTreeMap<String, String> {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let mut out = BTreeMap::new();
+    for task in suite.tasks() {
+        let reason = match crate::gpu::buffers::memory_need(task, preset) {
+            Ok(need) if need.peak() > available => format!(
+                "task `{}` at preset `{}` needs {} bytes ({:.2} GiB) of device memory (verify {:.2} GiB, \
+                 profile {:.2} GiB, worker {:.2} GiB) but GPU {gpu} has {} bytes ({:.2} GiB) available \
+                 for one request: it is not evaluated",
+                task.name,
+                preset_name(preset),
+                need.peak(),
+                gib(need.peak()),
+                gib(need.verify),
+                gib(need.profile),
+                gib(crate::gpu::buffers::WORKER_FIXED_BYTES),
+                available,
+                gib(available)
+            ),
+            Ok(_) => continue,
+            Err(e) => format!(
+                "task `{}` at preset `{}`: its device-memory need cannot be computed: {e}",
+                task.name,
+                preset_name(preset)
+            ),
+        };
+        out.insert(task.name.clone(), reason);
+    }
+    out
 }
 
 /// FNV-1a: a stable 64-bit hash for cache keys (std's hasher may change between releases).
@@ -144,6 +195,7 @@ impl CudaEnv {
         program: PathBuf,
         cfg: &CudaEnvConfig,
     ) -> Result<CudaEnv, String> {
+        let suite_for_admission = suite.clone();
         let compiler = NvrtcCompiler::new(
             suite,
             cfg.preset,
@@ -197,6 +249,23 @@ impl CudaEnv {
         if pools.is_empty() {
             return Err("env.gpus is empty: no GPU to evaluate on".into());
         }
+        // Admission by memory: with the workers (and their contexts) up, what one request may
+        // take is the GPU's free memory less what the other workers of the GPU may keep idle.
+        let mut refused = BTreeMap::new();
+        for &gpu in &cfg.gpus {
+            let Some(free) = crate::machine::gpu_free_bytes(gpu) else {
+                tracing::warn!(gpu, "nvidia-smi did not report the GPU's free memory; tasks are not checked against it");
+                continue;
+            };
+            let others = (cfg.workers_per_gpu.max(1) - 1) as u64
+                * crate::gpu::worker::POOL_KEEP_BYTES as u64;
+            let available = free.saturating_sub(others);
+            for (task, reason) in oversized_tasks(&suite_for_admission, cfg.preset, gpu, available)
+            {
+                tracing::warn!(%reason, "task refused");
+                refused.entry(task).or_insert(reason);
+            }
+        }
         Ok(CudaEnv {
             compiler,
             gpu_locks: pools.iter().map(|_| std::sync::Mutex::new(())).collect(),
@@ -208,7 +277,14 @@ impl CudaEnv {
             verify_timeout: Duration::from_millis(cfg.verify_timeout_ms),
             profile_timeout: Duration::from_millis(cfg.profile_timeout_ms),
             phases: Default::default(),
+            refused,
+            peak: AtomicU64::new(0),
         })
+    }
+
+    /// Tasks refused because their device-memory need does not fit a GPU, with the reason.
+    pub fn refused_tasks(&self) -> &BTreeMap<String, String> {
+        &self.refused
     }
 
     /// Sends one request to the next GPU's pool, holding that GPU's lock from before a worker
@@ -227,6 +303,7 @@ impl CudaEnv {
         let sent = Instant::now();
         match self.pools[i].request_with_timeout(req, limit) {
             Ok(reply) => {
+                self.peak.fetch_max(reply.peak_bytes, Ordering::Relaxed);
                 let round_trip = sent.elapsed();
                 let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
                 let mut add = |name: String, ms: f64| {
@@ -329,13 +406,22 @@ impl KernelEnv for CudaEnv {
         )
     }
 
+    fn device_memory_peak(&self) -> Option<u64> {
+        Some(self.peak.load(Ordering::Relaxed))
+    }
+
     fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
+        if let Some(reason) = self.refused.get(task_name) {
+            return Err(Outcome::HarnessError {
+                reason: reason.clone(),
+            });
+        }
         let started = Instant::now();
         let kernel = self.compiler.compile(task_name, source)?;
         let n = self.compiles.fetch_add(1, Ordering::Relaxed);
         let module = self.workdir.join(format!("{task_name}-{n}.cubin"));
         let bytes = kernel.image.into_bytes();
-        std::fs::write(&module, bytes).map_err(|e| Outcome::Crash {
+        std::fs::write(&module, bytes).map_err(|e| Outcome::HarnessError {
             reason: format!("the harness could not store the module: {e}"),
         })?;
         Ok(Compiled {
@@ -365,5 +451,30 @@ impl KernelEnv for CudaEnv {
             Ok(answer) => answer.timed("GPU"),
             Err(o) => o,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_that_does_not_fit_the_gpu_is_refused_by_name_and_bytes() {
+        let suite = TaskSuite::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tasks")).unwrap();
+        let none = oversized_tasks(&suite, Preset::Gpu, 0, u64::MAX);
+        assert!(none.is_empty(), "{none:?}");
+        let relu = crate::gpu::buffers::memory_need(suite.get("relu").unwrap(), Preset::Gpu)
+            .unwrap()
+            .peak();
+        let refused = oversized_tasks(&suite, Preset::Gpu, 3, relu - 1);
+        let reason = &refused["relu"];
+        assert!(reason.contains("task `relu` at preset `gpu`"), "{reason}");
+        assert!(reason.contains(&format!("needs {relu} bytes")), "{reason}");
+        assert!(
+            reason.contains(&format!("GPU 3 has {} bytes", relu - 1)),
+            "{reason}"
+        );
+        let fits = oversized_tasks(&suite, Preset::Gpu, 3, relu);
+        assert!(!fits.contains_key("relu"));
     }
 }

@@ -113,6 +113,12 @@ pub trait KernelEnv: Send + Sync {
     fn pool_stats(&self) -> Vec<(String, PoolStats)> {
         Vec::new()
     }
+    /// The most device memory one evaluation request took so far (the harness's buffers and
+    /// the candidate's scratch, from the worker's memory pool), in bytes; `None` for an
+    /// environment without device memory.
+    fn device_memory_peak(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What every real environment checks before it compiles anything: the static rules, the launch

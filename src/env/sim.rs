@@ -129,6 +129,12 @@ impl KernelEnv for SimEnv {
     fn verify(&self, compiled: &Compiled) -> Result<(), Outcome> {
         sleep_ms(self.cfg.verify_ms);
         let art = Self::artifact(compiled);
+        // Its own stream, so the other draws do not depend on this setting.
+        if SplitMix64::derive(art.draw, 14).next_f64() < self.cfg.p_harness_error {
+            return Err(Outcome::HarnessError {
+                reason: "simulated out-of-memory of the harness's buffers".into(),
+            });
+        }
         let mut rng = SplitMix64::derive(art.draw, 12);
         if rng.next_f64() < self.p(self.cfg.p_crash, art.turn) {
             return Err(Outcome::Crash {

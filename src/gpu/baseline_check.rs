@@ -2,37 +2,45 @@
 //! interpreter on one input set ([`check_baseline`]).
 
 use crate::ops::Dtype;
-use crate::tasks::{Preset, Task, TensorSpec, Tolerance};
+use crate::tasks::{Preset, Role, Task, TensorSpec, Tolerance};
 use crate::verify::buffer::dtype_size;
 use crate::verify::correctness::judge;
 
 use super::buffers::TaskBuffers;
 use super::device::{DevBuf, GpuError};
-use super::harness::{decode, decode_reference, Harness};
+use super::harness::{decode, decode_reference, reference_width, Harness};
+use super::mask_stream;
 use crate::verify::request::BaselineCheck;
 
-/// Downloads a device tensor of `spec`'s elements as f64 values: in its dtype, or (`reference`)
-/// as the 8-byte elements of a reference.
+/// Downloads a device tensor of `spec`'s elements as f64 values: in its dtype, or (`key`) as
+/// the stored references masked with that key.
 fn download_values(
     h: &Harness,
     ptr: u64,
     spec: &TensorSpec,
-    reference: bool,
+    key: Option<u64>,
 ) -> Result<Vec<f64>, GpuError> {
-    let width = if reference { 8 } else { dtype_size(spec.dtype) };
+    let width = match key {
+        Some(_) => reference_width(spec.dtype),
+        None => dtype_size(spec.dtype),
+    };
     let mut bytes = vec![0u8; spec.numel() * width];
     let n = bytes.len();
     h.gpu.download_at(&mut bytes, ptr, n)?;
     Ok(bytes
         .chunks_exact(width)
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             let mut raw = [0u8; 8];
             raw[..width].copy_from_slice(c);
             let raw = u64::from_ne_bytes(raw);
-            if reference {
-                decode_reference(spec.dtype, raw)
-            } else {
-                decode(spec.dtype, raw)
+            match key {
+                Some(k) => {
+                    let m = mask_stream(k, i as u64);
+                    let m = if width == 4 { m & 0xFFFF_FFFF } else { m };
+                    decode_reference(spec.dtype, raw ^ m)
+                }
+                None => decode(spec.dtype, raw),
             }
         })
         .collect())
@@ -68,14 +76,14 @@ pub fn check_baseline(
 ) -> Result<BaselineCheck, String> {
     let e = |e: GpuError| e.to_string();
     let bufs = TaskBuffers::new(h, task, preset).map_err(|e| e.to_string())?;
-    let inputs: Vec<u64> = bufs.tensors[..bufs.n_inputs]
-        .iter()
-        .map(DevBuf::ptr)
-        .collect();
-    let outputs: Vec<u64> = bufs.tensors[bufs.n_inputs..]
-        .iter()
-        .map(DevBuf::ptr)
-        .collect();
+    let ins = bufs
+        .alloc_tensors(h, Role::Input)
+        .map_err(|e| e.to_string())?;
+    let outs = bufs
+        .alloc_tensors(h, Role::Output)
+        .map_err(|e| e.to_string())?;
+    let inputs: Vec<u64> = ins.iter().map(DevBuf::ptr).collect();
+    let outputs: Vec<u64> = outs.iter().map(DevBuf::ptr).collect();
     bufs.generate(h, &inputs, seed).map_err(e)?;
     let ptrs = bufs.baseline_ptrs(&inputs, &outputs);
     h.run_baseline(&bufs.plan, &ptrs).map_err(e)?;
@@ -83,7 +91,7 @@ pub fn check_baseline(
     let host_inputs = bufs.specs[..bufs.n_inputs]
         .iter()
         .zip(&inputs)
-        .map(|(s, &p)| download_values(h, p, s, false))
+        .map(|(s, &p)| download_values(h, p, s, None))
         .collect::<Result<Vec<_>, _>>()
         .map_err(e)?;
     let want = task
@@ -94,34 +102,16 @@ pub fn check_baseline(
     let (mut ref_ratio, mut ref_failure) = (0.0, None);
     let out_specs = &bufs.specs[bufs.n_inputs..];
     for ((spec, &p), want) in out_specs.iter().zip(&outputs).zip(&want) {
-        let got = download_values(h, p, spec, false).map_err(e)?;
+        let got = download_values(h, p, spec, None).map_err(e)?;
         judge_all(spec, &got, want, tol, &mut max_ratio, &mut first_failure);
     }
-    // The fp64 reference, unmasked (key 0 is never drawn; masking is skipped here).
-    let wide_out = out_specs
-        .iter()
-        .map(|s| h.gpu.alloc(s.numel() * 8))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-    for ((spec, &src), dst) in bufs.specs[..bufs.n_inputs]
-        .iter()
-        .zip(&inputs)
-        .zip(&bufs.wide)
-    {
-        h.widen(src, dst.ptr(), spec.numel(), spec.dtype)
-            .map_err(e)?;
-    }
-    let rptrs: Vec<u64> = bufs
-        .wide
-        .iter()
-        .map(DevBuf::ptr)
-        .chain(wide_out.iter().map(DevBuf::ptr))
-        .chain(bufs.ref_temps.iter().map(DevBuf::ptr))
-        .collect();
-    h.run_baseline(&bufs.ref_plan, &rptrs).map_err(e)?;
-    h.gpu.sync().map_err(e)?;
-    for ((spec, buf), want) in out_specs.iter().zip(&wide_out).zip(&want) {
-        let got = download_values(h, buf.ptr(), spec, true).map_err(e)?;
+    // The correctness protocol's reference, as it computes and stores it (inputs drawn
+    // straight into f64, float outputs narrowed to f32, masked), unmasked here.
+    let key = 0x5EED_0F_CAFE;
+    let refs = bufs.alloc_refs(h).map_err(|e| e.to_string())?;
+    bufs.reference(h, seed, &refs, key).map_err(e)?;
+    for ((spec, buf), want) in out_specs.iter().zip(&refs).zip(&want) {
+        let got = download_values(h, buf.ptr(), spec, Some(key)).map_err(e)?;
         judge_all(spec, &got, want, tol, &mut ref_ratio, &mut ref_failure);
     }
     Ok(BaselineCheck {

@@ -8,8 +8,31 @@ use crate::candidate::{ResolvedArg, ResolvedLaunch, ResolvedPlan, Scalar};
 use crate::verify::ExecFailure;
 
 use super::device::{allow_dynamic_smem, ArgPack, DevBuf, Gpu, GpuError, GpuModule};
-use super::fault::{fault_or, overran};
+use super::fault::{candidate_launches, fault_or, overran};
 use super::harness::{Harness, CANARY, RUN_LIMIT, SLACK};
+
+/// Why the candidate's module did not load, with the driver's own words. An image the driver
+/// cannot use at all (not for this GPU, not an image, a PTX version or JIT it lacks) is the
+/// harness's: kevin's own NVRTC made it for this GPU, so the candidate cannot cause that. Any
+/// other refusal (out of memory for its static `__device__` arrays, too many resources) is the
+/// candidate's launch error; a sticky fault is settled by [`super::fault::fault_or`].
+pub(super) fn module_failure(e: GpuError) -> ExecFailure {
+    if module_error_is_harness(e.code) {
+        return ExecFailure::Harness(format!(
+            "the harness could not load a module it compiled: {e}"
+        ));
+    }
+    fault_or(e, |e| {
+        ExecFailure::Launch(format!("the module did not load: {}", e))
+    })
+}
+
+/// `CUresult` codes of a module load that say the harness made an unusable image:
+/// INVALID_IMAGE, NO_BINARY_FOR_GPU, INVALID_PTX, JIT_COMPILER_NOT_FOUND,
+/// UNSUPPORTED_PTX_VERSION.
+pub fn module_error_is_harness(code: u32) -> bool {
+    matches!(code, 200 | 209 | 218 | 221 | 222)
+}
 
 /// A candidate's module and launch plan, ready to run on task tensors.
 pub struct Candidate {
@@ -31,10 +54,7 @@ impl Candidate {
         symbols: &BTreeMap<String, String>,
         plan: &ResolvedPlan,
     ) -> Result<Candidate, ExecFailure> {
-        let module = h
-            .gpu
-            .load_module(image)
-            .map_err(|e| ExecFailure::Launch(format!("the module did not load: {e}")))?;
+        let module = h.gpu.load_module(image).map_err(module_failure)?;
         let mut launches = Vec::new();
         for l in &plan.launches {
             let symbol = symbols
@@ -94,6 +114,8 @@ impl Candidate {
 
     /// Enqueues the launch sequence on task tensors at `tensors`.
     pub(super) fn enqueue(&self, gpu: &Gpu, tensors: &[u64]) -> Result<(), ExecFailure> {
+        // From here on a sticky fault is the candidate's (see [`super::fault`]).
+        candidate_launches();
         for (f, l) in &self.launches {
             let mut pack = ArgPack::default();
             for a in &l.args {
@@ -168,4 +190,33 @@ impl Candidate {
 /// The wrong outcome's reason for a write past the end of scratch buffer `name`.
 pub(crate) fn scratch_overflow_reason(name: &str) -> String {
     format!("the kernel wrote past the end of scratch buffer `{name}`")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(code: u32, name: &str) -> GpuError {
+        GpuError {
+            call: "cuModuleLoadData".into(),
+            name: name.into(),
+            desc: "the driver's words".into(),
+            code,
+        }
+    }
+
+    #[test]
+    fn a_module_that_does_not_load_says_why_and_whose_fault() {
+        match module_failure(err(2, "CUDA_ERROR_OUT_OF_MEMORY")) {
+            ExecFailure::Launch(m) => {
+                assert!(m.contains("CUDA_ERROR_OUT_OF_MEMORY"), "{m}");
+                assert!(m.contains("the driver's words"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match module_failure(err(209, "CUDA_ERROR_NO_BINARY_FOR_GPU")) {
+            ExecFailure::Harness(m) => assert!(m.contains("NO_BINARY_FOR_GPU"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

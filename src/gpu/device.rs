@@ -121,6 +121,7 @@ pub fn driver_available() -> bool {
 pub struct Gpu {
     dev: sys::CUdevice,
     stream: sys::CUstream,
+    pool: sys::CUmemoryPool,
     /// The device's name.
     pub name: String,
     /// L2 cache size in bytes.
@@ -202,6 +203,7 @@ impl Gpu {
             Ok(Gpu {
                 dev,
                 stream,
+                pool,
                 name,
                 l2_bytes: l2.max(0) as usize,
                 arch: format!("sm_{major}{minor}"),
@@ -209,6 +211,48 @@ impl Gpu {
                 smem_optin: smem_optin.max(0) as u32,
             })
         }
+    }
+
+    /// Gives the pool's idle memory above `keep` bytes back to the driver (after a request: a
+    /// worker that ran a large task must not keep its memory from the other workers of its
+    /// GPU). Call it after a synchronisation.
+    pub fn trim_pool(&self, keep: usize) -> Result<(), GpuError> {
+        // SAFETY: the pool is this device's default pool, alive as long as the context.
+        unsafe { ck("cuMemPoolTrimTo", sys::cuMemPoolTrimTo(self.pool, keep)) }
+    }
+
+    /// Starts a new high-water mark of the memory allocated from this worker's pool.
+    pub fn reset_peak(&self) -> Result<(), GpuError> {
+        let mut zero = 0u64;
+        // SAFETY: the attribute takes a u64 that outlives the call.
+        unsafe {
+            ck(
+                "cuMemPoolSetAttribute(USED_MEM_HIGH)",
+                sys::cuMemPoolSetAttribute(
+                    self.pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                    (&mut zero as *mut u64).cast(),
+                ),
+            )
+        }
+    }
+
+    /// The most memory allocated from this worker's pool at once since [`Gpu::reset_peak`]:
+    /// the harness's (and the candidate's scratch) peak device memory, in bytes.
+    pub fn peak_bytes(&self) -> Result<u64, GpuError> {
+        let mut v = 0u64;
+        // SAFETY: the attribute writes a u64 into a local.
+        unsafe {
+            ck(
+                "cuMemPoolGetAttribute(USED_MEM_HIGH)",
+                sys::cuMemPoolGetAttribute(
+                    self.pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                    (&mut v as *mut u64).cast(),
+                ),
+            )?
+        };
+        Ok(v)
     }
 
     /// The stream every launch, copy and event of this worker uses.

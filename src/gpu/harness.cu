@@ -74,6 +74,44 @@ extern "C" __global__ void kevin_generate(void* out, u64 n, u64 seed, int kind, 
     }
 }
 
+// The value kevin_generate stores, rounded to dtype, as its bits (zero-extended).
+__device__ __forceinline__ u64 kv_generated_bits(float v, int dtype) {
+    if (dtype == 0) return __float_as_uint(v);
+    if (dtype == 1) return __half_as_ushort(__float2half_rn(v));
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ double kv_generated_value(float v, int dtype) {
+    if (dtype == 0) return (double)v;
+    if (dtype == 1) return (double)__half2float(__float2half_rn(v));
+    return (double)__bfloat162float(__float2bfloat16_rn(v));
+}
+
+// kevin_generate's elements offset .. offset + n, rounded to dtype and stored as f64: the
+// reference's inputs without a task-dtype copy (the same values as kevin_generate + kevin_widen).
+extern "C" __global__ void kevin_generate_wide(double* out, u64 n, u64 offset, u64 seed, int kind, float a, float b,
+                                               int dtype) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        out[i] = kv_generated_value(kv_draw(seed, offset + i, kind, a, b), dtype);
+}
+
+// first[0] = smallest index i where input p differs from what kevin_generate wrote there (an input
+// the candidate modified): the input check without a copy of the input.
+extern "C" __global__ void kevin_regen_diff(const void* p, u64 n, u64 seed, int kind, float a, float b, int dtype,
+                                            u64* first) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        u64 want = kv_generated_bits(kv_draw(seed, i, kind, a, b), dtype);
+        u64 got = dtype == 0 ? (u64)((const u32*)p)[i] : (u64)((const u16*)p)[i];
+        if (got != want) atomicMin(first, i);
+    }
+}
+
+// f64 -> f32 (round to nearest): a float output's reference kept in 4 bytes, not 8 (the rounding,
+// 2^-24 relative, is far below every task's tolerance).
+extern "C" __global__ void kevin_narrow(const double* src, float* dst, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        dst[i] = (float)src[i];
+}
+
 extern "C" __global__ void kevin_fill64(u64* p, u64 n, u64 v) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         p[i] = v;

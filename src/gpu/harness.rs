@@ -133,33 +133,75 @@ impl Harness {
         dist: InputDist,
         seed: u64,
     ) -> Result<(), GpuError> {
-        let (kind, a, b) = match dist {
-            InputDist::Normal { mean, std } => (0i32, mean, std),
-            InputDist::Uniform { lo, hi } => (1, lo, hi),
-            InputDist::Positive { min, std } => (2, min, std),
-        };
-        let code: i32 = match dtype {
-            Dtype::F32 => 0,
-            Dtype::F16 => 1,
-            Dtype::Bf16 => 2,
-            Dtype::I64 => {
-                return Err(GpuError {
-                    call: "generate".into(),
-                    name: "i64 inputs are not supported by the GPU input generator".into(),
-                    desc: String::new(),
-                    code: 0,
-                })
-            }
-        };
         let mut args = ArgPack::default();
         args.ptr(ptr);
         args.push(&(n as u64).to_ne_bytes());
-        args.push(&seed.to_ne_bytes());
-        args.push(&kind.to_ne_bytes());
-        args.push(&(a as f32).to_ne_bytes());
-        args.push(&(b as f32).to_ne_bytes());
-        args.push(&code.to_ne_bytes());
+        push_draw(&mut args, dtype, dist, seed)?;
         self.launch_h("kevin_generate", n as u64, &mut args)
+    }
+
+    /// The values [`Harness::generate`] draws at `offset .. offset + n`, rounded to `dtype`,
+    /// stored as f64 at `ptr` (8 bytes each): the reference's inputs without a task-dtype copy.
+    pub fn generate_wide(
+        &self,
+        ptr: u64,
+        n: usize,
+        offset: u64,
+        dtype: Dtype,
+        dist: InputDist,
+        seed: u64,
+    ) -> Result<(), GpuError> {
+        let mut args = ArgPack::default();
+        args.ptr(ptr);
+        args.push(&(n as u64).to_ne_bytes());
+        args.push(&offset.to_ne_bytes());
+        push_draw(&mut args, dtype, dist, seed)?;
+        self.launch_h("kevin_generate_wide", n as u64, &mut args)
+    }
+
+    /// The first index where the input at `ptr` differs from what [`Harness::generate`] drew
+    /// there: an input the candidate modified, found without keeping a copy.
+    pub fn regen_diff(
+        &self,
+        ptr: u64,
+        n: usize,
+        dtype: Dtype,
+        dist: InputDist,
+        seed: u64,
+    ) -> Result<Option<u64>, GpuError> {
+        self.reset_stats()?;
+        let mut args = ArgPack::default();
+        args.ptr(ptr);
+        args.push(&(n as u64).to_ne_bytes());
+        push_draw(&mut args, dtype, dist, seed)?;
+        args.ptr(self.stats.ptr() + 8);
+        self.launch_h("kevin_regen_diff", n as u64, &mut args)?;
+        let s = self.read_stats()?;
+        Ok((s[1] != u64::MAX).then_some(s[1]))
+    }
+
+    /// The value [`Harness::generate`] drew at `index` (as `dtype` rounds it).
+    pub fn generated_element(
+        &self,
+        index: u64,
+        dtype: Dtype,
+        dist: InputDist,
+        seed: u64,
+    ) -> Result<f64, GpuError> {
+        // The stats' last slot is free: 8 bytes at offset 24.
+        self.generate_wide(self.stats.ptr() + 24, 1, index, dtype, dist, seed)?;
+        let mut bytes = [0u8; 8];
+        self.gpu.download_at(&mut bytes, self.stats.ptr() + 24, 8)?;
+        Ok(f64::from_ne_bytes(bytes))
+    }
+
+    /// f64 at `src` -> f32 at `dst`, `n` elements (a float output's reference in 4 bytes).
+    pub fn narrow(&self, src: u64, dst: u64, n: usize) -> Result<(), GpuError> {
+        let mut args = ArgPack::default();
+        args.ptr(src);
+        args.ptr(dst);
+        args.push(&(n as u64).to_ne_bytes());
+        self.launch_h("kevin_narrow", n as u64, &mut args)
     }
 
     pub(super) fn width_kernel(prefix: &str, width: usize) -> String {
@@ -237,8 +279,8 @@ impl Harness {
         }
     }
 
-    /// Compares `n` elements of `got` (of `dtype`) with the masked 8-byte reference (f64 for
-    /// float outputs, i64 for index outputs): (failures, first failing index, max error ratio).
+    /// Compares `n` elements of `got` (of `dtype`) with the masked reference (f32 for float
+    /// outputs, i64 for index outputs): (failures, first failing index, max error ratio).
     pub fn compare(
         &self,
         got: u64,
@@ -276,7 +318,8 @@ impl Harness {
         self.launch_h("kevin_widen", n as u64, &mut args)
     }
 
-    /// One reference element (8 bytes: f64, or i64 for index outputs), unmasked with `key`.
+    /// One stored reference element (f32 for a float output, i64 for an index output),
+    /// unmasked with `key`.
     pub fn reference_element(
         &self,
         ptr: u64,
@@ -284,11 +327,15 @@ impl Harness {
         dtype: Dtype,
         key: u64,
     ) -> Result<f64, GpuError> {
+        let width = reference_width(dtype);
         let mut bytes = [0u8; 8];
-        self.gpu.download_at(&mut bytes, ptr + index * 8, 8)?;
+        self.gpu
+            .download_at(&mut bytes[..width], ptr + index * width as u64, width)?;
+        let raw = u64::from_ne_bytes(bytes);
+        let m = mask_stream(key, index);
         Ok(decode_reference(
             dtype,
-            u64::from_ne_bytes(bytes) ^ mask_stream(key, index),
+            raw ^ if width == 4 { m & 0xFFFF_FFFF } else { m },
         ))
     }
 
@@ -438,10 +485,49 @@ impl Harness {
     }
 }
 
-/// The compare kernel's code of a reference element: 4 = f64, 3 = i64.
+/// Packs the generator's parameters (seed, distribution, dtype) as `kevin_generate` and its
+/// siblings take them.
+fn push_draw(args: &mut ArgPack, dtype: Dtype, dist: InputDist, seed: u64) -> Result<(), GpuError> {
+    let (kind, a, b) = match dist {
+        InputDist::Normal { mean, std } => (0i32, mean, std),
+        InputDist::Uniform { lo, hi } => (1, lo, hi),
+        InputDist::Positive { min, std } => (2, min, std),
+    };
+    let code: i32 = match dtype {
+        Dtype::F32 => 0,
+        Dtype::F16 => 1,
+        Dtype::Bf16 => 2,
+        Dtype::I64 => {
+            return Err(GpuError {
+                call: "generate".into(),
+                name: "i64 inputs are not supported by the GPU input generator".into(),
+                desc: String::new(),
+                code: 0,
+            })
+        }
+    };
+    args.push(&seed.to_ne_bytes());
+    args.push(&kind.to_ne_bytes());
+    args.push(&(a as f32).to_ne_bytes());
+    args.push(&(b as f32).to_ne_bytes());
+    args.push(&code.to_ne_bytes());
+    Ok(())
+}
+
+/// The compare kernel's code of a stored reference element: 0 = f32 (a float output's
+/// reference, narrowed from f64), 3 = i64.
 pub(super) fn reference_code(d: Dtype) -> i32 {
     if d == Dtype::I64 {
         3
+    } else {
+        0
+    }
+}
+
+/// Bytes per element of a stored reference: 4 for a float output (f32), 8 for i64.
+pub fn reference_width(d: Dtype) -> usize {
+    if d == Dtype::I64 {
+        8
     } else {
         4
     }
@@ -466,13 +552,13 @@ pub(super) fn dtype_code(d: Dtype) -> i32 {
     }
 }
 
-/// A reference element's value from its 8 bytes: f64 for a float output of `dtype`, i64 for
-/// an index output.
+/// A stored reference element's value from its bits: f32 for a float output of `dtype`, i64
+/// for an index output.
 pub(super) fn decode_reference(dtype: Dtype, raw: u64) -> f64 {
     if dtype == Dtype::I64 {
         raw as i64 as f64
     } else {
-        f64::from_bits(raw)
+        f64::from(f32::from_bits(raw as u32))
     }
 }
 

@@ -33,10 +33,22 @@
 //!
 //! # What the candidate can and cannot reach
 //! It runs in the worker's context, so it can address the worker's device memory. References
-//! and input copies are kept XOR-masked with a key stream whose 64-bit key is drawn from the OS
-//! per trial and lives only on the host (and in the parameters of the harness's own kernels), so
-//! scanning memory finds bytes it cannot decode; the baseline's intermediates are overwritten
-//! after each reference run. A fault that poisons the context (illegal address, trap,
+//! are kept XOR-masked with a key stream whose 64-bit key is drawn from the OS per trial and
+//! lives only on the host (and in the parameters of the harness's own kernels), so scanning
+//! memory finds bytes it cannot decode; the reference's f64 inputs, outputs and intermediates are
+//! zeroed before they are freed. There are no input copies: inputs are checked against the
+//! counter-based generator that drew them (`kevin_regen_diff`), whose seed is on the host only.
+//!
+//! # Memory
+//! A request's buffers are allocated by phase ([`buffers`]): the fp64 reference's buffers never
+//! coexist with the candidate's tensors, references are stored in 4 bytes per float element, and
+//! the timing sets share one input buffer (redrawn before each timed run, untimed). The need is
+//! [`buffers::memory_need`]; the cuda environment refuses a task whose need does not fit its GPU.
+//!
+//! # Who is at fault
+//! [`fault`]: a GPU error before the candidate's first launch, or of a trusted step that is not
+//! a sticky context fault, is the harness's (a harness error: no reward, not trained on); a
+//! sticky fault after the candidate launched is its crash. A fault that poisons the context (illegal address, trap,
 //! misaligned access) makes the worker answer with the crash and exit, and the pool starts a
 //! fresh one.
 
@@ -67,6 +79,9 @@ pub const HARNESS_KERNELS: &[&str] = &[
     "kevin_compare",
     "kevin_widen",
     "kevin_scribble_smem",
+    "kevin_generate_wide",
+    "kevin_regen_diff",
+    "kevin_narrow",
 ];
 
 /// The key stream that masks device copies: must equal `kv_stream` in `harness.cu`.

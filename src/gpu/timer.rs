@@ -1,47 +1,69 @@
 //! The timing protocol's [`Timer`] on the device ([`GpuTimer`]): CUDA events, the L2 flushed
-//! before every timed run, input sets rotated, and the last timed output re-checked.
+//! before every timed run, input sets rotated (drawn into one buffer per input), and the last
+//! timed output of the checked set re-checked.
 
+use crate::tasks::Role;
 use crate::verify::correctness::{os_seed, HarnessError};
 use crate::verify::timing::{Timer, Which};
 use crate::verify::ExecFailure;
 
-use super::buffers::{alloc_tensor, TaskBuffers};
+use super::buffers::TaskBuffers;
 use super::candidate::Candidate;
 use super::device::{DevBuf, EventPair};
 use super::fault::{exec_failure, harness, overran};
 use super::harness::{Harness, RUN_LIMIT, TIMING_SETS};
 use super::trials::compare_output;
 
-/// One input set of the timing protocol, with the outputs of the candidate's runs on it.
-struct InputSet {
-    inputs: Vec<DevBuf>,
-    outputs: Vec<DevBuf>,
+/// Inputs (all of a task's, in bytes) above which the timing sets share one input buffer: the
+/// level-1 and level-2 tasks keep a buffer per set (each drawn once), tasks at KernelBench's
+/// current sizes redraw (untimed) instead of holding three copies.
+pub const SHARED_INPUTS_ABOVE: u64 = 1 << 30;
+
+/// Bytes of all of a task's inputs (with slack).
+fn input_bytes(bufs: &TaskBuffers) -> u64 {
+    bufs.specs[..bufs.n_inputs]
+        .iter()
+        .map(|s| super::buffers::tensor_bytes(s) as u64)
+        .sum()
 }
 
 /// The timing protocol's [`Timer`] on the device: CUDA events around the whole launch sequence,
 /// the L2 flushed before every timed run, [`TIMING_SETS`] input sets rotated, and the output of
 /// the last timed candidate run on one of them re-checked afterwards ([`GpuTimer::recheck`]).
 ///
-/// Every set keeps its own output buffers, so the last timed output of each set is still there
-/// when timing ends. Only the checked set, drawn from the OS after the candidate was loaded,
-/// has an fp64 reference: a kernel cannot tell which of its timed runs will be checked, and the
-/// timing run pays for one reference instead of one per set.
+/// For a large task the sets share one input buffer per input: a set is drawn into it
+/// (untimed, from its own seed) before a run that needs it, so rotating sets costs no memory (a
+/// task of 1.6e9 elements fits); smaller tasks keep one buffer per set ([`SHARED_INPUTS_ABOVE`]). The checked set keeps its own outputs, so its last timed output is still there when
+/// timing ends; every other candidate run and every baseline run share one more set of outputs.
+/// Only the checked set, drawn from the OS after the candidate was loaded, has an fp64
+/// reference (computed first, its f64 buffers freed before the sets are allocated): a kernel
+/// cannot tell which of its timed runs will be checked.
 pub struct GpuTimer<'a, 't> {
     h: &'a mut Harness,
     bufs: &'a TaskBuffers<'t>,
     cand: &'a Candidate,
-    sets: Vec<InputSet>,
+    /// The input seed of each set.
+    seeds: [u64; TIMING_SETS],
+    /// Input buffers: one per set for tasks whose inputs take at most
+    /// [`SHARED_INPUTS_ABOVE`] bytes (each set drawn once), else one shared by all sets (a set
+    /// redrawn before a run that needs it), with the set each holds now.
+    slots: Vec<(Vec<DevBuf>, Option<usize>)>,
+    /// The slot of the current run.
+    slot: usize,
+    /// Outputs of the checked set's candidate runs.
+    checked_out: Vec<DevBuf>,
+    /// Outputs of every other run (candidate or baseline).
+    shared_out: Vec<DevBuf>,
     /// The set whose last timed output is re-checked, and its masked reference.
     checked: usize,
     refs: Vec<DevBuf>,
-    base_out: Vec<DevBuf>,
     events: EventPair,
     key: u64,
     turn: [usize; 2],
 }
 
 impl<'a, 't> GpuTimer<'a, 't> {
-    /// Draws the input sets and the checked set's reference.
+    /// Draws the sets' seeds and computes the checked set's reference.
     pub fn new(
         h: &'a mut Harness,
         bufs: &'a TaskBuffers<'t>,
@@ -50,34 +72,20 @@ impl<'a, 't> GpuTimer<'a, 't> {
         let seed = || os_seed().map_err(|e| HarnessError::Seed(e.to_string()));
         let key = seed()?;
         let checked = (seed()? % TIMING_SETS as u64) as usize;
-        let outputs_of = |h: &Harness| {
-            bufs.specs[bufs.n_inputs..]
-                .iter()
-                .map(|s| alloc_tensor(&h.gpu, s))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(harness)
-        };
-        let mut sets = Vec::new();
-        for _ in 0..TIMING_SETS {
-            let inputs = bufs.specs[..bufs.n_inputs]
-                .iter()
-                .map(|s| alloc_tensor(&h.gpu, s))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(harness)?;
-            let outputs = outputs_of(h)?;
-            let ip: Vec<u64> = inputs.iter().map(DevBuf::ptr).collect();
-            bufs.generate(h, &ip, seed()?).map_err(harness)?;
-            sets.push(InputSet { inputs, outputs });
+        let mut seeds = [0u64; TIMING_SETS];
+        for s in &mut seeds {
+            *s = seed()?;
         }
-        let refs = bufs.specs[bufs.n_inputs..]
-            .iter()
-            .map(|s| h.gpu.alloc(s.numel() * 8))
-            .collect::<Result<Vec<_>, _>>()
+        let refs = bufs.alloc_refs(h)?;
+        bufs.reference(h, seeds[checked], &refs, key)
             .map_err(harness)?;
-        let ip: Vec<u64> = sets[checked].inputs.iter().map(DevBuf::ptr).collect();
-        let rp: Vec<u64> = refs.iter().map(DevBuf::ptr).collect();
-        bufs.reference_into(h, &ip, &rp, key).map_err(harness)?;
-        let base_out = outputs_of(h)?;
+        let separate = input_bytes(bufs) <= SHARED_INPUTS_ABOVE;
+        let mut slots = Vec::new();
+        for _ in 0..if separate { TIMING_SETS } else { 1 } {
+            slots.push((bufs.alloc_tensors(h, Role::Input)?, None));
+        }
+        let checked_out = bufs.alloc_tensors(h, Role::Output)?;
+        let shared_out = bufs.alloc_tensors(h, Role::Output)?;
         // Once for all timed runs: nothing but an overflowing candidate run writes the slack,
         // so [`GpuTimer::recheck`] sees a write past a scratch buffer in any of them.
         cand.set_scratch_canaries(&h.gpu).map_err(harness)?;
@@ -86,14 +94,36 @@ impl<'a, 't> GpuTimer<'a, 't> {
             h,
             bufs,
             cand,
-            sets,
+            seeds,
+            slots,
+            slot: 0,
+            checked_out,
+            shared_out,
             checked,
             refs,
-            base_out,
             events,
             key,
             turn: [0, 0],
         })
+    }
+
+    /// Makes set `set` the current inputs, drawing it into its slot unless it is there
+    /// already; true when it drew.
+    fn load(&mut self, set: usize) -> Result<bool, crate::gpu::device::GpuError> {
+        self.slot = set % self.slots.len();
+        if self.slots[self.slot].1 == Some(set) {
+            return Ok(false);
+        }
+        self.slots[self.slot].1 = None;
+        let ptrs = self.inputs();
+        self.bufs.generate(self.h, &ptrs, self.seeds[set])?;
+        self.slots[self.slot].1 = Some(set);
+        Ok(true)
+    }
+
+    /// The current inputs' addresses.
+    fn inputs(&self) -> Vec<u64> {
+        self.slots[self.slot].0.iter().map(DevBuf::ptr).collect()
     }
 
     /// Compares the output of the last timed candidate run on the checked set with its
@@ -103,21 +133,19 @@ impl<'a, 't> GpuTimer<'a, 't> {
     /// buffer in any timed run (its canaries were set before the first) is caught here too.
     pub fn recheck(&mut self) -> Result<Option<String>, HarnessError> {
         let b = self.bufs;
-        let set = &self.sets[self.checked];
         if self.turn[0] <= self.checked {
-            for (spec, o) in b.specs[b.n_inputs..].iter().zip(&set.outputs) {
+            self.load(self.checked).map_err(harness)?;
+            for (spec, o) in b.specs[b.n_inputs..].iter().zip(&self.checked_out) {
                 self.h
                     .fill_output(o, spec.numel(), spec.dtype)
                     .map_err(harness)?;
             }
-            let ptrs: Vec<u64> = set
-                .inputs
-                .iter()
-                .chain(&set.outputs)
-                .map(DevBuf::ptr)
-                .collect();
-            if let Err(f) = self.cand.run(&self.h.gpu, &ptrs, RUN_LIMIT) {
-                return Ok(Some(format!("a timed run failed: {f}")));
+            let mut ptrs = self.inputs();
+            ptrs.extend(self.checked_out.iter().map(DevBuf::ptr));
+            match self.cand.run(&self.h.gpu, &ptrs, RUN_LIMIT) {
+                Ok(()) => {}
+                Err(ExecFailure::Harness(e)) => return Err(HarnessError::Backend(e)),
+                Err(f) => return Ok(Some(format!("a timed run failed: {f}"))),
             }
         }
         if let Some(reason) = self.cand.scratch_overflow(&self.h.gpu).map_err(harness)? {
@@ -126,7 +154,7 @@ impl<'a, 't> GpuTimer<'a, 't> {
         for (j, spec) in b.specs[b.n_inputs..].iter().enumerate() {
             let cmp = compare_output(
                 self.h,
-                set.outputs[j].ptr(),
+                self.checked_out[j].ptr(),
                 self.refs[j].ptr(),
                 spec,
                 self.key,
@@ -149,41 +177,56 @@ impl<'a, 't> GpuTimer<'a, 't> {
 impl Timer for GpuTimer<'_, '_> {
     fn time_once(&mut self, which: Which) -> Result<f64, ExecFailure> {
         let slot = usize::from(which == Which::Baseline);
-        let set = self.turn[slot] % self.sets.len();
+        let set = self.turn[slot] % TIMING_SETS;
         self.turn[slot] += 1;
-        let inputs: Vec<u64> = self.sets[set].inputs.iter().map(DevBuf::ptr).collect();
+        let drew = self.load(set).map_err(exec_failure)?;
+        let inputs = self.inputs();
+        let checked_run = which == Which::Candidate && set == self.checked;
+        let b = self.bufs;
         if which == Which::Candidate {
             // Every timed run starts from NaN outputs, so the checked output is that run's own
-            // work (not an earlier run's, left by a kernel that caches and skips). The fill
-            // passes through L2: flush again so the run starts as cold as the baseline's.
-            let b = self.bufs;
-            for (spec, o) in b.specs[b.n_inputs..].iter().zip(&self.sets[set].outputs) {
+            // work (not an earlier run's, left by a kernel that caches and skips).
+            let outs = if checked_run {
+                &self.checked_out
+            } else {
+                &self.shared_out
+            };
+            for (spec, o) in b.specs[b.n_inputs..].iter().zip(outs) {
                 self.h
                     .fill_output(o, spec.numel(), spec.dtype)
                     .map_err(exec_failure)?;
             }
+        }
+        // Drawing inputs and filling outputs pass through L2: flush again so the run starts as
+        // cold as the protocol's own flush left it.
+        if drew || which == Which::Candidate {
             self.h.flush_l2().map_err(exec_failure)?;
         }
         self.events.start().map_err(exec_failure)?;
         match which {
             Which::Candidate => {
+                let outs = if checked_run {
+                    &self.checked_out
+                } else {
+                    &self.shared_out
+                };
                 let mut ptrs = inputs;
-                ptrs.extend(self.sets[set].outputs.iter().map(DevBuf::ptr));
+                ptrs.extend(outs.iter().map(DevBuf::ptr));
                 self.cand.enqueue(&self.h.gpu, &ptrs)?;
             }
             Which::Baseline => {
-                let outs: Vec<u64> = self.base_out.iter().map(DevBuf::ptr).collect();
+                let outs: Vec<u64> = self.shared_out.iter().map(DevBuf::ptr).collect();
                 let ptrs = self.bufs.baseline_ptrs(&inputs, &outs);
                 self.h
                     .run_baseline(&self.bufs.plan, &ptrs)
-                    .map_err(|e| ExecFailure::Harness(e.to_string()))?;
+                    .map_err(exec_failure)?;
             }
         }
         self.events.stop().map_err(exec_failure)?;
         if which == Which::Baseline {
             // Untimed: no correct output of the current input set stays readable for a
             // candidate that scans device memory.
-            for b in &self.base_out {
+            for b in &self.shared_out {
                 self.h.gpu.fill_u32(b, 0).map_err(exec_failure)?;
             }
             return self.events.elapsed_ms().map_err(exec_failure);

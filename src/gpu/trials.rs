@@ -1,7 +1,8 @@
-//! The correctness protocol's steps on device memory ([`GpuTrials`]): inputs drawn on the
-//! device, outputs NaN-filled, the masked reference and input copy, and the comparisons.
+//! The correctness protocol's steps on device memory ([`GpuTrials`]): the masked reference
+//! computed first (its f64 buffers freed), then the inputs drawn on the device, outputs
+//! NaN-filled, inputs checked against the generator (no copy), and the comparisons.
 
-use crate::tasks::{TensorSpec, Tolerance};
+use crate::tasks::{Role, TensorSpec, Tolerance};
 use crate::verify::buffer::dtype_size;
 use crate::verify::correctness::{
     judge, os_seed, Comparison, ElemFailure, FirstFailure, HarnessError, OutputComparison, Trials,
@@ -21,6 +22,13 @@ pub struct GpuTrials<'a, 't> {
     cand: &'a Candidate,
     /// The limit of each candidate run.
     limit: std::time::Duration,
+    /// The task tensors (inputs then outputs, with slack): freed while a reference is
+    /// computed, allocated again for the candidate's run.
+    tensors: Vec<DevBuf>,
+    /// The masked references of the current trial.
+    refs: Vec<DevBuf>,
+    /// The current trial's input seed (the inputs are checked against the generator).
+    seed: u64,
     key: u64,
     /// Wall-clock ms spent in each step of the protocol (see [`GpuTrials::spent`]); each step
     /// ends with a synchronisation or a download, so this is GPU time plus launch gaps.
@@ -28,21 +36,27 @@ pub struct GpuTrials<'a, 't> {
 }
 
 impl<'a, 't> GpuTrials<'a, 't> {
-    /// Trials of `cand` on `bufs`, each run at most `limit` (see [`TaskBuffers::run_limit`]).
+    /// Trials of `cand` on `bufs`, each run at most `limit` (see [`TaskBuffers::run_limit`]);
+    /// `tensors` are the task tensors the limit was measured on (reused or freed).
     pub fn new(
         h: &'a mut Harness,
         bufs: &'a TaskBuffers<'t>,
         cand: &'a Candidate,
         limit: std::time::Duration,
-    ) -> Self {
-        GpuTrials {
+        tensors: Vec<DevBuf>,
+    ) -> Result<Self, HarnessError> {
+        let refs = bufs.alloc_refs(h)?;
+        Ok(GpuTrials {
             h,
             bufs,
             cand,
             limit,
+            tensors,
+            refs,
+            seed: 0,
             key: 0,
             spent: [0.0; 4],
-        }
+        })
     }
 
     /// Milliseconds spent so far drawing inputs and references (`begin`), running the candidate,
@@ -87,74 +101,46 @@ impl GpuTrials<'_, '_> {
     fn begin_inner(&mut self, seed: u64) -> Result<(), HarnessError> {
         let b = self.bufs;
         self.key = os_seed().map_err(|e| HarnessError::Seed(e.to_string()))?;
-        let inputs: Vec<u64> = b.tensors[..b.n_inputs].iter().map(DevBuf::ptr).collect();
-        let refs: Vec<u64> = b.refs.iter().map(DevBuf::ptr).collect();
-        b.generate(self.h, &inputs, seed).map_err(harness)?;
-        b.reference_into(self.h, &inputs, &refs, self.key)
+        self.seed = seed;
+        // The reference's f64 buffers never coexist with the task tensors: the peak is the
+        // larger phase, not their sum (see `buffers::memory_need`).
+        self.tensors.clear();
+        b.reference(self.h, seed, &self.refs, self.key)
             .map_err(harness)?;
-        for (i, spec) in b.specs[..b.n_inputs].iter().enumerate() {
-            let bytes = spec.numel() * dtype_size(spec.dtype);
-            self.h
-                .gpu
-                .copy(b.snaps[i].ptr(), b.tensors[i].ptr(), bytes)
-                .map_err(harness)?;
-            self.h
-                .mask(
-                    b.snaps[i].ptr(),
-                    spec.numel(),
-                    dtype_size(spec.dtype),
-                    self.key,
-                )
-                .map_err(harness)?;
-        }
+        let mut tensors = b.alloc_tensors(self.h, Role::Input)?;
+        tensors.extend(b.alloc_tensors(self.h, Role::Output)?);
+        self.tensors = tensors;
+        let inputs: Vec<u64> = self.tensors[..b.n_inputs].iter().map(DevBuf::ptr).collect();
+        b.generate(self.h, &inputs, seed).map_err(harness)?;
         self.h.gpu.sync().map_err(harness)
     }
 
     fn run_inner(&mut self) -> Result<(), ExecFailure> {
         let b = self.bufs;
-        for (spec, t) in b.specs.iter().zip(&b.tensors).skip(b.n_inputs) {
+        for (spec, t) in b.specs.iter().zip(&self.tensors).skip(b.n_inputs) {
             self.h
                 .fill_output(t, spec.numel(), spec.dtype)
                 .map_err(exec_failure)?;
         }
-        set_canaries(self.h, b).map_err(exec_failure)?;
+        set_canaries(self.h, &b.specs, &self.tensors).map_err(exec_failure)?;
         self.cand
             .set_scratch_canaries(&self.h.gpu)
             .map_err(exec_failure)?;
         self.h.scribble_shared().map_err(exec_failure)?;
-        self.cand.run(&self.h.gpu, &b.tensor_ptrs(), self.limit)
+        let ptrs: Vec<u64> = self.tensors.iter().map(DevBuf::ptr).collect();
+        self.cand.run(&self.h.gpu, &ptrs, self.limit)
     }
 
     fn tampering_inner(&mut self) -> Result<Option<String>, HarnessError> {
         let b = self.bufs;
-        for (i, spec) in b.specs[..b.n_inputs].iter().enumerate() {
-            let width = dtype_size(spec.dtype);
-            let first = self
-                .h
-                .diff(
-                    b.tensors[i].ptr(),
-                    b.snaps[i].ptr(),
-                    spec.numel(),
-                    width,
-                    self.key,
-                )
-                .map_err(harness)?;
-            if let Some(index) = first {
-                let (now, _) = self
-                    .h
-                    .element(b.tensors[i].ptr(), index, spec.dtype, None)
-                    .map_err(harness)?;
-                let (was, _) = self
-                    .h
-                    .element(b.snaps[i].ptr(), index, spec.dtype, Some(self.key))
-                    .map_err(harness)?;
-                return Ok(Some(format!(
-                    "input {} was modified (index {index}: {was} -> {now})",
-                    spec.name
-                )));
-            }
+        let inputs: Vec<u64> = self.tensors[..b.n_inputs].iter().map(DevBuf::ptr).collect();
+        if let Some(what) = b
+            .modified_input(self.h, &inputs, self.seed)
+            .map_err(harness)?
+        {
+            return Ok(Some(what));
         }
-        for (spec, t) in b.specs.iter().zip(&b.tensors) {
+        for (spec, t) in b.specs.iter().zip(&self.tensors) {
             let data = spec.numel() * dtype_size(spec.dtype);
             let mut slack = vec![0u8; SLACK];
             self.h
@@ -176,8 +162,8 @@ impl GpuTrials<'_, '_> {
         let tol = b.task.tolerance;
         let mut out = Vec::new();
         for (j, spec) in b.specs[b.n_inputs..].iter().enumerate() {
-            let got = b.tensors[b.n_inputs + j].ptr();
-            let cmp = compare_output(self.h, got, b.refs[j].ptr(), spec, self.key, tol)?;
+            let got = self.tensors[b.n_inputs + j].ptr();
+            let cmp = compare_output(self.h, got, self.refs[j].ptr(), spec, self.key, tol)?;
             out.push(OutputComparison {
                 name: spec.name.clone(),
                 dtype: spec.dtype,
@@ -188,8 +174,12 @@ impl GpuTrials<'_, '_> {
     }
 }
 
-pub(super) fn set_canaries(h: &Harness, b: &TaskBuffers) -> Result<(), GpuError> {
-    for (spec, t) in b.specs.iter().zip(&b.tensors) {
+pub(super) fn set_canaries(
+    h: &Harness,
+    specs: &[TensorSpec],
+    tensors: &[DevBuf],
+) -> Result<(), GpuError> {
+    for (spec, t) in specs.iter().zip(tensors) {
         let data = spec.numel() * dtype_size(spec.dtype);
         h.gpu.fill_bytes_at(t.ptr() + data as u64, CANARY, SLACK)?;
     }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::candidate::ResolvedPlan;
 use crate::outcome::Outcome;
-use crate::tasks::TaskSuite;
+use crate::tasks::{Role, TaskSuite};
 use crate::verify::correctness::{self, ProtocolConfig};
 use crate::verify::request::{self, EvalRequest, EvalResult, ModuleJob};
 use crate::verify::timing::{self, TimingConfig};
@@ -20,7 +20,7 @@ use crate::verify::ExecFailure;
 use super::baseline_check::check_baseline;
 use super::buffers::TaskBuffers;
 use super::candidate::Candidate;
-use super::fault::poisoned;
+use super::fault::{note_fault, poisoned, request_starts, settle};
 use super::harness::Harness;
 use super::timer::GpuTimer;
 use super::trials::GpuTrials;
@@ -42,7 +42,16 @@ pub struct CudaReply {
     /// Where the worker's time went: (phase, ms) in order (see [`crate::env::cuda::CudaEnv::phase_stats`]).
     #[serde(default)]
     pub phases: Vec<(String, f64)>,
+    /// The most device memory the worker's pool had allocated at once during the request (the
+    /// harness's buffers, the worker's fixed ones and the candidate's scratch), in bytes.
+    #[serde(default)]
+    pub peak_bytes: u64,
 }
+
+/// Idle pool memory a worker keeps between requests (more goes back to the driver): enough for
+/// the next request of an ordinary task without new mappings, little enough that a worker that
+/// just ran a large task does not keep its memory from the other workers of its GPU.
+pub const POOL_KEEP_BYTES: usize = 2 << 30;
 
 /// Wall-clock phases of one request inside a worker.
 #[derive(Debug)]
@@ -118,12 +127,22 @@ fn handle(h: &mut Harness, suite: &TaskSuite, req: EvalRequest, ph: &mut Phases)
                 Err(answer) => return answer,
             };
             ph.mark("verify.load");
-            let limit = match bufs.run_limit(h) {
+            let tensors = match bufs.alloc_tensors(h, Role::Input).and_then(|mut t| {
+                t.extend(bufs.alloc_tensors(h, Role::Output)?);
+                Ok(t)
+            }) {
+                Ok(t) => t,
+                Err(e) => return EvalResult::HarnessError(e.to_string()),
+            };
+            let limit = match bufs.run_limit(h, &tensors) {
                 Ok(l) => l,
                 Err(e) => return EvalResult::HarnessError(e.to_string()),
             };
             ph.mark("verify.limit");
-            let mut trials_impl = GpuTrials::new(h, &bufs, &cand, limit);
+            let mut trials_impl = match GpuTrials::new(h, &bufs, &cand, limit, tensors) {
+                Ok(t) => t,
+                Err(e) => return EvalResult::HarnessError(e.to_string()),
+            };
             let cfg = ProtocolConfig { trials, seed: None };
             let verdict = correctness::run_protocol(&mut trials_impl, &cfg);
             ph.split("verify", &trials_impl.spent());
@@ -183,19 +202,28 @@ pub fn worker_main() -> Result<(), String> {
     let mut h = Harness::new(ordinal, &himg, &bimg).map_err(|e| format!("GPU {ordinal}: {e}"))?;
     crate::worker::serve("cuda", crate::worker::DEFAULT_MAX_FRAME_BYTES, |req| {
         let mut ph = Phases::start();
-        let result = handle(&mut h, &suite, req, &mut ph);
+        request_starts();
+        let _ = h.gpu().reset_peak();
+        let result = settle(handle(&mut h, &suite, req, &mut ph));
         // Buffers are freed on the stream: wait for the frees so the next request's
         // phases do not pay for this one's. Not in a poisoned worker: its candidate may
         // still be running, and this wait held the answer (and the GPU's lock) until the
         // request's deadline killed the worker (the 5 s holders of the H200 storms).
+        // A sticky fault found here retires the worker (its context is dead).
+        let mut peak_bytes = 0;
         if !poisoned() {
-            let _ = h.gpu().sync();
+            if let Err(e) = h.gpu().sync() {
+                note_fault(&e);
+            }
+            peak_bytes = h.gpu().peak_bytes().unwrap_or(0);
+            let _ = h.gpu().trim_pool(POOL_KEEP_BYTES);
         }
         ph.mark("release");
         CudaReply {
             result,
             retire: poisoned(),
             phases: ph.done,
+            peak_bytes,
         }
     })
     .map_err(|e| e.to_string())

@@ -141,16 +141,20 @@ impl EvalResult {
     }
 
     /// The parent's reading of a `device` ("CPU", "GPU") worker's answer to a timing run: the
-    /// candidate's final outcome.
+    /// candidate's final outcome, or [`Outcome::HarnessError`] when the harness failed (never
+    /// charged to the candidate).
     pub fn timed(self, device: &str) -> Outcome {
         match self {
             EvalResult::Outcome(Some(o)) => o,
             EvalResult::Outcome(None) => Outcome::Crash {
                 reason: format!("the {device} worker returned no timing"),
             },
-            EvalResult::HarnessError(e) => Outcome::Crash {
-                reason: format!("the {device} harness failed: {e}"),
-            },
+            EvalResult::HarnessError(e) => {
+                tracing::warn!(device, error = %e, "the harness failed; the candidate was not judged");
+                Outcome::HarnessError {
+                    reason: format!("the {device} harness failed: {e}"),
+                }
+            }
             EvalResult::Baseline(_) => Outcome::Crash {
                 reason: format!("the {device} worker answered another request"),
             },
@@ -159,9 +163,10 @@ impl EvalResult {
 }
 
 /// The candidate's outcome when the worker serving its `stage` did not answer: a timeout at
-/// `limit` is a timeout of that stage, anything else (a crash, a broken protocol) a crash whose
-/// reason `reason` writes. Used by every environment that sends candidates to workers (compile,
-/// cpu, cuda).
+/// `limit` is a timeout of that stage; a worker that could not be started never saw the
+/// candidate, so that is a [`Outcome::HarnessError`]; anything else (a crash, a broken protocol,
+/// a worker that died mid-reply) is a crash whose reason `reason` writes. Used by every
+/// environment that sends candidates to workers (compile, cpu, cuda).
 pub fn unanswered(
     failure: WorkerFailure,
     stage: &str,
@@ -173,6 +178,12 @@ pub fn unanswered(
             stage: stage.into(),
             limit_ms: limit.as_millis() as u64,
         },
+        spawn @ WorkerFailure::Spawn { .. } => {
+            tracing::warn!(stage, error = %spawn, "no worker could be started; the candidate was not judged");
+            Outcome::HarnessError {
+                reason: format!("{stage}: {spawn}"),
+            }
+        }
         other => Outcome::Crash {
             reason: reason(other),
         },

@@ -40,6 +40,15 @@ pub enum EchoRequest {
         /// The garbage.
         bytes: Vec<u8>,
     },
+    /// Write a well-formed reply frame for request `id` carrying `text` (a forgery, as
+    /// untrusted code in a worker could write one), then exit at once without reading again:
+    /// the parent's next write to this worker meets a closed pipe.
+    ForgeAndDie {
+        /// The request id the forged reply claims to answer.
+        id: u64,
+        /// Its text.
+        text: String,
+    },
     /// Print to stdout (which a worker must not do) and answer normally.
     PrintToStdout {
         /// The text printed.
@@ -99,6 +108,24 @@ fn handle(req: EchoRequest) -> EchoResponse {
             // Then hang: the parent must act on the garbage, not on a later valid frame.
             std::thread::sleep(Duration::from_secs(3600));
             EchoResponse::Text(String::new())
+        }
+        EchoRequest::ForgeAndDie { id, text } => {
+            let forged: super::protocol::FromChild<EchoResponse> =
+                super::protocol::FromChild::Response {
+                    id,
+                    body: EchoResponse::Text(text),
+                };
+            if let Ok(frame) = super::protocol::encode_frame(&forged, DEFAULT_MAX_FRAME_BYTES) {
+                write_raw(&frame);
+            }
+            // SAFETY: `_exit` ends the process at once (no destructors, no flush): the forger
+            // dies before the serve loop can answer for real.
+            #[cfg(unix)]
+            unsafe {
+                libc::_exit(0)
+            };
+            #[cfg(not(unix))]
+            std::process::exit(0)
         }
         EchoRequest::PrintToStdout { text } => {
             println!("{text}");

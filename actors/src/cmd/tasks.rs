@@ -62,10 +62,45 @@ fn dims(sizes: &kevin::ops::Sizes) -> String {
         .join(" ")
 }
 
+/// The device memory a `cuda` worker needs to evaluate `t` at `preset`
+/// ([`kevin::gpu::buffers::memory_need`], the cuda environment's admission), as JSON: verify,
+/// profile and peak bytes, and whether the peak fits `free` bytes (`null` when unknown).
+fn memory_json(t: &kevin::tasks::Task, preset: Preset, free: Option<u64>) -> serde_json::Value {
+    match kevin::gpu::buffers::memory_need(t, preset) {
+        Ok(need) => json!({
+            "verify_bytes": need.verify,
+            "profile_bytes": need.profile,
+            "peak_bytes": need.peak(),
+            "fits_gpu0": free.map(|f| need.peak() <= f),
+        }),
+        Err(e) => json!({ "error": e }),
+    }
+}
+
+/// The table's memory cell: the GPU preset's peak need in GiB, with " !" when GPU 0 (free
+/// memory `free`) cannot hold it.
+fn memory_cell(t: &kevin::tasks::Task, free: Option<u64>) -> String {
+    match kevin::gpu::buffers::memory_need(t, Preset::Gpu) {
+        Ok(need) => format!(
+            "{:.2}{}",
+            need.peak() as f64 / (1u64 << 30) as f64,
+            if free.is_some_and(|f| need.peak() > f) {
+                " !"
+            } else {
+                ""
+            }
+        ),
+        Err(_) => "?".into(),
+    }
+}
+
 /// Prints the suite in `dir` as a table, or as JSON for tools (`json` is "-"), or as a table
-/// and also as JSON to the file `json`.
+/// and also as JSON to the file `json`. Each task's device-memory need at both presets is
+/// given; a GPU-preset need that does not fit GPU 0's free memory is marked (the cuda
+/// environment refuses such a task).
 pub fn list(dir: &Path, json: Option<&Path>) -> Result<(), String> {
     let suite = TaskSuite::load(dir).map_err(|e| e.to_string())?;
+    let free = kevin::machine::gpu_free_bytes(0);
     if let Some(path) = json {
         let tasks: Vec<_> = suite
             .tasks()
@@ -83,6 +118,10 @@ pub fn list(dir: &Path, json: Option<&Path>) -> Result<(), String> {
                     // The KernelBench-style PyTorch module at the GPU preset (what
                     // benches/torch_eager.py times with torch eager).
                     "torch_gpu": t.torch_module(Preset::Gpu).ok(),
+                    "device_memory": {
+                        "gpu": memory_json(t, Preset::Gpu, free),
+                        "small": memory_json(t, Preset::Small, free),
+                    },
                 })
             })
             .collect();
@@ -97,7 +136,7 @@ pub fn list(dir: &Path, json: Option<&Path>) -> Result<(), String> {
     }
     let width = name_width(suite.tasks().iter().map(|t| t.name.as_str()));
     println!(
-        "{:width$}  level  split    gpu sizes                         small sizes",
+        "{:width$}  level  split    gpu GiB  gpu sizes                         small sizes",
         "name"
     );
     for t in suite.tasks() {
@@ -107,9 +146,10 @@ pub fn list(dir: &Path, json: Option<&Path>) -> Result<(), String> {
             "heldout"
         };
         println!(
-            "{:width$}  {:>5}  {split:<7}  {:<32}  {}",
+            "{:width$}  {:>5}  {split:<7}  {:>7}  {:<32}  {}",
             t.name,
             t.level,
+            memory_cell(t, free),
             dims(&t.gpu_sizes),
             dims(&t.small_sizes)
         );
@@ -120,6 +160,16 @@ pub fn list(dir: &Path, json: Option<&Path>) -> Result<(), String> {
     println!(
         "\n{n} tasks: {l1} of level 1, {} of level 2; {held} held out (never trained on)",
         n - l1
+    );
+    println!(
+        "gpu GiB: device memory a cuda worker needs for the task at the gpu preset{}",
+        match free {
+            Some(f) => format!(
+                "; ! = more than GPU 0's {:.1} GiB free (the cuda environment refuses it)",
+                f as f64 / (1u64 << 30) as f64
+            ),
+            None => String::new(),
+        }
     );
     Ok(())
 }

@@ -95,8 +95,13 @@ impl Handler<GroupDone> for ReplayQueue {
             .entered();
         let (task, rate) = (msg.group.task.clone(), msg.group.correct_rate());
         let seq = self.buffer.accept(msg.group).map_err(|e| {
-            self.failures.count("ReplayQueue.wal_error");
-            tracing::error!(actor = "ReplayQueue", error = %e, "a group could not be written to the log");
+            if matches!(e, kevin::replay::ReplayError::Unjudged { .. }) {
+                self.failures.count("ReplayQueue.unjudged");
+                tracing::error!(actor = "ReplayQueue", error = %e, "a group with an unjudged turn was refused");
+            } else {
+                self.failures.count("ReplayQueue.wal_error");
+                tracing::error!(actor = "ReplayQueue", error = %e, "a group could not be written to the log");
+            }
             e.to_string()
         })?;
         self.slots.insert(seq, msg.slot);

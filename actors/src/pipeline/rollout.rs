@@ -1,7 +1,9 @@
 //! The Rollout actor: owns the episodes. For each group it runs m trajectories concurrently; each
 //! trajectory is an [`Episode`] state machine driven turn by turn: build the prompt, ask the
 //! Generator, parse the response, send the candidate through Compiler -> Verifier -> Profiler,
-//! record the outcome and its score. A finished group goes to the ReplayQueue.
+//! record the outcome and its score. A finished group goes to the ReplayQueue. A turn the harness
+//! could not judge ([`Outcome::HarnessError`]) abandons its group: counted as
+//! `Rollout.harness_error`, logged, never scored or trained on.
 //!
 //! The actor itself only starts groups; their turns run as tasks on its arbiter, which do no
 //! blocking work (prompts and parsing are microseconds; everything slow is in another actor).
@@ -210,6 +212,13 @@ async fn run_trajectory(
                 }))
             }
         };
+        if let Some(Outcome::HarnessError { reason }) = &verdict {
+            // Not the policy's doing: no reward, not trained on. The group is abandoned (its
+            // other trajectories' advantages would be computed against a missing one).
+            shared.failures.count("Rollout.harness_error");
+            tracing::error!(actor = "Rollout", task = %task.name, group = group_id, trajectory = index, turn, %reason, "the harness failed; the candidate was not judged");
+            return Err(format!("harness error at turn {turn}: {reason}"));
+        }
         episode.record(responded.record(verdict, evaluated.elapsed().as_secs_f64() * 1e3));
         shared.turns_done.fetch_add(1, Ordering::Relaxed);
     }

@@ -138,6 +138,12 @@ pub fn render(results: &[TaskResult], summary: &Summary) -> String {
     if !failures.is_empty() {
         out += &format!("not correct: {}\n", failures.join(", "));
     }
+    if summary.harness_errors > 0 {
+        out += &format!(
+            "{} task(s) not judged: the harness failed (not the kernels' fault; in no rate above)\n",
+            summary.harness_errors
+        );
+    }
     if summary.flagged > 0 {
         out += &format!(
             "{} speedup(s) over 10x flagged for review\n",
@@ -162,14 +168,25 @@ pub fn main(
     json: Option<&Path>,
 ) -> Result<(), String> {
     eprintln!("kevin eval: {}", env.describe());
-    let results = run(env, suite, kernels, only, parallel)?;
+    let results = run(env.clone(), suite, kernels, only, parallel)?;
     if results.is_empty() {
         return Err(format!("no <task>.cu files in {}", kernels.display()));
     }
     let summary = summarize(&results);
     print!("{}", render(&results, &summary));
+    // The most device memory one request took (the harness's buffers, the worker's own and the
+    // candidate's scratch): what benches/harness_memory.py compares with torch eager's peak.
+    let peak = env.device_memory_peak().filter(|&p| p > 0);
+    if let Some(p) = peak {
+        println!(
+            "harness peak device memory: {p} bytes ({:.2} GiB) in one request",
+            p as f64 / (1u64 << 30) as f64
+        );
+    }
     if let Some(path) = json {
-        write_json(path, &to_json(&results, &summary))?;
+        let mut out = to_json(&results, &summary);
+        out["device_memory_peak_bytes"] = serde_json::json!(peak);
+        write_json(path, &out)?;
     }
     Ok(())
 }
