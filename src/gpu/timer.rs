@@ -1,6 +1,7 @@
 //! The timing protocol's [`Timer`] on the device ([`GpuTimer`]): CUDA events, the L2 flushed
-//! before every timed run, input sets rotated (drawn into one buffer per input), and the last
-//! timed output of the checked set re-checked.
+//! before every timed run, input sets rotated (drawn into one buffer per input; every candidate
+//! run on an unchecked set gets freshly drawn inputs), and the last timed output of the checked
+//! set re-checked.
 
 use crate::tasks::Role;
 use crate::verify::correctness::{os_seed, HarnessError};
@@ -179,6 +180,18 @@ impl Timer for GpuTimer<'_, '_> {
         let slot = usize::from(which == Which::Baseline);
         let set = self.turn[slot] % TIMING_SETS;
         self.turn[slot] += 1;
+        if which == Which::Candidate && set != self.checked {
+            // Fresh inputs for every timed run of an unchecked set: a kernel that caches its
+            // output by a fingerprint of its inputs never sees them again. Only the checked set
+            // (one run in TIMING_SETS, too few to move a median) keeps the inputs its reference
+            // was computed for.
+            self.seeds[set] =
+                os_seed().map_err(|e| ExecFailure::Harness(format!("no OS seed: {e}")))?;
+            let held = set % self.slots.len();
+            if self.slots[held].1 == Some(set) {
+                self.slots[held].1 = None;
+            }
+        }
         let drew = self.load(set).map_err(exec_failure)?;
         let inputs = self.inputs();
         let checked_run = which == Which::Candidate && set == self.checked;
