@@ -96,6 +96,48 @@ struct Inner {
     turnstile: File,
     path: PathBuf,
     held: AtomicBool,
+    /// Who holds through this handle, for [`wait_totals`].
+    party: &'static str,
+}
+
+/// The waits of one party of this process for the lease (see [`wait_totals`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WaitTotals {
+    /// Holds taken.
+    pub holds: u64,
+    /// Milliseconds spent waiting for them, in all.
+    pub waited_ms: f64,
+    /// The longest single wait (ms).
+    pub max_ms: f64,
+}
+
+type WaitMap = std::collections::BTreeMap<(&'static str, &'static str), WaitTotals>;
+
+static WAITS: std::sync::Mutex<WaitMap> = std::sync::Mutex::new(WaitMap::new());
+
+/// This process's waits for GPU leases so far, per party and hold: "generator.step",
+/// "learner.step", "evaluation.timing", "evaluation.step", ...: the telemetry's view of what the
+/// lease costs each side.
+pub fn wait_totals() -> std::collections::BTreeMap<String, WaitTotals> {
+    WAITS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|((party, hold), v)| (format!("{party}.{hold}"), *v))
+        .collect()
+}
+
+fn record_wait(party: &'static str, hold: Hold, waited: Duration) {
+    let ms = waited.as_secs_f64() * 1e3;
+    let hold = match hold {
+        Hold::Timing => "timing",
+        Hold::Step => "step",
+    };
+    let mut waits = WAITS.lock().unwrap_or_else(|e| e.into_inner());
+    let w = waits.entry((party, hold)).or_default();
+    w.holds += 1;
+    w.waited_ms += ms;
+    w.max_ms = w.max_ms.max(ms);
 }
 
 /// One party's handle on the lease of one GPU (see the module documentation). Not `Clone`: each
@@ -152,8 +194,9 @@ impl Drop for Held {
 
 impl GpuLease {
     /// Opens (creating them when missing) the lock file `lock` and its turnstile
-    /// (`lock` with the extension `turnstile`). The folder must exist.
-    pub fn open(lock: &Path) -> Result<GpuLease, LeaseError> {
+    /// (`lock` with the extension `turnstile`) for `party` (the name its waits are counted
+    /// under in [`wait_totals`]). The folder must exist.
+    pub fn open(lock: &Path, party: &'static str) -> Result<GpuLease, LeaseError> {
         let turnstile_path = lock.with_extension("turnstile");
         let main = open_lock_file(lock)?;
         let turnstile = open_lock_file(&turnstile_path)?;
@@ -163,17 +206,18 @@ impl GpuLease {
                 turnstile,
                 path: lock.to_path_buf(),
                 held: AtomicBool::new(false),
+                party,
             }),
         })
     }
 
     /// The lease of GPU `ordinal` (as this process numbers it, after `CUDA_VISIBLE_DEVICES`):
     /// the GPU named by the driver ([`gpu_key`]), its lock file in [`lock_dir`] (created when
-    /// missing).
-    pub fn for_gpu(ordinal: usize) -> Result<GpuLease, LeaseError> {
+    /// missing), for `party` (see [`GpuLease::open`]).
+    pub fn for_gpu(ordinal: usize, party: &'static str) -> Result<GpuLease, LeaseError> {
         let key = gpu_key(ordinal).map_err(|reason| LeaseError::Key { ordinal, reason })?;
         let dir = lock_dir()?;
-        GpuLease::open(&dir.join(format!("{key}.lock")))
+        GpuLease::open(&dir.join(format!("{key}.lock")), party)
     }
 
     /// The lock file.
@@ -193,10 +237,12 @@ impl GpuLease {
             self.inner.held.store(false, Ordering::Release);
             return Err(e);
         }
+        let waited = started.elapsed();
+        record_wait(self.inner.party, hold, waited);
         Ok(Held {
             inner: self.inner.clone(),
             hold,
-            waited: started.elapsed(),
+            waited,
         })
     }
 

@@ -24,7 +24,7 @@ fn holder(
     tag: &'static str,
     tx: mpsc::Sender<&'static str>,
 ) -> thread::JoinHandle<Duration> {
-    let lease = GpuLease::open(lock).unwrap();
+    let lease = GpuLease::open(lock, "test").unwrap();
     thread::spawn(move || {
         let held = lease.take(hold).unwrap();
         tx.send(tag).unwrap();
@@ -36,7 +36,7 @@ fn holder(
 #[test]
 fn a_timing_run_excludes_steps_and_steps_share() {
     let lock = scratch("excl").join("gpu-test.lock");
-    let timer = GpuLease::open(&lock).unwrap();
+    let timer = GpuLease::open(&lock, "test").unwrap();
     let held = timer.take(Hold::Timing).unwrap();
     let (tx, rx) = mpsc::channel();
     let step = holder(&lock, Hold::Step, Duration::ZERO, "step", tx.clone());
@@ -49,8 +49,8 @@ fn a_timing_run_excludes_steps_and_steps_share() {
     assert!(step.join().unwrap() >= QUIET);
 
     // Two steps at once: both hold, neither waits for the other.
-    let a = GpuLease::open(&lock).unwrap();
-    let b = GpuLease::open(&lock).unwrap();
+    let a = GpuLease::open(&lock, "test").unwrap();
+    let b = GpuLease::open(&lock, "test").unwrap();
     let ha = a.take(Hold::Step).unwrap();
     let hb = b.take(Hold::Step).unwrap();
     assert!(hb.waited() < QUIET);
@@ -71,7 +71,7 @@ fn a_timing_run_excludes_steps_and_steps_share() {
 fn a_waiting_timing_run_goes_before_later_steps() {
     let lock = scratch("pref").join("gpu-test.lock");
     let (tx, rx) = mpsc::channel();
-    let first = GpuLease::open(&lock).unwrap();
+    let first = GpuLease::open(&lock, "test").unwrap();
     let step = first.take(Hold::Step).unwrap();
     let timing = holder(&lock, Hold::Timing, QUIET, "timing", tx.clone());
     thread::sleep(QUIET); // the timing run now waits, holding the turnstile
@@ -92,7 +92,7 @@ fn timing_runs_exclude_each_other_and_a_stream_of_steps_cannot_starve_them() {
     // Four threads that take steps back to back, each step 5 ms: shared holds always overlap.
     let steppers: Vec<_> = (0..4)
         .map(|_| {
-            let lease = GpuLease::open(&lock).unwrap();
+            let lease = GpuLease::open(&lock, "test").unwrap();
             let stop = stop.clone();
             thread::spawn(move || {
                 let mut steps = 0u32;
@@ -109,7 +109,7 @@ fn timing_runs_exclude_each_other_and_a_stream_of_steps_cannot_starve_them() {
     let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let timers: Vec<_> = (0..2)
         .map(|_| {
-            let lease = GpuLease::open(&lock).unwrap();
+            let lease = GpuLease::open(&lock, "test").unwrap();
             let inside = inside.clone();
             thread::spawn(move || {
                 let mut worst = Duration::ZERO;
@@ -142,7 +142,7 @@ fn timing_runs_exclude_each_other_and_a_stream_of_steps_cannot_starve_them() {
 #[test]
 fn one_handle_holds_once() {
     let lock = scratch("once").join("gpu-test.lock");
-    let lease = GpuLease::open(&lock).unwrap();
+    let lease = GpuLease::open(&lock, "test").unwrap();
     let held = lease.take(Hold::Step).unwrap();
     assert!(matches!(
         lease.take(Hold::Timing),
@@ -165,7 +165,7 @@ fn a_holder_in_another_process_excludes_and_its_death_releases() {
     use std::ffi::CString;
     let lock = scratch("fork").join("gpu-test.lock");
     // Create both files here, so the child only opens them.
-    drop(GpuLease::open(&lock).unwrap());
+    drop(GpuLease::open(&lock, "test").unwrap());
     let main = CString::new(lock.as_os_str().to_str().unwrap()).unwrap();
     let turn = CString::new(
         lock.with_extension("turnstile")
@@ -223,7 +223,7 @@ fn lock_files_are_not_followed_through_links() {
     let target = dir.join("elsewhere");
     std::fs::write(&target, b"").unwrap();
     std::os::unix::fs::symlink(&target, dir.join("gpu-test.lock")).unwrap();
-    let err = GpuLease::open(&dir.join("gpu-test.lock")).unwrap_err();
+    let err = GpuLease::open(&dir.join("gpu-test.lock"), "test").unwrap_err();
     assert!(err.to_string().contains("gpu-test.lock"), "{err}");
 }
 
@@ -251,4 +251,18 @@ fn bus_ids_become_file_names() {
     assert_eq!(key_of_bus_id("0000:19:00.0\n"), "gpu-0000-19-00.0");
     assert_eq!(key_of_bus_id("00000000:9A:00.0"), "gpu-00000000-9a-00.0");
     assert_eq!(key_of_bus_id("../x"), "gpu-..-x");
+}
+
+#[test]
+fn waits_are_counted_per_party() {
+    let lock = scratch("waits").join("gpu-test.lock");
+    let lease = GpuLease::open(&lock, "waits-test-party").unwrap();
+    drop(lease.take(Hold::Step).unwrap());
+    drop(lease.take(Hold::Step).unwrap());
+    drop(lease.take(Hold::Timing).unwrap());
+    let totals = wait_totals();
+    assert_eq!(totals["waits-test-party.timing"].holds, 1);
+    let after = totals["waits-test-party.step"];
+    assert_eq!(after.holds, 2);
+    assert!(after.waited_ms >= after.max_ms && after.max_ms >= 0.0);
 }
