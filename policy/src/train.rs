@@ -428,6 +428,11 @@ where
         self.gate = gate;
     }
 
+    /// Takes the gate out (an open one stays), to hand it to a rebuilt trainer.
+    pub fn take_gate(&mut self) -> StepGate {
+        std::mem::take(&mut self.gate)
+    }
+
     /// The model being trained.
     pub fn model(&self) -> &M {
         self.optimized.model()

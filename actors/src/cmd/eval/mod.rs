@@ -74,6 +74,11 @@ pub struct Args {
     /// The task suite's folder.
     #[arg(long, default_value = "tasks")]
     pub dir: PathBuf,
+    /// With --kernels on cuda: "exclusive" (default) times each kernel under the GPU-wide timing
+    /// lease (a policy or another kevin process on the GPU pauses between its steps);
+    /// "shared" without it.
+    #[arg(long, default_value = "exclusive", value_parser = ["exclusive", "shared"])]
+    pub timing: String,
 }
 
 /// Runs the checkpoint or the kernels evaluation.
@@ -90,12 +95,14 @@ pub fn run(args: Args) -> CmdResult {
     let suite = kevin::tasks::TaskSuite::load(dir)
         .map_err(|e| usage(format!("task suite {}: {e}", dir.display())))?;
     let parallel = cores();
-    let env = super::backends::eval_env(
+    let timing = kevin::config::GpuTiming::parse(&args.timing).map_err(usage)?;
+    let env = super::backends::eval_env_timed(
         args.backend.as_deref(),
         suite.clone(),
         dir,
         parallel,
         kevin::env::Deadlines::default(),
+        timing,
     )
     .map_err(failure)?;
     kernels::main(
