@@ -252,11 +252,12 @@ impl CudaEnv {
             EvalRequest::Profile { .. } => Hold::Timing,
             _ => Hold::Step,
         };
-        let _lease = match gpu.as_ref().map(|lease| lease.take(hold)).transpose() {
+        // Held until the answer (or the worker's death) below, then released when it drops.
+        let leased = match gpu.as_ref().map(|lease| lease.take(hold)).transpose() {
             Ok(held) => held,
             Err(e) => return Ok(EvalResult::HarnessError(e.to_string())),
         };
-        let lease_wait = _lease
+        let lease_wait = leased
             .as_ref()
             .map_or(0.0, |h| h.waited().as_secs_f64() * 1e3);
         let sent = Instant::now();
