@@ -63,6 +63,11 @@ pub struct StepMetrics {
     pub tokens: u64,
     /// Seconds the learner spent on this step.
     pub train_s: f64,
+    /// Milliseconds this daemon session has waited for the GPU-wide timing lease so far, per
+    /// party and hold ("generator.step", "learner.step", "evaluation.timing",
+    /// "evaluation.step"; see [`crate::gpu::lease::wait_totals`]). Empty without the lease.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lease_wait_ms: BTreeMap<String, f64>,
 }
 
 impl StepMetrics {

@@ -22,6 +22,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use crate::gate::StepGate;
 use crate::sampler::{Generator, Request, SamplingParams};
 use crate::train::{TrainSample, Trainer, TrainerConfig};
 use crate::{Qwen2, Qwen2Config};
@@ -84,6 +85,13 @@ pub struct BenchArgs {
     pub train_seq: usize,
     /// Learner: timed steps (after one warm-up step); 0 skips the learner.
     pub train_steps: usize,
+    /// Generator and learner steps honour the GPU timing lease of GPU 0 (as `kevin train`'s do
+    /// with `env.timing = "exclusive"`); only on a GPU.
+    pub lease: bool,
+    /// After the measurements, keep generating (at the largest batch, with a learner step after
+    /// each generation call when `train_steps > 0`) for this many seconds: a concurrent load on
+    /// the GPU for the timing-lease measurement (benches/timing_lease.sh). 0: none.
+    pub load_seconds: f64,
 }
 
 /// One generation measurement.
@@ -110,6 +118,21 @@ pub struct LearnResult {
     pub tokens: usize,
 }
 
+/// The concurrent load ([`BenchArgs::load_seconds`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadResult {
+    /// Seconds it ran.
+    pub seconds: f64,
+    /// Generation calls.
+    pub generate_calls: u64,
+    /// Forward passes.
+    pub forward_passes: u64,
+    /// Learner steps.
+    pub learner_steps: u64,
+    /// Milliseconds the generator's passes waited for the timing lease.
+    pub generator_lease_wait_ms: f64,
+}
+
 /// Everything measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
@@ -121,6 +144,10 @@ pub struct BenchReport {
     pub generate: Vec<GenResult>,
     /// The learner, if measured.
     pub learner: Option<LearnResult>,
+    /// The concurrent load, if asked for.
+    pub load: Option<LoadResult>,
+    /// Waits for the GPU timing lease, per party ([`kevin::gpu::lease::wait_totals`]).
+    pub lease_waits: std::collections::BTreeMap<String, kevin::gpu::lease::WaitTotals>,
 }
 
 fn random_tokens(rng: &mut StdRng, n: usize, vocab: usize) -> Vec<u32> {
@@ -136,9 +163,11 @@ fn generate_once<B: Backend>(
     prompt: usize,
     new_tokens: usize,
     seed: u64,
+    lease: bool,
 ) -> Result<(GenResult, Qwen2<B>), String> {
     let vocab = model.config().vocab_size;
     let mut gen = Generator::new(model, batch, prompt + new_tokens).map_err(|e| e.to_string())?;
+    gen.set_gate(StepGate::for_policy_gpu(lease, "generator")?);
     let params = Arc::new(SamplingParams {
         temperature: 0.9,
         top_p: 1.0,
@@ -193,14 +222,13 @@ pub fn run<B: AutodiffBackend>(
     progress: &dyn Fn(&str),
 ) -> Result<BenchReport, String> {
     let cfg = args.shape.config();
-    let vocab = cfg.vocab_size;
     let mut model = Qwen2::<B::InnerBackend>::new(&cfg, device).map_err(|e| e.to_string())?;
     let params = burn::module::Module::num_params(&model);
     let mut generate = Vec::new();
     for &batch in &args.batches {
         // Warm-up at the same batch: prefill and decode shapes get compiled and tuned.
-        let (_, m) = generate_once(model, batch, args.prompt, 4, 1)?;
-        let (r, m) = generate_once(m, batch, args.prompt, args.new_tokens, 2)?;
+        let (_, m) = generate_once(model, batch, args.prompt, 4, 1, args.lease)?;
+        let (r, m) = generate_once(m, batch, args.prompt, args.new_tokens, 2, args.lease)?;
         model = m;
         progress(&format!(
             "generate bs{batch}: {:.0} tokens/s ({:.2} s, {} passes)",
@@ -212,27 +240,7 @@ pub fn run<B: AutodiffBackend>(
     let learner = if args.train_steps == 0 {
         None
     } else {
-        let model = Qwen2::<B>::new(&cfg, device).map_err(|e| e.to_string())?;
-        let sampling = SamplingSection {
-            max_new_tokens: args.train_seq as u32,
-            ..SamplingSection::default()
-        };
-        let mut tcfg = TrainerConfig::new(&LearnerSection::default(), &sampling);
-        tcfg.optimizer_steps = 1;
-        tcfg.micro_batch_tokens = args.train_batch * args.train_seq;
-        let mut trainer: Trainer<B, Qwen2<B>> =
-            Trainer::new(model, tcfg, None).map_err(|e| e.to_string())?;
-        let mut rng = StdRng::seed_from_u64(3);
-        // Behaviour log-probs near the random model's own (uniform over the vocabulary).
-        let uniform = -(vocab as f32).ln();
-        let samples: Vec<TrainSample> = (0..args.train_batch)
-            .map(|i| TrainSample {
-                prompt_tokens: random_tokens(&mut rng, 1, vocab),
-                response_tokens: random_tokens(&mut rng, args.train_seq - 1, vocab),
-                behaviour_logprobs: vec![uniform; args.train_seq - 1],
-                advantage: if i % 2 == 0 { 1.0 } else { -1.0 },
-            })
-            .collect();
+        let (mut trainer, samples) = bench_trainer::<B>(args, device)?;
         trainer.train_batch(&samples).map_err(|e| e.to_string())?;
         let mut times = Vec::new();
         for _ in 0..args.train_steps {
@@ -258,12 +266,138 @@ pub fn run<B: AutodiffBackend>(
         ));
         Some(r)
     };
+    let load = if args.load_seconds > 0.0 {
+        Some(load::<B>(args, device, progress)?)
+    } else {
+        None
+    };
     Ok(BenchReport {
         backend: backend.to_string(),
         params,
         generate,
         learner,
+        load,
+        lease_waits: kevin::gpu::lease::wait_totals(),
     })
+}
+
+/// The learner of the benchmark (one AdamW step per batch of `train_batch` random sequences),
+/// honouring the timing lease when `args.lease`, and its batch.
+fn bench_trainer<B: AutodiffBackend>(
+    args: &BenchArgs,
+    device: &B::Device,
+) -> Result<(Trainer<B, Qwen2<B>>, Vec<TrainSample>), String> {
+    let cfg = args.shape.config();
+    let vocab = cfg.vocab_size;
+    let model = Qwen2::<B>::new(&cfg, device).map_err(|e| e.to_string())?;
+    let sampling = SamplingSection {
+        max_new_tokens: args.train_seq as u32,
+        ..SamplingSection::default()
+    };
+    let mut tcfg = TrainerConfig::new(&LearnerSection::default(), &sampling);
+    tcfg.optimizer_steps = 1;
+    tcfg.micro_batch_tokens = args.train_batch * args.train_seq;
+    let mut trainer: Trainer<B, Qwen2<B>> =
+        Trainer::new(model, tcfg, None).map_err(|e| e.to_string())?;
+    trainer.set_gate(StepGate::for_policy_gpu(args.lease, "learner")?);
+    let mut rng = StdRng::seed_from_u64(3);
+    // Behaviour log-probs near the random model's own (uniform over the vocabulary).
+    let uniform = -(vocab as f32).ln();
+    let samples: Vec<TrainSample> = (0..args.train_batch)
+        .map(|i| TrainSample {
+            prompt_tokens: random_tokens(&mut rng, 1, vocab),
+            response_tokens: random_tokens(&mut rng, args.train_seq - 1, vocab),
+            behaviour_logprobs: vec![uniform; args.train_seq - 1],
+            advantage: if i % 2 == 0 { 1.0 } else { -1.0 },
+        })
+        .collect();
+    Ok((trainer, samples))
+}
+
+/// The concurrent load: generation calls at the largest batch (each followed by a learner step
+/// when `train_steps > 0`) until `load_seconds` have passed; a progress line about every 10 s
+/// (the timing-lease harness stops it with a signal, so the lines are what it reads).
+fn load<B: AutodiffBackend>(
+    args: &BenchArgs,
+    device: &B::Device,
+    progress: &dyn Fn(&str),
+) -> Result<LoadResult, String> {
+    let cfg = args.shape.config();
+    let batch = args.batches.iter().copied().max().unwrap_or(1);
+    let mut model = Qwen2::<B::InnerBackend>::new(&cfg, device).map_err(|e| e.to_string())?;
+    let mut trainer = if args.train_steps > 0 {
+        Some(bench_trainer::<B>(args, device)?)
+    } else {
+        None
+    };
+    let start = Instant::now();
+    let mut last_line = Instant::now();
+    progress(&format!(
+        "load: generating bs{batch}{} for {:.0} s ({})",
+        if trainer.is_some() {
+            " with learner steps"
+        } else {
+            ""
+        },
+        args.load_seconds,
+        if args.lease {
+            "honouring the GPU timing lease"
+        } else {
+            "without the timing lease"
+        }
+    ));
+    let mut r = LoadResult {
+        seconds: 0.0,
+        generate_calls: 0,
+        forward_passes: 0,
+        learner_steps: 0,
+        generator_lease_wait_ms: 0.0,
+    };
+    while start.elapsed().as_secs_f64() < args.load_seconds {
+        let seed = 100 + r.generate_calls;
+        let (g, m) = generate_once(model, batch, args.prompt, args.new_tokens, seed, args.lease)?;
+        model = m;
+        r.generate_calls += 1;
+        r.forward_passes += g.forward_passes;
+        if let Some((trainer, samples)) = trainer.as_mut() {
+            trainer.train_batch(samples).map_err(|e| e.to_string())?;
+            r.learner_steps += 1;
+        }
+        if last_line.elapsed().as_secs_f64() >= 10.0 {
+            last_line = Instant::now();
+            progress(&format!(
+                "load: {:.0} s, {} generation calls, {} passes, {} learner steps; lease waits {}",
+                start.elapsed().as_secs_f64(),
+                r.generate_calls,
+                r.forward_passes,
+                r.learner_steps,
+                waits_line()
+            ));
+        }
+    }
+    r.seconds = start.elapsed().as_secs_f64();
+    r.generator_lease_wait_ms = kevin::gpu::lease::wait_totals()
+        .get("generator.step")
+        .map_or(0.0, |w| w.waited_ms);
+    Ok(r)
+}
+
+/// "generator.step 12 ms over 3400 holds (max 9 ms), ..." or "none".
+fn waits_line() -> String {
+    let waits = kevin::gpu::lease::wait_totals();
+    if waits.is_empty() {
+        return "none".into();
+    }
+    waits
+        .iter()
+        .map(|(k, w)| {
+            format!(
+                "{k} {:.0} ms over {} holds (max {:.1} ms)",
+                w.waited_ms, w.holds, w.max_ms
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Runs the benchmark on a backend named at run time: `device` "cuda" (burn's CUDA backend on
@@ -277,6 +411,13 @@ pub fn run_named(
     use burn::backend::{Autodiff, Cuda, NdArray};
     if device == "cuda" {
         crate::cuda_setup::require_gpu("--device cuda")?;
+    } else if args.lease {
+        // There is no GPU to lease: the CPU's steps disturb no GPU timing.
+        let args = BenchArgs {
+            lease: false,
+            ..args.clone()
+        };
+        return run_named(&args, device, dtype, progress);
     }
     match (device, dtype) {
         ("cuda", "bf16") => run::<Autodiff<Cuda<half::bf16>>>(
@@ -315,6 +456,8 @@ mod tests {
             train_batch: 2,
             train_seq: 16,
             train_steps: 1,
+            lease: false,
+            load_seconds: 0.0,
         };
         let lines = std::sync::Mutex::new(Vec::new());
         let report = run::<Autodiff<NdArray>>(&args, &Default::default(), "ndarray", &|l| {
@@ -330,6 +473,39 @@ mod tests {
         assert!(l.tokens_per_s.is_finite() && l.tokens_per_s > 0.0);
         assert_eq!(lines.lock().unwrap().len(), 3);
         assert!(report.params > 30_000, "{}", report.params);
+    }
+
+    #[test]
+    fn the_load_runs_for_its_seconds_with_learner_steps() {
+        let args = BenchArgs {
+            shape: Shape::Tiny,
+            batches: vec![2],
+            prompt: 4,
+            new_tokens: 3,
+            train_batch: 2,
+            train_seq: 8,
+            train_steps: 1,
+            // The CPU has no GPU to lease: asked for, it is dropped (see `run_named`).
+            lease: true,
+            load_seconds: 0.3,
+        };
+        let lines = std::sync::Mutex::new(Vec::new());
+        let report = run_named(&args, "cpu", "f32", &|l| {
+            lines.lock().unwrap().push(l.to_string())
+        })
+        .unwrap();
+        let load = report.load.unwrap();
+        assert!(load.seconds >= 0.3, "{}", load.seconds);
+        assert!(load.generate_calls >= 1);
+        assert_eq!(load.learner_steps, load.generate_calls);
+        assert_eq!(load.forward_passes, 3 * load.generate_calls);
+        assert_eq!(load.generator_lease_wait_ms, 0.0);
+        assert!(lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with("load: generating bs2 with learner steps")
+                && l.contains("without the timing lease")));
     }
 
     #[test]

@@ -103,6 +103,11 @@ impl<B: AutodiffBackend> BurnLearner<B> {
         })
     }
 
+    /// Makes the learner's steps honour `gate`'s GPU timing lease ([`Trainer::set_gate`]).
+    pub fn set_gate(&mut self, gate: crate::gate::StepGate) {
+        self.trainer.set_gate(gate);
+    }
+
     /// The trainer (model, settings, counters).
     pub fn trainer(&self) -> &Trainer<B, Qwen2<B>> {
         &self.trainer
@@ -208,6 +213,8 @@ impl<B: AutodiffBackend> Learner for BurnLearner<B> {
         trainer
             .load_optimizer(dir)
             .map_err(|e| self.checkpoint_error(dir, e))?;
+        // The rebuilt trainer keeps honouring the timing lease.
+        trainer.set_gate(self.trainer.take_gate());
         self.trainer = trainer;
         Ok(())
     }

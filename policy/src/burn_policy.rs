@@ -81,6 +81,12 @@ impl<B: Backend> BurnPolicy<B> {
         &self.generator
     }
 
+    /// Makes the generator's forward passes honour `gate`'s GPU timing lease
+    /// ([`Generator::set_gate`]).
+    pub fn set_gate(&mut self, gate: crate::gate::StepGate) {
+        self.generator.set_gate(gate);
+    }
+
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer

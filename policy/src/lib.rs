@@ -11,6 +11,7 @@ pub mod burn_policy;
 pub mod chat;
 pub mod checkpoint;
 pub mod cuda_setup;
+pub mod gate;
 pub mod grad_norm;
 pub mod learner_testing;
 pub mod loss;

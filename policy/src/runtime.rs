@@ -25,6 +25,7 @@ use kevin::policy::Policy;
 use crate::burn_learner::{config_for_tokenizer, open_model, BurnLearner, TOKENIZER_FILE};
 use crate::burn_policy::BurnPolicy;
 use crate::checkpoint::{self, SaveDtype};
+use crate::gate::StepGate;
 use crate::qwen2::{Qwen2, Qwen2Config};
 use crate::tokenizer::Tokenizer;
 
@@ -47,20 +48,38 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
 
 /// The burn policy and learner of `config` (`policy.kind = "burn"`), starting from the same
 /// weights. Errors are one line naming the file or key.
+///
+/// On a GPU with `env.timing = "exclusive"`, the generator and the learner each honour the GPU
+/// timing lease of GPU 0 between their steps ([`crate::gate`]).
 pub fn build(config: &Config) -> Result<PolicyAndLearner, String> {
     if uses_cuda(config.policy.burn.device) {
         crate::cuda_setup::require_gpu("policy.burn.device")?;
-        build_on::<CudaTrain>(config, crate::cuda_setup::cuda_device(0))
+        let (mut policy, mut learner) =
+            build_parts::<CudaTrain>(config, crate::cuda_setup::cuda_device(0))?;
+        let leased = config.env.timing.leased();
+        policy.set_gate(StepGate::for_policy_gpu(leased, "generator")?);
+        learner.set_gate(StepGate::for_policy_gpu(leased, "learner")?);
+        Ok((Box::new(policy), Box::new(learner)))
     } else {
         build_on::<CpuTrain>(config, Default::default())
     }
 }
 
-/// [`build`] on the learner backend `B`, on `device`.
+/// [`build`] on the learner backend `B`, on `device` (no timing lease).
 pub fn build_on<B: AutodiffBackend>(
     config: &Config,
     device: B::Device,
 ) -> Result<PolicyAndLearner, String> {
+    let (policy, learner) = build_parts::<B>(config, device)?;
+    Ok((Box::new(policy), Box::new(learner)))
+}
+
+type Parts<B> = (
+    BurnPolicy<<B as AutodiffBackend>::InnerBackend>,
+    BurnLearner<B>,
+);
+
+fn build_parts<B: AutodiffBackend>(config: &Config, device: B::Device) -> Result<Parts<B>, String> {
     let (model, tokenizer) = open::<B>(config, &device)?;
     let learner =
         BurnLearner::<B>::new(model, tokenizer.clone(), &config.learner, &config.sampling)
@@ -73,36 +92,47 @@ pub fn build_on<B: AutodiffBackend>(
         learner.version(),
     )
     .map_err(|e| format!("policy.burn: {e}"))?;
-    Ok((Box::new(policy), Box::new(learner)))
+    Ok((policy, learner))
 }
 
 /// The burn policy of `config` alone, without a learner (`kevin eval --checkpoint`): the model
 /// directory opened as [`build`] opens it, on the backend `[policy.burn].device` picks, at
 /// version 0 (a Hugging Face directory does not know its learner version).
+///
+/// On a GPU with `env.timing = "exclusive"` the generator honours the GPU timing lease of GPU 0
+/// between its steps (the evaluation may time candidates there meanwhile).
 pub fn build_policy(config: &Config) -> Result<Box<dyn Policy>, String> {
     if uses_cuda(config.policy.burn.device) {
         crate::cuda_setup::require_gpu("policy.burn.device")?;
-        build_policy_on::<Cuda<f32>>(config, crate::cuda_setup::cuda_device(0))
+        let mut policy = policy_on::<Cuda<f32>>(config, crate::cuda_setup::cuda_device(0))?;
+        policy.set_gate(StepGate::for_policy_gpu(
+            config.env.timing.leased(),
+            "generator",
+        )?);
+        Ok(Box::new(policy))
     } else {
         build_policy_on::<NdArray<f32>>(config, Default::default())
     }
 }
 
-/// [`build_policy`] on the inference backend `B`, on `device`.
+/// [`build_policy`] on the inference backend `B`, on `device` (no timing lease).
 pub fn build_policy_on<B: Backend>(
     config: &Config,
     device: B::Device,
 ) -> Result<Box<dyn Policy>, String> {
+    Ok(Box::new(policy_on::<B>(config, device)?))
+}
+
+fn policy_on<B: Backend>(config: &Config, device: B::Device) -> Result<BurnPolicy<B>, String> {
     let (model, tokenizer) = open::<B>(config, &device)?;
-    let policy = BurnPolicy::<B>::new(
+    BurnPolicy::<B>::new(
         model,
         tokenizer,
         config.sampling.max_batch as usize,
         config.policy.burn.max_len as usize,
         0,
     )
-    .map_err(|e| format!("policy.burn: {e}"))?;
-    Ok(Box::new(policy))
+    .map_err(|e| format!("policy.burn: {e}"))
 }
 
 /// The model and tokenizer of `[policy.burn].checkpoint` on `device`: the weights, or a random

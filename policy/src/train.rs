@@ -34,6 +34,7 @@ use kevin::learner::TrainStats;
 use kevin::replay::Batch;
 use kevin::rl::Clip;
 
+use crate::gate::StepGate;
 use crate::loss::{
     clipped_surrogate, decoupled_surrogate, drgrpo_loss, f32_tensor, kl_k3, token_logprobs,
     BatchError, TokenBatch,
@@ -320,9 +321,14 @@ pub struct SummedGradients {
 /// activations. The loss values are summed on the device and read back once. Summing is exact
 /// when every micro-batch's loss is divided by a constant of the whole batch (Dr. GRPO's
 /// normaliser, or the SFT batch's token count).
+///
+/// Each micro-batch holds `gate`'s GPU timing lease from its forward pass until its backward's
+/// work on `device` is done, and releases it before the next ([`crate::gate`]).
 pub fn summed_gradients<B, M, T>(
     model: &M,
     items: &[T],
+    gate: &StepGate,
+    device: &B::Device,
     mut loss_of: impl FnMut(&T) -> Tensor<B, 1>,
 ) -> SummedGradients
 where
@@ -332,6 +338,7 @@ where
     let mut accumulator = GradientsAccumulator::<M>::new();
     let mut loss: Option<Tensor<B::InnerBackend, 1>> = None;
     for item in items {
+        let _step = gate.enter::<B>(device);
         let mb_loss = loss_of(item);
         let value = mb_loss.clone().inner();
         loss = Some(match loss {
@@ -380,6 +387,8 @@ where
     reference: Option<M::InnerModule>,
     config: TrainerConfig,
     version: u64,
+    /// Holds the GPU timing lease around each step of GPU work.
+    gate: StepGate,
 }
 
 impl<B, M> Trainer<B, M>
@@ -408,7 +417,20 @@ where
             reference,
             config,
             version: 0,
+            gate: StepGate::open(),
         })
+    }
+
+    /// Makes each step of GPU work (a micro-batch's log-probs, forward and backward; an
+    /// optimizer step) hold `gate`'s GPU timing lease until its work on the device is done, and
+    /// release it between steps ([`crate::gate`]).
+    pub fn set_gate(&mut self, gate: StepGate) {
+        self.gate = gate;
+    }
+
+    /// Takes the gate out (an open one stays), to hand it to a rebuilt trainer.
+    pub fn take_gate(&mut self) -> StepGate {
+        std::mem::take(&mut self.gate)
     }
 
     /// The model being trained.
@@ -462,14 +484,15 @@ where
             let g = self.batch_gradients(&batches, samples.len());
             let step = self.optimized.steps();
             let lr = warmup_lr(self.config.lr, self.config.warmup_steps, step);
-            let norm = self
-                .optimized
-                .step(g.grads, self.config.grad_clip, lr)
-                .map_err(|norm| TrainError::NonFiniteGradient {
-                    version: self.version,
-                    step,
-                    norm,
-                })?;
+            let device = self.model().device();
+            let held = self.gate.enter::<B>(&device);
+            let norm = self.optimized.step(g.grads, self.config.grad_clip, lr);
+            drop(held);
+            let norm = norm.map_err(|norm| TrainError::NonFiniteGradient {
+                version: self.version,
+                step,
+                norm,
+            })?;
             loss_sum += g.loss;
             clipped += g.clipped;
             stats.grad_norm = norm;
@@ -491,11 +514,13 @@ where
             // The proximal policy is the weights at the start of the batch, fixed for all its steps.
             let prox = self.model().valid();
             for mb in &mut batches {
+                let _step = self.gate.enter::<B::InnerBackend>(&prox.device());
                 mb.prox = Some(token_logprobs(&prox, &mb.tokens));
             }
         }
         if let Some(reference) = &self.reference {
             for mb in &mut batches {
+                let _step = self.gate.enter::<B::InnerBackend>(&reference.device());
                 mb.reference = Some(token_logprobs(reference, &mb.tokens));
             }
         }
@@ -588,7 +613,8 @@ where
         let model = self.model();
         let cfg = &self.config;
         let mut clipped: Option<Tensor<B::InnerBackend, 1, Int>> = None;
-        let summed = summed_gradients(model, batches, |mb| {
+        let device = model.device();
+        let summed = summed_gradients(model, batches, &self.gate, &device, |mb| {
             let logp = token_logprobs(model, &mb.tokens);
             let behaviour = Tensor::<B, 1>::from_inner(mb.behaviour.clone());
             let advantages = Tensor::<B, 1>::from_inner(mb.advantages.clone());

@@ -57,6 +57,39 @@ pub enum EnvKind {
     Cuda,
 }
 
+/// How the cuda environment times candidates on a GPU other kevin work may use (`env.timing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuTiming {
+    /// Under the GPU-wide timing lease ([`crate::gpu::lease`]): a candidate is timed only while
+    /// the generator's and the learner's steps (and other evaluations' checks) on its GPU are
+    /// paused; they honour the lease between steps. For a policy and an evaluation that share
+    /// a GPU (the default).
+    Exclusive,
+    /// No lease: timing runs beside whatever else runs on the GPU. Only for an evaluation on
+    /// GPUs the policy does not use (`env.gpus` without GPU 0, the policy's), where nothing of
+    /// kevin's disturbs it.
+    Shared,
+}
+
+impl GpuTiming {
+    /// Parses "exclusive" or "shared" (the CLI's `--timing`).
+    pub fn parse(s: &str) -> Result<GpuTiming, String> {
+        match s {
+            "exclusive" => Ok(GpuTiming::Exclusive),
+            "shared" => Ok(GpuTiming::Shared),
+            other => Err(format!(
+                "--timing {other}: expected \"exclusive\" (the GPU-wide timing lease) or \"shared\" (none)"
+            )),
+        }
+    }
+
+    /// Whether the lease is used.
+    pub fn leased(self) -> bool {
+        self == GpuTiming::Exclusive
+    }
+}
+
 /// Which learner optimises the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -371,6 +404,10 @@ pub struct EnvSection {
     pub verify_timeout_ms: u64,
     /// Deadline of one timing run (ms).
     pub profile_timeout_ms: u64,
+    /// How candidates are timed on a GPU: "exclusive" (the default; under the GPU-wide timing
+    /// lease, which the burn generator and learner honour between steps) or "shared" (no
+    /// lease; only where the evaluation's GPUs are not the policy's). See [`GpuTiming`].
+    pub timing: GpuTiming,
     /// The simulated environment's parameters.
     pub simulated: SimEnvSection,
 }
@@ -388,6 +425,7 @@ impl Default for EnvSection {
             cpu_nvrtc: CpuNvrtc::Auto,
             verify_timeout_ms: 20_000,
             profile_timeout_ms: 30_000,
+            timing: GpuTiming::Exclusive,
             simulated: SimEnvSection::default(),
         }
     }

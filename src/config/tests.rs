@@ -209,3 +209,30 @@ fn cpu_nvrtc_front_end_is_auto_on_or_off() {
         .to_string();
     assert!(err.contains("env") && err.contains("maybe"), "{err}");
 }
+
+#[test]
+fn shared_timing_is_refused_on_the_policys_gpu() {
+    let burn_on_gpu = "[policy]\nkind = \"burn\"\n[policy.burn]\ndevice = \"cuda\"\n\
+                       [learner]\nkind = \"burn\"\n[tasks]\nsource = \"suite\"\n\
+                       [env]\nkind = \"cuda\"\ntiming = \"shared\"\n";
+    check_err(
+        burn_on_gpu,
+        &[],
+        "config key `env.timing` = \"shared\" is invalid: times candidates on GPU 0",
+    );
+    // The evaluation on GPU 1 only: nothing of the policy's there.
+    let c = load_str(&format!("{burn_on_gpu}gpus = [1]\n"), &[]).unwrap();
+    assert_eq!(c.env.timing, GpuTiming::Shared);
+    // Exclusive is the default and allowed anywhere; an unknown spelling is named.
+    assert_eq!(
+        Config::load(None, &[]).unwrap().env.timing,
+        GpuTiming::Exclusive
+    );
+    check_err(
+        "[env]\ntiming = \"fast\"\n",
+        &[],
+        "config key `env.timing` = \"fast\" is invalid",
+    );
+    assert!(GpuTiming::parse("fast").unwrap_err().contains("fast"));
+    assert_eq!(GpuTiming::parse("shared"), Ok(GpuTiming::Shared));
+}

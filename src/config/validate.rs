@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use super::error::{invalid, ConfigError};
-use super::schema::{ConfigFile, EnvKind, LearnerKind, Mode, PolicyKind, TaskSource};
+use super::schema::{
+    BurnDevice, ConfigFile, EnvKind, GpuTiming, LearnerKind, Mode, PolicyKind, TaskSource,
+};
 
 /// The validated runtime configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +38,28 @@ fn check_min(key: &str, v: u64, min: u64) -> Result<(), ConfigError> {
     } else {
         Err(invalid(key, v, format!("must be at least {min}")))
     }
+}
+
+/// `env.timing = "shared"` times candidates beside whatever runs on the GPU: refused where the
+/// burn policy (on GPU 0 whenever there is a GPU, which a cuda environment implies) generates
+/// and trains on one of the evaluation's GPUs.
+fn check_timing(f: &ConfigFile) -> Result<(), ConfigError> {
+    let policy_on_gpu =
+        f.policy.kind == PolicyKind::Burn && f.policy.burn.device != BurnDevice::Cpu;
+    if f.env.timing == GpuTiming::Shared
+        && f.env.kind == EnvKind::Cuda
+        && policy_on_gpu
+        && f.env.gpus.contains(&0)
+    {
+        return Err(invalid(
+            "env.timing",
+            "\"shared\"",
+            "times candidates on GPU 0 while the burn policy generates and trains there \
+             (policy.burn.device); use \"exclusive\" (the timing lease), or evaluate on GPUs the \
+             policy does not use (env.gpus without 0)",
+        ));
+    }
+    Ok(())
 }
 
 /// The burn policy and learner come as a pair (the learner trains the policy's model and
@@ -173,6 +197,7 @@ impl Config {
                 "must name at least one GPU ordinal",
             ));
         }
+        check_timing(f)?;
         check_min("env.compile_timeout_ms", f.env.compile_timeout_ms, 1)?;
         check_min("env.verify_timeout_ms", f.env.verify_timeout_ms, 1)?;
         check_min("env.profile_timeout_ms", f.env.profile_timeout_ms, 1)?;

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::{Config, CpuNvrtc, EnvKind, SimEnvSection};
+use crate::config::{Config, CpuNvrtc, EnvKind, GpuTiming, SimEnvSection};
 use crate::env::{Deadlines, KernelEnv};
 use crate::tasks::{Preset, TaskSuite};
 
@@ -32,6 +32,8 @@ pub struct CudaEnvConfig {
     pub verify_timeout_ms: u64,
     /// Profile deadline.
     pub profile_timeout_ms: u64,
+    /// Whether timing runs take the GPU-wide timing lease (and checks hold it shared).
+    pub timing: GpuTiming,
 }
 
 impl Default for CudaEnvConfig {
@@ -45,6 +47,7 @@ impl Default for CudaEnvConfig {
             compile_timeout_ms: 30_000,
             verify_timeout_ms: 60_000,
             profile_timeout_ms: 60_000,
+            timing: GpuTiming::Exclusive,
         }
     }
 }
@@ -143,6 +146,7 @@ impl EnvSpec {
                 compile_timeout_ms: env.compile_timeout_ms,
                 verify_timeout_ms: env.verify_timeout_ms,
                 profile_timeout_ms: env.profile_timeout_ms,
+                timing: env.timing,
             }),
             EnvKind::Cpu => EnvSpec::Cpu {
                 preset: config.tasks.preset,
@@ -202,6 +206,14 @@ impl EnvSpec {
                 },
                 deadlines,
             }),
+        }
+    }
+
+    /// This spec with `timing` for a cuda environment (the others time on no shared GPU).
+    pub fn with_timing(self, timing: GpuTiming) -> EnvSpec {
+        match self {
+            EnvSpec::Cuda(cfg) => EnvSpec::Cuda(CudaEnvConfig { timing, ..cfg }),
+            other => other,
         }
     }
 

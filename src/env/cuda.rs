@@ -9,14 +9,17 @@
 //! - profile: the same worker times candidate and baseline interleaved with CUDA events, the L2
 //!   flushed before each run, input sets rotated, and re-checks the last timed output.
 //!
-//! Workers of one GPU share it: the environment holds a read lock of that GPU around each
-//! verification (they may overlap) and its write lock around each timing run, so no other
-//! worker's kernels run while a candidate is timed. The lock is taken *before* the request goes
-//! to a worker, so a request's deadline never includes waiting for the GPU (a verification that
-//! waited behind a long timing run must not time out on the candidate's account). Only
-//! evaluations of one environment coordinate: two kevin processes on one GPU disturb each
-//! other's timings. A worker whose context a candidate poisoned (illegal address, trap) answers with the
-//! crash and is replaced; a worker that hangs is killed at its deadline and replaced.
+//! Workers of one GPU share it: the environment holds that GPU's lock around each request, so one
+//! candidate runs on a GPU at a time. With `env.timing = "exclusive"` it also holds the GPU-wide
+//! timing lease ([`crate::gpu::lease`], across processes): exclusively around each timing run
+//! (so the burn generator and learner, `kevin bench policy` and other kevin processes' checks
+//! on that GPU pause between their steps), shared around each other request (so this
+//! environment's checks never run during another process's timing run). Both are taken *before*
+//! the request goes to a worker, so a request's deadline never includes waiting for the GPU (a
+//! verification that waited behind a long timing run must not time out on the candidate's
+//! account); the wait shows as the `<stage>.lease_wait` phase. A worker whose context a candidate
+//! poisoned (illegal address, trap) answers with the crash and is replaced; a worker that hangs
+//! is killed at its deadline and replaced.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,8 +28,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::compile::{self, OutputKind};
+use crate::config::GpuTiming;
 use crate::env::nvrtc::NvrtcCompiler;
 use crate::env::{Compiled, CudaEnvConfig, KernelEnv};
+use crate::gpu::lease::{GpuLease, Hold};
 use crate::gpu::worker::{CudaReply, BASELINE_ENV, DEVICE_ENV, HARNESS_ENV};
 use crate::outcome::Outcome;
 use crate::tasks::{Preset, TaskSuite};
@@ -45,8 +50,12 @@ pub struct CudaEnv {
     /// checks of valid candidates in the others past their deadline (the H200 storm of
     /// 2026-11-30: 27 of 500 valid candidates timed out, every misaligned access timed out
     /// instead of crashing); each hang now holds the GPU for at most `RUN_LIMIT`.
-    gpu_locks: Vec<std::sync::Mutex<()>>,
+    ///
+    /// With `env.timing = "exclusive"` the lock also holds that GPU's timing lease handle.
+    gpu_locks: Vec<std::sync::Mutex<Option<GpuLease>>>,
     next_pool: AtomicUsize,
+    /// `env.timing`.
+    timing: GpuTiming,
     preset: Preset,
     workdir: PathBuf,
     compiles: AtomicU64,
@@ -266,9 +275,22 @@ impl CudaEnv {
                 refused.entry(task).or_insert(reason);
             }
         }
+        let mut gpu_locks = Vec::new();
+        for &gpu in &cfg.gpus {
+            let lease = if cfg.timing.leased() {
+                let lease = GpuLease::for_gpu(gpu, "evaluation")
+                    .map_err(|e| format!("env.timing = \"exclusive\": {e}"))?;
+                tracing::debug!(gpu, lock = %lease.path().display(), "timing under the GPU lease");
+                Some(lease)
+            } else {
+                None
+            };
+            gpu_locks.push(std::sync::Mutex::new(lease));
+        }
         Ok(CudaEnv {
             compiler,
-            gpu_locks: pools.iter().map(|_| std::sync::Mutex::new(())).collect(),
+            gpu_locks,
+            timing: cfg.timing,
             pools,
             next_pool: AtomicUsize::new(0),
             preset: cfg.preset,
@@ -287,9 +309,11 @@ impl CudaEnv {
         &self.refused
     }
 
-    /// Sends one request to the next GPU's pool, holding that GPU's lock from before a worker
-    /// takes it (the deadline never includes the wait); a worker failure becomes the
-    /// candidate's outcome.
+    /// Sends one request to the next GPU's pool, holding that GPU's lock (and its timing lease:
+    /// exclusive for a timing run, shared otherwise) from before a worker takes it until the
+    /// answer (the deadline never includes the wait; the worker has waited for its work on the
+    /// GPU before it answers); a worker failure becomes the candidate's outcome, a lease that
+    /// cannot be taken a harness error.
     pub fn request(
         &self,
         req: &EvalRequest,
@@ -298,8 +322,20 @@ impl CudaEnv {
     ) -> Result<EvalResult, Outcome> {
         let i = self.next_pool.fetch_add(1, Ordering::Relaxed) % self.pools.len();
         let waiting = Instant::now();
-        let _gpu = self.gpu_locks[i].lock().unwrap_or_else(|e| e.into_inner());
+        let gpu = self.gpu_locks[i].lock().unwrap_or_else(|e| e.into_inner());
         let waited = waiting.elapsed();
+        let hold = match req {
+            EvalRequest::Profile { .. } => Hold::Timing,
+            _ => Hold::Step,
+        };
+        // Held until the answer (or the worker's death) below, then released when it drops.
+        let leased = match gpu.as_ref().map(|lease| lease.take(hold)).transpose() {
+            Ok(held) => held,
+            Err(e) => return Ok(EvalResult::HarnessError(e.to_string())),
+        };
+        let lease_wait = leased
+            .as_ref()
+            .map_or(0.0, |h| h.waited().as_secs_f64() * 1e3);
         let sent = Instant::now();
         match self.pools[i].request_with_timeout(req, limit) {
             Ok(reply) => {
@@ -313,6 +349,9 @@ impl CudaEnv {
                 };
                 let worker_ms: f64 = reply.phases.iter().map(|p| p.1).sum();
                 add(format!("{stage}.lock_wait"), waited.as_secs_f64() * 1e3);
+                if gpu.is_some() {
+                    add(format!("{stage}.lease_wait"), lease_wait);
+                }
                 add(
                     format!("{stage}.transport"),
                     (round_trip.as_secs_f64() * 1e3 - worker_ms).max(0.0),
@@ -352,7 +391,8 @@ impl CudaEnv {
     }
 
     /// Mean milliseconds per request of every phase seen so far, with its request count:
-    /// `<stage>.lock_wait` (waiting for the GPU lock), `<stage>.transport` (round trip minus
+    /// `<stage>.lock_wait` (waiting for the GPU lock), `<stage>.lease_wait` (waiting for the
+    /// GPU-wide timing lease, with `env.timing = "exclusive"`), `<stage>.transport` (round trip minus
     /// the worker's own time), and the worker's phases (`verify.load`, `verify.begin|run|tampering|compare|other`,
     /// `profile.load`, `profile.inputs`, `profile.timing`, `profile.recheck`, `release`).
     pub fn phase_stats(&self) -> Vec<(String, u64, f64)> {
@@ -398,11 +438,16 @@ impl KernelEnv for CudaEnv {
     fn describe(&self) -> String {
         format!(
             "cuda environment: NVRTC CUBINs for {} ({} compile workers), {} GPU worker(s) on {} GPU(s); CUDA-event \
-             timings against kevin's eager baseline",
+             timings against kevin's eager baseline{}",
             self.compiler.arch(),
             self.compiler.workers(),
             self.pools.iter().map(WorkerPool::workers).sum::<usize>(),
-            self.pools.len()
+            self.pools.len(),
+            if self.timing.leased() {
+                ", under the GPU-wide timing lease"
+            } else {
+                ", without a timing lease (env.timing = \"shared\")"
+            }
         )
     }
 

@@ -117,6 +117,35 @@ pub fn driver_available() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// The PCI bus id of GPU `ordinal` (as this process numbers it, after `CUDA_VISIBLE_DEVICES`),
+/// e.g. "0000:19:00.0": a name of the GPU that is the same in every process. It creates no
+/// context (only `cuInit`, which is idempotent); used to key the GPU-wide timing lease
+/// ([`super::lease`]).
+pub fn pci_bus_id(ordinal: usize) -> Result<String, GpuError> {
+    if !driver_available() {
+        return Err(harness_error(
+            "cuInit",
+            "the CUDA driver library (libcuda.so) is not installed",
+        ));
+    }
+    let ordinal = i32::try_from(ordinal)
+        .map_err(|_| harness_error("cuDeviceGet", format!("GPU ordinal {ordinal} is too large")))?;
+    let mut bus = [0 as std::ffi::c_char; 64];
+    // SAFETY: plain driver calls with out-pointers to locals; the buffer's length is passed.
+    unsafe {
+        ck("cuInit", sys::cuInit(0))?;
+        let mut dev = 0;
+        ck("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal))?;
+        ck(
+            "cuDeviceGetPCIBusId",
+            sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev),
+        )?;
+        Ok(std::ffi::CStr::from_ptr(bus.as_ptr())
+            .to_string_lossy()
+            .into_owned())
+    }
+}
+
 /// One GPU: a primary context made current on the calling thread, and one stream.
 pub struct Gpu {
     dev: sys::CUdevice,

@@ -14,6 +14,8 @@
 //! - [`trials`]: the correctness protocol's [`crate::verify::correctness::Trials`] on device
 //!   memory; [`timer`]: the [`crate::verify::timing::Timer`] with CUDA events;
 //!   [`baseline_check`]: the baseline against the fp64 interpreter (GPU tests).
+//! - [`lease`]: the GPU-wide timing lease (flock, across processes): timing runs exclusive,
+//!   generator and learner steps and correctness checks shared.
 //! - [`worker`]: the `kevin worker --role cuda` child that answers the requests of
 //!   [`crate::verify::request`] with all of the above.
 //!
@@ -59,6 +61,7 @@ pub mod candidate;
 pub mod device;
 pub mod fault;
 pub mod harness;
+pub mod lease;
 pub mod timer;
 pub mod trials;
 pub mod worker;

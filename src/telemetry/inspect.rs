@@ -77,6 +77,9 @@ pub struct InspectReport {
     pub slowest: Vec<SlowSpan>,
     /// Things a reader should know (cut files, dropped records, an unreadable metrics file).
     pub warnings: Vec<String>,
+    /// Milliseconds waited for the GPU-wide timing lease over all sessions, per party and hold
+    /// (metrics.jsonl's `lease_wait_ms`; empty when the run had no lease).
+    pub lease_wait_ms: BTreeMap<String, f64>,
 }
 
 /// One trace file (one daemon session).
@@ -161,7 +164,9 @@ pub fn inspect(run_dir: &Path) -> Result<InspectReport, InspectError> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut warnings = Vec::new();
     let mailbox = mailbox_high_water(&run_dir.join("metrics.jsonl"), &mut warnings);
-    Ok(report(run_dir, &files, mailbox, warnings))
+    let mut out = report(run_dir, &files, mailbox, warnings);
+    out.lease_wait_ms = lease_waits(&run_dir.join("metrics.jsonl"));
+    Ok(out)
 }
 
 /// The run directory's trace files, in the order their sessions ran.
@@ -360,6 +365,7 @@ fn report(
         actors,
         slowest: slow,
         warnings,
+        lease_wait_ms: BTreeMap::new(),
     }
 }
 
@@ -575,6 +581,37 @@ fn mailbox_high_water(path: &Path, warnings: &mut Vec<String>) -> BTreeMap<Strin
         }
     }
     marks
+}
+
+/// The GPU timing lease's waits over all sessions, per party: each line of metrics.jsonl holds
+/// its session's running totals (`lease_wait_ms`), so a total that drops marks a new session,
+/// and the run's total is the sum of each session's last value. Unreadable lines are skipped
+/// (the mailbox reader already warned about them).
+fn lease_waits(path: &Path) -> BTreeMap<String, f64> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return BTreeMap::new();
+    };
+    // party -> (closed sessions' sum, current session's last value)
+    let mut acc: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&bytes).lines() {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let Some(Value::Object(waits)) = value.get("lease_wait_ms") else {
+            continue;
+        };
+        for (party, ms) in waits {
+            let Some(ms) = ms.as_f64() else { continue };
+            let (closed, last) = acc.entry(party.clone()).or_insert((0.0, 0.0));
+            if ms < *last {
+                *closed += *last;
+            }
+            *last = ms;
+        }
+    }
+    acc.into_iter()
+        .map(|(party, (closed, last))| (party, closed + last))
+        .collect()
 }
 
 #[cfg(test)]

@@ -290,3 +290,26 @@ fn window_of_a_directory_without_traces_names_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn lease_waits_add_up_over_sessions() {
+    let dir = std::env::temp_dir().join(format!("kevin-inspect-lease-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("metrics.jsonl");
+    // Session 1 ends at 30 ms of generator waits, session 2 starts again from 5; a line
+    // without waits and a cut last line are skipped.
+    std::fs::write(
+        &path,
+        "{\"step\":1,\"lease_wait_ms\":{\"generator.step\":10.0,\"evaluation.timing\":2.0}}\n\
+         {\"step\":2}\n\
+         {\"step\":3,\"lease_wait_ms\":{\"generator.step\":30.0,\"evaluation.timing\":4.0}}\n\
+         {\"step\":4,\"lease_wait_ms\":{\"generator.step\":5.0}}\n\
+         {\"step\":5,\"lease_wait_ms\":{\"gen",
+    )
+    .unwrap();
+    let waits = lease_waits(&path);
+    assert_eq!(waits["generator.step"], 35.0);
+    assert_eq!(waits["evaluation.timing"], 4.0);
+    assert!(lease_waits(&dir.join("missing.jsonl")).is_empty());
+    std::fs::remove_dir_all(&dir).ok();
+}

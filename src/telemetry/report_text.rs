@@ -123,6 +123,19 @@ impl fmt::Display for InspectReport {
             &rows,
         )?;
 
+        if !self.lease_wait_ms.is_empty() {
+            let waits: Vec<String> = self
+                .lease_wait_ms
+                .iter()
+                .map(|(party, ms)| format!("{party} {:.3} s", ms / 1000.0))
+                .collect();
+            writeln!(
+                f,
+                "\nwaits for the GPU timing lease (all sessions): {}",
+                waits.join(", ")
+            )?;
+        }
+
         if !self.warnings.is_empty() {
             writeln!(f, "\nwarnings")?;
             for w in &self.warnings {

@@ -261,6 +261,10 @@ async fn learner_loop(
         m.grad_norm = stats.grad_norm;
         m.tokens = stats.tokens;
         m.train_s = started.elapsed().as_secs_f64();
+        m.lease_wait_ms = kevin::gpu::lease::wait_totals()
+            .into_iter()
+            .map(|(k, w)| (k, w.waited_ms))
+            .collect();
         tracing::info!(
             step = version,
             reward = format_args!("{:.3}", m.reward_mean),

@@ -36,6 +36,7 @@ use rand::{Rng, SeedableRng};
 use super::select::{select_tokens, RowChoice, SelectError};
 use super::stop::{cut_at_stop, StopScanner};
 use super::{ParamsError, SamplingParams};
+use crate::gate::StepGate;
 use crate::CausalLm;
 
 /// One generation request.
@@ -183,6 +184,9 @@ pub struct GeneratorStats {
     pub rejected: u64,
     /// Sequences aborted by an engine error.
     pub aborted: u64,
+    /// Milliseconds the forward passes waited for the GPU timing lease (see
+    /// [`Generator::set_gate`]).
+    pub lease_wait_ms: f64,
 }
 
 impl GeneratorStats {
@@ -283,6 +287,8 @@ pub struct Generator<B: Backend, M: CausalLm<B>> {
     in_flight: HashSet<u64>,
     max_len: usize,
     stats: GeneratorStats,
+    /// Holds the GPU timing lease around each forward pass.
+    gate: StepGate,
     _backend: PhantomData<B>,
 }
 
@@ -313,8 +319,17 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
             in_flight: HashSet::new(),
             max_len,
             stats: GeneratorStats::default(),
+            gate: StepGate::open(),
             _backend: PhantomData,
         })
+    }
+
+    /// Makes every forward pass hold `gate`'s GPU timing lease (shared), from before its first
+    /// kernel until its work on the device is done, and release it before the next pass: a
+    /// candidate timed on the same GPU waits for at most the pass in progress, and no pass starts
+    /// while it is timed ([`crate::gate`]).
+    pub fn set_gate(&mut self, gate: StepGate) {
+        self.gate = gate;
     }
 
     /// Queues a request. A request that can never run (empty or too long prompt, unknown
@@ -407,6 +422,10 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
         s.max_rows = s.max_rows.max(rows.len());
         s.max_tokens = s.max_tokens.max(tokens);
 
+        // Held until this pass's work on the device is done (the guard syncs when it drops, at
+        // the end of the pass or at an early return).
+        let gate = self.gate.enter::<B>(&self.model.device());
+        self.stats.lease_wait_ms += gate.waited().as_secs_f64() * 1e3;
         let logits = match self.model.extend(&mut self.cache, &row_slots, &rows) {
             Ok(logits) => logits,
             Err(reason) => {

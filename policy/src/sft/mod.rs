@@ -26,6 +26,7 @@ use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
+use crate::gate::StepGate;
 use crate::loss::{token_logprobs, BatchError, TokenBatch};
 use crate::optim::{reject_if, AdamWSettings, InvalidSetting, OptimizedModel};
 use crate::train::{
@@ -232,9 +233,15 @@ where
         for mb in &micro {
             mb.check_vocab(model.vocab_size())?;
         }
-        Ok(Some(summed_gradients(model, &micro, |mb| {
-            nll_loss(model, mb, n)
-        })))
+        // The warm start runs alone (`kevin sft`): no timing lease to honour.
+        let device = model.device();
+        Ok(Some(summed_gradients(
+            model,
+            &micro,
+            &StepGate::open(),
+            &device,
+            |mb| nll_loss(model, mb, n),
+        )))
     }
 
     /// One AdamW step on `batch` at the schedule's learning rate. A batch without a response

@@ -103,6 +103,10 @@ pub struct EnvArgs {
     /// Deadline of one timing run (ms).
     #[arg(long, default_value_t = 30_000)]
     pub profile_timeout_ms: u64,
+    /// cuda: "exclusive" (default) times each candidate under the GPU-wide timing lease (other
+    /// kevin processes on the GPU pause between steps); "shared" without it.
+    #[arg(long, default_value = "exclusive", value_parser = ["exclusive", "shared"])]
+    pub timing: String,
 }
 
 impl EnvArgs {
@@ -131,12 +135,14 @@ impl EnvArgs {
     pub fn env(&self) -> Result<std::sync::Arc<dyn kevin::env::KernelEnv>, CmdError> {
         let suite = kevin::tasks::TaskSuite::load(&self.dir)
             .map_err(|e| usage(format!("task suite {}: {e}", self.dir.display())))?;
-        super::backends::eval_env(
+        let timing = kevin::config::GpuTiming::parse(&self.timing).map_err(usage)?;
+        super::backends::eval_env_timed(
             Some(self.backend()),
             suite,
             &self.dir,
             self.workers(),
             self.deadlines(),
+            timing,
         )
         .map_err(failure)
     }

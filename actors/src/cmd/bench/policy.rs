@@ -39,6 +39,16 @@ pub struct Args {
     /// Learner: timed steps after one warm-up step (0: no learner).
     #[arg(long, default_value_t = 3)]
     pub train_steps: usize,
+    /// "exclusive" (default): generator and learner steps honour the GPU timing lease of GPU 0,
+    /// as `kevin train`'s do, so a candidate timed on this GPU meanwhile runs alone; "shared":
+    /// they do not. Only matters on a GPU.
+    #[arg(long, default_value = "exclusive", value_parser = ["exclusive", "shared"])]
+    pub timing: String,
+    /// After the measurements, keep generating (largest batch; with a learner step after each
+    /// call when --train-steps > 0) for this many seconds: a concurrent GPU load for
+    /// benches/timing_lease.sh. Stop it early with a signal.
+    #[arg(long, default_value_t = 0.0)]
+    pub load_seconds: f64,
     /// The transformers peer's JSON (benches/hf_policy.py --json) to compare with.
     #[arg(long)]
     pub hf: Option<PathBuf>,
@@ -58,7 +68,17 @@ pub fn run(a: &Args) -> CmdResult {
         train_batch: a.train_batch,
         train_seq: a.train_seq,
         train_steps: a.train_steps,
+        lease: kevin::config::GpuTiming::parse(&a.timing)
+            .map_err(usage)?
+            .leased(),
+        load_seconds: a.load_seconds,
     };
+    if !(a.load_seconds.is_finite() && a.load_seconds >= 0.0) {
+        return Err(usage(format!(
+            "--load-seconds {}: must be a number of seconds >= 0",
+            a.load_seconds
+        )));
+    }
     let device = a
         .device
         .clone()
@@ -109,6 +129,17 @@ fn table(report: &BenchReport, hf: Option<&serde_json::Value>) -> String {
             ),
             l.tokens_per_s,
             "learner".into(),
+        );
+    }
+    if let Some(l) = &report.load {
+        out += &format!(
+            "\nload: {:.0} s, {} generation calls ({} passes), {} learner steps; the generator \
+             waited {:.0} ms for the GPU timing lease\n",
+            l.seconds,
+            l.generate_calls,
+            l.forward_passes,
+            l.learner_steps,
+            l.generator_lease_wait_ms
         );
     }
     out

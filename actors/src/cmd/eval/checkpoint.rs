@@ -381,7 +381,11 @@ pub fn main(
             checkpoint.display()
         )));
     }
-    let config = config(args, checkpoint, vars).map_err(Usage)?;
+    let mut config = config(args, checkpoint, vars).map_err(Usage)?;
+    // The generator (on a GPU) and the evaluation take the same timing lease, or neither does.
+    if let Some(timing) = args.timing()? {
+        config.file.env.timing = timing;
+    }
     let suite = TaskSuite::load(&args.dir)
         .map_err(|e| Usage(format!("task suite {}: {e}", args.dir.display())))?;
     let backend = args
@@ -396,12 +400,13 @@ pub fn main(
     };
     let tasks = episode_tasks(&suite, &args.split, &args.tasks, preset).map_err(Usage)?;
     let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let env = crate::cmd::backends::eval_env(
+    let env = crate::cmd::backends::eval_env_timed(
         Some(&backend),
         suite,
         &args.dir,
         parallel,
         kevin::env::Deadlines::default(),
+        config.env.timing,
     )
     .map_err(Failure)?;
     let mut policy = kevin_policy::runtime::build_policy(&config).map_err(Failure)?;

@@ -74,6 +74,23 @@ pub struct Args {
     /// The task suite's folder.
     #[arg(long, default_value = "tasks")]
     pub dir: PathBuf,
+    /// On cuda: "exclusive" times each kernel under the GPU-wide timing lease (a policy or
+    /// another kevin process on the GPU pauses between its steps; with --checkpoint this
+    /// process's own generator too); "shared" without it. Default: exclusive (with --checkpoint:
+    /// the config's env.timing, exclusive unless set).
+    #[arg(long, value_parser = ["exclusive", "shared"])]
+    pub timing: Option<String>,
+}
+
+impl Args {
+    /// `--timing`, when given.
+    pub fn timing(&self) -> Result<Option<kevin::config::GpuTiming>, super::CmdError> {
+        self.timing
+            .as_deref()
+            .map(kevin::config::GpuTiming::parse)
+            .transpose()
+            .map_err(usage)
+    }
 }
 
 /// Runs the checkpoint or the kernels evaluation.
@@ -90,12 +107,16 @@ pub fn run(args: Args) -> CmdResult {
     let suite = kevin::tasks::TaskSuite::load(dir)
         .map_err(|e| usage(format!("task suite {}: {e}", dir.display())))?;
     let parallel = cores();
-    let env = super::backends::eval_env(
+    let timing = args
+        .timing()?
+        .unwrap_or(kevin::config::GpuTiming::Exclusive);
+    let env = super::backends::eval_env_timed(
         args.backend.as_deref(),
         suite.clone(),
         dir,
         parallel,
         kevin::env::Deadlines::default(),
+        timing,
     )
     .map_err(failure)?;
     kernels::main(
