@@ -54,6 +54,17 @@ impl Arena {
         })
     }
 
+    /// A tensor of `numel` elements of `dtype` in the arena, and its span.
+    fn tensor(
+        &mut self,
+        name: &str,
+        dtype: Dtype,
+        numel: usize,
+    ) -> Result<(TensorBuf, Span), BufferError> {
+        let (buf, span) = self.alloc(TensorBuf::bytes_for(dtype, numel)?)?;
+        Ok((TensorBuf::from_buffer(name, dtype, numel, buf)?, span))
+    }
+
     fn alloc(&mut self, bytes: usize) -> Result<(GuardedBuffer, Span), BufferError> {
         let too_large = || BufferError::TooLarge {
             elems: bytes,
@@ -382,7 +393,8 @@ pub struct SandboxedExecutor {
 }
 
 impl SandboxedExecutor {
-    /// Checks `module`, starts its executor and allocates the plan's scratch buffers.
+    /// Starts the executor of `module` (which [`super::compile()`] built and its module gate
+    /// passed) and allocates the plan's scratch buffers.
     pub fn new(
         module: &Path,
         plan: ResolvedPlan,
@@ -400,21 +412,11 @@ impl SandboxedExecutor {
         threads: usize,
         seccomp: bool,
     ) -> Result<SandboxedExecutor, ExecFailure> {
-        super::elf::check_module(module).map_err(|e| match e {
-            super::elf::ModuleCheckError::Refused(m) => ExecFailure::Launch(m),
-            other => ExecFailure::Harness(other.to_string()),
-        })?;
         let mut arena = Arena::new().map_err(ExecFailure::Harness)?;
         let mut scratch = Vec::with_capacity(plan.scratch.len());
         for s in &plan.scratch {
-            let dtype = scratch_dtype(s.dtype);
-            let bytes = (s.elems as usize)
-                .checked_mul(crate::verify::buffer::dtype_size(dtype))
-                .ok_or_else(|| ExecFailure::Harness(format!("scratch {} is too large", s.name)))?;
-            let (buf, span) = arena
-                .alloc(bytes)
-                .map_err(|e| ExecFailure::Harness(e.to_string()))?;
-            let t = TensorBuf::from_buffer(s.name.clone(), dtype, s.elems as usize, buf)
+            let (t, span) = arena
+                .tensor(&s.name, scratch_dtype(s.dtype), s.elems as usize)
                 .map_err(|e| ExecFailure::Harness(e.to_string()))?;
             scratch.push((t, span));
         }
@@ -479,14 +481,7 @@ impl Executor for SandboxedExecutor {
     }
 
     fn alloc(&mut self, name: &str, dtype: Dtype, numel: usize) -> Result<TensorBuf, BufferError> {
-        let bytes = numel
-            .checked_mul(crate::verify::buffer::dtype_size(dtype))
-            .ok_or(BufferError::TooLarge {
-                elems: numel,
-                elem_size: crate::verify::buffer::dtype_size(dtype),
-            })?;
-        let (buf, span) = self.arena.alloc(bytes)?;
-        let t = TensorBuf::from_buffer(name, dtype, numel, buf)?;
+        let (t, span) = self.arena.tensor(name, dtype, numel)?;
         self.spans.insert(t.as_bytes().as_ptr() as usize, span);
         Ok(t)
     }

@@ -6,8 +6,8 @@
 //! answers `Ready`, and before any candidate code runs, it puts itself in a sandbox, layer by
 //! layer; each layer that the machine refuses is reported, never silently skipped:
 //!
-//! 1. **Module gate** ([`super::elf`]): checked by the trusted side before this process starts
-//!    (imports on an allowlist, no load-time code), so `dlopen` runs none of the candidate's code.
+//! 1. **Module gate** ([`super::elf`]): checked when the module is built ([`super::compile()`]:
+//!    imports on an allowlist, no load-time code), so `dlopen` runs none of the candidate's code.
 //! 2. **Nothing inherited**: started with an empty environment; every descriptor but 0 (commands),
 //!    1 (replies), 2 (the fault line) and 3 (the arena) is closed.
 //! 3. **Namespaces**: new network, IPC and UTS namespaces (as root), or a new user namespace with
@@ -52,7 +52,7 @@ pub const NOBODY: u32 = 65534;
 /// The executor's first message: what to load and how to confine itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Setup {
-    /// The compiled module (already checked by [`super::elf::check_module`]).
+    /// The compiled module (its gate, [`super::elf::check_module`], passed when it was built).
     pub module: PathBuf,
     /// The launch sequence.
     pub plan: ResolvedPlan,

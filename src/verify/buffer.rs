@@ -421,16 +421,20 @@ impl TensorBuf {
         dtype: Dtype,
         numel: usize,
     ) -> Result<TensorBuf, BufferError> {
-        let elem_size = dtype_size(dtype);
-        let bytes = numel.checked_mul(elem_size).ok_or(BufferError::TooLarge {
-            elems: numel,
-            elem_size,
-        })?;
         Ok(TensorBuf {
             name: name.into(),
             dtype,
             numel,
-            buf: GuardedBuffer::new(bytes)?,
+            buf: GuardedBuffer::new(TensorBuf::bytes_for(dtype, numel)?)?,
+        })
+    }
+
+    /// The bytes of `numel` elements of `dtype`, or the overflow.
+    pub fn bytes_for(dtype: Dtype, numel: usize) -> Result<usize, BufferError> {
+        let elem_size = dtype_size(dtype);
+        numel.checked_mul(elem_size).ok_or(BufferError::TooLarge {
+            elems: numel,
+            elem_size,
         })
     }
 
@@ -442,11 +446,10 @@ impl TensorBuf {
         numel: usize,
         buf: GuardedBuffer,
     ) -> Result<TensorBuf, BufferError> {
-        let elem_size = dtype_size(dtype);
-        if numel.checked_mul(elem_size) != Some(buf.len()) {
+        if TensorBuf::bytes_for(dtype, numel).ok() != Some(buf.len()) {
             return Err(BufferError::Layout {
                 bytes: buf.len(),
-                elem_size,
+                elem_size: dtype_size(dtype),
             });
         }
         Ok(TensorBuf {
