@@ -6,7 +6,7 @@
 //! - reference phase ([`TaskBuffers::reference`]): the inputs drawn straight into f64
 //!   (`kevin_generate_wide`, no task-dtype copy), the f64 outputs and the f64 plan's
 //!   intermediates; each float output's reference is narrowed to f32 and masked into the
-//!   request's reference buffer, and every transient is zeroed and freed before the next phase;
+//!   request's reference buffer; every f64 result is zeroed, and every transient freed, before the next phase;
 //! - candidate phase: the task tensors (with slack) the candidate runs on; inputs are checked
 //!   for tampering by regenerating them on the fly (`kevin_regen_diff`), so there is no copy.
 //!
@@ -273,6 +273,9 @@ impl<'t> TaskBuffers<'t> {
         refs: &[DevBuf],
         key: u64,
     ) -> Result<(), GpuError> {
+        // The f64 inputs are freed without zeroing (the candidate gets the same values); the f64
+        // outputs and intermediates are results, zeroed before they are freed.
+        let mut wide_inputs = Vec::new();
         let mut transient = Vec::new();
         let mut ptrs = Vec::with_capacity(self.ref_plan.buffers.len());
         for (i, spec) in self.specs[..self.n_inputs].iter().enumerate() {
@@ -287,7 +290,7 @@ impl<'t> TaskBuffers<'t> {
                 s,
             )?;
             ptrs.push(wide.ptr());
-            transient.push(wide);
+            wide_inputs.push(wide);
         }
         let mut narrow = Vec::new();
         for (spec, r) in self.specs[self.n_inputs..].iter().zip(refs) {
@@ -307,15 +310,17 @@ impl<'t> TaskBuffers<'t> {
         }
         h.run_baseline(&self.ref_plan, &ptrs)?;
         for (src, dst, n) in narrow {
-            h.narrow(src, dst, n)?;
+            h.narrow_masked(src, dst, n, key)?;
         }
         for (spec, r) in self.specs[self.n_inputs..].iter().zip(refs) {
-            h.mask(r.ptr(), spec.numel(), reference_width(spec.dtype), key)?;
+            if spec.dtype == Dtype::I64 {
+                h.mask(r.ptr(), spec.numel(), reference_width(spec.dtype), key)?;
+            }
         }
         for t in &transient {
             h.gpu.fill_u32(t, 0)?;
         }
-        drop(transient);
+        drop((wide_inputs, transient));
         h.gpu.sync()
     }
 }

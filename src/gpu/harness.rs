@@ -195,12 +195,14 @@ impl Harness {
         Ok(f64::from_ne_bytes(bytes))
     }
 
-    /// f64 at `src` -> f32 at `dst`, `n` elements (a float output's reference in 4 bytes).
-    pub fn narrow(&self, src: u64, dst: u64, n: usize) -> Result<(), GpuError> {
+    /// f64 at `src` -> f32 at `dst` masked with `key`'s stream, `n` elements (a float output's
+    /// reference in 4 bytes).
+    pub fn narrow_masked(&self, src: u64, dst: u64, n: usize, key: u64) -> Result<(), GpuError> {
         let mut args = ArgPack::default();
         args.ptr(src);
         args.ptr(dst);
         args.push(&(n as u64).to_ne_bytes());
+        args.push(&key.to_ne_bytes());
         self.launch_h("kevin_narrow", n as u64, &mut args)
     }
 
@@ -236,31 +238,6 @@ impl Harness {
             *v = u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
         }
         Ok(out)
-    }
-
-    /// The first index where `a` differs from the masked copy `masked`.
-    pub fn diff(
-        &self,
-        a: u64,
-        masked: u64,
-        n: usize,
-        width: usize,
-        key: u64,
-    ) -> Result<Option<u64>, GpuError> {
-        self.reset_stats()?;
-        let mut args = ArgPack::default();
-        args.ptr(a);
-        args.ptr(masked);
-        args.push(&(n as u64).to_ne_bytes());
-        args.push(&key.to_ne_bytes());
-        args.ptr(self.stats.ptr() + 8);
-        self.launch_h(
-            &Self::width_kernel("kevin_diff", width),
-            n as u64,
-            &mut args,
-        )?;
-        let s = self.read_stats()?;
-        Ok((s[1] != u64::MAX).then_some(s[1]))
     }
 
     /// Fills an output with its dtype's NaN pattern.

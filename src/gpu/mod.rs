@@ -3,7 +3,8 @@
 //! - [`device`]: the CUDA driver calls (context, stream, buffers, modules, launches, events),
 //!   with sticky faults told apart from refused launches.
 //! - [`harness.cu`](HARNESS_SOURCE): trusted kernels that generate inputs on the device, fill
-//!   outputs with their NaN patterns, mask references and input copies, and compare.
+//!   outputs with their NaN patterns, mask references, check inputs against their generator, and
+//!   compare.
 //! - [`blas`]: cuBLAS (the only library the baseline may call) for the eager baseline's GEMMs.
 //! - [`fault`]: sticky faults that poison the worker's context, and how a GPU error becomes the
 //!   candidate's failure.
@@ -37,8 +38,8 @@
 //! It runs in the worker's context, so it can address the worker's device memory. References
 //! are kept XOR-masked with a key stream whose 64-bit key is drawn from the OS per trial and
 //! lives only on the host (and in the parameters of the harness's own kernels), so scanning
-//! memory finds bytes it cannot decode; the reference's f64 inputs, outputs and intermediates are
-//! zeroed before they are freed. There are no input copies: inputs are checked against the
+//! memory finds bytes it cannot decode; the reference's f64 outputs and intermediates are zeroed
+//! before they are freed (its f64 inputs are not: the candidate gets the same values). There are no input copies: inputs are checked against the
 //! counter-based generator that drew them (`kevin_regen_diff`), whose seed is on the host only.
 //!
 //! # Memory
@@ -74,9 +75,6 @@ pub const HARNESS_KERNELS: &[&str] = &[
     "kevin_mask2",
     "kevin_mask4",
     "kevin_mask8",
-    "kevin_diff2",
-    "kevin_diff4",
-    "kevin_diff8",
     "kevin_generate",
     "kevin_fill64",
     "kevin_compare",

@@ -43,7 +43,7 @@ fn u64a(v: u64) -> ResolvedArg {
 const KERNELS: &[&str] = &[
     "kevin_mask4",
     "kevin_mask8",
-    "kevin_diff4",
+    "kevin_regen_diff",
     "kevin_compare",
     "kevin_generate",
     "kevin_widen",
@@ -100,19 +100,6 @@ fn harness_kernels_follow_the_protocol_rules() {
     for (i, (&w, &o)) in words(&masked).iter().zip(&original).enumerate() {
         assert_eq!(w, o ^ mask_stream(key, i as u64) as u32, "element {i}");
     }
-
-    // The diff finds the first changed element against the masked copy.
-    let mut changed = original.clone();
-    changed[700] ^= 1;
-    changed[37] ^= 1 << 20;
-    let mut a = pack(&changed);
-    let mut stats = [0u64, u64::MAX, 0, 0];
-    run(
-        &m,
-        &launch("kevin_diff4", vec![t(0), t(1), u64a(n), u64a(key), t(2)]),
-        &mut [&mut a, &mut masked.clone(), &mut stats[1..]],
-    );
-    assert_eq!(stats[1], 37);
 
     // Compare: an unwritten element (fill), one out of tolerance, the rest within.
     let fill = crate::verify::buffer::F32_FILL;
@@ -174,19 +161,46 @@ fn harness_kernels_follow_the_protocol_rules() {
 
     // The generator: normal(2, 3) in f32.
     let mut out = vec![0u64; n as usize / 2];
-    let mut args = vec![t(0), u64a(n), u64a(99), ResolvedArg::Scalar(Scalar::I32(0))];
-    args.push(ResolvedArg::Scalar(Scalar::F32(2.0)));
-    args.push(ResolvedArg::Scalar(Scalar::F32(3.0)));
-    args.push(ResolvedArg::Scalar(Scalar::I32(0)));
-    run(&m, &launch("kevin_generate", args), &mut [&mut out]);
+    let draw = |kernel: &str, target: usize| {
+        let mut args = vec![
+            t(target),
+            u64a(n),
+            u64a(99),
+            ResolvedArg::Scalar(Scalar::I32(0)),
+        ];
+        args.push(ResolvedArg::Scalar(Scalar::F32(2.0)));
+        args.push(ResolvedArg::Scalar(Scalar::F32(3.0)));
+        args.push(ResolvedArg::Scalar(Scalar::I32(0)));
+        launch(kernel, args)
+    };
+    run(&m, &draw("kevin_generate", 0), &mut [&mut out]);
     let v: Vec<f64> = words(&out)
         .iter()
         .map(|&w| f64::from(f32::from_bits(w)))
         .collect();
+    assert!(v.iter().all(|x| x.is_finite()), "every draw is finite");
     let mean = v.iter().sum::<f64>() / v.len() as f64;
     let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
     assert!(
         (mean - 2.0).abs() < 0.3 && (sd - 3.0).abs() < 0.3,
         "mean {mean}, sd {sd}"
     );
+
+    // The input check regenerates the draw: nothing changed, then the first changed element.
+    let regen = |data: &mut Vec<u64>| {
+        let mut first = [u64::MAX];
+        let mut l = draw("kevin_regen_diff", 0);
+        l.args.push(t(1));
+        run(&m, &l, &mut [data, &mut first]);
+        first[0]
+    };
+    assert_eq!(
+        regen(&mut out.clone()),
+        u64::MAX,
+        "an untouched input passes"
+    );
+    let mut changed = words(&out);
+    changed[700] ^= 1;
+    changed[37] ^= 1 << 20;
+    assert_eq!(regen(&mut pack(&changed)), 37);
 }
