@@ -92,6 +92,8 @@ pub struct BenchArgs {
     /// each generation call when `train_steps > 0`) for this many seconds: a concurrent load on
     /// the GPU for the timing-lease measurement (benches/timing_lease.sh). 0: none.
     pub load_seconds: f64,
+    /// Which products go to cuBLAS on CUDA (see [`crate::cublas`]).
+    pub matmul: crate::cublas::Mode,
 }
 
 /// One generation measurement.
@@ -409,6 +411,7 @@ pub fn run_named(
     progress: &dyn Fn(&str),
 ) -> Result<BenchReport, String> {
     use burn::backend::{Autodiff, Cuda, NdArray};
+    crate::cublas::set_mode(args.matmul);
     if device == "cuda" {
         crate::cuda_setup::require_gpu("--device cuda")?;
     } else if args.lease {
@@ -423,13 +426,13 @@ pub fn run_named(
         ("cuda", "bf16") => run::<Autodiff<Cuda<half::bf16>>>(
             args,
             &crate::cuda_setup::cuda_device(0),
-            "burn cuda (fusion), bf16",
+            &format!("burn cuda (fusion), bf16, matmul {}", args.matmul.name()),
             progress,
         ),
         ("cuda", "f32") => run::<Autodiff<Cuda<f32>>>(
             args,
             &crate::cuda_setup::cuda_device(0),
-            "burn cuda (fusion), f32",
+            &format!("burn cuda (fusion), f32, matmul {}", args.matmul.name()),
             progress,
         ),
         ("cpu", "f32") => {
@@ -458,6 +461,7 @@ mod tests {
             train_steps: 1,
             lease: false,
             load_seconds: 0.0,
+            matmul: crate::cublas::Mode::Large,
         };
         let lines = std::sync::Mutex::new(Vec::new());
         let report = run::<Autodiff<NdArray>>(&args, &Default::default(), "ndarray", &|l| {
@@ -488,6 +492,7 @@ mod tests {
             // The CPU has no GPU to lease: asked for, it is dropped (see `run_named`).
             lease: true,
             load_seconds: 0.3,
+            matmul: crate::cublas::Mode::Large,
         };
         let lines = std::sync::Mutex::new(Vec::new());
         let report = run_named(&args, "cpu", "f32", &|l| {

@@ -10,6 +10,7 @@ pub mod burn_learner;
 pub mod burn_policy;
 pub mod chat;
 pub mod checkpoint;
+pub mod cublas;
 pub mod cuda_setup;
 pub mod gate;
 pub mod grad_norm;

@@ -46,6 +46,14 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
     }
 }
 
+/// `policy.burn.matmul`: which products go to cuBLAS on CUDA ([`crate::cublas`]).
+fn set_matmul(config: &Config) {
+    crate::cublas::set_mode(match config.policy.burn.matmul {
+        kevin::config::BurnMatmul::Burn => crate::cublas::Mode::Off,
+        kevin::config::BurnMatmul::Cublas => crate::cublas::Mode::Large,
+    });
+}
+
 /// The burn policy and learner of `config` (`policy.kind = "burn"`), starting from the same
 /// weights. Errors are one line naming the file or key.
 ///
@@ -54,6 +62,7 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
 pub fn build(config: &Config) -> Result<PolicyAndLearner, String> {
     if uses_cuda(config.policy.burn.device) {
         crate::cuda_setup::require_gpu("policy.burn.device")?;
+        set_matmul(config);
         let (mut policy, mut learner) =
             build_parts::<CudaTrain>(config, crate::cuda_setup::cuda_device(0))?;
         let leased = config.env.timing.leased();
@@ -104,6 +113,7 @@ fn build_parts<B: AutodiffBackend>(config: &Config, device: B::Device) -> Result
 pub fn build_policy(config: &Config) -> Result<Box<dyn Policy>, String> {
     if uses_cuda(config.policy.burn.device) {
         crate::cuda_setup::require_gpu("policy.burn.device")?;
+        set_matmul(config);
         let mut policy = policy_on::<Cuda<f32>>(config, crate::cuda_setup::cuda_device(0))?;
         policy.set_gate(StepGate::for_policy_gpu(
             config.env.timing.leased(),

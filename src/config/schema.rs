@@ -112,6 +112,17 @@ pub enum BurnDevice {
     Auto,
 }
 
+/// Which matrix products of the burn policy and learner on CUDA go to cuBLAS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BurnMatmul {
+    /// None: burn's own (cubek's) matmul everywhere.
+    Burn,
+    /// The large ones (the learner's, prefill, the vocabulary head): fp32 compute through
+    /// cuBLAS; small decode products stay with burn.
+    Cublas,
+}
+
 /// Where tasks come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -266,6 +277,9 @@ pub struct BurnPolicySection {
     /// Tokens of one sequence, prompt + response (capped at the model's
     /// max_position_embeddings); a longer prompt gets an empty response.
     pub max_len: u32,
+    /// "cublas" (default): large matrix products on CUDA through cuBLAS, fp32 compute; "burn":
+    /// burn's own matmul everywhere. Ignored on the CPU.
+    pub matmul: BurnMatmul,
 }
 
 impl Default for BurnPolicySection {
@@ -275,6 +289,7 @@ impl Default for BurnPolicySection {
             seed: 0,
             device: BurnDevice::Auto,
             max_len: 4096,
+            matmul: BurnMatmul::Cublas,
         }
     }
 }

@@ -86,6 +86,15 @@ impl Blas {
         if g.n == 1 && g.batch == 1 && !call.f64 && g.dtype == Dtype::F32 {
             return self.sgemv(call);
         }
+        let lda = if g.trans_a { g.m } else { g.k };
+        let ldb = if g.trans_b { g.k } else { g.n };
+        self.gemm_ld(call, lda as i64, ldb as i64)
+    }
+
+    /// [`Blas::gemm`] with the row strides of A and B given (elements between consecutive rows
+    /// as stored: a view of a wider matrix), C packed; always a GEMM.
+    pub fn gemm_ld(&self, call: &GemmCall, lda: i64, ldb: i64) -> Result<(), BlasError> {
+        let g = call.g;
         let ty = match g.dtype {
             _ if call.f64 => cb::cudaDataType::CUDA_R_64F,
             Dtype::F32 => cb::cudaDataType::CUDA_R_32F,
@@ -98,7 +107,14 @@ impl Blas {
                 })
             }
         };
+        let int = |v: i64, what: &str| {
+            i32::try_from(v).map_err(|_| BlasError {
+                call: "gemm".into(),
+                status: format!("{what} = {v} does not fit cuBLAS's 32-bit int"),
+            })
+        };
         let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
+        let (lda, ldb) = (int(lda, "lda")?, int(ldb, "ldb")?);
         // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.
         let op = |t: bool| {
             if t {
@@ -107,8 +123,6 @@ impl Blas {
                 cb::cublasOperation_t::CUBLAS_OP_N
             }
         };
-        let ldb = if g.trans_b { k } else { n };
-        let lda = if g.trans_a { m } else { k };
         // Scalars in the compute type: f32 for every product but the fp64 reference's.
         let (alpha32, beta32) = (1.0f32, 0.0f32);
         let (alpha64, beta64) = (1.0f64, 0.0f64);

@@ -12,17 +12,23 @@ use super::cache::{ExtendPlan, LayerKv};
 use super::config::Qwen2Config;
 use super::weights::{linear_from, visit_linear, WeightKind, WeightSource, WeightVisitor};
 
-/// `a @ b` (batch dimensions broadcast). With `split` and f32 operands, each operand is split
-/// into a bf16 head and its f32 remainder and the four partial products are summed: tensor-core
-/// kernels that stage f32 through TF32 (burn's CUDA matmuls do, with no switch to turn it off)
-/// then hold every product to about f32 accuracy, at four times the matmul work (the 3xTF32
-/// technique of CUTLASS, with the small*small term kept). Casting to bf16 needs a backend that
-/// has bf16 (CUDA does; NdArray does not, and computes f32 matmuls exactly anyway).
+/// `a @ b` (batch dimensions broadcast). A large product on the CUDA backend goes to cuBLAS
+/// ([`crate::cublas`]: fp32 compute, so f32 stays f32). Otherwise, with `split` and f32
+/// operands, each operand is split into a bf16 head and its f32 remainder and the four partial
+/// products are summed: tensor-core kernels that stage f32 through TF32 (burn's CUDA matmuls do,
+/// with no switch to turn it off) then hold every product to about f32 accuracy, at four times
+/// the matmul work (the 3xTF32 technique of CUTLASS, with the small*small term kept). Casting to
+/// bf16 needs a backend that has bf16 (CUDA does; NdArray does not, and computes f32 matmuls
+/// exactly anyway).
 pub(super) fn mm<B: Backend, const D: usize>(
     a: Tensor<B, D>,
     b: Tensor<B, D>,
     split: bool,
 ) -> Tensor<B, D> {
+    let (a, b) = match crate::cublas::matmul(a, b) {
+        Ok(out) => return out,
+        Err(operands) => operands,
+    };
     if !split || a.dtype() != DType::F32 {
         return a.matmul(b);
     }
@@ -33,16 +39,17 @@ pub(super) fn mm<B: Backend, const D: usize>(
     al.clone().matmul(bl.clone()) + al.matmul(bh.clone()) + ah.clone().matmul(bl) + ah.matmul(bh)
 }
 
-/// `layer(x)`, through [`mm`] when `split`.
+/// `layer(x)`, through [`mm`] when `split` or when cuBLAS takes the product.
 pub(super) fn lin<B: Backend, const D: usize>(
     layer: &Linear<B>,
     x: Tensor<B, D>,
     split: bool,
 ) -> Tensor<B, D> {
-    if !split {
+    let w = layer.weight.val().unsqueeze::<D>();
+    if !split && !crate::cublas::wants(&x, &w) {
         return layer.forward(x);
     }
-    let y = mm(x, layer.weight.val().unsqueeze::<D>(), true);
+    let y = mm(x, w, split);
     match &layer.bias {
         Some(bias) => y + bias.val().unsqueeze::<D>(),
         None => y,

@@ -118,12 +118,14 @@ impl<B: Backend> Qwen2<B> {
     fn logits<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         match &self.lm_head {
             Some(head) => lin(head, x, self.split),
-            None if self.split => mm(
-                x,
-                self.embed_tokens.weight.val().transpose().unsqueeze::<D>(),
-                true,
-            ),
-            None => linear(x, self.embed_tokens.weight.val().transpose(), None),
+            None => {
+                let w = self.embed_tokens.weight.val().transpose().unsqueeze::<D>();
+                if self.split || crate::cublas::wants(&x, &w) {
+                    mm(x, w, self.split)
+                } else {
+                    linear(x, self.embed_tokens.weight.val().transpose(), None)
+                }
+            }
         }
     }
 }

@@ -49,6 +49,10 @@ pub struct Args {
     /// benches/timing_lease.sh. Stop it early with a signal.
     #[arg(long, default_value_t = 0.0)]
     pub load_seconds: f64,
+    /// Which matrix products run through cuBLAS on CUDA: "cublas" (default: the large ones),
+    /// "burn" (none: burn's own matmul) or "cublas-all".
+    #[arg(long, default_value = "cublas")]
+    pub matmul: String,
     /// The transformers peer's JSON (benches/hf_policy.py --json) to compare with.
     #[arg(long)]
     pub hf: Option<PathBuf>,
@@ -72,6 +76,7 @@ pub fn run(a: &Args) -> CmdResult {
             .map_err(usage)?
             .leased(),
         load_seconds: a.load_seconds,
+        matmul: kevin_policy::cublas::parse_mode(&a.matmul).map_err(usage)?,
     };
     if !(a.load_seconds.is_finite() && a.load_seconds >= 0.0) {
         return Err(usage(format!(
