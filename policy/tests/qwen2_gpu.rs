@@ -218,3 +218,31 @@ fn tiny_fixture_matches_transformers_with_cublas_products() {
         assert!(parity.holds(), "{variant} (cuBLAS): {parity:?}");
     }
 }
+
+/// A chain of 200 dependent products with burn's kernels between them (each product reads the
+/// previous step's output, whose memory is then freed and reused): any ordering slip between
+/// cuBLAS's stream and cubecl's shows up as a wrong value.
+#[test]
+fn cublas_products_stay_ordered_in_a_long_chain_on_cuda() {
+    use burn::backend::NdArray;
+    use burn::tensor::activation::relu;
+    use kevin_policy::cublas::{matmul, set_mode, Mode};
+    if !gpu_tests() {
+        return;
+    }
+    set_mode(Mode::All);
+    let gpu = kevin_policy::cuda_setup::cuda_device(0);
+    let cpu = Default::default();
+    let mut x = tensor::<Cuda<f32>, 3>([2, 64, 96], 21, &gpu);
+    let w = tensor::<Cuda<f32>, 3>([1, 96, 96], 22, &gpu) * 0.1;
+    let mut cx = tensor::<NdArray<f32>, 3>([2, 64, 96], 21, &cpu);
+    let cw = tensor::<NdArray<f32>, 3>([1, 96, 96], 22, &cpu) * 0.1;
+    for _ in 0..200 {
+        let y = matmul(x.clone(), w.clone()).unwrap_or_else(|_| panic!("declined"));
+        x = relu(y) * 0.5 + x * 0.5;
+        cx = relu(cx.clone().matmul(cw.clone())) * 0.5 + cx * 0.5;
+    }
+    let d = max_diff(x, cx.into_data().to_vec::<f32>().unwrap());
+    eprintln!("chain of 200: max |diff| {d:e}");
+    assert!(d < 1e-4, "chain off by {d}");
+}

@@ -159,12 +159,17 @@ fn burn_policy_and_learner_are_checked() {
             format!("{burn}[policy.burn]\ndevice = \"tpu\"\n"),
             "config key `policy.burn.device` = \"tpu\" is invalid",
         ),
+        (
+            format!("{burn}[policy.burn]\nmatmul = \"fast\"\n"),
+            "config key `policy.burn.matmul` = \"fast\" is invalid",
+        ),
     ] {
         check_err(&text, &[], expected);
     }
     let c = load_str(burn, &[]).unwrap();
     assert_eq!(c.policy.burn.checkpoint, "models/kevin-tiny");
     assert_eq!(c.policy.burn.device, BurnDevice::Auto);
+    assert_eq!(c.policy.burn.matmul, BurnMatmul::Cublas);
 }
 
 #[test]
