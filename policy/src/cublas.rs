@@ -299,24 +299,17 @@ fn cube_matmul(
     out_shape.extend([m, n]);
 
     // A layout cuBLAS cannot read directly is copied packed first.
-    let layout =
-        |t: &CubeTensor<CudaRuntime>| operand(t.meta.shape(), t.meta.strides(), &out_batch);
-    let (a, la) = match layout(lhs) {
-        Some(l) => (lhs.clone(), l),
-        None => {
-            let t = burn_cubecl::kernel::into_contiguous(lhs.clone());
-            let l = layout(&t).ok_or("lhs: a partial broadcast")?;
-            (t, l)
+    let layout = |t: &CubeTensor<CudaRuntime>, name: &str| {
+        if let Some(l) = operand(t.meta.shape(), t.meta.strides(), &out_batch) {
+            return Ok((t.clone(), l));
         }
+        let packed = burn_cubecl::kernel::into_contiguous(t.clone());
+        let l = operand(packed.meta.shape(), packed.meta.strides(), &out_batch)
+            .ok_or_else(|| format!("{name}: a partial broadcast"))?;
+        Ok::<_, String>((packed, l))
     };
-    let (b, lb) = match layout(rhs) {
-        Some(l) => (rhs.clone(), l),
-        None => {
-            let t = burn_cubecl::kernel::into_contiguous(rhs.clone());
-            let l = layout(&t).ok_or("rhs: a partial broadcast")?;
-            (t, l)
-        }
-    };
+    let (a, la) = layout(lhs, "lhs")?;
+    let (b, lb) = layout(rhs, "rhs")?;
     let out = burn_cubecl::ops::numeric::empty_device_contiguous_dtype(
         lhs.client.clone(),
         lhs.device.clone(),
