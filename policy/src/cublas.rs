@@ -138,21 +138,34 @@ pub fn matmul<B: Backend, const D: usize>(
 
 /// Whether [`matmul`] would take `a @ b` (backend aside): the mode, the dtypes, the size.
 pub fn wants<B: Backend, const D: usize>(a: &Tensor<B, D>, b: &Tensor<B, D>) -> bool {
+    wants_dims::<B>(a.dtype(), &a.dims(), b.dtype(), &b.dims())
+}
+
+/// [`wants`] from the operands' dtypes and dimensions (same rank), before building them: the
+/// model asks this for `x @ weight` without making the weight's broadcast view unless it is used.
+pub fn wants_dims<B: Backend>(da_type: DType, da: &[usize], db_type: DType, db: &[usize]) -> bool {
     let m = mode();
-    if m == Mode::Off || D < 2 || a.dtype() != b.dtype() || dtype_of(a.dtype()).is_none() {
+    let d = da.len();
+    if m == Mode::Off || d < 2 || db.len() != d || da_type != db_type || dtype_of(da_type).is_none()
+    {
         return false;
     }
     if !is_cuda::<B>() {
         return false;
     }
-    let (da, db) = (a.dims(), b.dims());
-    let batch: u64 = (0..D - 2)
-        .map(|i| da[i].max(db[i]) as u64)
-        .product::<u64>()
-        .max(1);
-    let rows = batch * da[D - 2] as u64;
-    let mnk = rows * db[D - 1] as u64 * da[D - 1] as u64;
+    let out = product_dims(da, db);
+    let rows: u64 = out[..d - 1].iter().map(|&x| x as u64).product();
+    let mnk = rows * db[d - 1] as u64 * da[d - 1] as u64;
     m == Mode::All || mnk >= MIN_MNK || rows >= TALL_ROWS && mnk >= MIN_MNK_TALL
+}
+
+/// The dimensions of `lhs [.., m, k] @ rhs [.., k, n]` (same rank): the batch dimensions
+/// broadcast, then `[m, n]`.
+fn product_dims(ls: &[usize], rs: &[usize]) -> Vec<usize> {
+    let d = ls.len();
+    let mut out: Vec<usize> = (0..d - 2).map(|i| ls[i].max(rs[i])).collect();
+    out.extend([ls[d - 2], rs[d - 1]]);
+    out
 }
 
 /// Whether `B` is burn's CUDA backend (f32 or bf16 default floats, with or without autodiff).
@@ -293,18 +306,17 @@ fn cube_matmul(
         return Err(format!("shapes {ls:?} @ {rs:?}"));
     }
     let (m, k, n) = (ls[d - 2], ls[d - 1], rs[d - 1]);
-    let out_batch: Vec<usize> = (0..d - 2).map(|i| ls[i].max(rs[i])).collect();
+    let out_shape = product_dims(&ls, &rs);
+    let out_batch = &out_shape[..d - 2];
     let batch: usize = out_batch.iter().product::<usize>().max(1);
-    let mut out_shape = out_batch.clone();
-    out_shape.extend([m, n]);
 
     // A layout cuBLAS cannot read directly is copied packed first.
     let layout = |t: &CubeTensor<CudaRuntime>, name: &str| {
-        if let Some(l) = operand(t.meta.shape(), t.meta.strides(), &out_batch) {
+        if let Some(l) = operand(t.meta.shape(), t.meta.strides(), out_batch) {
             return Ok((t.clone(), l));
         }
         let packed = burn_cubecl::kernel::into_contiguous(t.clone());
-        let l = operand(packed.meta.shape(), packed.meta.strides(), &out_batch)
+        let l = operand(packed.meta.shape(), packed.meta.strides(), out_batch)
             .ok_or_else(|| format!("{name}: a partial broadcast"))?;
         Ok::<_, String>((packed, l))
     };
@@ -313,7 +325,7 @@ fn cube_matmul(
     let out = burn_cubecl::ops::numeric::empty_device_contiguous_dtype(
         lhs.client.clone(),
         lhs.device.clone(),
-        Shape::from(out_shape),
+        Shape::from(out_shape.clone()),
         lhs.dtype,
     );
     if m * n * batch == 0 {
@@ -427,10 +439,7 @@ impl<B: FusionBackend + BlasMatmul> BlasMatmul for Fusion<B> {
                 handles.register_float_tensor::<B1>(&out.id, B1::blas_matmul(a, b));
             }
         }
-        let (ls, rs) = (lhs.shape.clone(), rhs.shape.clone());
-        let d = ls.num_dims();
-        let mut dims: Vec<usize> = (0..d - 2).map(|i| ls[i].max(rs[i])).collect();
-        dims.extend([ls[d - 2], rs[d - 1]]);
+        let dims = product_dims(&lhs.shape, &rhs.shape);
         let client = lhs.client.clone();
         let streams = OperationStreams::with_inputs([&lhs, &rhs]);
         let out = TensorIr::uninit(client.create_empty_handle(), Shape::from(dims), lhs.dtype);
@@ -540,6 +549,12 @@ mod tests {
         assert_eq!(operand(&[2, 3, 4, 8], &[96, 8, 24, 1], &[2, 3]), None);
         // Both last strides > 1: neither layout.
         assert_eq!(operand(&[4, 5], &[10, 2], &[]), None);
+    }
+
+    #[test]
+    fn product_dims_broadcast_the_batch() {
+        assert_eq!(product_dims(&[2, 1, 5, 7], &[1, 3, 7, 4]), vec![2, 3, 5, 4]);
+        assert_eq!(product_dims(&[5, 7], &[7, 4]), vec![5, 4]);
     }
 
     #[test]

@@ -45,15 +45,29 @@ pub(super) fn lin<B: Backend, const D: usize>(
     x: Tensor<B, D>,
     split: bool,
 ) -> Tensor<B, D> {
-    let w = layer.weight.val().unsqueeze::<D>();
-    if !split && !crate::cublas::wants(&x, &w) {
+    let w = layer.weight.val();
+    if !split
+        && !crate::cublas::wants_dims::<B>(
+            x.dtype(),
+            &x.dims(),
+            w.dtype(),
+            &weight_dims::<D>(w.dims()),
+        )
+    {
         return layer.forward(x);
     }
-    let y = mm(x, w, split);
+    let y = mm(x, w.unsqueeze::<D>(), split);
     match &layer.bias {
         Some(bias) => y + bias.val().unsqueeze::<D>(),
         None => y,
     }
+}
+
+/// The dimensions of a `[k, n]` weight seen as a rank-`D` product operand: `[1, .., 1, k, n]`.
+pub(super) fn weight_dims<const D: usize>(kn: [usize; 2]) -> Vec<usize> {
+    let mut dims = vec![1; D - 2];
+    dims.extend(kn);
+    dims
 }
 
 /// RMSNorm as transformers computes it: in f32, scaled after casting back.

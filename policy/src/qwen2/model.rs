@@ -12,7 +12,7 @@ use super::cache::{
     TOKEN_BUCKET,
 };
 use super::config::{ConfigError, Qwen2Config};
-use super::layers::{lin, mm, to_f32, DecoderLayer, RmsNorm, Rope};
+use super::layers::{lin, mm, to_f32, weight_dims, DecoderLayer, RmsNorm, Rope};
 use super::weights::{
     linear_from, visit_linear, RandomInit, WeightKind, WeightSource, WeightVisitor,
 };
@@ -119,11 +119,18 @@ impl<B: Backend> Qwen2<B> {
         match &self.lm_head {
             Some(head) => lin(head, x, self.split),
             None => {
-                let w = self.embed_tokens.weight.val().transpose().unsqueeze::<D>();
-                if self.split || crate::cublas::wants(&x, &w) {
-                    mm(x, w, self.split)
+                let w = self.embed_tokens.weight.val();
+                let [vocab, hidden] = w.dims();
+                let cublas = crate::cublas::wants_dims::<B>(
+                    x.dtype(),
+                    &x.dims(),
+                    w.dtype(),
+                    &weight_dims::<D>([hidden, vocab]),
+                );
+                if self.split || cublas {
+                    mm(x, w.transpose().unsqueeze::<D>(), self.split)
                 } else {
-                    linear(x, self.embed_tokens.weight.val().transpose(), None)
+                    linear(x, w.transpose(), None)
                 }
             }
         }
