@@ -32,18 +32,27 @@ use crate::{Qwen2, Qwen2Config};
 pub enum Shape {
     /// Qwen2-0.5B (hidden 896, 24 layers, 14 heads, 2 KV heads, intermediate 4864, vocab 151936).
     Qwen2_05b,
+    /// Qwen2.5-1.5B (hidden 1536, 28 layers, 12 heads, 2 KV heads, intermediate 8960, vocab
+    /// 151936).
+    Qwen25_15b,
+    /// The 4M-parameter policy of `models/kevin-sft-4m` (hidden 256, 4 layers, 4 heads, 2 KV
+    /// heads, intermediate 768, vocab 3672).
+    Kevin4m,
     /// A few-hundred-thousand-parameter model for smoke runs on the CPU.
     Tiny,
 }
 
 impl Shape {
-    /// Parses "qwen2-0.5b" or "tiny".
+    /// Parses "qwen2-0.5b", "qwen2.5-1.5b", "kevin-4m" or "tiny".
     pub fn parse(s: &str) -> Result<Shape, String> {
         match s {
             "qwen2-0.5b" => Ok(Shape::Qwen2_05b),
+            "qwen2.5-1.5b" => Ok(Shape::Qwen25_15b),
+            "kevin-4m" => Ok(Shape::Kevin4m),
             "tiny" => Ok(Shape::Tiny),
             other => Err(format!(
-                "--shape {other}: expected \"qwen2-0.5b\" or \"tiny\""
+                "--shape {other}: expected \"qwen2-0.5b\", \"qwen2.5-1.5b\", \"kevin-4m\" \
+                 or \"tiny\""
             )),
         }
     }
@@ -56,6 +65,19 @@ impl Shape {
                 "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
                 "num_key_value_heads": 2, "max_position_embeddings": 32768,
                 "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}"#
+            }
+            // Qwen2.5-1.5B's config.json numbers.
+            Shape::Qwen25_15b => {
+                r#"{"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536,
+                "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
+                "num_key_value_heads": 2, "max_position_embeddings": 32768,
+                "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}"#
+            }
+            Shape::Kevin4m => {
+                r#"{"model_type": "qwen2", "vocab_size": 3672, "hidden_size": 256,
+                "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "max_position_embeddings": 4096,
+                "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}"#
             }
             Shape::Tiny => {
                 r#"{"model_type": "qwen2", "vocab_size": 512, "hidden_size": 64,
@@ -94,6 +116,9 @@ pub struct BenchArgs {
     pub load_seconds: f64,
     /// Which products go to cuBLAS on CUDA (see [`crate::cublas`]).
     pub matmul: crate::cublas::Mode,
+    /// Generation through the fused path on CUDA ([`crate::qwen2::fused`]); false: burn's
+    /// layers.
+    pub fused: bool,
 }
 
 /// One generation measurement.
@@ -107,6 +132,10 @@ pub struct GenResult {
     pub seconds: f64,
     /// Forward passes of the timed call.
     pub forward_passes: u64,
+    /// Seconds of its prefill passes (see [`crate::sampler::GeneratorStats`]).
+    pub prefill_s: f64,
+    /// Seconds of its decode passes.
+    pub decode_s: f64,
 }
 
 /// The learner measurement.
@@ -203,13 +232,15 @@ fn generate_once<B: Backend>(
             batch * new_tokens
         ));
     }
-    let forward_passes = gen.stats().forward_passes;
+    let stats = gen.stats();
     Ok((
         GenResult {
             batch,
             tokens_per_s: tokens as f64 / seconds,
             seconds,
-            forward_passes,
+            forward_passes: stats.forward_passes,
+            prefill_s: stats.prefill_pass_s,
+            decode_s: stats.decode_pass_s,
         },
         gen.into_model(),
     ))
@@ -233,8 +264,9 @@ pub fn run<B: AutodiffBackend>(
         let (r, m) = generate_once(m, batch, args.prompt, args.new_tokens, 2, args.lease)?;
         model = m;
         progress(&format!(
-            "generate bs{batch}: {:.0} tokens/s ({:.2} s, {} passes)",
-            r.tokens_per_s, r.seconds, r.forward_passes
+            "generate bs{batch}: {:.0} tokens/s ({:.2} s, {} passes: prefill {:.3} s, decode \
+             {:.3} s)",
+            r.tokens_per_s, r.seconds, r.forward_passes, r.prefill_s, r.decode_s
         ));
         generate.push(r);
     }
@@ -412,6 +444,8 @@ pub fn run_named(
 ) -> Result<BenchReport, String> {
     use burn::backend::{Autodiff, Cuda, NdArray};
     crate::cublas::set_mode(args.matmul);
+    crate::qwen2::fused::set_enabled(args.fused);
+    let generate = if args.fused { "fused" } else { "burn" };
     if device == "cuda" {
         crate::cuda_setup::require_gpu("--device cuda")?;
     } else if args.lease {
@@ -426,13 +460,19 @@ pub fn run_named(
         ("cuda", "bf16") => run::<Autodiff<Cuda<half::bf16>>>(
             args,
             &crate::cuda_setup::cuda_device(0),
-            &format!("burn cuda (fusion), bf16, matmul {}", args.matmul.name()),
+            &format!(
+                "burn cuda (fusion), bf16, matmul {}, generate {generate}",
+                args.matmul.name()
+            ),
             progress,
         ),
         ("cuda", "f32") => run::<Autodiff<Cuda<f32>>>(
             args,
             &crate::cuda_setup::cuda_device(0),
-            &format!("burn cuda (fusion), f32, matmul {}", args.matmul.name()),
+            &format!(
+                "burn cuda (fusion), f32, matmul {}, generate {generate}",
+                args.matmul.name()
+            ),
             progress,
         ),
         ("cpu", "f32") => {
@@ -462,6 +502,7 @@ mod tests {
             lease: false,
             load_seconds: 0.0,
             matmul: crate::cublas::Mode::Large,
+            fused: true,
         };
         let lines = std::sync::Mutex::new(Vec::new());
         let report = run::<Autodiff<NdArray>>(&args, &Default::default(), "ndarray", &|l| {
@@ -493,6 +534,7 @@ mod tests {
             lease: true,
             load_seconds: 0.3,
             matmul: crate::cublas::Mode::Large,
+            fused: true,
         };
         let lines = std::sync::Mutex::new(Vec::new());
         let report = run_named(&args, "cpu", "f32", &|l| {

@@ -156,10 +156,23 @@ impl<B: Backend> Policy for BurnPolicy<B> {
                 .decode(ids)
                 .unwrap_or_else(|e| format!("<undecodable: {e}>"))
         };
+        let before = self.generator.stats().clone();
         let finished = self
             .generator
             .generate_all(requests, &decode)
             .map_err(|e| self.error(e.to_string()))?;
+        let after = self.generator.stats();
+        // Where a batch's time goes (the per-pass figures of `kevin bench policy`, for a real
+        // batch): prefill against decode passes.
+        tracing::debug!(
+            requests = batch.len(),
+            passes = after.forward_passes - before.forward_passes,
+            prefill_tokens = after.prefill_tokens - before.prefill_tokens,
+            generated = after.rows - before.rows,
+            prefill_s = after.prefill_pass_s - before.prefill_pass_s,
+            decode_s = after.decode_pass_s - before.decode_pass_s,
+            "generated a batch"
+        );
         Ok(finished
             .into_iter()
             .map(|f| match f {

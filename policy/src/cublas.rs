@@ -397,20 +397,26 @@ struct OwnStream {
 
 impl OwnStream {
     fn new(device: usize) -> Result<OwnStream, String> {
-        let err = |what: &str, e: cudarc::driver::DriverError| format!("{what}: {e:?}");
-        cu::init().map_err(|e| err("cuInit", e))?;
-        let dev = cu::device::get(device as i32).map_err(|e| err("cuDeviceGet", e))?;
-        // SAFETY: the primary context is retained for the process's lifetime (never released,
-        // as cubecl does) and made current on this thread; the stream is created in it.
-        let stream = unsafe {
-            let ctx =
-                cu::primary_ctx::retain(dev).map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
-            cu::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
-            cu::stream::create(cu::stream::StreamKind::NonBlocking)
-                .map_err(|e| err("cuStreamCreate", e))?
-        };
+        let (_, stream) = primary_stream(device)?;
         let blas = Blas::new(stream).map_err(|e| e.to_string())?;
         Ok(OwnStream { stream, blas })
+    }
+}
+
+/// A new non-blocking stream in the primary context of GPU `device` (the context cubecl uses,
+/// so burn's device addresses are valid on it), and that context, made current on this thread.
+pub(crate) fn primary_stream(device: usize) -> Result<(drv::CUcontext, drv::CUstream), String> {
+    let err = |what: &str, e: cudarc::driver::DriverError| format!("{what}: {e:?}");
+    cu::init().map_err(|e| err("cuInit", e))?;
+    let dev = cu::device::get(device as i32).map_err(|e| err("cuDeviceGet", e))?;
+    // SAFETY: the primary context is retained for the process's lifetime (never released, as
+    // cubecl does) and made current on this thread; the stream is created in it.
+    unsafe {
+        let ctx = cu::primary_ctx::retain(dev).map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
+        cu::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
+        let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(|e| err("cuStreamCreate", e))?;
+        Ok((ctx, stream))
     }
 }
 

@@ -32,6 +32,18 @@ pub use qwen2::{ConfigError, Qwen2, Qwen2Cache, Qwen2Config};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
+/// How one row's token is chosen on the device ([`CausalLm::extend_draw`]): greedy
+/// (`temperature` 0: the first most likely token) or drawn from softmax(logits / temperature)
+/// over the whole vocabulary by inverting its CDF at `uniform` in [0, 1) (see
+/// [`sampler::RowChoice::uniform`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceDraw {
+    /// Softmax temperature; 0 is greedy.
+    pub temperature: f64,
+    /// The row's uniform number.
+    pub uniform: f64,
+}
+
 /// What generation and learning need from a causal language model.
 ///
 /// Generation works on a cache of fixed *slots*, each holding one sequence's keys and values, so
@@ -63,6 +75,23 @@ pub trait CausalLm<B: Backend> {
         slots: &[usize],
         tokens: &[Vec<u32>],
     ) -> Result<Tensor<B, 2>, String>;
+
+    /// [`CausalLm::extend`] with each row's token chosen on the device, where the model can
+    /// (the fused path on CUDA): `draws[i]` says how row `i` chooses. `Ok(None)` when it cannot,
+    /// and then nothing ran (the caller extends and selects from the logits). `Ok(Some)`: per row
+    /// the token and its log-prob under the distribution drawn from, as
+    /// [`sampler::select_tokens`] defines them (NaN for a row whose logits are not a
+    /// distribution).
+    fn extend_draw(
+        &self,
+        cache: &mut Self::Cache,
+        slots: &[usize],
+        tokens: &[Vec<u32>],
+        draws: &[DeviceDraw],
+    ) -> Result<Option<Vec<(u32, f32)>>, String> {
+        let _ = (cache, slots, tokens, draws);
+        Ok(None)
+    }
 
     /// Empties a slot (its sequence finished) so a new sequence can start in it.
     fn clear_slot(&self, cache: &mut Self::Cache, slot: usize);

@@ -47,11 +47,15 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
 }
 
 /// `policy.burn.matmul`: which products go to cuBLAS on CUDA ([`crate::cublas`]).
+/// And `policy.burn.generate`: the fused generation path on CUDA ([`crate::qwen2::fused`]) or not.
 fn set_matmul(config: &Config) {
     crate::cublas::set_mode(match config.policy.burn.matmul {
         kevin::config::BurnMatmul::Burn => crate::cublas::Mode::Off,
         kevin::config::BurnMatmul::Cublas => crate::cublas::Mode::Large,
     });
+    crate::qwen2::fused::set_enabled(
+        config.policy.burn.generate == kevin::config::BurnGenerate::Fused,
+    );
 }
 
 /// The burn policy and learner of `config` (`policy.kind = "burn"`), starting from the same

@@ -22,6 +22,7 @@ fn generation_and_learning_work_when_the_float_is_not_f32() {
         lease: false,
         load_seconds: 0.0,
         matmul: kevin_policy::cublas::Mode::Large,
+        fused: true,
     };
     let report =
         run::<Autodiff<NdArray<f64>>>(&args, &Default::default(), "ndarray f64", &|_| {}).unwrap();

@@ -246,3 +246,255 @@ fn cublas_products_stay_ordered_in_a_long_chain_on_cuda() {
     eprintln!("chain of 200: max |diff| {d:e}");
     assert!(d < 1e-4, "chain off by {d}");
 }
+
+/// `cfg` from a config.json text.
+fn config(json: &str) -> kevin_policy::Qwen2Config {
+    kevin_policy::Qwen2Config::from_json(json).unwrap()
+}
+
+/// The fused extend path against burn's layers (the reference) on one random model: prefill
+/// rows of different lengths, decode rows, a prefill in the same pass as decode rows, and a slot
+/// cleared and reused. Returns the largest |difference| of the logits, of the fused logits
+/// against the full forward pass (no cache) over each slot's tokens at the last step, and the
+/// largest |logit| of the reference.
+fn fused_against_reference<B: burn::tensor::backend::Backend>(
+    cfg: &kevin_policy::Qwen2Config,
+    device: &B::Device,
+    split: bool,
+) -> (f32, f32, f32) {
+    use kevin_policy::{CausalLm, Qwen2};
+    let mut model = Qwen2::<B>::new(cfg, device).unwrap();
+    model.set_split_f32_matmul(split);
+    let mut reference = model.cache_for(4, 80, false);
+    let mut fused = model.cache_for(4, 80, true);
+    assert!(fused.is_fused(), "the fused path did not start");
+    assert!(!reference.is_fused());
+    let vocab = cfg.vocab_size;
+    let mut next = 17usize;
+    let mut tok = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                next = (next * 7919 + 13) % 1_000_003;
+                (next % vocab) as u32
+            })
+            .collect()
+    };
+    let mut history: Vec<Vec<u32>> = vec![Vec::new(); 4];
+    let (mut worst, mut scale) = (0f32, 0f32);
+    let mut last = Vec::new();
+    let mut step = |slots: &[usize], rows: Vec<Vec<u32>>, reference: &mut _, fused: &mut _| {
+        for (&s, r) in slots.iter().zip(&rows) {
+            // A slot's prefill (more than one token) starts its sequence (slot 0 after its
+            // clear).
+            if r.len() > 1 {
+                history[s].clear();
+            }
+            history[s].extend(r);
+        }
+        let a = model.extend(reference, slots, &rows).unwrap();
+        let b = model.extend(fused, slots, &rows).unwrap();
+        assert_eq!(a.dims(), b.dims());
+        let a = a.into_data().to_vec::<f32>().unwrap();
+        let b = b.into_data().to_vec::<f32>().unwrap();
+        for (x, y) in a.iter().zip(&b) {
+            assert!(y.is_finite(), "fused logit {y}");
+            worst = worst.max((x - y).abs());
+            scale = scale.max(x.abs());
+        }
+        last = slots
+            .iter()
+            .copied()
+            .zip(b.chunks(vocab).map(<[f32]>::to_vec))
+            .collect::<Vec<_>>();
+    };
+    step(&[0, 2], vec![tok(5), tok(17)], &mut reference, &mut fused);
+    for i in 0..12 {
+        if i == 4 {
+            // A prefill in the same pass as two decode rows.
+            step(
+                &[0, 1, 2],
+                vec![tok(1), tok(9), tok(1)],
+                &mut reference,
+                &mut fused,
+            );
+        } else if i == 8 {
+            model.clear_slot(&mut reference, 0);
+            model.clear_slot(&mut fused, 0);
+            step(
+                &[2, 0, 1],
+                vec![tok(1), tok(3), tok(1)],
+                &mut reference,
+                &mut fused,
+            );
+        } else if i > 4 {
+            step(
+                &[0, 1, 2],
+                vec![tok(1), tok(1), tok(1)],
+                &mut reference,
+                &mut fused,
+            );
+        } else {
+            step(&[2, 0], vec![tok(1), tok(1)], &mut reference, &mut fused);
+        }
+    }
+    // The last step's fused logits against the full forward pass over each slot's tokens.
+    let mut to_forward = 0f32;
+    for (slot, got) in &last {
+        let ids: Vec<i64> = history[*slot].iter().map(|&t| t as i64).collect();
+        let n = ids.len();
+        let ids = burn::tensor::Tensor::<B, 2, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(ids, [1, n]),
+            device,
+        );
+        let want = model.forward(ids).slice([0..1, n - 1..n, 0..vocab]);
+        let want = want
+            .cast(burn::tensor::DType::F32)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        for (x, y) in want.iter().zip(got) {
+            to_forward = to_forward.max((x - y).abs());
+        }
+    }
+    (worst, to_forward, scale)
+}
+
+/// The fused path matches burn's layers in f32 (the reference's matmuls split, so both are at
+/// f32 accuracy) within 1e-4 of the logits' scale, and in bf16 within 2e-2 of it, on head
+/// dimensions 16, 64 and 128, groups of 1 to 8 query heads, tied and untied heads, and a hidden
+/// size (448) whose rows burn's CUDA allocator pads (the embedding is then read at its row
+/// pitch, not its width).
+#[test]
+fn fused_extend_matches_burns_layers_on_cuda() {
+    use burn::backend::Cuda;
+    if !gpu_tests() {
+        return;
+    }
+    let device = kevin_policy::cuda_setup::cuda_device(0);
+    let shapes = [
+        // The 4M policy's shape: d 64, 2 query heads per kv head, tied.
+        r#"{"model_type": "qwen2", "vocab_size": 3672, "hidden_size": 256,
+            "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
+        // Qwen2-0.5B's grouping (7 per kv head, d 64), untied.
+        r#"{"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 448,
+            "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 7,
+            "num_key_value_heads": 1, "max_position_embeddings": 4096, "rope_theta": 1000000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "initializer_range": 0.1}"#,
+        // Qwen2.5-1.5B's head (d 128, 6 per kv head).
+        r#"{"model_type": "qwen2", "vocab_size": 700, "hidden_size": 768,
+            "intermediate_size": 1536, "num_hidden_layers": 2, "num_attention_heads": 6,
+            "num_key_value_heads": 1, "max_position_embeddings": 4096, "rope_theta": 1000000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
+        // The 4M shape, untied.
+        r#"{"model_type": "qwen2", "vocab_size": 3672, "hidden_size": 256,
+            "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "initializer_range": 0.1}"#,
+        // The 4M shape with one kv head (4 per group).
+        r#"{"model_type": "qwen2", "vocab_size": 3672, "hidden_size": 256,
+            "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
+        // 8 query heads per kv head (the most the kernel holds), hidden 512
+        r#"{"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 512,
+            "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+            "num_key_value_heads": 1, "max_position_embeddings": 4096, "rope_theta": 1000000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "initializer_range": 0.1}"#,
+        // The benchmark's tiny shape (d 16).
+        r#"{"model_type": "qwen2", "vocab_size": 512, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 2048, "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
+    ];
+    let mut failed = Vec::new();
+    for (i, json) in shapes.iter().enumerate() {
+        let cfg = config(json);
+        let (d32, f32_, s32) = fused_against_reference::<Cuda<f32>>(&cfg, &device, true);
+        let (d16, f16_, s16) = fused_against_reference::<Cuda<half::bf16>>(&cfg, &device, false);
+        eprintln!(
+            "shape {i}: f32 max |diff| {d32:e} (to the full forward {f32_:e}; logits up to \
+             {s32:.3}), bf16 {d16:e} (to the full forward {f16_:e}; up to {s16:.3})"
+        );
+        if d32 > 1e-4 * s32.max(1.0) || f32_ > 1e-4 * s32.max(1.0) {
+            failed.push(format!("shape {i} f32: {d32}, to forward {f32_}"));
+        }
+        if d16 > 2e-2 * s16.max(1.0) {
+            failed.push(format!("shape {i} bf16: {d16}"));
+        }
+    }
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
+/// Tokens drawn on the device by the fused path against `select_tokens` on the same pass's
+/// logits (two caches fed the same rows): greedy rows pick the same token; drawn rows the same
+/// token unless the threshold lands within rounding of a CDF step (at most 2 of 48 here), with
+/// the log-prob within 1e-4.
+#[test]
+fn fused_draws_match_select_tokens_on_cuda() {
+    use burn::backend::Cuda;
+    use kevin_policy::sampler::{select_tokens, RowChoice, TokenFilter};
+    use kevin_policy::{CausalLm, DeviceDraw, Qwen2};
+    if !gpu_tests() {
+        return;
+    }
+    let device = kevin_policy::cuda_setup::cuda_device(0);
+    let cfg = config(
+        r#"{"model_type": "qwen2", "vocab_size": 3672, "hidden_size": 256,
+            "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
+    );
+    let model = Qwen2::<Cuda<f32>>::new(&cfg, &device).unwrap();
+    let rows = 48;
+    let mut a = model.cache_for(rows, 64, true);
+    let mut b = model.cache_for(rows, 64, true);
+    let slots: Vec<usize> = (0..rows).collect();
+    let (mut differ, mut worst) = (0, 0f32);
+    for step in 0..4 {
+        let tokens: Vec<Vec<u32>> = (0..rows)
+            .map(|r| {
+                let n = if step == 0 { 1 + r % 7 } else { 1 };
+                (0..n)
+                    .map(|j| ((r * 131 + j * 17 + step * 7) % 3672) as u32)
+                    .collect()
+            })
+            .collect();
+        let choices: Vec<RowChoice> = (0..rows)
+            .map(|r| RowChoice {
+                filter: TokenFilter {
+                    temperature: [0.0, 0.7, 1.0, 1.5][r % 4],
+                    top_k: 0,
+                    top_p: 1.0,
+                },
+                uniform: ((r * 7919 + step * 104_729) % 10_007) as f64 / 10_007.0,
+            })
+            .collect();
+        let logits = model.extend(&mut a, &slots, &tokens).unwrap();
+        let want = select_tokens(logits, &choices).unwrap();
+        let draws: Vec<DeviceDraw> = choices
+            .iter()
+            .map(|c| DeviceDraw {
+                temperature: c.filter.temperature,
+                uniform: c.uniform,
+            })
+            .collect();
+        let got = model
+            .extend_draw(&mut b, &slots, &tokens, &draws)
+            .unwrap()
+            .expect("the fused cache draws on the device");
+        for (r, (w, g)) in want.iter().zip(&got).enumerate() {
+            if r % 4 == 0 {
+                assert_eq!((w.token, w.logprob), *g, "greedy row {r}");
+            } else if w.token != g.0 {
+                differ += 1;
+            } else {
+                worst = worst.max((w.logprob - g.1).abs());
+            }
+        }
+    }
+    eprintln!("device draws: {differ} of 144 drawn tokens differ, log-prob max |diff| {worst:e}");
+    assert!(differ <= 2, "{differ} drawn tokens differ");
+    assert!(worst <= 1e-4, "log-prob off by {worst}");
+}

@@ -123,6 +123,16 @@ pub enum BurnMatmul {
     Cublas,
 }
 
+/// How the burn policy's generation runs its cached forward pass on CUDA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BurnGenerate {
+    /// The fused path: own kernels between cuBLAS products on a stream of its own.
+    Fused,
+    /// burn's layers, op by op (the reference).
+    Burn,
+}
+
 /// Where tasks come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -280,6 +290,10 @@ pub struct BurnPolicySection {
     /// "cublas" (default): large matrix products on CUDA through cuBLAS, fp32 compute; "burn":
     /// burn's own matmul everywhere. Ignored on the CPU.
     pub matmul: BurnMatmul,
+    /// "fused" (default): generation's cached forward pass on CUDA as one backend extension
+    /// (own kernels and cuBLAS, no per-op host work); "burn": burn's layers (the reference
+    /// path). Ignored on the CPU.
+    pub generate: BurnGenerate,
 }
 
 impl Default for BurnPolicySection {
@@ -290,6 +304,7 @@ impl Default for BurnPolicySection {
             device: BurnDevice::Auto,
             max_len: 4096,
             matmul: BurnMatmul::Cublas,
+            generate: BurnGenerate::Fused,
         }
     }
 }

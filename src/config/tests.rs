@@ -163,6 +163,10 @@ fn burn_policy_and_learner_are_checked() {
             format!("{burn}[policy.burn]\nmatmul = \"fast\"\n"),
             "config key `policy.burn.matmul` = \"fast\" is invalid",
         ),
+        (
+            format!("{burn}[policy.burn]\ngenerate = \"cudnn\"\n"),
+            "config key `policy.burn.generate` = \"cudnn\" is invalid",
+        ),
     ] {
         check_err(&text, &[], expected);
     }
@@ -170,6 +174,9 @@ fn burn_policy_and_learner_are_checked() {
     assert_eq!(c.policy.burn.checkpoint, "models/kevin-tiny");
     assert_eq!(c.policy.burn.device, BurnDevice::Auto);
     assert_eq!(c.policy.burn.matmul, BurnMatmul::Cublas);
+    assert_eq!(c.policy.burn.generate, BurnGenerate::Fused);
+    let c = load_str(&format!("{burn}[policy.burn]\ngenerate = \"burn\"\n"), &[]).unwrap();
+    assert_eq!(c.policy.burn.generate, BurnGenerate::Burn);
 }
 
 #[test]

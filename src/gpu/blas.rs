@@ -94,19 +94,30 @@ impl Blas {
     /// [`Blas::gemm`] with the row strides of A and B given (elements between consecutive rows
     /// as stored: a view of a wider matrix), C packed; always a GEMM.
     pub fn gemm_ld(&self, call: &GemmCall, lda: i64, ldb: i64) -> Result<(), BlasError> {
+        self.gemm_out(call, lda, ldb, call.g.dtype)
+    }
+
+    /// [`Blas::gemm_ld`] with C stored as `out` (f32 output of bf16/f16 operands: the policy's
+    /// logits); the operands are of the plan's dtype.
+    pub fn gemm_out(
+        &self,
+        call: &GemmCall,
+        lda: i64,
+        ldb: i64,
+        out: Dtype,
+    ) -> Result<(), BlasError> {
         let g = call.g;
-        let ty = match g.dtype {
-            _ if call.f64 => cb::cudaDataType::CUDA_R_64F,
-            Dtype::F32 => cb::cudaDataType::CUDA_R_32F,
-            Dtype::F16 => cb::cudaDataType::CUDA_R_16F,
-            Dtype::Bf16 => cb::cudaDataType::CUDA_R_16BF,
-            Dtype::I64 => {
-                return Err(BlasError {
-                    call: "gemm".into(),
-                    status: "no i64 matrix product".into(),
-                })
-            }
+        let data_type = |d: Dtype| match d {
+            _ if call.f64 => Ok(cb::cudaDataType::CUDA_R_64F),
+            Dtype::F32 => Ok(cb::cudaDataType::CUDA_R_32F),
+            Dtype::F16 => Ok(cb::cudaDataType::CUDA_R_16F),
+            Dtype::Bf16 => Ok(cb::cudaDataType::CUDA_R_16BF),
+            Dtype::I64 => Err(BlasError {
+                call: "gemm".into(),
+                status: "no i64 matrix product".into(),
+            }),
         };
+        let (ty, ty_c) = (data_type(g.dtype)?, data_type(out)?);
         let int = |v: i64, what: &str| {
             i32::try_from(v).map_err(|_| BlasError {
                 call: "gemm".into(),
@@ -161,7 +172,7 @@ impl Blas {
                     g.stride_a,
                     beta,
                     call.c as *mut std::ffi::c_void,
-                    ty,
+                    ty_c,
                     n,
                     g.stride_c,
                     g.batch as i32,

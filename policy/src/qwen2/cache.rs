@@ -27,7 +27,7 @@ pub(super) struct LayerKv<B: Backend> {
 /// `max_len` is the caller's choice and is not bounded by `max_position_embeddings` (RoPE goes on
 /// past it; the model was not trained there). Slot indices out of range are an error in
 /// `extend` and a panic in `clear_slot` (a caller's bug, not data).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Qwen2Cache<B: Backend> {
     pub(super) layers: Vec<LayerKv<B>>,
     /// Tokens held by each slot.
@@ -35,6 +35,9 @@ pub struct Qwen2Cache<B: Backend> {
     pub(super) max_len: usize,
     /// Whether `extend` rounds its shapes up (see [`Qwen2Cache::set_bucketed`]).
     pub(super) bucketed: bool,
+    /// The fused path's engine and key/value memory ([`super::fused`]), where it serves; then
+    /// `layers` is empty and bucketing does not apply (no token is padded).
+    pub(super) fused: Option<std::sync::Arc<super::fused::Fused>>,
 }
 
 /// Attended keys are rounded up to a multiple of this when shapes are bucketed.
@@ -84,6 +87,11 @@ impl<B: Backend> Qwen2Cache<B> {
     /// See [`Qwen2Cache::set_bucketed`].
     pub fn bucketed(&self) -> bool {
         self.bucketed
+    }
+
+    /// Whether `extend` takes the fused path ([`super::fused`]) with this cache.
+    pub fn is_fused(&self) -> bool {
+        self.fused.is_some()
     }
 }
 

@@ -73,7 +73,7 @@ pub(super) fn weight_dims<const D: usize>(kn: [usize; 2]) -> Vec<usize> {
 /// RMSNorm as transformers computes it: in f32, scaled after casting back.
 #[derive(Module, Debug)]
 pub struct RmsNorm<B: Backend> {
-    weight: Param<Tensor<B, 1>>,
+    pub(super) weight: Param<Tensor<B, 1>>,
     eps: f64,
 }
 
@@ -170,10 +170,10 @@ impl<B: Backend> Rope<B> {
 /// Grouped-query self-attention with RoPE; q/k/v with bias, o without.
 #[derive(Module, Debug)]
 pub struct Attention<B: Backend> {
-    q_proj: Linear<B>,
-    k_proj: Linear<B>,
-    v_proj: Linear<B>,
-    o_proj: Linear<B>,
+    pub(super) q_proj: Linear<B>,
+    pub(super) k_proj: Linear<B>,
+    pub(super) v_proj: Linear<B>,
+    pub(super) o_proj: Linear<B>,
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
@@ -299,9 +299,9 @@ impl<B: Backend> Attention<B> {
 /// SwiGLU: `down(silu(gate(x)) * up(x))`.
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
-    gate_proj: Linear<B>,
-    up_proj: Linear<B>,
-    down_proj: Linear<B>,
+    pub(super) gate_proj: Linear<B>,
+    pub(super) up_proj: Linear<B>,
+    pub(super) down_proj: Linear<B>,
     /// Split f32 matmuls (see [`super::Qwen2::set_split_f32_matmul`]).
     pub(super) split: bool,
 }
@@ -340,8 +340,8 @@ impl<B: Backend> Mlp<B> {
 pub struct DecoderLayer<B: Backend> {
     pub(super) self_attn: Attention<B>,
     pub(super) mlp: Mlp<B>,
-    input_layernorm: RmsNorm<B>,
-    post_attention_layernorm: RmsNorm<B>,
+    pub(super) input_layernorm: RmsNorm<B>,
+    pub(super) post_attention_layernorm: RmsNorm<B>,
 }
 
 impl<B: Backend> DecoderLayer<B> {

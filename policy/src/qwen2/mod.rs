@@ -11,13 +11,16 @@
 //! Files: `config` (the `config.json` struct and its checks), `weights` (Hugging Face weight
 //! names, [`WeightSource`] and the visitor that saving uses), `layers` (RMSNorm, RoPE,
 //! attention, MLP, decoder layer), `cache` (the KV cache of fixed slots), `model` ([`Qwen2`] and
-//! its [`crate::CausalLm`] implementation). Everything public is re-exported here; callers use
-//! `kevin_policy::qwen2::X`, never the submodules. This module imports only burn, serde and the
+//! its [`crate::CausalLm`] implementation), `fused` (the cached pass on burn's CUDA backend as
+//! one backend extension: own kernels and cuBLAS; `fused.cu`). Everything public is re-exported here; callers use
+//! `kevin_policy::qwen2::X`, never the submodules. This module imports only burn (and, for `fused`,
+//! burn's CUDA backend layers, cudarc and kevin's NVRTC and cuBLAS wrappers), serde and the
 //! crate's `CausalLm` trait: nothing from the sampler, the learner, training or checkpoints
 //! (they build on it, not the other way round).
 
 mod cache;
 mod config;
+pub mod fused;
 mod layers;
 mod model;
 mod weights;

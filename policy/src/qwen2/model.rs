@@ -12,6 +12,7 @@ use super::cache::{
     TOKEN_BUCKET,
 };
 use super::config::{ConfigError, Qwen2Config};
+use super::fused;
 use super::layers::{lin, mm, to_f32, weight_dims, DecoderLayer, RmsNorm, Rope};
 use super::weights::{
     linear_from, visit_linear, RandomInit, WeightKind, WeightSource, WeightVisitor,
@@ -21,11 +22,11 @@ use crate::CausalLm;
 /// The Qwen2 causal language model (transformers' `Qwen2ForCausalLM`).
 #[derive(Module, Debug)]
 pub struct Qwen2<B: Backend> {
-    embed_tokens: Embedding<B>,
-    layers: Vec<DecoderLayer<B>>,
-    norm: RmsNorm<B>,
+    pub(super) embed_tokens: Embedding<B>,
+    pub(super) layers: Vec<DecoderLayer<B>>,
+    pub(super) norm: RmsNorm<B>,
     /// `None` when tied to `embed_tokens`.
-    lm_head: Option<Linear<B>>,
+    pub(super) lm_head: Option<Linear<B>>,
     /// The architecture, kept for RoPE and the cache; not a parameter.
     #[module(skip)]
     config: Qwen2Config,
@@ -114,6 +115,107 @@ impl<B: Backend> Qwen2<B> {
         }
     }
 
+    /// A cache of `slots` x `max_len` tokens; with `fused`, on the fused path where it serves
+    /// ([`fused`]), otherwise (or where it cannot start) burn's layers, the reference.
+    /// [`CausalLm::new_cache`] asks for the fused path when [`fused::enabled`].
+    pub fn cache_for(&self, slots: usize, max_len: usize, fused: bool) -> Qwen2Cache<B> {
+        let cfg = &self.config;
+        if fused && fused::serves::<B>() {
+            let device: Box<dyn std::any::Any> = Box::new(self.device());
+            let index = device
+                .downcast_ref::<burn::backend::cuda::CudaDevice>()
+                .map_or(0, |d| d.index);
+            let dtype = self.embed_tokens.weight.val().dtype();
+            match fused::Fused::new(cfg, slots, max_len, dtype, index) {
+                Ok(engine) => {
+                    return Qwen2Cache {
+                        layers: Vec::new(),
+                        lens: vec![0; slots],
+                        max_len,
+                        bucketed: false,
+                        fused: Some(std::sync::Arc::new(engine)),
+                    }
+                }
+                Err(why) => {
+                    static ONCE: std::sync::Once = std::sync::Once::new();
+                    ONCE.call_once(|| {
+                        tracing::warn!(
+                            "the fused extend path is unavailable, burn's layers run instead: {why}"
+                        );
+                    });
+                }
+            }
+        }
+        let shape = [slots * cfg.num_key_value_heads * max_len, cfg.head_dim()];
+        let device = self.device();
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|_| LayerKv {
+                k: Tensor::zeros(shape, &device),
+                v: Tensor::zeros(shape, &device),
+            })
+            .collect();
+        Qwen2Cache {
+            layers,
+            lens: vec![0; slots],
+            max_len,
+            bucketed: compiles_per_shape::<B>(&device),
+            fused: None,
+        }
+    }
+
+    /// Refuses an `extend` call's rows that cannot run (see [`CausalLm::extend`]); which slots
+    /// the call touches.
+    fn check_rows(
+        &self,
+        cache: &Qwen2Cache<B>,
+        slots: &[usize],
+        tokens: &[Vec<u32>],
+    ) -> Result<Vec<bool>, String> {
+        let cfg = &self.config;
+        if slots.len() != tokens.len() {
+            return Err(format!(
+                "extend: {} slots for {} token rows",
+                slots.len(),
+                tokens.len()
+            ));
+        }
+        if slots.is_empty() {
+            return Err("extend: no rows".into());
+        }
+        let mut seen = vec![false; cache.slots()];
+        for (row, (&slot, toks)) in slots.iter().zip(tokens).enumerate() {
+            if slot >= cache.slots() {
+                return Err(format!(
+                    "slot {slot} (row {row}): the cache has {} slots",
+                    cache.slots()
+                ));
+            }
+            if std::mem::replace(&mut seen[slot], true) {
+                return Err(format!(
+                    "slot {slot} (row {row}): appears twice in one extend"
+                ));
+            }
+            if toks.is_empty() {
+                return Err(format!("slot {slot} (row {row}): no new tokens"));
+            }
+            if cache.lens[slot] + toks.len() > cache.max_len {
+                return Err(format!(
+                    "slot {slot}: {} cached + {} new tokens pass the slot's max_len {}",
+                    cache.lens[slot],
+                    toks.len(),
+                    cache.max_len
+                ));
+            }
+            if let Some(&bad) = toks.iter().find(|&&tok| tok as usize >= cfg.vocab_size) {
+                return Err(format!(
+                    "slot {slot} (row {row}): token {bad} is outside the vocabulary of {}",
+                    cfg.vocab_size
+                ));
+            }
+        }
+        Ok(seen)
+    }
+
     /// `[.., hidden] -> [.., vocab]`
     fn logits<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         match &self.lm_head {
@@ -168,21 +270,7 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
     }
 
     fn new_cache(&self, slots: usize, max_len: usize) -> Qwen2Cache<B> {
-        let cfg = &self.config;
-        let shape = [slots * cfg.num_key_value_heads * max_len, cfg.head_dim()];
-        let device = self.device();
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|_| LayerKv {
-                k: Tensor::zeros(shape, &device),
-                v: Tensor::zeros(shape, &device),
-            })
-            .collect();
-        Qwen2Cache {
-            layers,
-            lens: vec![0; slots],
-            max_len,
-            bucketed: compiles_per_shape::<B>(&device),
-        }
+        self.cache_for(slots, max_len, fused::enabled())
     }
 
     fn extend(
@@ -191,49 +279,16 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
         slots: &[usize],
         tokens: &[Vec<u32>],
     ) -> Result<Tensor<B, 2>, String> {
+        let seen = self.check_rows(cache, slots, tokens)?;
         let cfg = &self.config;
-        if slots.len() != tokens.len() {
-            return Err(format!(
-                "extend: {} slots for {} token rows",
-                slots.len(),
-                tokens.len()
-            ));
+        if let Some(engine) = &cache.fused {
+            let pass = fused::Pass::new(&cache.lens, slots, tokens);
+            let logits = fused::extend(self, engine, &pass)?;
+            for (&slot, toks) in slots.iter().zip(tokens) {
+                cache.lens[slot] += toks.len();
+            }
+            return Ok(logits);
         }
-        if slots.is_empty() {
-            return Err("extend: no rows".into());
-        }
-        let mut seen = vec![false; cache.slots()];
-        for (row, (&slot, toks)) in slots.iter().zip(tokens).enumerate() {
-            if slot >= cache.slots() {
-                return Err(format!(
-                    "slot {slot} (row {row}): the cache has {} slots",
-                    cache.slots()
-                ));
-            }
-            if std::mem::replace(&mut seen[slot], true) {
-                return Err(format!(
-                    "slot {slot} (row {row}): appears twice in one extend"
-                ));
-            }
-            if toks.is_empty() {
-                return Err(format!("slot {slot} (row {row}): no new tokens"));
-            }
-            if cache.lens[slot] + toks.len() > cache.max_len {
-                return Err(format!(
-                    "slot {slot}: {} cached + {} new tokens pass the slot's max_len {}",
-                    cache.lens[slot],
-                    toks.len(),
-                    cache.max_len
-                ));
-            }
-            if let Some(&bad) = toks.iter().find(|&&tok| tok as usize >= cfg.vocab_size) {
-                return Err(format!(
-                    "slot {slot} (row {row}): token {bad} is outside the vocabulary of {}",
-                    cfg.vocab_size
-                ));
-            }
-        }
-
         let device = self.device();
         let real_rows = slots.len();
         let (kv, max_len) = (cfg.num_key_value_heads, cache.max_len);
@@ -333,9 +388,32 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
         Ok(to_f32(self.logits(self.norm.forward(x))))
     }
 
+    fn extend_draw(
+        &self,
+        cache: &mut Qwen2Cache<B>,
+        slots: &[usize],
+        tokens: &[Vec<u32>],
+        draws: &[crate::DeviceDraw],
+    ) -> Result<Option<Vec<(u32, f32)>>, String> {
+        let Some(engine) = cache.fused.clone() else {
+            return Ok(None);
+        };
+        self.check_rows(cache, slots, tokens)?;
+        if draws.len() != slots.len() {
+            return Err(format!("{} draws for {} rows", draws.len(), slots.len()));
+        }
+        let pass = fused::Pass::new(&cache.lens, slots, tokens);
+        let drawn = fused::draw(self, &engine, &pass, draws)?;
+        for (&slot, toks) in slots.iter().zip(tokens) {
+            cache.lens[slot] += toks.len();
+        }
+        Ok(Some(drawn))
+    }
+
     fn clear_slot(&self, cache: &mut Qwen2Cache<B>, slot: usize) {
         let len = std::mem::replace(&mut cache.lens[slot], 0);
-        if len == 0 {
+        // The fused path reads only a slot's first `len` positions: nothing to restore.
+        if len == 0 || cache.fused.is_some() {
             return;
         }
         // Restore the zeros that the indexed-add write relies on (see `LayerKv`): the first

@@ -33,11 +33,11 @@ use kevin::policy::FinishReason;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::select::{select_tokens, RowChoice, SelectError};
+use super::select::{select_tokens, RowChoice, SelectError, Selection};
 use super::stop::{cut_at_stop, StopScanner};
 use super::{ParamsError, SamplingParams};
 use crate::gate::StepGate;
-use crate::CausalLm;
+use crate::{CausalLm, DeviceDraw};
 
 /// One generation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,6 +187,11 @@ pub struct GeneratorStats {
     /// Milliseconds the forward passes waited for the GPU timing lease (see
     /// [`Generator::set_gate`]).
     pub lease_wait_ms: f64,
+    /// Seconds of the passes that prefilled at least one prompt (the forward pass and the token
+    /// choice, lease waits excluded).
+    pub prefill_pass_s: f64,
+    /// Seconds of the passes that only decoded.
+    pub decode_pass_s: f64,
 }
 
 impl GeneratorStats {
@@ -199,6 +204,12 @@ impl GeneratorStats {
     pub fn mean_tokens(&self) -> f64 {
         self.tokens as f64 / self.forward_passes.max(1) as f64
     }
+}
+
+/// Why a forward pass with its token selection failed.
+enum PassError {
+    Forward(String),
+    Select(SelectError),
 }
 
 /// A request in a slot.
@@ -426,26 +437,13 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
         // the end of the pass or at an early return).
         let gate = self.gate.enter::<B>(&self.model.device());
         self.stats.lease_wait_ms += gate.waited().as_secs_f64() * 1e3;
-        let logits = match self.model.extend(&mut self.cache, &row_slots, &rows) {
-            Ok(logits) => logits,
-            Err(reason) => {
-                let aborted = self.abort(&row_slots);
-                return Err(GeneratorError::Forward { reason, aborted });
-            }
-        };
-        let expected = [rows.len(), self.model.vocab_size()];
-        if logits.dims() != expected {
-            let reason = format!("logits {:?}, expected {expected:?}", logits.dims());
-            let aborted = self.abort(&row_slots);
-            return Err(GeneratorError::Forward { reason, aborted });
-        }
-
+        // Each row's rules and uniform number (greedy rows draw nothing, so their seed's stream
+        // is not consumed).
         let choices: Vec<RowChoice> = row_slots
             .iter()
             .map(|&slot| {
                 let seq = self.slots[slot].as_mut().expect("row of an occupied slot");
                 let filter = seq.params.filter();
-                // Greedy rows draw nothing, so their seed's stream is not consumed.
                 let uniform = if filter.is_greedy() {
                     0.0
                 } else {
@@ -454,11 +452,22 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
                 RowChoice { filter, uniform }
             })
             .collect();
-        let selections = match select_tokens(logits, &choices) {
+        let started = std::time::Instant::now();
+        let selected = self.forward_and_select(&row_slots, &rows, &choices);
+        let took = started.elapsed().as_secs_f64();
+        if prefill.0 > 0 {
+            self.stats.prefill_pass_s += took;
+        } else {
+            self.stats.decode_pass_s += took;
+        }
+        let selections = match selected {
             Ok(selections) => selections,
-            Err(source) => {
+            Err(err) => {
                 let aborted = self.abort(&row_slots);
-                return Err(GeneratorError::Select { source, aborted });
+                return Err(match err {
+                    PassError::Forward(reason) => GeneratorError::Forward { reason, aborted },
+                    PassError::Select(source) => GeneratorError::Select { source, aborted },
+                });
             }
         };
 
@@ -473,6 +482,63 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
             }
         }
         Ok(done)
+    }
+
+    /// The forward pass over `rows` and one token per row: on the device in one call where the
+    /// model draws there ([`CausalLm::extend_draw`]: greedy or unfiltered rows), otherwise the
+    /// logits and [`select_tokens`].
+    fn forward_and_select(
+        &mut self,
+        row_slots: &[usize],
+        rows: &[Vec<u32>],
+        choices: &[RowChoice],
+    ) -> Result<Vec<Selection>, PassError> {
+        let vocab = self.model.vocab_size();
+        if choices
+            .iter()
+            .all(|c| c.filter.is_greedy() || c.filter.keeps_all(vocab))
+        {
+            let draws: Vec<DeviceDraw> = choices
+                .iter()
+                .map(|c| DeviceDraw {
+                    temperature: c.filter.temperature,
+                    uniform: c.uniform,
+                })
+                .collect();
+            let drawn = self
+                .model
+                .extend_draw(&mut self.cache, row_slots, rows, &draws)
+                .map_err(PassError::Forward)?;
+            if let Some(drawn) = drawn {
+                if drawn.len() != rows.len() {
+                    return Err(PassError::Forward(format!(
+                        "{} tokens drawn for {} rows",
+                        drawn.len(),
+                        rows.len()
+                    )));
+                }
+                let mut out = Vec::with_capacity(drawn.len());
+                for (row, (token, logprob)) in drawn.into_iter().enumerate() {
+                    if !logprob.is_finite() || token as usize >= vocab {
+                        return Err(PassError::Select(SelectError::NonFinite { row, logprob }));
+                    }
+                    out.push(Selection { token, logprob });
+                }
+                return Ok(out);
+            }
+        }
+        let logits = self
+            .model
+            .extend(&mut self.cache, row_slots, rows)
+            .map_err(PassError::Forward)?;
+        let expected = [rows.len(), vocab];
+        if logits.dims() != expected {
+            return Err(PassError::Forward(format!(
+                "logits {:?}, expected {expected:?}",
+                logits.dims()
+            )));
+        }
+        select_tokens(logits, choices).map_err(PassError::Select)
     }
 
     /// Moves waiting requests into free slots, lowest slot first.

@@ -513,3 +513,140 @@ fn generator_settings_are_checked() {
         Err(GeneratorError::Busy(1))
     );
 }
+
+/// A test double that draws "on the device" ([`CausalLm::extend_draw`]): the bigram model's
+/// logits through `select_tokens` with the draws' rules, counting its calls; `poison` makes its
+/// first row's log-prob NaN (a row whose logits are not a distribution).
+#[derive(Clone)]
+struct DrawingLm {
+    inner: BigramLm<B>,
+    calls: std::rc::Rc<std::cell::Cell<usize>>,
+    poison: bool,
+}
+
+impl CausalLm<B> for DrawingLm {
+    type Cache = BigramCache;
+
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn max_positions(&self) -> usize {
+        self.inner.max_positions()
+    }
+    fn device(&self) -> burn::tensor::Device<B> {
+        self.inner.device()
+    }
+    fn new_cache(&self, slots: usize, max_len: usize) -> BigramCache {
+        self.inner.new_cache(slots, max_len)
+    }
+    fn extend(
+        &self,
+        cache: &mut BigramCache,
+        slots: &[usize],
+        tokens: &[Vec<u32>],
+    ) -> Result<Tensor<B, 2>, String> {
+        self.inner.extend(cache, slots, tokens)
+    }
+    fn extend_draw(
+        &self,
+        cache: &mut BigramCache,
+        slots: &[usize],
+        tokens: &[Vec<u32>],
+        draws: &[crate::DeviceDraw],
+    ) -> Result<Option<Vec<(u32, f32)>>, String> {
+        self.calls.set(self.calls.get() + 1);
+        let logits = self.inner.extend(cache, slots, tokens)?;
+        let choices: Vec<RowChoice> = draws
+            .iter()
+            .map(|d| RowChoice {
+                filter: crate::sampler::TokenFilter {
+                    temperature: d.temperature,
+                    top_k: 0,
+                    top_p: 1.0,
+                },
+                uniform: d.uniform,
+            })
+            .collect();
+        let mut out: Vec<(u32, f32)> = select_tokens(logits, &choices)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|s| (s.token, s.logprob))
+            .collect();
+        if self.poison {
+            out[0].1 = f32::NAN;
+        }
+        Ok(Some(out))
+    }
+    fn clear_slot(&self, cache: &mut BigramCache, slot: usize) {
+        self.inner.clear_slot(cache, slot)
+    }
+    fn forward(&self, tokens: Tensor<B, 2, burn::tensor::Int>) -> Tensor<B, 3> {
+        self.inner.forward(tokens)
+    }
+}
+
+fn drawing(poison: bool) -> DrawingLm {
+    DrawingLm {
+        inner: successor(64),
+        calls: Default::default(),
+        poison,
+    }
+}
+
+/// Greedy and unfiltered rows go through the model's own draw, one call per pass, with the same
+/// tokens as selecting from its logits; a batch with a filtered row goes through the logits.
+#[test]
+fn unfiltered_rows_are_drawn_by_the_model_and_filtered_rows_from_logits() {
+    let reqs = vec![
+        request(1, &[1, 2], 5, &params(1.0, 0, 1.0, 9)),
+        request(2, &[3], 6, &params(0.0, 0, 1.0, 7)),
+        request(3, &[4, 4, 4], 7, &params(0.7, 0, 1.0, 11)),
+    ];
+    let want = run(successor(64), 4, 64, reqs.clone());
+    let model = drawing(false);
+    let mut g = Generator::new(model.clone(), 4, 64).unwrap();
+    let got = g.generate_all(reqs, &letters).unwrap();
+    assert_eq!(got, want);
+    assert_eq!(model.calls.get() as u64, g.stats().forward_passes);
+
+    let model = drawing(false);
+    let mut g = Generator::new(model.clone(), 4, 64).unwrap();
+    let filtered = vec![
+        request(1, &[1], 5, &params(1.0, 0, 1.0, 4)),
+        request(2, &[2], 6, &params(1.0, 3, 1.0, 4)),
+    ];
+    g.generate_all(filtered, &letters).unwrap();
+    assert_eq!(
+        model.calls.get(),
+        0,
+        "a filtered row sends the pass through the logits"
+    );
+}
+
+/// A NaN log-prob from the model's draw fails the pass as a token-selection error naming the
+/// row, and aborts that pass's requests.
+#[test]
+fn a_bad_device_draw_is_a_selection_error() {
+    let mut g = Generator::new(drawing(true), 2, 64).unwrap();
+    let err = g
+        .generate_all(
+            vec![
+                request(1, &[1], 5, &params(1.0, 0, 1.0, 4)),
+                request(2, &[2], 6, &params(1.0, 0, 1.0, 4)),
+            ],
+            &letters,
+        )
+        .unwrap_err();
+    match err {
+        GeneratorError::Select {
+            source: SelectError::NonFinite { row: 0, logprob },
+            mut aborted,
+        } => {
+            assert!(logprob.is_nan());
+            aborted.sort();
+            assert_eq!(aborted, [1, 2]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(g.is_idle());
+}

@@ -47,7 +47,7 @@ impl TokenFilter {
     }
 
     /// Neither top-k nor top-p removes a token from a vocabulary of `vocab`.
-    fn keeps_all(&self, vocab: usize) -> bool {
+    pub fn keeps_all(&self, vocab: usize) -> bool {
         (self.top_k == 0 || self.top_k >= vocab) && self.top_p >= 1.0
     }
 }

@@ -12,7 +12,7 @@ use crate::cmd::{failure, usage, write_json, CmdResult};
 /// The flags of `kevin bench policy`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Model shape: "qwen2-0.5b" (the issue's) or "tiny" (a smoke run).
+    /// Model shape: "qwen2-0.5b" (the issue's), "qwen2.5-1.5b", "kevin-4m" or "tiny" (a smoke run).
     #[arg(long, default_value = "qwen2-0.5b")]
     pub shape: String,
     /// "cuda" or "cpu" (default: cuda where nvidia-smi lists a GPU).
@@ -53,6 +53,10 @@ pub struct Args {
     /// "burn" (none: burn's own matmul) or "cublas-all".
     #[arg(long, default_value = "cublas")]
     pub matmul: String,
+    /// How generation runs its cached forward pass on CUDA: "fused" (default: own kernels and
+    /// cuBLAS on a stream of its own) or "burn" (burn's layers, the reference path).
+    #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
+    pub generate: String,
     /// The transformers peer's JSON (benches/hf_policy.py --json) to compare with.
     #[arg(long)]
     pub hf: Option<PathBuf>,
@@ -77,6 +81,7 @@ pub fn run(a: &Args) -> CmdResult {
             .leased(),
         load_seconds: a.load_seconds,
         matmul: kevin_policy::cublas::parse_mode(&a.matmul).map_err(usage)?,
+        fused: a.generate == "fused",
     };
     if !(a.load_seconds.is_finite() && a.load_seconds >= 0.0) {
         return Err(usage(format!(
