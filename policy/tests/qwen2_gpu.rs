@@ -247,9 +247,20 @@ fn cublas_products_stay_ordered_in_a_long_chain_on_cuda() {
     assert!(d < 1e-4, "chain off by {d}");
 }
 
-/// `cfg` from a config.json text.
-fn config(json: &str) -> kevin_policy::Qwen2Config {
-    kevin_policy::Qwen2Config::from_json(json).unwrap()
+/// A model config of (vocab, hidden, intermediate, layers, heads, kv heads, rope theta, tied
+/// head), random weights drawn with std 0.1.
+type ShapeSpec = (usize, usize, usize, usize, usize, usize, f64, bool);
+
+fn shape_config(spec: ShapeSpec) -> kevin_policy::Qwen2Config {
+    let (vocab, hidden, inter, layers, heads, kv, theta, tied) = spec;
+    kevin_policy::Qwen2Config::from_json(&format!(
+        r#"{{"model_type": "qwen2", "vocab_size": {vocab}, "hidden_size": {hidden},
+        "intermediate_size": {inter}, "num_hidden_layers": {layers},
+        "num_attention_heads": {heads}, "num_key_value_heads": {kv},
+        "max_position_embeddings": 4096, "rope_theta": {theta:?}, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": {tied}, "initializer_range": 0.1}}"#
+    ))
+    .unwrap()
 }
 
 /// The fused extend path against burn's layers (the reference) on one random model: prefill
@@ -371,46 +382,26 @@ fn fused_extend_matches_burns_layers_on_cuda() {
         return;
     }
     let device = kevin_policy::cuda_setup::cuda_device(0);
-    let shapes = [
+    let shapes: [ShapeSpec; 7] = [
         // The 4M policy's shape: d 64, 2 query heads per kv head, tied.
-        r#"{"model_type": "qwen2", "vocab_size": 3672, "hidden_size": 256,
-            "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0,
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
-        // Qwen2-0.5B's grouping (7 per kv head, d 64), untied.
-        r#"{"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 448,
-            "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 7,
-            "num_key_value_heads": 1, "max_position_embeddings": 4096, "rope_theta": 1000000.0,
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "initializer_range": 0.1}"#,
+        (3672, 256, 768, 4, 4, 2, 1e4, true),
+        // Qwen2-0.5B's grouping (7 per kv head, d 64), untied; hidden 448, whose rows cubecl
+        // pads.
+        (1000, 448, 1024, 2, 7, 1, 1e6, false),
         // Qwen2.5-1.5B's head (d 128, 6 per kv head).
-        r#"{"model_type": "qwen2", "vocab_size": 700, "hidden_size": 768,
-            "intermediate_size": 1536, "num_hidden_layers": 2, "num_attention_heads": 6,
-            "num_key_value_heads": 1, "max_position_embeddings": 4096, "rope_theta": 1000000.0,
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
+        (700, 768, 1536, 2, 6, 1, 1e6, true),
         // The 4M shape, untied.
-        r#"{"model_type": "qwen2", "vocab_size": 3672, "hidden_size": 256,
-            "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0,
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "initializer_range": 0.1}"#,
+        (3672, 256, 768, 4, 4, 2, 1e4, false),
         // The 4M shape with one kv head (4 per group).
-        r#"{"model_type": "qwen2", "vocab_size": 3672, "hidden_size": 256,
-            "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4,
-            "num_key_value_heads": 1, "max_position_embeddings": 4096, "rope_theta": 10000.0,
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
-        // 8 query heads per kv head (the most the kernel holds), hidden 512
-        r#"{"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 512,
-            "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
-            "num_key_value_heads": 1, "max_position_embeddings": 4096, "rope_theta": 1000000.0,
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "initializer_range": 0.1}"#,
+        (3672, 256, 768, 4, 4, 1, 1e4, true),
+        // 8 query heads per kv head (the most the kernel holds), hidden 512.
+        (1000, 512, 1024, 2, 8, 1, 1e6, false),
         // The benchmark's tiny shape (d 16).
-        r#"{"model_type": "qwen2", "vocab_size": 512, "hidden_size": 64,
-            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "max_position_embeddings": 2048, "rope_theta": 10000.0,
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
+        (512, 64, 128, 2, 4, 2, 1e4, true),
     ];
     let mut failed = Vec::new();
-    for (i, json) in shapes.iter().enumerate() {
-        let cfg = config(json);
+    for (i, &spec) in shapes.iter().enumerate() {
+        let cfg = shape_config(spec);
         let (d32, f32_, s32) = fused_against_reference::<Cuda<f32>>(&cfg, &device, true);
         let (d16, f16_, s16) = fused_against_reference::<Cuda<half::bf16>>(&cfg, &device, false);
         eprintln!(
@@ -440,12 +431,7 @@ fn fused_draws_match_select_tokens_on_cuda() {
         return;
     }
     let device = kevin_policy::cuda_setup::cuda_device(0);
-    let cfg = config(
-        r#"{"model_type": "qwen2", "vocab_size": 3672, "hidden_size": 256,
-            "intermediate_size": 768, "num_hidden_layers": 4, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0,
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "initializer_range": 0.1}"#,
-    );
+    let cfg = shape_config((3672, 256, 768, 4, 4, 2, 1e4, true));
     let model = Qwen2::<Cuda<f32>>::new(&cfg, &device).unwrap();
     let rows = 48;
     let mut a = model.cache_for(rows, 64, true);
@@ -473,13 +459,7 @@ fn fused_draws_match_select_tokens_on_cuda() {
             .collect();
         let logits = model.extend(&mut a, &slots, &tokens).unwrap();
         let want = select_tokens(logits, &choices).unwrap();
-        let draws: Vec<DeviceDraw> = choices
-            .iter()
-            .map(|c| DeviceDraw {
-                temperature: c.filter.temperature,
-                uniform: c.uniform,
-            })
-            .collect();
+        let draws: Vec<DeviceDraw> = choices.iter().map(RowChoice::device_draw).collect();
         let got = model
             .extend_draw(&mut b, &slots, &tokens, &draws)
             .unwrap()

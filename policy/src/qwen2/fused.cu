@@ -221,6 +221,14 @@ __device__ void silu_mul(const T* gate, const T* up, T* out, long long n) {
     }
 }
 
+#define KEVIN_ATTN(T, S, E)                                                                     \
+    extern "C" __global__ void kevin_attn##E##_##S(const T* q, const T* kc, const T* vc,        \
+                                                   const int* slot, const int* pos, T* out,     \
+                                                   int h, int kv, int d, int max_len,           \
+                                                   float scale) {                               \
+        attn<T, E>(q, kc, vc, slot, pos, out, h, kv, d, max_len, scale);                        \
+    }
+
 #define KEVIN_TYPED(T, S)                                                                       \
     extern "C" __global__ void kevin_embed_##S(const int* ids, const T* table, T* x, int hidden, \
                                                int ld) {                                        \
@@ -236,21 +244,9 @@ __device__ void silu_mul(const T* gate, const T* up, T* out, long long n) {
         int kv, int d, int max_len) {                                                           \
         qkv_rope<T>(q, k, v, bq, bk, bv, slot, pos, inv_freq, qo, kc, vc, h, kv, d, max_len);   \
     }                                                                                           \
-    extern "C" __global__ void kevin_attn1_##S(const T* q, const T* kc, const T* vc,            \
-                                               const int* slot, const int* pos, T* out, int h,  \
-                                               int kv, int d, int max_len, float scale) {       \
-        attn<T, 1>(q, kc, vc, slot, pos, out, h, kv, d, max_len, scale);                           \
-    }                                                                                           \
-    extern "C" __global__ void kevin_attn2_##S(const T* q, const T* kc, const T* vc,            \
-                                               const int* slot, const int* pos, T* out, int h,  \
-                                               int kv, int d, int max_len, float scale) {       \
-        attn<T, 2>(q, kc, vc, slot, pos, out, h, kv, d, max_len, scale);                           \
-    }                                                                                           \
-    extern "C" __global__ void kevin_attn4_##S(const T* q, const T* kc, const T* vc,            \
-                                               const int* slot, const int* pos, T* out, int h,  \
-                                               int kv, int d, int max_len, float scale) {       \
-        attn<T, 4>(q, kc, vc, slot, pos, out, h, kv, d, max_len, scale);                           \
-    }                                                                                           \
+    KEVIN_ATTN(T, S, 1)                                                                         \
+    KEVIN_ATTN(T, S, 2)                                                                         \
+    KEVIN_ATTN(T, S, 4)                                                                         \
     extern "C" __global__ void kevin_silu_mul_##S(const T* gate, const T* up, T* out,           \
                                                   long long n) {                                \
         silu_mul<T>(gate, up, out, n);                                                          \

@@ -891,18 +891,8 @@ impl Engine {
 mod tests {
     use super::*;
 
-    #[test]
-    fn source_defines_every_kernel() {
-        for k in kernel_names() {
-            let typed = k.rsplit_once('_').map(|(stem, _)| stem).unwrap_or(&k);
-            assert!(
-                SOURCE.contains(&format!("void {k}("))
-                    || SOURCE.contains(&format!("void {typed}_##S(")),
-                "{k} missing from fused.cu"
-            );
-        }
-    }
-
+    /// Every kernel compiles, and every name of [`kernel_names`] is one of its symbols (each is
+    /// a name expression of the compile: a missing one fails it).
     #[test]
     fn fused_kernels_compile_for_sm_90() {
         if let Err(e) = kevin::compile::locate_nvrtc() {

@@ -498,13 +498,7 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
             .iter()
             .all(|c| c.filter.is_greedy() || c.filter.keeps_all(vocab))
         {
-            let draws: Vec<DeviceDraw> = choices
-                .iter()
-                .map(|c| DeviceDraw {
-                    temperature: c.filter.temperature,
-                    uniform: c.uniform,
-                })
-                .collect();
+            let draws: Vec<DeviceDraw> = choices.iter().map(RowChoice::device_draw).collect();
             let drawn = self
                 .model
                 .extend_draw(&mut self.cache, row_slots, rows, &draws)

@@ -334,11 +334,16 @@ fn bad_requests_are_refused_without_disturbing_the_others() {
     assert!(g.is_idle());
 }
 
-/// A model that fails its n-th `extend`, to exercise the engine's recovery.
+/// A model that fails its n-th `extend`, to exercise the engine's recovery. With `draws`, it
+/// also draws "on the device" ([`CausalLm::extend_draw`]: its logits through `select_tokens`
+/// with the draws' rules), counting those calls there; `poison` then makes the first row's
+/// log-prob NaN (a row whose logits are not a distribution).
 struct Flaky {
     inner: BigramLm<B>,
     fail_at: usize,
     calls: std::cell::Cell<usize>,
+    draws: Option<std::rc::Rc<std::cell::Cell<usize>>>,
+    poison: bool,
 }
 
 impl CausalLm<B> for Flaky {
@@ -367,6 +372,39 @@ impl CausalLm<B> for Flaky {
         }
         self.inner.extend(cache, slots, tokens)
     }
+    fn extend_draw(
+        &self,
+        cache: &mut BigramCache,
+        slots: &[usize],
+        tokens: &[Vec<u32>],
+        draws: &[crate::DeviceDraw],
+    ) -> Result<Option<Vec<(u32, f32)>>, String> {
+        let Some(count) = &self.draws else {
+            return Ok(None);
+        };
+        count.set(count.get() + 1);
+        let logits = self.extend(cache, slots, tokens)?;
+        let choices: Vec<RowChoice> = draws
+            .iter()
+            .map(|d| RowChoice {
+                filter: crate::sampler::TokenFilter {
+                    temperature: d.temperature,
+                    top_k: 0,
+                    top_p: 1.0,
+                },
+                uniform: d.uniform,
+            })
+            .collect();
+        let mut out: Vec<(u32, f32)> = select_tokens(logits, &choices)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|s| (s.token, s.logprob))
+            .collect();
+        if self.poison {
+            out[0].1 = f32::NAN;
+        }
+        Ok(Some(out))
+    }
     fn clear_slot(&self, cache: &mut BigramCache, slot: usize) {
         self.inner.clear_slot(cache, slot)
     }
@@ -383,6 +421,8 @@ fn failed_forward_aborts_its_rows_and_the_engine_recovers() {
         inner: successor(64),
         fail_at: 2,
         calls: Default::default(),
+        draws: None,
+        poison: false,
     };
     let mut g = Generator::new(model, 2, 64).unwrap();
     let p = params(0.0, 0, 1.0, 3);
@@ -420,6 +460,8 @@ fn failed_forward_aborts_its_rows_and_the_engine_recovers() {
         inner: successor(64),
         fail_at: 2,
         calls: Default::default(),
+        draws: None,
+        poison: false,
     };
     let mut g = Generator::new(model, 2, 64).unwrap();
     let reqs = (1..=3).map(|id| request(id, &[0], 0, &p)).collect();
@@ -514,83 +556,16 @@ fn generator_settings_are_checked() {
     );
 }
 
-/// A test double that draws "on the device" ([`CausalLm::extend_draw`]): the bigram model's
-/// logits through `select_tokens` with the draws' rules, counting its calls; `poison` makes its
-/// first row's log-prob NaN (a row whose logits are not a distribution).
-#[derive(Clone)]
-struct DrawingLm {
-    inner: BigramLm<B>,
-    calls: std::rc::Rc<std::cell::Cell<usize>>,
-    poison: bool,
-}
-
-impl CausalLm<B> for DrawingLm {
-    type Cache = BigramCache;
-
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-    fn max_positions(&self) -> usize {
-        self.inner.max_positions()
-    }
-    fn device(&self) -> burn::tensor::Device<B> {
-        self.inner.device()
-    }
-    fn new_cache(&self, slots: usize, max_len: usize) -> BigramCache {
-        self.inner.new_cache(slots, max_len)
-    }
-    fn extend(
-        &self,
-        cache: &mut BigramCache,
-        slots: &[usize],
-        tokens: &[Vec<u32>],
-    ) -> Result<Tensor<B, 2>, String> {
-        self.inner.extend(cache, slots, tokens)
-    }
-    fn extend_draw(
-        &self,
-        cache: &mut BigramCache,
-        slots: &[usize],
-        tokens: &[Vec<u32>],
-        draws: &[crate::DeviceDraw],
-    ) -> Result<Option<Vec<(u32, f32)>>, String> {
-        self.calls.set(self.calls.get() + 1);
-        let logits = self.inner.extend(cache, slots, tokens)?;
-        let choices: Vec<RowChoice> = draws
-            .iter()
-            .map(|d| RowChoice {
-                filter: crate::sampler::TokenFilter {
-                    temperature: d.temperature,
-                    top_k: 0,
-                    top_p: 1.0,
-                },
-                uniform: d.uniform,
-            })
-            .collect();
-        let mut out: Vec<(u32, f32)> = select_tokens(logits, &choices)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(|s| (s.token, s.logprob))
-            .collect();
-        if self.poison {
-            out[0].1 = f32::NAN;
-        }
-        Ok(Some(out))
-    }
-    fn clear_slot(&self, cache: &mut BigramCache, slot: usize) {
-        self.inner.clear_slot(cache, slot)
-    }
-    fn forward(&self, tokens: Tensor<B, 2, burn::tensor::Int>) -> Tensor<B, 3> {
-        self.inner.forward(tokens)
-    }
-}
-
-fn drawing(poison: bool) -> DrawingLm {
-    DrawingLm {
+fn drawing(poison: bool) -> (Flaky, std::rc::Rc<std::cell::Cell<usize>>) {
+    let draws = std::rc::Rc::new(std::cell::Cell::new(0));
+    let model = Flaky {
         inner: successor(64),
+        fail_at: usize::MAX,
         calls: Default::default(),
+        draws: Some(draws.clone()),
         poison,
-    }
+    };
+    (model, draws)
 }
 
 /// Greedy and unfiltered rows go through the model's own draw, one call per pass, with the same
@@ -603,21 +578,21 @@ fn unfiltered_rows_are_drawn_by_the_model_and_filtered_rows_from_logits() {
         request(3, &[4, 4, 4], 7, &params(0.7, 0, 1.0, 11)),
     ];
     let want = run(successor(64), 4, 64, reqs.clone());
-    let model = drawing(false);
-    let mut g = Generator::new(model.clone(), 4, 64).unwrap();
+    let (model, draws) = drawing(false);
+    let mut g = Generator::new(model, 4, 64).unwrap();
     let got = g.generate_all(reqs, &letters).unwrap();
     assert_eq!(got, want);
-    assert_eq!(model.calls.get() as u64, g.stats().forward_passes);
+    assert_eq!(draws.get() as u64, g.stats().forward_passes);
 
-    let model = drawing(false);
-    let mut g = Generator::new(model.clone(), 4, 64).unwrap();
+    let (model, draws) = drawing(false);
+    let mut g = Generator::new(model, 4, 64).unwrap();
     let filtered = vec![
         request(1, &[1], 5, &params(1.0, 0, 1.0, 4)),
         request(2, &[2], 6, &params(1.0, 3, 1.0, 4)),
     ];
     g.generate_all(filtered, &letters).unwrap();
     assert_eq!(
-        model.calls.get(),
+        draws.get(),
         0,
         "a filtered row sends the pass through the logits"
     );
@@ -627,7 +602,7 @@ fn unfiltered_rows_are_drawn_by_the_model_and_filtered_rows_from_logits() {
 /// row, and aborts that pass's requests.
 #[test]
 fn a_bad_device_draw_is_a_selection_error() {
-    let mut g = Generator::new(drawing(true), 2, 64).unwrap();
+    let mut g = Generator::new(drawing(true).0, 2, 64).unwrap();
     let err = g
         .generate_all(
             vec![

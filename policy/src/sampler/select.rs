@@ -62,6 +62,17 @@ pub struct RowChoice {
     pub uniform: f64,
 }
 
+impl RowChoice {
+    /// The same choice as the model draws it on the device ([`crate::CausalLm::extend_draw`];
+    /// only for greedy rows and rows whose filter keeps every token).
+    pub fn device_draw(&self) -> crate::DeviceDraw {
+        crate::DeviceDraw {
+            temperature: self.filter.temperature,
+            uniform: self.uniform,
+        }
+    }
+}
+
 /// The chosen token of one row.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Selection {
