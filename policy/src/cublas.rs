@@ -233,19 +233,19 @@ fn fallback_warning(why: &str) {
 
 /// One operand's last two dimensions as cuBLAS reads them, and its batch stride.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Operand {
+pub(crate) struct Operand {
     /// Stored transposed (its rows are the contracted or the output's columns).
-    trans: bool,
+    pub(crate) trans: bool,
     /// Elements between consecutive stored rows.
-    ld: i64,
+    pub(crate) ld: i64,
     /// Elements between consecutive matrices of the batch (0: one matrix for all).
-    batch_stride: i64,
+    pub(crate) batch_stride: i64,
 }
 
 /// How `shape`/`strides` (rank D, the last two `rows x cols`) map onto a strided batch of
 /// `out_batch` matrices: `None` when they do not (a partial broadcast, a batch that is not
 /// evenly strided, rows and columns both strided).
-fn operand(shape: &[usize], strides: &[usize], out_batch: &[usize]) -> Option<Operand> {
+pub(crate) fn operand(shape: &[usize], strides: &[usize], out_batch: &[usize]) -> Option<Operand> {
     let d = shape.len();
     let (r, c) = (shape[d - 2], shape[d - 1]);
     let (sr, sc) = (strides[d - 2] as i64, strides[d - 1] as i64);

@@ -37,7 +37,7 @@ pub struct Qwen2Cache<B: Backend> {
     pub(super) bucketed: bool,
     /// The fused path's engine and key/value memory ([`super::fused`]), where it serves; then
     /// `layers` is empty and bucketing does not apply (no token is padded).
-    pub(super) fused: Option<std::sync::Arc<super::fused::Fused>>,
+    pub(super) fused: Option<super::fused::Fused>,
 }
 
 /// Attended keys are rounded up to a multiple of this when shapes are bucketed.
@@ -87,6 +87,13 @@ impl<B: Backend> Qwen2Cache<B> {
     /// See [`Qwen2Cache::set_bucketed`].
     pub fn bucketed(&self) -> bool {
         self.bucketed
+    }
+
+    /// Counts `tokens[i]` into slot `slots[i]`'s length (after an `extend` wrote them).
+    pub(super) fn advance(&mut self, slots: &[usize], tokens: &[Vec<u32>]) {
+        for (&slot, toks) in slots.iter().zip(tokens) {
+            self.lens[slot] += toks.len();
+        }
     }
 
     /// Whether `extend` takes the fused path ([`super::fused`]) with this cache.

@@ -24,8 +24,9 @@
 //! two.
 
 use std::any::{Any, TypeId};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Mutex;
 
 use burn::backend::ir::{
     CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorId, TensorIr,
@@ -49,6 +50,7 @@ use kevin::ops::Dtype;
 
 use super::config::Qwen2Config;
 use super::Qwen2;
+use crate::cublas::operand;
 use crate::DeviceDraw;
 
 /// CUDA source of the fused path's kernels.
@@ -119,10 +121,6 @@ pub fn unsupported(cfg: &Qwen2Config) -> Option<String> {
     None
 }
 
-/// The fused path's state for one cache: its stream, cuBLAS handle, kernels, key/value memory,
-/// scratch, and the device addresses of the weights it last ran with.
-pub struct Fused(Mutex<Engine>);
-
 impl std::fmt::Debug for Fused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Fused")
@@ -142,17 +140,26 @@ impl Fused {
         if let Some(why) = unsupported(cfg) {
             return Err(why);
         }
-        let (elem, suffix) = match dtype {
-            DType::F32 => (4, "f32"),
-            DType::BF16 => (2, "bf16"),
+        let (dtype, suffix) = match dtype {
+            DType::F32 => (Dtype::F32, "f32"),
+            DType::BF16 => (Dtype::Bf16, "bf16"),
             other => return Err(format!("dtype {other:?} (f32 or bf16)")),
         };
+        let elem = dtype.size_bytes();
         if !Blas::available() {
             return Err("libcublas.so is not on the loader path".into());
         }
+        // Owned from here: the stream (and the module) are released if anything below fails,
+        // after the cuBLAS handle bound to the stream (declared later, dropped first).
         let (ctx, stream) = crate::cublas::primary_stream(device)?;
+        let mut own = Own {
+            ctx,
+            stream,
+            module: std::ptr::null_mut(),
+        };
+        own.module = load_module(device)?;
+        let module = own.module;
         let blas = Blas::new(stream).map_err(|e| e.to_string())?;
-        let module = load_module(device)?;
         let f = |name: &str| -> Result<drv::CUfunction, String> {
             let c = std::ffi::CString::new(name).expect("kernel names have no NUL");
             // SAFETY: the module is loaded in the current (primary) context.
@@ -175,25 +182,18 @@ impl Fused {
         let (kv, d) = (cfg.num_key_value_heads, cfg.head_dim());
         let layer_bytes = slots * kv * max_len * d * elem;
         let cache = DevMem::new(2 * cfg.num_hidden_layers * layer_bytes)?;
-        let half = d / 2;
-        let theta = cfg.rope_base() as f32;
-        // As `Rope::new` computes them.
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| 1.0 / theta.powf((2 * i) as f32 / d as f32))
-            .collect();
-        let freq = DevMem::new(half * 4)?;
+        let inv_freq = super::layers::inv_freq(cfg);
+        let freq = DevMem::new(inv_freq.len() * 4)?;
         // SAFETY: `freq` holds `half` f32; the copy completes before `inv_freq` is dropped
         // (synchronised below).
         unsafe {
             cu::memcpy_htod_async(freq.ptr, &inv_freq, stream).map_err(|e| format!("{e:?}"))?;
             cu::stream::synchronize(stream).map_err(|e| format!("{e:?}"))?;
         }
-        Ok(Fused(Mutex::new(Engine {
-            ctx,
-            stream,
+        Ok(Fused {
             blas,
             fns,
-            dtype: if elem == 4 { Dtype::F32 } else { Dtype::Bf16 },
+            dtype,
             elem,
             cfg: cfg.clone(),
             max_len,
@@ -202,29 +202,36 @@ impl Fused {
             freq,
             scratch: None,
             weights: None,
-        })))
+            own,
+        })
     }
 }
 
-/// The kernels' cubin for GPU `device`'s architecture, compiled once per process and loaded
-/// into the current context.
+/// The kernels' cubin for GPU `device`'s architecture, compiled once per process and
+/// architecture, loaded into the current context.
 fn load_module(device: usize) -> Result<drv::CUmodule, String> {
-    static IMAGE: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
-    let image = IMAGE.get_or_init(|| {
-        let dev = cu::device::get(device as i32).map_err(|e| format!("{e:?}"))?;
-        let attr = |a| unsafe { cu::device::get_attribute(dev, a) }.map_err(|e| format!("{e:?}"));
-        let major = attr(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = attr(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        let names = kernel_names();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut req = kevin::compile::CompileRequest::ptx(SOURCE, &names);
-        req.arch = format!("sm_{major}{minor}");
-        req.output = kevin::compile::OutputKind::Cubin;
-        let out = kevin::compile::compile(&req, &kevin::compile::find_cuda_include_dirs())
-            .map_err(|e| format!("compiling the fused kernels: {e}"))?;
-        Ok(out.image.into_bytes())
-    });
-    let image = image.clone()?;
+    static IMAGES: Mutex<BTreeMap<String, Result<Vec<u8>, String>>> = Mutex::new(BTreeMap::new());
+    let dev = cu::device::get(device as i32).map_err(|e| format!("{e:?}"))?;
+    // SAFETY: attribute queries of a valid device.
+    let attr = |a| unsafe { cu::device::get_attribute(dev, a) }.map_err(|e| format!("{e:?}"));
+    let major = attr(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attr(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let arch = format!("sm_{major}{minor}");
+    let image = IMAGES
+        .lock()
+        .map_err(|_| "the fused kernels' cache lock is poisoned")?
+        .entry(arch.clone())
+        .or_insert_with(|| {
+            let names = kernel_names();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let mut req = kevin::compile::CompileRequest::ptx(SOURCE, &names);
+            req.arch = arch;
+            req.output = kevin::compile::OutputKind::Cubin;
+            let out = kevin::compile::compile(&req, &kevin::compile::find_cuda_include_dirs())
+                .map_err(|e| format!("compiling the fused kernels: {e}"))?;
+            Ok(out.image.into_bytes())
+        })
+        .clone()?;
     // SAFETY: a cubin for this device's architecture, loaded into the current context.
     unsafe { cu::module::load_data(image.as_ptr().cast()) }.map_err(|e| format!("{e:?}"))
 }
@@ -287,9 +294,9 @@ struct Scratch {
     rows: usize,
 }
 
-pub(super) struct Engine {
-    ctx: drv::CUcontext,
-    stream: drv::CUstream,
+/// The fused path's state for one cache: its stream, cuBLAS handle, kernels, key/value memory,
+/// scratch, and the device addresses of the weights it last ran with.
+pub struct Fused {
     blas: Blas,
     fns: Fns,
     dtype: Dtype,
@@ -301,18 +308,41 @@ pub(super) struct Engine {
     freq: DevMem,
     scratch: Option<Scratch>,
     weights: Option<WeightSet>,
+    /// Last: dropped after the cuBLAS handle bound to its stream and after the memory.
+    own: Own,
 }
 
-// SAFETY: the raw CUDA handles are used under the `Fused` mutex only, with the primary context
-// made current by the thread that holds it.
-unsafe impl Send for Engine {}
+// SAFETY: the raw CUDA handles are used through `&mut Fused` only (one thread at a time), with
+// the primary context made current by that thread.
+unsafe impl Send for Fused {}
 
-impl Drop for Engine {
+impl Drop for Fused {
     fn drop(&mut self) {
+        // Before the fields: the context is current for the frees and nothing runs any more.
         // SAFETY: the stream was created by this engine; passes end synchronised.
         unsafe {
+            let _ = cu::ctx::set_current(self.own.ctx);
+            let _ = cu::stream::synchronize(self.own.stream);
+        }
+    }
+}
+
+/// The engine's stream and module in the primary context, released on drop.
+struct Own {
+    ctx: drv::CUcontext,
+    stream: drv::CUstream,
+    module: drv::CUmodule,
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        // SAFETY: created once for this engine, released once; its work is synchronised.
+        unsafe {
             let _ = cu::ctx::set_current(self.ctx);
-            let _ = cu::stream::synchronize(self.stream);
+            if !self.module.is_null() {
+                let _ = cu::module::unload(self.module);
+            }
+            let _ = cu::stream::destroy(self.stream);
         }
     }
 }
@@ -392,7 +422,7 @@ enum Output<T> {
 /// device when `draws` is given.
 fn pass<B: Backend>(
     model: &Qwen2<B>,
-    fused: &Arc<Fused>,
+    fused: &mut Fused,
     pass: &Pass,
     draws: Option<&[DeviceDraw]>,
 ) -> Result<Output<Tensor<B, 2>>, String> {
@@ -406,15 +436,11 @@ fn pass<B: Backend>(
             Output::Drawn(d) => Output::Drawn(d),
         }
     }
-    let mut engine = fused
-        .0
-        .lock()
-        .map_err(|_| "the fused engine's lock is poisoned")?;
     if let Some(m) = any.downcast_ref::<Qwen2<Cuda<f32>>>() {
-        return engine.run(m, pass, draws).map(back::<B, Cuda<f32>>);
+        return fused.run(m, pass, draws).map(back::<B, Cuda<f32>>);
     }
     if let Some(m) = any.downcast_ref::<Qwen2<Cuda<bf16>>>() {
-        return engine.run(m, pass, draws).map(back::<B, Cuda<bf16>>);
+        return fused.run(m, pass, draws).map(back::<B, Cuda<bf16>>);
     }
     Err(format!(
         "the fused path does not serve {}",
@@ -425,7 +451,7 @@ fn pass<B: Backend>(
 /// `model`'s logits for `pass` through `fused` (`B` must be a backend it [`serves`]).
 pub(super) fn extend<B: Backend>(
     model: &Qwen2<B>,
-    fused: &Arc<Fused>,
+    fused: &mut Fused,
     p: &Pass,
 ) -> Result<Tensor<B, 2>, String> {
     match pass(model, fused, p, None)? {
@@ -437,7 +463,7 @@ pub(super) fn extend<B: Backend>(
 /// `model`'s pass with one token per row drawn on the device (see [`crate::DeviceDraw`]).
 pub(super) fn draw<B: Backend>(
     model: &Qwen2<B>,
-    fused: &Arc<Fused>,
+    fused: &mut Fused,
     p: &Pass,
     draws: &[DeviceDraw],
 ) -> Result<Vec<(u32, f32)>, String> {
@@ -495,7 +521,7 @@ fn layout(sizes: &[usize]) -> (Vec<usize>, usize) {
     (offsets, at)
 }
 
-impl Engine {
+impl Fused {
     fn err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> String + '_ {
         move |e| format!("fused pass, {what}: {e:?}")
     }
@@ -517,15 +543,18 @@ impl Engine {
             };
             let t: CubeTensor<CudaRuntime> =
                 prim.client.resolve_tensor_float::<Inner<F>>(prim.clone());
-            let (shape, strides) = (t.meta.shape().to_vec(), t.meta.strides().to_vec());
-            let (t, trans, ld) = match (shape.len(), strides.as_slice()) {
-                (1, [1]) => (t, false, shape[0] as i64),
-                (2, &[s0, 1]) if s0 >= shape[1] => (t, false, s0 as i64),
-                (2, &[1, s1]) if s1 >= shape[0] && shape[1] > 1 => (t, true, s1 as i64),
-                _ => {
+            // A vector must be packed; a matrix any layout cuBLAS reads (as the matmul extension
+            // reads its operands), else it is packed once here.
+            let layout = |t: &CubeTensor<CudaRuntime>| match t.meta.shape().len() {
+                1 => (t.meta.strides()[0] == 1).then_some((false, 1)),
+                _ => operand(t.meta.shape(), t.meta.strides(), &[]).map(|o| (o.trans, o.ld)),
+            };
+            let (t, (trans, ld)) = match layout(&t) {
+                Some(l) => (t, l),
+                None => {
                     let packed = burn_cubecl::kernel::into_contiguous(t);
-                    let ld = *packed.meta.shape().last().unwrap_or(&1) as i64;
-                    (packed, false, ld)
+                    let l = layout(&packed).ok_or("a weight that packs to no usable layout")?;
+                    (packed, l)
                 }
             };
             let res = t
@@ -568,7 +597,7 @@ impl Engine {
                 (grid.0, grid.1, 1),
                 (block, 1, 1),
                 smem,
-                self.stream,
+                self.own.stream,
                 &mut params,
             )
         }
@@ -613,7 +642,7 @@ impl Engine {
         draws: Option<&[DeviceDraw]>,
     ) -> Result<Output<Tensor<Cuda<F>, 2>>, String> {
         // SAFETY: the primary context, retained for the process's lifetime.
-        unsafe { cu::ctx::set_current(self.ctx) }.map_err(Self::err("cuCtxSetCurrent"))?;
+        unsafe { cu::ctx::set_current(self.own.ctx) }.map_err(Self::err("cuCtxSetCurrent"))?;
         self.weights(model)?;
         let (n, rows) = (pass.ids.len(), pass.last.len());
         let c = self.cfg.clone();
@@ -722,7 +751,7 @@ impl Engine {
 
         // SAFETY: `meta` fits the scratch's first buffer; it lives until the stream is
         // synchronised at the end of this function.
-        unsafe { cu::memcpy_htod_async(ids, &meta, self.stream) }.map_err(Self::err("copy"))?;
+        unsafe { cu::memcpy_htod_async(ids, &meta, self.own.stream) }.map_err(Self::err("copy"))?;
 
         let block = |width: usize| (width.next_power_of_two().clamp(32, 1024)) as u32;
         let eps = c.rms_norm_eps as f32;
@@ -848,7 +877,7 @@ impl Engine {
             let (par, res) = (at(14), at(15));
             // SAFETY: `params` fits buffer 14 (2 * rows floats) and lives until the stream is
             // synchronised below.
-            unsafe { cu::memcpy_htod_async(par, &params, self.stream) }
+            unsafe { cu::memcpy_htod_async(par, &params, self.own.stream) }
                 .map_err(Self::err("copy"))?;
             let mut a = ArgPack::default();
             a.ptr(logits);
@@ -862,8 +891,9 @@ impl Engine {
             // SAFETY: buffer 15 holds 2 * rows 4-byte values; `back` is not moved until the
             // stream is synchronised.
             unsafe {
-                cu::memcpy_dtoh_async(&mut back, res, self.stream).map_err(Self::err("copy"))?;
-                cu::stream::synchronize(self.stream).map_err(Self::err("sync"))?;
+                cu::memcpy_dtoh_async(&mut back, res, self.own.stream)
+                    .map_err(Self::err("copy"))?;
+                cu::stream::synchronize(self.own.stream).map_err(Self::err("sync"))?;
             }
             let drawn = (0..rows)
                 .map(|i| (back[i], f32::from_bits(back[rows + i])))
@@ -872,7 +902,7 @@ impl Engine {
         }
         // Fence 2: the logits are written before cubecl reads them.
         // SAFETY: this engine's stream.
-        unsafe { cu::stream::synchronize(self.stream) }.map_err(Self::err("sync"))?;
+        unsafe { cu::stream::synchronize(self.own.stream) }.map_err(Self::err("sync"))?;
         let (out, res) = burn_out.expect("allocated above when not drawing");
         drop(res);
         let fusion_client = model

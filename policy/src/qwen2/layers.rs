@@ -136,11 +136,7 @@ impl<B: Backend> Rope<B> {
         device: &B::Device,
     ) -> Self {
         let d = cfg.head_dim();
-        let half = d / 2;
-        let theta = cfg.rope_base() as f32;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| 1.0 / theta.powf((2 * i) as f32 / d as f32))
-            .collect();
+        let inv_freq = inv_freq(cfg);
         let mut cos = Vec::with_capacity(positions.len() * d);
         let mut sin = Vec::with_capacity(positions.len() * d);
         for &p in positions {
@@ -165,6 +161,15 @@ impl<B: Backend> Rope<B> {
         let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
         x * self.cos.clone() + rotated * self.sin.clone()
     }
+}
+
+/// RoPE's `head_dim / 2` inverse frequencies, in f32 as transformers computes them.
+pub(super) fn inv_freq(cfg: &Qwen2Config) -> Vec<f32> {
+    let d = cfg.head_dim();
+    let theta = cfg.rope_base() as f32;
+    (0..d / 2)
+        .map(|i| 1.0 / theta.powf((2 * i) as f32 / d as f32))
+        .collect()
 }
 
 /// Grouped-query self-attention with RoPE; q/k/v with bias, o without.

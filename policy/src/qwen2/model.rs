@@ -133,7 +133,7 @@ impl<B: Backend> Qwen2<B> {
                         lens: vec![0; slots],
                         max_len,
                         bucketed: false,
-                        fused: Some(std::sync::Arc::new(engine)),
+                        fused: Some(engine),
                     }
                 }
                 Err(why) => {
@@ -281,12 +281,10 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
     ) -> Result<Tensor<B, 2>, String> {
         let seen = self.check_rows(cache, slots, tokens)?;
         let cfg = &self.config;
-        if let Some(engine) = &cache.fused {
+        if let Some(engine) = &mut cache.fused {
             let pass = fused::Pass::new(&cache.lens, slots, tokens);
             let logits = fused::extend(self, engine, &pass)?;
-            for (&slot, toks) in slots.iter().zip(tokens) {
-                cache.lens[slot] += toks.len();
-            }
+            cache.advance(slots, tokens);
             return Ok(logits);
         }
         let device = self.device();
@@ -371,9 +369,7 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
             });
             cache.layers.extend(updated);
         }
-        for (&slot, toks) in slots.iter().zip(tokens) {
-            cache.lens[slot] += toks.len();
-        }
+        cache.advance(slots, tokens);
 
         // The hidden state of each real row's last token: [rows * t, hidden] -> [real, hidden].
         let last: Vec<i64> = tokens
@@ -395,18 +391,17 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
         tokens: &[Vec<u32>],
         draws: &[crate::DeviceDraw],
     ) -> Result<Option<Vec<(u32, f32)>>, String> {
-        let Some(engine) = cache.fused.clone() else {
+        if cache.fused.is_none() {
             return Ok(None);
-        };
+        }
         self.check_rows(cache, slots, tokens)?;
         if draws.len() != slots.len() {
             return Err(format!("{} draws for {} rows", draws.len(), slots.len()));
         }
         let pass = fused::Pass::new(&cache.lens, slots, tokens);
-        let drawn = fused::draw(self, &engine, &pass, draws)?;
-        for (&slot, toks) in slots.iter().zip(tokens) {
-            cache.lens[slot] += toks.len();
-        }
+        let engine = cache.fused.as_mut().expect("checked above");
+        let drawn = fused::draw(self, engine, &pass, draws)?;
+        cache.advance(slots, tokens);
         Ok(Some(drawn))
     }
 
