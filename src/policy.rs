@@ -4,6 +4,12 @@
 //! episodes), reports the learner version of its weights and the per-token log-probabilities it
 //! sampled with (the behaviour log-probs the off-policy correction needs), and accepts new
 //! weights between batches. Calls block: the actors crate runs them on a dedicated thread.
+//!
+//! A policy that can take new requests between its forward passes also offers a
+//! [`PolicyStream`] ([`Policy::stream`]): continuous batching across calls, so a request that
+//! arrives while others run joins them at the next pass instead of waiting for the whole batch
+//! to finish. The Generator actor drives every policy as a stream; one without its own is driven
+//! a batch at a time ([`BatchStream`]).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -101,6 +107,76 @@ pub trait Policy: Send {
         batch: &[GenRequest],
         sampling: &SamplingSection,
     ) -> Result<Vec<Completion>, PolicyError>;
-    /// Replaces the weights; called between batches only.
+    /// Replaces the weights; called between batches only (with nothing in flight in the
+    /// stream).
     fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError>;
+    /// The policy's continuous batching, if it has one (default: none).
+    fn stream(&mut self) -> Option<&mut dyn PolicyStream> {
+        None
+    }
+}
+
+/// Continuous batching across calls: requests are queued at any time and join the running ones
+/// at the next forward pass; each [`PolicyStream::step`] runs one pass and hands back the
+/// requests that finished in it. Completions carry the version of the weights they were
+/// generated with: weights change only when nothing is in flight ([`Policy::set_weights`]).
+pub trait PolicyStream {
+    /// Queues `batch`. A request that cannot run (e.g. a prompt that leaves no room for a
+    /// response) finishes at a later step with an empty completion, as in [`Policy::generate`];
+    /// an error here names the request and queues none of the batch.
+    fn submit(
+        &mut self,
+        batch: &[GenRequest],
+        sampling: &SamplingSection,
+    ) -> Result<(), PolicyError>;
+    /// Runs one forward pass over the queued and running requests; the completions of those
+    /// that finished. With nothing in flight it returns at once, with none.
+    fn step(&mut self) -> Result<Vec<Completion>, StreamError>;
+    /// Requests queued or running.
+    fn in_flight(&self) -> usize;
+}
+
+/// A failed [`PolicyStream::step`]: the requests it dropped (the others stay queued).
+#[derive(Debug)]
+pub struct StreamError {
+    /// What failed.
+    pub error: PolicyError,
+    /// The ids of the requests that will not complete.
+    pub dropped: Vec<u64>,
+}
+
+/// [`PolicyStream`] over a policy without one: each step generates everything queued as one
+/// batch ([`Policy::generate`]).
+#[derive(Debug, Default)]
+pub struct BatchStream {
+    queued: Vec<GenRequest>,
+    sampling: Option<SamplingSection>,
+}
+
+impl BatchStream {
+    /// Queues `batch` (generated with the `sampling` of the latest submit).
+    pub fn submit(&mut self, batch: &[GenRequest], sampling: &SamplingSection) {
+        self.queued.extend_from_slice(batch);
+        self.sampling = Some(sampling.clone());
+    }
+
+    /// Generates every queued request in one call of `policy`.
+    pub fn step(&mut self, policy: &mut dyn Policy) -> Result<Vec<Completion>, StreamError> {
+        if self.queued.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = std::mem::take(&mut self.queued);
+        let sampling = self.sampling.clone().unwrap_or_default();
+        policy
+            .generate(&batch, &sampling)
+            .map_err(|error| StreamError {
+                error,
+                dropped: batch.iter().map(|r| r.id).collect(),
+            })
+    }
+
+    /// Requests queued.
+    pub fn in_flight(&self) -> usize {
+        self.queued.len()
+    }
 }

@@ -25,11 +25,15 @@ use std::sync::Arc;
 
 use burn::tensor::backend::Backend;
 use kevin::config::SamplingSection;
-use kevin::policy::{Completion, FinishReason, GenRequest, Policy, PolicyError, Weights};
+use kevin::policy::{
+    Completion, FinishReason, GenRequest, Policy, PolicyError, PolicyStream, StreamError, Weights,
+};
 
 use crate::chat;
 use crate::qwen2::{Qwen2, Qwen2Config};
-use crate::sampler::{Generator, GeneratorError, Request, SamplingParams};
+use crate::sampler::{
+    Finished, Generator, GeneratorError, GeneratorStats, Request, SamplingParams,
+};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// The token ids a kevin prompt is generated from (and trained on): the ChatML generation prompt
@@ -45,6 +49,8 @@ pub struct BurnPolicy<B: Backend> {
     tokenizer: Arc<Tokenizer>,
     version: u64,
     describe: String,
+    /// Stats and start of the stream's current busy stretch (for its debug line).
+    round: Option<(GeneratorStats, std::time::Instant)>,
 }
 
 impl<B: Backend> BurnPolicy<B> {
@@ -73,6 +79,7 @@ impl<B: Backend> BurnPolicy<B> {
             tokenizer,
             version,
             describe,
+            round: None,
         })
     }
 
@@ -97,6 +104,130 @@ impl<B: Backend> BurnPolicy<B> {
             policy: "burn".into(),
             reason,
         }
+    }
+
+    /// The generator's requests for `batch`: each prompt in ChatML, tokenised.
+    fn requests(
+        &self,
+        batch: &[GenRequest],
+        sampling: &SamplingSection,
+    ) -> Result<Vec<Request>, PolicyError> {
+        let params = Arc::new(SamplingParams::from_config(
+            sampling,
+            self.tokenizer.eos_ids(),
+        ));
+        batch
+            .iter()
+            .map(|r| {
+                let prompt = prompt_tokens(&self.tokenizer, &r.prompt).map_err(|e| {
+                    self.error(format!("request {}: tokenising the prompt: {e}", r.id))
+                })?;
+                Ok(Request {
+                    id: r.id,
+                    prompt,
+                    seed: r.seed,
+                    params: params.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// The completion of a finished (or refused) request.
+    fn completion(&self, finished: Finished) -> Completion {
+        match finished {
+            Ok(out) => out.into_completion(self.version),
+            Err(rejected) => {
+                tracing::warn!(
+                    request = rejected.id,
+                    reason = %rejected.reason,
+                    "generation request rejected: answering with an empty completion"
+                );
+                Completion {
+                    id: rejected.id,
+                    text: String::new(),
+                    token_ids: Vec::new(),
+                    logprobs: Vec::new(),
+                    policy_version: self.version,
+                    finish: FinishReason::Length,
+                }
+            }
+        }
+    }
+
+    /// Where the time since `before` went (the per-pass figures of `kevin bench policy`, for
+    /// real traffic): prefill against decode passes, waits for the timing lease, the fences
+    /// after passes, and the generator's host work between passes.
+    fn log_stats(&self, before: &GeneratorStats, started: std::time::Instant, what: &str) {
+        let after = self.generator.stats();
+        tracing::debug!(
+            wall_s = started.elapsed().as_secs_f64(),
+            lease_wait_s = (after.lease_wait_ms - before.lease_wait_ms) / 1e3,
+            requests = (after.finished + after.rejected + after.aborted)
+                - (before.finished + before.rejected + before.aborted),
+            passes = after.forward_passes - before.forward_passes,
+            prefill_tokens = after.prefill_tokens - before.prefill_tokens,
+            generated = after.rows - before.rows,
+            prefill_s = after.prefill_pass_s - before.prefill_pass_s,
+            decode_s = after.decode_pass_s - before.decode_pass_s,
+            fence_s = after.fence_s - before.fence_s,
+            host_s = after.host_s - before.host_s,
+            "{what}"
+        );
+    }
+}
+
+/// The text of generated `ids`. A token the tokenizer cannot decode is a model/tokenizer
+/// mismatch the config check missed; it shows in the text rather than failing the batch.
+fn decode_shown(tokenizer: &Tokenizer, ids: &[u32]) -> String {
+    tokenizer
+        .decode(ids)
+        .unwrap_or_else(|e| format!("<undecodable: {e}>"))
+}
+
+/// Continuous batching: requests join the generator's running sequences at its next pass.
+impl<B: Backend> PolicyStream for BurnPolicy<B> {
+    fn submit(
+        &mut self,
+        batch: &[GenRequest],
+        sampling: &SamplingSection,
+    ) -> Result<(), PolicyError> {
+        let requests = self.requests(batch, sampling)?;
+        if self.generator.is_idle() {
+            self.round = Some((self.generator.stats().clone(), std::time::Instant::now()));
+        }
+        for r in requests {
+            self.generator.submit(r);
+        }
+        Ok(())
+    }
+
+    fn step(&mut self) -> Result<Vec<Completion>, StreamError> {
+        let tokenizer = self.tokenizer.clone();
+        let decode = move |ids: &[u32]| decode_shown(&tokenizer, ids);
+        let result = self.generator.step(&decode);
+        if self.generator.is_idle() {
+            if let Some((before, started)) = self.round.take() {
+                self.log_stats(&before, started, "generated until idle");
+            }
+        }
+        match result {
+            Ok(finished) => Ok(finished.into_iter().map(|f| self.completion(f)).collect()),
+            Err(e) => {
+                let dropped = match &e {
+                    GeneratorError::Forward { aborted, .. }
+                    | GeneratorError::Select { aborted, .. } => aborted.clone(),
+                    _ => Vec::new(),
+                };
+                Err(StreamError {
+                    error: self.error(e.to_string()),
+                    dropped,
+                })
+            }
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.generator.in_flight()
     }
 }
 
@@ -133,67 +264,21 @@ impl<B: Backend> Policy for BurnPolicy<B> {
         batch: &[GenRequest],
         sampling: &SamplingSection,
     ) -> Result<Vec<Completion>, PolicyError> {
-        let params = Arc::new(SamplingParams::from_config(
-            sampling,
-            self.tokenizer.eos_ids(),
-        ));
-        let mut requests = Vec::with_capacity(batch.len());
-        for r in batch {
-            let prompt = prompt_tokens(&self.tokenizer, &r.prompt)
-                .map_err(|e| self.error(format!("request {}: tokenising the prompt: {e}", r.id)))?;
-            requests.push(Request {
-                id: r.id,
-                prompt,
-                seed: r.seed,
-                params: params.clone(),
-            });
-        }
+        let requests = self.requests(batch, sampling)?;
         let tokenizer = self.tokenizer.clone();
-        // A token the tokenizer cannot decode is a model/tokenizer mismatch the config check
-        // missed; show it in the text rather than fail the batch.
-        let decode = move |ids: &[u32]| {
-            tokenizer
-                .decode(ids)
-                .unwrap_or_else(|e| format!("<undecodable: {e}>"))
-        };
+        let decode = move |ids: &[u32]| decode_shown(&tokenizer, ids);
         let before = self.generator.stats().clone();
+        let started = std::time::Instant::now();
         let finished = self
             .generator
             .generate_all(requests, &decode)
             .map_err(|e| self.error(e.to_string()))?;
-        let after = self.generator.stats();
-        // Where a batch's time goes (the per-pass figures of `kevin bench policy`, for a real
-        // batch): prefill against decode passes.
-        tracing::debug!(
-            requests = batch.len(),
-            passes = after.forward_passes - before.forward_passes,
-            prefill_tokens = after.prefill_tokens - before.prefill_tokens,
-            generated = after.rows - before.rows,
-            prefill_s = after.prefill_pass_s - before.prefill_pass_s,
-            decode_s = after.decode_pass_s - before.decode_pass_s,
-            "generated a batch"
-        );
-        Ok(finished
-            .into_iter()
-            .map(|f| match f {
-                Ok(out) => out.into_completion(self.version),
-                Err(rejected) => {
-                    tracing::warn!(
-                        request = rejected.id,
-                        reason = %rejected.reason,
-                        "generation request rejected: answering with an empty completion"
-                    );
-                    Completion {
-                        id: rejected.id,
-                        text: String::new(),
-                        token_ids: Vec::new(),
-                        logprobs: Vec::new(),
-                        policy_version: self.version,
-                        finish: FinishReason::Length,
-                    }
-                }
-            })
-            .collect())
+        self.log_stats(&before, started, "generated a batch");
+        Ok(finished.into_iter().map(|f| self.completion(f)).collect())
+    }
+
+    fn stream(&mut self) -> Option<&mut dyn PolicyStream> {
+        Some(self)
     }
 
     fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {

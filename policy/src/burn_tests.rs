@@ -268,3 +268,53 @@ fn save_then_load_restores_weights_optimizer_and_version() {
     assert_eq!(a, b);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_request_streamed_in_mid_flight_gets_what_a_batch_call_gives_it() {
+    use kevin::policy::PolicyStream;
+    let (mut policy, _, _) = pair(1e-3);
+    let requests: Vec<GenRequest> = ["Write a relu kernel.", "Write a softmax kernel.", "sum"]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| GenRequest {
+            id: 20 + i as u64,
+            prompt: p.to_string(),
+            seed: 3 + i as u64,
+        })
+        .collect();
+    let batch = policy.generate(&requests, &sampling()).unwrap();
+
+    // The same requests through the stream: the first alone, the others joining after two
+    // passes, one of them on a later step again.
+    let stream = policy
+        .stream()
+        .expect("the burn policy batches continuously");
+    stream.submit(&requests[..1], &sampling()).unwrap();
+    let mut streamed = Vec::new();
+    for pass in 0.. {
+        match pass {
+            2 => stream.submit(&requests[1..2], &sampling()).unwrap(),
+            3 => stream.submit(&requests[2..], &sampling()).unwrap(),
+            _ => {}
+        }
+        streamed.extend(stream.step().unwrap());
+        if pass >= 3 && stream.in_flight() == 0 {
+            break;
+        }
+        assert!(pass < 100, "the stream never emptied");
+    }
+    assert_eq!(
+        stream.step().unwrap(),
+        Vec::new(),
+        "an idle stream returns at once"
+    );
+    streamed.sort_by_key(|c| c.id);
+    assert_eq!(streamed.len(), 3);
+    for (s, b) in streamed.iter().zip(&batch) {
+        assert_eq!((s.id, &s.token_ids, &s.text), (b.id, &b.token_ids, &b.text));
+        // Sharing passes with other rows moves a log-prob by rounding at most.
+        for (x, y) in s.logprobs.iter().zip(&b.logprobs) {
+            assert!((x - y).abs() < 1e-4, "request {}: {x} vs {y}", s.id);
+        }
+    }
+}

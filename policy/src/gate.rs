@@ -29,6 +29,8 @@ pub struct StepGate {
 pub struct GateGuard<B: Backend> {
     held: Option<Held>,
     device: B::Device,
+    /// Wait for the device before releasing (cleared by [`GateGuard::settled`]).
+    fence: bool,
 }
 
 impl<B: Backend> GateGuard<B> {
@@ -38,11 +40,18 @@ impl<B: Backend> GateGuard<B> {
             .as_ref()
             .map_or(std::time::Duration::ZERO, Held::waited)
     }
+
+    /// Releases the lease without waiting for the device: for a step whose work is known to
+    /// have finished already (a pass drawn on the device, [`crate::CausalLm::extend_draw`]). Waiting would also wait for other threads' work on
+    /// the device (the learner's step), up to seconds, while a timed candidate waits too.
+    pub fn settled(mut self) {
+        self.fence = false;
+    }
 }
 
 impl<B: Backend> Drop for GateGuard<B> {
     fn drop(&mut self) {
-        if self.held.is_some() {
+        if self.held.is_some() && self.fence {
             // A failed sync surfaces at the next operation on the device; release regardless.
             let _ = B::sync(&self.device);
         }
@@ -109,6 +118,7 @@ impl StepGate {
         GateGuard {
             held,
             device: device.clone(),
+            fence: true,
         }
     }
 }

@@ -81,7 +81,9 @@ pub trait CausalLm<B: Backend> {
     /// and then nothing ran (the caller extends and selects from the logits). `Ok(Some)`: per row
     /// the token and its log-prob under the distribution drawn from, as
     /// [`sampler::select_tokens`] defines them (NaN for a row whose logits are not a
-    /// distribution).
+    /// distribution); the pass's device work has then finished (nothing of it is left queued),
+    /// so the caller releases the GPU timing lease without waiting for the device
+    /// ([`gate::GateGuard::settled`]).
     fn extend_draw(
         &self,
         cache: &mut Self::Cache,

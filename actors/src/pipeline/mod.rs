@@ -2,7 +2,7 @@
 //! messages, bounded mailboxes, blocking pools and the system that wires and stops them.
 //!
 //! ```text
-//! TaskSampler --StartGroup--> Rollout --Generate--> Generator (policy thread, batched)
+//! TaskSampler --StartGroup--> Rollout --Generate--> Generator (policy thread, continuous batching)
 //!                               |  <--Completion--
 //!                               |--Compile--> Compiler --Verify--> Verifier --Profile--> Profiler
 //!                               |  <------------------ Outcome (reply channel) -----------------

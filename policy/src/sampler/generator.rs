@@ -192,6 +192,12 @@ pub struct GeneratorStats {
     pub prefill_pass_s: f64,
     /// Seconds of the passes that only decoded.
     pub decode_pass_s: f64,
+    /// Seconds the passes waited at their end for the device's queued work before releasing the
+    /// timing lease ([`crate::gate::GateGuard`]; zero without a lease).
+    pub fence_s: f64,
+    /// Seconds of [`Generator::step`] outside the pass, the lease and the fence: admitting
+    /// requests, drawing uniforms, recording tokens, stop strings, finishing sequences.
+    pub host_s: f64,
 }
 
 impl GeneratorStats {
@@ -403,6 +409,7 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
         &mut self,
         decode: &dyn Fn(&[u32]) -> String,
     ) -> Result<Vec<Finished>, GeneratorError> {
+        let step_started = std::time::Instant::now();
         let mut done: Vec<Finished> = self.rejected.drain(..).map(Err).collect();
         self.admit();
 
@@ -436,7 +443,8 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
         // Held until this pass's work on the device is done (the guard syncs when it drops, at
         // the end of the pass or at an early return).
         let gate = self.gate.enter::<B>(&self.model.device());
-        self.stats.lease_wait_ms += gate.waited().as_secs_f64() * 1e3;
+        let lease_wait = gate.waited().as_secs_f64();
+        self.stats.lease_wait_ms += lease_wait * 1e3;
         // Each row's rules and uniform number (greedy rows draw nothing, so their seed's stream
         // is not consumed).
         let choices: Vec<RowChoice> = row_slots
@@ -460,8 +468,8 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
         } else {
             self.stats.decode_pass_s += took;
         }
-        let selections = match selected {
-            Ok(selections) => selections,
+        let (selections, settled) = match selected {
+            Ok(selected) => selected,
             Err(err) => {
                 let aborted = self.abort(&row_slots);
                 return Err(match err {
@@ -481,18 +489,29 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
                 done.push(Ok(seq.finish(reason, decode)));
             }
         }
+        let fence = std::time::Instant::now();
+        if settled {
+            gate.settled();
+        } else {
+            drop(gate);
+        }
+        let fence = fence.elapsed().as_secs_f64();
+        let s = &mut self.stats;
+        s.fence_s += fence;
+        s.host_s += (step_started.elapsed().as_secs_f64() - fence - took - lease_wait).max(0.0);
         Ok(done)
     }
 
     /// The forward pass over `rows` and one token per row: on the device in one call where the
     /// model draws there ([`CausalLm::extend_draw`]: greedy or unfiltered rows), otherwise the
-    /// logits and [`select_tokens`].
+    /// logits and [`select_tokens`]. True with the selections when the pass was drawn on the
+    /// device, so its device work is done.
     fn forward_and_select(
         &mut self,
         row_slots: &[usize],
         rows: &[Vec<u32>],
         choices: &[RowChoice],
-    ) -> Result<Vec<Selection>, PassError> {
+    ) -> Result<(Vec<Selection>, bool), PassError> {
         let vocab = self.model.vocab_size();
         if choices
             .iter()
@@ -518,7 +537,7 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
                     }
                     out.push(Selection { token, logprob });
                 }
-                return Ok(out);
+                return Ok((out, true));
             }
         }
         let logits = self
@@ -532,7 +551,9 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
                 logits.dims()
             )));
         }
-        select_tokens(logits, choices).map_err(PassError::Select)
+        select_tokens(logits, choices)
+            .map(|selected| (selected, false))
+            .map_err(PassError::Select)
     }
 
     /// Moves waiting requests into free slots, lowest slot first.
@@ -650,6 +671,12 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
     /// Nothing waiting, running, or refused and not yet handed back.
     pub fn is_idle(&self) -> bool {
         self.in_flight.is_empty() && self.rejected.is_empty()
+    }
+
+    /// Requests submitted and not yet handed back by [`step`](Self::step) (waiting, running
+    /// or refused).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len() + self.rejected.len()
     }
 
     /// Requests queued for a slot.
