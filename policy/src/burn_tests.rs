@@ -271,7 +271,6 @@ fn save_then_load_restores_weights_optimizer_and_version() {
 
 #[test]
 fn a_request_streamed_in_mid_flight_gets_what_a_batch_call_gives_it() {
-    use kevin::policy::PolicyStream;
     let (mut policy, _, _) = pair(1e-3);
     let requests: Vec<GenRequest> = ["Write a relu kernel.", "Write a softmax kernel.", "sum"]
         .iter()
