@@ -148,7 +148,8 @@ impl PolicyLoop {
             shared.running = false;
             return;
         };
-        let mut round = Round::start(policy.version());
+        // The current round's span, opened by its first request.
+        let mut round: Option<Round> = None;
         loop {
             let in_flight = self.waiting.len();
             let next = {
@@ -172,18 +173,24 @@ impl PolicyLoop {
             match next {
                 Next::Stop => break,
                 Next::Swap(w) => {
-                    round.end();
+                    if let Some(mut r) = round.take() {
+                        r.end();
+                    }
                     if let Err(e) = policy.set_weights(&w) {
                         // Generation goes on with the weights it has; the learner's next
                         // publication may load.
                         self.failures.count("Generator.weights_error");
                         tracing::error!(actor = "Generator", version = w.version, error = %e, "new weights were not applied");
                     }
-                    round = Round::start(policy.version());
                 }
                 Next::Run(new) => {
                     self.admit(&mut **policy, new);
-                    round.requests += self.waiting.len().saturating_sub(in_flight);
+                    let admitted = self.waiting.len().saturating_sub(in_flight);
+                    if admitted > 0 {
+                        round
+                            .get_or_insert_with(|| Round::start(policy.version()))
+                            .requests += admitted;
+                    }
                     let stepped = match policy.stream() {
                         Some(stream) => stream.step(),
                         None => self.batch.step(&mut **policy),
@@ -204,7 +211,9 @@ impl PolicyLoop {
                 }
             }
         }
-        round.end();
+        if let Some(mut r) = round.take() {
+            r.end();
+        }
     }
 
     /// Hands `new` to the policy; a request it cannot take is answered with the error.
@@ -294,7 +303,7 @@ impl Drop for PolicyLoop {
 }
 
 /// One `generate_round` span: the requests generated with one version of the weights, from the
-/// loop's start or a swap to the next swap or the loop's end.
+/// first request after the loop's start or a swap to the next swap or the loop's end.
 struct Round {
     span: Option<tracing::span::EnteredSpan>,
     requests: usize,
