@@ -42,8 +42,9 @@ impl<B: Backend> GateGuard<B> {
     }
 
     /// Releases the lease without waiting for the device: for a step whose work is known to
-    /// have finished already (a pass drawn on the device, [`crate::CausalLm::extend_draw`]). Waiting would also wait for other threads' work on
-    /// the device (the learner's step), up to seconds, while a timed candidate waits too.
+    /// have finished already (a pass drawn on the device, [`crate::CausalLm::extend_draw`]).
+    /// Waiting would also wait for other threads' work on the device (the learner's step), up
+    /// to seconds, while a timed candidate waits too.
     pub fn settled(mut self) {
         self.fence = false;
     }

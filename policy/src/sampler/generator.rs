@@ -441,7 +441,8 @@ impl<B: Backend, M: CausalLm<B>> Generator<B, M> {
         s.max_tokens = s.max_tokens.max(tokens);
 
         // Held until this pass's work on the device is done (the guard syncs when it drops, at
-        // the end of the pass or at an early return).
+        // the end of the pass or at an early return; a pass drawn on the device is done when it
+        // returns, and releases it without the sync).
         let gate = self.gate.enter::<B>(&self.model.device());
         let lease_wait = gate.waited().as_secs_f64();
         self.stats.lease_wait_ms += lease_wait * 1e3;
