@@ -202,8 +202,8 @@ impl<B: Backend> PolicyStream for BurnPolicy<B> {
     }
 
     fn step(&mut self) -> Result<Vec<Completion>, StreamError> {
-        let tokenizer = self.tokenizer.clone();
-        let decode = move |ids: &[u32]| decode_shown(&tokenizer, ids);
+        let tokenizer = &self.tokenizer;
+        let decode = |ids: &[u32]| decode_shown(tokenizer, ids);
         let result = self.generator.step(&decode);
         if self.generator.is_idle() {
             if let Some((before, started)) = self.round.take() {
@@ -265,8 +265,8 @@ impl<B: Backend> Policy for BurnPolicy<B> {
         sampling: &SamplingSection,
     ) -> Result<Vec<Completion>, PolicyError> {
         let requests = self.requests(batch, sampling)?;
-        let tokenizer = self.tokenizer.clone();
-        let decode = move |ids: &[u32]| decode_shown(&tokenizer, ids);
+        let tokenizer = &self.tokenizer;
+        let decode = |ids: &[u32]| decode_shown(tokenizer, ids);
         let before = self.generator.stats().clone();
         let started = std::time::Instant::now();
         let finished = self
