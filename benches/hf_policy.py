@@ -5,7 +5,7 @@ timed with transformers on the same GPU in the same device call.
 - generation: `generate` with sampling (temperature 0.9), a KV cache, 256 prompt tokens and
   exactly 256 new tokens per sequence (EOS suppressed), batch 1 and 64; tokens/s counts new tokens;
 - learner: forward + backward + AdamW step on 8 x 1024 tokens (causal LM loss), tokens/s over the
-  median step.
+  median step, and the learner's peak GPU memory (torch's allocator: allocated and reserved).
 
 Prints one JSON object (and writes it with --json FILE). Default shape: Qwen2-0.5B (hidden 896,
 24 layers, 14 heads, 2 KV heads, intermediate 4864, vocab 151936), bf16.
@@ -87,10 +87,16 @@ def main():
             res["generate"][f"bs{b}"] = {"tokens_per_s": tps, "seconds": sec}
             print(f"hf generate bs{b}: {tps:.0f} tok/s ({sec:.2f} s)", flush=True)
     model.train()
+    torch.cuda.reset_peak_memory_stats()
     tps, sec = learner_tokens_per_s(model, a.train_batch, a.train_seq, a.vocab, a.train_steps)
+    gib = 2.0 ** 30
     res["learner"] = {"tokens_per_s": tps, "step_seconds": sec,
-                      "tokens": a.train_batch * a.train_seq}
-    print(f"hf learner {a.train_batch}x{a.train_seq}: {tps:.0f} tok/s ({sec * 1e3:.0f} ms/step)")
+                      "tokens": a.train_batch * a.train_seq,
+                      "peak_allocated_gib": torch.cuda.max_memory_allocated() / gib,
+                      "peak_reserved_gib": torch.cuda.max_memory_reserved() / gib}
+    print(f"hf learner {a.train_batch}x{a.train_seq}: {tps:.0f} tok/s ({sec * 1e3:.0f} ms/step), "
+          f"peak {res['learner']['peak_reserved_gib']:.1f} GiB reserved "
+          f"({res['learner']['peak_allocated_gib']:.1f} GiB allocated)")
     print(json.dumps(res))
     if a.json:
         with open(a.json, "w") as f:

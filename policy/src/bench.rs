@@ -7,7 +7,8 @@
 //!   whole call, prefill included, as `generate` is timed in Python;
 //! - learner: one [`Trainer::train_batch`] per step on `train_batch` sequences of `train_seq`
 //!   tokens (one prompt token, the rest response): forward, the clipped surrogate over every
-//!   response token, backward, global-norm clipping and one AdamW step; tokens/s over the median
+//!   response token, backward, global-norm clipping and one AdamW step, in the micro-batches the
+//!   RL learner would use ([`crate::burn_learner::micro_batch_tokens`]); tokens/s over the median
 //!   step.
 //!
 //! The weights are random (a benchmark of speed, not of quality). Each measurement is preceded by
@@ -119,6 +120,8 @@ pub struct BenchArgs {
     /// Generation through the fused path on CUDA ([`crate::qwen2::fused`]); false: burn's
     /// layers.
     pub fused: bool,
+    /// The learner's attention through [`crate::flash`] on CUDA; false: burn's ops.
+    pub flash: bool,
 }
 
 /// One generation measurement.
@@ -330,7 +333,7 @@ fn bench_trainer<B: AutodiffBackend>(
     };
     let mut tcfg = TrainerConfig::new(&LearnerSection::default(), &sampling);
     tcfg.optimizer_steps = 1;
-    tcfg.micro_batch_tokens = args.train_batch * args.train_seq;
+    tcfg.micro_batch_tokens = crate::burn_learner::micro_batch_tokens::<B>(&cfg);
     let mut trainer: Trainer<B, Qwen2<B>> =
         Trainer::new(model, tcfg, None).map_err(|e| e.to_string())?;
     trainer.set_gate(StepGate::for_policy_gpu(args.lease, "learner")?);
@@ -445,7 +448,12 @@ pub fn run_named(
     use burn::backend::{Autodiff, Cuda, NdArray};
     crate::cublas::set_mode(args.matmul);
     crate::qwen2::fused::set_enabled(args.fused);
+    crate::flash::set_enabled(args.flash);
     let generate = if args.fused { "fused" } else { "burn" };
+    let generate = format!(
+        "{generate}, attention {}",
+        if args.flash { "flash" } else { "burn" }
+    );
     if device == "cuda" {
         crate::cuda_setup::require_gpu("--device cuda")?;
     } else if args.lease {
@@ -503,6 +511,7 @@ mod tests {
             load_seconds: 0.0,
             matmul: crate::cublas::Mode::Large,
             fused: true,
+            flash: true,
         };
         let lines = std::sync::Mutex::new(Vec::new());
         let report = run::<Autodiff<NdArray>>(&args, &Default::default(), "ndarray", &|l| {
@@ -535,6 +544,7 @@ mod tests {
             load_seconds: 0.3,
             matmul: crate::cublas::Mode::Large,
             fused: true,
+            flash: true,
         };
         let lines = std::sync::Mutex::new(Vec::new());
         let report = run_named(&args, "cpu", "f32", &|l| {

@@ -28,7 +28,7 @@ use crate::burn_policy::prompt_tokens;
 use crate::checkpoint::{self, CheckpointError, SaveDtype};
 use crate::qwen2::{ConfigError, Qwen2, Qwen2Config};
 use crate::tokenizer::Tokenizer;
-use crate::train::{train_samples, TrainError, Trainer, TrainerConfig};
+use crate::train::{train_samples, TrainError, Trainer, TrainerConfig, DEFAULT_MICRO_BATCH_TOKENS};
 
 /// The tokenizer's file name in a checkpoint directory.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
@@ -90,7 +90,8 @@ impl<B: AutodiffBackend> BurnLearner<B> {
         learner: &LearnerSection,
         sampling: &SamplingSection,
     ) -> Result<Self, TrainError> {
-        let config = TrainerConfig::new(learner, sampling);
+        let mut config = TrainerConfig::new(learner, sampling);
+        config.micro_batch_tokens = micro_batch_tokens::<B>(model.config());
         let reference = (config.kl_coef > 0.0).then(|| model.valid());
         let device = crate::CausalLm::device(&model);
         let trainer = Trainer::new(model, config.clone(), reference.clone())?;
@@ -137,13 +138,14 @@ impl<B: AutodiffBackend> Learner for BurnLearner<B> {
         let cfg = self.trainer.model().config();
         format!(
             "burn learner: Qwen2 {} layers, hidden {}, vocab {}; lr {}, {:?} correction, {} \
-             optimizer steps per batch; backend {}",
+             optimizer steps per batch, micro-batches of up to {} positions; backend {}",
             cfg.num_hidden_layers,
             cfg.hidden_size,
             cfg.vocab_size,
             self.config.lr,
             self.config.correction,
             self.config.optimizer_steps,
+            self.config.micro_batch_tokens,
             B::name(&self.device)
         )
     }
@@ -218,6 +220,35 @@ impl<B: AutodiffBackend> Learner for BurnLearner<B> {
         self.trainer = trainer;
         Ok(())
     }
+}
+
+/// Padded positions per learner micro-batch for a model of `cfg` on backend `B`.
+///
+/// [`DEFAULT_MICRO_BATCH_TOKENS`] is sized for Qwen2's 151,936-token logits (about 2.4 MB a
+/// position in the loss). Where the attention keeps no score matrix ([`crate::flash`] serves
+/// `B` and the model's heads), a position's memory does not grow with the sequence, so a model
+/// with a smaller vocabulary gets as many positions as fit the same memory: its logits (four
+/// f32 copies in the loss) and each layer's kept activations (about 12 hidden-wide and 6
+/// MLP-wide f32 rows). The 4M policy's micro-batches grow from 8,192 to about 110,000
+/// positions, so a learner step of the RL loop runs in two or three micro-batches instead of
+/// twenty. Elsewhere (burn's attention, whose scores grow with `t^2`) the default stays.
+pub fn micro_batch_tokens<B: Backend>(cfg: &Qwen2Config) -> usize {
+    let (h, kv, d) = (
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim(),
+    );
+    let flash = crate::flash::enabled()
+        && crate::cublas::is_cuda::<B>()
+        && crate::flash::unsupported([1, h, 1, d], [1, kv, 1, d]).is_none();
+    if !flash {
+        return DEFAULT_MICRO_BATCH_TOKENS;
+    }
+    const QWEN2_VOCAB: usize = 151_936;
+    let budget = DEFAULT_MICRO_BATCH_TOKENS * QWEN2_VOCAB * 16;
+    let per_position = 16 * cfg.vocab_size
+        + cfg.num_hidden_layers * 4 * (12 * cfg.hidden_size + 6 * cfg.intermediate_size);
+    (budget / per_position.max(1)).max(DEFAULT_MICRO_BATCH_TOKENS)
 }
 
 /// The config of a model: what `kevin policy init` writes, with the vocabulary set to the

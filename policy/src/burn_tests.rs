@@ -317,3 +317,38 @@ fn a_request_streamed_in_mid_flight_gets_what_a_batch_call_gives_it() {
         }
     }
 }
+
+/// Micro-batches grow with the memory a position takes only where flash attention serves (burn's
+/// CUDA backend and the model's heads): the 4M policy gets about 110,000 positions, Qwen2-0.5B
+/// (whose logits alone fill the budget) and every other backend the default 8,192. A type check:
+/// no GPU is touched.
+#[test]
+fn micro_batches_grow_only_where_attention_keeps_no_scores() {
+    use crate::bench::Shape;
+    use crate::burn_learner::micro_batch_tokens;
+    use crate::train::DEFAULT_MICRO_BATCH_TOKENS;
+    use burn::backend::Cuda;
+    let small = Shape::Kevin4m.config();
+    let cuda = micro_batch_tokens::<Autodiff<Cuda<f32>>>(&small);
+    assert!((100_000..120_000).contains(&cuda), "{cuda}");
+    assert_eq!(
+        micro_batch_tokens::<Autodiff<Cuda<half::bf16>>>(&small),
+        cuda
+    );
+    assert_eq!(
+        micro_batch_tokens::<Train>(&small),
+        DEFAULT_MICRO_BATCH_TOKENS
+    );
+    let qwen = Shape::Qwen2_05b.config();
+    assert_eq!(
+        micro_batch_tokens::<Autodiff<Cuda<f32>>>(&qwen),
+        DEFAULT_MICRO_BATCH_TOKENS
+    );
+    // A head dimension the kernels are not built for keeps the default.
+    let mut odd = small.clone();
+    odd.head_dim = Some(48);
+    assert_eq!(
+        micro_batch_tokens::<Autodiff<Cuda<f32>>>(&odd),
+        DEFAULT_MICRO_BATCH_TOKENS
+    );
+}

@@ -169,7 +169,7 @@ fn product_dims(ls: &[usize], rs: &[usize]) -> Vec<usize> {
 }
 
 /// Whether `B` is burn's CUDA backend (f32 or bf16 default floats, with or without autodiff).
-fn is_cuda<B: Backend>() -> bool {
+pub(crate) fn is_cuda<B: Backend>() -> bool {
     let b = TypeId::of::<B>();
     b == TypeId::of::<Cuda<f32>>()
         || b == TypeId::of::<Autodiff<Cuda<f32>>>()
@@ -177,25 +177,42 @@ fn is_cuda<B: Backend>() -> bool {
         || b == TypeId::of::<Autodiff<Cuda<bf16>>>()
 }
 
-/// `a @ b` on `X` when `B` is `X` (a type check, then moves through `Any`).
+/// `a @ b` on `X` when `B` is `X`.
 fn through<B: Backend, X: BlasMatmul, const D: usize>(
     a: &Tensor<B, D>,
     b: &Tensor<B, D>,
 ) -> Option<Tensor<B, D>> {
+    let (a, b) = (
+        as_backend::<B, X, D>(a.clone())?,
+        as_backend::<B, X, D>(b.clone())?,
+    );
+    Some(from_backend::<X, B, D>(X::blas_matmul(a, b)))
+}
+
+/// `t`'s float primitive as backend `X`'s, when `B` is `X` (a type check, then a move through
+/// `Any`).
+pub(crate) fn as_backend<B: Backend, X: Backend, const D: usize>(
+    t: Tensor<B, D>,
+) -> Option<FloatTensor<X>> {
     if TypeId::of::<B>() != TypeId::of::<X>() {
         return None;
     }
-    let cast_in = |t: Tensor<B, D>| -> FloatTensor<X> {
-        let p: Box<dyn Any> = Box::new(t.into_primitive().tensor());
+    let p: Box<dyn Any> = Box::new(t.into_primitive().tensor());
+    Some(
         *p.downcast::<FloatTensor<X>>()
-            .expect("B is X: its float primitive is X's")
-    };
-    let out = X::blas_matmul(cast_in(a.clone()), cast_in(b.clone()));
-    let out: Box<dyn Any> = Box::new(out);
-    let out = *out
+            .expect("B is X: its float primitive is X's"),
+    )
+}
+
+/// The tensor of backend `B` holding `X`'s float primitive `p`; `B` must be `X`.
+pub(crate) fn from_backend<X: Backend, B: Backend, const D: usize>(
+    p: FloatTensor<X>,
+) -> Tensor<B, D> {
+    let p: Box<dyn Any> = Box::new(p);
+    let p = *p
         .downcast::<FloatTensor<B>>()
         .expect("B is X: its float primitive is X's");
-    Some(Tensor::from_primitive(TensorPrimitive::Float(out)))
+    Tensor::from_primitive(TensorPrimitive::Float(p))
 }
 
 fn dtype_of(d: DType) -> Option<Dtype> {
@@ -406,17 +423,23 @@ impl OwnStream {
 /// A new non-blocking stream in the primary context of GPU `device` (the context cubecl uses,
 /// so burn's device addresses are valid on it), and that context, made current on this thread.
 pub(crate) fn primary_stream(device: usize) -> Result<(drv::CUcontext, drv::CUstream), String> {
+    let ctx = primary_context(device)?;
+    let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+        .map_err(|e| format!("cuStreamCreate: {e:?}"))?;
+    Ok((ctx, stream))
+}
+
+/// The primary context of GPU `device`, retained and made current on this thread.
+pub(crate) fn primary_context(device: usize) -> Result<drv::CUcontext, String> {
     let err = |what: &str, e: cudarc::driver::DriverError| format!("{what}: {e:?}");
     cu::init().map_err(|e| err("cuInit", e))?;
     let dev = cu::device::get(device as i32).map_err(|e| err("cuDeviceGet", e))?;
     // SAFETY: the primary context is retained for the process's lifetime (never released, as
-    // cubecl does) and made current on this thread; the stream is created in it.
+    // cubecl does) and made current on this thread.
     unsafe {
         let ctx = cu::primary_ctx::retain(dev).map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
         cu::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
-        let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
-            .map_err(|e| err("cuStreamCreate", e))?;
-        Ok((ctx, stream))
+        Ok(ctx)
     }
 }
 

@@ -23,6 +23,7 @@ fn generation_and_learning_work_when_the_float_is_not_f32() {
         load_seconds: 0.0,
         matmul: kevin_policy::cublas::Mode::Large,
         fused: true,
+        flash: true,
     };
     let report =
         run::<Autodiff<NdArray<f64>>>(&args, &Default::default(), "ndarray f64", &|_| {}).unwrap();

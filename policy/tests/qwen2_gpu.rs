@@ -272,12 +272,14 @@ fn fused_against_reference<B: burn::tensor::backend::Backend>(
     cfg: &kevin_policy::Qwen2Config,
     device: &B::Device,
     split: bool,
+    long: usize,
 ) -> (f32, f32, f32) {
     use kevin_policy::{CausalLm, Qwen2};
     let mut model = Qwen2::<B>::new(cfg, device).unwrap();
     model.set_split_f32_matmul(split);
-    let mut reference = model.cache_for(4, 80, false);
-    let mut fused = model.cache_for(4, 80, true);
+    let max_len = (long + 40).max(80);
+    let mut reference = model.cache_for(4, max_len, false);
+    let mut fused = model.cache_for(4, max_len, true);
     assert!(fused.is_fused(), "the fused path did not start");
     assert!(!reference.is_fused());
     let vocab = cfg.vocab_size;
@@ -318,7 +320,7 @@ fn fused_against_reference<B: burn::tensor::backend::Backend>(
             .zip(b.chunks(vocab).map(<[f32]>::to_vec))
             .collect::<Vec<_>>();
     };
-    step(&[0, 2], vec![tok(5), tok(17)], &mut reference, &mut fused);
+    step(&[0, 2], vec![tok(5), tok(long)], &mut reference, &mut fused);
     for i in 0..12 {
         if i == 4 {
             // A prefill in the same pass as two decode rows.
@@ -400,19 +402,27 @@ fn fused_extend_matches_burns_layers_on_cuda() {
         (512, 64, 128, 2, 4, 2, 1e4, true),
     ];
     let mut failed = Vec::new();
-    for (i, &spec) in shapes.iter().enumerate() {
-        let cfg = shape_config(spec);
-        let (d32, f32_, s32) = fused_against_reference::<Cuda<f32>>(&cfg, &device, true);
-        let (d16, f16_, s16) = fused_against_reference::<Cuda<half::bf16>>(&cfg, &device, false);
+    // Slot 2's first prompt: 17 tokens; for two shapes also 700, so that decode steps split
+    // each token's keys into parts (`attn_parts`: 5 parts for 3 rows over 700 keys).
+    let runs = (0..shapes.len())
+        .map(|i| (i, 17))
+        .chain([(0, 700), (2, 700)]);
+    for (i, long) in runs {
+        let cfg = shape_config(shapes[i]);
+        let (d32, f32_, s32) = fused_against_reference::<Cuda<f32>>(&cfg, &device, true, long);
+        let (d16, f16_, s16) =
+            fused_against_reference::<Cuda<half::bf16>>(&cfg, &device, false, long);
         eprintln!(
-            "shape {i}: f32 max |diff| {d32:e} (to the full forward {f32_:e}; logits up to \
-             {s32:.3}), bf16 {d16:e} (to the full forward {f16_:e}; up to {s16:.3})"
+            "shape {i}, prompt {long}: f32 max |diff| {d32:e} (to the full forward {f32_:e}; \
+             logits up to {s32:.3}), bf16 {d16:e} (to the full forward {f16_:e}; up to {s16:.3})"
         );
         if d32 > 1e-4 * s32.max(1.0) || f32_ > 1e-4 * s32.max(1.0) {
-            failed.push(format!("shape {i} f32: {d32}, to forward {f32_}"));
+            failed.push(format!(
+                "shape {i} prompt {long} f32: {d32}, to forward {f32_}"
+            ));
         }
         if d16 > 2e-2 * s16.max(1.0) {
-            failed.push(format!("shape {i} bf16: {d16}"));
+            failed.push(format!("shape {i} prompt {long} bf16: {d16}"));
         }
     }
     assert!(failed.is_empty(), "{failed:?}");
@@ -477,4 +487,144 @@ fn fused_draws_match_select_tokens_on_cuda() {
     eprintln!("device draws: {differ} of 144 drawn tokens differ, log-prob max |diff| {worst:e}");
     assert!(differ <= 2, "{differ} drawn tokens differ");
     assert!(worst <= 1e-4, "log-prob off by {worst}");
+}
+
+/// burn's attention as the model computes it without flash.rs: grouped heads, scaled scores,
+/// the causal mask, softmax, the values.
+fn plain_attention<B: burn::tensor::backend::Backend>(
+    q: burn::tensor::Tensor<B, 4>,
+    k: burn::tensor::Tensor<B, 4>,
+    v: burn::tensor::Tensor<B, 4>,
+) -> burn::tensor::Tensor<B, 4> {
+    use burn::tensor::{Bool, Tensor, TensorData};
+    let [b, h, t, d] = q.dims();
+    let kv = k.dims()[1];
+    let g = h / kv;
+    let device = q.device();
+    let scores = q
+        .reshape([b, kv, g * t, d])
+        .matmul(k.swap_dims(2, 3))
+        .reshape([b, h, t, t])
+        .mul_scalar((d as f64).powf(-0.5));
+    let above: Vec<bool> = (0..t * t).map(|x| x % t > x / t).collect();
+    let mask = Tensor::<B, 4, Bool>::from_data(TensorData::new(above, [1, 1, t, t]), &device);
+    let probs = burn::tensor::activation::softmax(
+        scores.mask_fill(mask.expand([b, h, t, t]), f32::NEG_INFINITY),
+        3,
+    );
+    probs
+        .reshape([b, kv, g * t, t])
+        .matmul(v)
+        .reshape([b, h, t, d])
+}
+
+/// Causal attention through flash.rs (Autodiff over CUDA, f32 and bf16) against burn's plain
+/// attention on NdArray in f32 on the same (rounded) values: the output and the gradients of
+/// q, k and v, for every head dimension the kernels are built for, grouped heads, lengths that
+/// are not multiples of the kernels' tiles, and a single token. f32 within 1e-4 of the largest
+/// value; bf16 within 3e-2.
+#[test]
+fn flash_attention_and_its_gradients_match_the_cpu_on_cuda() {
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::backend::Backend;
+    use burn::tensor::{DType, Tensor};
+    if !gpu_tests() {
+        return;
+    }
+    fn run<G: Backend + burn::tensor::backend::AutodiffBackend>(
+        dims: (usize, usize, usize, usize, usize),
+        bf16: bool,
+        gpu: &G::Device,
+    ) -> [f32; 4] {
+        type C = Autodiff<NdArray<f32>>;
+        let (b, h, kv, t, d) = dims;
+        let round = |x: Vec<f32>| -> Vec<f32> {
+            if bf16 {
+                x.into_iter()
+                    .map(|v| half::bf16::from_f32(v).to_f32())
+                    .collect()
+            } else {
+                x
+            }
+        };
+        let shapes = [[b, h, t, d], [b, kv, t, d], [b, kv, t, d], [b, h, t, d]];
+        let vals: Vec<Vec<f32>> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| round(values(s.iter().product(), 40 + i as u64)))
+            .collect();
+        // f32 data makes an f32 tensor on any backend: the bf16 run casts it.
+        let gpu_t = |i: usize| {
+            let t = Tensor::<G, 4>::from_data(
+                burn::tensor::TensorData::new(vals[i].clone(), shapes[i]),
+                gpu,
+            );
+            if bf16 {
+                t.cast(burn::tensor::FloatDType::BF16)
+            } else {
+                t
+            }
+        };
+        let (q, k, v, up) = (
+            gpu_t(0).require_grad(),
+            gpu_t(1).require_grad(),
+            gpu_t(2).require_grad(),
+            gpu_t(3),
+        );
+        let out = kevin_policy::flash::causal_attention(q.clone(), k.clone(), v.clone())
+            .unwrap_or_else(|_| panic!("flash attention declined {dims:?}"));
+        let grads = (out.clone() * up).sum().backward();
+        let got = [
+            out.inner(),
+            q.grad(&grads).unwrap(),
+            k.grad(&grads).unwrap(),
+            v.grad(&grads).unwrap(),
+        ];
+
+        let cpu = Default::default();
+        let cpu_t = |i: usize| {
+            Tensor::<C, 4>::from_data(
+                burn::tensor::TensorData::new(vals[i].clone(), shapes[i]),
+                &cpu,
+            )
+        };
+        let (cq, ck, cv, cup) = (
+            cpu_t(0).require_grad(),
+            cpu_t(1).require_grad(),
+            cpu_t(2).require_grad(),
+            cpu_t(3),
+        );
+        let cout = plain_attention(cq.clone(), ck.clone(), cv.clone());
+        let cgrads = (cout.clone() * cup).sum().backward();
+        let want = [
+            cout.inner(),
+            cq.grad(&cgrads).unwrap(),
+            ck.grad(&cgrads).unwrap(),
+            cv.grad(&cgrads).unwrap(),
+        ];
+        let mut rel = [0f32; 4];
+        for (i, (g, w)) in got.into_iter().zip(want).enumerate() {
+            let w = w.into_data().to_vec::<f32>().unwrap();
+            let scale = w.iter().fold(1f32, |m, x| m.max(x.abs()));
+            assert_eq!(g.dtype(), if bf16 { DType::BF16 } else { DType::F32 });
+            rel[i] = max_diff(g, w) / scale;
+        }
+        rel
+    }
+    let gpu = kevin_policy::cuda_setup::cuda_device(0);
+    let shapes = [
+        (2, 4, 2, 37, 64),
+        (1, 7, 1, 130, 64),
+        (2, 6, 1, 70, 128),
+        (3, 4, 2, 1, 16),
+        (1, 2, 2, 45, 32),
+        (2, 4, 2, 300, 64),
+    ];
+    for dims in shapes {
+        let f = run::<Autodiff<Cuda<f32>>>(dims, false, &gpu);
+        let h = run::<Autodiff<Cuda<half::bf16>>>(dims, true, &gpu);
+        eprintln!("{dims:?}: f32 out/dq/dk/dv {f:?}, bf16 {h:?}");
+        assert!(f.iter().all(|&x| x < 1e-4), "{dims:?} f32 {f:?}");
+        assert!(h.iter().all(|&x| x < 3e-2), "{dims:?} bf16 {h:?}");
+    }
 }

@@ -133,6 +133,17 @@ pub enum BurnGenerate {
     Burn,
 }
 
+/// How the burn learner's (and log-prob passes') causal attention runs on CUDA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BurnAttention {
+    /// Own kernels without the score matrix, forward and backward (FlashAttention-2's
+    /// recurrence).
+    Flash,
+    /// burn's ops: scores, mask, softmax, values (the reference).
+    Burn,
+}
+
 /// Where tasks come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -294,6 +305,11 @@ pub struct BurnPolicySection {
     /// (own kernels and cuBLAS, no per-op host work); "burn": burn's layers (the reference
     /// path). Ignored on the CPU.
     pub generate: BurnGenerate,
+    /// "flash" (default): the learner's causal attention on CUDA without the `[t, t]` score
+    /// matrix, forward and backward as own kernels (its memory per position no longer grows with
+    /// the sequence, so micro-batches grow); "burn": burn's ops (the reference path). Ignored on
+    /// the CPU.
+    pub attention: BurnAttention,
 }
 
 impl Default for BurnPolicySection {
@@ -305,6 +321,7 @@ impl Default for BurnPolicySection {
             max_len: 4096,
             matmul: BurnMatmul::Cublas,
             generate: BurnGenerate::Fused,
+            attention: BurnAttention::Flash,
         }
     }
 }

@@ -167,6 +167,10 @@ fn burn_policy_and_learner_are_checked() {
             format!("{burn}[policy.burn]\ngenerate = \"cudnn\"\n"),
             "config key `policy.burn.generate` = \"cudnn\" is invalid",
         ),
+        (
+            format!("{burn}[policy.burn]\nattention = \"sdpa\"\n"),
+            "config key `policy.burn.attention` = \"sdpa\" is invalid",
+        ),
     ] {
         check_err(&text, &[], expected);
     }
@@ -175,6 +179,7 @@ fn burn_policy_and_learner_are_checked() {
     assert_eq!(c.policy.burn.device, BurnDevice::Auto);
     assert_eq!(c.policy.burn.matmul, BurnMatmul::Cublas);
     assert_eq!(c.policy.burn.generate, BurnGenerate::Fused);
+    assert_eq!(c.policy.burn.attention, BurnAttention::Flash);
     let c = load_str(&format!("{burn}[policy.burn]\ngenerate = \"burn\"\n"), &[]).unwrap();
     assert_eq!(c.policy.burn.generate, BurnGenerate::Burn);
 }

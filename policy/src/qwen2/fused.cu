@@ -5,36 +5,12 @@
 //   embed       token rows of the embedding table
 //   add_rmsnorm x += add (the residual, rounded), out = rmsnorm(x) * weight
 //   qkv_rope    bias, rotary embedding, and the new keys and values written into the cache
-//   attn        each query over its slot's cached keys 0..=position (online softmax, 4 warps)
+//   attn        each query over its slot's cached keys 0..=position (online softmax, 4 warps),
+//               in parts of the keys when there are few queries (attn_merge joins the parts)
 //   silu_mul    silu(gate) * up
 //   round_bf16  f32 logits rounded to bf16 (the reference computes them in bf16)
 // Compiled once per process with NVRTC for the device's architecture.
-#include <cuda_bf16.h>
-
-typedef __nv_bfloat16 bf16;
-
-template <typename T> __device__ __forceinline__ float ld(const T* p, long long i);
-template <> __device__ __forceinline__ float ld<float>(const float* p, long long i) { return p[i]; }
-template <> __device__ __forceinline__ float ld<bf16>(const bf16* p, long long i) {
-    return __bfloat162float(p[i]);
-}
-template <typename T> __device__ __forceinline__ void st(T* p, long long i, float v);
-template <> __device__ __forceinline__ void st<float>(float* p, long long i, float v) { p[i] = v; }
-template <> __device__ __forceinline__ void st<bf16>(bf16* p, long long i, float v) {
-    p[i] = __float2bfloat16(v);
-}
-// `v` rounded to T's precision (round to nearest even), as a float.
-template <typename T> __device__ __forceinline__ float rnd(float v);
-template <> __device__ __forceinline__ float rnd<float>(float v) { return v; }
-template <> __device__ __forceinline__ float rnd<bf16>(float v) {
-    return __bfloat162float(__float2bfloat16(v));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+// (policy/src/cuda/prelude.cuh comes first: ld, st, rnd, warp_sum.)
 
 // The sum of `v` over the block, in every thread.
 __device__ float block_sum(float v) {
@@ -125,14 +101,17 @@ __device__ void qkv_rope(const T* q, const T* k, const T* v, const T* bq, const 
 #define MAXG 8
 #define NEG_INF __int_as_float(0xff800000)
 
-// grid (N, kv), block 32 * W: the g = h / kv query heads of token n that share key/value head
-// blockIdx.y, over keys 0..=pos[n] of the token's slot. Each warp takes every W-th key and keeps
-// an online softmax per head (lane l holds dimensions l*E .. l*E+E-1; d = 32 * E, or d < 32 with
-// E = 1 and lanes d.. idle); the warps are merged through shared memory (W * MAXG * (d + 2)
-// floats). out [N, h*d].
+// grid (N, kv, S), block 32 * W: the g = h / kv query heads of token n that share key/value head
+// blockIdx.y, over part z = blockIdx.z of keys 0..=pos[n] of the token's slot (S parts of
+// ceil(keys / S) keys; S = 1 at prefill, more when few tokens would leave the GPU idle). Each
+// warp takes every W-th key of the part and keeps an online softmax per head (lane l holds
+// dimensions l*E .. l*E+E-1; d = 32 * E, or d < 32 with E = 1 and lanes d.. idle); the warps are
+// merged through shared memory (W * MAXG * (d + 2) floats). With S = 1 the result goes to
+// out [N, h*d]; otherwise part [N, h, S, d + 2] gets each part's unnormalised sum, its
+// normaliser and its maximum, and attn_merge combines them.
 template <typename T, int E>
 __device__ void attn(const T* q, const T* kc, const T* vc, const int* slot, const int* pos,
-                     T* out, int h, int kv, int d, int max_len, float scale) {
+                     T* out, float* part, int h, int kv, int d, int max_len, float scale) {
     long long n = blockIdx.x;
     int hk = blockIdx.y;
     int g = h / kv;
@@ -141,6 +120,9 @@ __device__ void attn(const T* q, const T* kc, const T* vc, const int* slot, cons
     const T* K = kc + base;
     const T* V = vc + base;
     int keys = pos[n] + 1;
+    int parts = gridDim.z, z = blockIdx.z;
+    int chunk = (keys + parts - 1) / parts;
+    int lo = z * chunk, hi = min(keys, lo + chunk);
 
     const bool on = lane * E < d;
     float qr[MAXG][E], acc[MAXG][E], m[MAXG], l[MAXG];
@@ -154,7 +136,7 @@ __device__ void attn(const T* q, const T* kc, const T* vc, const int* slot, cons
             acc[gi][e] = 0.0f;
         }
     }
-    for (int j = warp; j < keys; j += warps) {
+    for (int j = lo + warp; j < hi; j += warps) {
         float kr[E], vr[E];
 #pragma unroll
         for (int e = 0; e < E; e++) {
@@ -202,12 +184,43 @@ __device__ void attn(const T* q, const T* kc, const T* vc, const int* slot, cons
         for (int w = 0; w < warps; w++) mx = fmaxf(mx, sm_m[w * MAXG + gi]);
         float L = 0.0f, O = 0.0f;
         for (int w = 0; w < warps; w++) {
-            float f = expf(sm_m[w * MAXG + gi] - mx);
+            float mw = sm_m[w * MAXG + gi];
+            // A warp (or a whole part) without keys adds nothing.
+            float f = mw == NEG_INF ? 0.0f : expf(mw - mx);
             L += sm_l[w * MAXG + gi] * f;
             O += sacc[(w * MAXG + gi) * d + i] * f;
         }
-        st(out, n * h * d + (hk * g + gi) * d + i, O / L);
+        int head = hk * g + gi;
+        if (parts == 1) {
+            st(out, n * h * d + head * d + i, O / L);
+        } else {
+            float* pp = part + ((n * h + head) * parts + z) * (d + 2);
+            pp[i] = O;
+            if (i == 0) {
+                pp[d] = L;
+                pp[d + 1] = mx;
+            }
+        }
     }
+}
+
+// grid (N, h), block >= d: out[n, head] from the S parts attn wrote to part [N, h, S, d + 2].
+template <typename T>
+__device__ void attn_merge(const float* part, T* out, int h, int d, int parts) {
+    long long n = blockIdx.x;
+    int head = blockIdx.y, i = threadIdx.x;
+    if (i >= d) return;
+    const float* pp = part + (n * h + head) * parts * (d + 2);
+    float mx = NEG_INF;
+    for (int z = 0; z < parts; z++) mx = fmaxf(mx, pp[z * (d + 2) + d + 1]);
+    float L = 0.0f, O = 0.0f;
+    for (int z = 0; z < parts; z++) {
+        float mz = pp[z * (d + 2) + d + 1];
+        float f = mz == NEG_INF ? 0.0f : expf(mz - mx);
+        L += pp[z * (d + 2) + d] * f;
+        O += pp[z * (d + 2) + i] * f;
+    }
+    st(out, n * h * d + head * d + i, O / L);
 }
 
 // out[i] = T(T(silu(gate[i])) * up[i]), n elements.
@@ -224,9 +237,9 @@ __device__ void silu_mul(const T* gate, const T* up, T* out, long long n) {
 #define KEVIN_ATTN(T, S, E)                                                                     \
     extern "C" __global__ void kevin_attn##E##_##S(const T* q, const T* kc, const T* vc,        \
                                                    const int* slot, const int* pos, T* out,     \
-                                                   int h, int kv, int d, int max_len,           \
-                                                   float scale) {                               \
-        attn<T, E>(q, kc, vc, slot, pos, out, h, kv, d, max_len, scale);                        \
+                                                   float* part, int h, int kv, int d,           \
+                                                   int max_len, float scale) {                  \
+        attn<T, E>(q, kc, vc, slot, pos, out, part, h, kv, d, max_len, scale);                  \
     }
 
 #define KEVIN_TYPED(T, S)                                                                       \
@@ -247,6 +260,10 @@ __device__ void silu_mul(const T* gate, const T* up, T* out, long long n) {
     KEVIN_ATTN(T, S, 1)                                                                         \
     KEVIN_ATTN(T, S, 2)                                                                         \
     KEVIN_ATTN(T, S, 4)                                                                         \
+    extern "C" __global__ void kevin_attn_merge_##S(const float* part, T* out, int h, int d,     \
+                                                    int parts) {                                \
+        attn_merge<T>(part, out, h, d, parts);                                                  \
+    }                                                                                           \
     extern "C" __global__ void kevin_silu_mul_##S(const T* gate, const T* up, T* out,           \
                                                   long long n) {                                \
         silu_mul<T>(gate, up, out, n);                                                          \

@@ -24,9 +24,7 @@
 //! two.
 
 use std::any::{Any, TypeId};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 use burn::backend::ir::{
     CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorId, TensorIr,
@@ -53,8 +51,12 @@ use super::Qwen2;
 use crate::cublas::operand;
 use crate::DeviceDraw;
 
-/// CUDA source of the fused path's kernels.
-pub const SOURCE: &str = include_str!("fused.cu");
+/// CUDA source of the fused path's kernels (after [`crate::kernels::PRELUDE`]).
+pub const SOURCE: crate::kernels::Source = crate::kernels::Source {
+    name: "fused",
+    text: include_str!("fused.cu"),
+    kernels: kernel_names,
+};
 
 /// Kernels of [`SOURCE`], each in an f32 and a bf16 version (suffix `_f32`, `_bf16`).
 const TYPED: &[&str] = &[
@@ -64,6 +66,7 @@ const TYPED: &[&str] = &[
     "kevin_attn1",
     "kevin_attn2",
     "kevin_attn4",
+    "kevin_attn_merge",
     "kevin_silu_mul",
 ];
 
@@ -83,6 +86,29 @@ pub const MAX_GROUP: usize = 8;
 
 /// Warps per attention block.
 const ATTN_WARPS: u32 = 4;
+
+/// Passes of at most this many tokens may split each token's keys into parts (decode steps; a
+/// prefill of more tokens fills the GPU with one block per token and key/value head).
+const SPLIT_TOKENS: usize = 512;
+/// Most parts a token's keys are split into.
+const MAX_SPLIT: usize = 16;
+/// Fewest keys a part is worth.
+const MIN_PART_KEYS: usize = 128;
+/// Attention blocks a pass aims for (the H200 has 132 SMs).
+const TARGET_BLOCKS: usize = 1024;
+
+/// Parts the attention of each of `tokens` tokens over up to `max_keys` keys (of `kv` key/value
+/// heads) is split into: enough blocks to fill the GPU when few tokens run, parts of at least
+/// [`MIN_PART_KEYS`] keys, at most [`MAX_SPLIT`]; 1 above [`SPLIT_TOKENS`] tokens.
+fn attn_parts(tokens: usize, kv: usize, max_keys: usize) -> usize {
+    if tokens == 0 || tokens > SPLIT_TOKENS {
+        return 1;
+    }
+    TARGET_BLOCKS
+        .div_ceil(tokens * kv.max(1))
+        .min(max_keys / MIN_PART_KEYS)
+        .clamp(1, MAX_SPLIT)
+}
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
@@ -157,14 +183,10 @@ impl Fused {
             stream,
             module: std::ptr::null_mut(),
         };
-        own.module = load_module(device)?;
+        own.module = SOURCE.load(device)?;
         let module = own.module;
         let blas = Blas::new(stream).map_err(|e| e.to_string())?;
-        let f = |name: &str| -> Result<drv::CUfunction, String> {
-            let c = std::ffi::CString::new(name).expect("kernel names have no NUL");
-            // SAFETY: the module is loaded in the current (primary) context.
-            unsafe { cu::module::get_function(module, c) }.map_err(|e| format!("{name}: {e:?}"))
-        };
+        let f = |name: &str| crate::kernels::function(module, name);
         let typed = |k: &str| f(&format!("{k}_{suffix}"));
         let fns = Fns {
             embed: typed("kevin_embed")?,
@@ -175,6 +197,7 @@ impl Fused {
                 64 => typed("kevin_attn2")?,
                 _ => typed("kevin_attn4")?,
             },
+            attn_merge: typed("kevin_attn_merge")?,
             silu_mul: typed("kevin_silu_mul")?,
             round_bf16: f("kevin_round_bf16")?,
             sample: f("kevin_sample")?,
@@ -207,40 +230,12 @@ impl Fused {
     }
 }
 
-/// The kernels' cubin for GPU `device`'s architecture, compiled once per process and
-/// architecture, loaded into the current context.
-fn load_module(device: usize) -> Result<drv::CUmodule, String> {
-    static IMAGES: Mutex<BTreeMap<String, Result<Vec<u8>, String>>> = Mutex::new(BTreeMap::new());
-    let dev = cu::device::get(device as i32).map_err(|e| format!("{e:?}"))?;
-    // SAFETY: attribute queries of a valid device.
-    let attr = |a| unsafe { cu::device::get_attribute(dev, a) }.map_err(|e| format!("{e:?}"));
-    let major = attr(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-    let minor = attr(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-    let arch = format!("sm_{major}{minor}");
-    let image = IMAGES
-        .lock()
-        .map_err(|_| "the fused kernels' cache lock is poisoned")?
-        .entry(arch.clone())
-        .or_insert_with(|| {
-            let names = kernel_names();
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            let mut req = kevin::compile::CompileRequest::ptx(SOURCE, &names);
-            req.arch = arch;
-            req.output = kevin::compile::OutputKind::Cubin;
-            let out = kevin::compile::compile(&req, &kevin::compile::find_cuda_include_dirs())
-                .map_err(|e| format!("compiling the fused kernels: {e}"))?;
-            Ok(out.image.into_bytes())
-        })
-        .clone()?;
-    // SAFETY: a cubin for this device's architecture, loaded into the current context.
-    unsafe { cu::module::load_data(image.as_ptr().cast()) }.map_err(|e| format!("{e:?}"))
-}
-
 struct Fns {
     embed: drv::CUfunction,
     add_rmsnorm: drv::CUfunction,
     qkv_rope: drv::CUfunction,
     attn: drv::CUfunction,
+    attn_merge: drv::CUfunction,
     silu_mul: drv::CUfunction,
     round_bf16: drv::CUfunction,
     sample: drv::CUfunction,
@@ -583,25 +578,13 @@ impl Fused {
     fn launch(
         &self,
         f: drv::CUfunction,
-        grid: (u32, u32),
+        grid: (u32, u32, u32),
         block: u32,
         smem: u32,
         args: &mut ArgPack,
     ) -> Result<(), String> {
-        let mut params = args.params();
-        // SAFETY: every kernel of `fused.cu` is launched with its own parameter list (built by
-        // the callers below), on buffers this engine sized for the pass.
-        unsafe {
-            cu::launch_kernel(
-                f,
-                (grid.0, grid.1, 1),
-                (block, 1, 1),
-                smem,
-                self.own.stream,
-                &mut params,
-            )
-        }
-        .map_err(Self::err("launch"))
+        crate::kernels::launch(f, grid, block, smem, self.own.stream, args)
+            .map_err(|e| format!("fused pass, {e}"))
     }
 
     /// `x [rows, k] @ w [k, n] -> y [rows, n]` (row-major x, y; `[rows, k, n]` = `dims`);
@@ -651,7 +634,8 @@ impl Fused {
         let e = self.elem;
 
         // Scratch: metadata, then x, xn, q, k, v, qr, attn, o, gate, up, down, the rows' xn, and
-        // for draws the logits, the rows' temperatures and thresholds, tokens and log-probs.
+        // for draws the logits, the rows' temperatures and thresholds, tokens and log-probs; last
+        // the attention's parts (decode steps split each token's keys, see `attn_parts`).
         let need_tokens = self.scratch.as_ref().map_or(0, |s| s.tokens);
         let need_rows = self.scratch.as_ref().map_or(0, |s| s.rows);
         let sizes = |t: usize, r: usize| {
@@ -672,6 +656,7 @@ impl Fused {
                 r * vocab * 4,
                 r * 2 * 4,
                 r * 2 * 4,
+                t.min(SPLIT_TOKENS) * h * MAX_SPLIT * (d + 2) * 4,
             ]
         };
         if n > need_tokens || rows > need_rows {
@@ -762,7 +747,7 @@ impl Fused {
         a.ptr(x);
         a.push(&(hidden as i32).to_ne_bytes());
         a.push(&(embed.ld as i32).to_ne_bytes());
-        self.launch(self.fns.embed, (n as u32, 1), block(hidden), 0, &mut a)?;
+        self.launch(self.fns.embed, (n as u32, 1, 1), block(hidden), 0, &mut a)?;
 
         let norm = |xp: u64, add: u64, wt: u64, outp: u64, rowsp: u64, count: usize| {
             let mut a = ArgPack::default();
@@ -775,7 +760,7 @@ impl Fused {
             a.push(&eps.to_ne_bytes());
             self.launch(
                 self.fns.add_rmsnorm,
-                (count as u32, 1),
+                (count as u32, 1, 1),
                 block(hidden).min(1024),
                 0,
                 &mut a,
@@ -783,6 +768,9 @@ impl Fused {
         };
         let scale = (d as f64).powf(-0.5) as f32;
         let attn_smem = ATTN_WARPS * MAX_GROUP as u32 * (d as u32 + 2) * 4;
+        let max_keys = pass.pos.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+        let parts = attn_parts(n, kv, max_keys);
+        let part = at(16);
         for l in 0..layers {
             let base = l * PER_LAYER;
             let (kc, vc) = (
@@ -815,9 +803,9 @@ impl Fused {
             for i in [h, kv, d, self.max_len] {
                 a.push(&(i as i32).to_ne_bytes());
             }
-            self.launch(self.fns.qkv_rope, (n as u32, 1), 256, 0, &mut a)?;
+            self.launch(self.fns.qkv_rope, (n as u32, 1, 1), 256, 0, &mut a)?;
             let mut a = ArgPack::default();
-            for p in [qr, kc, vc, slot, pos, att] {
+            for p in [qr, kc, vc, slot, pos, att, part] {
                 a.ptr(p);
             }
             for i in [h, kv, d, self.max_len] {
@@ -826,11 +814,27 @@ impl Fused {
             a.push(&scale.to_ne_bytes());
             self.launch(
                 self.fns.attn,
-                (n as u32, kv as u32),
+                (n as u32, kv as u32, parts as u32),
                 32 * ATTN_WARPS,
                 attn_smem,
                 &mut a,
             )?;
+            if parts > 1 {
+                let mut a = ArgPack::default();
+                a.ptr(part);
+                a.ptr(att);
+                for i in [h, d, parts] {
+                    a.push(&(i as i32).to_ne_bytes());
+                }
+                let block = (d as u32).next_multiple_of(32);
+                self.launch(
+                    self.fns.attn_merge,
+                    (n as u32, h as u32, 1),
+                    block,
+                    0,
+                    &mut a,
+                )?;
+            }
             self.gemm(att, wq(7)?, o, [n, h * d, hidden], self.dtype)?;
             norm(x, o, ptr(base + 8), xn, 0, n)?;
             self.gemm(xn, wq(9)?, gate, [n, hidden, inter], self.dtype)?;
@@ -841,7 +845,7 @@ impl Fused {
             a.ptr(gate);
             a.push(&((n * inter) as i64).to_ne_bytes());
             let blocks = (n * inter).div_ceil(256).min(65_535) as u32;
-            self.launch(self.fns.silu_mul, (blocks, 1), 256, 0, &mut a)?;
+            self.launch(self.fns.silu_mul, (blocks, 1, 1), 256, 0, &mut a)?;
             self.gemm(gate, wq(11)?, down, [n, inter, hidden], self.dtype)?;
         }
         // The rows' last tokens: x += down, then the final norm, then the head.
@@ -864,7 +868,7 @@ impl Fused {
             a.ptr(logits);
             a.push(&((rows * vocab) as i64).to_ne_bytes());
             let blocks = (rows * vocab).div_ceil(256).min(65_535) as u32;
-            self.launch(self.fns.round_bf16, (blocks, 1), 256, 0, &mut a)?;
+            self.launch(self.fns.round_bf16, (blocks, 1, 1), 256, 0, &mut a)?;
         }
         if let Some(draws) = draws {
             // Temperatures, then thresholds 1 - u (in (0, 1]; a rand f64 is a multiple of
@@ -886,7 +890,7 @@ impl Fused {
             a.ptr(par + 4 * rows as u64);
             a.ptr(res);
             a.ptr(res + 4 * rows as u64);
-            self.launch(self.fns.sample, (rows as u32, 1), 1024, 0, &mut a)?;
+            self.launch(self.fns.sample, (rows as u32, 1, 1), 1024, 0, &mut a)?;
             let mut back = vec![0u32; 2 * rows];
             // SAFETY: buffer 15 holds 2 * rows 4-byte values; `back` is not moved until the
             // stream is synchronised.
@@ -925,24 +929,7 @@ mod tests {
     /// a name expression of the compile: a missing one fails it).
     #[test]
     fn fused_kernels_compile_for_sm_90() {
-        if let Err(e) = kevin::compile::locate_nvrtc() {
-            assert_ne!(
-                std::env::var("KEVIN_REQUIRE_NVRTC").as_deref(),
-                Ok("1"),
-                "NVRTC is required: {e}"
-            );
-            eprintln!("skipping: {e}");
-            return;
-        }
-        let names = kernel_names();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut req = kevin::compile::CompileRequest::ptx(SOURCE, &names);
-        req.arch = "sm_90".into();
-        req.output = kevin::compile::OutputKind::Cubin;
-        let out = kevin::compile::compile(&req, &kevin::compile::find_cuda_include_dirs());
-        if let Err(e) = out {
-            panic!("{e}");
-        }
+        crate::kernels::assert_compiles(&SOURCE);
     }
 
     #[test]
@@ -959,6 +946,19 @@ mod tests {
         let (off, total) = layout(&[10, 300, 0, 5]);
         assert_eq!(off, vec![0, 256, 768, 768]);
         assert_eq!(total, 1024);
+    }
+
+    #[test]
+    fn decode_attention_splits_keys_only_when_few_tokens_run() {
+        // A decode step of 64 slots over 3,000 keys: 128 blocks, so 8 parts of 375 keys.
+        assert_eq!(attn_parts(64, 2, 3000), 8);
+        // One slot: as many parts as the keys allow, at most MAX_SPLIT.
+        assert_eq!(attn_parts(1, 2, 3000), MAX_SPLIT);
+        assert_eq!(attn_parts(1, 2, 300), 2);
+        // Short contexts and prefills are not split.
+        assert_eq!(attn_parts(64, 2, 100), 1);
+        assert_eq!(attn_parts(2048, 2, 3000), 1);
+        assert_eq!(attn_parts(0, 2, 3000), 1);
     }
 
     #[test]

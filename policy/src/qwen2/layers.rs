@@ -258,8 +258,14 @@ impl<B: Backend> Attention<B> {
         let dtype = scores.dtype();
         let scores = to_f32(scores).mask_fill(masked.expand([b, h, t, s]), f32::NEG_INFINITY);
         let probs = softmax(scores, 3).cast(dtype);
-        // [b, kv, g * t, s] @ [b, kv, s, d] -> [b, h, t, d] -> [b, t, h * d]
+        // [b, kv, g * t, s] @ [b, kv, s, d] -> [b, h, t, d]
         let out = mm(probs.reshape([b, kv, g * t, s]), v, self.split).reshape([b, h, t, d]);
+        self.project(out)
+    }
+
+    /// `out [b, h, t, d] -> [b, t, h * d]` after `o_proj`.
+    fn project(&self, out: Tensor<B, 4>) -> Tensor<B, 3> {
+        let [b, h, t, d] = out.dims();
         lin(
             &self.o_proj,
             out.swap_dims(1, 2).reshape([b, t, h * d]),
@@ -267,7 +273,9 @@ impl<B: Backend> Attention<B> {
         )
     }
 
-    /// Full causal attention over `x [b, t, hidden]` without a cache.
+    /// Full causal attention over `x [b, t, hidden]` without a cache (`masked`: the causal
+    /// mask). On burn's CUDA backend the attention itself is [`crate::flash`]'s, without the
+    /// score matrix, where it serves.
     pub(super) fn forward(
         &self,
         x: Tensor<B, 3>,
@@ -275,7 +283,10 @@ impl<B: Backend> Attention<B> {
         masked: Tensor<B, 4, Bool>,
     ) -> Tensor<B, 3> {
         let (q, k, v) = self.qkv(x, rope);
-        self.attend(q, k, v, masked)
+        match crate::flash::causal_attention(q, k, v) {
+            Ok(out) => self.project(out),
+            Err((q, k, v)) => self.attend(q, k, v, masked),
+        }
     }
 
     /// Attention of new tokens `x [rows, t, hidden]` over their slots' cached keys and their own:

@@ -57,6 +57,10 @@ pub struct Args {
     /// cuBLAS on a stream of its own) or "burn" (burn's layers, the reference path).
     #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
     pub generate: String,
+    /// How the learner's causal attention runs on CUDA: "flash" (default: own kernels without
+    /// the score matrix, forward and backward) or "burn" (burn's ops, the reference path).
+    #[arg(long, default_value = "flash", value_parser = ["flash", "burn"])]
+    pub attention: String,
     /// The transformers peer's JSON (benches/hf_policy.py --json) to compare with.
     #[arg(long)]
     pub hf: Option<PathBuf>,
@@ -82,6 +86,7 @@ pub fn run(a: &Args) -> CmdResult {
         load_seconds: a.load_seconds,
         matmul: kevin_policy::cublas::parse_mode(&a.matmul).map_err(usage)?,
         fused: a.generate == "fused",
+        flash: a.attention == "flash",
     };
     if !(a.load_seconds.is_finite() && a.load_seconds >= 0.0) {
         return Err(usage(format!(

@@ -1,0 +1,690 @@
+//! Causal self-attention without the score matrix, for the learner on burn's CUDA backend
+//! (issue 18): a backend extension ([`FlashKernels`], [`FlashAttention`]) at each of the
+//! backend's layers:
+//! - `CubeBackend<CudaRuntime, ..>`: the kernels of `cuda/flash.cu` (FlashAttention-2's
+//!   recurrence on CUDA cores, f32 arithmetic, f32 or bf16 tensors) on the tensors' device
+//!   memory: the forward pass writes the output and each row's log-sum-exp; the backward pass
+//!   recomputes the probabilities from them, tile by tile;
+//! - `Fusion<..>`: custom operations (never fused);
+//! - `Autodiff<..>`: the forward keeps q, k, v, the output and the log-sum-exp; the backward is
+//!   the two gradient kernels.
+//!
+//! burn's attention in [`crate::qwen2`] materialises `[b, h, t, t]` scores in f32 and keeps
+//! several copies of them for the backward pass: at the RL loop's 2,560-token sequences that is
+//! 100 MB per sequence and head per layer, and its time and memory grow with `t^2` per
+//! sequence. Here memory is `O(t)` per row and no score leaves the chip.
+//!
+//! The plain-burn reference is [`crate::qwen2`]'s own attention (matmul, mask, softmax, matmul),
+//! used on every other backend, when [`set_enabled`] turns this off, or when this path cannot
+//! serve (no NVRTC; a head dimension other than 16, 32, 64 or 128; query heads not a multiple of
+//! the key/value heads). `qwen2_gpu.rs` compares the two, values and gradients.
+//!
+//! Streams: the kernels run on a stream of their own, fenced on both sides as
+//! [`crate::cublas`]'s products are (the cubecl client is synchronised before, the own stream
+//! after).
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::cuda::CudaDevice;
+use burn::backend::ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn::backend::{Autodiff, Cuda};
+use burn::cubecl::cuda::CudaRuntime;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape, Tensor};
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use cudarc::driver::result as cu;
+use cudarc::driver::sys as drv;
+use half::bf16;
+use kevin::gpu::device::ArgPack;
+
+use crate::cublas::{as_backend, from_backend};
+use crate::kernels::Source;
+
+/// The kernels' source (after [`crate::kernels::PRELUDE`]).
+pub const SOURCE: Source = Source {
+    name: "flash",
+    text: include_str!("cuda/flash.cu"),
+    kernels: kernel_names,
+};
+
+/// Head dimensions the kernels are built for.
+pub const HEAD_DIMS: [usize; 4] = [16, 32, 64, 128];
+
+const KINDS: [&str; 3] = ["fwd", "dq", "dkdv"];
+
+/// Every kernel symbol of [`SOURCE`].
+pub fn kernel_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for kind in KINDS {
+        for d in HEAD_DIMS {
+            for s in ["f32", "bf16"] {
+                names.push(format!("kevin_fa_{kind}{d}_{s}"));
+            }
+        }
+    }
+    names
+}
+
+/// Warps per block (`FA_WARPS` in `flash.cu`).
+const WARPS: u32 = 8;
+/// Rows (queries or keys) per block (`FA_ROWS`: `FA_WARPS` x `FA_R`).
+const ROWS: usize = 64;
+
+/// Shared memory of kernel `kind` for head dimension `d`, in bytes (`flash.cu`'s layouts).
+fn smem_bytes(kind: &str, d: usize) -> u32 {
+    let p = d + 4;
+    let floats = match kind {
+        "fwd" => (64 + ROWS) * p,
+        "dq" => (64 + 2 * ROWS) * p,
+        _ => (64 + 2 * ROWS) * p + 64,
+    };
+    (floats * 4) as u32
+}
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns this path on or off (process-wide; on by default). Off, attention is burn's.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`causal_attention`] takes this path where it serves.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Why `q [b, h, t, d]` over `k [b, kv, t, d]` is outside what the kernels cover, if it is.
+pub fn unsupported(q: [usize; 4], k: [usize; 4]) -> Option<String> {
+    let (h, kv, d) = (q[1], k[1], q[3]);
+    if !HEAD_DIMS.contains(&d) {
+        return Some(format!("head dimension {d} (one of {HEAD_DIMS:?})"));
+    }
+    if kv == 0 || h % kv != 0 {
+        return Some(format!("{h} query heads over {kv} key/value heads"));
+    }
+    if k[0] != q[0] || k[2] != q[2] || k[3] != d {
+        return Some(format!("keys {k:?} for queries {q:?}"));
+    }
+    None
+}
+
+/// Causal attention `softmax(q k^T / sqrt(d) + causal mask) v` of `q [b, h, t, d]` over
+/// `k, v [b, kv, t, d]` (query head `i` reads key/value head `i / (h / kv)`), `-> [b, h, t, d]`,
+/// through this path when the backend is burn's CUDA backend (f32 or bf16, with or without
+/// autodiff), it is [`enabled`] and it serves the shapes; `Err` gives the operands back untouched
+/// otherwise.
+#[allow(clippy::type_complexity)]
+pub fn causal_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+) -> Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)> {
+    if !serves(&q, &k, &v) {
+        return Err((q, k, v));
+    }
+    let out = through::<B, Cuda<f32>>(&q, &k, &v)
+        .or_else(|| through::<B, Autodiff<Cuda<f32>>>(&q, &k, &v))
+        .or_else(|| through::<B, Cuda<bf16>>(&q, &k, &v))
+        .or_else(|| through::<B, Autodiff<Cuda<bf16>>>(&q, &k, &v));
+    out.ok_or((q, k, v))
+}
+
+/// Whether [`causal_attention`] takes these operands (backend, dtypes, shapes, kernels).
+fn serves<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>, v: &Tensor<B, 4>) -> bool {
+    if !enabled() || !crate::cublas::is_cuda::<B>() {
+        return false;
+    }
+    let dt = q.dtype();
+    if !matches!(dt, DType::F32 | DType::BF16) || k.dtype() != dt || v.dtype() != dt {
+        return false;
+    }
+    if k.dims() != v.dims() || unsupported(q.dims(), k.dims()).is_some() {
+        return false;
+    }
+    let device = q.device();
+    let Some(device) = (&device as &dyn Any).downcast_ref::<CudaDevice>() else {
+        return false;
+    };
+    match with_engine(device.index, |_| Ok(())) {
+        Ok(()) => true,
+        Err(why) => {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!("flash attention unavailable, burn's attention is used: {why}");
+            });
+            false
+        }
+    }
+}
+
+fn through<B: Backend, X: FlashAttention>(
+    q: &Tensor<B, 4>,
+    k: &Tensor<B, 4>,
+    v: &Tensor<B, 4>,
+) -> Option<Tensor<B, 4>> {
+    let q = as_backend::<B, X, 4>(q.clone())?;
+    let k = as_backend::<B, X, 4>(k.clone())?;
+    let v = as_backend::<B, X, 4>(v.clone())?;
+    Some(from_backend::<X, B, 4>(X::flash_attention(q, k, v)))
+}
+
+/// A backend with the attention kernels: the forward pass with each row's log-sum-exp, and the
+/// gradients from them.
+pub trait FlashKernels: Backend {
+    /// `(out [b, h, t, d], lse [b, h, t] in f32)` of `q [b, h, t, d]`, `k, v [b, kv, t, d]`.
+    fn flash_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2];
+
+    /// `(dq, dk, dv)` from the forward's operands and results and the output's gradient.
+    fn flash_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        out: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        dout: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3];
+}
+
+/// A backend whose causal attention can take this path (see [`causal_attention`]).
+pub trait FlashAttention: Backend {
+    /// The attention's output, `[b, h, t, d]`.
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CubeBackend: the kernels.
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement> FlashKernels
+    for CubeBackend<CudaRuntime, F, I, BT>
+{
+    fn flash_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        cube_forward(q, k, v).unwrap_or_else(|e| panic!("flash attention, forward: {e}"))
+    }
+
+    fn flash_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        out: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        dout: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        cube_backward(q, k, v, out, lse, dout)
+            .unwrap_or_else(|e| panic!("flash attention, backward: {e}"))
+    }
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement> FlashAttention
+    for CubeBackend<CudaRuntime, F, I, BT>
+{
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let [out, _] = Self::flash_forward(q, k, v);
+        out
+    }
+}
+
+type Ct = CubeTensor<CudaRuntime>;
+
+/// `t` with its last dimension packed (a copy when it is not).
+fn last_packed(t: Ct) -> Ct {
+    if t.meta.strides()[3] == 1 || t.meta.shape()[3] == 1 {
+        t
+    } else {
+        burn_cubecl::kernel::into_contiguous(t)
+    }
+}
+
+/// `t` packed (a copy when it is not).
+fn packed(t: Ct) -> Ct {
+    let shape = t.meta.shape().to_vec();
+    let mut want = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        want[i] = want[i + 1] * shape[i + 1];
+    }
+    let ok = (0..shape.len()).all(|i| shape[i] == 1 || t.meta.strides()[i] == want[i]);
+    if ok {
+        t
+    } else {
+        burn_cubecl::kernel::into_contiguous(t)
+    }
+}
+
+fn dims4(t: &Ct) -> Result<[usize; 4], String> {
+    let s = t.meta.shape();
+    <[usize; 4]>::try_from(&s[..]).map_err(|_| format!("shape {s:?} is not 4-d"))
+}
+
+fn empty(like: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
+    burn_cubecl::ops::numeric::empty_device_contiguous_dtype(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(shape),
+        dtype,
+    )
+}
+
+/// The kernel suffix of a tensor's dtype.
+fn suffix(t: &Ct) -> Result<&'static str, String> {
+    match t.dtype {
+        DType::F32 => Ok("f32"),
+        DType::BF16 => Ok("bf16"),
+        other => Err(format!("dtype {other:?} (f32 or bf16)")),
+    }
+}
+
+/// Runs `launch` with the tensors' device addresses between the two fences: the client is
+/// synchronised first (every kernel writing them has finished), the own stream after (the
+/// outputs are written before cubecl's next kernel).
+fn fenced(
+    tensors: &[&Ct],
+    launch: impl FnOnce(&Engine, &[u64]) -> Result<(), String>,
+) -> Result<(), String> {
+    let first = tensors[0];
+    let client = &first.client;
+    let mut keep = Vec::with_capacity(tensors.len());
+    let mut ptrs = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        let r = client
+            .get_resource(t.handle.clone())
+            .map_err(|e| format!("device address: {e:?}"))?;
+        ptrs.push(r.resource().ptr);
+        keep.push(r);
+    }
+    burn::cubecl::future::block_on(client.sync()).map_err(|e| format!("sync: {e:?}"))?;
+    with_engine(first.device.index, |engine| {
+        launch(engine, &ptrs)?;
+        // SAFETY: the engine's stream, created by this thread.
+        unsafe { cu::stream::synchronize(engine.stream) }.map_err(|e| format!("sync: {e:?}"))
+    })?;
+    drop(keep);
+    Ok(())
+}
+
+/// The strides the kernels take for q, k, v: (batch, head, row) of each.
+fn strides(ts: [&Ct; 3], args: &mut ArgPack) {
+    for t in ts {
+        for i in 0..3 {
+            args.push(&(t.meta.strides()[i] as i64).to_ne_bytes());
+        }
+    }
+}
+
+fn cube_forward(q: Ct, k: Ct, v: Ct) -> Result<[Ct; 2], String> {
+    let (q, k, v) = (last_packed(q), last_packed(k), last_packed(v));
+    let ([b, h, t, d], kd) = (dims4(&q)?, dims4(&k)?);
+    if let Some(why) = unsupported([b, h, t, d], kd) {
+        return Err(why);
+    }
+    let s = suffix(&q)?;
+    let out = empty(&q, vec![b, h, t, d], q.dtype);
+    let lse = empty(&q, vec![b, h, t], DType::F32);
+    if b * h * t == 0 {
+        return Ok([out, lse]);
+    }
+    fenced(&[&q, &k, &v, &out, &lse], |e, p| {
+        let mut a = ArgPack::default();
+        p.iter().for_each(|&x| a.ptr(x));
+        push_dims(&mut a, h, kd[1], t);
+        strides([&q, &k, &v], &mut a);
+        a.push(&((d as f32).powf(-0.5)).to_ne_bytes());
+        e.launch(&format!("fwd{d}_{s}"), (t.div_ceil(ROWS), b * h), d, &mut a)
+    })?;
+    Ok([out, lse])
+}
+
+fn push_dims(a: &mut ArgPack, h: usize, kv: usize, t: usize) {
+    for x in [h, kv, t] {
+        a.push(&(x as i32).to_ne_bytes());
+    }
+}
+
+fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct; 3], String> {
+    let (q, k, v) = (last_packed(q), last_packed(k), last_packed(v));
+    let (out, lse, dout) = (packed(out), packed(lse), packed(dout));
+    let ([b, h, t, d], kd) = (dims4(&q)?, dims4(&k)?);
+    if let Some(why) = unsupported([b, h, t, d], kd) {
+        return Err(why);
+    }
+    let kv = kd[1];
+    let s = suffix(&q)?;
+    let dq = empty(&q, vec![b, h, t, d], q.dtype);
+    let dk = empty(&q, vec![b, kv, t, d], q.dtype);
+    let dv = empty(&q, vec![b, kv, t, d], q.dtype);
+    let dd = empty(&q, vec![b, h, t], DType::F32);
+    if b * h * t == 0 {
+        return Ok([dq, dk, dv]);
+    }
+    let scale = (d as f32).powf(-0.5);
+    fenced(
+        &[&q, &k, &v, &out, &dout, &lse, &dd, &dq, &dk, &dv],
+        |e, p| {
+            let mut a = ArgPack::default();
+            // fa_dq(q, k, v, o, dout, lse, dd, dq, ..)
+            p[..8].iter().for_each(|&x| a.ptr(x));
+            push_dims(&mut a, h, kv, t);
+            strides([&q, &k, &v], &mut a);
+            a.push(&scale.to_ne_bytes());
+            e.launch(&format!("dq{d}_{s}"), (t.div_ceil(ROWS), b * h), d, &mut a)?;
+            // fa_dkdv(q, k, v, dout, lse, dd, dk, dv, ..)
+            let mut a = ArgPack::default();
+            for i in [0, 1, 2, 4, 5, 6, 8, 9] {
+                a.ptr(p[i]);
+            }
+            push_dims(&mut a, h, kv, t);
+            strides([&q, &k, &v], &mut a);
+            a.push(&scale.to_ne_bytes());
+            e.launch(
+                &format!("dkdv{d}_{s}"),
+                (t.div_ceil(ROWS), b * kv),
+                d,
+                &mut a,
+            )
+        },
+    )?;
+    Ok([dq, dk, dv])
+}
+
+/// The calling thread's stream and loaded kernels on one GPU.
+struct Engine {
+    ctx: drv::CUcontext,
+    stream: drv::CUstream,
+    module: drv::CUmodule,
+    fns: RefCell<BTreeMap<String, drv::CUfunction>>,
+}
+
+impl Engine {
+    fn new(device: usize) -> Result<Engine, String> {
+        let (ctx, stream) = crate::cublas::primary_stream(device)?;
+        let module = SOURCE.load(device).inspect_err(|_| {
+            // SAFETY: created above, unused.
+            unsafe {
+                let _ = cu::stream::destroy(stream);
+            }
+        })?;
+        Ok(Engine {
+            ctx,
+            stream,
+            module,
+            fns: RefCell::new(BTreeMap::new()),
+        })
+    }
+
+    /// Launches `kevin_fa_{name}` (e.g. "fwd64_f32") on `grid` blocks for head dimension `d`.
+    fn launch(
+        &self,
+        name: &str,
+        grid: (usize, usize),
+        d: usize,
+        args: &mut ArgPack,
+    ) -> Result<(), String> {
+        let kind = &name[..name
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(name.len())];
+        let smem = smem_bytes(kind, d);
+        let f = {
+            let mut fns = self.fns.borrow_mut();
+            match fns.get(name) {
+                Some(&f) => f,
+                None => {
+                    let f = crate::kernels::function(self.module, &format!("kevin_fa_{name}"))?;
+                    // SAFETY: an attribute of a kernel of the loaded module.
+                    unsafe {
+                        cu::function::set_function_attribute(
+                            f,
+                            drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            smem as i32,
+                        )
+                    }
+                    .map_err(|e| format!("kevin_fa_{name}, shared memory {smem} B: {e:?}"))?;
+                    fns.insert(name.to_string(), f);
+                    f
+                }
+            }
+        };
+        let (gx, gy) = (
+            u32::try_from(grid.0).map_err(|_| format!("{} row blocks", grid.0))?,
+            u32::try_from(grid.1).map_err(|_| format!("{} heads", grid.1))?,
+        );
+        if gy > 65_535 {
+            return Err(format!("{gy} (batch x heads) is over the grid's 65,535"));
+        }
+        crate::kernels::launch(f, (gx, gy, 1), 32 * WARPS, smem, self.stream, args)
+            .map_err(|e| format!("kevin_fa_{name}: {e}"))
+    }
+}
+
+thread_local! {
+    static ENGINES: RefCell<BTreeMap<usize, Result<Engine, String>>> =
+        const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Runs `f` with the calling thread's engine on GPU `device` (made on first use; a failure to
+/// make it is remembered), with the device's primary context current.
+fn with_engine<R>(
+    device: usize,
+    f: impl FnOnce(&Engine) -> Result<R, String>,
+) -> Result<R, String> {
+    ENGINES.with(|engines| {
+        let mut engines = engines.borrow_mut();
+        let engine = engines
+            .entry(device)
+            .or_insert_with(|| Engine::new(device))
+            .as_ref()
+            .map_err(Clone::clone)?;
+        // SAFETY: the primary context, retained for the process's lifetime.
+        unsafe { cu::ctx::set_current(engine.ctx) }
+            .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+        f(engine)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fusion: custom operations on the inner backend's tensors.
+
+/// One of the kernels' passes as a fusion custom operation: the forward (inputs q, k, v;
+/// outputs out, lse) or the backward (inputs q, k, v, out, lse, dout; outputs dq, dk, dv).
+#[derive(Debug)]
+struct FusedPass<B> {
+    desc: CustomOpIr,
+    backward: bool,
+    _b: std::marker::PhantomData<B>,
+}
+
+impl<B: FusionBackend + FlashKernels> Operation<B::FusionRuntime> for FusedPass<B> {
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+    ) {
+        let mut ins = self
+            .desc
+            .inputs
+            .iter()
+            .map(|t| handles.get_float_tensor::<B>(t))
+            .collect::<Vec<_>>()
+            .into_iter();
+        let mut next = || ins.next().expect("the pass's inputs, as registered");
+        let outs: Vec<FloatTensor<B>> = if self.backward {
+            let (q, k, v, o, l, g) = (next(), next(), next(), next(), next(), next());
+            B::flash_backward(q, k, v, o, l, g).into()
+        } else {
+            let (q, k, v) = (next(), next(), next());
+            B::flash_forward(q, k, v).into()
+        };
+        for (ir, t) in self.desc.outputs.iter().zip(outs) {
+            handles.register_float_tensor::<B>(&ir.id, t);
+        }
+    }
+}
+
+/// Registers a [`FusedPass`] of `inputs` with outputs of these shapes and dtypes.
+fn fused_pass<B: FusionBackend + FlashKernels, const N: usize>(
+    inputs: Vec<FloatTensor<Fusion<B>>>,
+    outputs: [(Shape, DType); N],
+    backward: bool,
+) -> [FloatTensor<Fusion<B>>; N] {
+    let client = inputs[0].client.clone();
+    let streams = OperationStreams::with_inputs(inputs.iter());
+    let outs =
+        outputs.map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype));
+    let name = if backward {
+        "kevin_flash_backward"
+    } else {
+        "kevin_flash_forward"
+    };
+    let ins: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(name, &ins, &outs);
+    let op = FusedPass::<B> {
+        desc: desc.clone(),
+        backward,
+        _b: std::marker::PhantomData,
+    };
+    client
+        .register(streams, OperationIr::Custom(desc), op)
+        .outputs()
+}
+
+impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
+    fn flash_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        let dims = q.shape.to_vec();
+        let [b, h, t, _] = <[usize; 4]>::try_from(&dims[..]).expect("4-d queries");
+        let out = (q.shape.clone(), q.dtype);
+        let lse = (Shape::from(vec![b, h, t]), DType::F32);
+        fused_pass::<B, 2>(vec![q, k, v], [out, lse], false)
+    }
+
+    fn flash_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        out: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        dout: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        let like = |t: &FloatTensor<Self>| (t.shape.clone(), t.dtype);
+        let grads = [like(&q), like(&k), like(&v)];
+        fused_pass::<B, 3>(vec![q, k, v, out, lse, dout], grads, true)
+    }
+}
+
+impl<B: FusionBackend + FlashKernels> FlashAttention for Fusion<B> {
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let [out, _] = Self::flash_forward(q, k, v);
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Autodiff: the forward keeps what the backward kernels read.
+
+impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Attention;
+        impl<B: FlashKernels> Backward<B, 3> for Attention {
+            /// q, k, v, the output and the log-sum-exp.
+            type State = [FloatTensor<B>; 5];
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 3>,
+                grads: &mut Gradients,
+                _checkpointer: &mut Checkpointer,
+            ) {
+                let dout = grads.consume::<B>(&ops.node);
+                let [q, k, v, out, lse] = ops.state;
+                let g = B::flash_backward(q, k, v, out, lse, dout);
+                for (parent, grad) in ops.parents.into_iter().zip(g) {
+                    if let Some(node) = parent {
+                        grads.register::<B>(node.id, grad);
+                    }
+                }
+            }
+        }
+        let [out, lse] = B::flash_forward(
+            q.primitive.clone(),
+            k.primitive.clone(),
+            v.primitive.clone(),
+        );
+        match Attention
+            .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(
+                [q.primitive, k.primitive, v.primitive, out.clone(), lse],
+                out,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flash_kernels_compile_for_sm_90() {
+        crate::kernels::assert_compiles(&SOURCE);
+    }
+
+    #[test]
+    fn unsupported_shapes_are_named() {
+        assert_eq!(unsupported([2, 4, 10, 64], [2, 2, 10, 64]), None);
+        let e = unsupported([2, 4, 10, 48], [2, 2, 10, 48]).unwrap();
+        assert!(e.contains("head dimension 48"), "{e}");
+        let e = unsupported([2, 6, 10, 64], [2, 4, 10, 64]).unwrap();
+        assert!(e.contains("6 query heads over 4"), "{e}");
+        assert!(unsupported([2, 4, 10, 64], [2, 2, 11, 64]).is_some());
+    }
+
+    #[test]
+    fn shared_memory_fits_the_h200_and_names_every_kernel() {
+        for d in HEAD_DIMS {
+            for kind in KINDS {
+                // 227 KB per block on sm_90; 48 KB without the opt-in attribute.
+                assert!(smem_bytes(kind, d) <= 227 * 1024, "{kind} {d}");
+            }
+        }
+        assert_eq!(kernel_names().len(), KINDS.len() * HEAD_DIMS.len() * 2);
+    }
+}
