@@ -261,21 +261,6 @@ fn last_packed(t: Ct) -> Ct {
     }
 }
 
-/// `t` packed (a copy when it is not).
-fn packed(t: Ct) -> Ct {
-    let shape = t.meta.shape().to_vec();
-    let mut want = vec![1usize; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        want[i] = want[i + 1] * shape[i + 1];
-    }
-    let ok = (0..shape.len()).all(|i| shape[i] == 1 || t.meta.strides()[i] == want[i]);
-    if ok {
-        t
-    } else {
-        burn_cubecl::kernel::into_contiguous(t)
-    }
-}
-
 fn dims4(t: &Ct) -> Result<[usize; 4], String> {
     let s = t.meta.shape();
     <[usize; 4]>::try_from(&s[..]).map_err(|_| format!("shape {s:?} is not 4-d"))
@@ -367,6 +352,7 @@ fn push_dims(a: &mut ArgPack, h: usize, kv: usize, t: usize) {
 
 fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct; 3], String> {
     let (q, k, v) = (last_packed(q), last_packed(k), last_packed(v));
+    let packed = burn_cubecl::kernel::into_contiguous::<CudaRuntime>;
     let (out, lse, dout) = (packed(out), packed(lse), packed(dout));
     let ([b, h, t, d], kd) = (dims4(&q)?, dims4(&k)?);
     if let Some(why) = unsupported([b, h, t, d], kd) {

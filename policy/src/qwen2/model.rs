@@ -435,11 +435,20 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
         let device = tokens.device();
         let positions: Vec<usize> = (0..t).collect();
         let rope = Rope::new(&self.config, &positions, 1, &device);
-        let query_pos = Tensor::<B, 1, Int>::arange(0..t as i64, &device).reshape([1, t]);
-        let masked = causal_mask(query_pos, t);
+        // Built on first use: flash attention needs no mask.
+        let masked = std::cell::OnceCell::new();
+        let mask = || {
+            masked
+                .get_or_init(|| {
+                    let query_pos =
+                        Tensor::<B, 1, Int>::arange(0..t as i64, &device).reshape([1, t]);
+                    causal_mask(query_pos, t)
+                })
+                .clone()
+        };
         let mut x = self.embed_tokens.forward(tokens);
         for layer in &self.layers {
-            x = layer.forward(x, |attn, x| attn.forward(x, &rope, masked.clone()));
+            x = layer.forward(x, |attn, x| attn.forward(x, &rope, mask));
         }
         debug_assert_eq!(x.dims()[0], b);
         self.logits(self.norm.forward(x))
