@@ -122,6 +122,31 @@ pub struct BenchArgs {
     pub fused: bool,
     /// The learner's attention through [`crate::flash`] on CUDA; false: burn's ops.
     pub flash: bool,
+    /// The learner's log-probabilities through [`crate::logprob`] on CUDA; false: burn's ops.
+    pub logprobs: bool,
+}
+
+impl BenchArgs {
+    /// A short run of `shape` on every fast path: one generation of 2 new tokens from a 4-token
+    /// prompt at batch 1, one learner step on 2 x 8 tokens, no lease, no load. Tests change
+    /// what they measure from here.
+    pub fn quick(shape: Shape) -> BenchArgs {
+        BenchArgs {
+            shape,
+            batches: vec![1],
+            prompt: 4,
+            new_tokens: 2,
+            train_batch: 2,
+            train_seq: 8,
+            train_steps: 1,
+            lease: false,
+            load_seconds: 0.0,
+            matmul: crate::cublas::Mode::Large,
+            fused: true,
+            flash: true,
+            logprobs: true,
+        }
+    }
 }
 
 /// One generation measurement.
@@ -449,10 +474,12 @@ pub fn run_named(
     crate::cublas::set_mode(args.matmul);
     crate::qwen2::fused::set_enabled(args.fused);
     crate::flash::set_enabled(args.flash);
+    crate::logprob::set_enabled(args.logprobs);
     let generate = if args.fused { "fused" } else { "burn" };
     let generate = format!(
-        "{generate}, attention {}",
-        if args.flash { "flash" } else { "burn" }
+        "{generate}, attention {}, logprobs {}",
+        if args.flash { "flash" } else { "burn" },
+        if args.logprobs { "fused" } else { "burn" }
     );
     if device == "cuda" {
         crate::cuda_setup::require_gpu("--device cuda")?;
@@ -500,18 +527,11 @@ mod tests {
     #[test]
     fn tiny_benchmark_runs_on_the_cpu_and_counts_every_token() {
         let args = BenchArgs {
-            shape: Shape::Tiny,
             batches: vec![1, 3],
             prompt: 8,
             new_tokens: 5,
-            train_batch: 2,
             train_seq: 16,
-            train_steps: 1,
-            lease: false,
-            load_seconds: 0.0,
-            matmul: crate::cublas::Mode::Large,
-            fused: true,
-            flash: true,
+            ..BenchArgs::quick(Shape::Tiny)
         };
         let lines = std::sync::Mutex::new(Vec::new());
         let report = run::<Autodiff<NdArray>>(&args, &Default::default(), "ndarray", &|l| {
@@ -532,19 +552,12 @@ mod tests {
     #[test]
     fn the_load_runs_for_its_seconds_with_learner_steps() {
         let args = BenchArgs {
-            shape: Shape::Tiny,
             batches: vec![2],
-            prompt: 4,
             new_tokens: 3,
-            train_batch: 2,
-            train_seq: 8,
-            train_steps: 1,
             // The CPU has no GPU to lease: asked for, it is dropped (see `run_named`).
             lease: true,
             load_seconds: 0.3,
-            matmul: crate::cublas::Mode::Large,
-            fused: true,
-            flash: true,
+            ..BenchArgs::quick(Shape::Tiny)
         };
         let lines = std::sync::Mutex::new(Vec::new());
         let report = run_named(&args, "cpu", "f32", &|l| {

@@ -2,8 +2,8 @@
 //! (issue 18): a backend extension ([`FlashKernels`], [`FlashAttention`]) at each of the
 //! backend's layers:
 //! - `CubeBackend<CudaRuntime, ..>`: the kernels of `cuda/flash.cu` (FlashAttention-2's
-//!   recurrence on CUDA cores, f32 arithmetic, f32 or bf16 tensors) on the tensors' device
-//!   memory: the forward pass writes the output and each row's log-sum-exp; the backward pass
+//!   recurrence, f32 arithmetic; bf16 tensors on tensor cores where their rows start on 16 bytes,
+//!   f32 tensors and the rest on CUDA cores) on the tensors' device memory: the forward pass writes the output and each row's log-sum-exp; the backward pass
 //!   recomputes the probabilities from them, tile by tile;
 //! - `Fusion<..>`: custom operations (never fused);
 //! - `Autodiff<..>`: the forward keeps q, k, v, the output and the log-sum-exp; the backward is
@@ -20,12 +20,9 @@
 //! the key/value heads). `qwen2_gpu.rs` compares the two, values and gradients.
 //!
 //! Streams: the kernels run on a stream of their own, fenced on both sides as
-//! [`crate::cublas`]'s products are (the cubecl client is synchronised before, the own stream
-//! after).
+//! [`crate::cublas`]'s products are ([`crate::kernels::fenced`]).
 
 use std::any::Any;
-use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -33,7 +30,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::cuda::CudaDevice;
-use burn::backend::ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::{Autodiff, Cuda};
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::backend::Backend;
@@ -41,15 +38,13 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, Tensor};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
-use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use cudarc::driver::result as cu;
-use cudarc::driver::sys as drv;
 use half::bf16;
 use kevin::gpu::device::ArgPack;
 
 use crate::cublas::{as_backend, from_backend};
-use crate::kernels::Source;
+use crate::kernels::{fenced, with_engine, Engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -63,7 +58,8 @@ pub const HEAD_DIMS: [usize; 4] = [16, 32, 64, 128];
 
 const KINDS: [&str; 3] = ["fwd", "dq", "dkdv"];
 
-/// Every kernel symbol of [`SOURCE`].
+/// Every kernel symbol of [`SOURCE`]: the CUDA-core kernels in f32 and bf16, and the
+/// tensor-core ones (`tc` before the kind) in bf16.
 pub fn kernel_names() -> Vec<String> {
     let mut names = Vec::new();
     for kind in KINDS {
@@ -71,25 +67,49 @@ pub fn kernel_names() -> Vec<String> {
             for s in ["f32", "bf16"] {
                 names.push(format!("kevin_fa_{kind}{d}_{s}"));
             }
+            names.push(format!("kevin_fa_tc{kind}{d}_bf16"));
         }
     }
     names
 }
 
-/// Warps per block (`FA_WARPS` in `flash.cu`).
-const WARPS: u32 = 8;
-/// Rows (queries or keys) per block (`FA_ROWS`: `FA_WARPS` x `FA_R`).
+/// Rows (queries or keys) per block of every kernel (`FA_ROWS`, `TC_ROWS`).
 const ROWS: usize = 64;
+
+/// Threads per block of kernel `kind`: 8 warps of 8 rows on CUDA cores (`FA_WARPS`), 4 warps of
+/// 16 rows on tensor cores.
+fn block_threads(kind: &str) -> u32 {
+    if kind.starts_with("tc") {
+        128
+    } else {
+        256
+    }
+}
 
 /// Shared memory of kernel `kind` for head dimension `d`, in bytes (`flash.cu`'s layouts).
 fn smem_bytes(kind: &str, d: usize) -> u32 {
-    let p = d + 4;
-    let floats = match kind {
-        "fwd" => (64 + ROWS) * p,
-        "dq" => (64 + 2 * ROWS) * p,
-        _ => (64 + 2 * ROWS) * p + 64,
+    let (p, tc) = (d + 4, d + 8);
+    let bytes = match kind {
+        "fwd" => (64 + ROWS) * p * 4,
+        "dq" => (64 + 2 * ROWS) * p * 4,
+        "dkdv" => ((64 + 2 * ROWS) * p + 64) * 4,
+        "tcfwd" => 3 * ROWS * tc * 2,
+        _ => 4 * ROWS * tc * 2 + 2 * ROWS * 4,
     };
-    (floats * 4) as u32
+    bytes as u32
+}
+
+/// The kernel family for operands of suffix `s` at these device addresses: the tensor cores'
+/// (`"tc"`) for bf16 when every row starts on 16 bytes (they read rows as 16-byte vectors),
+/// the CUDA cores' (`""`) otherwise.
+fn family(s: &str, ptrs: &[u64], strides: &[Vec<usize>]) -> &'static str {
+    let aligned = ptrs.iter().all(|p| p % 16 == 0)
+        && strides.iter().all(|st| st[..3].iter().all(|x| x % 8 == 0));
+    if s == "bf16" && aligned {
+        "tc"
+    } else {
+        ""
+    }
 }
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
@@ -156,7 +176,7 @@ fn serves<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>, v: &Tensor<B, 4>) -> b
     let Some(device) = (&device as &dyn Any).downcast_ref::<CudaDevice>() else {
         return false;
     };
-    match with_engine(device.index, |_| Ok(())) {
+    match with_engine(&SOURCE, device.index, |_| Ok(())) {
         Ok(()) => true,
         Err(why) => {
             static ONCE: std::sync::Once = std::sync::Once::new();
@@ -237,9 +257,8 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> FlashKernels
     }
 }
 
-impl<F: FloatElement, I: IntElement, BT: BoolElement> FlashAttention
-    for CubeBackend<CudaRuntime, F, I, BT>
-{
+/// Without autodiff: the forward's output.
+impl<B: FlashKernels> FlashAttention for B {
     fn flash_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -284,34 +303,6 @@ fn suffix(t: &Ct) -> Result<&'static str, String> {
     }
 }
 
-/// Runs `launch` with the tensors' device addresses between the two fences: the client is
-/// synchronised first (every kernel writing them has finished), the own stream after (the
-/// outputs are written before cubecl's next kernel).
-fn fenced(
-    tensors: &[&Ct],
-    launch: impl FnOnce(&Engine, &[u64]) -> Result<(), String>,
-) -> Result<(), String> {
-    let first = tensors[0];
-    let client = &first.client;
-    let mut keep = Vec::with_capacity(tensors.len());
-    let mut ptrs = Vec::with_capacity(tensors.len());
-    for t in tensors {
-        let r = client
-            .get_resource(t.handle.clone())
-            .map_err(|e| format!("device address: {e:?}"))?;
-        ptrs.push(r.resource().ptr);
-        keep.push(r);
-    }
-    burn::cubecl::future::block_on(client.sync()).map_err(|e| format!("sync: {e:?}"))?;
-    with_engine(first.device.index, |engine| {
-        launch(engine, &ptrs)?;
-        // SAFETY: the engine's stream, created by this thread.
-        unsafe { cu::stream::synchronize(engine.stream) }.map_err(|e| format!("sync: {e:?}"))
-    })?;
-    drop(keep);
-    Ok(())
-}
-
 /// The strides the kernels take for q, k, v: (batch, head, row) of each.
 fn strides(ts: [&Ct; 3], args: &mut ArgPack) {
     for t in ts {
@@ -333,13 +324,21 @@ fn cube_forward(q: Ct, k: Ct, v: Ct) -> Result<[Ct; 2], String> {
     if b * h * t == 0 {
         return Ok([out, lse]);
     }
-    fenced(&[&q, &k, &v, &out, &lse], |e, p| {
+    let st = [&q, &k, &v].map(|t| t.meta.strides().to_vec());
+    fenced(&SOURCE, &[&q, &k, &v, &out, &lse], |e, p| {
         let mut a = ArgPack::default();
         p.iter().for_each(|&x| a.ptr(x));
         push_dims(&mut a, h, kd[1], t);
         strides([&q, &k, &v], &mut a);
         a.push(&((d as f32).powf(-0.5)).to_ne_bytes());
-        e.launch(&format!("fwd{d}_{s}"), (t.div_ceil(ROWS), b * h), d, &mut a)
+        let f = family(s, &p[..3], &st);
+        launch(
+            e,
+            &format!("{f}fwd{d}_{s}"),
+            (t.div_ceil(ROWS), b * h),
+            d,
+            &mut a,
+        )
     })?;
     Ok([out, lse])
 }
@@ -368,16 +367,25 @@ fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct;
         return Ok([dq, dk, dv]);
     }
     let scale = (d as f32).powf(-0.5);
+    let st = [&q, &k, &v].map(|t| t.meta.strides().to_vec());
     fenced(
+        &SOURCE,
         &[&q, &k, &v, &out, &dout, &lse, &dd, &dq, &dk, &dv],
         |e, p| {
+            let f = family(s, &[p[0], p[1], p[2], p[4]], &st);
             let mut a = ArgPack::default();
             // fa_dq(q, k, v, o, dout, lse, dd, dq, ..)
             p[..8].iter().for_each(|&x| a.ptr(x));
             push_dims(&mut a, h, kv, t);
             strides([&q, &k, &v], &mut a);
             a.push(&scale.to_ne_bytes());
-            e.launch(&format!("dq{d}_{s}"), (t.div_ceil(ROWS), b * h), d, &mut a)?;
+            launch(
+                e,
+                &format!("{f}dq{d}_{s}"),
+                (t.div_ceil(ROWS), b * h),
+                d,
+                &mut a,
+            )?;
             // fa_dkdv(q, k, v, dout, lse, dd, dk, dv, ..)
             let mut a = ArgPack::default();
             for i in [0, 1, 2, 4, 5, 6, 8, 9] {
@@ -386,8 +394,9 @@ fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct;
             push_dims(&mut a, h, kv, t);
             strides([&q, &k, &v], &mut a);
             a.push(&scale.to_ne_bytes());
-            e.launch(
-                &format!("dkdv{d}_{s}"),
+            launch(
+                e,
+                &format!("{f}dkdv{d}_{s}"),
                 (t.div_ceil(ROWS), b * kv),
                 d,
                 &mut a,
@@ -397,98 +406,33 @@ fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct;
     Ok([dq, dk, dv])
 }
 
-/// The calling thread's stream and loaded kernels on one GPU.
-struct Engine {
-    ctx: drv::CUcontext,
-    stream: drv::CUstream,
-    module: drv::CUmodule,
-    fns: RefCell<BTreeMap<String, drv::CUfunction>>,
-}
-
-impl Engine {
-    fn new(device: usize) -> Result<Engine, String> {
-        let (ctx, stream) = crate::cublas::primary_stream(device)?;
-        let module = SOURCE.load(device).inspect_err(|_| {
-            // SAFETY: created above, unused.
-            unsafe {
-                let _ = cu::stream::destroy(stream);
-            }
-        })?;
-        Ok(Engine {
-            ctx,
-            stream,
-            module,
-            fns: RefCell::new(BTreeMap::new()),
-        })
+/// Launches `kevin_fa_{name}` (e.g. "fwd64_f32", "tcdq64_bf16") on `grid` blocks for head
+/// dimension `d`: the block and shared memory its kind takes.
+fn launch(
+    e: &Engine,
+    name: &str,
+    grid: (usize, usize),
+    d: usize,
+    args: &mut ArgPack,
+) -> Result<(), String> {
+    let kind = &name[..name
+        .find(|c: char| c.is_ascii_digit())
+        .unwrap_or(name.len())];
+    let (gx, gy) = (
+        u32::try_from(grid.0).map_err(|_| format!("{} row blocks", grid.0))?,
+        u32::try_from(grid.1).map_err(|_| format!("{} heads", grid.1))?,
+    );
+    if gy > 65_535 {
+        return Err(format!("{gy} (batch x heads) is over the grid's 65,535"));
     }
-
-    /// Launches `kevin_fa_{name}` (e.g. "fwd64_f32") on `grid` blocks for head dimension `d`.
-    fn launch(
-        &self,
-        name: &str,
-        grid: (usize, usize),
-        d: usize,
-        args: &mut ArgPack,
-    ) -> Result<(), String> {
-        let kind = &name[..name
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(name.len())];
-        let smem = smem_bytes(kind, d);
-        let f = {
-            let mut fns = self.fns.borrow_mut();
-            match fns.get(name) {
-                Some(&f) => f,
-                None => {
-                    let f = crate::kernels::function(self.module, &format!("kevin_fa_{name}"))?;
-                    // SAFETY: an attribute of a kernel of the loaded module.
-                    unsafe {
-                        cu::function::set_function_attribute(
-                            f,
-                            drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            smem as i32,
-                        )
-                    }
-                    .map_err(|e| format!("kevin_fa_{name}, shared memory {smem} B: {e:?}"))?;
-                    fns.insert(name.to_string(), f);
-                    f
-                }
-            }
-        };
-        let (gx, gy) = (
-            u32::try_from(grid.0).map_err(|_| format!("{} row blocks", grid.0))?,
-            u32::try_from(grid.1).map_err(|_| format!("{} heads", grid.1))?,
-        );
-        if gy > 65_535 {
-            return Err(format!("{gy} (batch x heads) is over the grid's 65,535"));
-        }
-        crate::kernels::launch(f, (gx, gy, 1), 32 * WARPS, smem, self.stream, args)
-            .map_err(|e| format!("kevin_fa_{name}: {e}"))
-    }
-}
-
-thread_local! {
-    static ENGINES: RefCell<BTreeMap<usize, Result<Engine, String>>> =
-        const { RefCell::new(BTreeMap::new()) };
-}
-
-/// Runs `f` with the calling thread's engine on GPU `device` (made on first use; a failure to
-/// make it is remembered), with the device's primary context current.
-fn with_engine<R>(
-    device: usize,
-    f: impl FnOnce(&Engine) -> Result<R, String>,
-) -> Result<R, String> {
-    ENGINES.with(|engines| {
-        let mut engines = engines.borrow_mut();
-        let engine = engines
-            .entry(device)
-            .or_insert_with(|| Engine::new(device))
-            .as_ref()
-            .map_err(Clone::clone)?;
-        // SAFETY: the primary context, retained for the process's lifetime.
-        unsafe { cu::ctx::set_current(engine.ctx) }
-            .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
-        f(engine)
-    })
+    let smem = smem_bytes(kind, d);
+    e.launch(
+        &format!("kevin_fa_{name}"),
+        (gx, gy, 1),
+        block_threads(kind),
+        smem,
+        args,
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -535,25 +479,16 @@ fn fused_pass<B: FusionBackend + FlashKernels, const N: usize>(
     outputs: [(Shape, DType); N],
     backward: bool,
 ) -> [FloatTensor<Fusion<B>>; N] {
-    let client = inputs[0].client.clone();
-    let streams = OperationStreams::with_inputs(inputs.iter());
-    let outs =
-        outputs.map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype));
     let name = if backward {
         "kevin_flash_backward"
     } else {
         "kevin_flash_forward"
     };
-    let ins: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
-    let desc = CustomOpIr::new(name, &ins, &outs);
-    let op = FusedPass::<B> {
-        desc: desc.clone(),
+    crate::kernels::custom_op(name, inputs, outputs, |desc| FusedPass::<B> {
+        desc,
         backward,
         _b: std::marker::PhantomData,
-    };
-    client
-        .register(streams, OperationIr::Custom(desc), op)
-        .outputs()
+    })
 }
 
 impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
@@ -580,17 +515,6 @@ impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
         let like = |t: &FloatTensor<Self>| (t.shape.clone(), t.dtype);
         let grads = [like(&q), like(&k), like(&v)];
         fused_pass::<B, 3>(vec![q, k, v, out, lse, dout], grads, true)
-    }
-}
-
-impl<B: FusionBackend + FlashKernels> FlashAttention for Fusion<B> {
-    fn flash_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        let [out, _] = Self::flash_forward(q, k, v);
-        out
     }
 }
 
@@ -667,10 +591,27 @@ mod tests {
     fn shared_memory_fits_the_h200_and_names_every_kernel() {
         for d in HEAD_DIMS {
             for kind in KINDS {
-                // 227 KB per block on sm_90; 48 KB without the opt-in attribute.
-                assert!(smem_bytes(kind, d) <= 227 * 1024, "{kind} {d}");
+                for kind in [kind.to_string(), format!("tc{kind}")] {
+                    // 227 KB per block on sm_90; 48 KB without the opt-in attribute.
+                    assert!(smem_bytes(&kind, d) <= 227 * 1024, "{kind} {d}");
+                }
             }
         }
-        assert_eq!(kernel_names().len(), KINDS.len() * HEAD_DIMS.len() * 2);
+        // f32 and bf16 on CUDA cores, bf16 on tensor cores.
+        assert_eq!(kernel_names().len(), KINDS.len() * HEAD_DIMS.len() * 3);
+        assert_eq!(block_threads("tcdkdv"), 128);
+        assert_eq!(block_threads("dkdv"), 256);
+    }
+
+    #[test]
+    fn tensor_cores_only_for_bf16_rows_on_16_bytes() {
+        let packed = vec![4096, 1024, 64, 1];
+        let all = [packed.clone(), packed.clone(), packed.clone()];
+        assert_eq!(family("bf16", &[256, 512, 1024], &all), "tc");
+        assert_eq!(family("f32", &[256, 512, 1024], &all), "");
+        // A row or a pointer off 16 bytes takes the CUDA cores.
+        assert_eq!(family("bf16", &[256, 514, 1024], &all), "");
+        let odd = [packed.clone(), vec![4096, 1024, 68, 1], packed];
+        assert_eq!(family("bf16", &[256, 512, 1024], &odd), "");
     }
 }

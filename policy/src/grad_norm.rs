@@ -20,13 +20,28 @@ struct SquaredNorm<'a, B: AutodiffBackend> {
 impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
-            let squares = grad.cast(FloatDType::F32).square().sum();
+            let squares = squared_sum(grad);
             self.total = Some(match self.total.take() {
                 Some(total) => total + squares,
                 None => squares,
             });
         }
     }
+}
+
+/// The sum of `t`'s squares in f32, as a `[1]` tensor: row sums first, then their sum. A full
+/// reduction of a large tensor in one step runs on a handful of blocks on burn's CUDA backend
+/// (4 for any size: 6 ms for Qwen2-0.5B's embedding on an H200, 23.5 ms a step in all); the
+/// rows spread it over the GPU (about 18 ms a step: burn's reduction is slow either way).
+fn squared_sum<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, 1> {
+    let squares = t.cast(FloatDType::F32).square();
+    let dims = squares.dims();
+    let cols = dims[D - 1];
+    if D < 2 || cols == 0 {
+        return squares.sum();
+    }
+    let rows = dims[..D - 1].iter().product::<usize>();
+    squares.reshape([rows, cols]).sum_dim(1).sum()
 }
 
 /// Multiplies every parameter's gradient by one factor.

@@ -3,11 +3,22 @@
 //! device addresses are valid in them).
 //!
 //! Each source is `cuda/prelude.cuh` (element loads and stores in f32 or bf16, a warp's sum)
-//! followed by its own file: [`crate::qwen2::fused`]'s generation pass and [`crate::flash`]'s
-//! attention for the learner.
+//! followed by its own file: [`crate::qwen2::fused`]'s generation pass, [`crate::flash`]'s
+//! attention and [`crate::logprob`]'s log-probabilities for the learner. The last two launch
+//! through an [`Engine`] (per thread, source and GPU) between the fences of [`fenced`], as fusion
+//! custom operations ([`custom_op`]).
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+
+use burn::backend::ir::{CustomOpIr, OperationIr, OperationOutput, TensorIr};
+use burn::cubecl::cuda::CudaRuntime;
+use burn::tensor::{DType, Shape};
+use burn_cubecl::tensor::CubeTensor;
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{FusionRuntime, FusionTensor};
+use kevin::gpu::device::ArgPack;
 
 use cudarc::driver::result as cu;
 use cudarc::driver::sys as drv;
@@ -92,6 +103,152 @@ pub fn launch(
     // SAFETY: see above; the parameter array lives until the call returns.
     unsafe { cu::launch_kernel(f, grid, (block, 1, 1), smem, stream, &mut params) }
         .map_err(|e| format!("launch: {e:?}"))
+}
+
+/// A source's kernels loaded on one GPU for the calling thread, with a stream of its own (in the
+/// primary context, where burn's device addresses are valid).
+pub(crate) struct Engine {
+    ctx: drv::CUcontext,
+    stream: drv::CUstream,
+    module: drv::CUmodule,
+    /// Each kernel looked up so far, and the dynamic shared memory it was allowed.
+    fns: RefCell<BTreeMap<String, (drv::CUfunction, u32)>>,
+}
+
+impl Engine {
+    fn new(source: &Source, device: usize) -> Result<Engine, String> {
+        let (ctx, stream) = crate::cublas::primary_stream(device)?;
+        let module = source.load(device).inspect_err(|_| {
+            // SAFETY: created above, unused.
+            unsafe {
+                let _ = cu::stream::destroy(stream);
+            }
+        })?;
+        Ok(Engine {
+            ctx,
+            stream,
+            module,
+            fns: RefCell::new(BTreeMap::new()),
+        })
+    }
+
+    /// Launches kernel `name` on `grid` blocks of `block` threads with `smem` bytes of dynamic
+    /// shared memory on the engine's stream (the kernel's limit raised to `smem` first where it
+    /// needs more than 48 KB). `args` as [`launch`] says.
+    pub(crate) fn launch(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &mut ArgPack,
+    ) -> Result<(), String> {
+        let f = {
+            let mut fns = self.fns.borrow_mut();
+            let (f, allowed) = match fns.get(name) {
+                Some(&entry) => entry,
+                None => (function(self.module, name)?, 48 * 1024),
+            };
+            if smem > allowed {
+                // SAFETY: an attribute of a kernel of the loaded module.
+                unsafe {
+                    cu::function::set_function_attribute(
+                        f,
+                        drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        smem as i32,
+                    )
+                }
+                .map_err(|e| format!("{name}, shared memory {smem} B: {e:?}"))?;
+            }
+            fns.insert(name.to_string(), (f, smem.max(allowed)));
+            f
+        };
+        launch(f, grid, block, smem, self.stream, args).map_err(|e| format!("{name}: {e}"))
+    }
+
+    /// Sets `bytes` bytes from device address `ptr` to zero, in order on the engine's stream.
+    pub(crate) fn zero(&self, ptr: u64, bytes: usize) -> Result<(), String> {
+        // SAFETY: the callers pass the address and size of a live buffer of theirs, which they
+        // keep until the stream has run (`fenced` synchronises it).
+        unsafe { cu::memset_d8_async(ptr, 0, bytes, self.stream) }
+            .map_err(|e| format!("cuMemsetD8Async: {e:?}"))
+    }
+}
+
+thread_local! {
+    static ENGINES: RefCell<BTreeMap<(&'static str, usize), Result<Engine, String>>> =
+        const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Runs `f` with the calling thread's engine of `source` on GPU `device` (made on first use; a
+/// failure to make it is remembered), with the device's primary context current.
+pub(crate) fn with_engine<R>(
+    source: &Source,
+    device: usize,
+    f: impl FnOnce(&Engine) -> Result<R, String>,
+) -> Result<R, String> {
+    ENGINES.with(|engines| {
+        let mut engines = engines.borrow_mut();
+        let engine = engines
+            .entry((source.name, device))
+            .or_insert_with(|| Engine::new(source, device))
+            .as_ref()
+            .map_err(Clone::clone)?;
+        // SAFETY: the primary context, retained for the process's lifetime.
+        unsafe { cu::ctx::set_current(engine.ctx) }
+            .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+        f(engine)
+    })
+}
+
+/// Runs `launch` with the tensors' device addresses on `source`'s engine, between two fences:
+/// the cubecl client is synchronised first (every kernel writing them has finished), the
+/// engine's stream after (the outputs are written before cubecl's next kernel). cubecl's
+/// streams are private, so nothing cheaper orders the two.
+pub(crate) fn fenced(
+    source: &Source,
+    tensors: &[&CubeTensor<CudaRuntime>],
+    launch: impl FnOnce(&Engine, &[u64]) -> Result<(), String>,
+) -> Result<(), String> {
+    let first = tensors[0];
+    let client = &first.client;
+    let mut keep = Vec::with_capacity(tensors.len());
+    let mut ptrs = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        let r = client
+            .get_resource(t.handle.clone())
+            .map_err(|e| format!("device address: {e:?}"))?;
+        ptrs.push(r.resource().ptr);
+        keep.push(r);
+    }
+    burn::cubecl::future::block_on(client.sync()).map_err(|e| format!("sync: {e:?}"))?;
+    with_engine(source, first.device.index, |engine| {
+        launch(engine, &ptrs)?;
+        // SAFETY: the engine's stream, created by this thread.
+        unsafe { cu::stream::synchronize(engine.stream) }.map_err(|e| format!("sync: {e:?}"))
+    })?;
+    drop(keep);
+    Ok(())
+}
+
+/// Registers a fusion custom operation named `name` (never fused: it closes the fusion block
+/// before it) over `inputs`, with outputs of these shapes and dtypes; `op` makes the operation
+/// from its descriptor (which lists the inputs in order, then the outputs).
+pub(crate) fn custom_op<R: FusionRuntime, O: Operation<R> + 'static, const N: usize>(
+    name: &'static str,
+    inputs: Vec<FusionTensor<R>>,
+    outputs: [(Shape, DType); N],
+    op: impl FnOnce(CustomOpIr) -> O,
+) -> [FusionTensor<R>; N] {
+    let client = inputs[0].client.clone();
+    let streams = OperationStreams::with_inputs(inputs.iter());
+    let outs =
+        outputs.map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype));
+    let ins: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(name, &ins, &outs);
+    client
+        .register(streams, OperationIr::Custom(desc.clone()), op(desc))
+        .outputs()
 }
 
 /// A test's compile of `source` for sm_90 (no GPU needed, only NVRTC): every kernel symbol is a

@@ -17,6 +17,7 @@ pub mod gate;
 pub mod grad_norm;
 pub mod kernels;
 pub mod learner_testing;
+pub mod logprob;
 pub mod loss;
 pub mod optim;
 pub mod parity;

@@ -224,8 +224,10 @@ pub fn f32_tensor<B: Backend>(values: Vec<f32>, device: &B::Device) -> Tensor<B,
 /// Differentiable when `B` is an autodiff backend; call it on `model.valid()` for values without
 /// a graph. Token ids must be inside the model's vocabulary ([`TokenBatch::check_vocab`]).
 ///
-/// Memory: the model's `[rows, seq, vocab]` logits are the one unavoidable copy. Only the N
-/// predicting rows are selected (`[N, vocab]`, prompt and padding positions dropped) before the
+/// Memory: the model's `[rows, seq, vocab]` logits are the one unavoidable copy. On burn's CUDA
+/// backend nothing else of that size is kept: [`crate::logprob`]'s kernels read the N predicting
+/// rows in place and write the gradient once. Elsewhere only the N predicting rows are selected
+/// (`[N, vocab]`, prompt and padding positions dropped) before the
 /// log-softmax, and the log-softmax is never materialised: the target logit is gathered and the
 /// log-sum-exp subtracted, so the graph keeps one `[N, vocab]` tensor (the exponentials, for the
 /// backward pass) instead of a full log-softmax output.
@@ -238,13 +240,21 @@ where
     let n = batch.response_tokens();
     let tokens =
         crate::qwen2::int_tensor::<B, 2>(batch.tokens.clone(), [batch.rows, batch.seq], &device);
-    let logits = model.forward(tokens).cast(FloatDType::F32); // [rows, seq, vocab]
+    let logits = model.forward(tokens); // [rows, seq, vocab]
+    let at = crate::qwen2::int_tensor::<B, 1>(batch.predict_at.clone(), [n], &device);
+    let targets = crate::qwen2::int_tensor::<B, 1>(batch.targets.clone(), [n], &device);
+    // `predict_at` is strictly increasing (`TokenBatch::new`), so its rows are distinct.
+    let (logits, at, _) = match crate::logprob::chosen_logprobs(logits, at, targets) {
+        Ok(logp) => return logp,
+        Err(operands) => operands,
+    };
+    let logits = logits.cast(FloatDType::F32);
     let vocab = logits.dims()[2];
-    let predicting = logits.reshape([batch.rows * batch.seq, vocab]).select(
-        0,
-        crate::qwen2::int_tensor::<B, 1>(batch.predict_at.clone(), [n], &device),
-    ); // [N, vocab]
-       // Subtracting the (constant) row maximum keeps exp finite; it cancels out of the result.
+    // The N predicting rows, [N, vocab].
+    let predicting = logits
+        .reshape([batch.rows * batch.seq, vocab])
+        .select(0, at);
+    // Subtracting the (constant) row maximum keeps exp finite; it cancels out of the result.
     let max = predicting.clone().detach().max_dim(1); // [N, 1]
     let shifted = predicting - max; // [N, vocab]
     let target = shifted.clone().gather(

@@ -12,18 +12,10 @@ use kevin_policy::bench::{run, BenchArgs, Shape};
 #[test]
 fn generation_and_learning_work_when_the_float_is_not_f32() {
     let args = BenchArgs {
-        shape: Shape::Tiny,
         batches: vec![2],
         prompt: 6,
         new_tokens: 3,
-        train_batch: 2,
-        train_seq: 8,
-        train_steps: 1,
-        lease: false,
-        load_seconds: 0.0,
-        matmul: kevin_policy::cublas::Mode::Large,
-        fused: true,
-        flash: true,
+        ..BenchArgs::quick(Shape::Tiny)
     };
     let report =
         run::<Autodiff<NdArray<f64>>>(&args, &Default::default(), "ndarray f64", &|_| {}).unwrap();

@@ -144,6 +144,16 @@ pub enum BurnAttention {
     Burn,
 }
 
+/// How the burn learner's (and log-prob passes') chosen-token log-probabilities run on CUDA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BurnLogprobs {
+    /// One kernel per direction over the logits in place (the softmax never materialised).
+    Fused,
+    /// burn's ops: the chosen rows in f32, shifted, exponentiated, summed (the reference).
+    Burn,
+}
+
 /// Where tasks come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -310,6 +320,10 @@ pub struct BurnPolicySection {
     /// the sequence, so micro-batches grow); "burn": burn's ops (the reference path). Ignored on
     /// the CPU.
     pub attention: BurnAttention,
+    /// "fused" (default): the chosen tokens' log-probabilities on CUDA as one kernel per
+    /// direction over the logits in place (nothing of the vocabulary's size kept besides the
+    /// logits and their gradient); "burn": burn's ops (the reference path). Ignored on the CPU.
+    pub logprobs: BurnLogprobs,
 }
 
 impl Default for BurnPolicySection {
@@ -322,6 +336,7 @@ impl Default for BurnPolicySection {
             matmul: BurnMatmul::Cublas,
             generate: BurnGenerate::Fused,
             attention: BurnAttention::Flash,
+            logprobs: BurnLogprobs::Fused,
         }
     }
 }

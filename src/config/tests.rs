@@ -171,6 +171,10 @@ fn burn_policy_and_learner_are_checked() {
             format!("{burn}[policy.burn]\nattention = \"sdpa\"\n"),
             "config key `policy.burn.attention` = \"sdpa\" is invalid",
         ),
+        (
+            format!("{burn}[policy.burn]\nlogprobs = \"triton\"\n"),
+            "config key `policy.burn.logprobs` = \"triton\" is invalid",
+        ),
     ] {
         check_err(&text, &[], expected);
     }
@@ -180,6 +184,7 @@ fn burn_policy_and_learner_are_checked() {
     assert_eq!(c.policy.burn.matmul, BurnMatmul::Cublas);
     assert_eq!(c.policy.burn.generate, BurnGenerate::Fused);
     assert_eq!(c.policy.burn.attention, BurnAttention::Flash);
+    assert_eq!(c.policy.burn.logprobs, BurnLogprobs::Fused);
     let c = load_str(&format!("{burn}[policy.burn]\ngenerate = \"burn\"\n"), &[]).unwrap();
     assert_eq!(c.policy.burn.generate, BurnGenerate::Burn);
 }

@@ -324,3 +324,376 @@ KEVIN_FLASH(bf16, bf16, 16)
 KEVIN_FLASH(bf16, bf16, 32)
 KEVIN_FLASH(bf16, bf16, 64)
 KEVIN_FLASH(bf16, bf16, 128)
+
+// ---------------------------------------------------------------------------------------------
+// The same three passes for bf16 on tensor cores (`kevin_fa_tc{fwd,dq,dkdv}{D}_bf16`): the tile
+// products as mma.sync m16n8k16 (bf16 operands, f32 accumulation), everything else in f32 as
+// above. Probabilities and score gradients are rounded to bf16 where they enter a product
+// (FlashAttention-2 does the same). Blocks of 4 warps, 16 rows a warp (64 rows a block), tiles
+// of 64 rows in shared memory as bf16 ([64][D + 8]: the 16-byte pad keeps the fragment reads
+// free of bank conflicts). q, k, v rows and the head strides must be 16-byte aligned
+// (flash.rs checks; it takes the kernels above otherwise).
+// Fragments (lane = 4 g + c): A (16 x 16) holds rows g, g + 8 and columns 2c, 2c + 1, 2c + 8,
+// 2c + 9; B (16 x 8) rows 2c, 2c + 1, 2c + 8, 2c + 9 and column g; the accumulator (16 x 8)
+// rows g, g + 8 and columns 2c, 2c + 1.
+
+#define TC_ROWS 64
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&v);
+}
+
+// 64 rows of a [.., t, D] head (row stride rs elements) from row r0 into shared memory
+// ([64][D + 8]), zeros past row t; 16-byte loads.
+template <int D>
+__device__ __forceinline__ void tc_load(bf16* dst, const bf16* src, long long rs, int r0, int t) {
+    constexpr int P = D + 8, C = D / 8;
+    for (int x = threadIdx.x; x < TC_ROWS * C; x += blockDim.x) {
+        int r = x / C, c = (x % C) * 8, i = r0 + r;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (i < t) v = *reinterpret_cast<const uint4*>(src + (long long)i * rs + c);
+        *reinterpret_cast<uint4*>(dst + r * P + c) = v;
+    }
+}
+
+// The A fragment of rows r0.. and columns k0.. of a shared tile.
+template <int D>
+__device__ __forceinline__ void frag_a(unsigned (&a)[4], const bf16* s, int r0, int k0) {
+    constexpr int P = D + 8;
+    int lane = threadIdx.x & 31;
+    const bf16* p = s + (r0 + (lane >> 2)) * P + k0 + (lane & 3) * 2;
+    a[0] = *reinterpret_cast<const unsigned*>(p);
+    a[1] = *reinterpret_cast<const unsigned*>(p + 8 * P);
+    a[2] = *reinterpret_cast<const unsigned*>(p + 8);
+    a[3] = *reinterpret_cast<const unsigned*>(p + 8 * P + 8);
+}
+
+// The B fragment of the transposed tile: column n of B is row n0 + n, rows k0.. its columns.
+template <int D>
+__device__ __forceinline__ void frag_bt(unsigned& b0, unsigned& b1, const bf16* s, int n0,
+                                        int k0) {
+    constexpr int P = D + 8;
+    int lane = threadIdx.x & 31;
+    const bf16* p = s + (n0 + (lane >> 2)) * P + k0 + (lane & 3) * 2;
+    b0 = *reinterpret_cast<const unsigned*>(p);
+    b1 = *reinterpret_cast<const unsigned*>(p + 8);
+}
+
+// The B fragments of the tile itself (rows k0..k0 + 15 are B's rows) for the column blocks n0..
+// and n0 + 8..: b[0], b[1] and b[2], b[3] (ldmatrix with transposition).
+template <int D>
+__device__ __forceinline__ void frag_b2(unsigned (&b)[4], const bf16* s, int k0, int n0) {
+    constexpr int P = D + 8;
+    int lane = threadIdx.x & 31;
+    const bf16* p = s + (k0 + (lane & 15)) * P + n0 + (lane >> 4) * 8;
+    unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(addr));
+}
+
+template <int N> __device__ __forceinline__ void tc_zero(float (&acc)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+}
+
+// acc[n] (16 x 8 blocks of a warp's 16 rows) = A rows r0.. of tile `a` times the transpose of
+// tile `b`'s 64 rows, over D columns.
+template <int D>
+__device__ __forceinline__ void tc_scores(float (&acc)[8][4], const bf16* a, int r0,
+                                          const bf16* b) {
+    tc_zero(acc);
+#pragma unroll
+    for (int kk = 0; kk < D; kk += 16) {
+        unsigned fa[4];
+        frag_a<D>(fa, a, r0, kk);
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            unsigned b0, b1;
+            frag_bt<D>(b0, b1, b, n * 8, kk);
+            mma16816(acc[n], fa, b0, b1);
+        }
+    }
+}
+
+// out[D / 8] += w (a warp's 16 x 64 weights, as accumulators) times tile `b` ([64][D]).
+template <int D>
+__device__ __forceinline__ void tc_accumulate(float (&out)[D / 8][4], const float (&w)[8][4],
+                                              const bf16* b) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        unsigned fa[4] = {pack_bf16(w[2 * j][0], w[2 * j][1]),
+                          pack_bf16(w[2 * j][2], w[2 * j][3]),
+                          pack_bf16(w[2 * j + 1][0], w[2 * j + 1][1]),
+                          pack_bf16(w[2 * j + 1][2], w[2 * j + 1][3])};
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+            unsigned fb[4];
+            frag_b2<D>(fb, b, j * 16, n * 8);
+            mma16816(out[n], fa, fb[0], fb[1]);
+            mma16816(out[n + 1], fa, fb[2], fb[3]);
+        }
+    }
+}
+
+// Rows `row[0]`, `row[1]` (below t) of a warp's accumulators, times mul[.], into dst ([.., D]
+// packed, from row `base`).
+template <int D>
+__device__ __forceinline__ void tc_store(bf16* dst, long long base, const int (&row)[2], int t,
+                                         const float (&acc)[D / 8][4], const float (&mul)[2]) {
+    int c = (threadIdx.x & 3) * 2;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (row[r] >= t) continue;
+        unsigned* p = reinterpret_cast<unsigned*>(dst + (base + row[r]) * D + c);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            p[n * 4] = pack_bf16(acc[n][2 * r] * mul[r], acc[n][2 * r + 1] * mul[r]);
+    }
+}
+
+
+// The 64 keys and values from row k0 into sk and sv, between barriers (the whole block calls
+// it).
+template <int D>
+__device__ __forceinline__ void tc_kv_tile(bf16* sk, bf16* sv, const bf16* K, const bf16* V,
+                                           long long kt, long long vt, int k0, int t) {
+    __syncthreads();
+    tc_load<D>(sk, K, kt, k0, t);
+    tc_load<D>(sv, V, vt, k0, t);
+    __syncthreads();
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// grid (ceil(t / 64), b * h), block 128.
+template <int D>
+__device__ void tc_fwd(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int h,
+                       int kv, int t, long long qb, long long qh, long long qt, long long kb,
+                       long long kh, long long kt_, long long vb, long long vh, long long vt,
+                       float scale) {
+    constexpr int P = D + 8, N = D / 8;
+    extern __shared__ __align__(16) unsigned char smraw[];
+    bf16* sq = reinterpret_cast<bf16*>(smraw);  // [64][P]
+    bf16* sk = sq + TC_ROWS * P;                 // [64][P]
+    bf16* sv = sk + TC_ROWS * P;                 // [64][P]
+    int bh = blockIdx.y, bi = bh / h, hi = bh % h, hk = hi / (h / kv);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = (lane & 3) * 2;
+    int q0 = blockIdx.x * TC_ROWS;
+    const bf16* K = k + bi * kb + hk * kh;
+    const bf16* V = v + bi * vb + hk * vh;
+    tc_load<D>(sq, q + bi * qb + hi * qh, qt, q0, t);
+    int row[2] = {q0 + warp * 16 + (lane >> 2), q0 + warp * 16 + (lane >> 2) + 8};
+    float m[2] = {FA_NEG_INF, FA_NEG_INF}, l[2] = {0.0f, 0.0f}, acc[N][4];
+    tc_zero(acc);
+    int kend = min(q0 + TC_ROWS, t);
+    for (int k0 = 0; k0 < kend; k0 += TC_ROWS) {
+        tc_kv_tile<D>(sk, sv, K, V, kt_, vt, k0, t);
+        float s[8][4];
+        tc_scores<D>(s, sq, warp * 16, sk);
+        float mx[2] = {FA_NEG_INF, FA_NEG_INF};
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int j = k0 + n * 8 + c + (e & 1), r = e >> 1;
+                float x = j <= row[r] && j < t ? s[n][e] * scale : FA_NEG_INF;
+                s[n][e] = x;
+                mx[r] = fmaxf(mx[r], x);
+            }
+        float corr[2], base[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mn = fmaxf(m[r], quad_max(mx[r]));
+            // A row with no key yet (past t) keeps adding nothing.
+            base[r] = mn == FA_NEG_INF ? 0.0f : mn;
+            corr[r] = __expf(m[r] - base[r]);
+            m[r] = mn;
+            l[r] *= corr[r];
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = __expf(s[n][e] - base[e >> 1]);
+                l[e >> 1] += s[n][e];
+            }
+#pragma unroll
+        for (int n = 0; n < N; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[n][e] *= corr[e >> 1];
+        tc_accumulate<D>(acc, s, sv);
+    }
+    float inv[2];
+    long long head = (long long)bh * t;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] = quad_sum(l[r]);
+        inv[r] = 1.0f / l[r];
+        if (row[r] < t && c == 0) lse[head + row[r]] = m[r] + logf(l[r]);
+    }
+    tc_store<D>(o, head, row, t, acc, inv);
+}
+
+// grid (ceil(t / 64), b * h), block 128. o, dout packed [b, h, t, D].
+template <int D>
+__device__ void tc_dq(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                      const bf16* dout, const float* lse, float* dd, bf16* dq, int h, int kv,
+                      int t, long long qb, long long qh, long long qt, long long kb, long long kh,
+                      long long kt_, long long vb, long long vh, long long vt, float scale) {
+    constexpr int P = D + 8, N = D / 8;
+    extern __shared__ __align__(16) unsigned char smraw[];
+    bf16* sq = reinterpret_cast<bf16*>(smraw);  // [64][P]
+    bf16* sdo = sq + TC_ROWS * P;                // [64][P]
+    bf16* sk = sdo + TC_ROWS * P;                // [64][P]
+    bf16* sv = sk + TC_ROWS * P;                 // [64][P]
+    float* sl = reinterpret_cast<float*>(sv + TC_ROWS * P);  // [64] lse
+    float* sd = sl + TC_ROWS;                                 // [64] rowsum(do * o)
+    int bh = blockIdx.y, bi = bh / h, hi = bh % h, hk = hi / (h / kv);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = (lane & 3) * 2;
+    int q0 = blockIdx.x * TC_ROWS;
+    const bf16* K = k + bi * kb + hk * kh;
+    const bf16* V = v + bi * vb + hk * vh;
+    long long head = (long long)bh * t;
+    tc_load<D>(sq, q + bi * qb + hi * qh, qt, q0, t);
+    tc_load<D>(sdo, dout + head * D, D, q0, t);
+    for (int r = warp; r < TC_ROWS; r += 4) {
+        int i = q0 + r;
+        float x = 0.0f;
+        if (i < t)
+            for (int e = lane; e < D; e += 32)
+                x += ld(o, (head + i) * D + e) * ld(dout, (head + i) * D + e);
+        x = warp_sum(x);
+        if (lane == 0) {
+            sd[r] = x;
+            sl[r] = i < t ? lse[head + i] : 0.0f;
+            if (i < t) dd[head + i] = x;
+        }
+    }
+    __syncthreads();
+    int rr[2] = {warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8};
+    int row[2] = {q0 + rr[0], q0 + rr[1]};
+    float L[2] = {sl[rr[0]], sl[rr[1]]}, Dr[2] = {sd[rr[0]], sd[rr[1]]}, acc[N][4];
+    tc_zero(acc);
+    int kend = min(q0 + TC_ROWS, t);
+    for (int k0 = 0; k0 < kend; k0 += TC_ROWS) {
+        tc_kv_tile<D>(sk, sv, K, V, kt_, vt, k0, t);
+        float s[8][4], dp[8][4];
+        tc_scores<D>(s, sq, warp * 16, sk);
+        tc_scores<D>(dp, sdo, warp * 16, sv);
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int j = k0 + n * 8 + c + (e & 1), r = e >> 1;
+                float p = j <= row[r] && row[r] < t ? __expf(s[n][e] * scale - L[r]) : 0.0f;
+                s[n][e] = p * (dp[n][e] - Dr[r]);
+            }
+        tc_accumulate<D>(acc, s, sk);
+    }
+    float mul[2] = {scale, scale};
+    tc_store<D>(dq, head, row, t, acc, mul);
+}
+
+// grid (ceil(t / 64), b * kv), block 128: 64 keys of one key/value head over the queries of
+// its h / kv query heads from the block's first key on. dout packed; lse, dd as tc_fwd and
+// tc_dq wrote them.
+template <int D>
+__device__ void tc_dkdv(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+                        const float* lse, const float* dd, bf16* dk, bf16* dv, int h, int kv,
+                        int t, long long qb, long long qh, long long qt, long long kb,
+                        long long kh, long long kt_, long long vb, long long vh, long long vt,
+                        float scale) {
+    constexpr int P = D + 8, N = D / 8;
+    extern __shared__ __align__(16) unsigned char smraw[];
+    bf16* sk = reinterpret_cast<bf16*>(smraw);  // [64][P]
+    bf16* sv = sk + TC_ROWS * P;                 // [64][P]
+    bf16* sq = sv + TC_ROWS * P;                 // [64][P]
+    bf16* sdo = sq + TC_ROWS * P;                // [64][P]
+    float* sl = reinterpret_cast<float*>(sdo + TC_ROWS * P);  // [64] lse
+    float* sd = sl + TC_ROWS;                                  // [64] dd
+    int bk = blockIdx.y, bi = bk / kv, hk = bk % kv, grp = h / kv;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = (lane & 3) * 2;
+    int k0 = blockIdx.x * TC_ROWS;
+    tc_load<D>(sk, k + bi * kb + hk * kh, kt_, k0, t);
+    tc_load<D>(sv, v + bi * vb + hk * vh, vt, k0, t);
+    int key[2] = {k0 + warp * 16 + (lane >> 2), k0 + warp * 16 + (lane >> 2) + 8};
+    float gk[N][4], gv[N][4];
+    tc_zero(gk);
+    tc_zero(gv);
+    for (int hq = hk * grp; hq < (hk + 1) * grp; hq++) {
+        long long head = ((long long)bi * h + hq) * t;
+        const bf16* Q = q + bi * qb + hq * qh;
+        for (int i0 = k0; i0 < t; i0 += TC_ROWS) {
+            __syncthreads();
+            tc_load<D>(sq, Q, qt, i0, t);
+            tc_load<D>(sdo, dout + head * D, D, i0, t);
+            if (threadIdx.x < TC_ROWS) {
+                int i = i0 + threadIdx.x;
+                sl[threadIdx.x] = i < t ? lse[head + i] : 0.0f;
+                sd[threadIdx.x] = i < t ? dd[head + i] : 0.0f;
+            }
+            __syncthreads();
+            float p[8][4], ds[8][4];
+            tc_scores<D>(p, sk, warp * 16, sq);
+            tc_scores<D>(ds, sv, warp * 16, sdo);
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int jj = n * 8 + c + (e & 1), i = i0 + jj, r = e >> 1;
+                    float x = i >= key[r] && i < t ? __expf(p[n][e] * scale - sl[jj]) : 0.0f;
+                    p[n][e] = x;
+                    ds[n][e] = x * (ds[n][e] - sd[jj]);
+                }
+            tc_accumulate<D>(gv, p, sdo);
+            tc_accumulate<D>(gk, ds, sq);
+        }
+    }
+    float mk[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
+    tc_store<D>(dk, (long long)bk * t, key, t, gk, mk);
+    tc_store<D>(dv, (long long)bk * t, key, t, gv, one);
+}
+
+#define KEVIN_FLASH_TC(D)                                                                       \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        kevin_fa_tcfwd##D##_bf16(const bf16* q, const bf16* k, const bf16* v, bf16* o,          \
+                                 float* lse, FA_STRIDES) {                                      \
+        tc_fwd<D>(q, k, v, o, lse, FA_STRIDE_ARGS);                                             \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        kevin_fa_tcdq##D##_bf16(const bf16* q, const bf16* k, const bf16* v, const bf16* o,     \
+                                const bf16* dout, const float* lse, float* dd, bf16* dq,        \
+                                FA_STRIDES) {                                                   \
+        tc_dq<D>(q, k, v, o, dout, lse, dd, dq, FA_STRIDE_ARGS);                                \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        kevin_fa_tcdkdv##D##_bf16(const bf16* q, const bf16* k, const bf16* v,                  \
+                                  const bf16* dout, const float* lse, const float* dd,          \
+                                  bf16* dk, bf16* dv, FA_STRIDES) {                             \
+        tc_dkdv<D>(q, k, v, dout, lse, dd, dk, dv, FA_STRIDE_ARGS);                             \
+    }
+
+KEVIN_FLASH_TC(16)
+KEVIN_FLASH_TC(32)
+KEVIN_FLASH_TC(64)
+KEVIN_FLASH_TC(128)

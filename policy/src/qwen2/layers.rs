@@ -273,19 +273,19 @@ impl<B: Backend> Attention<B> {
         )
     }
 
-    /// Full causal attention over `x [b, t, hidden]` without a cache (`masked` gives the causal
+    /// Full causal attention over `x [b, t, hidden]` without a cache (`masked`: the causal
     /// mask). On burn's CUDA backend the attention itself is [`crate::flash`]'s, without the
-    /// score matrix, where it serves; the mask is then never built.
+    /// score matrix, where it serves.
     pub(super) fn forward(
         &self,
         x: Tensor<B, 3>,
         rope: &Rope<B>,
-        masked: impl FnOnce() -> Tensor<B, 4, Bool>,
+        masked: Tensor<B, 4, Bool>,
     ) -> Tensor<B, 3> {
         let (q, k, v) = self.qkv(x, rope);
         match crate::flash::causal_attention(q, k, v) {
             Ok(out) => self.project(out),
-            Err((q, k, v)) => self.attend(q, k, v, masked()),
+            Err((q, k, v)) => self.attend(q, k, v, masked),
         }
     }
 

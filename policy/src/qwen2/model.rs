@@ -435,20 +435,15 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
         let device = tokens.device();
         let positions: Vec<usize> = (0..t).collect();
         let rope = Rope::new(&self.config, &positions, 1, &device);
-        // Built on first use: flash attention needs no mask.
-        let masked = std::cell::OnceCell::new();
-        let mask = || {
-            masked
-                .get_or_init(|| {
-                    let query_pos =
-                        Tensor::<B, 1, Int>::arange(0..t as i64, &device).reshape([1, t]);
-                    causal_mask(query_pos, t)
-                })
-                .clone()
-        };
+        // Built before the layers even where flash attention needs none: built lazily inside the
+        // first layer instead (e1551c9), burn's fusion (0.21) failed to generate a kernel of the
+        // learner's step on CUDA (an index past a fused block's inputs), with flash on or off.
+        // `qwen2_gpu.rs` runs whole learner steps on CUDA for this.
+        let query_pos = Tensor::<B, 1, Int>::arange(0..t as i64, &device).reshape([1, t]);
+        let masked = causal_mask(query_pos, t);
         let mut x = self.embed_tokens.forward(tokens);
         for layer in &self.layers {
-            x = layer.forward(x, |attn, x| attn.forward(x, &rope, mask));
+            x = layer.forward(x, |attn, x| attn.forward(x, &rope, masked.clone()));
         }
         debug_assert_eq!(x.dims()[0], b);
         self.logits(self.norm.forward(x))

@@ -61,6 +61,10 @@ pub struct Args {
     /// the score matrix, forward and backward) or "burn" (burn's ops, the reference path).
     #[arg(long, default_value = "flash", value_parser = ["flash", "burn"])]
     pub attention: String,
+    /// How the learner's chosen-token log-probabilities run on CUDA: "fused" (default: one
+    /// kernel per direction over the logits in place) or "burn" (burn's ops, the reference path).
+    #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
+    pub logprobs: String,
     /// The transformers peer's JSON (benches/hf_policy.py --json) to compare with.
     #[arg(long)]
     pub hf: Option<PathBuf>,
@@ -87,6 +91,7 @@ pub fn run(a: &Args) -> CmdResult {
         matmul: kevin_policy::cublas::parse_mode(&a.matmul).map_err(usage)?,
         fused: a.generate == "fused",
         flash: a.attention == "flash",
+        logprobs: a.logprobs == "fused",
     };
     if !(a.load_seconds.is_finite() && a.load_seconds >= 0.0) {
         return Err(usage(format!(
