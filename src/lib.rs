@@ -48,6 +48,7 @@ pub mod run_dir;
 pub mod sampler;
 pub mod scripted;
 pub mod sim;
+pub mod taskgen;
 pub mod tasks;
 pub mod telemetry;
 pub mod turn;

@@ -7,6 +7,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// FNV-1a of `bytes`: a stable 64-bit hash for names, seeds and file fingerprints (std's hasher
+/// may change between releases). Not for anything an adversary chooses.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// SplitMix64: passes BigCrush, one u64 of state, one add and three xor-shift-multiplies per draw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SplitMix64 {

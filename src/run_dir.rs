@@ -131,15 +131,6 @@ pub struct RunDir {
     root: PathBuf,
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -400,7 +391,11 @@ fn manifest_of(dir: &Path) -> Result<String, RunDirError> {
                     .unwrap_or(&path)
                     .display()
                     .to_string();
-                out.push(format!("{rel} {} {:016x}", bytes.len(), fnv1a(&bytes)));
+                out.push(format!(
+                    "{rel} {} {:016x}",
+                    bytes.len(),
+                    crate::rng::fnv1a(&bytes)
+                ));
             }
         }
         Ok(())

@@ -551,9 +551,7 @@ pub fn build(
 
 /// FNV-1a of a name: mixes task and form into the breakage seed.
 fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
+    crate::rng::fnv1a(s.as_bytes())
 }
 
 /// Compiles and verifies every job, `parallel` at a time: `None` for a correct kernel, the

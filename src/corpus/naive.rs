@@ -2,11 +2,13 @@
 //! can learn the candidate format from before it learns to be fast.
 //!
 //! The generator is a tiny compiler for the shapes most tasks take: an elementwise expression
-//! (broadcasting a trailing-dims tensor such as a bias `[N]` over `[M, N]`), a matrix product
-//! with an elementwise epilogue, a reduction along one axis of an elementwise expression, a
-//! row-wise operation (softmax, the norms, cumsum) between two elementwise expressions, and a
-//! plain transpose. Everything is f32 (i64 for argmax/argmin outputs); a program outside these
-//! shapes gives no kernel rather than a doubtful one. Each kind comes in a few forms (one thread
+//! (broadcasting a trailing-dims tensor such as a bias `[N]` over `[M, N]`, or a per-row value
+//! `[M, 1]`), a matrix product with an elementwise epilogue, a reduction along one axis of an
+//! elementwise expression followed by elementwise work on its result, a row-wise operation
+//! (softmax, the norms, cumsum) between two elementwise expressions, and a plain transpose.
+//! Tensors are f32, f16 or bf16 (each load converted to float, the arithmetic in float, the
+//! store rounded to nearest), i64 for argmax/argmin outputs; a program outside these shapes
+//! gives no kernel rather than a doubtful one. Each kind comes in a few forms (one thread
 //! per element, grid-stride, block sizes, shared-memory tiling, a block per row): the forms are
 //! written here, not derived from text, so every one is known to be the kernel it says it is.
 //! Whether a form is also correct is not taken on trust: the corpus builder evaluates every one.
@@ -53,6 +55,10 @@ pub fn generate(task: &Task) -> Vec<Generated> {
     } else if let Some(v) = ctx.rowwise(&expr) {
         out.extend(v);
     }
+    let includes = ctx.includes();
+    for g in &mut out {
+        g.source = format!("{includes}{}", g.source);
+    }
     out
 }
 
@@ -70,6 +76,38 @@ struct Ctx<'a> {
     /// The kernel's parameter list and the launch's argument list (tensors, then sizes).
     params: String,
     args: String,
+    /// How each input is read as a float ("" for f32, else the conversion function).
+    loads: BTreeMap<String, &'static str>,
+    /// How a float is converted for the output ("" for f32 and i64).
+    store: &'static str,
+}
+
+/// The C type of a tensor element.
+fn c_type(d: Dtype) -> &'static str {
+    match d {
+        Dtype::F32 => "float",
+        Dtype::F16 => "__half",
+        Dtype::Bf16 => "__nv_bfloat16",
+        Dtype::I64 => "long long",
+    }
+}
+
+/// The conversion of an element to float ("" when it is one).
+fn load_fn(d: Dtype) -> &'static str {
+    match d {
+        Dtype::F16 => "__half2float",
+        Dtype::Bf16 => "__bfloat162float",
+        Dtype::F32 | Dtype::I64 => "",
+    }
+}
+
+/// The conversion of a float to an element, rounding to nearest ("" when none is needed).
+fn store_fn(d: Dtype) -> &'static str {
+    match d {
+        Dtype::F16 => "__float2half_rn",
+        Dtype::Bf16 => "__float2bfloat16_rn",
+        Dtype::F32 | Dtype::I64 => "",
+    }
 }
 
 impl<'a> Ctx<'a> {
@@ -79,24 +117,28 @@ impl<'a> Ctx<'a> {
             return None;
         }
         let out = &p.outputs[0];
-        let out_ok = out.ty.dtype == Dtype::F32 || out.ty.dtype == Dtype::I64;
-        if !out_ok || p.inputs.iter().any(|d| d.ty.dtype != Dtype::F32) {
+        if p.inputs.iter().any(|d| d.ty.dtype == Dtype::I64) {
             return None;
         }
         let mut params = Vec::new();
         let mut args = Vec::new();
         let mut shapes = BTreeMap::new();
+        let mut loads = BTreeMap::new();
         for d in &p.inputs {
-            params.push(format!("const float* __restrict__ {}", d.name));
+            params.push(format!(
+                "const {}* __restrict__ {}",
+                c_type(d.ty.dtype),
+                d.name
+            ));
             args.push(d.name.clone());
             shapes.insert(d.name.clone(), d.ty.shape.clone());
+            loads.insert(d.name.clone(), load_fn(d.ty.dtype));
         }
-        let out_ty = if out.ty.dtype == Dtype::I64 {
-            "long long"
-        } else {
-            "float"
-        };
-        params.push(format!("{out_ty}* __restrict__ {}", out.name));
+        params.push(format!(
+            "{}* __restrict__ {}",
+            c_type(out.ty.dtype),
+            out.name
+        ));
         args.push(out.name.clone());
         shapes.insert(out.name.clone(), out.ty.shape.clone());
         for s in p.size_symbols() {
@@ -117,7 +159,44 @@ impl<'a> Ctx<'a> {
             defs,
             params: params.join(", "),
             args: args.join(", "),
+            loads,
+            store: store_fn(out.ty.dtype),
         })
+    }
+
+    /// Tensor `v` read at `idx` as a float.
+    fn ld(&self, v: &str, idx: &str) -> String {
+        match self.loads.get(v).copied().unwrap_or("") {
+            "" => format!("{v}[{idx}]"),
+            f => format!("{f}({v}[{idx}])"),
+        }
+    }
+
+    /// A float value converted for a store to the output.
+    fn st(&self, value: &str) -> String {
+        match self.store {
+            "" => value.to_string(),
+            f => format!("{f}({value})"),
+        }
+    }
+
+    /// The `#include` lines the half-precision types need (empty for f32).
+    fn includes(&self) -> String {
+        let decls = self
+            .task
+            .program
+            .inputs
+            .iter()
+            .chain(&self.task.program.outputs);
+        let dtypes: BTreeSet<Dtype> = decls.map(|d| d.ty.dtype).collect();
+        let mut s = String::new();
+        if dtypes.contains(&Dtype::F16) {
+            s.push_str("#include <cuda_fp16.h>\n");
+        }
+        if dtypes.contains(&Dtype::Bf16) {
+            s.push_str("#include <cuda_bf16.h>\n");
+        }
+        s
     }
 
     /// `e` with every intermediate replaced by its definition.
@@ -170,8 +249,8 @@ impl<'a> Ctx<'a> {
 
     fn elementwise(&self, e: &Expr) -> Option<Vec<Generated>> {
         let shape = self.out_shape().to_vec();
-        let mut r = Render::new(&self.shapes, &self.consts, &shape, "i");
-        let value = r.scalar(e)?;
+        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
+        let value = self.st(&r.scalar(e)?);
         let helpers = r.helpers();
         let n = product(&shape);
         let y = &self.out;
@@ -314,15 +393,15 @@ impl<'a> Ctx<'a> {
             dim(&wsh[1])
         };
         let shape = self.out_shape().to_vec();
-        let mut r = Render::new(&self.shapes, &self.consts, &shape, "i");
+        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
         r.matmul = Some((*mm).clone());
-        let value = r.scalar(e)?;
+        let value = self.st(&r.scalar(e)?);
         let helpers = r.helpers();
         let w_at = |kk: &str| {
             if transposed {
-                format!("{w}[(long long)col * {k} + {kk}]")
+                self.ld(&w, &format!("(long long)col * {k} + {kk}"))
             } else {
-                format!("{w}[(long long){kk} * {n} + col]")
+                self.ld(&w, &format!("(long long){kk} * {n} + col"))
             }
         };
         let w_desc = if transposed {
@@ -336,7 +415,7 @@ impl<'a> Ctx<'a> {
             let src = format!(
                 "{launch}\n{helpers}{sig} {{\n    int col = blockIdx.x * blockDim.x + threadIdx.x;\n    \
                  int row = blockIdx.y * blockDim.y + threadIdx.y;\n    if (row >= {m} || col >= {n}) return;\n    \
-                 float acc = 0.0f;\n    for (int k = 0; k < {k}; ++k) {{\n        acc += {a}[(long long)row * {k} + k] * {wk};\n    }}\n    \
+                 float acc = 0.0f;\n    for (int k = 0; k < {k}; ++k) {{\n        acc += {a_row} * {wk};\n    }}\n    \
                  long long i = (long long)row * {n} + col;\n    {y}[i] = {value};\n}}\n",
                 launch = self.launch(
                     &kern,
@@ -345,6 +424,7 @@ impl<'a> Ctx<'a> {
                 ),
                 sig = self.signature(&kern),
                 wk = w_at("k"),
+                a_row = self.ld(a, &format!("(long long)row * {k} + k")),
             );
             out.push(Generated {
                 form: format!("matmul_naive_{bx}x{by}"),
@@ -365,20 +445,23 @@ impl<'a> Ctx<'a> {
         // Shared-memory tiling: each 16x16 tile of A and W is loaded once per block.
         let kern = format!("{}_tiled", self.task.name);
         let w_tile = if transposed {
-            format!("(k0 + ty < {k} && col < {n}) ? {w}[(long long)col * {k} + k0 + ty] : 0.0f")
+            let at = self.ld(&w, &format!("(long long)col * {k} + k0 + ty"));
+            format!("(k0 + ty < {k} && col < {n}) ? {at} : 0.0f")
         } else {
-            format!("(k0 + ty < {k} && col < {n}) ? {w}[(long long)(k0 + ty) * {n} + col] : 0.0f")
+            let at = self.ld(&w, &format!("(long long)(k0 + ty) * {n} + col"));
+            format!("(k0 + ty < {k} && col < {n}) ? {at} : 0.0f")
         };
         let src = format!(
             "{launch}\n#define TILE 16\n{helpers}{sig} {{\n    __shared__ float As[TILE][TILE];\n    __shared__ float Ws[TILE][TILE + 1];\n    \
              int tx = threadIdx.x, ty = threadIdx.y;\n    int col = blockIdx.x * TILE + tx;\n    int row = blockIdx.y * TILE + ty;\n    \
              float acc = 0.0f;\n    for (int k0 = 0; k0 < {k}; k0 += TILE) {{\n        \
-             As[ty][tx] = (row < {m} && k0 + tx < {k}) ? {a}[(long long)row * {k} + k0 + tx] : 0.0f;\n        \
+             As[ty][tx] = (row < {m} && k0 + tx < {k}) ? {a_tile} : 0.0f;\n        \
              Ws[ty][tx] = {w_tile};\n        __syncthreads();\n        for (int kk = 0; kk < TILE; ++kk) {{\n            \
              acc += As[ty][kk] * Ws[kk][tx];\n        }}\n        __syncthreads();\n    }}\n    \
              if (row < {m} && col < {n}) {{\n        long long i = (long long)row * {n} + col;\n        {y}[i] = {value};\n    }}\n}}\n",
             launch = self.launch(&kern, &format!("cdiv({n},16), cdiv({m},16)"), "16, 16"),
             sig = self.signature(&kern),
+            a_tile = self.ld(a, &format!("(long long)row * {k} + k0 + tx")),
         );
         out.push(Generated {
             form: "matmul_tiled16".into(),
@@ -411,18 +494,20 @@ impl<'a> Ctx<'a> {
         what: &str,
     ) -> Option<Vec<Generated>> {
         let shape = self.out_shape().to_vec();
-        let mut r = Render::new(&self.shapes, &self.consts, &shape, "i");
+        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
         r.matmul = Some((*mm).clone());
-        let value = r.scalar(e)?;
+        let value = self.st(&r.scalar(e)?);
         let helpers = r.helpers();
         let y = &self.out;
         let kern = format!("{}_naive", self.task.name);
         let src = format!(
             "{launch}\n{helpers}{sig} {{\n    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= {m}) return;\n    \
-             float acc = 0.0f;\n    for (int k = 0; k < {k}; ++k) {{\n        acc += {a}[(long long)row * {k} + k] * {x}[k];\n    }}\n    \
+             float acc = 0.0f;\n    for (int k = 0; k < {k}; ++k) {{\n        acc += {a_row} * {x_k};\n    }}\n    \
              long long i = row;\n    {y}[i] = {value};\n}}\n",
             launch = self.launch(&kern, &format!("cdiv({m},128)"), "128"),
             sig = self.signature(&kern),
+            a_row = self.ld(a, &format!("(long long)row * {k} + k")),
+            x_k = self.ld(x, "k"),
         );
         Some(vec![Generated {
             form: "matvec_naive".into(),
@@ -441,12 +526,35 @@ impl<'a> Ctx<'a> {
     // ---- reductions along one axis -----------------------------------------------------------
 
     fn reduction(&self, e: &Expr) -> Option<Vec<Generated>> {
+        // One reduction, possibly followed by elementwise work on its result (`post`).
+        let mut found = Vec::new();
+        find_calls(e, &|op| matches!(op, Op::Reduce { .. }), &mut found);
+        let [red] = found.as_slice() else {
+            return None;
+        };
         let Expr::Call {
             op: Op::Reduce { kind, axis, .. },
             args,
-        } = e
+        } = red
         else {
             return None;
+        };
+        let has_post = !std::ptr::eq(*red, e);
+        if has_post && matches!(kind, ReduceKind::Argmax | ReduceKind::Argmin) {
+            return None;
+        }
+        // The output element from the reduced value `red`, at output index `index`.
+        let post = |index: &'static str| -> Option<(String, String)> {
+            let mut r = Render::new(
+                &self.shapes,
+                &self.consts,
+                &self.loads,
+                self.out_shape(),
+                index,
+            );
+            r.row_value = Some(((*red).clone(), "red".into()));
+            let v = r.scalar(e)?;
+            Some((self.st(&v), r.helpers()))
         };
         let [inner_e] = args.as_slice() else {
             return None;
@@ -456,21 +564,33 @@ impl<'a> Ctx<'a> {
         let outer = product_or_one(&shape[..ax]);
         let len = dim(&shape[ax]);
         let inner = product_or_one(&shape[ax + 1..]);
-        let mut r = Render::new(&self.shapes, &self.consts, &shape, "idx");
+        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
         let v = r.scalar(inner_e)?;
-        let helpers = r.helpers();
+        let (store_o, post_helpers) = post("o")?;
+        let helpers = merge_helpers(&r.helpers(), &post_helpers);
         let y = &self.out;
         let what = self.program_text();
         let (init, step, fin, kind_words) = match kind {
             ReduceKind::Sum => ("0.0f", "acc += v;", "acc".to_string(), "sum"),
             ReduceKind::Mean => ("0.0f", "acc += v;", format!("acc / (float){len}"), "mean"),
-            ReduceKind::Max => ("-INFINITY", "acc = fmaxf(acc, v);", "acc".into(), "maximum"),
-            ReduceKind::Min => ("INFINITY", "acc = fminf(acc, v);", "acc".into(), "minimum"),
+            ReduceKind::Max => (
+                "-__int_as_float(0x7f800000)",
+                "acc = fmaxf(acc, v);",
+                "acc".into(),
+                "maximum",
+            ),
+            ReduceKind::Min => (
+                "__int_as_float(0x7f800000)",
+                "acc = fminf(acc, v);",
+                "acc".into(),
+                "minimum",
+            ),
             ReduceKind::Argmax | ReduceKind::Argmin | ReduceKind::Logsumexp => {
                 ("", "", String::new(), "")
             }
             ReduceKind::Prod => return None,
         };
+
         let kern = format!("{}_naive", self.task.name);
         let outs = format!("{outer} * {inner}");
         let head = format!(
@@ -488,13 +608,13 @@ impl<'a> Ctx<'a> {
                 )
             }
             ReduceKind::Logsumexp => format!(
-                "    float m = -INFINITY;\n    for (int r = 0; r < {len}; ++r) {{\n        long long idx = {idx};\n        \
+                "    float m = -__int_as_float(0x7f800000);\n    for (int r = 0; r < {len}; ++r) {{\n        long long idx = {idx};\n        \
                  m = fmaxf(m, {v});\n    }}\n    float s = 0.0f;\n    for (int r = 0; r < {len}; ++r) {{\n        \
-                 long long idx = {idx};\n        s += expf({v} - m);\n    }}\n    {y}[o] = m + logf(s);\n"
+                 long long idx = {idx};\n        s += expf({v} - m);\n    }}\n    float red = m + logf(s);\n    {y}[o] = {store_o};\n"
             ),
             _ => format!(
                 "    float acc = {init};\n    for (int r = 0; r < {len}; ++r) {{\n        long long idx = {idx};\n        \
-                 float v = {v};\n        {step}\n    }}\n    {y}[o] = {fin};\n"
+                 float v = {v};\n        {step}\n    }}\n    float red = {fin};\n    {y}[o] = {store_o};\n"
             ),
         };
         let kind_name = kind.name();
@@ -525,7 +645,8 @@ impl<'a> Ctx<'a> {
             ReduceKind::Min => Some("buf[t] = fminf(buf[t], buf[t + s]);"),
             _ => None,
         };
-        if let (true, Some(tree)) = (last_axis, tree_op) {
+        let block_post = post("outer");
+        if let (true, Some(tree), Some((store_b, _))) = (last_axis, tree_op, block_post) {
             for block in [256, 128] {
                 let kern = format!("{}_block_reduce", self.task.name);
                 let fin_b = fin.replace("acc", "buf[0]");
@@ -534,7 +655,7 @@ impl<'a> Ctx<'a> {
                      long long outer = blockIdx.x;\n    const long long in = 0;\n    int t = threadIdx.x;\n    float acc = {init};\n    \
                      for (int r = t; r < {len}; r += BLOCK) {{\n        long long idx = {idx};\n        float v = {v};\n        {step}\n    }}\n    \
                      buf[t] = acc;\n    __syncthreads();\n    for (int s = BLOCK / 2; s > 0; s >>= 1) {{\n        \
-                     if (t < s) {tree}\n        __syncthreads();\n    }}\n    if (t == 0) {y}[outer] = {fin_b};\n}}\n",
+                     if (t < s) {tree}\n        __syncthreads();\n    }}\n    if (t == 0) {{\n        float red = {fin_b};\n        {y}[outer] = {store_b};\n    }}\n}}\n",
                     launch = self.launch(&kern, &outer, &block.to_string()),
                     sig = self.signature(&kern),
                 );
@@ -587,11 +708,11 @@ impl<'a> Ctx<'a> {
         }
         let (m, n) = (dim(&shape[0]), dim(&shape[1]));
         let axis_ok = |a: i64| a == -1 || a == 1;
-        let mut pre = Render::new(&self.shapes, &self.consts, &shape, "idx");
+        let mut pre = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
         let v = pre.scalar(x_e)?;
         let param = |i: usize| -> Option<String> {
             match args.get(i)? {
-                Expr::Var(g) if self.shapes.get(g)?.len() == 1 => Some(format!("{g}[j]")),
+                Expr::Var(g) if self.shapes.get(g)?.len() == 1 => Some(self.ld(g, "j")),
                 _ => None,
             }
         };
@@ -601,7 +722,7 @@ impl<'a> Ctx<'a> {
                 let log = matches!(op, Op::LogSoftmax { .. });
                 (
                     format!(
-                        "    float mx = -INFINITY;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
+                        "    float mx = -__int_as_float(0x7f800000);\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
                          mx = fmaxf(mx, {v});\n    }}\n    float sum = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        \
                          long long idx = base + j;\n        sum += expf({v} - mx);\n    }}\n"
                     ),
@@ -664,16 +785,10 @@ impl<'a> Ctx<'a> {
             ),
             _ => return None,
         };
-        let mut post = Render::new(&self.shapes, &self.consts, &shape, "idx");
+        let mut post = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
         post.row_value = Some(((*row_op).clone(), "t".into()));
-        let value = post.scalar(e)?;
-        let mut helpers = pre.helpers();
-        for h in post.helpers().lines() {
-            if !helpers.contains(h) {
-                helpers.push_str(h);
-                helpers.push('\n');
-            }
-        }
+        let value = self.st(&post.scalar(e)?);
+        let helpers = merge_helpers(&pre.helpers(), &post.helpers());
         let y = &self.out;
         let what = self.program_text();
         let kern = format!("{}_naive", self.task.name);
@@ -758,18 +873,35 @@ fn is_rowop(op: &Op) -> bool {
 }
 
 fn find_rowops<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    find_calls(e, &is_rowop, out)
+}
+
+/// Every call in `e` whose operation `pick` accepts, outermost first.
+fn find_calls<'e>(e: &'e Expr, pick: &dyn Fn(&Op) -> bool, out: &mut Vec<&'e Expr>) {
     match e {
         Expr::Call { op, args } => {
-            if is_rowop(op) {
+            if pick(op) {
                 out.push(e);
             }
-            args.iter().for_each(|a| find_rowops(a, out));
+            args.iter().for_each(|a| find_calls(a, pick, out));
         }
-        Expr::Neg(a) => find_rowops(a, out),
+        Expr::Neg(a) => find_calls(a, pick, out),
         Expr::Binary(_, a, b) => {
-            find_rowops(a, out);
-            find_rowops(b, out);
+            find_calls(a, pick, out);
+            find_calls(b, pick, out);
         }
         _ => {}
     }
+}
+
+/// The helper definitions of `a`, then those of `b` that `a` lacks.
+fn merge_helpers(a: &str, b: &str) -> String {
+    let mut helpers = a.to_string();
+    for h in b.lines() {
+        if !helpers.contains(h) {
+            helpers.push_str(h);
+            helpers.push('\n');
+        }
+    }
+    helpers
 }

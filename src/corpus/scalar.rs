@@ -44,6 +44,8 @@ pub(super) struct Render<'c> {
     shapes: &'c BTreeMap<String, Vec<Dim>>,
     /// Named constants.
     consts: &'c BTreeMap<String, f64>,
+    /// The conversion of each tensor's elements to float ("" when they are float).
+    loads: &'c BTreeMap<String, &'static str>,
     /// The shape the flat index runs over.
     shape: Vec<Dim>,
     /// The C name of the flat index.
@@ -54,30 +56,37 @@ pub(super) struct Render<'c> {
     pub(super) row_value: Option<(Expr, String)>,
     /// Device helper functions used, by name.
     helpers: BTreeMap<String, String>,
+    /// Their names in the order they were first used: a helper that calls another (`mish_f`
+    /// calls `softplus_f`) asks for it first, so this order defines every callee before its
+    /// caller.
+    order: Vec<String>,
 }
 
 impl<'c> Render<'c> {
     pub(super) fn new(
         shapes: &'c BTreeMap<String, Vec<Dim>>,
         consts: &'c BTreeMap<String, f64>,
+        loads: &'c BTreeMap<String, &'static str>,
         shape: &[Dim],
         index: &'static str,
     ) -> Self {
         Render {
             shapes,
             consts,
+            loads,
             shape: shape.to_vec(),
             index,
             matmul: None,
             row_value: None,
             helpers: BTreeMap::new(),
+            order: Vec::new(),
         }
     }
 
-    /// The helper functions, each on its own line(s), in a stable order.
+    /// The helper functions, each on its own line(s), callees before callers.
     pub(super) fn helpers(&self) -> String {
         let mut s = String::new();
-        for h in self.helpers.values() {
+        for h in self.order.iter().filter_map(|n| self.helpers.get(n)) {
             s.push_str(h);
             s.push('\n');
         }
@@ -88,23 +97,50 @@ impl<'c> Render<'c> {
     fn tensor_at(&self, v: &str) -> Option<String> {
         let s = self.shapes.get(v)?;
         let i = self.index;
-        if *s == self.shape {
-            return Some(format!("{v}[{i}]"));
+        let at = if *s == self.shape {
+            format!("{v}[{i}]")
+        } else if s.iter().all(|d| *d == Dim::Lit(1)) {
+            format!("{v}[0]")
+        } else if s.len() < self.shape.len() && self.shape.ends_with(s) {
+            // Trailing dims: a bias [N] over [M, N] repeats every N elements.
+            format!("{v}[{i} % {}]", long_product(s))
+        } else if let Some(inner) = self.per_row(s) {
+            // Trailing dims of extent 1: a per-row value [M, 1] over [M, N] is read once per
+            // `inner` elements.
+            format!("{v}[{i} / {inner}]")
+        } else {
+            return None;
+        };
+        Some(match self.loads.get(v).copied().unwrap_or("") {
+            "" => at,
+            f => format!("{f}({at})"),
+        })
+    }
+
+    /// For a tensor of the iteration shape's rank whose dims agree with it up to a run of
+    /// trailing 1s (`[M, 1]` or `[B, M, 1]` over `[B, M, N]` when ranks match), the number of
+    /// elements each of its values covers, as a C expression.
+    fn per_row(&self, s: &[Dim]) -> Option<String> {
+        if s.len() != self.shape.len() {
+            return None;
         }
-        if s.iter().all(|d| *d == Dim::Lit(1)) {
-            return Some(format!("{v}[0]"));
+        let keep = s
+            .iter()
+            .rposition(|d| *d != Dim::Lit(1))
+            .map_or(0, |p| p + 1);
+        if keep == s.len() || s[..keep] != self.shape[..keep] {
+            return None;
         }
-        // Trailing dims: a bias [N] over [M, N] repeats every N elements.
-        if s.len() < self.shape.len() && self.shape.ends_with(s) {
-            return Some(format!("{v}[{i} % {}]", long_product(s)));
-        }
-        None
+        Some(format!("({})", long_product(&self.shape[keep..])))
     }
 
     fn helper(&mut self, name: &str, body: &str) -> String {
-        self.helpers.entry(name.to_string()).or_insert_with(|| {
-            format!("__device__ __forceinline__ float {name}(float x) {{ return {body}; }}")
-        });
+        if !self.helpers.contains_key(name) {
+            let def =
+                format!("__device__ __forceinline__ float {name}(float x) {{ return {body}; }}");
+            self.helpers.insert(name.to_string(), def);
+            self.order.push(name.to_string());
+        }
         name.to_string()
     }
 
@@ -167,8 +203,8 @@ impl<'c> Render<'c> {
                 match op {
                     BinOp::Add => format!("({a} + {b})"),
                     BinOp::Sub => format!("({a} - {b})"),
-                    BinOp::Mul => format!("{a} * {b}"),
-                    BinOp::Div => format!("{a} / {b}"),
+                    BinOp::Mul => format!("({a} * {b})"),
+                    BinOp::Div => format!("({a} / {b})"),
                     BinOp::Max => format!("fmaxf({a}, {b})"),
                     BinOp::Min => format!("fminf({a}, {b})"),
                     BinOp::Pow => format!("powf({a}, {b})"),

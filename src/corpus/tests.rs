@@ -239,7 +239,21 @@ fn naive_forms_cover_the_common_shapes() {
     check("layernorm_gelu", &["rowwise_thread_per_row"]);
     check("exclusive_cumsum", &["rowwise_thread_per_row"]);
     check("transpose", &["transpose_naive"]);
+    // Half precision: loads converted to float, the store rounded back.
+    check(
+        "gelu_f16",
+        &[
+            "elementwise_b256",
+            "elementwise_b128",
+            "elementwise_grid_stride",
+        ],
+    );
+    let half = &naive::generate(suite.get("gelu_f16").unwrap())[0].source;
+    assert!(half.starts_with("#include <cuda_fp16.h>\n"), "{half}");
+    assert!(
+        half.contains("__float2half_rn(") && half.contains("__half2float(X[i])"),
+        "{half}"
+    );
     // Outside the generator's shapes: no kernel rather than a doubtful one.
-    check("gelu_f16", &[]);
     check("attention_scores_softmax", &[]);
 }

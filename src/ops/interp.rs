@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::ast::{BinOp, Expr, Op, Program, Sizes};
-use super::check::normalize_axis;
+use super::check::{infer_expr, normalize_axis};
 use super::kernels as k;
 use super::round::round_to;
 
@@ -75,6 +75,27 @@ pub fn run(
     sizes: &Sizes,
     inputs: &[Vec<f64>],
 ) -> Result<Vec<Tensor>, InterpError> {
+    run_with(program, sizes, inputs, false)
+}
+
+/// Like [`run`], but every operation's result is rounded to its dtype, as an eager framework
+/// stores each op's output (computing inside the op at higher precision): what the op-by-op
+/// baseline computes, up to the order of its float sums. The task generator compares it with
+/// [`run`] to keep only programs whose rounding stays well inside their tolerance.
+pub fn run_eager(
+    program: &Program,
+    sizes: &Sizes,
+    inputs: &[Vec<f64>],
+) -> Result<Vec<Tensor>, InterpError> {
+    run_with(program, sizes, inputs, true)
+}
+
+fn run_with(
+    program: &Program,
+    sizes: &Sizes,
+    inputs: &[Vec<f64>],
+    eager: bool,
+) -> Result<Vec<Tensor>, InterpError> {
     for sym in program.size_symbols() {
         match sizes.get(&sym) {
             None => return Err(InterpError::MissingSize(sym)),
@@ -114,7 +135,8 @@ pub fn run(
             target: s.target.clone(),
             message,
         };
-        let value = eval(&s.expr, &env).map_err(fail)?;
+        let eager = eager.then_some(program);
+        let value = eval(&s.expr, &env, eager).map_err(fail)?;
         if let Some(ty) = program.types.get(&s.target) {
             let want = ty.concrete_shape(sizes).map_err(InterpError::MissingSize)?;
             if want != value.shape {
@@ -146,7 +168,27 @@ fn axis(x: &Tensor, a: i64) -> Result<usize, String> {
         .ok_or_else(|| format!("axis {a} out of range for shape {:?}", x.shape))
 }
 
-fn eval(e: &Expr, env: &BTreeMap<String, Tensor>) -> Result<Tensor, String> {
+/// Evaluates `e`; with `eager` (the program, for the types), each operation's result is rounded
+/// to its dtype.
+fn eval(
+    e: &Expr,
+    env: &BTreeMap<String, Tensor>,
+    eager: Option<&Program>,
+) -> Result<Tensor, String> {
+    let mut t = eval_node(e, env, eager)?;
+    if let (Some(p), Expr::Neg(_) | Expr::Binary(..) | Expr::Call { .. }) = (eager, e) {
+        if let Some(d) = infer_expr(p, e)?.dtype.filter(|d| d.is_float()) {
+            t.data.iter_mut().for_each(|v| *v = round_to(d, *v));
+        }
+    }
+    Ok(t)
+}
+
+fn eval_node(
+    e: &Expr,
+    env: &BTreeMap<String, Tensor>,
+    eager: Option<&Program>,
+) -> Result<Tensor, String> {
     Ok(match e {
         Expr::Num(v) => Tensor::scalar(*v),
         Expr::Var(n) => env
@@ -154,16 +196,18 @@ fn eval(e: &Expr, env: &BTreeMap<String, Tensor>) -> Result<Tensor, String> {
             .cloned()
             .ok_or_else(|| format!("unknown name `{n}`"))?,
         Expr::Neg(a) => {
-            let mut t = eval(a, env)?;
+            let mut t = eval(a, env, eager)?;
             t.data.iter_mut().for_each(|v| *v = -*v);
             t
         }
-        Expr::Binary(BinOp::MatMul, a, b) => k::matmul(&eval(a, env)?, &eval(b, env)?)?,
-        Expr::Binary(op, a, b) => k::broadcast(*op, &eval(a, env)?, &eval(b, env)?)?,
+        Expr::Binary(BinOp::MatMul, a, b) => {
+            k::matmul(&eval(a, env, eager)?, &eval(b, env, eager)?)?
+        }
+        Expr::Binary(op, a, b) => k::broadcast(*op, &eval(a, env, eager)?, &eval(b, env, eager)?)?,
         Expr::Call { op, args } => {
             let mut vals = Vec::with_capacity(args.len());
             for a in args {
-                vals.push(eval(a, env)?);
+                vals.push(eval(a, env, eager)?);
             }
             let mut it = vals.into_iter();
             let mut x = it.next().ok_or("call without operands")?;

@@ -1,4 +1,5 @@
-//! `kevin tasks`: list the task suite, print it as JSON, or show a task's exact first-turn prompt.
+//! `kevin tasks`: list the task suite, print it as JSON, show a task's exact first-turn prompt,
+//! or generate procedural training tasks (`kevin tasks generate`, [`kevin::taskgen`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,6 +36,33 @@ pub enum TasksCommand {
         #[arg(long, default_value = "gpu", value_parser = ["gpu", "small"])]
         preset: String,
     },
+    /// Generate procedural training tasks (random op-language programs, each type-checked,
+    /// deduplicated, kept apart from the held-out tasks of `--dir` and checked for sound
+    /// numerics) into an empty folder, with `generated.json` saying how they were made.
+    Generate {
+        /// Tasks to generate.
+        #[arg(long)]
+        count: usize,
+        /// Seed: the same seed writes the same files.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The folder to write (new or empty).
+        #[arg(long)]
+        out: PathBuf,
+        /// Most operations in a program (1 to 6 by default).
+        #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=12))]
+        max_ops: u64,
+        /// Families to draw from, comma-separated (default: all): elementwise, reduce, row,
+        /// matmul, transpose.
+        #[arg(long, value_delimiter = ',')]
+        families: Vec<String>,
+        /// Most device memory (GiB) a task's evaluation on a cuda worker may need.
+        #[arg(long, default_value_t = 16.0)]
+        max_gpu_gib: f64,
+        /// Threads vetting drafts (default: every core).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
 }
 
 /// Lists the suite or shows a prompt.
@@ -48,6 +76,41 @@ pub fn run(args: Args) -> CmdResult {
                 Preset::Gpu
             };
             show(&args.dir, &name, preset)
+        }
+        Some(TasksCommand::Generate {
+            count,
+            seed,
+            out,
+            max_ops,
+            families,
+            max_gpu_gib,
+            threads,
+        }) => {
+            let mut opts = kevin::taskgen::GenOptions::new(count, seed);
+            opts.max_ops = max_ops as usize;
+            opts.families = families
+                .iter()
+                .map(|f| {
+                    kevin::taskgen::Family::from_name(f.trim()).ok_or_else(|| {
+                        let all: Vec<&str> = kevin::taskgen::Family::ALL
+                            .iter()
+                            .map(|f| f.name())
+                            .collect();
+                        format!("--families: no family `{f}` (families: {})", all.join(", "))
+                    })
+                })
+                .collect::<Result<_, _>>()
+                .map_err(failure)?;
+            if !(max_gpu_gib > 0.0 && max_gpu_gib.is_finite()) {
+                return Err(failure(format!(
+                    "--max-gpu-gib must be a positive number, not {max_gpu_gib}"
+                )));
+            }
+            opts.max_gpu_bytes = (max_gpu_gib * (1u64 << 30) as f64) as u64;
+            if let Some(t) = threads {
+                opts.threads = t.max(1);
+            }
+            generate(&args.dir, &out, &opts)
         }
     }
     .map_err(failure)?;
@@ -189,6 +252,104 @@ pub fn show(dir: &Path, name: &str, preset: Preset) -> Result<(), String> {
     print!(
         "{}",
         kevin::prompt::first_turn(task, preset).map_err(|e| format!("task {name}: {e}"))?
+    );
+    Ok(())
+}
+
+/// Generates `opts.count` tasks into `out` (see [`kevin::taskgen`]), with a progress line on
+/// stderr, a summary on stdout and `out/generated.json`.
+fn generate(suite_dir: &Path, out: &Path, opts: &kevin::taskgen::GenOptions) -> Result<(), String> {
+    let suite = TaskSuite::load(suite_dir).map_err(|e| {
+        format!("{e} (the hand-written suite, whose held-out tasks generation keeps out: --dir)")
+    })?;
+    if out.is_dir() {
+        // Refuse before the work, not after it.
+        kevin::taskgen::write(out, &[]).map_err(|e| e.to_string())?;
+    }
+    let started = std::time::Instant::now();
+    // On a terminal one line redrawn; in a log a line at every tenth of the way.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut shown = 0;
+    let (tasks, stats) = kevin::taskgen::generate(opts, &suite, |s| {
+        let line = format!(
+            "generated {}/{} tasks from {} drafts ({:.0}s)",
+            s.accepted,
+            opts.count,
+            s.drafted,
+            started.elapsed().as_secs_f64()
+        );
+        if tty {
+            eprint!("\r{line}   ");
+        } else if s.accepted * 10 >= (shown + 1) * opts.count.max(1) {
+            shown = s.accepted * 10 / opts.count.max(1);
+            eprintln!("{line}");
+        }
+    })
+    .map_err(|e| {
+        if tty {
+            eprintln!();
+        }
+        e.to_string()
+    })?;
+    if tty {
+        eprintln!();
+    }
+    kevin::taskgen::write(out, &tasks).map_err(|e| e.to_string())?;
+    let fingerprint = kevin::taskgen::fingerprint(&tasks);
+    let manifest = json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "kevin_version": env!("CARGO_PKG_VERSION"),
+        "seed": opts.seed,
+        "count": opts.count,
+        "max_ops": opts.max_ops,
+        "families": opts.families.iter().map(|f| f.name()).collect::<Vec<_>>(),
+        "max_gpu_bytes": opts.max_gpu_bytes,
+        "suite": suite_dir.display().to_string(),
+        "fingerprint": fingerprint,
+        "stats": stats,
+        "tasks": tasks.iter().map(|g| json!({
+            "name": g.task.name,
+            "family": g.family.name(),
+            "level": g.task.level,
+            "canonical": g.canonical,
+        })).collect::<Vec<_>>(),
+    });
+    write_json(&out.join("generated.json"), &manifest)?;
+    let counts = |m: &std::collections::BTreeMap<String, usize>| {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "wrote {} tasks to {} in {:.1}s (fingerprint {fingerprint})",
+        tasks.len(),
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("families: {}", counts(&stats.by_family));
+    println!("dtypes:   {}", counts(&stats.by_dtype));
+    let levels: Vec<String> = stats
+        .by_level
+        .iter()
+        .map(|(k, v)| format!("level {k} {v}"))
+        .collect();
+    println!("levels:   {}", levels.join(", "));
+    let ops: Vec<String> = stats
+        .by_ops
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    println!("ops:      {}", ops.join(", "));
+    println!(
+        "drafts:   {} drawn; refused: {}",
+        stats.drafted,
+        counts(&stats.rejected)
+    );
+    println!(
+        "every task is split = \"train\"; list them with `kevin tasks --dir {0}`, train on them \
+         with `[tasks] dir = \"{0}\"`",
+        out.display()
     );
     Ok(())
 }

@@ -1,0 +1,902 @@
+//! Random programs of the op language, one family at a time, written as source text.
+//!
+//! A draft is built forward from its inputs, one operation at a time. Each value carries its
+//! symbolic shape and a rough range of its values (`lo..hi`, about 3.5 standard deviations of
+//! the inputs' distributions), and an operation is drawn only from those whose domain the range
+//! fits: `log`, `rsqrt` and division by a tensor need values bounded away from zero, `sqrt`
+//! non-negative ones, `exp` and `square` a bounded magnitude. The range is a guide, not a proof:
+//! the generator then runs every draft through the interpreter at two size presets and keeps only
+//! those whose values are finite and whose rounding stays inside the tolerance
+//! ([`super::numerics`]).
+
+use std::collections::BTreeMap;
+
+use crate::ops::{Dtype, UnaryFn};
+use crate::rng::SplitMix64;
+use crate::tasks::InputDist;
+
+/// What a size symbol measures, which decides the values it may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SymRole {
+    /// A batch of independent problems (a few to a few hundred).
+    Batch,
+    /// Rows: the outer dimension of a matrix.
+    Rows,
+    /// Columns: the inner (contiguous) dimension.
+    Cols,
+    /// The contracted dimension of a matrix product.
+    Inner,
+}
+
+/// A program family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// Elementwise chains with broadcasts.
+    Elementwise,
+    /// A reduction along one axis between elementwise chains.
+    Reduce,
+    /// A row operation (softmax, log_softmax, norms, cumsum, l2norm) between elementwise chains.
+    Row,
+    /// A matrix product (plain, batched, transposed operand, matrix-vector) with an epilogue.
+    Matmul,
+    /// A transpose between elementwise chains.
+    Transpose,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 5] = [
+        Family::Elementwise,
+        Family::Reduce,
+        Family::Row,
+        Family::Matmul,
+        Family::Transpose,
+    ];
+
+    /// The name used in task names and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Elementwise => "elementwise",
+            Family::Reduce => "reduce",
+            Family::Row => "row",
+            Family::Matmul => "matmul",
+            Family::Transpose => "transpose",
+        }
+    }
+
+    /// The family called `name`.
+    pub fn from_name(name: &str) -> Option<Family> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// How often the generator draws it.
+    fn weight(self) -> f64 {
+        match self {
+            Family::Elementwise => 3.0,
+            Family::Reduce => 2.0,
+            Family::Row => 2.5,
+            Family::Matmul => 3.0,
+            Family::Transpose => 1.0,
+        }
+    }
+}
+
+/// One input of a draft.
+#[derive(Clone, Debug)]
+pub struct InputDraft {
+    /// Its name.
+    pub name: String,
+    /// Its shape, by size symbol or literal (`"1"`).
+    pub shape: Vec<String>,
+    /// How its values are drawn.
+    pub dist: InputDist,
+}
+
+/// A drafted program.
+#[derive(Clone, Debug)]
+pub struct Draft {
+    /// Its family.
+    pub family: Family,
+    /// Element type of its float tensors.
+    pub dtype: Dtype,
+    /// The program's source text.
+    pub source: String,
+    /// Its inputs, in declaration order.
+    pub inputs: Vec<InputDraft>,
+    /// The role of every size symbol.
+    pub roles: BTreeMap<String, SymRole>,
+    /// What it computes, in a few words per operation.
+    pub words: Vec<String>,
+}
+
+/// A value during drafting.
+#[derive(Clone, Debug)]
+struct Val {
+    /// Source text.
+    text: String,
+    /// True when the text needs no parentheses as an operand.
+    atom: bool,
+    /// Symbolic shape.
+    shape: Vec<String>,
+    /// Rough range of its values.
+    lo: f64,
+    hi: f64,
+    /// An index tensor (argmax/argmin): nothing follows it.
+    int: bool,
+}
+
+impl Val {
+    fn operand(&self) -> String {
+        if self.atom {
+            self.text.clone()
+        } else {
+            format!("({})", self.text)
+        }
+    }
+
+    fn call(text: String, shape: Vec<String>, lo: f64, hi: f64) -> Val {
+        Val {
+            text,
+            atom: true,
+            shape,
+            lo,
+            hi,
+            int: false,
+        }
+    }
+
+    fn infix(text: String, shape: Vec<String>, lo: f64, hi: f64) -> Val {
+        Val {
+            text,
+            atom: false,
+            shape,
+            lo,
+            hi,
+            int: false,
+        }
+    }
+
+    fn mag(&self) -> f64 {
+        self.lo.abs().max(self.hi.abs())
+    }
+}
+
+/// Drafts one program of `family` with 1 to `max_ops` operations.
+pub fn draft(rng: &mut SplitMix64, family: Family, max_ops: usize) -> Draft {
+    let dtype = match rng.weighted(&[3.0, 1.0, 1.0]) {
+        0 => Dtype::F32,
+        1 => Dtype::F16,
+        _ => Dtype::Bf16,
+    };
+    let ops = 1 + rng.below(max_ops.max(1) as u64) as usize;
+    let mut d = Drafter {
+        rng,
+        dtype,
+        inputs: Vec::new(),
+        stmts: Vec::new(),
+        roles: BTreeMap::new(),
+        words: Vec::new(),
+        temps: 0,
+    };
+    let out = match family {
+        Family::Elementwise => d.elementwise(ops),
+        Family::Reduce => d.reduce(ops),
+        Family::Row => d.row(ops),
+        Family::Matmul => d.matmul(ops),
+        Family::Transpose => d.transpose(ops),
+    };
+    d.finish(family, out)
+}
+
+/// Draws a family by the generator's weights among `allowed`.
+pub fn pick_family(rng: &mut SplitMix64, allowed: &[Family]) -> Family {
+    let w: Vec<f64> = allowed.iter().map(|f| f.weight()).collect();
+    allowed[rng.weighted(&w)]
+}
+
+struct Drafter<'r> {
+    rng: &'r mut SplitMix64,
+    dtype: Dtype,
+    inputs: Vec<InputDraft>,
+    stmts: Vec<String>,
+    roles: BTreeMap<String, SymRole>,
+    words: Vec<String>,
+    temps: usize,
+}
+
+/// Rough range of a distribution's draws.
+fn range(d: &InputDist) -> (f64, f64) {
+    match *d {
+        InputDist::Normal { mean, std } => (mean - 3.5 * std, mean + 3.5 * std),
+        InputDist::Uniform { lo, hi } => (lo, hi),
+        InputDist::Positive { min, std } => (min, min + 3.5 * std),
+    }
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn softplus(x: f64) -> f64 {
+    if x > 30.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// A number as the program writes it: short, and always with a decimal point or exponent.
+fn lit(v: f64) -> String {
+    let s = format!("{v}");
+    if s.contains('.') || s.contains('e') {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+impl Drafter<'_> {
+    fn chance(&mut self, p: f64) -> bool {
+        self.rng.next_f64() < p
+    }
+
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.rng.below(xs.len() as u64) as usize]
+    }
+
+    fn sym(&mut self, name: &str, role: SymRole) -> String {
+        self.roles.insert(name.to_string(), role);
+        name.to_string()
+    }
+
+    /// A fresh input name from the preferred list.
+    fn name(&self, prefer: &[&str]) -> String {
+        let taken = |n: &str| self.inputs.iter().any(|i| i.name == n);
+        for p in prefer {
+            if !taken(p) {
+                return p.to_string();
+            }
+        }
+        (0..)
+            .map(|i| format!("X{i}"))
+            .find(|n| !taken(n))
+            .unwrap_or_default()
+    }
+
+    fn input(&mut self, prefer: &[&str], shape: Vec<String>, dist: InputDist) -> Val {
+        let name = self.name(prefer);
+        let (lo, hi) = range(&dist);
+        self.inputs.push(InputDraft {
+            name: name.clone(),
+            shape: shape.clone(),
+            dist,
+        });
+        Val {
+            text: name,
+            atom: true,
+            shape,
+            lo,
+            hi,
+            int: false,
+        }
+    }
+
+    /// The distribution of a primary input: mostly standard normal, sometimes scaled, shifted,
+    /// uniform or strictly positive.
+    fn primary_dist(&mut self) -> InputDist {
+        match self.rng.weighted(&[5.0, 1.5, 2.0, 1.0, 0.5]) {
+            0 => InputDist::default(),
+            1 => InputDist::Normal {
+                mean: 0.0,
+                std: self.pick(&[0.5, 2.0]),
+            },
+            2 => InputDist::Positive {
+                min: self.pick(&[0.1, 0.5]),
+                std: 1.0,
+            },
+            3 => InputDist::Uniform { lo: -2.0, hi: 2.0 },
+            _ => InputDist::Uniform { lo: 0.5, hi: 2.0 },
+        }
+    }
+
+    /// Materialises `v` as an intermediate now and then, so programs come with several
+    /// statements as well as with one.
+    fn maybe_store(&mut self, v: Val) -> Val {
+        if v.atom && !v.text.contains('(') || !self.chance(0.2) {
+            return v;
+        }
+        let name = format!("T{}", self.temps);
+        self.temps += 1;
+        self.stmts.push(format!("{name} = {}", v.text));
+        Val {
+            text: name,
+            atom: true,
+            ..v
+        }
+    }
+
+    fn done(&mut self, v: Val, word: String) -> Val {
+        self.words.push(word);
+        self.maybe_store(v)
+    }
+
+    /// One elementwise operation on `v` whose domain `v`'s range fits; `None` when none fits
+    /// (never in practice: `neg` and `* c` always do).
+    fn elementwise_op(&mut self, v: Val) -> Val {
+        loop {
+            if let Some(out) = self.try_elementwise(&v) {
+                return out;
+            }
+        }
+    }
+
+    fn try_elementwise(&mut self, v: &Val) -> Option<Val> {
+        let (lo, hi, mag) = (v.lo, v.hi, v.mag());
+        let shape = v.shape.clone();
+        let x = v.operand();
+        match self.rng.weighted(&[6.0, 1.0, 1.0, 1.0, 2.5, 1.0, 2.5, 0.6]) {
+            // A function without parameters.
+            0 => {
+                let f = self.pick(&UnaryFn::ALL);
+                let (l, h) = match f {
+                    UnaryFn::Relu => (lo.max(0.0), hi.max(0.0)),
+                    UnaryFn::Gelu | UnaryFn::GeluTanh | UnaryFn::Silu | UnaryFn::Mish => {
+                        (if lo < 0.0 { -0.31 } else { lo * 0.5 }, hi.max(0.0))
+                    }
+                    UnaryFn::Hardswish => (if lo < 0.0 { -0.375 } else { 0.0 }, hi.max(0.0)),
+                    UnaryFn::Sigmoid => (sigmoid(lo), sigmoid(hi)),
+                    UnaryFn::Hardsigmoid => (
+                        (lo / 6.0 + 0.5).clamp(0.0, 1.0),
+                        (hi / 6.0 + 0.5).clamp(0.0, 1.0),
+                    ),
+                    UnaryFn::Tanh => (lo.tanh(), hi.tanh()),
+                    UnaryFn::Exp if hi <= 6.0 => (lo.exp(), hi.exp()),
+                    UnaryFn::Log if lo >= 0.05 => (lo.ln(), hi.ln()),
+                    UnaryFn::Abs if lo >= 0.0 => return None,
+                    UnaryFn::Abs => (0.0, mag),
+                    UnaryFn::Neg => (-hi, -lo),
+                    UnaryFn::Sqrt if lo >= 0.0 => (lo.sqrt(), hi.sqrt()),
+                    UnaryFn::Rsqrt if lo >= 0.05 => (1.0 / hi.sqrt(), 1.0 / lo.sqrt()),
+                    UnaryFn::Square if mag <= 60.0 => (
+                        if lo > 0.0 || hi < 0.0 {
+                            lo.abs().min(hi.abs()).powi(2)
+                        } else {
+                            0.0
+                        },
+                        mag * mag,
+                    ),
+                    UnaryFn::Softplus => (softplus(lo), softplus(hi)),
+                    _ => return None,
+                };
+                let out = Val::call(format!("{}({})", f.name(), v.text), shape, l, h);
+                Some(self.done(out, f.name().to_string()))
+            }
+            // Functions with a parameter.
+            1 => {
+                let slope = self.pick(&[0.01, 0.05, 0.1, 0.2]);
+                let text = if slope == 0.01 && self.chance(0.5) {
+                    format!("leaky_relu({})", v.text)
+                } else {
+                    format!("leaky_relu({}, {})", v.text, lit(slope))
+                };
+                let out = Val::call(text, shape, lo.min(0.0) * slope + lo.max(0.0), hi.max(0.0));
+                Some(self.done(out, "leaky ReLU".into()))
+            }
+            2 => {
+                let alpha = self.pick(&[0.5, 1.0, 1.5]);
+                let text = if alpha == 1.0 {
+                    format!("elu({})", v.text)
+                } else {
+                    format!("elu({}, alpha={})", v.text, lit(alpha))
+                };
+                let out = Val::call(text, shape, if lo < 0.0 { -alpha } else { lo }, hi.max(0.0));
+                Some(self.done(out, "ELU".into()))
+            }
+            3 => {
+                // Bounds inside the range, so the clamp bites without flattening the values.
+                let w = hi - lo;
+                if w <= 0.0 {
+                    return None;
+                }
+                let round = |x: f64| (x * 100.0).round() / 100.0;
+                let (a, b) = (
+                    round(lo + w * (0.1 + 0.2 * self.rng.next_f64())),
+                    round(hi - w * (0.1 + 0.2 * self.rng.next_f64())),
+                );
+                if a >= b {
+                    return None;
+                }
+                let (text, word) =
+                    if a == -1.0 && b == 1.0 || self.chance(0.15) && lo < -1.0 && hi > 1.0 {
+                        (format!("hardtanh({})", v.text), "hardtanh")
+                    } else {
+                        (
+                            format!("clamp({}, {}, {})", v.text, lit(a), lit(b)),
+                            "clamp",
+                        )
+                    };
+                let (a, b) = if word == "hardtanh" {
+                    (-1.0, 1.0)
+                } else {
+                    (a, b)
+                };
+                let out = Val::call(text, shape, a, b);
+                Some(self.done(out, word.into()))
+            }
+            // Scalar arithmetic.
+            4 => {
+                let c = self.pick(&[0.5, 2.0, 3.0, 0.125, 1.5, 0.1, -1.0, -0.5, 0.25, 4.0]);
+                let (text, l, h, word) = match self.rng.below(4) {
+                    0 => (
+                        format!("{x} * {}", lit(c)),
+                        (lo * c).min(hi * c),
+                        (lo * c).max(hi * c),
+                        "scale",
+                    ),
+                    1 => (format!("{x} + {}", lit(c)), lo + c, hi + c, "shift"),
+                    2 if c > 0.0 => (format!("{x} - {}", lit(c)), lo - c, hi - c, "shift"),
+                    3 if c >= 2.0 => (format!("{x} / {}", lit(c)), lo / c, hi / c, "scale"),
+                    _ => return None,
+                };
+                if h.abs().max(l.abs()) > 1e3 {
+                    return None;
+                }
+                let out = Val::infix(text, shape, l, h);
+                Some(self.done(out, word.into()))
+            }
+            5 => {
+                let p = self.pick(&[2.0, 3.0, 0.5]);
+                let ok = match p {
+                    0.5 => lo >= 0.0,
+                    2.0 => mag <= 60.0,
+                    _ => mag <= 12.0,
+                };
+                if !ok {
+                    return None;
+                }
+                let (l, h) = match p {
+                    0.5 => (lo.sqrt(), hi.sqrt()),
+                    2.0 => (0.0, mag * mag),
+                    _ => (lo.powi(3), hi.powi(3)),
+                };
+                let out = Val::call(format!("pow({}, {})", v.text, lit(p)), shape, l, h);
+                Some(self.done(out, "power".into()))
+            }
+            // Another tensor, same shape or broadcast.
+            6 => self.binary_with_input(v),
+            // The value combined with one of its own earlier inputs (gates like x * sigmoid(x)).
+            _ => {
+                let same: Vec<usize> = (0..self.inputs.len())
+                    .filter(|&i| self.inputs[i].shape == v.shape && self.inputs[i].name != v.text)
+                    .collect();
+                if same.is_empty() {
+                    return None;
+                }
+                let i = same[self.rng.below(same.len() as u64) as usize];
+                let (ilo, ihi) = range(&self.inputs[i].dist);
+                let name = self.inputs[i].name.clone();
+                let (text, l, h) = if self.chance(0.5) {
+                    let m = mag.max(1.0) * ilo.abs().max(ihi.abs());
+                    (format!("{x} * {name}"), -m, m)
+                } else {
+                    (format!("{x} + {name}"), lo + ilo, hi + ihi)
+                };
+                let out = Val::infix(text, shape, l, h);
+                Some(self.done(out, format!("combined with {name}")))
+            }
+        }
+    }
+
+    /// `v op Y` with a new input `Y` of `v`'s shape, of its trailing dimensions (a bias), or
+    /// with the last dimension kept at 1 (a per-row value).
+    fn binary_with_input(&mut self, v: &Val) -> Option<Val> {
+        if self.inputs.len() >= 5 || v.shape.is_empty() {
+            return None;
+        }
+        let r = v.shape.len();
+        let (shape, what) = match self
+            .rng
+            .weighted(&[2.0, 2.0, if r >= 2 { 1.0 } else { 0.0 }])
+        {
+            0 => (v.shape.clone(), "tensor"),
+            1 => (v.shape[r - 1..].to_vec(), "vector"),
+            _ => {
+                let mut s = v.shape.clone();
+                s[r - 1] = "1".into();
+                (s, "per-row value")
+            }
+        };
+        let x = v.operand();
+        let (lo, hi) = (v.lo, v.hi);
+        let op = self.rng.below(6);
+        let dist = if op == 5 {
+            InputDist::Uniform { lo: 0.5, hi: 2.0 }
+        } else {
+            self.primary_dist()
+        };
+        let prefer: &[&str] = match what {
+            "vector" => &["b", "c", "d", "e"],
+            _ => &["Y", "Z", "U", "V"],
+        };
+        let y = self.input(prefer, shape, dist);
+        let (ylo, yhi) = (y.lo, y.hi);
+        let m = v.mag().max(1.0) * ylo.abs().max(yhi.abs());
+        let (text, l, h, word, atom) = match op {
+            0 => (
+                format!("{x} + {}", y.text),
+                lo + ylo,
+                hi + yhi,
+                "add",
+                false,
+            ),
+            1 => (
+                format!("{x} - {}", y.text),
+                lo - yhi,
+                hi - ylo,
+                "subtract",
+                false,
+            ),
+            2 => (format!("{x} * {}", y.text), -m, m, "multiply by", false),
+            3 => (
+                format!("maximum({}, {})", v.text, y.text),
+                lo.max(ylo),
+                hi.max(yhi),
+                "maximum with",
+                true,
+            ),
+            4 => (
+                format!("minimum({}, {})", v.text, y.text),
+                lo.min(ylo),
+                hi.min(yhi),
+                "minimum with",
+                true,
+            ),
+            _ => (
+                format!("{x} / {}", y.text),
+                -v.mag() * 2.0,
+                v.mag() * 2.0,
+                "divide by",
+                false,
+            ),
+        };
+        let out = if atom {
+            Val::call(text, v.shape.clone(), l, h)
+        } else {
+            Val::infix(text, v.shape.clone(), l, h)
+        };
+        Some(self.done(out, format!("{word} a {what}")))
+    }
+
+    fn chain(&mut self, mut v: Val, n: usize) -> Val {
+        for _ in 0..n {
+            if v.int {
+                break;
+            }
+            v = self.elementwise_op(v);
+        }
+        v
+    }
+
+    /// The shape of a primary input of rank `rank`: `[N]`, `[M, N]` or `[B, M, N]`.
+    fn shape(&mut self, rank: usize) -> Vec<String> {
+        match rank {
+            1 => vec![self.sym("N", SymRole::Cols)],
+            2 => vec![self.sym("M", SymRole::Rows), self.sym("N", SymRole::Cols)],
+            _ => vec![
+                self.sym("B", SymRole::Batch),
+                self.sym("M", SymRole::Rows),
+                self.sym("N", SymRole::Cols),
+            ],
+        }
+    }
+
+    fn primary(&mut self, rank: usize) -> Val {
+        let shape = self.shape(rank);
+        let dist = self.primary_dist();
+        self.input(&["X", "A"], shape, dist)
+    }
+
+    fn elementwise(&mut self, ops: usize) -> Val {
+        let rank = 1 + self.rng.weighted(&[1.0, 4.0, 1.5]);
+        let x = self.primary(rank);
+        self.chain(x, ops)
+    }
+
+    fn split_ops(&mut self, ops: usize) -> (usize, usize) {
+        let rest = ops.saturating_sub(1);
+        let pre = self.rng.below(rest as u64 + 1) as usize;
+        (pre, rest - pre)
+    }
+
+    fn reduce(&mut self, ops: usize) -> Val {
+        let rank = 2 + self.rng.weighted(&[3.0, 1.0]);
+        let x = self.primary(rank);
+        let (pre, post) = self.split_ops(ops);
+        let v = self.chain(x, pre);
+        let kind = self.pick(&["sum", "mean", "max", "min", "logsumexp", "argmax", "argmin"]);
+        let axis = self.rng.below(rank as u64) as usize;
+        let keepdim = kind != "argmax" && kind != "argmin" && self.chance(0.3);
+        let axis_text = if axis + 1 == rank && self.chance(0.5) {
+            "-1".to_string()
+        } else {
+            axis.to_string()
+        };
+        let mut shape = v.shape.clone();
+        if keepdim {
+            shape[axis] = "1".into();
+        } else {
+            shape.remove(axis);
+        }
+        let (lo, hi, mag) = (v.lo, v.hi, v.mag());
+        let (l, h) = match kind {
+            "sum" => (-64.0 * mag, 64.0 * mag),
+            "mean" | "max" | "min" => (lo, hi),
+            "logsumexp" => (lo, hi + 10.0),
+            _ => (0.0, 0.0),
+        };
+        let kd = if keepdim { ", keepdim=true" } else { "" };
+        let text = format!("{kind}({}, axis={axis_text}{kd})", v.text);
+        let mut out = Val::call(text, shape, l, h);
+        out.int = kind.starts_with("arg");
+        let out = self.done(out, format!("{kind} over axis {axis}"));
+        self.chain(out, post)
+    }
+
+    fn row(&mut self, ops: usize) -> Val {
+        let rank = 2 + self.rng.weighted(&[3.0, 1.0]);
+        let x = self.primary(rank);
+        let (pre, post) = self.split_ops(ops);
+        let v = self.chain(x, pre);
+        let axis = self.rng.below(rank as u64) as usize;
+        let last = axis + 1 == rank;
+        let axis_text = if last && self.chance(0.6) {
+            String::new()
+        } else {
+            format!(", axis={axis}")
+        };
+        let n = v.shape[rank - 1].clone();
+        let shape = v.shape.clone();
+        let (lo, hi, mag) = (v.lo, v.hi, v.mag());
+        let out = match self.rng.below(6) {
+            0 => Val::call(format!("softmax({}{axis_text})", v.text), shape, 0.0, 1.0),
+            1 => Val::call(
+                format!("log_softmax({}{axis_text})", v.text),
+                shape,
+                -(hi - lo) - 10.0,
+                0.0,
+            ),
+            2 => Val::call(
+                format!("cumsum({}{axis_text})", v.text),
+                shape,
+                -64.0 * mag,
+                64.0 * mag,
+            ),
+            3 => Val::call(format!("l2norm({}{axis_text})", v.text), shape, -1.0, 1.0),
+            4 => {
+                let mut args = vec![v.text.clone()];
+                let mut m = 4.0;
+                if self.chance(0.6) {
+                    let w = self.input(
+                        &["g", "w"],
+                        vec![n.clone()],
+                        InputDist::Normal {
+                            mean: 1.0,
+                            std: 0.1,
+                        },
+                    );
+                    args.push(w.text);
+                    m *= 1.5;
+                    if self.chance(0.6) {
+                        let b = self.input(
+                            &["b", "beta"],
+                            vec![n],
+                            InputDist::Normal {
+                                mean: 0.0,
+                                std: 0.1,
+                            },
+                        );
+                        args.push(b.text);
+                    }
+                }
+                let out = Val::call(format!("layer_norm({})", args.join(", ")), shape, -m, m);
+                return self.after_row(out, "layer norm", post);
+            }
+            _ => {
+                let mut args = vec![v.text.clone()];
+                if self.chance(0.6) {
+                    let w = self.input(
+                        &["g", "w"],
+                        vec![n],
+                        InputDist::Normal {
+                            mean: 1.0,
+                            std: 0.1,
+                        },
+                    );
+                    args.push(w.text);
+                }
+                let out = Val::call(format!("rms_norm({})", args.join(", ")), shape, -6.0, 6.0);
+                return self.after_row(out, "RMS norm", post);
+            }
+        };
+        let word = out.text.split('(').next().unwrap_or("row op").to_string();
+        self.after_row(out, &format!("{word} over axis {axis}"), post)
+    }
+
+    fn after_row(&mut self, out: Val, word: &str, post: usize) -> Val {
+        let out = self.done(out, word.to_string());
+        self.chain(out, post)
+    }
+
+    fn matmul(&mut self, ops: usize) -> Val {
+        let std = self.pick(&[0.02, 0.03, 0.05]);
+        let w_dist = InputDist::Normal { mean: 0.0, std };
+        let (m, k, n) = (
+            self.sym("M", SymRole::Rows),
+            self.sym("K", SymRole::Inner),
+            self.sym("N", SymRole::Cols),
+        );
+        let kind = self.rng.weighted(&[5.0, 2.0, 1.0, 1.5, 0.5]);
+        let (text, shape, word) = match kind {
+            0 => {
+                let a = self.input(&["A"], vec![m.clone(), k.clone()], InputDist::default());
+                let w = self.input(&["W"], vec![k, n.clone()], w_dist);
+                (
+                    format!("{} @ {}", a.text, w.text),
+                    vec![m, n],
+                    "matrix product",
+                )
+            }
+            1 => {
+                let b = self.sym("B", SymRole::Batch);
+                let a = self.input(
+                    &["A"],
+                    vec![b.clone(), m.clone(), k.clone()],
+                    InputDist::default(),
+                );
+                let w = self.input(&["W"], vec![b.clone(), k, n.clone()], w_dist);
+                (
+                    format!("{} @ {}", a.text, w.text),
+                    vec![b, m, n],
+                    "batched matrix product",
+                )
+            }
+            2 => {
+                let b = self.sym("B", SymRole::Batch);
+                let a = self.input(
+                    &["A"],
+                    vec![b.clone(), m.clone(), k.clone()],
+                    InputDist::default(),
+                );
+                let w = self.input(&["W"], vec![k, n.clone()], w_dist);
+                (
+                    format!("{} @ {}", a.text, w.text),
+                    vec![b, m, n],
+                    "batched product with a shared matrix",
+                )
+            }
+            3 => {
+                let a = self.input(&["A"], vec![m.clone(), k.clone()], InputDist::default());
+                let w = self.input(&["W"], vec![n.clone(), k], w_dist);
+                (
+                    format!("{} @ transpose({})", a.text, w.text),
+                    vec![m, n],
+                    "product with a transposed weight",
+                )
+            }
+            _ => {
+                self.roles.remove(&n);
+                let a = self.input(&["A"], vec![m.clone(), k.clone()], InputDist::default());
+                let x = self.input(&["x", "v"], vec![k], w_dist);
+                (
+                    format!("{} @ {}", a.text, x.text),
+                    vec![m],
+                    "matrix-vector product",
+                )
+            }
+        };
+        let mut v = self.done(Val::infix(text, shape, -4.0, 4.0), word.into());
+        let mut rest = ops.saturating_sub(1);
+        if rest > 0 && self.chance(0.6) {
+            let last = v.shape[v.shape.len() - 1].clone();
+            let b = self.input(
+                &["b", "bias"],
+                vec![last],
+                InputDist::Normal {
+                    mean: 0.0,
+                    std: 0.1,
+                },
+            );
+            let text = format!("{} + {}", v.text, b.text);
+            v = self.done(
+                Val::infix(text, v.shape.clone(), v.lo - 0.35, v.hi + 0.35),
+                "bias add".into(),
+            );
+            rest -= 1;
+        }
+        let tail = rest > 0 && v.shape.len() >= 2 && self.chance(0.3);
+        let body = if tail { rest - 1 } else { rest };
+        v = self.chain(v, body);
+        if tail && !v.int {
+            let t = v.text.clone();
+            let shape = v.shape.clone();
+            let (out, word) = match self.rng.below(4) {
+                0 => (
+                    Val::call(format!("softmax({t})"), shape, 0.0, 1.0),
+                    "softmax",
+                ),
+                1 => (
+                    Val::call(format!("log_softmax({t})"), shape, -20.0, 0.0),
+                    "log_softmax",
+                ),
+                2 => (
+                    Val::call(format!("layer_norm({t})"), shape, -4.0, 4.0),
+                    "layer norm",
+                ),
+                _ => (
+                    Val::call(format!("rms_norm({t})"), shape, -4.0, 4.0),
+                    "RMS norm",
+                ),
+            };
+            v = self.done(out, word.into());
+        }
+        v
+    }
+
+    fn transpose(&mut self, ops: usize) -> Val {
+        let rank = 2 + self.rng.weighted(&[3.0, 1.0]);
+        let x = self.primary(rank);
+        let (pre, post) = self.split_ops(ops);
+        let v = self.chain(x, pre);
+        let (a, b) = if rank == 2 {
+            (0, 1)
+        } else {
+            self.pick(&[(0, 1), (1, 2), (0, 2)])
+        };
+        let mut shape = v.shape.clone();
+        shape.swap(a, b);
+        let text = if b + 1 == rank && a + 2 == rank && self.chance(0.5) {
+            format!("transpose({})", v.text)
+        } else {
+            format!("transpose({}, {a}, {b})", v.text)
+        };
+        let out = Val::call(text, shape, v.lo, v.hi);
+        let out = self.done(out, format!("transpose of axes {a} and {b}"));
+        self.chain(out, post)
+    }
+
+    fn finish(self, family: Family, out: Val) -> Draft {
+        let dt = self.dtype.name();
+        let ty = |shape: &[String], dt: &str| format!("{dt}[{}]", shape.join(", "));
+        let mut lines: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|i| format!("input {}: {}", i.name, ty(&i.shape, dt)))
+            .collect();
+        let out_dt = if out.int { "i64" } else { dt };
+        let y = self.name(&["Y", "O", "Out"]);
+        lines.push(format!("output {y}: {}", ty(&out.shape, out_dt)));
+        let mut stmts = self.stmts;
+        // `Y = T3` after `T3 = ...` would be a copy (one more eager kernel): assign Y directly.
+        let last = stmts
+            .last()
+            .and_then(|s| s.strip_prefix(&format!("{} = ", out.text)))
+            .map(str::to_string);
+        let value = match last {
+            Some(expr) => {
+                stmts.pop();
+                expr
+            }
+            None => out.text,
+        };
+        lines.extend(stmts);
+        lines.push(format!("{y} = {value}"));
+        Draft {
+            family,
+            dtype: self.dtype,
+            source: lines.join("\n") + "\n",
+            inputs: self.inputs,
+            roles: self.roles,
+            words: self.words,
+        }
+    }
+}

@@ -1,0 +1,370 @@
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::ops::round::round_bf16;
+
+fn suite() -> TaskSuite {
+    TaskSuite::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks")).expect("the task suite")
+}
+
+/// A task from a program and optional extra TOML (sizes are drawn like the generator's).
+fn task(name: &str, program: &str, extra: &str) -> Task {
+    let p = Program::parse(program).expect("program");
+    let syms = p.size_symbols();
+    let mut sizes = String::new();
+    for (preset, base) in [("gpu", 4096), ("small", 37)] {
+        sizes.push_str(&format!("\n[sizes.{preset}]\n"));
+        for (i, s) in syms.iter().enumerate() {
+            sizes.push_str(&format!("{s} = {}\n", base + 2 * i));
+        }
+    }
+    let text = format!(
+        "name = \"{name}\"\nlevel = 1\nsplit = \"train\"\ndescription = \"t\"\n\
+         program = \"\"\"\n{program}\"\"\"\n{sizes}{extra}"
+    );
+    crate::tasks::parse_task(&PathBuf::from(format!("{name}.toml")), &text).expect("task")
+}
+
+fn opts(count: usize, seed: u64) -> GenOptions {
+    let mut o = GenOptions::new(count, seed);
+    o.threads = 2;
+    o
+}
+
+#[test]
+fn generated_tasks_load_as_a_suite_and_keep_every_rule() {
+    let suite = suite();
+    let (tasks, stats) = generate(&opts(160, 7), &suite, |_| {}).expect("generate");
+    assert_eq!(tasks.len(), 160);
+    assert_eq!(stats.accepted, 160);
+    eprintln!("{stats:#?}");
+
+    let dir = std::env::temp_dir().join(format!("kevin-taskgen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    write(&dir, &tasks).expect("write");
+    let loaded = TaskSuite::load(&dir).expect("the generated folder loads as a suite");
+    assert_eq!(loaded.tasks().len(), 160);
+    // A second generation into the same folder is refused.
+    assert!(matches!(
+        write(&dir, &tasks),
+        Err(GenError::NotEmpty { files: 160, .. })
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let known: BTreeSet<String> = suite
+        .tasks()
+        .iter()
+        .map(|t| canonical(&t.program))
+        .collect();
+    let mut forms = BTreeSet::new();
+    let mut families = BTreeSet::new();
+    let mut dtypes = BTreeSet::new();
+    let mut ops = BTreeSet::new();
+    for g in &tasks {
+        let t = loaded.get(&g.task.name).expect("written under its name");
+        assert_eq!(t.split, Split::Train);
+        assert_eq!(canonical(&t.program), g.canonical);
+        assert!(forms.insert(g.canonical.clone()), "{} twice", g.task.name);
+        assert!(
+            !known.contains(&g.canonical),
+            "{} is a suite task",
+            g.task.name
+        );
+        let n = op_count(&t.program);
+        assert!((1..=6).contains(&n), "{}: {n} operations", t.name);
+        assert_eq!(t.level, if n == 1 { 1 } else { 2 }, "{}", t.name);
+        assert!(
+            t.estimate_gpu_baseline_ms() >= 0.1,
+            "{}: {:.3} ms",
+            t.name,
+            t.estimate_gpu_baseline_ms()
+        );
+        let small: Vec<usize> = t.small_sizes.values().copied().collect();
+        assert!(small.iter().all(|v| v % 32 != 0), "{}: {small:?}", t.name);
+        let distinct: BTreeSet<usize> = small.iter().copied().collect();
+        assert_eq!(distinct.len(), small.len(), "{}: {small:?}", t.name);
+        let need = crate::gpu::buffers::memory_need(t, Preset::Gpu).expect("lowers");
+        assert!(need.peak() <= 16 << 30, "{}", t.name);
+        // The reference runs and is finite at the small preset.
+        let inputs = t.generate_inputs(Preset::Small, 3);
+        let outs = t.reference(Preset::Small, &inputs).expect("reference");
+        assert!(outs.iter().flatten().all(|v| v.is_finite()), "{}", t.name);
+        families.insert(g.family);
+        dtypes.insert(float_dtype(t));
+        ops.insert(n);
+    }
+    assert_eq!(families.len(), Family::ALL.len(), "{families:?}");
+    assert_eq!(dtypes.len(), 3, "{dtypes:?}");
+    assert!(ops.contains(&1) && ops.contains(&6), "{ops:?}");
+}
+
+#[test]
+fn no_generated_program_is_a_heldout_task() {
+    let suite = suite();
+    let heldout: Vec<&Task> = suite.split(Split::Heldout).collect();
+    assert_eq!(heldout.len(), 14);
+    // Single operations and short chains: where a held-out task is most likely to be drawn.
+    let mut o = opts(120, 11);
+    o.max_ops = 2;
+    let (tasks, _) = generate(&o, &suite, |_| {}).expect("generate");
+    for g in &tasks {
+        for h in &heldout {
+            assert_ne!(
+                skeleton(&g.task.program),
+                skeleton(&h.program),
+                "{}",
+                g.task.name
+            );
+            assert!(
+                !equivalent(&g.task, h),
+                "{} computes {}",
+                g.task.name,
+                h.name
+            );
+        }
+    }
+}
+
+#[test]
+fn the_same_seed_writes_the_same_tasks_whatever_the_threads() {
+    let suite = suite();
+    let mut one = opts(30, 5);
+    one.threads = 1;
+    let (a, _) = generate(&one, &suite, |_| {}).expect("generate");
+    let (b, _) = generate(&opts(30, 5), &suite, |_| {}).expect("generate");
+    let texts = |v: &[Generated]| v.iter().map(|g| g.text.clone()).collect::<Vec<_>>();
+    assert_eq!(texts(&a), texts(&b));
+    assert_eq!(fingerprint(&a), fingerprint(&b));
+    let (c, _) = generate(&opts(30, 6), &suite, |_| {}).expect("generate");
+    assert_ne!(fingerprint(&a), fingerprint(&c));
+}
+
+#[test]
+fn families_and_op_limits_are_obeyed() {
+    let mut o = opts(20, 3);
+    o.families = vec![Family::Matmul];
+    o.max_ops = 3;
+    let (tasks, stats) = generate(&o, &suite(), |_| {}).expect("generate");
+    assert!(tasks.iter().all(|g| g.family == Family::Matmul));
+    assert!(tasks.iter().all(|g| op_count(&g.task.program) <= 3));
+    assert!(tasks.iter().all(|g| g.task.source.contains('@')));
+    assert_eq!(stats.by_family.get("matmul"), Some(&20));
+}
+
+#[test]
+fn a_generator_that_refuses_everything_stops_with_the_reasons() {
+    // No program of one operation fits in 1 KiB of device memory.
+    let mut o = opts(2, 1);
+    o.max_gpu_bytes = 1024;
+    o.max_drafts_per_task = 5;
+    match generate(&o, &suite(), |_| {}) {
+        Err(e @ GenError::TooManyRejections { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("gpu-memory"), "{msg}");
+        }
+        other => panic!("expected TooManyRejections, got {:?}", other.map(|r| r.1)),
+    }
+}
+
+#[test]
+fn canonical_forms_ignore_names_statement_splits_and_operand_order() {
+    let a = Program::parse(
+        "input A: f32[M, K]\ninput W: f32[K, N]\ninput b: f32[N]\noutput Y: f32[M, N]\n\
+         Y = relu(A @ W + b) * 0.5\n",
+    )
+    .expect("a");
+    let b = Program::parse(
+        "input bias: f32[Q]\ninput X: f32[P, R]\ninput V: f32[R, Q]\nconst half = 0.5\n\
+         output Out: f32[P, Q]\nT = bias + X @ V\nOut = relu(T) * half\n",
+    )
+    .expect("b");
+    assert_eq!(canonical(&a), canonical(&b));
+    let c = Program::parse(
+        "input A: f32[M, K]\ninput W: f32[K, N]\ninput b: f32[N]\noutput Y: f32[M, N]\n\
+         Y = relu(A @ W + b) * 2.0\n",
+    )
+    .expect("c");
+    assert_ne!(canonical(&a), canonical(&c));
+    assert_eq!(skeleton(&a), skeleton(&c));
+    // Another dtype: another canonical form, the same skeleton.
+    let d = Program::parse(
+        "input A: bf16[M, K]\ninput W: bf16[K, N]\ninput b: bf16[N]\noutput Y: bf16[M, N]\n\
+         Y = relu(A @ W + b) * 0.5\n",
+    )
+    .expect("d");
+    assert_ne!(canonical(&a), canonical(&d));
+    assert_eq!(skeleton(&a), skeleton(&d));
+    // Subtraction does not commute; axes count from zero.
+    let e =
+        Program::parse("input X: f32[M, N]\ninput Y: f32[M, N]\noutput Z: f32[M, N]\nZ = X - Y\n");
+    let f =
+        Program::parse("input X: f32[M, N]\ninput Y: f32[M, N]\noutput Z: f32[M, N]\nZ = Y - X\n");
+    // Both are "the first-named input minus the other" up to renaming: the same form.
+    assert_eq!(canonical(&e.expect("e")), canonical(&f.expect("f")));
+    let g = Program::parse("input X: f32[M, N]\noutput Y: f32[M, N]\nY = softmax(X, axis=-1)\n");
+    let h = Program::parse("input X: f32[M, N]\noutput Y: f32[M, N]\nY = softmax(X, axis=1)\n");
+    assert_eq!(canonical(&g.expect("g")), canonical(&h.expect("h")));
+}
+
+#[test]
+fn equivalence_is_decided_by_evaluation() {
+    let silu = task(
+        "a",
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = silu(X)\n",
+        "",
+    );
+    let gate = task(
+        "b",
+        "input Z: bf16[P, Q]\noutput O: bf16[P, Q]\nO = Z * sigmoid(Z)\n",
+        "",
+    );
+    assert!(equivalent(&gate, &silu));
+    assert!(equivalent(&silu, &gate));
+    let relu = task(
+        "c",
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = relu(X)\n",
+        "",
+    );
+    let abs = task(
+        "d",
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = abs(X)\n",
+        "",
+    );
+    assert!(!equivalent(&relu, &abs));
+    // Inputs in another order, and the softmax written through its log.
+    let lin = task(
+        "e",
+        "input A: f32[M, K]\ninput W: f32[K, N]\noutput Y: f32[M, N]\nY = softmax(A @ W)\n",
+        "",
+    );
+    let lin2 = task(
+        "f",
+        "input W: f32[K, N]\ninput A: f32[M, K]\noutput Y: f32[M, N]\nY = exp(log_softmax(A @ W))\n",
+        "",
+    );
+    assert!(equivalent(&lin2, &lin));
+    // Shapes that cannot be mapped are not the same function.
+    let col = task(
+        "g",
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = softmax(X, axis=0)\n",
+        "",
+    );
+    let row = task(
+        "h",
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = softmax(X)\n",
+        "",
+    );
+    assert!(!equivalent(&col, &row));
+    // Every held-out task is equivalent to itself at another dtype and with renamed tensors.
+    for h in suite().split(Split::Heldout) {
+        let renamed = h
+            .source
+            .replace("f32", "bf16")
+            .replace("f16", "bf16")
+            .replace("bbf16", "bf16");
+        let t = Task {
+            program: Program::parse(&renamed).expect("renamed"),
+            ..h.clone()
+        };
+        assert!(equivalent(&t, h), "{}", h.name);
+        assert_eq!(skeleton(&t.program), skeleton(&h.program), "{}", h.name);
+    }
+}
+
+#[test]
+fn eager_rounding_rounds_every_operation_to_its_dtype() {
+    let p = Program::parse("input X: bf16[N]\noutput Y: bf16[N]\nY = (X * 1.01) * 1.01\n")
+        .expect("program");
+    let sizes: Sizes = [("N".to_string(), 1)].into_iter().collect();
+    let x = 1.5;
+    let exact = interp::run(&p, &sizes, &[vec![x]]).expect("run")[0].data[0];
+    let eager = interp::run_eager(&p, &sizes, &[vec![x]]).expect("run")[0].data[0];
+    assert_eq!(exact, 1.5 * 1.01 * 1.01);
+    assert_eq!(eager, round_bf16(round_bf16(1.5 * 1.01) * 1.01));
+    assert_ne!(eager, exact);
+}
+
+#[test]
+fn numerics_refuse_unsound_programs() {
+    let check = |program: &str, extra: &str| {
+        let t = task("n", program, extra);
+        numerics(&t, &t.small_sizes, 9).map_err(|Reject(r)| r)
+    };
+    assert_eq!(
+        check(
+            "input X: f32[M, N]\noutput Y: f32[M, N]\nY = tanh(X) * 2.0\n",
+            ""
+        ),
+        Ok(())
+    );
+    // An input that never reaches the output.
+    assert_eq!(
+        check(
+            "input X: f32[M, N]\ninput Y: f32[M, N]\noutput Z: f32[M, N]\nZ = maximum(X, Y - 100.0)\n",
+            ""
+        ),
+        Err("input-ignored")
+    );
+    // A constant output.
+    assert_eq!(
+        check(
+            "input X: f32[M, N]\noutput Y: f32[M, N]\nY = relu(-abs(X) - 1.0)\n",
+            ""
+        ),
+        Err("degenerate")
+    );
+    // Overflow in f16.
+    assert_eq!(
+        check(
+            "input X: f16[M, N]\noutput Y: f16[M, N]\nY = exp(X * 30.0)\n",
+            "\n[inputs.X]\ndist = \"uniform\"\nlo = 0.5\nhi = 1.0\n"
+        ),
+        Err("non-finite")
+    );
+    // A log of values that may be negative.
+    assert_eq!(
+        check("input X: f32[M, N]\noutput Y: f32[M, N]\nY = log(X)\n", ""),
+        Err("non-finite")
+    );
+    // A bf16 cancellation: each op's rounding dwarfs the result.
+    assert_eq!(
+        check(
+            "input X: bf16[M, N]\noutput Y: bf16[M, N]\nY = ((X + 300.0) - 300.0) * 100.0\n",
+            ""
+        ),
+        Err("rounding")
+    );
+}
+
+#[test]
+fn the_probe_puts_long_axes_at_their_gpu_size() {
+    let t = task(
+        "p",
+        "input A: f32[M, K]\ninput W: f32[K, N]\noutput Y: f32[M, N]\nY = relu(A @ W)\n",
+        "",
+    );
+    let long = |t: &Task| long_symbols(&t.program).into_iter().collect::<Vec<_>>();
+    assert_eq!(long(&t), ["K"]);
+    let probe = probe_sizes(&t).expect("probe");
+    assert_eq!(probe["K"], t.gpu_sizes["K"]);
+    assert_eq!(probe["M"], t.small_sizes["M"]);
+    assert_eq!(probe["N"], t.small_sizes["N"]);
+    // Two long axes of one weight: the others at 2, the longest halved until it fits.
+    let both = task(
+        "q",
+        "input A: f32[M, K]\ninput W: f32[K, N]\noutput Y: f32[M]\nY = sum(A @ W, axis=1)\n",
+        "",
+    );
+    assert_eq!(long(&both), ["K", "N"]);
+    let probe = probe_sizes(&both).expect("probe");
+    assert_eq!(probe["M"], 2);
+    assert!(probe["K"] * probe["N"] <= PROBE_MAX_ELEMS);
+    assert!(probe["K"].min(probe["N"]) >= 1024, "{probe:?}");
+    let plain = task(
+        "r",
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = relu(X)\n",
+        "",
+    );
+    assert_eq!(probe_sizes(&plain), None);
+}
