@@ -108,3 +108,101 @@ fn corpus_and_tokenizer_on_the_cpu_backend() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `kevin tasks generate` into a fresh folder, then `kevin sft corpus` over it on the CPU
+/// backend: every generated task of the elementwise, reduction, row and transpose families gets
+/// naive kernels that really compile and verify, in every dtype drawn.
+#[test]
+fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kevin-gen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let tasks = dir.join("tasks");
+    let generate = |extra: &[&str]| {
+        let mut args = vec![
+            "tasks",
+            "generate",
+            "--count",
+            "8",
+            "--seed",
+            "4",
+            "--max-ops",
+            "3",
+            "--out",
+            tasks.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        kevin_at_root(&args)
+    };
+    let run = generate(&["--families", "elementwise,reduce,row,transpose"]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("wrote 8 tasks"), "{stdout}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tasks.join("generated.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["stats"]["accepted"], 8);
+    let names: Vec<String> = manifest["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 8);
+
+    // A second generation into the same folder is refused before any work; so is a family
+    // that does not exist.
+    let again = generate(&[]);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already holds 8 task files"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let bad = generate(&["--families", "conv"]);
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no family `conv` (families: elementwise")
+    );
+
+    let out = dir.join("corpus.jsonl");
+    let run = kevin_at_root(&[
+        "sft",
+        "corpus",
+        "--dir",
+        tasks.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--workers",
+        "2",
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        !stdout.contains("variants that were not correct"),
+        "{stdout}"
+    );
+    let examples = read_jsonl(&out).unwrap();
+    let covered: std::collections::BTreeSet<&str> =
+        examples.iter().map(|e| e.task.as_str()).collect();
+    assert_eq!(covered.len(), 8, "{covered:?}\n{stdout}");
+    let half = names.iter().any(|n| {
+        let text = std::fs::read_to_string(tasks.join(format!("{n}.toml"))).unwrap();
+        text.contains(": f16[") || text.contains(": bf16[")
+    });
+    assert!(half, "seed 4 draws a half-precision task");
+    for e in &examples {
+        assert!(names.contains(&e.task));
+        assert_eq!(e.outcomes.last().unwrap(), "correct");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -54,6 +54,8 @@ pub fn generate(task: &Task) -> Vec<Generated> {
         out.extend(v);
     } else if let Some(v) = ctx.rowwise(&expr) {
         out.extend(v);
+    } else if let Some(v) = ctx.transposed_elementwise(&expr) {
+        out.extend(v);
     }
     let includes = ctx.includes();
     for g in &mut out {
@@ -523,6 +525,93 @@ impl<'a> Ctx<'a> {
         }])
     }
 
+    // ---- elementwise work around a transpose --------------------------------------------------
+
+    /// `post(transpose(pre(...)))`: one thread per output element, which finds the same element
+    /// in the transpose's operand by swapping two coordinates, computes `pre` there and `post`
+    /// at its own index.
+    fn transposed_elementwise(&self, e: &Expr) -> Option<Vec<Generated>> {
+        let mut found = Vec::new();
+        find_calls(e, &|op| matches!(op, Op::Transpose { .. }), &mut found);
+        let [tr] = found.as_slice() else {
+            return None;
+        };
+        let Expr::Call {
+            op: Op::Transpose { a, b },
+            args,
+        } = tr
+        else {
+            return None;
+        };
+        let [x_e] = args.as_slice() else {
+            return None;
+        };
+        let shape = self.out_shape().to_vec();
+        let rank = shape.len();
+        let (a, b) = (
+            crate::ops::normalize_axis(*a, rank)?,
+            crate::ops::normalize_axis(*b, rank)?,
+        );
+        if !(2..=3).contains(&rank) || a == b {
+            return None;
+        }
+        let mut pre_shape = shape.clone();
+        pre_shape.swap(a, b);
+        if self.iteration_shape(x_e)? != pre_shape {
+            return None;
+        }
+        let mut pre = Render::new(&self.shapes, &self.consts, &self.loads, &pre_shape, "src");
+        let t = pre.scalar(x_e)?;
+        let mut post = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
+        post.row_value = Some(((*tr).clone(), "t".into()));
+        let value = self.st(&post.scalar(e)?);
+        let helpers = merge_helpers(&pre.helpers(), &post.helpers());
+        // Coordinates of i in the output, then the operand's flat index with a and b swapped.
+        let mut coords = String::from("    long long rem = i;\n");
+        for k in (0..rank).rev() {
+            if k == 0 {
+                coords.push_str("    long long c0 = rem;\n");
+            } else {
+                let d = dim(&shape[k]);
+                coords.push_str(&format!(
+                    "    long long c{k} = rem % {d};\n    rem /= {d};\n"
+                ));
+            }
+        }
+        let mut perm: Vec<usize> = (0..rank).collect();
+        perm.swap(a, b);
+        let mut src_idx = format!("c{}", perm[0]);
+        for k in 1..rank {
+            src_idx = format!("({src_idx}) * {} + c{}", dim(&pre_shape[k]), perm[k]);
+        }
+        let n = product(&shape);
+        let y = &self.out;
+        let what = self.program_text();
+        let kern = format!("{}_naive", self.task.name);
+        let src = format!(
+            "{launch}\n{helpers}{sig} {{\n    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    \
+             if (i >= {nll}) return;\n{coords}    long long src = {src_idx};\n    float t = {t};\n    {y}[i] = {value};\n}}\n",
+            launch = self.launch(&kern, &format!("cdiv({n},256)"), "256"),
+            sig = self.signature(&kern),
+            nll = long_product(&shape),
+        );
+        Some(vec![Generated {
+            form: "transpose_elementwise".into(),
+            source: src,
+            reasoning: format!(
+                "`{what}`: elementwise work before and after a transpose of axes {a} and {b}. No intermediate \
+                 needs to be stored: each thread takes one output element, splits its flat index into \
+                 coordinates, swaps coordinates {a} and {b} to find the same element in the transpose's operand, \
+                 computes the work before the transpose there, and the work after it at its own index."
+            ),
+            summary: format!(
+                "One thread per output element (256-thread blocks over {n} elements): coordinates from the flat \
+                 index, the operand read at the swapped coordinates, everything computed in float registers, one \
+                 bounds-checked store; writes are coalesced, reads strided."
+            ),
+        }])
+    }
+
     // ---- reductions along one axis -----------------------------------------------------------
 
     fn reduction(&self, e: &Expr) -> Option<Vec<Generated>> {
@@ -595,7 +684,8 @@ impl<'a> Ctx<'a> {
         let outs = format!("{outer} * {inner}");
         let head = format!(
             "    long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    \
-             if (o >= (long long){outer} * {inner}) return;\n    long long outer = o / {inner}, in = o % {inner};\n"
+             if (o >= (long long){outer} * {inner}) return;\n    long long outer = o / {pi}, in = o % {pi};\n",
+            pi = paren(&inner)
         );
         let idx = format!("(outer * {len} + r) * {inner} + in");
         let body = match kind {
@@ -680,13 +770,14 @@ impl<'a> Ctx<'a> {
         Some(out)
     }
 
-    /// The shape an elementwise expression iterates over: the largest-rank tensor it reads.
+    /// The shape an elementwise expression iterates over: the largest-rank tensor it reads, and
+    /// of those the one with the fewest broadcast (extent 1) dimensions.
     fn iteration_shape(&self, e: &Expr) -> Option<Vec<Dim>> {
         let mut vars = BTreeSet::new();
         collect_vars(e, &mut vars);
         vars.iter()
             .filter_map(|v| self.shapes.get(v))
-            .max_by_key(|s| s.len())
+            .max_by_key(|s| (s.len(), s.iter().filter(|d| **d != Dim::Lit(1)).count()))
             .cloned()
     }
 
@@ -703,11 +794,26 @@ impl<'a> Ctx<'a> {
         };
         let x_e = args.first()?;
         let shape = self.out_shape().to_vec();
-        if shape.len() != 2 || self.iteration_shape(x_e)? != shape {
+        if shape.is_empty() || self.iteration_shape(x_e)? != shape {
             return None;
         }
-        let (m, n) = (dim(&shape[0]), dim(&shape[1]));
-        let axis_ok = |a: i64| a == -1 || a == 1;
+        // The operation runs along `ax`: lanes of n elements, `inner` apart, one per
+        // (outer, inner) pair; on the last axis a lane is a row.
+        let ax = match op {
+            Op::Softmax { axis }
+            | Op::LogSoftmax { axis }
+            | Op::Cumsum { axis }
+            | Op::L2Norm { axis, .. } => crate::ops::normalize_axis(*axis, shape.len())?,
+            _ => shape.len() - 1,
+        };
+        let n = dim(&shape[ax]);
+        let inner = product_or_one(&shape[ax + 1..]);
+        let outer = product_or_one(&shape[..ax]);
+        let m = if inner == "1" {
+            outer.clone()
+        } else {
+            format!("{outer} * {inner}")
+        };
         let mut pre = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
         let v = pre.scalar(x_e)?;
         let param = |i: usize| -> Option<String> {
@@ -718,7 +824,7 @@ impl<'a> Ctx<'a> {
         };
         // (passes over the row that compute the statistics, the value t of element j, words)
         let (stats, t, words) = match op {
-            Op::Softmax { axis } | Op::LogSoftmax { axis } if axis_ok(*axis) => {
+            Op::Softmax { .. } | Op::LogSoftmax { .. } => {
                 let log = matches!(op, Op::LogSoftmax { .. });
                 (
                     format!(
@@ -769,7 +875,7 @@ impl<'a> Ctx<'a> {
                     "sum the squares, take the reciprocal root of their mean plus eps, and scale every element (and the weight)",
                 )
             }
-            Op::L2Norm { axis, eps } if axis_ok(*axis) => (
+            Op::L2Norm { eps, .. } => (
                 format!(
                     "    float ss = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
                      float x = {v};\n        ss += x * x;\n    }}\n    float inv = 1.0f / fmaxf(sqrtf(ss), {eps});\n",
@@ -778,7 +884,7 @@ impl<'a> Ctx<'a> {
                 format!("{v} * inv"),
                 "sum the squares, divide every element by the norm (at least eps)",
             ),
-            Op::Cumsum { axis } if axis_ok(*axis) => (
+            Op::Cumsum { .. } => (
                 "    float run = 0.0f;\n".to_string(),
                 "run".to_string(),
                 "keep a running sum along the row and write it at every element",
@@ -798,23 +904,52 @@ impl<'a> Ctx<'a> {
         } else {
             format!("        float t = {t};\n        {y}[idx] = {value};\n")
         };
-        let src = format!(
+        let mut src = format!(
             "{launch}\n{helpers}{sig} {{\n    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= {m}) return;\n    \
              long long base = (long long)row * {n};\n{stats}    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n{write}    }}\n}}\n",
             launch = self.launch(&kern, &format!("cdiv({m},64)"), "64"),
             sig = self.signature(&kern),
         );
+        if inner != "1" {
+            // A lane along an inner axis: its elements are `inner` apart.
+            src = src
+                .replace(
+                    "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= ",
+                    "    long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= (long long)",
+                )
+                .replace(
+                    &format!("long long base = (long long)row * {n};"),
+                    &format!(
+                        "long long base = (row / {pi}) * {n} * {inner} + row % {pi};",
+                        pi = paren(&inner)
+                    ),
+                )
+                .replace(
+                    "long long idx = base + j;",
+                    &format!("long long idx = base + (long long)j * {inner};"),
+                );
+        }
+        let lanes = if inner == "1" {
+            format!(
+                "works row by row over the last axis: every output element of a row needs statistics of \
+                 the whole row. The simplest correct kernel gives each of the {m} rows its own thread, which walks \
+                 its {n} elements sequentially"
+            )
+        } else {
+            format!(
+                "works along axis {ax}: every output element needs statistics of its lane, the {n} elements \
+                 that differ only in that index, {inner} apart in memory. The simplest correct kernel gives each of \
+                 the {m} lanes its own thread, which walks its {n} elements with a stride of {inner}"
+            )
+        };
         Some(vec![Generated {
             form: "rowwise_thread_per_row".into(),
             source: src,
-            reasoning: format!(
-                "`{what}` works row by row over the last axis: every output element of a row needs statistics of \
-                 the whole row. The simplest correct kernel gives each of the {m} rows its own thread, which walks \
-                 its {n} elements sequentially: {words}."
-            ),
+            reasoning: format!("`{what}` {lanes}: {words}."),
             summary: format!(
-                "One thread per row (64-thread blocks, cdiv({m},64) of them), sequential passes over the row's {n} \
-                 elements in float registers, the elementwise parts fused into the passes, one store per element."
+                "One thread per {lane} (64-thread blocks, cdiv({m},64) of them), sequential passes over the {lane}'s \
+                 {n} elements in float registers, the elementwise parts fused into the passes, one store per element.",
+                lane = if inner == "1" { "row" } else { "lane" }
             ),
         }])
     }
@@ -904,4 +1039,13 @@ fn merge_helpers(a: &str, b: &str) -> String {
         }
     }
     helpers
+}
+
+/// `e` as an operand of `/` or `%`: a product in parentheses (`o / (M*N)`, not `o / M*N`).
+fn paren(e: &str) -> String {
+    if e.contains(['*', '+', '-']) {
+        format!("({e})")
+    } else {
+        e.to_string()
+    }
 }

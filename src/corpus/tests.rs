@@ -257,3 +257,104 @@ fn naive_forms_cover_the_common_shapes() {
     // Outside the generator's shapes: no kernel rather than a doubtful one.
     check("attention_scores_softmax", &[]);
 }
+
+/// A train task of `program` with sizes 37, 39, ... (small) for its symbols.
+fn program_task(program: &str) -> crate::tasks::Task {
+    let p = crate::ops::Program::parse(program).expect("program");
+    let mut sizes = String::new();
+    for preset in ["gpu", "small"] {
+        sizes.push_str(&format!("\n[sizes.{preset}]\n"));
+        for (i, s) in p.size_symbols().iter().enumerate() {
+            sizes.push_str(&format!("{s} = {}\n", 37 + 2 * i));
+        }
+    }
+    let text = format!(
+        "name = \"t\"\nlevel = 2\nsplit = \"train\"\ndescription = \"t\"\n\
+         program = \"\"\"\n{program}\"\"\"\n{sizes}"
+    );
+    crate::tasks::parse_task(std::path::Path::new("t.toml"), &text).expect("task")
+}
+
+#[test]
+fn naive_forms_cover_generated_shapes() {
+    let forms = |program: &str| -> Vec<String> {
+        naive::generate(&program_task(program))
+            .into_iter()
+            .map(|g| g.form)
+            .collect()
+    };
+    // Elementwise work after a reduction, keepdim, and a bf16 output.
+    assert_eq!(
+        forms("input X: bf16[M, N]\noutput Y: bf16[M, 1]\nY = softplus(max(X, axis=1, keepdim=true)) * 2.0\n"),
+        ["reduce_thread_per_output", "reduce_block_b256", "reduce_block_b128"]
+    );
+    // A per-row operand.
+    assert_eq!(
+        forms("input X: f16[M, N]\ninput r: f16[M, 1]\noutput Y: f16[M, N]\nY = X * r\n"),
+        [
+            "elementwise_b256",
+            "elementwise_b128",
+            "elementwise_grid_stride"
+        ]
+    );
+    // A row operation along an inner axis of a 3-D tensor.
+    let along = naive::generate(&program_task(
+        "input X: f32[B, M, N]\noutput Y: f32[B, M, N]\nY = softmax(X, axis=1)\n",
+    ));
+    assert_eq!(along.len(), 1);
+    assert!(
+        along[0]
+            .source
+            .contains("long long idx = base + (long long)j * N;"),
+        "{}",
+        along[0].source
+    );
+    // Lanes of a leading axis: products divide as a whole (`o / (M*N)`, not `o / M*N`).
+    let lead = naive::generate(&program_task(
+        "input X: f32[B, M, N]\noutput Y: f32[M, N]\nY = sum(X, axis=0)\n",
+    ));
+    assert!(
+        lead[0].source.contains("o / (M*N), in = o % (M*N)"),
+        "{}",
+        lead[0].source
+    );
+    let scan = naive::generate(&program_task(
+        "input X: f32[B, M, N]\noutput Y: f32[B, M, N]\nY = cumsum(X, axis=0)\n",
+    ));
+    assert!(
+        scan[0]
+            .source
+            .contains("(row / (M*N)) * B * M*N + row % (M*N)"),
+        "{}",
+        scan[0].source
+    );
+    // Elementwise work on both sides of a transpose.
+    let tr = naive::generate(&program_task(
+        "input X: f32[M, N]\ninput b: f32[M]\noutput Y: f32[N, M]\nY = relu(transpose(X * 2.0) + b)\n",
+    ));
+    assert_eq!(tr.len(), 1);
+    assert_eq!(tr[0].form, "transpose_elementwise");
+    assert!(
+        tr[0].source.contains("long long src = (c1) * N + c0;"),
+        "{}",
+        tr[0].source
+    );
+    // Callees before callers: mish calls softplus.
+    let mish = &naive::generate(&program_task(
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = mish(X)\n",
+    ))[0]
+        .source;
+    assert!(
+        mish.find("softplus_f(float x)") < mish.find("mish_f(float x)"),
+        "{mish}"
+    );
+    // No INFINITY (NVRTC does not define it).
+    let mx = &naive::generate(&program_task(
+        "input X: f32[M, N]\noutput Y: f32[M]\nY = max(X, axis=1)\n",
+    ))[0]
+        .source;
+    assert!(
+        !mx.contains("INFINITY") && mx.contains("__int_as_float(0x7f800000)"),
+        "{mx}"
+    );
+}
