@@ -10,7 +10,7 @@
 //! pool, child serve loop); [`compile`] is the NVRTC compile step those workers run, and [`cpu`]
 //! a CUDA device model that compiles and runs candidates on the CPU (inside workers only).
 //! [`corpus`] builds the supervised warm-start corpus from the train split, verified on a real
-//! kernel environment. [`policy_eval`] runs a policy's K x N episodes on held-out tasks and
+//! kernel environment; [`taskgen`] generates procedural training tasks for it. [`policy_eval`] runs a policy's K x N episodes on held-out tasks and
 //! computes the paper's evaluation figures ([`scripted`] is its test double policy). [`baseline`] lowers a task's program to the op-by-op launches (trusted kernels and GEMMs) whose
 //! time is the denominator of every speedup.
 //!

@@ -8,6 +8,17 @@ use kevin::corpus::{read_jsonl, Kind};
 
 use common::{cpu_backend_available, kevin_at_root};
 
+/// The stdout of a run that must have succeeded (else its stdout and stderr in the panic).
+fn succeeded(run: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn corpus_and_tokenizer_on_the_cpu_backend() {
     if !cpu_backend_available() {
@@ -26,12 +37,7 @@ fn corpus_and_tokenizer_on_the_cpu_backend() {
         "--workers",
         "2",
     ]);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = succeeded(&run);
     assert!(
         stdout.contains("by kind: first_turn 2, repair "),
         "{stdout}"
@@ -85,12 +91,7 @@ fn corpus_and_tokenizer_on_the_cpu_backend() {
         "--out",
         tok_dir.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = succeeded(&run);
     assert!(stdout.contains("bytes/token"), "{stdout}");
     let tok =
         kevin_policy::tokenizer::Tokenizer::from_file(tok_dir.join("tokenizer.json")).unwrap();
@@ -137,12 +138,7 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
         kevin_at_root(&args)
     };
     let run = generate(&["--families", "elementwise,reduce,row,transpose"]);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = succeeded(&run);
     assert!(stdout.contains("wrote 8 tasks"), "{stdout}");
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(tasks.join("generated.json")).unwrap())
@@ -181,12 +177,7 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
         "--workers",
         "2",
     ]);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = succeeded(&run);
     assert!(
         !stdout.contains("variants that were not correct"),
         "{stdout}"

@@ -258,7 +258,7 @@ impl Lowerer<'_> {
         dest: Option<Dest>,
     ) -> Result<Value, BaselineError> {
         let (va, vb) = (self.expr(a, None)?, self.expr(b, None)?);
-        let mut name = binop_name(op);
+        let mut name = op.name();
         let (x, s, scalar_first) = match (va, vb) {
             (Value::Scalar(x), Value::Scalar(y)) => {
                 return Ok(Value::Scalar(crate::ops::kernels::binary(op, x, y)))
@@ -572,19 +572,6 @@ impl Lowerer<'_> {
         let step = launch::norm(rms, e, x.buf, wb, bb, y.buf, rows, n, eps);
         self.steps.push(step);
         Ok(y)
-    }
-}
-
-fn binop_name(op: BinOp) -> &'static str {
-    match op {
-        BinOp::Add => "add",
-        BinOp::Sub => "sub",
-        BinOp::Mul => "mul",
-        BinOp::Div => "div",
-        BinOp::Max => "maximum",
-        BinOp::Min => "minimum",
-        BinOp::Pow => "pow",
-        BinOp::MatMul => "matmul",
     }
 }
 

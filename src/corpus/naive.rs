@@ -377,6 +377,9 @@ impl<'a> Ctx<'a> {
             _ => return None,
         };
         let wsh = self.shapes.get(&w)?;
+        if ash.len() == 3 && !transposed {
+            return self.batched_matmul(e, mm, a, &w, ash, wsh);
+        }
         if ash.len() != 2 {
             return None;
         }
@@ -482,6 +485,75 @@ impl<'a> Ctx<'a> {
             ),
         });
         Some(out)
+    }
+
+    /// `[B, M, K] @ [B, K, N]` (or a shared `[K, N]`) with an elementwise epilogue: one thread
+    /// per output element, the batch on the grid's z.
+    fn batched_matmul(
+        &self,
+        e: &Expr,
+        mm: &Expr,
+        a: &str,
+        w: &str,
+        ash: &[Dim],
+        wsh: &[Dim],
+    ) -> Option<Vec<Generated>> {
+        let (bt, m, k) = (dim(&ash[0]), dim(&ash[1]), dim(&ash[2]));
+        let shared = match wsh.len() {
+            2 => true,
+            3 if wsh[0] == ash[0] => false,
+            _ => return None,
+        };
+        let n = dim(wsh.last()?);
+        let shape = self.out_shape().to_vec();
+        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
+        r.matmul = Some(mm.clone());
+        let value = self.st(&r.scalar(e)?);
+        let helpers = r.helpers();
+        let y = &self.out;
+        let what = self.program_text();
+        let w_base = if shared {
+            "0".to_string()
+        } else {
+            format!("(long long)z * {k} * {n}")
+        };
+        let a_at = self.ld(a, &format!("a0 + (long long)row * {k} + k"));
+        let w_at = self.ld(w, &format!("w0 + (long long)k * {n} + col"));
+        let kern = format!("{}_naive", self.task.name);
+        let src = format!(
+            "{launch}\n{helpers}{sig} {{\n    int col = blockIdx.x * blockDim.x + threadIdx.x;\n    \
+             int row = blockIdx.y * blockDim.y + threadIdx.y;\n    int z = blockIdx.z;\n    if (row >= {m} || col >= {n}) return;\n    \
+             long long a0 = (long long)z * {m} * {k};\n    long long w0 = {w_base};\n    \
+             float acc = 0.0f;\n    for (int k = 0; k < {k}; ++k) {{\n        acc += {a_at} * {w_at};\n    }}\n    \
+             long long i = ((long long)z * {m} + row) * {n} + col;\n    {y}[i] = {value};\n}}\n",
+            launch = self.launch(
+                &kern,
+                &format!("cdiv({n},16), cdiv({m},16), {bt}"),
+                "16, 16"
+            ),
+            sig = self.signature(&kern),
+        );
+        let w_words = if shared {
+            format!("the same {w} [{k}, {n}] for every batch")
+        } else {
+            format!("{w} [{bt}, {k}, {n}], one matrix per batch")
+        };
+        Some(vec![Generated {
+            form: "bmm_naive".into(),
+            source: src,
+            reasoning: format!(
+                "`{what}`: {bt} independent matrix products, {a} [{bt}, {m}, {k}] times {w_words}, then an \
+                 elementwise epilogue. The simplest kernel gives each thread one output element: a 2-D grid of \
+                 16x16 blocks over [{m}, {n}] and the batch on the grid's z, each thread offsetting into its \
+                 batch's matrices, accumulating the dot product in a float register and applying the epilogue \
+                 before the store."
+            ),
+            summary: format!(
+                "One thread per output element: grid (cdiv({n},16), cdiv({m},16), {bt}) of 16x16 blocks, batch \
+                 offsets from blockIdx.z, a float accumulator over the {k}-long dot product, the epilogue fused \
+                 before a bounds-checked store."
+            ),
+        }])
     }
 
     #[allow(clippy::too_many_arguments)]

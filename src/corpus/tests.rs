@@ -339,6 +339,17 @@ fn naive_forms_cover_generated_shapes() {
         "{}",
         tr[0].source
     );
+    // Batched matrix products, with a weight per batch or one shared.
+    for w in ["W: f32[B, K, N]", "W: f32[K, N]"] {
+        let program = format!(
+            "input A: f32[B, M, K]\ninput {w}\ninput b: f32[N]\noutput Y: f32[B, M, N]\nY = relu(A @ W + b)\n"
+        );
+        let forms: Vec<String> = naive::generate(&program_task(&program))
+            .into_iter()
+            .map(|g| g.form)
+            .collect();
+        assert_eq!(forms, ["bmm_naive"], "{w}");
+    }
     // Callees before callers: mish calls softplus.
     let mish = &naive::generate(&program_task(
         "input X: f32[M, N]\noutput Y: f32[M, N]\nY = mish(X)\n",

@@ -178,6 +178,23 @@ pub enum BinOp {
     MatMul,
 }
 
+impl BinOp {
+    /// Its name as a word (`add`, `maximum`, `matmul`): the baseline's kernel names and the
+    /// task generator's canonical forms use it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinOp::Add => "add",
+            BinOp::Sub => "sub",
+            BinOp::Mul => "mul",
+            BinOp::Div => "div",
+            BinOp::Max => "maximum",
+            BinOp::Min => "minimum",
+            BinOp::Pow => "pow",
+            BinOp::MatMul => "matmul",
+        }
+    }
+}
+
 /// Elementwise functions of one tensor without parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnaryFn {

@@ -159,16 +159,7 @@ impl Renderer<'_> {
             Expr::Neg(a) => format!("neg({})", self.expr(a)),
             Expr::Binary(op, a, b) => {
                 let (mut x, mut y) = (self.expr(a), self.expr(b));
-                let name = match op {
-                    BinOp::Add => "add",
-                    BinOp::Sub => "sub",
-                    BinOp::Mul => "mul",
-                    BinOp::Div => "div",
-                    BinOp::Max => "maximum",
-                    BinOp::Min => "minimum",
-                    BinOp::Pow => "pow",
-                    BinOp::MatMul => "matmul",
-                };
+                let name = op.name();
                 if matches!(op, BinOp::Add | BinOp::Mul | BinOp::Max | BinOp::Min) && y < x {
                     std::mem::swap(&mut x, &mut y);
                 }

@@ -67,7 +67,8 @@ pub struct CorpusArgs {
     /// (default: configs/quickstart.toml when present).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Also write the counts as JSON to this file.
+    /// Also write the counts as JSON to this file, with the command, the seed and, for a folder
+    /// from `kevin tasks generate`, its seed and fingerprint.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
@@ -228,7 +229,18 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
         render_stats(&built.stats, &args.out, started.elapsed().as_secs_f64())
     );
     if let Some(path) = &args.json {
-        write_json(path, &built.stats)?;
+        // The counts, and what rebuilds the corpus: the command, the seed and, for a folder of
+        // generated tasks, the generation's seed and fingerprint (its `generated.json`).
+        let mut record = serde_json::to_value(&built.stats).map_err(|e| e.to_string())?;
+        let generated = std::fs::read_to_string(args.dir.join("generated.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .map(|g| serde_json::json!({ "seed": g["seed"], "fingerprint": g["fingerprint"] }));
+        record["command"] = std::env::args().collect::<Vec<_>>().join(" ").into();
+        record["dir"] = args.dir.display().to_string().into();
+        record["seed"] = args.seed.into();
+        record["generated"] = generated.unwrap_or_default();
+        write_json(path, &record)?;
     }
     Ok(())
 }
