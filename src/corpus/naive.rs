@@ -635,9 +635,10 @@ impl<'a> Ctx<'a> {
         let mut pre = Render::new(&self.shapes, &self.consts, &self.loads, &pre_shape, "src");
         let t = pre.scalar(x_e)?;
         let mut post = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
+        post.inherit_helpers(&pre);
         post.row_value = Some(((*tr).clone(), "t".into()));
         let value = self.st(&post.scalar(e)?);
-        let helpers = merge_helpers(&pre.helpers(), &post.helpers());
+        let helpers = post.helpers();
         // Coordinates of i in the output, then the operand's flat index with a and b swapped.
         let mut coords = String::from("    long long rem = i;\n");
         for k in (0..rank).rev() {
@@ -704,8 +705,9 @@ impl<'a> Ctx<'a> {
         if has_post && matches!(kind, ReduceKind::Argmax | ReduceKind::Argmin) {
             return None;
         }
-        // The output element from the reduced value `red`, at output index `index`.
-        let post = |index: &'static str| -> Option<(String, String)> {
+        // The output element from the reduced value `red`, at output index `index`, with the
+        // helpers of `before` (so one name never means two functions) and its own.
+        let post = |index: &'static str, before: &Render| -> Option<(String, String)> {
             let mut r = Render::new(
                 &self.shapes,
                 &self.consts,
@@ -713,6 +715,7 @@ impl<'a> Ctx<'a> {
                 self.out_shape(),
                 index,
             );
+            r.inherit_helpers(before);
             r.row_value = Some(((*red).clone(), "red".into()));
             let v = r.scalar(e)?;
             Some((self.st(&v), r.helpers()))
@@ -727,8 +730,7 @@ impl<'a> Ctx<'a> {
         let inner = product_or_one(&shape[ax + 1..]);
         let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
         let v = r.scalar(inner_e)?;
-        let (store_o, post_helpers) = post("o")?;
-        let helpers = merge_helpers(&r.helpers(), &post_helpers);
+        let (store_o, helpers) = post("o", &r)?;
         let y = &self.out;
         let what = self.program_text();
         let (init, step, fin, kind_words) = match kind {
@@ -807,7 +809,7 @@ impl<'a> Ctx<'a> {
             ReduceKind::Min => Some("buf[t] = fminf(buf[t], buf[t + s]);"),
             _ => None,
         };
-        let block_post = post("outer");
+        let block_post = post("outer", &r);
         if let (true, Some(tree), Some((store_b, _))) = (last_axis, tree_op, block_post) {
             for block in [256, 128] {
                 let kern = format!("{}_block_reduce", self.task.name);
@@ -964,9 +966,10 @@ impl<'a> Ctx<'a> {
             _ => return None,
         };
         let mut post = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
+        post.inherit_helpers(&pre);
         post.row_value = Some(((*row_op).clone(), "t".into()));
         let value = self.st(&post.scalar(e)?);
-        let helpers = merge_helpers(&pre.helpers(), &post.helpers());
+        let helpers = post.helpers();
         let y = &self.out;
         let what = self.program_text();
         let kern = format!("{}_naive", self.task.name);
@@ -1099,18 +1102,6 @@ fn find_calls<'e>(e: &'e Expr, pick: &dyn Fn(&Op) -> bool, out: &mut Vec<&'e Exp
         }
         _ => {}
     }
-}
-
-/// The helper definitions of `a`, then those of `b` that `a` lacks.
-fn merge_helpers(a: &str, b: &str) -> String {
-    let mut helpers = a.to_string();
-    for h in b.lines() {
-        if !helpers.contains(h) {
-            helpers.push_str(h);
-            helpers.push('\n');
-        }
-    }
-    helpers
 }
 
 /// `e` as an operand of `/` or `%`: a product in parentheses (`o / (M*N)`, not `o / M*N`).

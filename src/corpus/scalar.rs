@@ -83,6 +83,14 @@ impl<'c> Render<'c> {
         }
     }
 
+    /// Starts from the helpers `other` defined: a kernel rendered in two parts (before and after
+    /// a reduction or a row operation) then gives every helper one name across both, and
+    /// [`Self::helpers`] of the second part defines them all.
+    pub(super) fn inherit_helpers(&mut self, other: &Render) {
+        self.helpers = other.helpers.clone();
+        self.order = other.order.clone();
+    }
+
     /// The helper functions, each on its own line(s), callees before callers.
     pub(super) fn helpers(&self) -> String {
         let mut s = String::new();

@@ -350,6 +350,13 @@ fn naive_forms_cover_generated_shapes() {
             .collect();
         assert_eq!(forms, ["bmm_naive"], "{w}");
     }
+    // Helpers before and after a row operation share one namespace: two ELUs, two names.
+    let two = &naive::generate(&program_task(
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = elu(softmax(elu(X)), alpha=0.5)\n",
+    ))[0]
+        .source;
+    assert_eq!(two.matches("float elu_f(float x)").count(), 1, "{two}");
+    assert_eq!(two.matches("float elu_f1(float x)").count(), 1, "{two}");
     // Callees before callers: mish calls softplus.
     let mish = &naive::generate(&program_task(
         "input X: f32[M, N]\noutput Y: f32[M, N]\nY = mish(X)\n",
