@@ -161,6 +161,9 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
+    let none = kevin_at_root(&["tasks", "generate", "--count", "0", "--out", "unused"]);
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("--count"));
     let bad = generate(&["--families", "conv"]);
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("no family `conv` (families: elementwise")

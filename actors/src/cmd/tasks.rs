@@ -40,9 +40,9 @@ pub enum TasksCommand {
     /// deduplicated, kept apart from the held-out tasks of `--dir` and checked for sound
     /// numerics) into an empty folder, with `generated.json` saying how they were made.
     Generate {
-        /// Tasks to generate.
-        #[arg(long)]
-        count: usize,
+        /// Tasks to generate (at least 1).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        count: u64,
         /// Seed: the same seed writes the same files.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -86,7 +86,7 @@ pub fn run(args: Args) -> CmdResult {
             max_gpu_gib,
             threads,
         }) => {
-            let mut opts = kevin::taskgen::GenOptions::new(count, seed);
+            let mut opts = kevin::taskgen::GenOptions::new(count as usize, seed);
             opts.max_ops = max_ops as usize;
             opts.families = families
                 .iter()
