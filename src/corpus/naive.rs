@@ -897,14 +897,32 @@ impl<'a> Ctx<'a> {
             }
         };
         // (passes over the row that compute the statistics, the value t of element j, words)
+        // Where element j of this thread's lane is: a row is contiguous, a lane along an inner
+        // axis has its elements `inner` apart (and there may be more lanes than an int holds).
+        let (row_decl, m_cmp, base, at) = if inner == "1" {
+            (
+                "int row = blockIdx.x * blockDim.x + threadIdx.x;".to_string(),
+                m.clone(),
+                format!("(long long)row * {n}"),
+                "base + j".to_string(),
+            )
+        } else {
+            let pi = paren(&inner);
+            (
+                "long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;".to_string(),
+                format!("(long long){m}"),
+                format!("(row / {pi}) * {n} * {inner} + row % {pi}"),
+                format!("base + (long long)j * {inner}"),
+            )
+        };
         let (stats, t, words) = match op {
             Op::Softmax { .. } | Op::LogSoftmax { .. } => {
                 let log = matches!(op, Op::LogSoftmax { .. });
                 (
                     format!(
-                        "    float mx = -__int_as_float(0x7f800000);\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
+                        "    float mx = -__int_as_float(0x7f800000);\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n        \
                          mx = fmaxf(mx, {v});\n    }}\n    float sum = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        \
-                         long long idx = base + j;\n        sum += expf({v} - mx);\n    }}\n"
+                         long long idx = {at};\n        sum += expf({v} - mx);\n    }}\n"
                     ),
                     if log {
                         format!("({v} - mx) - logf(sum)")
@@ -924,9 +942,9 @@ impl<'a> Ctx<'a> {
                 }
                 (
                     format!(
-                        "    float mean = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
+                        "    float mean = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n        \
                          mean += {v};\n    }}\n    mean /= (float){n};\n    float var = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        \
-                         long long idx = base + j;\n        float d = {v} - mean;\n        var += d * d;\n    }}\n    \
+                         long long idx = {at};\n        float d = {v} - mean;\n        var += d * d;\n    }}\n    \
                          var /= (float){n};\n    float inv = rsqrtf(var + {eps});\n",
                         eps = float_lit(*eps)
                     ),
@@ -941,7 +959,7 @@ impl<'a> Ctx<'a> {
                 }
                 (
                     format!(
-                        "    float ss = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
+                        "    float ss = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n        \
                          float x = {v};\n        ss += x * x;\n    }}\n    float inv = rsqrtf(ss / (float){n} + {eps});\n",
                         eps = float_lit(*eps)
                     ),
@@ -951,7 +969,7 @@ impl<'a> Ctx<'a> {
             }
             Op::L2Norm { eps, .. } => (
                 format!(
-                    "    float ss = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n        \
+                    "    float ss = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n        \
                      float x = {v};\n        ss += x * x;\n    }}\n    float inv = 1.0f / fmaxf(sqrtf(ss), {eps});\n",
                     eps = float_lit(*eps)
                 ),
@@ -979,31 +997,12 @@ impl<'a> Ctx<'a> {
         } else {
             format!("        float t = {t};\n        {y}[idx] = {value};\n")
         };
-        let mut src = format!(
-            "{launch}\n{helpers}{sig} {{\n    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= {m}) return;\n    \
-             long long base = (long long)row * {n};\n{stats}    for (int j = 0; j < {n}; ++j) {{\n        long long idx = base + j;\n{write}    }}\n}}\n",
+        let src = format!(
+            "{launch}\n{helpers}{sig} {{\n    {row_decl}\n    if (row >= {m_cmp}) return;\n    \
+             long long base = {base};\n{stats}    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n{write}    }}\n}}\n",
             launch = self.launch(&kern, &format!("cdiv({m},64)"), "64"),
             sig = self.signature(&kern),
         );
-        if inner != "1" {
-            // A lane along an inner axis: its elements are `inner` apart.
-            src = src
-                .replace(
-                    "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= ",
-                    "    long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= (long long)",
-                )
-                .replace(
-                    &format!("long long base = (long long)row * {n};"),
-                    &format!(
-                        "long long base = (row / {pi}) * {n} * {inner} + row % {pi};",
-                        pi = paren(&inner)
-                    ),
-                )
-                .replace(
-                    "long long idx = base + j;",
-                    &format!("long long idx = base + (long long)j * {inner};"),
-                );
-        }
         let lanes = if inner == "1" {
             format!(
                 "works row by row over the last axis: every output element of a row needs statistics of \

@@ -353,7 +353,7 @@ fn vet(
 ) -> Result<Generated, Reject> {
     let mut rng = SplitMix64::derive(opts.seed ^ 0x51e5, index);
     let small = small_sizes(&mut rng, p, &d.roles);
-    let gpu = gpu_sizes(&mut rng, p, &d.roles, &small).ok_or(Reject("gpu-size"))?;
+    let gpu = gpu_sizes(&mut rng, p, &d.roles).ok_or(Reject("gpu-size"))?;
     let name = format!(
         "gen_{}_{:010x}",
         d.family.name(),
@@ -457,7 +457,6 @@ fn gpu_sizes(
     rng: &mut SplitMix64,
     p: &Program,
     roles: &BTreeMap<String, SymRole>,
-    small: &Sizes,
 ) -> Option<Sizes> {
     let syms = p.size_symbols();
     let role = |s: &str| roles.get(s).copied().unwrap_or(SymRole::Cols);
@@ -474,22 +473,8 @@ fn gpu_sizes(
         let (starts, _) = range(role(s));
         sizes.insert(s.clone(), starts[rng.below(starts.len() as u64) as usize]);
     }
-    let mut probe = Task {
-        name: String::new(),
-        level: 1,
-        split: Split::Train,
-        description: String::new(),
-        source: String::new(),
-        program: p.clone(),
-        gpu_sizes: sizes.clone(),
-        small_sizes: small.clone(),
-        inputs: Vec::new(),
-        tolerance: crate::tasks::Tolerance::for_dtype(Dtype::F32),
-        path: PathBuf::new(),
-    };
     for _ in 0..64 {
-        probe.gpu_sizes = sizes.clone();
-        if probe.estimate_gpu_baseline_ms() >= MIN_GPU_MS {
+        if crate::tasks::estimate_baseline_ms(p, &sizes) >= MIN_GPU_MS {
             return Some(sizes);
         }
         let growable: Vec<&String> = syms

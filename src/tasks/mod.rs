@@ -25,6 +25,7 @@ use crate::ops::interp::{self, InterpError};
 use crate::ops::torch::{render_module_with, torch_dtype, RenderError};
 use crate::ops::{Dtype, Program, Sizes};
 
+pub use estimate::baseline_ms as estimate_baseline_ms;
 pub use file::parse_task;
 pub use inputs::InputDist;
 
