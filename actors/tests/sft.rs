@@ -198,5 +198,49 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
         assert!(names.contains(&e.task));
         assert_eq!(e.outcomes.last().unwrap(), "correct");
     }
+
+    // Row operations only: the block-per-row form (block-wide tree reductions) compiles and
+    // verifies next to the thread-per-row one.
+    let rows = dir.join("rows");
+    let run = kevin_at_root(&[
+        "tasks",
+        "generate",
+        "--count",
+        "3",
+        "--seed",
+        "7",
+        "--max-ops",
+        "2",
+        "--families",
+        "row",
+        "--out",
+        rows.to_str().unwrap(),
+    ]);
+    succeeded(&run);
+    let out = dir.join("rows.jsonl");
+    let run = kevin_at_root(&[
+        "sft",
+        "corpus",
+        "--dir",
+        rows.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--workers",
+        "2",
+    ]);
+    let stdout = succeeded(&run);
+    assert!(
+        !stdout.contains("variants that were not correct"),
+        "{stdout}"
+    );
+    let forms: std::collections::BTreeSet<String> = read_jsonl(&out)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.form)
+        .collect();
+    assert!(
+        forms.iter().any(|f| f.starts_with("naive:rowwise_block_b")),
+        "{forms:?}\n{stdout}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -915,74 +915,90 @@ impl<'a> Ctx<'a> {
                 format!("base + (long long)j * {inner}"),
             )
         };
-        let (stats, t, words) = match op {
-            Op::Softmax { .. } | Op::LogSoftmax { .. } => {
-                let log = matches!(op, Op::LogSoftmax { .. });
-                (
-                    format!(
-                        "    float mx = -__int_as_float(0x7f800000);\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n        \
-                         mx = fmaxf(mx, {v});\n    }}\n    float sum = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        \
-                         long long idx = {at};\n        sum += expf({v} - mx);\n    }}\n"
-                    ),
-                    if log {
-                        format!("({v} - mx) - logf(sum)")
-                    } else {
-                        format!("expf({v} - mx) / sum")
-                    },
-                    "subtract the row maximum before exponentiating (so expf cannot overflow), sum the exponentials, then normalise",
-                )
-            }
-            Op::LayerNorm { eps, weight, bias } => {
-                let mut t = format!("({v} - mean) * inv");
-                if *weight {
-                    t = format!("{t} * {}", param(1)?);
+        // The passes that compute a lane's statistics, given how a pass visits the lane's
+        // elements (`each`: a loop header) and how a partial result becomes the lane's (`red`:
+        // nothing for a thread per lane, a block reduction for a block per row); the value t of
+        // element j; words for the reasoning.
+        let stats_for = |each: &str, red: &dyn Fn(&str, &str) -> String| {
+            let sum = |var: &str| red("sum", var);
+            let max = |var: &str| red("max", var);
+            Some(match op {
+                Op::Softmax { .. } | Op::LogSoftmax { .. } => {
+                    let log = matches!(op, Op::LogSoftmax { .. });
+                    (
+                        format!(
+                            "    float mx = -__int_as_float(0x7f800000);\n    {each} {{\n        long long idx = {at};\n        \
+                             mx = fmaxf(mx, {v});\n    }}\n{}    float sum = 0.0f;\n    {each} {{\n        \
+                             long long idx = {at};\n        sum += expf({v} - mx);\n    }}\n{}",
+                            max("mx"),
+                            sum("sum")
+                        ),
+                        if log {
+                            format!("({v} - mx) - logf(sum)")
+                        } else {
+                            format!("expf({v} - mx) / sum")
+                        },
+                        "subtract the row maximum before exponentiating (so expf cannot overflow), sum the exponentials, then normalise",
+                    )
                 }
-                if *bias {
-                    t = format!("{t} + {}", param(if *weight { 2 } else { 1 })?);
+                Op::LayerNorm { eps, weight, bias } => {
+                    let mut t = format!("({v} - mean) * inv");
+                    if *weight {
+                        t = format!("{t} * {}", param(1)?);
+                    }
+                    if *bias {
+                        t = format!("{t} + {}", param(if *weight { 2 } else { 1 })?);
+                    }
+                    (
+                        format!(
+                            "    float mean = 0.0f;\n    {each} {{\n        long long idx = {at};\n        \
+                             mean += {v};\n    }}\n{}    mean /= (float){n};\n    float var = 0.0f;\n    {each} {{\n        \
+                             long long idx = {at};\n        float d = {v} - mean;\n        var += d * d;\n    }}\n{}    \
+                             var /= (float){n};\n    float inv = rsqrtf(var + {eps});\n",
+                            sum("mean"),
+                            sum("var"),
+                            eps = float_lit(*eps)
+                        ),
+                        t,
+                        "compute the mean, then the biased variance around it (two passes, which is more accurate than E[x^2] - mean^2), then normalise and apply the affine parameters",
+                    )
                 }
-                (
+                Op::RmsNorm { eps, weight } => {
+                    let mut t = format!("{v} * inv");
+                    if *weight {
+                        t = format!("{t} * {}", param(1)?);
+                    }
+                    (
+                        format!(
+                            "    float ss = 0.0f;\n    {each} {{\n        long long idx = {at};\n        \
+                             float x = {v};\n        ss += x * x;\n    }}\n{}    float inv = rsqrtf(ss / (float){n} + {eps});\n",
+                            sum("ss"),
+                            eps = float_lit(*eps)
+                        ),
+                        t,
+                        "sum the squares, take the reciprocal root of their mean plus eps, and scale every element (and the weight)",
+                    )
+                }
+                Op::L2Norm { eps, .. } => (
                     format!(
-                        "    float mean = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n        \
-                         mean += {v};\n    }}\n    mean /= (float){n};\n    float var = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        \
-                         long long idx = {at};\n        float d = {v} - mean;\n        var += d * d;\n    }}\n    \
-                         var /= (float){n};\n    float inv = rsqrtf(var + {eps});\n",
+                        "    float ss = 0.0f;\n    {each} {{\n        long long idx = {at};\n        \
+                         float x = {v};\n        ss += x * x;\n    }}\n{}    float inv = 1.0f / fmaxf(sqrtf(ss), {eps});\n",
+                        sum("ss"),
                         eps = float_lit(*eps)
                     ),
-                    t,
-                    "compute the mean, then the biased variance around it (two passes, which is more accurate than E[x^2] - mean^2), then normalise and apply the affine parameters",
-                )
-            }
-            Op::RmsNorm { eps, weight } => {
-                let mut t = format!("{v} * inv");
-                if *weight {
-                    t = format!("{t} * {}", param(1)?);
-                }
-                (
-                    format!(
-                        "    float ss = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n        \
-                         float x = {v};\n        ss += x * x;\n    }}\n    float inv = rsqrtf(ss / (float){n} + {eps});\n",
-                        eps = float_lit(*eps)
-                    ),
-                    t,
-                    "sum the squares, take the reciprocal root of their mean plus eps, and scale every element (and the weight)",
-                )
-            }
-            Op::L2Norm { eps, .. } => (
-                format!(
-                    "    float ss = 0.0f;\n    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n        \
-                     float x = {v};\n        ss += x * x;\n    }}\n    float inv = 1.0f / fmaxf(sqrtf(ss), {eps});\n",
-                    eps = float_lit(*eps)
+                    format!("{v} * inv"),
+                    "sum the squares, divide every element by the norm (at least eps)",
                 ),
-                format!("{v} * inv"),
-                "sum the squares, divide every element by the norm (at least eps)",
-            ),
-            Op::Cumsum { .. } => (
-                "    float run = 0.0f;\n".to_string(),
-                "run".to_string(),
-                "keep a running sum along the row and write it at every element",
-            ),
-            _ => return None,
+                Op::Cumsum { .. } => (
+                    "    float run = 0.0f;\n".to_string(),
+                    "run".to_string(),
+                    "keep a running sum along the row and write it at every element",
+                ),
+                _ => return None,
+            })
         };
+        let each_seq = format!("for (int j = 0; j < {n}; ++j)");
+        let (stats, t, words) = stats_for(&each_seq, &|_, _| String::new())?;
         let mut post = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
         post.inherit_helpers(&pre);
         post.row_value = Some(((*row_op).clone(), "t".into()));
@@ -1016,7 +1032,7 @@ impl<'a> Ctx<'a> {
                  the {m} lanes its own thread, which walks its {n} elements with a stride of {inner}"
             )
         };
-        Some(vec![Generated {
+        let mut out = vec![Generated {
             form: "rowwise_thread_per_row".into(),
             source: src,
             reasoning: format!("`{what}` {lanes}: {words}."),
@@ -1025,7 +1041,52 @@ impl<'a> Ctx<'a> {
                  {n} elements in float registers, the elementwise parts fused into the passes, one store per element.",
                 lane = if inner == "1" { "row" } else { "lane" }
             ),
-        }])
+        }];
+        // A block per row: the passes strided over the block's threads, each partial result
+        // combined by a shared-memory tree (rows along the last axis; a scan stays sequential).
+        if inner == "1" && !is_scan {
+            let block = 256;
+            let each = format!("for (int j = threadIdx.x; j < {n}; j += BLOCK)");
+            let red =
+                |kind: &str, var: &str| format!("    {var} = kevin_block_{kind}({var}, buf);\n");
+            let (stats, t, _) = stats_for(&each, &red)?;
+            let kern = format!("{}_block_rows", self.task.name);
+            let tree = |kind: &str, step: &str| {
+                format!(
+                    "__device__ float kevin_block_{kind}(float v, float* buf) {{\n    int t = threadIdx.x;\n    \
+                     buf[t] = v;\n    __syncthreads();\n    for (int s = BLOCK / 2; s > 0; s >>= 1) {{\n        \
+                     if (t < s) {step}\n        __syncthreads();\n    }}\n    float r = buf[0];\n    \
+                     __syncthreads();\n    return r;\n}}\n"
+                )
+            };
+            let src = format!(
+                "{launch}\n#define BLOCK {block}\n{sum}{max}{helpers}{sig} {{\n    __shared__ float buf[BLOCK];\n    \
+                 long long row = blockIdx.x;\n    long long base = row * {n};\n{stats}    {each} {{\n        \
+                 long long idx = base + j;\n        float t = {t};\n        {y}[idx] = {value};\n    }}\n}}\n",
+                launch = self.launch(&kern, &m, &block.to_string()),
+                sum = tree("sum", "buf[t] += buf[t + s];"),
+                max = tree("max", "buf[t] = fmaxf(buf[t], buf[t + s]);"),
+                sig = self.signature(&kern),
+            );
+            out.push(Generated {
+                form: format!("rowwise_block_b{block}"),
+                source: src,
+                reasoning: format!(
+                    "`{what}` works row by row over the last axis: every output element of a row needs \
+                     statistics of the whole row ({words}). A thread per row leaves most of the GPU idle and \
+                     reads each row sequentially, so give each of the {m} rows a block of {block} threads: \
+                     every pass strides over the row's {n} elements (neighbouring threads read neighbouring \
+                     elements, so the loads coalesce), and each partial result is combined by a shared-memory \
+                     tree, with __syncthreads() between levels and before the buffer is reused."
+                ),
+                summary: format!(
+                    "One {block}-thread block per row ({m} blocks): coalesced strided passes, block-wide tree \
+                     reductions in shared memory for the row's statistics, the elementwise parts fused into the \
+                     final pass, one store per element."
+                ),
+            });
+        }
+        Some(out)
     }
 }
 

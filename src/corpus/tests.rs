@@ -236,7 +236,10 @@ fn naive_forms_cover_the_common_shapes() {
     );
     check("sum_reduce", &["reduce_thread_per_output"]);
     check("argmax_dim1", &["reduce_thread_per_output"]);
-    check("layernorm_gelu", &["rowwise_thread_per_row"]);
+    check(
+        "layernorm_gelu",
+        &["rowwise_thread_per_row", "rowwise_block_b256"],
+    );
     check("exclusive_cumsum", &["rowwise_thread_per_row"]);
     check("transpose", &["transpose_naive"]);
     // Half precision: loads converted to float, the store rounded back.
