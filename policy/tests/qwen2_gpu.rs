@@ -769,3 +769,106 @@ fn learner_steps_run_on_cuda() {
         }
     }
 }
+
+/// RMSNorm and a bias addition through `kevin_policy::norm`'s kernels against the plain ops on
+/// the CPU (NdArray's f32), values and gradients (input, weight, bias), in f32 and bf16, for
+/// rows narrower and wider than a block and a row count that is not a multiple of the
+/// backward's 16.
+#[test]
+fn norms_and_their_gradients_match_the_cpu_on_cuda() {
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::backend::Backend;
+    use burn::tensor::{Tensor, TensorData};
+    if !gpu_tests() {
+        return;
+    }
+    fn rounded(v: Vec<f32>, bf16: bool) -> Vec<f32> {
+        v.into_iter()
+            .map(|a| {
+                if bf16 {
+                    half::bf16::from_f32(a).to_f32()
+                } else {
+                    a
+                }
+            })
+            .collect()
+    }
+    fn run<G: Backend + burn::tensor::backend::AutodiffBackend>(
+        (b, t, n): (usize, usize, usize),
+        bf16: bool,
+        gpu: &G::Device,
+    ) -> [f32; 4] {
+        type C = Autodiff<NdArray<f32>>;
+        let eps = 1e-6;
+        let x = rounded(
+            values(b * t * n, 11).iter().map(|v| v * 3.0).collect(),
+            bf16,
+        );
+        let w = rounded(values(n, 12).iter().map(|v| 1.0 + v / 2.0).collect(), bf16);
+        let bias = rounded(values(n, 13), bf16);
+        let up = values(b * t * n, 14);
+        let on_gpu = |v: &Vec<f32>| {
+            let t = Tensor::<G, 1>::from_data(TensorData::new(v.clone(), [v.len()]), gpu);
+            if bf16 {
+                t.cast(burn::tensor::FloatDType::BF16)
+            } else {
+                t
+            }
+        };
+        let gx = on_gpu(&x).reshape([b, t, n]).require_grad();
+        let gw = on_gpu(&w).require_grad();
+        let gb = on_gpu(&bias).require_grad();
+        let y = kevin_policy::norm::rms_norm(gx.clone(), gw.clone(), eps)
+            .unwrap_or_else(|_| panic!("the fused RMSNorm declined {b}x{t}x{n}"));
+        let z = kevin_policy::norm::add_bias(y.clone(), gb.clone())
+            .unwrap_or_else(|_| panic!("the fused bias addition declined {b}x{t}x{n}"));
+        let gup = Tensor::<G, 3>::from_data(TensorData::new(up.clone(), [b, t, n]), gpu);
+        let grads = (z.clone().cast(burn::tensor::DType::F32) * gup)
+            .sum()
+            .backward();
+
+        let cpu = Default::default();
+        let cx = Tensor::<C, 3>::from_data(TensorData::new(x, [b, t, n]), &cpu).require_grad();
+        let cw = Tensor::<C, 1>::from_data(TensorData::new(w, [n]), &cpu).require_grad();
+        let cb = Tensor::<C, 1>::from_data(TensorData::new(bias, [n]), &cpu).require_grad();
+        let inv = (cx.clone().square().mean_dim(2) + eps).sqrt().recip();
+        let cy = cx.clone() * inv * cw.clone().unsqueeze::<3>();
+        let cz = cy.clone() + cb.clone().unsqueeze::<3>();
+        let cup = Tensor::<C, 3>::from_data(TensorData::new(up, [b, t, n]), &cpu);
+        let cgrads = (cz * cup).sum().backward();
+
+        let rel = |g: TensorData, w: TensorData| {
+            let g = g.convert::<f32>().to_vec::<f32>().unwrap();
+            let w = w.convert::<f32>().to_vec::<f32>().unwrap();
+            let scale = w.iter().fold(1f32, |a, x| a.max(x.abs()));
+            let d = g
+                .iter()
+                .zip(&w)
+                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            d / scale
+        };
+        [
+            rel(y.inner().into_data(), cy.inner().into_data()),
+            rel(
+                gx.grad(&grads).unwrap().into_data(),
+                cx.grad(&cgrads).unwrap().into_data(),
+            ),
+            rel(
+                gw.grad(&grads).unwrap().into_data(),
+                cw.grad(&cgrads).unwrap().into_data(),
+            ),
+            rel(
+                gb.grad(&grads).unwrap().into_data(),
+                cb.grad(&cgrads).unwrap().into_data(),
+            ),
+        ]
+    }
+    let gpu = kevin_policy::cuda_setup::cuda_device(0);
+    for case in [(2, 5, 896), (3, 7, 64), (1, 37, 1536), (4, 300, 200)] {
+        let f = run::<Autodiff<Cuda<f32>>>(case, false, &gpu);
+        let h = run::<Autodiff<Cuda<half::bf16>>>(case, true, &gpu);
+        eprintln!("{case:?}: f32 y/dx/dw/db {f:?}, bf16 {h:?}");
+        assert!(f.iter().all(|&x| x < 1e-4), "{case:?} f32 {f:?}");
+        assert!(h.iter().all(|&x| x < 3e-2), "{case:?} bf16 {h:?}");
+    }
+}
