@@ -422,8 +422,7 @@ pub(crate) fn cube_launch(
     };
     let args = KernelArguments {
         buffers: tensors.iter().map(|t| t.handle.clone().binding()).collect(),
-        // All of it static: cubecl passes a dynamic part as one more buffer before the struct.
-        info: MetadataBindingInfo::new(words.to_vec(), words.len()),
+        info: MetadataBindingInfo::custom(words.to_vec()),
         tensor_maps: Vec::new(),
     };
     first.client.launch(
