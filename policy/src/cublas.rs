@@ -30,6 +30,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{binary, broadcast_shape, Backward, Ops, OpsKind};
 use burn::backend::autodiff::NodeId;
+use burn::backend::ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
 use burn::backend::{Autodiff, Cuda};
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::backend::Backend;
@@ -37,7 +38,8 @@ use burn::tensor::ops::{FloatTensor, FloatTensorOps};
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata, TensorPrimitive};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
-use burn_fusion::{Fusion, FusionBackend};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys as drv;
 use half::bf16;
@@ -425,18 +427,41 @@ pub(crate) fn primary_context(device: usize) -> Result<drv::CUcontext, String> {
 
 impl<B: FusionBackend + BlasMatmul> BlasMatmul for Fusion<B> {
     fn blas_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let out = (Shape::from(product_dims(&lhs.shape, &rhs.shape)), lhs.dtype);
-        let [out] = crate::kernels::custom_op::<B, 1>(
+        #[derive(Debug)]
+        struct Op<B> {
+            desc: CustomOpIr,
+            _b: std::marker::PhantomData<B>,
+        }
+        impl<B1: FusionBackend + BlasMatmul> Operation<B1::FusionRuntime> for Op<B1> {
+            fn execute(
+                &self,
+                handles: &mut HandleContainer<<B1::FusionRuntime as FusionRuntime>::FusionHandle>,
+            ) {
+                let ([a, b], [out]) = self.desc.as_fixed();
+                let a = handles.get_float_tensor::<B1>(a);
+                let b = handles.get_float_tensor::<B1>(b);
+                handles.register_float_tensor::<B1>(&out.id, B1::blas_matmul(a, b));
+            }
+        }
+        let dims = product_dims(&lhs.shape, &rhs.shape);
+        let client = lhs.client.clone();
+        let streams = OperationStreams::with_inputs([&lhs, &rhs]);
+        let out = TensorIr::uninit(client.create_empty_handle(), Shape::from(dims), lhs.dtype);
+        let desc = CustomOpIr::new(
             "kevin_cublas_matmul",
-            vec![lhs, rhs],
-            [out],
-            |ins, h| {
-                let a = h.get_float_tensor::<B>(&ins[0]);
-                let b = h.get_float_tensor::<B>(&ins[1]);
-                vec![B::blas_matmul(a, b)]
-            },
+            &[lhs.into_ir(), rhs.into_ir()],
+            &[out],
         );
-        out
+        client
+            .register(
+                streams,
+                OperationIr::Custom(desc.clone()),
+                Op::<B> {
+                    desc,
+                    _b: std::marker::PhantomData,
+                },
+            )
+            .output()
     }
 }
 

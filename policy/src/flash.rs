@@ -15,17 +15,22 @@
 //! sequence. Here memory is `O(t)` per row and no score leaves the chip.
 //!
 //! The plain-burn reference is [`crate::qwen2`]'s own attention (matmul, mask, softmax, matmul),
-//! used on every other backend, when [`SWITCH`] is off, or when this path cannot
+//! used on every other backend, when [`set_enabled`] turns this off, or when this path cannot
 //! serve (no NVRTC; a head dimension other than 16, 32, 64 or 128; query heads not a multiple of
 //! the key/value heads). `qwen2_gpu.rs` compares the two, values and gradients.
 //!
 //! Streams: cubecl launches the kernels as its own ([`crate::kernels::cube_launch`]), in order
 //! with burn's on the calling thread's stream: no fence.
 
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::cuda::CudaDevice;
+use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::{Autodiff, Cuda};
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::backend::Backend;
@@ -33,11 +38,12 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, Tensor};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
-use burn_fusion::{Fusion, FusionBackend};
+use burn_fusion::stream::Operation;
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use half::bf16;
 
 use crate::cublas::{as_backend, from_backend};
-use crate::kernels::Source;
+use crate::kernels::{with_engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -105,8 +111,17 @@ fn family(s: &str, ptrs: &[u64], strides: &[Vec<usize>]) -> &'static str {
     }
 }
 
-/// This path, on by default; off, attention is burn's.
-pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns this path on or off (process-wide; on by default). Off, attention is burn's.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`causal_attention`] takes this path where it serves.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
 
 /// Why `q [b, h, t, d]` over `k [b, kv, t, d]` is outside what the kernels cover, if it is.
 pub fn unsupported(q: [usize; 4], k: [usize; 4]) -> Option<String> {
@@ -126,7 +141,7 @@ pub fn unsupported(q: [usize; 4], k: [usize; 4]) -> Option<String> {
 /// Causal attention `softmax(q k^T / sqrt(d) + causal mask) v` of `q [b, h, t, d]` over
 /// `k, v [b, kv, t, d]` (query head `i` reads key/value head `i / (h / kv)`), `-> [b, h, t, d]`,
 /// through this path when the backend is burn's CUDA backend (f32 or bf16, with or without
-/// autodiff), [`SWITCH`] is on and it serves the shapes; `Err` gives the operands back untouched
+/// autodiff), it is [`enabled`] and it serves the shapes; `Err` gives the operands back untouched
 /// otherwise.
 #[allow(clippy::type_complexity)]
 pub fn causal_attention<B: Backend>(
@@ -146,7 +161,7 @@ pub fn causal_attention<B: Backend>(
 
 /// Whether [`causal_attention`] takes these operands (backend, dtypes, shapes, kernels).
 fn serves<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>, v: &Tensor<B, 4>) -> bool {
-    if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
+    if !enabled() || !crate::cublas::is_cuda::<B>() {
         return false;
     }
     let dt = q.dtype();
@@ -156,7 +171,20 @@ fn serves<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>, v: &Tensor<B, 4>) -> b
     if k.dims() != v.dims() || unsupported(q.dims(), k.dims()).is_some() {
         return false;
     }
-    crate::kernels::usable(&SOURCE, &q.device(), "flash attention")
+    let device = q.device();
+    let Some(device) = (&device as &dyn Any).downcast_ref::<CudaDevice>() else {
+        return false;
+    };
+    match with_engine(&SOURCE, device.index, |_| Ok(())) {
+        Ok(()) => true,
+        Err(why) => {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!("flash attention unavailable, burn's attention is used: {why}");
+            });
+            false
+        }
+    }
 }
 
 fn through<B: Backend, X: FlashAttention>(
@@ -405,6 +433,59 @@ fn launch(
 // ---------------------------------------------------------------------------------------------
 // Fusion: custom operations on the inner backend's tensors.
 
+/// One of the kernels' passes as a fusion custom operation: the forward (inputs q, k, v;
+/// outputs out, lse) or the backward (inputs q, k, v, out, lse, dout; outputs dq, dk, dv).
+#[derive(Debug)]
+struct FusedPass<B> {
+    desc: CustomOpIr,
+    backward: bool,
+    _b: std::marker::PhantomData<B>,
+}
+
+impl<B: FusionBackend + FlashKernels> Operation<B::FusionRuntime> for FusedPass<B> {
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+    ) {
+        let mut ins = self
+            .desc
+            .inputs
+            .iter()
+            .map(|t| handles.get_float_tensor::<B>(t))
+            .collect::<Vec<_>>()
+            .into_iter();
+        let mut next = || ins.next().expect("the pass's inputs, as registered");
+        let outs: Vec<FloatTensor<B>> = if self.backward {
+            let (q, k, v, o, l, g) = (next(), next(), next(), next(), next(), next());
+            B::flash_backward(q, k, v, o, l, g).into()
+        } else {
+            let (q, k, v) = (next(), next(), next());
+            B::flash_forward(q, k, v).into()
+        };
+        for (ir, t) in self.desc.outputs.iter().zip(outs) {
+            handles.register_float_tensor::<B>(&ir.id, t);
+        }
+    }
+}
+
+/// Registers a [`FusedPass`] of `inputs` with outputs of these shapes and dtypes.
+fn fused_pass<B: FusionBackend + FlashKernels, const N: usize>(
+    inputs: Vec<FloatTensor<Fusion<B>>>,
+    outputs: [(Shape, DType); N],
+    backward: bool,
+) -> [FloatTensor<Fusion<B>>; N] {
+    let name = if backward {
+        "kevin_flash_backward"
+    } else {
+        "kevin_flash_forward"
+    };
+    crate::kernels::custom_op(name, inputs, outputs, |desc| FusedPass::<B> {
+        desc,
+        backward,
+        _b: std::marker::PhantomData,
+    })
+}
+
 impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
     fn flash_forward(
         q: FloatTensor<Self>,
@@ -415,15 +496,7 @@ impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
         let [b, h, t, _] = <[usize; 4]>::try_from(&dims[..]).expect("4-d queries");
         let out = (q.shape.clone(), q.dtype);
         let lse = (Shape::from(vec![b, h, t]), DType::F32);
-        crate::kernels::custom_op::<B, 2>(
-            "kevin_flash_forward",
-            vec![q, k, v],
-            [out, lse],
-            |ins, h| {
-                let mut f = |i: usize| h.get_float_tensor::<B>(&ins[i]);
-                B::flash_forward(f(0), f(1), f(2)).into()
-            },
-        )
+        fused_pass::<B, 2>(vec![q, k, v], [out, lse], false)
     }
 
     fn flash_backward(
@@ -436,15 +509,7 @@ impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
     ) -> [FloatTensor<Self>; 3] {
         let like = |t: &FloatTensor<Self>| (t.shape.clone(), t.dtype);
         let grads = [like(&q), like(&k), like(&v)];
-        crate::kernels::custom_op::<B, 3>(
-            "kevin_flash_backward",
-            vec![q, k, v, out, lse, dout],
-            grads,
-            |ins, h| {
-                let mut f = |i: usize| h.get_float_tensor::<B>(&ins[i]);
-                B::flash_backward(f(0), f(1), f(2), f(3), f(4), f(5)).into()
-            },
-        )
+        fused_pass::<B, 3>(vec![q, k, v, out, lse, dout], grads, true)
     }
 }
 

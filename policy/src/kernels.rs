@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use burn::backend::ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn::backend::ir::{CustomOpIr, OperationIr, OperationOutput, TensorIr};
 use burn::cubecl::cuda::{CudaCompiler, CudaComputeKernel, CudaRuntime};
 use burn::cubecl::frontend::CubePrimitive;
 use burn::cubecl::prelude::{
@@ -28,56 +28,13 @@ use burn::cubecl::prelude::{
 };
 use burn::cubecl::server::{KernelArguments, MetadataBindingInfo};
 use burn::cubecl::{CompilationError, Compiler, CubeTask};
-use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::tensor::CubeTensor;
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_fusion::{FusionBackend, FusionRuntime, FusionTensor};
+use burn_fusion::{FusionRuntime, FusionTensor};
 
 use cudarc::driver::result as cu;
 use cudarc::driver::sys as drv;
-
-/// A process-wide switch of one of the fast paths (on unless turned off; off, the path's
-/// plain-burn reference runs).
-pub struct Switch(std::sync::atomic::AtomicBool);
-
-impl Switch {
-    /// A switch that is on.
-    pub const fn on() -> Switch {
-        Switch(std::sync::atomic::AtomicBool::new(true))
-    }
-
-    /// Turns the path on or off.
-    pub fn set(&self, on: bool) {
-        self.0.store(on, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether the path is on.
-    pub fn get(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-/// Whether `source`'s kernels can run on `device` (burn's CUDA device; anything else is not):
-/// they compile and load there (once per thread; the result is remembered). The first failure
-/// of each source is logged once, naming `path`, whose plain-burn reference then runs.
-pub(crate) fn usable(source: &Source, device: &dyn std::any::Any, path: &str) -> bool {
-    let Some(device) = device.downcast_ref::<burn::backend::cuda::CudaDevice>() else {
-        return false;
-    };
-    match with_engine(source, device.index, |_| Ok(())) {
-        Ok(()) => true,
-        Err(why) => {
-            static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-            let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
-            if !warned.contains(&source.name) {
-                warned.push(source.name);
-                tracing::warn!("{path} unavailable, burn's ops are used: {why}");
-            }
-            false
-        }
-    }
-}
 
 /// What every source starts with.
 pub const PRELUDE: &str = include_str!("cuda/prelude.cuh");
@@ -561,56 +518,23 @@ pub(crate) fn gated(
     })
 }
 
-/// The fusion layer's handles of backend `B`'s tensors.
-pub(crate) type Handles<B> =
-    HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
-
-/// What a [`custom_op`] runs: from the descriptor's inputs and the handles, its outputs in order.
-type Run<B> = Box<dyn Fn(&[TensorIr], &mut Handles<B>) -> Vec<FloatTensor<B>> + Send + Sync>;
-
-/// A fusion custom operation on the inner backend's tensors.
-struct InnerPass<B: FusionBackend> {
-    desc: CustomOpIr,
-    run: Run<B>,
-}
-
-impl<B: FusionBackend> std::fmt::Debug for InnerPass<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "InnerPass({})", self.desc.id)
-    }
-}
-
-impl<B: FusionBackend> Operation<B::FusionRuntime> for InnerPass<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let outs = (self.run)(&self.desc.inputs, handles);
-        for (ir, t) in self.desc.outputs.iter().zip(outs) {
-            handles.register_float_tensor::<B>(&ir.id, t);
-        }
-    }
-}
-
 /// Registers a fusion custom operation named `name` (never fused: it closes the fusion block
-/// before it) over `inputs`, with float outputs of these shapes and dtypes; when the stream runs
-/// it, `run` gets the inputs' descriptors (in order) and the handles, takes its inputs from
-/// them and returns the outputs in order.
-pub(crate) fn custom_op<B: FusionBackend, const N: usize>(
+/// before it) over `inputs`, with outputs of these shapes and dtypes; `op` makes the operation
+/// from its descriptor (which lists the inputs in order, then the outputs).
+pub(crate) fn custom_op<R: FusionRuntime, O: Operation<R> + 'static, const N: usize>(
     name: &'static str,
-    inputs: Vec<FusionTensor<B::FusionRuntime>>,
+    inputs: Vec<FusionTensor<R>>,
     outputs: [(Shape, DType); N],
-    run: impl Fn(&[TensorIr], &mut Handles<B>) -> Vec<FloatTensor<B>> + Send + Sync + 'static,
-) -> [FusionTensor<B::FusionRuntime>; N] {
+    op: impl FnOnce(CustomOpIr) -> O,
+) -> [FusionTensor<R>; N] {
     let client = inputs[0].client.clone();
     let streams = OperationStreams::with_inputs(inputs.iter());
     let outs =
         outputs.map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype));
     let ins: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
     let desc = CustomOpIr::new(name, &ins, &outs);
-    let op = InnerPass::<B> {
-        desc: desc.clone(),
-        run: Box::new(run),
-    };
     client
-        .register(streams, OperationIr::Custom(desc), op)
+        .register(streams, OperationIr::Custom(desc.clone()), op(desc))
         .outputs()
 }
 

@@ -15,11 +15,14 @@
 //! and gradients.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::cuda::CudaDevice;
+use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::{Autodiff, Cuda};
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::backend::Backend;
@@ -27,10 +30,11 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Shape, Tensor, TensorPrimitive};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
-use burn_fusion::{Fusion, FusionBackend};
+use burn_fusion::stream::Operation;
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use half::bf16;
 
-use crate::kernels::{packed, Source};
+use crate::kernels::{packed, with_engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -53,13 +57,23 @@ pub fn kernel_names() -> Vec<String> {
 /// Threads per block (`LP_THREADS` in `logprob.cu`).
 const THREADS: u32 = 512;
 
-/// This path, on by default; off, the log-probabilities are computed with burn's tensor operations.
-pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns this path on or off (process-wide; on by default). Off, the log-probabilities are
+/// computed with burn's tensor operations.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`chosen_logprobs`] takes this path where it serves.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
 
 /// `log_softmax(logits[rows[n]])[targets[n]]` for each `n`, `-> [N]` in f32, of `logits [.., V]`
 /// taken as `[M, V]` (M rows: the product of the leading dimensions, in order) with `rows` and
 /// `targets` `[N]` (`rows` distinct, each below `M`; a target outside `0..V` gives NaN), through this path when the backend is burn's CUDA backend (f32 or bf16 logits,
-/// i32 indices, with or without autodiff) and [`SWITCH`] is on; `Err` gives the operands back
+/// i32 indices, with or without autodiff) and it is [`enabled`]; `Err` gives the operands back
 /// untouched otherwise.
 #[allow(clippy::type_complexity)]
 ///
@@ -86,7 +100,7 @@ fn serves<B: Backend, const D: usize>(
     rows: &Tensor<B, 1, Int>,
     targets: &Tensor<B, 1, Int>,
 ) -> bool {
-    if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
+    if !enabled() || !crate::cublas::is_cuda::<B>() {
         return false;
     }
     if !matches!(logits.dtype(), DType::F32 | DType::BF16)
@@ -98,7 +112,20 @@ fn serves<B: Backend, const D: usize>(
     {
         return false;
     }
-    crate::kernels::usable(&SOURCE, &logits.device(), "fused log-probabilities")
+    let device = logits.device();
+    let Some(device) = (&device as &dyn Any).downcast_ref::<CudaDevice>() else {
+        return false;
+    };
+    match with_engine(&SOURCE, device.index, |_| Ok(())) {
+        Ok(()) => true,
+        Err(why) => {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!("fused log-probabilities unavailable, burn's ops are used: {why}");
+            });
+            false
+        }
+    }
 }
 
 /// `t`'s int primitive as backend `X`'s, when `B` is `X`.
@@ -288,6 +315,52 @@ impl<B: LogprobKernels> ChosenLogprobs for B {
 
 /// The forward (inputs x, rows, targets; outputs logp, lse) or the backward (inputs x, rows,
 /// targets, lse, g; output dx) as a fusion custom operation.
+#[derive(Debug)]
+struct FusedPass<B> {
+    desc: CustomOpIr,
+    backward: bool,
+    _b: std::marker::PhantomData<B>,
+}
+
+impl<B: FusionBackend + LogprobKernels> Operation<B::FusionRuntime> for FusedPass<B> {
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+    ) {
+        let ins = &self.desc.inputs;
+        let x = handles.get_float_tensor::<B>(&ins[0]);
+        let rows = handles.get_int_tensor::<B>(&ins[1]);
+        let targets = handles.get_int_tensor::<B>(&ins[2]);
+        let outs: Vec<FloatTensor<B>> = if self.backward {
+            let lse = handles.get_float_tensor::<B>(&ins[3]);
+            let g = handles.get_float_tensor::<B>(&ins[4]);
+            vec![B::logprob_backward(x, rows, targets, lse, g)]
+        } else {
+            B::logprob_forward(x, rows, targets).into()
+        };
+        for (ir, t) in self.desc.outputs.iter().zip(outs) {
+            handles.register_float_tensor::<B>(&ir.id, t);
+        }
+    }
+}
+
+fn fused_pass<B: FusionBackend + LogprobKernels, const N: usize>(
+    inputs: Vec<FloatTensor<Fusion<B>>>,
+    outputs: [(Shape, DType); N],
+    backward: bool,
+) -> [FloatTensor<Fusion<B>>; N] {
+    let name = if backward {
+        "kevin_logprob_backward"
+    } else {
+        "kevin_logprob_forward"
+    };
+    crate::kernels::custom_op(name, inputs, outputs, |desc| FusedPass::<B> {
+        desc,
+        backward,
+        _b: std::marker::PhantomData,
+    })
+}
+
 impl<B: FusionBackend + LogprobKernels> LogprobKernels for Fusion<B> {
     fn logprob_forward(
         x: FloatTensor<Self>,
@@ -296,17 +369,7 @@ impl<B: FusionBackend + LogprobKernels> LogprobKernels for Fusion<B> {
     ) -> [FloatTensor<Self>; 2] {
         let n = Shape::from(vec![rows.shape[0]]);
         let outs = [(n.clone(), DType::F32), (n, DType::F32)];
-        crate::kernels::custom_op::<B, 2>(
-            "kevin_logprob_forward",
-            vec![x, rows, targets],
-            outs,
-            |ins, h| {
-                let x = h.get_float_tensor::<B>(&ins[0]);
-                let rows = h.get_int_tensor::<B>(&ins[1]);
-                let targets = h.get_int_tensor::<B>(&ins[2]);
-                B::logprob_forward(x, rows, targets).into()
-            },
-        )
+        fused_pass::<B, 2>(vec![x, rows, targets], outs, false)
     }
 
     fn logprob_backward(
@@ -317,19 +380,7 @@ impl<B: FusionBackend + LogprobKernels> LogprobKernels for Fusion<B> {
         g: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         let like = (x.shape.clone(), x.dtype);
-        let [dx] = crate::kernels::custom_op::<B, 1>(
-            "kevin_logprob_backward",
-            vec![x, rows, targets, lse, g],
-            [like],
-            |ins, h| {
-                let x = h.get_float_tensor::<B>(&ins[0]);
-                let rows = h.get_int_tensor::<B>(&ins[1]);
-                let targets = h.get_int_tensor::<B>(&ins[2]);
-                let lse = h.get_float_tensor::<B>(&ins[3]);
-                let g = h.get_float_tensor::<B>(&ins[4]);
-                vec![B::logprob_backward(x, rows, targets, lse, g)]
-            },
-        );
+        let [dx] = fused_pass::<B, 1>(vec![x, rows, targets, lse, g], [like], true);
         dx
     }
 }

@@ -15,10 +15,15 @@
 //! learner step on the H200 (ncu, 2026-12-02). `qwen2_gpu.rs` compares the two, values and
 //! gradients.
 
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::cuda::CudaDevice;
+use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::{Autodiff, Cuda};
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::backend::Backend;
@@ -26,11 +31,12 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, Tensor, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
-use burn_fusion::{Fusion, FusionBackend};
+use burn_fusion::stream::Operation;
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use half::bf16;
 
 use crate::cublas::{as_backend, from_backend};
-use crate::kernels::{packed, Source};
+use crate::kernels::{packed, with_engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -59,12 +65,21 @@ const ROWS: usize = 16;
 /// The widest row the backward keeps in shared memory (one f32 per column, 48 KB).
 pub const MAX_WIDTH: usize = 12 * 1024;
 
-/// This path, on by default; off, both are burn's ops.
-pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns this path on or off (process-wide; on by default). Off, both are burn's ops.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether this path is on.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
 
 /// RMSNorm of `x [.., n]` with weight `w [n]` (transformers' rounding: the normalised row cast
 /// to the dtype, then scaled), through this path when the backend is burn's CUDA backend (f32 or
-/// bf16, with or without autodiff) and [`SWITCH`] is on; `Err` gives the operands back.
+/// bf16, with or without autodiff) and it is [`enabled`]; `Err` gives the operands back.
 #[allow(clippy::type_complexity)]
 pub fn rms_norm<B: Backend, const D: usize>(
     x: Tensor<B, D>,
@@ -101,7 +116,7 @@ pub fn add_bias<B: Backend, const D: usize>(
 
 /// Whether this path takes `x [.., n]` with `v [n]` (backend, dtypes, shapes, kernels).
 fn serves<B: Backend, const D: usize>(x: &Tensor<B, D>, v: &Tensor<B, 1>) -> bool {
-    if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
+    if !enabled() || !crate::cublas::is_cuda::<B>() {
         return false;
     }
     let dt = x.dtype();
@@ -112,7 +127,20 @@ fn serves<B: Backend, const D: usize>(x: &Tensor<B, D>, v: &Tensor<B, 1>) -> boo
     if n == 0 || n > MAX_WIDTH {
         return false;
     }
-    crate::kernels::usable(&SOURCE, &x.device(), "fused norms")
+    let device = x.device();
+    let Some(device) = (&device as &dyn Any).downcast_ref::<CudaDevice>() else {
+        return false;
+    };
+    match with_engine(&SOURCE, device.index, |_| Ok(())) {
+        Ok(()) => true,
+        Err(why) => {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::warn!("fused norms unavailable, burn's ops are used: {why}");
+            });
+            false
+        }
+    }
 }
 
 fn rms_through<B: Backend, X: FusedNorm, const D: usize>(
@@ -359,6 +387,61 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> NormKernels
 // ---------------------------------------------------------------------------------------------
 // Fusion: custom operations on the inner backend's tensors.
 
+#[derive(Debug, Clone, Copy)]
+enum Pass {
+    RmsForward(f32),
+    RmsBackward,
+    ColSum,
+}
+
+#[derive(Debug)]
+struct NormPass<B> {
+    desc: CustomOpIr,
+    pass: Pass,
+    _b: std::marker::PhantomData<B>,
+}
+
+impl<B: FusionBackend + NormKernels> Operation<B::FusionRuntime> for NormPass<B> {
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+    ) {
+        let ins: Vec<FloatTensor<B>> = self
+            .desc
+            .inputs
+            .iter()
+            .map(|t| handles.get_float_tensor::<B>(t))
+            .collect();
+        let mut ins = ins.into_iter();
+        let mut next = || ins.next().expect("the pass's inputs, as registered");
+        let outs: Vec<FloatTensor<B>> = match self.pass {
+            Pass::RmsForward(eps) => B::rms_forward(next(), next(), eps).into(),
+            Pass::RmsBackward => B::rms_backward(next(), next(), next(), next()).into(),
+            Pass::ColSum => vec![B::col_sum(next())],
+        };
+        for (ir, t) in self.desc.outputs.iter().zip(outs) {
+            handles.register_float_tensor::<B>(&ir.id, t);
+        }
+    }
+}
+
+fn fused_pass<B: FusionBackend + NormKernels, const N: usize>(
+    inputs: Vec<FloatTensor<Fusion<B>>>,
+    outputs: [(Shape, DType); N],
+    pass: Pass,
+) -> [FloatTensor<Fusion<B>>; N] {
+    let name = match pass {
+        Pass::RmsForward(_) => "kevin_rms_forward",
+        Pass::RmsBackward => "kevin_rms_backward",
+        Pass::ColSum => "kevin_col_sum",
+    };
+    crate::kernels::custom_op(name, inputs, outputs, |desc| NormPass::<B> {
+        desc,
+        pass,
+        _b: std::marker::PhantomData,
+    })
+}
+
 impl<B: FusionBackend + NormKernels> NormKernels for Fusion<B> {
     fn rms_forward(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f32) -> [FloatTensor<Self>; 2] {
         let rows = x.shape.num_elements() / x.shape.to_vec().last().copied().unwrap_or(1).max(1);
@@ -366,10 +449,7 @@ impl<B: FusionBackend + NormKernels> NormKernels for Fusion<B> {
             (x.shape.clone(), x.dtype),
             (Shape::from(vec![rows]), DType::F32),
         ];
-        crate::kernels::custom_op::<B, 2>("kevin_rms_forward", vec![x, w], outs, move |ins, h| {
-            let mut f = |i: usize| h.get_float_tensor::<B>(&ins[i]);
-            B::rms_forward(f(0), f(1), eps).into()
-        })
+        fused_pass::<B, 2>(vec![x, w], outs, Pass::RmsForward(eps))
     }
 
     fn rms_backward(
@@ -379,23 +459,13 @@ impl<B: FusionBackend + NormKernels> NormKernels for Fusion<B> {
         dy: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 2] {
         let outs = [(x.shape.clone(), x.dtype), (w.shape.clone(), w.dtype)];
-        crate::kernels::custom_op::<B, 2>(
-            "kevin_rms_backward",
-            vec![x, w, r, dy],
-            outs,
-            |ins, h| {
-                let mut f = |i: usize| h.get_float_tensor::<B>(&ins[i]);
-                B::rms_backward(f(0), f(1), f(2), f(3)).into()
-            },
-        )
+        fused_pass::<B, 2>(vec![x, w, r, dy], outs, Pass::RmsBackward)
     }
 
     fn col_sum(dy: FloatTensor<Self>) -> FloatTensor<Self> {
         let n = dy.shape.to_vec().last().copied().unwrap_or(1);
         let out = (Shape::from(vec![n]), dy.dtype);
-        let [s] = crate::kernels::custom_op::<B, 1>("kevin_col_sum", vec![dy], [out], |ins, h| {
-            vec![B::col_sum(h.get_float_tensor::<B>(&ins[0]))]
-        });
+        let [s] = fused_pass::<B, 1>(vec![dy], [out], Pass::ColSum);
         s
     }
 }

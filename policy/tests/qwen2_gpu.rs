@@ -93,20 +93,6 @@ fn max_diff<B: burn::tensor::backend::Backend, const D: usize>(
         .fold(0.0, f32::max)
 }
 
-/// The largest difference between `got` and `want` over the larger of 1 and want's largest
-/// magnitude.
-fn rel_diff(got: burn::tensor::TensorData, want: burn::tensor::TensorData) -> f32 {
-    let got = got.convert::<f32>().to_vec::<f32>().unwrap();
-    let want = want.convert::<f32>().to_vec::<f32>().unwrap();
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(1f32, |a, x| a.max(x.abs()));
-    let d = got
-        .iter()
-        .zip(&want)
-        .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
-    d / scale
-}
-
 /// The cuBLAS products against NdArray's exact f32 ones on the same values: a linear layer
 /// (folded into one product), a batch, transposed operands (a backward's), a broadcast
 /// transposed weight (the tied head); f32 within 1e-4 (no TF32), bf16 within its rounding.
@@ -710,9 +696,21 @@ fn chosen_logprobs_and_their_gradient_match_the_cpu_on_cuda() {
         let cgrads = (want.clone() * cw).sum().backward();
         let cdx = cx.grad(&cgrads).unwrap();
 
+        let rel = |g: Vec<f32>, w: Vec<f32>| {
+            let scale = w.iter().fold(1f32, |a, x| a.max(x.abs()));
+            let d = g
+                .iter()
+                .zip(&w)
+                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            d / scale
+        };
+        let f32s = |t: TensorData| t.convert::<f32>().to_vec::<f32>().unwrap();
         [
-            rel_diff(logp.inner().into_data(), want.inner().into_data()),
-            rel_diff(dx.into_data(), cdx.into_data()),
+            rel(
+                f32s(logp.inner().into_data()),
+                f32s(want.inner().into_data()),
+            ),
+            rel(f32s(dx.into_data()), f32s(cdx.into_data())),
         ]
     }
     let gpu = kevin_policy::cuda_setup::cuda_device(0);
@@ -839,7 +837,16 @@ fn norms_and_their_gradients_match_the_cpu_on_cuda() {
         let cup = Tensor::<C, 3>::from_data(TensorData::new(up, [b, t, n]), &cpu);
         let cgrads = (cz * cup).sum().backward();
 
-        let rel = rel_diff;
+        let rel = |g: TensorData, w: TensorData| {
+            let g = g.convert::<f32>().to_vec::<f32>().unwrap();
+            let w = w.convert::<f32>().to_vec::<f32>().unwrap();
+            let scale = w.iter().fold(1f32, |a, x| a.max(x.abs()));
+            let d = g
+                .iter()
+                .zip(&w)
+                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            d / scale
+        };
         [
             rel(y.inner().into_data(), cy.inner().into_data()),
             rel(

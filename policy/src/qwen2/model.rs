@@ -270,7 +270,7 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
     }
 
     fn new_cache(&self, slots: usize, max_len: usize) -> Qwen2Cache<B> {
-        self.cache_for(slots, max_len, fused::SWITCH.get())
+        self.cache_for(slots, max_len, fused::enabled())
     }
 
     fn extend(
