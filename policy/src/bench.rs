@@ -124,8 +124,6 @@ pub struct BenchArgs {
     pub flash: bool,
     /// The learner's log-probabilities through [`crate::logprob`] on CUDA; false: burn's ops.
     pub logprobs: bool,
-    /// RMSNorm and bias additions through [`crate::norm`] on CUDA; false: burn's ops.
-    pub norms: bool,
 }
 
 impl BenchArgs {
@@ -147,7 +145,6 @@ impl BenchArgs {
             fused: true,
             flash: true,
             logprobs: true,
-            norms: true,
         }
     }
 }
@@ -178,10 +175,6 @@ pub struct LearnResult {
     pub step_seconds: f64,
     /// Tokens per step.
     pub tokens: usize,
-    /// GPU memory in use on the device after the steps (cuMemGetInfo: this process's pools, its
-    /// CUDA context and anything else on the GPU; cubecl keeps what a step reserved), GiB. None
-    /// on the CPU.
-    pub device_memory_gib: Option<f64>,
 }
 
 /// The concurrent load ([`BenchArgs::load_seconds`]).
@@ -281,13 +274,6 @@ fn generate_once<B: Backend>(
     ))
 }
 
-/// GPU 0's memory in use (total - free), GiB, or None without a GPU.
-fn gpu_memory_in_use() -> Option<f64> {
-    crate::cublas::primary_context(0).ok()?;
-    let (free, total) = cudarc::driver::result::mem_get_info().ok()?;
-    Some((total - free) as f64 / (1u64 << 30) as f64)
-}
-
 /// Runs the benchmark on backend `B` (its autodiff twin for the learner) on `device`;
 /// `progress` gets one line per finished measurement.
 pub fn run<B: AutodiffBackend>(
@@ -332,9 +318,6 @@ pub fn run<B: AutodiffBackend>(
             tokens_per_s: tokens as f64 / step_seconds,
             step_seconds,
             tokens,
-            device_memory_gib: crate::cublas::is_cuda::<B>()
-                .then(gpu_memory_in_use)
-                .flatten(),
         };
         progress(&format!(
             "learner {}x{}: {:.0} tokens/s ({:.0} ms/step)",
@@ -492,13 +475,11 @@ pub fn run_named(
     crate::qwen2::fused::set_enabled(args.fused);
     crate::flash::set_enabled(args.flash);
     crate::logprob::set_enabled(args.logprobs);
-    crate::norm::set_enabled(args.norms);
     let generate = if args.fused { "fused" } else { "burn" };
     let generate = format!(
-        "{generate}, attention {}, logprobs {}, norms {}",
+        "{generate}, attention {}, logprobs {}",
         if args.flash { "flash" } else { "burn" },
-        if args.logprobs { "fused" } else { "burn" },
-        if args.norms { "fused" } else { "burn" }
+        if args.logprobs { "fused" } else { "burn" }
     );
     if device == "cuda" {
         crate::cuda_setup::require_gpu("--device cuda")?;

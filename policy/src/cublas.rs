@@ -9,11 +9,11 @@
 //! The plain-burn reference is `Tensor::matmul` (cubek's kernels; NdArray on the CPU), and a
 //! test compares the two ([`crate::burn_tests`] on the GPU).
 //!
-//! Streams: cubecl's CUDA streams are private, so the product runs on a stream of kevin's,
-//! ordered against cubecl's on the device by [`crate::kernels::gated`] (cubecl's stream holds
-//! while the product runs; the host does not wait). Each gate costs three small kernels and the
-//! operands' addresses from cubecl, so only products worth it go to cuBLAS ([`MIN_MNK`],
-//! [`TALL_ROWS`]); the rest stay with burn.
+//! Streams: cubecl's CUDA streams are private, so the product runs on a stream of its own,
+//! fenced on both sides: the client is synchronised before the call (the operands are written)
+//! and the own stream after it (the output is written before cubecl's next kernel). Each fence
+//! costs a host round trip, so only products worth it go to cuBLAS ([`MIN_MNK`], [`TALL_ROWS`]);
+//! the rest stay with burn.
 //!
 //! [`matmul`] is the entry point of the model's code, which is generic over its backend: it
 //! takes the cuBLAS path when the backend is burn's CUDA backend (`Cuda<f32>`, `Cuda<bf16>`, with
@@ -371,32 +371,53 @@ fn cube_matmul(
         stride_c: (m * n) as i64,
     };
 
-    crate::kernels::gated([&a, &b, &out], |engine, [pa, pb, pc]| {
-        let call = GemmCall {
-            g: &g,
-            f64: false,
-            a: pa,
-            b: pb,
-            c: pc,
-        };
-        BLAS.with(|own| -> Result<(), String> {
-            let mut own = own.borrow_mut();
-            if own.as_ref().map(|(s, _)| *s) != Some(engine.stream()) {
-                *own = Some((
-                    engine.stream(),
-                    Blas::new(engine.stream()).map_err(|e| e.to_string())?,
-                ));
-            }
-            let (_, blas) = own.as_ref().expect("set above");
-            blas.gemm_ld(&call, la.ld, lb.ld).map_err(|e| e.to_string())
-        })
+    let client = &lhs.client;
+    let res = |t: &CubeTensor<CudaRuntime>| {
+        client
+            .get_resource(t.handle.clone())
+            .map_err(|e| format!("device address: {e:?}"))
+    };
+    let (ra, rb, rc) = (res(&a)?, res(&b)?, res(&out)?);
+    let (pa, pb, pc) = (ra.resource().ptr, rb.resource().ptr, rc.resource().ptr);
+    // Fence 1: every kernel that writes the operands has finished.
+    burn::cubecl::future::block_on(client.sync()).map_err(|e| format!("sync: {e:?}"))?;
+    let call = GemmCall {
+        g: &g,
+        f64: false,
+        a: pa,
+        b: pb,
+        c: pc,
+    };
+    OWN.with(|own| -> Result<(), String> {
+        let mut own = own.borrow_mut();
+        if own.is_none() {
+            *own = Some(OwnStream::new(lhs.device.index)?);
+        }
+        let own = own.as_ref().expect("set above");
+        own.blas
+            .gemm_ld(&call, la.ld, lb.ld)
+            .map_err(|e| e.to_string())?;
+        // Fence 2: the output is written before cubecl's next kernel reads it.
+        // SAFETY: the stream was created by this thread and lives in `own`.
+        unsafe { cu::stream::synchronize(own.stream) }.map_err(|e| format!("sync: {e:?}"))
     })?;
+    drop((ra, rb, rc));
     Ok(out)
 }
 
-thread_local! {
-    /// The calling thread's cuBLAS handle, on the stream of its [`crate::kernels::gated`] engine.
-    static BLAS: RefCell<Option<(drv::CUstream, Blas)>> = const { RefCell::new(None) };
+/// The calling thread's cuBLAS handle on a stream of its own, in the primary context of the
+/// device (the context cubecl uses, so its addresses are valid here).
+struct OwnStream {
+    stream: drv::CUstream,
+    blas: Blas,
+}
+
+impl OwnStream {
+    fn new(device: usize) -> Result<OwnStream, String> {
+        let (_, stream) = primary_stream(device)?;
+        let blas = Blas::new(stream).map_err(|e| e.to_string())?;
+        Ok(OwnStream { stream, blas })
+    }
 }
 
 /// A new non-blocking stream in the primary context of GPU `device` (the context cubecl uses,
@@ -420,6 +441,10 @@ pub(crate) fn primary_context(device: usize) -> Result<drv::CUcontext, String> {
         cu::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
         Ok(ctx)
     }
+}
+
+thread_local! {
+    static OWN: RefCell<Option<OwnStream>> = const { RefCell::new(None) };
 }
 
 // ---------------------------------------------------------------------------------------------

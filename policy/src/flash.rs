@@ -19,8 +19,8 @@
 //! serve (no NVRTC; a head dimension other than 16, 32, 64 or 128; query heads not a multiple of
 //! the key/value heads). `qwen2_gpu.rs` compares the two, values and gradients.
 //!
-//! Streams: cubecl launches the kernels as its own ([`crate::kernels::cube_launch`]), in order
-//! with burn's on the calling thread's stream: no fence.
+//! Streams: the kernels run on a stream of their own, fenced on both sides as
+//! [`crate::cublas`]'s products are ([`crate::kernels::fenced`]).
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,9 +41,10 @@ use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use half::bf16;
+use kevin::gpu::device::ArgPack;
 
 use crate::cublas::{as_backend, from_backend};
-use crate::kernels::{with_engine, Source};
+use crate::kernels::{fenced, with_engine, Engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -302,27 +303,13 @@ fn suffix(t: &Ct) -> Result<&'static str, String> {
     }
 }
 
-/// The kernels' `FaArgs`: heads, key/value heads, rows, the (batch, head, row) strides of q,
-/// k and v, and the scale.
-fn fa_args(h: usize, kv: usize, t: usize, ts: [&Ct; 3], scale: f32) -> Vec<u64> {
-    let mut w = vec![h as u64, kv as u64, t as u64];
-    for x in ts {
-        w.extend(x.meta.strides()[..3].iter().map(|&s| s as u64));
+/// The strides the kernels take for q, k, v: (batch, head, row) of each.
+fn strides(ts: [&Ct; 3], args: &mut ArgPack) {
+    for t in ts {
+        for i in 0..3 {
+            args.push(&(t.meta.strides()[i] as i64).to_ne_bytes());
+        }
     }
-    w.push(scale.to_bits() as u64);
-    w
-}
-
-/// The device addresses of `ts` (for [`family`]'s alignment test).
-fn addresses(ts: &[&Ct]) -> Result<Vec<u64>, String> {
-    ts.iter()
-        .map(|t| {
-            t.client
-                .get_resource(t.handle.clone())
-                .map(|r| r.resource().ptr)
-                .map_err(|e| format!("device address: {e:?}"))
-        })
-        .collect()
 }
 
 fn cube_forward(q: Ct, k: Ct, v: Ct) -> Result<[Ct; 2], String> {
@@ -338,17 +325,28 @@ fn cube_forward(q: Ct, k: Ct, v: Ct) -> Result<[Ct; 2], String> {
         return Ok([out, lse]);
     }
     let st = [&q, &k, &v].map(|t| t.meta.strides().to_vec());
-    let f = family(s, &addresses(&[&q, &k, &v])?, &st);
-    let words = fa_args(h, kd[1], t, [&q, &k, &v], (d as f32).powf(-0.5));
-    launch(
-        &format!("{f}fwd"),
-        s,
-        d,
-        (t.div_ceil(ROWS), b * h),
-        &[&q, &k, &v, &out, &lse],
-        &words,
-    )?;
+    fenced(&SOURCE, &[&q, &k, &v, &out, &lse], |e, p| {
+        let mut a = ArgPack::default();
+        p.iter().for_each(|&x| a.ptr(x));
+        push_dims(&mut a, h, kd[1], t);
+        strides([&q, &k, &v], &mut a);
+        a.push(&((d as f32).powf(-0.5)).to_ne_bytes());
+        let f = family(s, &p[..3], &st);
+        launch(
+            e,
+            &format!("{f}fwd{d}_{s}"),
+            (t.div_ceil(ROWS), b * h),
+            d,
+            &mut a,
+        )
+    })?;
     Ok([out, lse])
+}
+
+fn push_dims(a: &mut ArgPack, h: usize, kv: usize, t: usize) {
+    for x in [h, kv, t] {
+        a.push(&(x as i32).to_ne_bytes());
+    }
 }
 
 fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct; 3], String> {
@@ -368,49 +366,58 @@ fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct;
     if b * h * t == 0 {
         return Ok([dq, dk, dv]);
     }
+    let scale = (d as f32).powf(-0.5);
     let st = [&q, &k, &v].map(|t| t.meta.strides().to_vec());
-    let f = family(s, &addresses(&[&q, &k, &v, &dout])?, &st);
-    let words = fa_args(h, kv, t, [&q, &k, &v], (d as f32).powf(-0.5));
-    // fa_dq(q, k, v, o, dout, lse, dd, dq, ..) writes dd, which fa_dkdv reads.
-    launch(
-        &format!("{f}dq"),
-        s,
-        d,
-        (t.div_ceil(ROWS), b * h),
-        &[&q, &k, &v, &out, &dout, &lse, &dd, &dq],
-        &words,
-    )?;
-    launch(
-        &format!("{f}dkdv"),
-        s,
-        d,
-        (t.div_ceil(ROWS), b * kv),
-        &[&q, &k, &v, &dout, &lse, &dd, &dk, &dv],
-        &words,
+    fenced(
+        &SOURCE,
+        &[&q, &k, &v, &out, &dout, &lse, &dd, &dq, &dk, &dv],
+        |e, p| {
+            let f = family(s, &[p[0], p[1], p[2], p[4]], &st);
+            let mut a = ArgPack::default();
+            // fa_dq(q, k, v, o, dout, lse, dd, dq, ..)
+            p[..8].iter().for_each(|&x| a.ptr(x));
+            push_dims(&mut a, h, kv, t);
+            strides([&q, &k, &v], &mut a);
+            a.push(&scale.to_ne_bytes());
+            launch(
+                e,
+                &format!("{f}dq{d}_{s}"),
+                (t.div_ceil(ROWS), b * h),
+                d,
+                &mut a,
+            )?;
+            // fa_dkdv(q, k, v, dout, lse, dd, dk, dv, ..)
+            let mut a = ArgPack::default();
+            for i in [0, 1, 2, 4, 5, 6, 8, 9] {
+                a.ptr(p[i]);
+            }
+            push_dims(&mut a, h, kv, t);
+            strides([&q, &k, &v], &mut a);
+            a.push(&scale.to_ne_bytes());
+            launch(
+                e,
+                &format!("{f}dkdv{d}_{s}"),
+                (t.div_ceil(ROWS), b * kv),
+                d,
+                &mut a,
+            )
+        },
     )?;
     Ok([dq, dk, dv])
 }
 
-/// The instantiation of `flash.cu` that defines `kevin_fa_{kind}{d}_{s}`.
-fn instance(kind: &str, s: &str, d: usize) -> String {
-    if kind.starts_with("tc") {
-        format!("KEVIN_FLASH_TC({d})")
-    } else {
-        let t = if s == "bf16" { "bf16" } else { "float" };
-        format!("KEVIN_FLASH({t}, {s}, {d})")
-    }
-}
-
-/// Launches `kevin_fa_{kind}{d}_{s}` (e.g. kind "fwd", "tcdq") on `grid` blocks through cubecl:
-/// the block and shared memory its kind takes, the instance of `flash.cu` that defines it.
+/// Launches `kevin_fa_{name}` (e.g. "fwd64_f32", "tcdq64_bf16") on `grid` blocks for head
+/// dimension `d`: the block and shared memory its kind takes.
 fn launch(
-    kind: &str,
-    s: &str,
-    d: usize,
+    e: &Engine,
+    name: &str,
     grid: (usize, usize),
-    tensors: &[&Ct],
-    words: &[u64],
+    d: usize,
+    args: &mut ArgPack,
 ) -> Result<(), String> {
+    let kind = &name[..name
+        .find(|c: char| c.is_ascii_digit())
+        .unwrap_or(name.len())];
     let (gx, gy) = (
         u32::try_from(grid.0).map_err(|_| format!("{} row blocks", grid.0))?,
         u32::try_from(grid.1).map_err(|_| format!("{} heads", grid.1))?,
@@ -418,15 +425,13 @@ fn launch(
     if gy > 65_535 {
         return Err(format!("{gy} (batch x heads) is over the grid's 65,535"));
     }
-    crate::kernels::cube_launch(
-        &SOURCE,
-        &format!("kevin_fa_{kind}{d}_{s}"),
-        &instance(kind, s, d),
+    let smem = smem_bytes(kind, d);
+    e.launch(
+        &format!("kevin_fa_{name}"),
         (gx, gy, 1),
         block_threads(kind),
-        smem_bytes(kind, d),
-        tensors,
-        words,
+        smem,
+        args,
     )
 }
 
@@ -570,20 +575,6 @@ mod tests {
     #[test]
     fn flash_kernels_compile_for_sm_90() {
         crate::kernels::assert_compiles(&SOURCE);
-    }
-
-    #[test]
-    fn each_kernel_compiles_alone_from_its_instance() {
-        // What cubecl compiles for a launch: the text with only the kernel's instance.
-        for kind in ["fwd", "dq", "dkdv", "tcfwd", "tcdq", "tcdkdv"] {
-            for s in ["f32", "bf16"] {
-                if kind.starts_with("tc") && s == "f32" {
-                    continue;
-                }
-                let entry = format!("kevin_fa_{kind}64_{s}");
-                crate::kernels::assert_compiles_alone(&SOURCE, &entry, &instance(kind, s, 64));
-            }
-        }
     }
 
     #[test]

@@ -293,36 +293,29 @@ __device__ void fa_dkdv(const T* q, const T* k, const T* v, const T* dout, const
     store_rows<T, D>(dv, (long long)bk * t, k0 + warp * FA_R, t, gv, one);
 }
 
-// The kernels' scalars, one 8-byte word each (kernels.rs passes them as one struct by value):
-// heads, key/value heads, rows; the (batch, head, row) strides of q, k and v; the scale.
-struct FaArgs {
-    long long h, kv, t, qb, qh, qt, kb, kh, kt_, vb, vh, vt;
-    float scale;
-};
-#define FA_STRIDE_ARGS                                                                          \
-    (int)a.h, (int)a.kv, (int)a.t, a.qb, a.qh, a.qt, a.kb, a.kh, a.kt_, a.vb, a.vh, a.vt, a.scale
+#define FA_STRIDES                                                                              \
+    int h, int kv, int t, long long qb, long long qh, long long qt, long long kb, long long kh,  \
+        long long kt_, long long vb, long long vh, long long vt, float scale
+#define FA_STRIDE_ARGS h, kv, t, qb, qh, qt, kb, kh, kt_, vb, vh, vt, scale
 
 #define KEVIN_FLASH(T, S, D)                                                                    \
     extern "C" __global__ void kevin_fa_fwd##D##_##S(const T* q, const T* k, const T* v, T* o,  \
-                                                     float* lse, FaArgs a) {                    \
+                                                     float* lse, FA_STRIDES) {                  \
         fa_fwd<T, D>(q, k, v, o, lse, FA_STRIDE_ARGS);                                          \
     }                                                                                           \
     extern "C" __global__ void kevin_fa_dq##D##_##S(const T* q, const T* k, const T* v,         \
                                                     const T* o, const T* dout,                  \
                                                     const float* lse, float* dd, T* dq,         \
-                                                    FaArgs a) {                                 \
+                                                    FA_STRIDES) {                               \
         fa_dq<T, D>(q, k, v, o, dout, lse, dd, dq, FA_STRIDE_ARGS);                             \
     }                                                                                           \
     extern "C" __global__ void kevin_fa_dkdv##D##_##S(const T* q, const T* k, const T* v,       \
                                                       const T* dout, const float* lse,          \
                                                       const float* dd, T* dk, T* dv,            \
-                                                      FaArgs a) {                               \
+                                                      FA_STRIDES) {                             \
         fa_dkdv<T, D>(q, k, v, dout, lse, dd, dk, dv, FA_STRIDE_ARGS);                          \
     }
 
-// Every instance, unless kernels.rs compiles one for cubecl (`KEVIN_SELECTED`, the instance
-// appended).
-#ifndef KEVIN_SELECTED
 KEVIN_FLASH(float, f32, 16)
 KEVIN_FLASH(float, f32, 32)
 KEVIN_FLASH(float, f32, 64)
@@ -331,7 +324,6 @@ KEVIN_FLASH(bf16, bf16, 16)
 KEVIN_FLASH(bf16, bf16, 32)
 KEVIN_FLASH(bf16, bf16, 64)
 KEVIN_FLASH(bf16, bf16, 128)
-#endif
 
 // ---------------------------------------------------------------------------------------------
 // The same three passes for bf16 on tensor cores (`kevin_fa_tc{fwd,dq,dkdv}{D}_bf16`): the tile
@@ -685,25 +677,23 @@ __device__ void tc_dkdv(const bf16* q, const bf16* k, const bf16* v, const bf16*
 #define KEVIN_FLASH_TC(D)                                                                       \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         kevin_fa_tcfwd##D##_bf16(const bf16* q, const bf16* k, const bf16* v, bf16* o,          \
-                                 float* lse, FaArgs a) {                                        \
+                                 float* lse, FA_STRIDES) {                                      \
         tc_fwd<D>(q, k, v, o, lse, FA_STRIDE_ARGS);                                             \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         kevin_fa_tcdq##D##_bf16(const bf16* q, const bf16* k, const bf16* v, const bf16* o,     \
                                 const bf16* dout, const float* lse, float* dd, bf16* dq,        \
-                                FaArgs a) {                                                     \
+                                FA_STRIDES) {                                                   \
         tc_dq<D>(q, k, v, o, dout, lse, dd, dq, FA_STRIDE_ARGS);                                \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         kevin_fa_tcdkdv##D##_bf16(const bf16* q, const bf16* k, const bf16* v,                  \
                                   const bf16* dout, const float* lse, const float* dd,          \
-                                  bf16* dk, bf16* dv, FaArgs a) {                               \
+                                  bf16* dk, bf16* dv, FA_STRIDES) {                             \
         tc_dkdv<D>(q, k, v, dout, lse, dd, dk, dv, FA_STRIDE_ARGS);                             \
     }
 
-#ifndef KEVIN_SELECTED
 KEVIN_FLASH_TC(16)
 KEVIN_FLASH_TC(32)
 KEVIN_FLASH_TC(64)
 KEVIN_FLASH_TC(128)
-#endif

@@ -57,24 +57,17 @@ __device__ void lp_bwd(const T* x, const int* rows, const int* targets, const fl
         st(dx, off + i, gn * ((i == tg ? 1.0f : 0.0f) - __expf(ld(x, off + i) - l)));
 }
 
-// The kernels' scalar (one 8-byte word; kernels.rs passes it as a struct by value): the vocabulary.
-struct LpArgs {
-    long long v;
-};
-
 #define KEVIN_LOGPROB(T, S)                                                                     \
     extern "C" __global__ void __launch_bounds__(LP_THREADS)                                    \
         kevin_lp_fwd_##S(const T* x, const int* rows, const int* targets, float* logp,          \
-                         float* lse, LpArgs a) {                                                \
-        lp_fwd<T>(x, rows, targets, logp, lse, (int)a.v);                                       \
+                         float* lse, int v) {                                                   \
+        lp_fwd<T>(x, rows, targets, logp, lse, v);                                              \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(LP_THREADS)                                    \
         kevin_lp_bwd_##S(const T* x, const int* rows, const int* targets, const float* lse,     \
-                         const float* g, T* dx, LpArgs a) {                                     \
-        lp_bwd<T>(x, rows, targets, lse, g, dx, (int)a.v);                                      \
+                         const float* g, T* dx, int v) {                                        \
+        lp_bwd<T>(x, rows, targets, lse, g, dx, v);                                             \
     }
 
-#ifndef KEVIN_SELECTED
 KEVIN_LOGPROB(float, f32)
 KEVIN_LOGPROB(bf16, bf16)
-#endif

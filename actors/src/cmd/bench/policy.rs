@@ -65,10 +65,6 @@ pub struct Args {
     /// kernel per direction over the logits in place) or "burn" (burn's ops, the reference path).
     #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
     pub logprobs: String,
-    /// How the policy's RMSNorm and bias additions run on CUDA: "fused" (default: own kernels,
-    /// the sums over rows in one kernel) or "burn" (burn's ops, the reference path).
-    #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
-    pub norms: String,
     /// The transformers peer's JSON (benches/hf_policy.py --json) to compare with.
     #[arg(long)]
     pub hf: Option<PathBuf>,
@@ -96,7 +92,6 @@ pub fn run(a: &Args) -> CmdResult {
         fused: a.generate == "fused",
         flash: a.attention == "flash",
         logprobs: a.logprobs == "fused",
-        norms: a.norms == "fused",
     };
     if !(a.load_seconds.is_finite() && a.load_seconds >= 0.0) {
         return Err(usage(format!(
@@ -155,18 +150,6 @@ fn table(report: &BenchReport, hf: Option<&serde_json::Value>) -> String {
             l.tokens_per_s,
             "learner".into(),
         );
-    }
-    if let Some(l) = &report.learner {
-        if let Some(gib) = l.device_memory_gib {
-            let theirs = hf
-                .and_then(|h| h["learner"]["peak_reserved_gib"].as_f64())
-                .map(|t| format!("; transformers' peak reserved {t:.1} GiB"))
-                .unwrap_or_default();
-            out += &format!(
-                "\nlearner memory: {gib:.1} GiB in use on the GPU after its steps (the whole \
-                 process, CUDA context included){theirs}\n"
-            );
-        }
     }
     if let Some(l) = &report.load {
         out += &format!(
