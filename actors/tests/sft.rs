@@ -169,22 +169,28 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
         String::from_utf8_lossy(&bad.stderr).contains("no family `conv` (families: elementwise")
     );
 
+    // `kevin sft corpus` over a folder of tasks into `out`: its output, once no variant was
+    // incorrect.
+    let corpus = |tasks: &std::path::Path, out: &std::path::Path| {
+        let run = kevin_at_root(&[
+            "sft",
+            "corpus",
+            "--dir",
+            tasks.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--workers",
+            "2",
+        ]);
+        let stdout = succeeded(&run);
+        assert!(
+            !stdout.contains("variants that were not correct"),
+            "{stdout}"
+        );
+        stdout
+    };
     let out = dir.join("corpus.jsonl");
-    let run = kevin_at_root(&[
-        "sft",
-        "corpus",
-        "--dir",
-        tasks.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--workers",
-        "2",
-    ]);
-    let stdout = succeeded(&run);
-    assert!(
-        !stdout.contains("variants that were not correct"),
-        "{stdout}"
-    );
+    let stdout = corpus(&tasks, &out);
     let examples = read_jsonl(&out).unwrap();
     let covered: std::collections::BTreeSet<&str> =
         examples.iter().map(|e| e.task.as_str()).collect();
@@ -218,21 +224,7 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
     ]);
     succeeded(&run);
     let out = dir.join("rows.jsonl");
-    let run = kevin_at_root(&[
-        "sft",
-        "corpus",
-        "--dir",
-        rows.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--workers",
-        "2",
-    ]);
-    let stdout = succeeded(&run);
-    assert!(
-        !stdout.contains("variants that were not correct"),
-        "{stdout}"
-    );
+    let stdout = corpus(&rows, &out);
     let forms: std::collections::BTreeSet<String> = read_jsonl(&out)
         .unwrap()
         .into_iter()
