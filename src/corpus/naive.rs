@@ -803,12 +803,7 @@ impl<'a> Ctx<'a> {
         }];
         // A block per output row with a shared-memory tree, for last-axis sums, means and maxima.
         let last_axis = ax + 1 == shape.len();
-        let tree_op = match kind {
-            ReduceKind::Sum | ReduceKind::Mean => Some("buf[t] += buf[t + s];"),
-            ReduceKind::Max => Some("buf[t] = fmaxf(buf[t], buf[t + s]);"),
-            ReduceKind::Min => Some("buf[t] = fminf(buf[t], buf[t + s]);"),
-            _ => None,
-        };
+        let tree_op = tree_step(*kind);
         let block_post = post("outer", &r);
         if let (true, Some(tree), Some((store_b, _))) = (last_axis, tree_op, block_post) {
             for block in [256, 128] {
@@ -919,9 +914,9 @@ impl<'a> Ctx<'a> {
         // elements (`each`: a loop header) and how a partial result becomes the lane's (`red`:
         // nothing for a thread per lane, a block reduction for a block per row); the value t of
         // element j; words for the reasoning.
-        let stats_for = |each: &str, red: &dyn Fn(&str, &str) -> String| {
-            let sum = |var: &str| red("sum", var);
-            let max = |var: &str| red("max", var);
+        let stats_for = |each: &str, red: &dyn Fn(ReduceKind, &str) -> String| {
+            let sum = |var: &str| red(ReduceKind::Sum, var);
+            let max = |var: &str| red(ReduceKind::Max, var);
             Some(match op {
                 Op::Softmax { .. } | Op::LogSoftmax { .. } => {
                     let log = matches!(op, Op::LogSoftmax { .. });
@@ -1015,7 +1010,7 @@ impl<'a> Ctx<'a> {
         };
         let src = format!(
             "{launch}\n{helpers}{sig} {{\n    {row_decl}\n    if (row >= {m_cmp}) return;\n    \
-             long long base = {base};\n{stats}    for (int j = 0; j < {n}; ++j) {{\n        long long idx = {at};\n{write}    }}\n}}\n",
+             long long base = {base};\n{stats}    {each_seq} {{\n        long long idx = {at};\n{write}    }}\n}}\n",
             launch = self.launch(&kern, &format!("cdiv({m},64)"), "64"),
             sig = self.signature(&kern),
         );
@@ -1047,25 +1042,39 @@ impl<'a> Ctx<'a> {
         if inner == "1" && !is_scan {
             let block = 256;
             let each = format!("for (int j = threadIdx.x; j < {n}; j += BLOCK)");
-            let red =
-                |kind: &str, var: &str| format!("    {var} = kevin_block_{kind}({var}, buf);\n");
+            // Each block-wide reduction the passes call, once, in the order first called.
+            let used = std::cell::RefCell::new(Vec::new());
+            let name = |kind: ReduceKind| {
+                if kind == ReduceKind::Max {
+                    "max"
+                } else {
+                    "sum"
+                }
+            };
+            let red = |kind: ReduceKind, var: &str| {
+                if !used.borrow().contains(&kind) {
+                    used.borrow_mut().push(kind);
+                }
+                format!("    {var} = kevin_block_{}({var}, buf);\n", name(kind))
+            };
             let (stats, t, _) = stats_for(&each, &red)?;
             let kern = format!("{}_block_rows", self.task.name);
-            let tree = |kind: &str, step: &str| {
-                format!(
-                    "__device__ float kevin_block_{kind}(float v, float* buf) {{\n    int t = threadIdx.x;\n    \
+            let mut trees = String::new();
+            for &kind in used.borrow().iter() {
+                trees += &format!(
+                    "__device__ float kevin_block_{name}(float v, float* buf) {{\n    int t = threadIdx.x;\n    \
                      buf[t] = v;\n    __syncthreads();\n    for (int s = BLOCK / 2; s > 0; s >>= 1) {{\n        \
                      if (t < s) {step}\n        __syncthreads();\n    }}\n    float r = buf[0];\n    \
-                     __syncthreads();\n    return r;\n}}\n"
-                )
-            };
+                     __syncthreads();\n    return r;\n}}\n",
+                    name = name(kind),
+                    step = tree_step(kind)?,
+                );
+            }
             let src = format!(
-                "{launch}\n#define BLOCK {block}\n{sum}{max}{helpers}{sig} {{\n    __shared__ float buf[BLOCK];\n    \
+                "{launch}\n#define BLOCK {block}\n{trees}{helpers}{sig} {{\n    __shared__ float buf[BLOCK];\n    \
                  long long row = blockIdx.x;\n    long long base = row * {n};\n{stats}    {each} {{\n        \
-                 long long idx = base + j;\n        float t = {t};\n        {y}[idx] = {value};\n    }}\n}}\n",
+                 long long idx = {at};\n        float t = {t};\n        {y}[idx] = {value};\n    }}\n}}\n",
                 launch = self.launch(&kern, &m, &block.to_string()),
-                sum = tree("sum", "buf[t] += buf[t + s];"),
-                max = tree("max", "buf[t] = fmaxf(buf[t], buf[t + s]);"),
                 sig = self.signature(&kern),
             );
             out.push(Generated {
@@ -1087,6 +1096,17 @@ impl<'a> Ctx<'a> {
             });
         }
         Some(out)
+    }
+}
+
+/// One level of a shared-memory tree reduction of `kind` over `buf` (thread `t` folds in
+/// `t + s`), for the kinds a tree can combine.
+fn tree_step(kind: ReduceKind) -> Option<&'static str> {
+    match kind {
+        ReduceKind::Sum | ReduceKind::Mean => Some("buf[t] += buf[t + s];"),
+        ReduceKind::Max => Some("buf[t] = fmaxf(buf[t], buf[t + s]);"),
+        ReduceKind::Min => Some("buf[t] = fminf(buf[t], buf[t + s]);"),
+        _ => None,
     }
 }
 
