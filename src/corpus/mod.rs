@@ -112,6 +112,10 @@ pub struct CorpusOptions {
     pub parallel: usize,
     /// Only these tasks (all train-split tasks when empty).
     pub only: Vec<String>,
+    /// At most this many breakages evaluated per task, drawn by `seed` from all that apply (every
+    /// one when `None`). Breakages are most of a task's evaluations (about six per form), so a
+    /// corpus over thousands of generated tasks caps them to spend its evaluations on programs.
+    pub breakages_per_task: Option<usize>,
 }
 
 /// Counts of a build.
@@ -404,6 +408,8 @@ pub fn build(
         }
     }
     let mut jobs = Vec::new();
+    // The breakages of the current task's answers (answers are grouped by task, in order).
+    let mut broken: Vec<Job> = Vec::new();
     for (a, answer) in answers.iter().enumerate() {
         jobs.push(Job {
             answer: a,
@@ -411,23 +417,33 @@ pub fn build(
             source: answer.source.clone(),
         });
         // Breakages of the reference and of every naive form (block variants add little).
-        if answer.form.starts_with("reference_b") {
-            continue;
-        }
-        for (k, b) in Breakage::ALL.into_iter().enumerate() {
-            let mut rng = SplitMix64::derive(
-                opts.seed ^ fnv(&tasks[answer.task].name) ^ fnv(&answer.form),
-                k as u64,
-            );
-            if let Some(source) = variants::break_source(&answer.source, b, &mut rng) {
-                if source != answer.source {
-                    jobs.push(Job {
-                        answer: a,
-                        breakage: Some(b),
-                        source,
-                    });
+        if !answer.form.starts_with("reference_b") {
+            for (k, b) in Breakage::ALL.into_iter().enumerate() {
+                let mut rng = SplitMix64::derive(
+                    opts.seed ^ fnv(&tasks[answer.task].name) ^ fnv(&answer.form),
+                    k as u64,
+                );
+                if let Some(source) = variants::break_source(&answer.source, b, &mut rng) {
+                    if source != answer.source {
+                        broken.push(Job {
+                            answer: a,
+                            breakage: Some(b),
+                            source,
+                        });
+                    }
                 }
             }
+        }
+        if answers
+            .get(a + 1)
+            .is_none_or(|next| next.task != answer.task)
+        {
+            let task = &tasks[answer.task].name;
+            jobs.extend(capped(
+                std::mem::take(&mut broken),
+                opts.breakages_per_task,
+                opts.seed ^ fnv(task),
+            ));
         }
     }
 
@@ -547,6 +563,28 @@ pub fn build(
     }
     stats.tasks = seen.len();
     Ok(Corpus { examples, stats })
+}
+
+/// At most `cap` of `jobs` (all when `None`), drawn without replacement by `seed`, in their
+/// original order.
+fn capped(jobs: Vec<Job>, cap: Option<usize>, seed: u64) -> Vec<Job> {
+    let Some(cap) = cap.filter(|&c| c < jobs.len()) else {
+        return jobs;
+    };
+    let mut rng = SplitMix64::derive(seed, u64::MAX);
+    let mut index: Vec<usize> = (0..jobs.len()).collect();
+    for i in 0..cap {
+        let j = i + rng.below((index.len() - i) as u64) as usize;
+        index.swap(i, j);
+    }
+    let mut keep = vec![false; jobs.len()];
+    for &i in &index[..cap] {
+        keep[i] = true;
+    }
+    jobs.into_iter()
+        .zip(keep)
+        .filter_map(|(j, k)| k.then_some(j))
+        .collect()
 }
 
 /// FNV-1a of a name: mixes task and form into the breakage seed.

@@ -59,16 +59,21 @@ fn options(only: &[&str]) -> CorpusOptions {
         prompt_budget_chars: 24_000,
         parallel: 2,
         only: only.iter().map(|s| s.to_string()).collect(),
+        breakages_per_task: None,
     }
 }
 
 fn build_with(only: &[&str]) -> (Corpus, Vec<String>) {
+    build_opts(&options(only))
+}
+
+fn build_opts(opts: &CorpusOptions) -> (Corpus, Vec<String>) {
     let suite = suite();
     let env = TestEnv {
         suite: suite.clone(),
         asked: Mutex::new(Vec::new()),
     };
-    let corpus = build(&suite, &env, &options(only), &|_| {}).unwrap();
+    let corpus = build(&suite, &env, opts, &|_| {}).unwrap();
     let asked = env.asked.into_inner().unwrap();
     (corpus, asked)
 }
@@ -183,6 +188,46 @@ fn repairs_quote_the_real_feedback_in_the_second_prompt() {
     for want in ["compile_error", "launch_error", "wrong"] {
         assert!(kinds.contains(want), "{want} missing from {kinds:?}");
     }
+}
+
+#[test]
+fn breakages_per_task_caps_each_tasks_evaluations_and_keeps_every_answer() {
+    let only = ["softmax", "gemm_bias_relu", "sum_reduce"];
+    let (all, asked_all) = build_with(&only);
+    let capped_opts = CorpusOptions {
+        breakages_per_task: Some(2),
+        ..options(&only)
+    };
+    let (capped, asked) = build_opts(&capped_opts);
+    let count = |asked: &[String], t: &str| asked.iter().filter(|a| *a == t).count();
+    let variants = |c: &Corpus| {
+        let mut v: Vec<_> = c
+            .examples
+            .iter()
+            .filter(|e| e.kind != Kind::Repair)
+            .map(|e| (e.task.clone(), e.form.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    // Every answer is still evaluated and kept; per task, two breakages at most are added.
+    assert_eq!(variants(&capped), variants(&all));
+    for t in only {
+        let answers = variants(&all).iter().filter(|(task, _)| task == t).count();
+        assert!(
+            count(&asked_all, t) > answers + 2,
+            "{t}: too few breakages to cap"
+        );
+        assert_eq!(count(&asked, t), answers + 2, "{t}");
+    }
+    let repairs = capped
+        .examples
+        .iter()
+        .filter(|e| e.kind == Kind::Repair)
+        .count();
+    assert!(repairs > 0 && repairs <= 2 * only.len(), "{repairs}");
+    // The draw depends on the seed only.
+    assert_eq!(build_opts(&capped_opts).0.examples, capped.examples);
 }
 
 #[test]

@@ -63,6 +63,11 @@ pub struct CorpusArgs {
     /// Only these train tasks (comma-separated; a held-out task is an error; default: all).
     #[arg(long, value_delimiter = ',')]
     pub tasks: Vec<String>,
+    /// At most this many breakages (repair candidates) evaluated per task, drawn by --seed
+    /// (default: all, about six per form). Every verified answer is kept either way; over
+    /// thousands of generated tasks a small cap spends the evaluations on more programs.
+    #[arg(long)]
+    pub breakages_per_task: Option<usize>,
     /// Training config whose tasks.preset and rollout.prompt_budget_chars the prompts use
     /// (default: configs/quickstart.toml when present).
     #[arg(long)]
@@ -206,6 +211,7 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
         prompt_budget_chars: config.rollout.prompt_budget_chars as usize,
         parallel: workers,
         only: args.tasks.clone(),
+        breakages_per_task: args.breakages_per_task,
     };
     let progress = |p: corpus::Progress<'_>| {
         eprint!(
@@ -239,6 +245,7 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
         record["command"] = std::env::args().collect::<Vec<_>>().join(" ").into();
         record["dir"] = args.dir.display().to_string().into();
         record["seed"] = args.seed.into();
+        record["breakages_per_task"] = args.breakages_per_task.into();
         record["generated"] = generated.unwrap_or_default();
         write_json(path, &record)?;
     }
