@@ -214,7 +214,8 @@ impl Default for RunSection {
 pub struct TasksSection {
     /// "suite" (the task files in `dir`) or "simulated" (synthetic tasks).
     pub source: TaskSource,
-    /// The task suite's folder.
+    /// The task suite's folder, or several joined by `:` (e.g. the hand-written suite and a
+    /// folder from `kevin tasks generate`: `"tasks:/data/gen"`).
     pub dir: String,
     /// Size preset prompts and evaluation use: "small" (CPU) or "gpu".
     pub preset: crate::tasks::Preset,

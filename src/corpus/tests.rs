@@ -296,6 +296,31 @@ fn naive_forms_cover_the_common_shapes() {
             "elementwise_grid_stride",
         ],
     );
+    // Kernels are named by their role, never by the task: a policy must be able to name them
+    // for a task it has not seen (generated tasks are named by a hash).
+    for task in suite.tasks() {
+        for g in naive::generate(task) {
+            let launches: Vec<&str> = g
+                .source
+                .lines()
+                .filter_map(|l| l.strip_prefix("// kevin: launch "))
+                .filter_map(|l| l.split_whitespace().next())
+                .collect();
+            assert!(!launches.is_empty(), "{} {}", task.name, g.form);
+            for name in launches {
+                assert!(
+                    name.ends_with("_kernel") && !name.contains(&task.name),
+                    "{} {}: {name}",
+                    task.name,
+                    g.form
+                );
+                assert!(
+                    g.source.contains(&format!(" {name}(")),
+                    "{name} is not defined"
+                );
+            }
+        }
+    }
     let half = &naive::generate(suite.get("gelu_f16").unwrap())[0].source;
     assert!(half.starts_with("#include <cuda_fp16.h>\n"), "{half}");
     assert!(

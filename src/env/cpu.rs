@@ -116,9 +116,7 @@ impl CpuEnv {
                 }
             },
         };
-        let tasks_dir = tasks_dir
-            .canonicalize()
-            .map_err(|e| format!("{}: {e}", tasks_dir.display()))?;
+        let tasks_dir = crate::tasks::canonical_suite_path(tasks_dir)?;
         let mut command = WorkerCommand::kevin_role(program, "cpu");
         command
             .env

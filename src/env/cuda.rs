@@ -227,9 +227,7 @@ impl CudaEnv {
         };
         let harness = trusted("harness", crate::gpu::HARNESS_SOURCE)?;
         let baseline = trusted("baseline", crate::baseline::SOURCE)?;
-        let tasks_dir = tasks_dir
-            .canonicalize()
-            .map_err(|e| format!("{}: {e}", tasks_dir.display()))?;
+        let tasks_dir = crate::tasks::canonical_suite_path(tasks_dir)?;
         let mut lib_path = cuda_lib_dirs();
         if let Ok(old) = std::env::var("LD_LIBRARY_PATH") {
             lib_path.push(old);

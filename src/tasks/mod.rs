@@ -277,33 +277,62 @@ pub enum TaskError {
     },
 }
 
-/// All tasks of a directory, sorted by name.
+/// The folders of a suite path: one folder, or several joined like `PATH` (`:` on Unix), so
+/// that `[tasks] dir`, `--dir` and the path handed to worker processes can name the hand-written
+/// suite and generated folders together. Empty parts are skipped.
+pub fn suite_dirs(dir: &Path) -> Vec<PathBuf> {
+    std::env::split_paths(dir.as_os_str())
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect()
+}
+
+/// A suite path with every folder made absolute, for processes that start elsewhere; the error
+/// names the folder that does not resolve.
+pub fn canonical_suite_path(dir: &Path) -> Result<PathBuf, String> {
+    let dirs = suite_dirs(dir)
+        .into_iter()
+        .map(|d| {
+            d.canonicalize()
+                .map_err(|e| format!("{}: {e}", d.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if dirs.is_empty() {
+        return Err(format!("{:?}: names no folder", dir.display().to_string()));
+    }
+    std::env::join_paths(dirs)
+        .map(PathBuf::from)
+        .map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// All tasks of a directory (or of several, [`suite_dirs`]), sorted by name.
 #[derive(Clone, Debug)]
 pub struct TaskSuite {
     tasks: Vec<Task>,
 }
 
 impl TaskSuite {
-    /// Loads every `*.toml` file of `dir` (not recursively) as a task.
+    /// Loads every `*.toml` file of `dir` (not recursively) as a task. `dir` may name several
+    /// folders joined like `PATH` ([`suite_dirs`]: `tasks:/data/generated`); each must hold a
+    /// task, and a name defined in two of them is an error.
     pub fn load(dir: impl AsRef<Path>) -> Result<TaskSuite, TaskError> {
-        let dir = dir.as_ref();
-        let io = |source| TaskError::Io {
-            path: dir.to_path_buf(),
-            source,
-        };
         let mut paths = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(io)? {
-            let path = entry.map_err(io)?.path();
-            if path.extension().is_some_and(|e| e == "toml") {
-                paths.push(path);
+        for dir in suite_dirs(dir.as_ref()) {
+            let io = |source| TaskError::Io {
+                path: dir.clone(),
+                source,
+            };
+            let before = paths.len();
+            for entry in std::fs::read_dir(&dir).map_err(io)? {
+                let path = entry.map_err(io)?.path();
+                if path.extension().is_some_and(|e| e == "toml") {
+                    paths.push(path);
+                }
+            }
+            if paths.len() == before {
+                return Err(TaskError::Empty { dir });
             }
         }
         paths.sort();
-        if paths.is_empty() {
-            return Err(TaskError::Empty {
-                dir: dir.to_path_buf(),
-            });
-        }
         let mut tasks: Vec<Task> = Vec::with_capacity(paths.len());
         let mut by_name: BTreeMap<String, PathBuf> = BTreeMap::new();
         for path in paths {

@@ -261,3 +261,42 @@ fn dump_cross_check() {
         std::fs::write(format!("{dir}/{}.json", t.name), j.to_string()).unwrap();
     }
 }
+
+#[test]
+fn a_suite_path_joins_folders_and_refuses_duplicates_and_empty_ones() {
+    let base = std::env::temp_dir().join(format!("kevin-tasks-multi-{}", std::process::id()));
+    let (extra, empty) = (base.join("extra"), base.join("empty"));
+    std::fs::create_dir_all(&extra).unwrap();
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::write(extra.join("t.toml"), GOOD).unwrap();
+    let hand = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tasks"));
+    let join = |dirs: &[&Path]| std::env::join_paths(dirs).unwrap();
+
+    let both = TaskSuite::load(join(&[&hand, &extra])).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(both.tasks().len(), suite().tasks().len() + 1);
+    assert_eq!(both.get("t").unwrap().path, extra.join("t.toml"));
+    // Held-out tasks of the hand-written suite stay held out next to another folder.
+    assert_eq!(
+        both.split(Split::Heldout).count(),
+        suite().split(Split::Heldout).count()
+    );
+    // Made absolute part by part for worker processes, and loadable from there.
+    let canonical = canonical_suite_path(Path::new(&join(&[&hand, &extra]))).unwrap();
+    assert_eq!(suite_dirs(&canonical).len(), 2);
+    assert!(suite_dirs(&canonical).iter().all(|d| d.is_absolute()));
+
+    let twice = TaskSuite::load(join(&[&extra, &extra]))
+        .unwrap_err()
+        .to_string();
+    assert!(twice.contains("task `t` is also defined in"), "{twice}");
+    let none = TaskSuite::load(join(&[&hand, &empty]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        none.contains("no task files") && none.contains("empty"),
+        "{none}"
+    );
+    let missing = canonical_suite_path(Path::new(&join(&[&hand, &base.join("nope")]))).unwrap_err();
+    assert!(missing.contains("nope"), "{missing}");
+    std::fs::remove_dir_all(&base).unwrap();
+}

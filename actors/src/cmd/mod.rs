@@ -27,6 +27,50 @@ pub mod sft;
 pub mod tasks;
 pub mod train;
 
+/// A progress line on stderr for long work: redrawn in place on a terminal; in a log (stderr
+/// not a terminal) one line at every tenth of the way, so logs stay readable.
+pub struct ProgressLine {
+    tty: bool,
+    /// Tenths already printed (logs only).
+    shown: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for ProgressLine {
+    fn default() -> Self {
+        ProgressLine {
+            tty: std::io::stderr().is_terminal(),
+            shown: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+}
+
+impl ProgressLine {
+    /// Shows `line`, `done` of `total` being finished.
+    pub fn show(&self, done: usize, total: usize, line: &str) {
+        use std::io::Write;
+        if self.tty {
+            eprint!("\r{line}   ");
+            let _ = std::io::stderr().flush();
+            return;
+        }
+        let tenth = done * 10 / total.max(1);
+        if self
+            .shown
+            .fetch_max(tenth, std::sync::atomic::Ordering::Relaxed)
+            < tenth
+        {
+            eprintln!("{line}");
+        }
+    }
+
+    /// Ends the redrawn line (a terminal only).
+    pub fn finish(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+}
+
 /// The default config of `kevin train`, relative to the repository root.
 pub const DEFAULT_CONFIG: &str = "configs/quickstart.toml";
 

@@ -3,7 +3,6 @@
 //! tokenizer trained on it (`kevin_policy::tokenizer`), and the policy trained on it
 //! (`kevin_policy::sft`), with progress on stderr.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -51,7 +50,7 @@ pub struct CorpusArgs {
     /// The JSONL file to write.
     #[arg(long)]
     pub out: PathBuf,
-    /// The task suite's folder (reference solutions in its `solutions/`).
+    /// The task suite's folder (reference solutions in its `solutions/`), or several joined by `:`.
     #[arg(long, default_value = "tasks")]
     pub dir: PathBuf,
     /// Seed of the breakage sites.
@@ -72,7 +71,7 @@ pub struct CorpusArgs {
     /// (default: configs/quickstart.toml when present).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Also write the counts as JSON to this file, with the command, the seed and, for a folder
+    /// Also write the counts as JSON to this file, with the command, the seed and, for each folder
     /// from `kevin tasks generate`, its seed and fingerprint.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -213,19 +212,21 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
         only: args.tasks.clone(),
         breakages_per_task: args.breakages_per_task,
     };
+    let line = super::ProgressLine::default();
     let progress = |p: corpus::Progress<'_>| {
-        eprint!(
-            "\r[{}/{}] {:.0} s, last: {:<28} {:<14}",
+        let text = format!(
+            "[{}/{}] {:.0} s, last: {:<28} {:<14}",
             p.done,
             p.total,
             started.elapsed().as_secs_f64(),
             p.task,
             p.outcome
         );
-        let _ = std::io::stderr().flush();
+        line.show(p.done, p.total, &text);
     };
-    let built = corpus::build(&suite, env.as_ref(), &opts, &progress).map_err(|e| e.to_string())?;
-    eprintln!();
+    let built = corpus::build(&suite, env.as_ref(), &opts, &progress);
+    line.finish();
+    let built = built.map_err(|e| e.to_string())?;
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
@@ -238,15 +239,21 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
         // The counts, and what rebuilds the corpus: the command, the seed and, for a folder of
         // generated tasks, the generation's seed and fingerprint (its `generated.json`).
         let mut record = serde_json::to_value(&built.stats).map_err(|e| e.to_string())?;
-        let generated = std::fs::read_to_string(args.dir.join("generated.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .map(|g| serde_json::json!({ "seed": g["seed"], "fingerprint": g["fingerprint"] }));
+        let generated: Vec<_> = kevin::tasks::suite_dirs(&args.dir)
+            .into_iter()
+            .filter_map(|d| {
+                let text = std::fs::read_to_string(d.join("generated.json")).ok()?;
+                let g = serde_json::from_str::<serde_json::Value>(&text).ok()?;
+                Some(serde_json::json!({
+                    "dir": d.display().to_string(), "seed": g["seed"], "fingerprint": g["fingerprint"]
+                }))
+            })
+            .collect();
         record["command"] = std::env::args().collect::<Vec<_>>().join(" ").into();
         record["dir"] = args.dir.display().to_string().into();
         record["seed"] = args.seed.into();
         record["breakages_per_task"] = args.breakages_per_task.into();
-        record["generated"] = generated.unwrap_or_default();
+        record["generated"] = generated.into();
         write_json(path, &record)?;
     }
     Ok(())

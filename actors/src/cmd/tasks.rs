@@ -13,7 +13,7 @@ use super::{failure, name_width, write_json, CmdResult};
 /// List the task suite (name, level, split, sizes), or show a task's first-turn prompt.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The task suite's folder.
+    /// The task suite's folder, or several joined by `:` (e.g. `tasks:/data/gen`).
     #[arg(long, default_value = "tasks", global = true)]
     pub dir: PathBuf,
     /// `--json FILE`: also write the suite as JSON to FILE; `--json` alone: print JSON (for
@@ -267,9 +267,7 @@ fn generate(suite_dir: &Path, out: &Path, opts: &kevin::taskgen::GenOptions) -> 
         kevin::taskgen::write(out, &[]).map_err(|e| e.to_string())?;
     }
     let started = std::time::Instant::now();
-    // On a terminal one line redrawn; in a log a line at every tenth of the way.
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut shown = 0;
+    let progress = super::ProgressLine::default();
     let (tasks, stats) = kevin::taskgen::generate(opts, &suite, |s| {
         let line = format!(
             "generated {}/{} tasks from {} drafts ({:.0}s)",
@@ -278,22 +276,13 @@ fn generate(suite_dir: &Path, out: &Path, opts: &kevin::taskgen::GenOptions) -> 
             s.drafted,
             started.elapsed().as_secs_f64()
         );
-        if tty {
-            eprint!("\r{line}   ");
-        } else if s.accepted * 10 >= (shown + 1) * opts.count.max(1) {
-            shown = s.accepted * 10 / opts.count.max(1);
-            eprintln!("{line}");
-        }
+        progress.show(s.accepted, opts.count, &line);
     })
     .map_err(|e| {
-        if tty {
-            eprintln!();
-        }
+        progress.finish();
         e.to_string()
     })?;
-    if tty {
-        eprintln!();
-    }
+    progress.finish();
     kevin::taskgen::write(out, &tasks).map_err(|e| e.to_string())?;
     let fingerprint = kevin::taskgen::fingerprint(&tasks);
     let manifest = json!({

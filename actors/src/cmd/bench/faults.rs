@@ -16,7 +16,6 @@
 //!   to the replacement answering its health check, [`kevin::worker::PoolStats`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -335,6 +334,7 @@ pub fn run(
         opts.concurrency
     );
     let started = Instant::now();
+    let line = crate::cmd::ProgressLine::default();
     let budget = opts.max_seconds.map(Duration::from_secs_f64);
     // Job -> (label, start) of the evaluations in flight, to name them when results stall.
     let in_flight: Mutex<HashMap<usize, (String, Instant)>> = Mutex::new(HashMap::new());
@@ -380,13 +380,13 @@ pub fn run(
                 let n = received.fetch_add(1, Ordering::SeqCst) + 1;
                 *lock(&last_news) = Instant::now();
                 let secs = started.elapsed().as_secs_f64();
-                eprint!(
-                    "\r[{n}/{}] {secs:.0} s, {:.2} eval/s, respawns {}   ",
+                let text = format!(
+                    "[{n}/{}] {secs:.0} s, {:.2} eval/s, respawns {}",
                     list.len(),
                     n as f64 / secs.max(1e-9),
                     respawns(&env.pool_stats()) - respawns(&before)
                 );
-                let _ = std::io::stderr().flush();
+                line.show(n, list.len(), &text);
             },
         );
         let elapsed = started.elapsed();
@@ -412,7 +412,7 @@ pub fn run(
         );
     }
     let list = &submitted[..];
-    eprintln!();
+    line.finish();
     let after = env.pool_stats();
     Ok(judge(
         &env, backend, deadlines, opts, &all, list, n_faulty, clean, got, elapsed, &before, after,

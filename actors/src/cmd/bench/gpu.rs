@@ -45,7 +45,7 @@ pub struct Args {
     /// Illegal-address faults to inject.
     #[arg(long, default_value_t = 5)]
     pub faults: usize,
-    /// The task suite's folder.
+    /// The task suite's folder, or several joined by `:` (e.g. `tasks:/data/gen`).
     #[arg(long, default_value = "tasks")]
     pub dir: PathBuf,
     /// Also write the results as markdown to this file.

@@ -4,7 +4,6 @@
 //! positives). One line per case, so a GPU run reads well in a log; the exit status says whether
 //! everything matched.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -78,9 +77,16 @@ struct Job {
     expect: Expectation,
 }
 
-/// The reference solution of `task` (`<tasks_dir>/solutions/<task>.cu`).
+/// The reference solution of `task` (`solutions/<task>.cu` in the first folder of `tasks_dir`
+/// that has one).
 pub fn reference_source(tasks_dir: &Path, task: &str) -> Result<String, String> {
-    let path = tasks_dir.join("solutions").join(format!("{task}.cu"));
+    let file = Path::new("solutions").join(format!("{task}.cu"));
+    let dirs = kevin::tasks::suite_dirs(tasks_dir);
+    let path = dirs
+        .iter()
+        .map(|d| d.join(&file))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| dirs.first().map_or(file.clone(), |d| d.join(&file)));
     std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -119,6 +125,7 @@ pub fn run(
         });
     }
     let started = Instant::now();
+    let line = crate::cmd::ProgressLine::default();
     let total = jobs.len();
     let results = par_map(
         &jobs,
@@ -137,15 +144,15 @@ pub fn run(
             }
         },
         |n, job, _| {
-            eprint!(
-                "\r[{n}/{total}] {:.1} s, last: {:<32}",
+            let text = format!(
+                "[{n}/{total}] {:.1} s, last: {:<32}",
                 started.elapsed().as_secs_f64(),
                 job.case
             );
-            let _ = std::io::stderr().flush();
+            line.show(n, total, &text);
         },
     );
-    eprintln!();
+    line.finish();
     Ok(results)
 }
 

@@ -83,7 +83,7 @@ pub struct EnvArgs {
     /// GPU, else cpu.
     #[arg(long, value_parser = super::backends::BACKENDS)]
     pub backend: Option<String>,
-    /// The task suite's folder (reference solutions in its `solutions/`).
+    /// The task suite's folder (reference solutions in its `solutions/`), or several joined by `:`.
     #[arg(long, default_value = "tasks")]
     pub dir: PathBuf,
     /// The adversarial suite's folder (with hacks.toml).

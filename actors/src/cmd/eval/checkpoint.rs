@@ -7,7 +7,6 @@
 //! summary (avg@K, best@K, per-turn correctness, speedups, fast_p, format errors, tokens), and
 //! writes them as JSON for tools. Progress goes to stderr.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -170,6 +169,7 @@ pub fn evaluate(
     tasks: &[Arc<EpisodeTask>],
     opts: &RunOptions,
 ) -> Result<Report, String> {
+    let line = crate::cmd::ProgressLine::default();
     let mut last = Instant::now() - Duration::from_secs(1);
     let mut progress = |p: &Progress| {
         // Rewritten in place, a few times a second at most, and always at the end.
@@ -180,8 +180,8 @@ pub fn evaluate(
         let eta = p
             .eta()
             .map_or("?".to_string(), |d| format!("{:.0} s", d.as_secs_f64()));
-        eprint!(
-            "\r[tasks {}/{}] trajectories {}/{}, turns {}/{}, {:.1} s, ETA {eta}   ",
+        let text = format!(
+            "[tasks {}/{}] trajectories {}/{}, turns {}/{}, {:.1} s, ETA {eta}",
             p.tasks_done,
             p.tasks,
             p.trajectories_done,
@@ -190,11 +190,11 @@ pub fn evaluate(
             p.turns,
             p.elapsed.as_secs_f64()
         );
-        let _ = std::io::stderr().flush();
+        line.show(p.turns_done, p.turns, &text);
     };
-    let trajectories =
-        policy_eval::run(policy, env, tasks, opts, &mut progress).map_err(|e| e.to_string())?;
-    eprintln!();
+    let trajectories = policy_eval::run(policy, env, tasks, opts, &mut progress);
+    line.finish();
+    let trajectories = trajectories.map_err(|e| e.to_string())?;
     let scores: Vec<TaskScores> = trajectories.iter().map(score_task).collect();
     let summary = summarize(&scores);
     Ok(Report {

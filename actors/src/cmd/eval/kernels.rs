@@ -2,7 +2,6 @@
 //! prints a table per task and a summary (correct rate, fast_p, mean and geometric-mean speedup),
 //! also as JSON for tools.
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -52,6 +51,7 @@ pub fn run(
     jobs.sort_by(|a, b| a.0.cmp(&b.0));
     let total = jobs.len();
     let started = Instant::now();
+    let line = crate::cmd::ProgressLine::default();
     let mut results = par_map(
         &jobs,
         parallel,
@@ -66,15 +66,14 @@ pub fn run(
             }
         },
         |n, (task, _, _), _| {
-            // A progress line on stderr, rewritten in place.
-            eprint!(
-                "\r[{n}/{total}] {:.1} s, last: {task:<28}",
+            let text = format!(
+                "[{n}/{total}] {:.1} s, last: {task:<28}",
                 started.elapsed().as_secs_f64()
             );
-            let _ = std::io::stderr().flush();
+            line.show(n, total, &text);
         },
     );
-    eprintln!();
+    line.finish();
     results.sort_by(|a, b| a.task.cmp(&b.task));
     Ok(results)
 }

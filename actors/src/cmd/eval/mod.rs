@@ -71,7 +71,7 @@ pub struct Args {
     /// flags above override it; KEVIN__SECTION__KEY variables apply as for kevin train.
     #[arg(long, requires = "checkpoint")]
     pub config: Option<PathBuf>,
-    /// The task suite's folder.
+    /// The task suite's folder, or several joined by `:` (e.g. `tasks:/data/gen`).
     #[arg(long, default_value = "tasks")]
     pub dir: PathBuf,
     /// On cuda: "exclusive" times each kernel under the GPU-wide timing lease (a policy or
