@@ -171,17 +171,19 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
 
     // `kevin sft corpus` over a folder of tasks into `out`: its output, once no variant was
     // incorrect.
-    let corpus = |tasks: &std::path::Path, out: &std::path::Path| {
-        let run = kevin_at_root(&[
+    let corpus = |tasks: &str, out: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
             "sft",
             "corpus",
             "--dir",
-            tasks.to_str().unwrap(),
+            tasks,
             "--out",
             out.to_str().unwrap(),
             "--workers",
             "2",
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let run = kevin_at_root(&args);
         let stdout = succeeded(&run);
         assert!(
             !stdout.contains("variants that were not correct"),
@@ -190,7 +192,7 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
         stdout
     };
     let out = dir.join("corpus.jsonl");
-    let stdout = corpus(&tasks, &out);
+    let stdout = corpus(tasks.to_str().unwrap(), &out, &[]);
     let examples = read_jsonl(&out).unwrap();
     let covered: std::collections::BTreeSet<&str> =
         examples.iter().map(|e| e.task.as_str()).collect();
@@ -205,8 +207,10 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
         assert_eq!(e.outcomes.last().unwrap(), "correct");
     }
 
-    // Row operations only: the block-per-row form (block-wide tree reductions) compiles and
-    // verifies next to the thread-per-row one.
+    // Row operations only: the block-per-row form (block-wide tree reductions) and the
+    // warp-per-row form compile and verify next to the thread-per-row one. The suite path
+    // joins the hand-written suite and the generated folder (the workers load both), with one
+    // breakage per task.
     let rows = dir.join("rows");
     let run = kevin_at_root(&[
         "tasks",
@@ -224,15 +228,172 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
     ]);
     succeeded(&run);
     let out = dir.join("rows.jsonl");
-    let stdout = corpus(&rows, &out);
-    let forms: std::collections::BTreeSet<String> = read_jsonl(&out)
+    let row_names: Vec<String> = std::fs::read_dir(&rows)
         .unwrap()
-        .into_iter()
-        .map(|e| e.form)
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".toml").map(str::to_string)
+        })
         .collect();
+    assert_eq!(row_names.len(), 3, "{row_names:?}");
+    let only = format!("{},relu", row_names.join(","));
+    let joined = format!("tasks:{}", rows.display());
+    let json = dir.join("rows.json");
+    let stdout = corpus(
+        &joined,
+        &out,
+        &[
+            "--tasks",
+            &only,
+            "--breakages-per-task",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let examples = read_jsonl(&out).unwrap();
+    let covered: std::collections::BTreeSet<&str> =
+        examples.iter().map(|e| e.task.as_str()).collect();
+    assert_eq!(covered.len(), 4, "{covered:?}\n{stdout}");
+    assert!(covered.contains("relu"), "{covered:?}");
+    for t in &covered {
+        let repairs = examples
+            .iter()
+            .filter(|e| e.task == *t && e.kind == Kind::Repair);
+        assert!(
+            repairs.count() <= 1,
+            "{t}: more repairs than --breakages-per-task 1"
+        );
+    }
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(record["breakages_per_task"], 1);
+    let generated = record["generated"].as_array().unwrap();
+    assert_eq!(generated.len(), 1, "{record}");
+    assert_eq!(generated[0]["seed"], 7);
+    let forms: std::collections::BTreeSet<String> = examples.into_iter().map(|e| e.form).collect();
     assert!(
         forms.iter().any(|f| f.starts_with("naive:rowwise_block_b")),
         "{forms:?}\n{stdout}"
     );
+    // And the warp-per-row form (shuffle reductions), where the row is along the last axis.
+    assert!(
+        forms.iter().any(|f| f == "naive:rowwise_warp"),
+        "{forms:?}\n{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A task file of `program` with small sizes off multiples of 32.
+fn task_file(dir: &std::path::Path, name: &str, program: &str, small: &[(&str, u32)]) {
+    let sizes = |f: &dyn Fn(u32) -> u32| -> String {
+        small
+            .iter()
+            .map(|(s, v)| format!("{s} = {}\n", f(*v)))
+            .collect()
+    };
+    let text = format!(
+        "name = \"{name}\"\nlevel = 2\nsplit = \"train\"\ndescription = \"{name}\"\n\
+         program = \"\"\"\n{program}\"\"\"\n\n[sizes.gpu]\n{}\n[sizes.small]\n{}",
+        sizes(&|v| v * 128),
+        sizes(&|v| v)
+    );
+    std::fs::write(dir.join(format!("{name}.toml")), text).unwrap();
+}
+
+#[test]
+fn staged_kernels_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    // Programs with two or three core operations: a kernel per stage through f32 scratch,
+    // every one compiled and checked by the CPU backend's workers. And one the writer cannot
+    // take, which the build names.
+    let dir = std::env::temp_dir().join(format!("kevin-staged-{}", std::process::id()));
+    let tasks = dir.join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let mkn = [("M", 37), ("K", 19), ("N", 41)];
+    task_file(
+        &tasks,
+        "mm_softmax",
+        "input A: f32[M, K]\ninput W: f32[K, N]\ninput b: f32[N]\noutput Y: f32[M, N]\nY = softmax(A @ W + b)\n",
+        &mkn,
+    );
+    task_file(
+        &tasks,
+        "lsm_mm_bf16",
+        "input X: bf16[M, K]\ninput W: bf16[K, N]\noutput Y: bf16[M, N]\nY = log_softmax(X) @ W\n",
+        &mkn,
+    );
+    task_file(
+        &tasks,
+        "relu_mm_ln",
+        "input A: f32[M, K]\ninput W: f32[K, N]\noutput Y: f32[M, N]\nY = layer_norm(relu(A) @ W)\n",
+        &mkn,
+    );
+    task_file(
+        &tasks,
+        "mm_t_gelu_mean",
+        "input A: f32[M, K]\ninput W: f32[N, K]\noutput Y: f32[M]\nY = mean(gelu(A @ transpose(W)), axis=1)\n",
+        &mkn,
+    );
+    task_file(
+        &tasks,
+        "bqk",
+        "input Q: f32[B, S, D]\ninput K: f32[B, S, D]\noutput Y: f32[B, S, S]\nY = rms_norm(Q @ transpose(K))\n",
+        &[("B", 3), ("S", 37), ("D", 9)],
+    );
+    task_file(
+        &tasks,
+        "prod_rows",
+        "input X: f32[M, N]\noutput Y: f32[M]\nY = prod(X, axis=1)\n",
+        &[("M", 37), ("N", 11)],
+    );
+    let out = dir.join("staged.jsonl");
+    let json = dir.join("staged.json");
+    let run = kevin_at_root(&[
+        "sft",
+        "corpus",
+        "--dir",
+        tasks.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--breakages-per-task",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = succeeded(&run);
+    assert!(
+        !stdout.contains("variants that were not correct"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("tasks with no kernel to learn from (no reference, outside the naive writer's shapes): 1: prod_rows"),
+        "{stdout}"
+    );
+    let examples = read_jsonl(&out).unwrap();
+    for task in [
+        "mm_softmax",
+        "lsm_mm_bf16",
+        "relu_mm_ln",
+        "mm_t_gelu_mean",
+        "bqk",
+    ] {
+        let staged: Vec<&str> = examples
+            .iter()
+            .filter(|e| e.task == task && e.kind == Kind::Variant)
+            .map(|e| e.form.as_str())
+            .collect();
+        assert!(
+            !staged.is_empty() && staged.iter().all(|f| f.starts_with("naive:staged_")),
+            "{task}: {staged:?}\n{stdout}"
+        );
+    }
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(record["unwritten"], serde_json::json!(["prod_rows"]));
     std::fs::remove_dir_all(&dir).unwrap();
 }

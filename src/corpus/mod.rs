@@ -140,6 +140,9 @@ pub struct CorpusStats {
     /// Breakages whose outcome was not the kind they are meant to cause (dropped: the repair
     /// turn would explain the wrong fix).
     pub unexpected_breakages: usize,
+    /// Tasks asked for that have no kernel to learn from: no reference solution, and a program
+    /// outside the naive writer's shapes (what the writer should learn next).
+    pub unwritten: Vec<String>,
 }
 
 /// A built corpus.
@@ -373,7 +376,9 @@ pub fn build(
     let tasks = train_tasks(suite, &opts.only)?;
     let mut statements = Vec::with_capacity(tasks.len());
     let mut answers: Vec<Answer> = Vec::new();
+    let mut unwritten = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
+        let before = answers.len();
         statements.push(prompt::first_turn(task, opts.preset).map_err(|e| {
             CorpusError::Prompt {
                 task: task.name.clone(),
@@ -405,6 +410,9 @@ pub fn build(
                 reasoning: g.reasoning,
                 summary: g.summary,
             });
+        }
+        if answers.len() == before {
+            unwritten.push(task.name.clone());
         }
     }
     let mut jobs = Vec::new();
@@ -451,6 +459,7 @@ pub fn build(
 
     let mut stats = CorpusStats {
         evaluated: jobs.len(),
+        unwritten,
         ..CorpusStats::default()
     };
     let mut examples = Vec::new();

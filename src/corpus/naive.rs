@@ -20,6 +20,8 @@ use crate::ops::ast::{collect_vars, BinOp, Dim, Expr, Op, ReduceKind};
 use crate::ops::Dtype;
 use crate::tasks::Task;
 
+mod staged;
+
 /// One generated kernel: the cuda block and the words around it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generated {
@@ -43,20 +45,10 @@ pub fn generate(task: &Task) -> Vec<Generated> {
         return Vec::new();
     };
     let expr = ctx.inline(&stmt.expr);
-    let mut out = Vec::new();
-    if let Some(v) = ctx.transpose(&expr) {
-        out.extend(v);
-    } else if let Some(v) = ctx.elementwise(&expr) {
-        out.extend(v);
-    } else if let Some(v) = ctx.matmul(&expr) {
-        out.extend(v);
-    } else if let Some(v) = ctx.reduction(&expr) {
-        out.extend(v);
-    } else if let Some(v) = ctx.rowwise(&expr) {
-        out.extend(v);
-    } else if let Some(v) = ctx.transposed_elementwise(&expr) {
-        out.extend(v);
-    }
+    let mut out = match ctx.single(&expr) {
+        Some(v) => v,
+        None => ctx.staged(&expr).unwrap_or_default(),
+    };
     let includes = ctx.includes();
     for g in &mut out {
         g.source = format!("{includes}{}", g.source);
@@ -64,17 +56,20 @@ pub fn generate(task: &Task) -> Vec<Generated> {
     out
 }
 
-/// What the generator knows of the task.
 /// A kernel's name: its role (`naive_kernel`, `tiled_kernel`, ...), never the task's name. A
 /// generated task is named by a hash that a policy cannot know for a program it has not seen, so
 /// kernels named after tasks taught it to write a launch for one name and a kernel of another
 /// (every held-out kernel of the first large-corpus warm start failed that way).
-fn kernel_name(role: &str) -> String {
-    format!("{role}_kernel")
+fn kernel_name(prefix: &str, role: &str) -> String {
+    format!("{prefix}{role}_kernel")
 }
 
+/// What the generator knows of the task.
+#[derive(Clone)]
 struct Ctx<'a> {
     task: &'a Task,
+    /// Put before every kernel's role (`stage2_`), so the kernels of a staged form differ.
+    prefix: String,
     /// The one output.
     out: String,
     /// Symbolic shape of every input and the output.
@@ -86,6 +81,11 @@ struct Ctx<'a> {
     /// The kernel's parameter list and the launch's argument list (tensors, then sizes).
     params: String,
     args: String,
+    /// Their parts: the task's tensors, then its size symbols.
+    tensor_params: Vec<String>,
+    tensor_args: Vec<String>,
+    size_params: Vec<String>,
+    size_args: Vec<String>,
     /// How each input is read as a float ("" for f32, else the conversion function).
     loads: BTreeMap<String, &'static str>,
     /// How a float is converted for the output ("" for f32 and i64).
@@ -151,10 +151,8 @@ impl<'a> Ctx<'a> {
         ));
         args.push(out.name.clone());
         shapes.insert(out.name.clone(), out.ty.shape.clone());
-        for s in p.size_symbols() {
-            params.push(format!("int {s}"));
-            args.push(s);
-        }
+        let size_args = p.size_symbols();
+        let size_params: Vec<String> = size_args.iter().map(|s| format!("int {s}")).collect();
         let defs = p
             .stmts
             .iter()
@@ -163,12 +161,17 @@ impl<'a> Ctx<'a> {
             .collect();
         Some(Ctx {
             task,
+            prefix: String::new(),
             out: out.name.clone(),
             shapes,
             consts: p.consts.iter().map(|c| (c.name.clone(), c.value)).collect(),
             defs,
-            params: params.join(", "),
-            args: args.join(", "),
+            params: [params.as_slice(), &size_params].concat().join(", "),
+            args: [args.as_slice(), &size_args].concat().join(", "),
+            tensor_params: params,
+            tensor_args: args,
+            size_params,
+            size_args,
             loads,
             store: store_fn(out.ty.dtype),
         })
@@ -228,6 +231,20 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    fn kernel(&self, role: &str) -> String {
+        kernel_name(&self.prefix, role)
+    }
+
+    /// The forms of the first single-kernel writer that takes `e` (None when none does).
+    fn single(&self, e: &Expr) -> Option<Vec<Generated>> {
+        self.transpose(e)
+            .or_else(|| self.elementwise(e))
+            .or_else(|| self.matmul(e))
+            .or_else(|| self.reduction(e))
+            .or_else(|| self.rowwise(e))
+            .or_else(|| self.transposed_elementwise(e))
+    }
+
     fn out_shape(&self) -> &[Dim] {
         &self.shapes[&self.out]
     }
@@ -267,7 +284,7 @@ impl<'a> Ctx<'a> {
         let what = self.program_text();
         let mut out = Vec::new();
         for block in [256, 128] {
-            let k = kernel_name("elementwise");
+            let k = self.kernel("elementwise");
             let src = format!(
                 "{launch}\n{helpers}{sig} {{\n    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    \
                  long long n = {nll};\n    if (i < n) {{\n        {y}[i] = {value};\n    }}\n}}\n",
@@ -291,7 +308,7 @@ impl<'a> Ctx<'a> {
                 ),
             });
         }
-        let k = kernel_name("grid_stride");
+        let k = self.kernel("grid_stride");
         let src = format!(
             "{launch}\n{helpers}{sig} {{\n    long long n = {nll};\n    long long stride = (long long)gridDim.x * blockDim.x;\n    \
              for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {{\n        \
@@ -334,7 +351,7 @@ impl<'a> Ctx<'a> {
         }
         let (rows, cols) = (dim(&xs[0]), dim(&xs[1]));
         let y = &self.out;
-        let k = kernel_name("naive");
+        let k = self.kernel("naive");
         let src = format!(
             "{launch}\n{sig} {{\n    int c = blockIdx.x * blockDim.x + threadIdx.x;  // column of {x}, row of {y}\n    \
              int r = blockIdx.y * blockDim.y + threadIdx.y;  // row of {x}, column of {y}\n    \
@@ -424,7 +441,7 @@ impl<'a> Ctx<'a> {
         };
         let mut out = Vec::new();
         for (bx, by) in [(16, 16), (32, 8)] {
-            let kern = kernel_name("naive");
+            let kern = self.kernel("naive");
             let src = format!(
                 "{launch}\n{helpers}{sig} {{\n    int col = blockIdx.x * blockDim.x + threadIdx.x;\n    \
                  int row = blockIdx.y * blockDim.y + threadIdx.y;\n    if (row >= {m} || col >= {n}) return;\n    \
@@ -456,7 +473,7 @@ impl<'a> Ctx<'a> {
             });
         }
         // Shared-memory tiling: each 16x16 tile of A and W is loaded once per block.
-        let kern = kernel_name("tiled");
+        let kern = self.kernel("tiled");
         let w_tile = if transposed {
             let at = self.ld(&w, &format!("(long long)col * {k} + k0 + ty"));
             format!("(k0 + ty < {k} && col < {n}) ? {at} : 0.0f")
@@ -527,7 +544,7 @@ impl<'a> Ctx<'a> {
         };
         let a_at = self.ld(a, &format!("a0 + (long long)row * {k} + k"));
         let w_at = self.ld(w, &format!("w0 + (long long)k * {n} + col"));
-        let kern = kernel_name("naive");
+        let kern = self.kernel("naive");
         let src = format!(
             "{launch}\n{helpers}{sig} {{\n    int col = blockIdx.x * blockDim.x + threadIdx.x;\n    \
              int row = blockIdx.y * blockDim.y + threadIdx.y;\n    int z = blockIdx.z;\n    if (row >= {m} || col >= {n}) return;\n    \
@@ -581,7 +598,7 @@ impl<'a> Ctx<'a> {
         let value = self.st(&r.scalar(e)?);
         let helpers = r.helpers();
         let y = &self.out;
-        let kern = kernel_name("naive");
+        let kern = self.kernel("naive");
         let src = format!(
             "{launch}\n{helpers}{sig} {{\n    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= {m}) return;\n    \
              float acc = 0.0f;\n    for (int k = 0; k < {k}; ++k) {{\n        acc += {a_row} * {x_k};\n    }}\n    \
@@ -668,7 +685,7 @@ impl<'a> Ctx<'a> {
         let n = product(&shape);
         let y = &self.out;
         let what = self.program_text();
-        let kern = kernel_name("naive");
+        let kern = self.kernel("naive");
         let src = format!(
             "{launch}\n{helpers}{sig} {{\n    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    \
              if (i >= {nll}) return;\n{coords}    long long src = {src_idx};\n    float t = {t};\n    {y}[i] = {value};\n}}\n",
@@ -762,7 +779,7 @@ impl<'a> Ctx<'a> {
             ReduceKind::Prod => return None,
         };
 
-        let kern = kernel_name("naive");
+        let kern = self.kernel("naive");
         let outs = format!("{outer} * {inner}");
         let head = format!(
             "    long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    \
@@ -815,7 +832,7 @@ impl<'a> Ctx<'a> {
         let block_post = post("outer", &r);
         if let (true, Some(tree), Some((store_b, _))) = (last_axis, tree_op, block_post) {
             for block in [256, 128] {
-                let kern = kernel_name("block_reduce");
+                let kern = self.kernel("block_reduce");
                 let fin_b = fin.replace("acc", "buf[0]");
                 let src = format!(
                     "{launch}\n#define BLOCK {block}\n{helpers}{sig} {{\n    __shared__ float buf[BLOCK];\n    \
@@ -840,6 +857,38 @@ impl<'a> Ctx<'a> {
                         "One {block}-thread block per row ({outer} blocks): strided per-thread partials, then a \
                          shared-memory tree reduction with a barrier after every level; thread 0 writes the row's \
                          result."
+                    ),
+                });
+            }
+            // A warp per row: 32 lanes stride over it and shuffle their partials together.
+            if let (Some((store_w, _)), Some((warp, warp_fn))) =
+                (post("outer", &r), warp_reduce(*kind))
+            {
+                let kern = self.kernel("warp_reduce");
+                let src = format!(
+                    "{launch}\n{warp_fn}\n{helpers}{sig} {{\n    int lane = threadIdx.x & 31;\n    \
+                     long long outer = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);\n    if (outer >= (long long){outer}) return;\n    \
+                     const long long in = 0;\n    float acc = {init};\n    for (int r = lane; r < {len}; r += 32) {{\n        \
+                     long long idx = {idx};\n        float v = {v};\n        {step}\n    }}\n    acc = {warp}(acc);\n    \
+                     if (lane == 0) {{\n        float red = {fin};\n        {y}[outer] = {store_w};\n    }}\n}}\n",
+                    launch = self.launch(&kern, &format!("cdiv({outer},8)"), "256"),
+                    sig = self.signature(&kern),
+                );
+                out.push(Generated {
+                    form: "reduce_warp".into(),
+                    source: src,
+                    reasoning: format!(
+                        "`{what}` reduces ({kind_name}) each row of {len} elements to one value. A warp per row \
+                         needs no shared memory and no __syncthreads(): its 32 lanes stride over the row (neighbouring \
+                         lanes read neighbouring elements, so the loads coalesce), each keeps a partial result, and \
+                         five __shfl_xor_sync steps combine the partials in registers, after which every lane holds \
+                         the row's result and lane 0 writes it. Blocks of 256 threads carry 8 rows; a warp past the \
+                         last row returns as a whole, so the full-mask shuffles stay valid."
+                    ),
+                    summary: format!(
+                        "One warp per row (8 rows per 256-thread block, cdiv({outer},8) blocks): lane-strided \
+                         coalesced partials, a butterfly of warp shuffles instead of a shared-memory tree, lane 0 \
+                         stores the result."
                     ),
                 });
             }
@@ -1009,7 +1058,7 @@ impl<'a> Ctx<'a> {
         let helpers = post.helpers();
         let y = &self.out;
         let what = self.program_text();
-        let kern = kernel_name("naive");
+        let kern = self.kernel("naive");
         let is_scan = matches!(op, Op::Cumsum { .. });
         let write = if is_scan {
             format!("        run += {v};\n        float t = run;\n        {y}[idx] = {value};\n")
@@ -1066,7 +1115,7 @@ impl<'a> Ctx<'a> {
                 format!("    {var} = kevin_block_{}({var}, buf);\n", name(kind))
             };
             let (stats, t, _) = stats_for(&each, &red)?;
-            let kern = kernel_name("block_rows");
+            let kern = self.kernel("block_rows");
             let mut trees = String::new();
             for &kind in used.borrow().iter() {
                 trees += &format!(
@@ -1102,9 +1151,76 @@ impl<'a> Ctx<'a> {
                      final pass, one store per element."
                 ),
             });
+            // A warp per row: the same passes over 32 lanes, partials combined by shuffles.
+            let each = format!("for (int j = lane; j < {n}; j += 32)");
+            let used = std::cell::RefCell::new(Vec::<(String, String)>::new());
+            let red = |kind: ReduceKind, var: &str| {
+                let (name, def) = warp_reduce(kind).unwrap_or_default();
+                if !used.borrow().iter().any(|(n, _)| *n == name) {
+                    used.borrow_mut().push((name.clone(), def));
+                }
+                format!("    {var} = {name}({var});\n")
+            };
+            let (stats, t, _) = stats_for(&each, &red)?;
+            let warp_fns: String = used
+                .borrow()
+                .iter()
+                .map(|(_, d)| format!("{d}\n"))
+                .collect();
+            let kern = self.kernel("warp_rows");
+            let src = format!(
+                "{launch}\n{warp_fns}{helpers}{sig} {{\n    int lane = threadIdx.x & 31;\n    \
+                 long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);\n    if (row >= (long long){m}) return;\n    \
+                 long long base = row * {n};\n{stats}    {each} {{\n        long long idx = {at};\n        \
+                 float t = {t};\n        {y}[idx] = {value};\n    }}\n}}\n",
+                launch = self.launch(&kern, &format!("cdiv({m},8)"), "256"),
+                sig = self.signature(&kern),
+            );
+            out.push(Generated {
+                form: "rowwise_warp".into(),
+                source: src,
+                reasoning: format!(
+                    "`{what}` works row by row over the last axis: every output element of a row needs \
+                     statistics of the whole row ({words}). For rows of a few thousand elements a warp per row \
+                     is enough parallelism and needs no shared memory or __syncthreads(): the 32 lanes stride \
+                     over the row's {n} elements (coalesced), and each statistic is combined with five \
+                     __shfl_xor_sync steps, after which every lane holds it. Blocks of 256 threads carry 8 rows; \
+                     a warp past the last row returns as a whole, so the full-mask shuffles stay valid."
+                ),
+                summary: format!(
+                    "One warp per row (8 rows per 256-thread block, cdiv({m},8) blocks): lane-strided coalesced \
+                     passes, warp-shuffle butterflies for the row's statistics, the elementwise parts fused into \
+                     the final pass, one store per element."
+                ),
+            });
         }
         Some(out)
     }
+}
+
+/// A warp-wide reduction of `kind` by shuffles (every lane gets the result): its name and its
+/// one-line definition.
+fn warp_reduce(kind: ReduceKind) -> Option<(String, String)> {
+    let (name, step) = match kind {
+        ReduceKind::Sum | ReduceKind::Mean => {
+            ("kevin_warp_sum", "v += __shfl_xor_sync(0xffffffffu, v, o);")
+        }
+        ReduceKind::Max => (
+            "kevin_warp_max",
+            "v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));",
+        ),
+        ReduceKind::Min => (
+            "kevin_warp_min",
+            "v = fminf(v, __shfl_xor_sync(0xffffffffu, v, o));",
+        ),
+        _ => return None,
+    };
+    Some((
+        name.to_string(),
+        format!(
+            "__device__ __forceinline__ float {name}(float v) {{ for (int o = 16; o > 0; o >>= 1) {step} return v; }}"
+        ),
+    ))
 }
 
 /// One level of a shared-memory tree reduction of `kind` over `buf` (thread `t` folds in

@@ -277,13 +277,18 @@ fn naive_forms_cover_the_common_shapes() {
             "reduce_thread_per_output",
             "reduce_block_b256",
             "reduce_block_b128",
+            "reduce_warp",
         ],
     );
     check("sum_reduce", &["reduce_thread_per_output"]);
     check("argmax_dim1", &["reduce_thread_per_output"]);
     check(
         "layernorm_gelu",
-        &["rowwise_thread_per_row", "rowwise_block_b256"],
+        &[
+            "rowwise_thread_per_row",
+            "rowwise_block_b256",
+            "rowwise_warp",
+        ],
     );
     check("exclusive_cumsum", &["rowwise_thread_per_row"]);
     check("transpose", &["transpose_naive"]);
@@ -327,8 +332,108 @@ fn naive_forms_cover_the_common_shapes() {
         half.contains("__float2half_rn(") && half.contains("__half2float(X[i])"),
         "{half}"
     );
+    // Two core operations: a kernel per stage.
+    check(
+        "attention_scores_softmax",
+        &[
+            "staged_transpose_elementwise+bmm_naive+rowwise_thread_per_row",
+            "staged_transpose_elementwise+bmm_naive+rowwise_warp",
+        ],
+    );
     // Outside the generator's shapes: no kernel rather than a doubtful one.
-    check("attention_scores_softmax", &[]);
+    assert!(naive::generate(&program_task(
+        "input X: f32[M, N]\noutput Y: f32[M]\nY = prod(X, axis=1)\n"
+    ))
+    .is_empty());
+}
+
+#[test]
+fn staged_forms_cut_programs_at_their_core_operations() {
+    let staged = |program: &str| naive::generate(&program_task(program));
+    let forms =
+        |program: &str| -> Vec<String> { staged(program).into_iter().map(|g| g.form).collect() };
+    // A product, then a row operation on it: the product's epilogue fused into its stage.
+    let mm_row = "input A: f32[M, K]\ninput W: f32[K, N]\ninput b: f32[N]\noutput Y: f32[M, N]\n\
+                  Y = gelu(softmax(gelu(A @ W + b)))\n";
+    assert_eq!(
+        forms(mm_row),
+        [
+            "staged_matmul_naive_16x16+rowwise_thread_per_row",
+            "staged_matmul_tiled16+rowwise_warp"
+        ]
+    );
+    let g = &staged(mm_row)[0];
+    assert!(
+        g.source
+            .starts_with("// kevin: scratch tmp0 f32[M*N]\n// kevin: launch stage1_naive_kernel "),
+        "{}",
+        g.source
+    );
+    assert!(
+        g.source.contains("\n// kevin: launch stage2_naive_kernel "),
+        "{}",
+        g.source
+    );
+    // One helper, defined once, used by both stages.
+    assert_eq!(
+        g.source.matches("float gelu_f(float x)").count(),
+        1,
+        "{}",
+        g.source
+    );
+    for k in ["stage1_naive_kernel", "stage2_naive_kernel"] {
+        assert_eq!(
+            g.source.matches(&format!("void {k}(")).count(),
+            1,
+            "{}",
+            g.source
+        );
+    }
+    // Every kernel takes the scratch buffer, and the first writes it as f32.
+    assert_eq!(
+        g.source.matches("float* __restrict__ tmp0").count(),
+        2,
+        "{}",
+        g.source
+    );
+    assert!(g.source.contains("tmp0[i] = "), "{}", g.source);
+    // A row operation, then a product of its result: the product reads the buffer.
+    assert_eq!(
+        forms("input X: bf16[M, K]\ninput W: bf16[K, N]\noutput Y: bf16[M, N]\nY = log_softmax(X) @ W\n"),
+        [
+            "staged_rowwise_thread_per_row+matmul_naive_16x16",
+            "staged_rowwise_warp+matmul_tiled16"
+        ]
+    );
+    // A reduction of a product; elementwise work on a product's operand.
+    assert_eq!(
+        forms("input A: f32[M, K]\ninput W: f32[K, N]\noutput Y: f32[M]\nY = sum(relu(A @ W), axis=1)\n"),
+        [
+            "staged_matmul_naive_16x16+reduce_thread_per_output",
+            "staged_matmul_tiled16+reduce_warp"
+        ]
+    );
+    assert_eq!(
+        forms(
+            "input A: f32[M, K]\ninput W: f32[K, N]\noutput Y: f32[M, N]\nY = relu(A * 2.0) @ W\n"
+        ),
+        [
+            "staged_elementwise_b256+matmul_naive_16x16",
+            "staged_elementwise_grid_stride+matmul_tiled16"
+        ]
+    );
+    // Two warp forms in one unit: the shuffle reduction both use is defined once.
+    let warps = &staged("input X: f32[M, N]\noutput Y: f32[M]\nY = max(softmax(X), axis=1)\n")[1];
+    assert_eq!(warps.form, "staged_rowwise_warp+reduce_warp");
+    assert_eq!(
+        warps
+            .source
+            .matches("float kevin_warp_max(float v)")
+            .count(),
+        1,
+        "{}",
+        warps.source
+    );
 }
 
 /// A train task of `program` with sizes 37, 39, ... (small) for its symbols.
@@ -359,7 +464,7 @@ fn naive_forms_cover_generated_shapes() {
     // Elementwise work after a reduction, keepdim, and a bf16 output.
     assert_eq!(
         forms("input X: bf16[M, N]\noutput Y: bf16[M, 1]\nY = softplus(max(X, axis=1, keepdim=true)) * 2.0\n"),
-        ["reduce_thread_per_output", "reduce_block_b256", "reduce_block_b128"]
+        ["reduce_thread_per_output", "reduce_block_b256", "reduce_block_b128", "reduce_warp"]
     );
     // A per-row operand.
     assert_eq!(

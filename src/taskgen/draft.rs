@@ -37,7 +37,8 @@ pub enum Family {
     Reduce,
     /// A row operation (softmax, log_softmax, norms, cumsum, l2norm) between elementwise chains.
     Row,
-    /// A matrix product (plain, batched, transposed operand, matrix-vector) with an epilogue.
+    /// A matrix product (plain, batched, transposed operand, matrix-vector) with an epilogue,
+    /// sometimes a row operation after it or an operation on its left operand before it.
     Matmul,
     /// A transpose between elementwise chains.
     Transpose,
@@ -736,12 +737,16 @@ impl Drafter<'_> {
             self.sym("N", SymRole::Cols),
         );
         let kind = self.rng.weighted(&[5.0, 2.0, 1.0, 1.5, 0.5]);
+        // Sometimes the left operand is computed first (a product then needs a kernel per
+        // stage, or a fused prologue).
+        let pro = ops >= 2 && kind != 4 && self.chance(0.3);
         let (text, shape, word) = match kind {
             0 => {
                 let a = self.input(&["A"], vec![m.clone(), k.clone()], InputDist::default());
+                let a = self.prologue(a, pro);
                 let w = self.input(&["W"], vec![k, n.clone()], w_dist);
                 (
-                    format!("{} @ {}", a.text, w.text),
+                    format!("{} @ {}", a.operand(), w.text),
                     vec![m, n],
                     "matrix product",
                 )
@@ -753,9 +758,10 @@ impl Drafter<'_> {
                     vec![b.clone(), m.clone(), k.clone()],
                     InputDist::default(),
                 );
+                let a = self.prologue(a, pro);
                 let w = self.input(&["W"], vec![b.clone(), k, n.clone()], w_dist);
                 (
-                    format!("{} @ {}", a.text, w.text),
+                    format!("{} @ {}", a.operand(), w.text),
                     vec![b, m, n],
                     "batched matrix product",
                 )
@@ -776,9 +782,10 @@ impl Drafter<'_> {
             }
             3 => {
                 let a = self.input(&["A"], vec![m.clone(), k.clone()], InputDist::default());
+                let a = self.prologue(a, pro);
                 let w = self.input(&["W"], vec![n.clone(), k], w_dist);
                 (
-                    format!("{} @ transpose({})", a.text, w.text),
+                    format!("{} @ transpose({})", a.operand(), w.text),
                     vec![m, n],
                     "product with a transposed weight",
                 )
@@ -795,7 +802,7 @@ impl Drafter<'_> {
             }
         };
         let mut v = self.done(Val::infix(text, shape, -4.0, 4.0), word.into());
-        let mut rest = ops.saturating_sub(1);
+        let mut rest = ops.saturating_sub(if pro { 2 } else { 1 });
         if rest > 0 && self.chance(0.6) {
             let last = v.shape[v.shape.len() - 1].clone();
             let b = self.input(
@@ -840,6 +847,52 @@ impl Drafter<'_> {
             v = self.done(out, word.into());
         }
         v
+    }
+
+    /// The left operand of a product, with (when `pro`) one operation applied first: a row
+    /// operation over its last axis (one whose values stay within those of a standard normal
+    /// input, so the product's range holds), or an elementwise one that keeps them within 4.
+    fn prologue(&mut self, a: Val, pro: bool) -> Val {
+        if !pro {
+            return a;
+        }
+        let shape = a.shape.clone();
+        if self.chance(0.4) {
+            let t = a.text.clone();
+            let (out, word) = match self.rng.below(4) {
+                0 => (
+                    Val::call(format!("softmax({t})"), shape, 0.0, 1.0),
+                    "softmax",
+                ),
+                1 => (
+                    Val::call(format!("l2norm({t})"), shape, -1.0, 1.0),
+                    "l2norm",
+                ),
+                2 => (
+                    Val::call(format!("layer_norm({t})"), shape, -4.0, 4.0),
+                    "layer norm",
+                ),
+                _ => (
+                    Val::call(format!("rms_norm({t})"), shape, -4.0, 4.0),
+                    "RMS norm",
+                ),
+            };
+            return self.done(out, format!("{word} of the left operand"));
+        }
+        for _ in 0..8 {
+            let words = self.words.len();
+            let (inputs, stmts, temps) = (self.inputs.len(), self.stmts.len(), self.temps);
+            let v = self.elementwise_op(a.clone());
+            if v.mag() <= 4.0 {
+                return v;
+            }
+            // Too large for the product's range: undo and draw again.
+            self.words.truncate(words);
+            self.inputs.truncate(inputs);
+            self.stmts.truncate(stmts);
+            self.temps = temps;
+        }
+        a
     }
 
     fn transpose(&mut self, ops: usize) -> Val {

@@ -5,7 +5,9 @@
 //! Families ([`Family`]): elementwise chains with broadcasts; a reduction along any axis;
 //! a row operation (softmax, log_softmax, layer and RMS norm, l2norm, cumsum; logsumexp,
 //! argmax and argmin as reductions); matrix products (plain, batched, with a shared or a
-//! transposed weight, matrix-vector) with epilogues; transposes. Each in f32, f16 or bf16, with
+//! transposed weight, matrix-vector) with epilogues, sometimes a row operation after them, and
+//! sometimes an operation on the left operand first (elementwise, or a row operation, so the
+//! program needs a kernel per stage); transposes. Each in f32, f16 or bf16, with
 //! 1 to `max_ops` operations before and after its core.
 //!
 //! A draft becomes a task only when all of these hold:

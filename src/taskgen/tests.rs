@@ -368,3 +368,28 @@ fn the_probe_puts_long_axes_at_their_gpu_size() {
     );
     assert_eq!(probe_sizes(&plain), None);
 }
+
+#[test]
+fn every_generated_task_has_a_naive_kernel_and_products_get_prologues() {
+    // The corpus learns from what the naive writer writes: a generated program it cannot
+    // write is a task with nothing to learn from. Products sometimes take a computed left
+    // operand, which needs a kernel per stage.
+    let mut o = opts(80, 11);
+    o.max_ops = 4;
+    let (tasks, _) = generate(&o, &suite(), |_| {}).expect("generate");
+    let mut staged = 0;
+    for g in &tasks {
+        let forms = crate::corpus::naive::generate(&g.task);
+        assert!(!forms.is_empty(), "no naive kernel for\n{}", g.task.source);
+        staged += usize::from(forms.iter().any(|f| f.form.starts_with("staged_")));
+    }
+    assert!(staged > 0, "no generated program needed stages");
+    let mut m = opts(40, 12);
+    m.families = vec![Family::Matmul];
+    m.max_ops = 4;
+    let (products, _) = generate(&m, &suite(), |_| {}).expect("generate");
+    let prologue = products
+        .iter()
+        .any(|g| g.task.source.lines().any(|l| l.contains(") @")));
+    assert!(prologue, "no product with a computed left operand");
+}

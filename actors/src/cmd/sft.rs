@@ -288,6 +288,15 @@ pub fn render_stats(s: &CorpusStats, out: &Path, seconds: f64) -> String {
             s.dropped_variants.join(", ")
         );
     }
+    if !s.unwritten.is_empty() {
+        let shown: Vec<&str> = s.unwritten.iter().take(8).map(String::as_str).collect();
+        text += &format!(
+            "tasks with no kernel to learn from (no reference, outside the naive writer's shapes): {}: {}{}\n",
+            s.unwritten.len(),
+            shown.join(", "),
+            if s.unwritten.len() > shown.len() { ", ... (all in --json)" } else { "" }
+        );
+    }
     text
 }
 

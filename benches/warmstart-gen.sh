@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The generated-task warm start of issue 19, end to end: procedural tasks, a verified corpus over
+# them and the hand-written train tasks, supervised training, and the held-out evaluation twice
+# (two sampling seeds, for the spread). Every step is skipped when its output is already there,
+# so a cut-off run resumes where it stopped.
+#
+#   KEVIN=target/release/kevin OUT=runs/warmstart-gen bash benches/warmstart-gen.sh
+#
+# Knobs (environment): COUNT (2000 tasks), SEED (1903, of the tasks), WORKERS (one per core,
+# for the corpus's CPU workers), EPOCHS (3), SHAPE (extra `kevin sft train` flags, e.g.
+# "--hidden 384 --layers 8 --heads 6 --intermediate 1152"), K and N (16 x 8, the paper's),
+# EVAL_SEEDS ("0 1"), DEVICE (cuda). Needs a GPU for training and evaluation as configured; the
+# corpus runs on the CPU backend and needs a C++ compiler.
+set -euo pipefail
+KEVIN=${KEVIN:-target/release/kevin}
+OUT=${OUT:-runs/warmstart-gen}
+COUNT=${COUNT:-2000}
+SEED=${SEED:-1903}
+WORKERS=${WORKERS:-$(nproc)}
+EPOCHS=${EPOCHS:-3}
+SHAPE=${SHAPE:-}
+K=${K:-16}
+N=${N:-8}
+EVAL_SEEDS=${EVAL_SEEDS:-0 1}
+DEVICE=${DEVICE:-cuda}
+CONFIG=configs/gpu-burn.toml
+mkdir -p "$OUT"
+step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
+
+if [ ! -e "$OUT/tasks/generated.json" ]; then
+    step "tasks: $COUNT from seed $SEED"
+    rm -rf "$OUT/tasks"
+    "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --out "$OUT/tasks"
+fi
+# The prompts at the preset the evaluation uses (the config's), breakages capped per task.
+for part in gen hand; do
+    if [ ! -e "$OUT/$part.json" ]; then
+        step "corpus: $part"
+        dir=tasks
+        [ "$part" = gen ] && dir="$OUT/tasks"
+        "$KEVIN" sft corpus --dir "$dir" --config "$CONFIG" --breakages-per-task 2 --seed 19 \
+            --workers "$WORKERS" --out "$OUT/$part.jsonl" --json "$OUT/$part.json.part"
+        mv "$OUT/$part.json.part" "$OUT/$part.json"
+    fi
+done
+cat "$OUT/gen.jsonl" "$OUT/hand.jsonl" > "$OUT/all.jsonl"
+if [ ! -e "$OUT/model/sft.json" ]; then
+    step "sft: $EPOCHS epochs $SHAPE"
+    # shellcheck disable=SC2086 # SHAPE is a list of flags
+    "$KEVIN" sft train --corpus "$OUT/all.jsonl" --tokenizer models/kevin-bpe-4096/tokenizer.json \
+        --out "$OUT/model" --epochs "$EPOCHS" --device "$DEVICE" $SHAPE
+fi
+for s in $EVAL_SEEDS; do
+    if [ ! -e "$OUT/eval-$s.json" ]; then
+        step "held-out evaluation: $K x $N, seed $s"
+        "$KEVIN" eval --checkpoint "$OUT/model" --config "$CONFIG" --samples "$K" --turns "$N" \
+            --seed "$s" --backend "$DEVICE" --device "$DEVICE" \
+            --json "$OUT/eval-$s.json.part" --transcripts "$OUT/turns-$s.jsonl"
+        mv "$OUT/eval-$s.json.part" "$OUT/eval-$s.json"
+    fi
+done
+step "done: $OUT"

@@ -1,0 +1,430 @@
+//! Programs with more than one core operation (a matrix product then a softmax, a softmax then
+//! a product, a reduction of a product, elementwise work on a product's operand): a kernel per
+//! stage, each writing its result in f32 to a scratch buffer that the next stage reads.
+//!
+//! The program is lowered bottom-up until every stage holds at most one core operation (a
+//! matrix product, a reduction, a row operation or a transpose) with elementwise work around
+//! it, and a product's operands are tensors. Every stage is then written by the single-kernel
+//! writers of [`super`], so a staged form is exactly as trustworthy as they are, and is
+//! evaluated like them. Two forms come out: every stage's simplest form, and every stage's
+//! last (tiled products, a block per row) when that differs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{is_rowop, product_or_one, Ctx, Generated};
+use crate::ops::ast::{BinOp, Dim, Expr, Op};
+use crate::ops::Dtype;
+
+/// An operation that fixes a kernel's thread mapping.
+fn is_core(e: &Expr) -> bool {
+    match e {
+        Expr::Binary(BinOp::MatMul, ..) => true,
+        Expr::Call { op, .. } => {
+            matches!(op, Op::Reduce { .. } | Op::Transpose { .. }) || is_rowop(op)
+        }
+        _ => false,
+    }
+}
+
+/// The right operand of a product as the product writers take it: a tensor, or the transpose
+/// of one (read transposed, not a stage of its own).
+fn plain_rhs(e: &Expr) -> bool {
+    match e {
+        Expr::Var(_) => true,
+        Expr::Call {
+            op: Op::Transpose { .. },
+            args,
+        } => matches!(args.as_slice(), [Expr::Var(_)]),
+        _ => false,
+    }
+}
+
+/// Core operations in `e`.
+fn cores(e: &Expr) -> usize {
+    usize::from(is_core(e))
+        + match e {
+            Expr::Binary(BinOp::MatMul, a, b) => cores(a) + if plain_rhs(b) { 0 } else { cores(b) },
+            Expr::Binary(_, a, b) => cores(a) + cores(b),
+            Expr::Neg(a) => cores(a),
+            Expr::Call { args, .. } => args.iter().map(cores).sum(),
+            _ => 0,
+        }
+}
+
+/// The operands of `e`, to rewrite in place.
+fn operands_mut(e: &mut Expr) -> Vec<&mut Expr> {
+    match e {
+        Expr::Binary(_, a, b) => vec![a.as_mut(), b.as_mut()],
+        Expr::Neg(a) => vec![a.as_mut()],
+        Expr::Call { args, .. } => args.iter_mut().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// What the one core of a stage computes, in words.
+fn core_words(e: &Expr) -> String {
+    let mut found = Vec::new();
+    super::find_calls(
+        e,
+        &|op| is_rowop(op) || matches!(op, Op::Reduce { .. }),
+        &mut found,
+    );
+    let mut products = Vec::new();
+    super::find_matmuls(e, &mut products);
+    if !products.is_empty() {
+        return "the matrix product".into();
+    }
+    match found.first() {
+        Some(Expr::Call { op, .. }) => match op {
+            Op::Reduce { kind, .. } => format!("the {} reduction", kind.name()),
+            Op::Softmax { .. } => "the softmax".into(),
+            Op::LogSoftmax { .. } => "the log_softmax".into(),
+            Op::LayerNorm { .. } => "the layer norm".into(),
+            Op::RmsNorm { .. } => "the RMS norm".into(),
+            Op::L2Norm { .. } => "the L2 normalisation".into(),
+            Op::Cumsum { .. } => "the cumulative sum".into(),
+            _ => "its operation".into(),
+        },
+        _ if cores(e) > 0 => "the transpose".into(),
+        _ => "the elementwise work".into(),
+    }
+}
+
+/// How a form maps threads, in words.
+fn form_words(form: &str) -> &'static str {
+    let table: [(&str, &str); 11] = [
+        ("elementwise", "a thread per element"),
+        ("matmul_naive", "a thread per output element"),
+        ("matmul_tiled", "shared-memory tiles"),
+        (
+            "bmm_naive",
+            "a thread per output element, the batch on the grid's z",
+        ),
+        ("matvec_naive", "a thread per row"),
+        ("reduce_thread_per_output", "a thread per output"),
+        ("reduce_block", "a block per row and a shared-memory tree"),
+        ("rowwise_thread_per_row", "a thread per row"),
+        (
+            "rowwise_block",
+            "a block per row with block-wide reductions",
+        ),
+        ("transpose_naive", "a 2-D grid of copies"),
+        ("transpose_elementwise", "a thread per output element"),
+    ];
+    table
+        .iter()
+        .find(|(p, _)| form.starts_with(p))
+        .map_or("its own kernel", |(_, w)| w)
+}
+
+/// A stage: the buffer it writes (a scratch name, or the output for the last) and its
+/// expression over the inputs and earlier scratch buffers.
+struct Stage {
+    target: String,
+    expr: Expr,
+}
+
+/// The program cut into stages of one core operation each.
+struct Lowering<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    stages: Vec<Stage>,
+    /// Every scratch buffer and its shape, in order.
+    scratch: Vec<(String, Vec<Dim>)>,
+    /// What each scratch buffer holds, over the inputs alone (for its shape).
+    holds: BTreeMap<String, Expr>,
+}
+
+impl Lowering<'_, '_> {
+    /// `e` with every scratch buffer replaced by what it holds.
+    fn expand(&self, e: &Expr) -> Expr {
+        match e {
+            Expr::Var(v) => self.holds.get(v).cloned().unwrap_or_else(|| e.clone()),
+            Expr::Num(_) => e.clone(),
+            Expr::Neg(a) => Expr::Neg(Box::new(self.expand(a))),
+            Expr::Binary(op, a, b) => {
+                Expr::Binary(*op, Box::new(self.expand(a)), Box::new(self.expand(b)))
+            }
+            Expr::Call { op, args } => Expr::Call {
+                op: op.clone(),
+                args: args.iter().map(|a| self.expand(a)).collect(),
+            },
+        }
+    }
+
+    /// The shape of a tensor or scratch buffer.
+    fn shape_of(&self, v: &str) -> Option<&Vec<Dim>> {
+        self.ctx
+            .shapes
+            .get(v)
+            .or_else(|| self.scratch.iter().find(|(n, _)| n == v).map(|(_, s)| s))
+    }
+
+    /// A new stage computing `e` into a new f32 scratch buffer; the buffer, to read instead.
+    fn stage(&mut self, e: Expr) -> Option<Expr> {
+        let full = self.expand(&e);
+        let ty = crate::ops::infer_expr(&self.ctx.task.program, &full).ok()?;
+        if ty.dtype == Some(Dtype::I64) {
+            return None;
+        }
+        let taken: BTreeSet<&String> = self.ctx.shapes.keys().chain(self.holds.keys()).collect();
+        let name = (0..)
+            .map(|i| format!("tmp{i}"))
+            .find(|n| !taken.contains(n) && !self.ctx.consts.contains_key(n))?;
+        self.scratch.push((name.clone(), ty.shape));
+        self.holds.insert(name.clone(), full);
+        self.stages.push(Stage {
+            target: name.clone(),
+            expr: e,
+        });
+        Some(Expr::Var(name))
+    }
+
+    /// `e` with inner stages split off, so that it holds at most one core operation.
+    fn lower(&mut self, e: &Expr) -> Option<Expr> {
+        let mut out = e.clone();
+        let product = matches!(e, Expr::Binary(BinOp::MatMul, ..));
+        for (i, arg) in operands_mut(&mut out).into_iter().enumerate() {
+            if !(product && i == 1 && plain_rhs(arg)) {
+                *arg = self.lower(arg)?;
+            }
+        }
+        if let Expr::Binary(BinOp::MatMul, a, b) = &mut out {
+            // A product reads tensors (a matrix's transpose in place, a batch's as a stage of
+            // its own): any other operand is computed first.
+            if !matches!(a.as_ref(), Expr::Var(_)) {
+                **a = self.stage((**a).clone())?;
+            }
+            let read_in_place = match b.as_ref() {
+                Expr::Var(_) => true,
+                Expr::Call { args, .. } => match args.as_slice() {
+                    [Expr::Var(w)] => self.shape_of(w).is_some_and(|s| s.len() == 2),
+                    _ => false,
+                },
+                _ => false,
+            };
+            if !read_in_place {
+                **b = self.stage((**b).clone())?;
+            }
+            return Some(out);
+        }
+        // One core per stage: this node's own, or (when it has none) one operand's.
+        let keep = usize::from(!is_core(&out));
+        let with_core: Vec<usize> = operands_mut(&mut out)
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| cores(a) > 0)
+            .map(|(i, _)| i)
+            .collect();
+        let split = with_core.len().saturating_sub(keep);
+        for &i in &with_core[..split] {
+            let arg = operands_mut(&mut out).swap_remove(i).clone();
+            let read = self.stage(arg)?;
+            *operands_mut(&mut out).swap_remove(i) = read;
+        }
+        Some(out)
+    }
+}
+
+/// The kernels of one stage: its launch lines and the rest of its source.
+fn split_launches(source: &str) -> (Vec<&str>, String) {
+    let mut launches = Vec::new();
+    let mut rest = String::new();
+    for line in source.lines() {
+        if line.starts_with("// kevin: launch ") {
+            launches.push(line);
+        } else {
+            rest.push_str(line);
+            rest.push('\n');
+        }
+    }
+    (launches, rest)
+}
+
+/// The device code of several stages as one translation unit: a helper, a block reduction or
+/// a `#define` written by two stages appears once (a macro given another value is undefined
+/// first), each kernel in stage order.
+fn join_bodies(bodies: &[String]) -> String {
+    let mut seen = BTreeSet::new();
+    let mut defines: BTreeMap<String, String> = BTreeMap::new();
+    let mut out = String::new();
+    for body in bodies {
+        // Chunks: a preprocessor line, a one-line helper, or a function up to its closing `}`.
+        let mut chunk = String::new();
+        for line in body.lines() {
+            if !line.trim().is_empty() || !chunk.is_empty() {
+                chunk.push_str(line);
+                chunk.push('\n');
+            }
+            let one_line = chunk.lines().count() == 1
+                && (line.starts_with('#') || line.starts_with("__device__") && line.ends_with('}'));
+            if !(one_line || line == "}") {
+                continue;
+            }
+            let text = std::mem::take(&mut chunk);
+            if let Some(def) = text.strip_prefix("#define ") {
+                let (name, value) = def.trim().split_once(' ').unwrap_or((def.trim(), ""));
+                match defines.insert(name.to_string(), value.to_string()) {
+                    Some(old) if old == value => continue,
+                    Some(_) => out.push_str(&format!("#undef {name}\n")),
+                    None => {}
+                }
+                out.push_str(&text);
+            } else if text.starts_with("__global__") || seen.insert(text.clone()) {
+                out.push_str(&text);
+            }
+        }
+        out.push_str(&chunk);
+    }
+    out
+}
+
+impl Ctx<'_> {
+    /// A kernel per stage for a program the single-kernel writers do not take (None when a
+    /// stage is outside their shapes too, or there is only one stage).
+    pub(super) fn staged(&self, e: &Expr) -> Option<Vec<Generated>> {
+        let mut low = Lowering {
+            ctx: self,
+            stages: Vec::new(),
+            scratch: Vec::new(),
+            holds: BTreeMap::new(),
+        };
+        let last = low.lower(e)?;
+        if low.stages.is_empty() || cores(&last) > 1 {
+            return None;
+        }
+        low.stages.push(Stage {
+            target: self.out.clone(),
+            expr: last,
+        });
+        // Every kernel takes every tensor: the inputs, the output, the scratch buffers.
+        let mut base = self.clone();
+        let scratch_params: Vec<String> = low
+            .scratch
+            .iter()
+            .map(|(n, _)| format!("float* __restrict__ {n}"))
+            .collect();
+        let scratch_args: Vec<String> = low.scratch.iter().map(|(n, _)| n.clone()).collect();
+        base.params = [
+            self.tensor_params.as_slice(),
+            &scratch_params,
+            &self.size_params,
+        ]
+        .concat()
+        .join(", ");
+        base.args = [self.tensor_args.as_slice(), &scratch_args, &self.size_args]
+            .concat()
+            .join(", ");
+        for (n, shape) in &low.scratch {
+            base.shapes.insert(n.clone(), shape.clone());
+            base.loads.insert(n.clone(), "");
+        }
+        let mut per_stage: Vec<Vec<Generated>> = Vec::new();
+        for (k, stage) in low.stages.iter().enumerate() {
+            let mut c = base.clone();
+            c.prefix = format!("stage{}_", k + 1);
+            if stage.target != self.out {
+                c.out = stage.target.clone();
+                c.store = "";
+            }
+            per_stage.push(c.single(&stage.expr)?);
+        }
+        let decls: String = low
+            .scratch
+            .iter()
+            .map(|(n, s)| format!("// kevin: scratch {n} f32[{}]\n", product_or_one(s)))
+            .collect();
+        let what = self.program_text();
+        let mut picks: Vec<Vec<&Generated>> = vec![per_stage.iter().map(|f| &f[0]).collect()];
+        let fast: Vec<&Generated> = per_stage.iter().map(|f| &f[f.len() - 1]).collect();
+        if fast.iter().zip(&picks[0]).any(|(a, b)| a.form != b.form) {
+            picks.push(fast);
+        }
+        let mut out = Vec::new();
+        for pick in picks {
+            let mut launches = String::new();
+            let mut bodies = Vec::new();
+            for g in &pick {
+                let (l, rest) = split_launches(&g.source);
+                for line in l {
+                    launches.push_str(line);
+                    launches.push('\n');
+                }
+                bodies.push(rest);
+            }
+            let steps: Vec<String> = pick
+                .iter()
+                .zip(&low.stages)
+                .enumerate()
+                .map(|(k, (g, s))| {
+                    let into = match low.scratch.iter().find(|(n, _)| *n == s.target) {
+                        Some((n, shape)) => format!(
+                            "into {n} [{}]",
+                            shape
+                                .iter()
+                                .map(Dim::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        None => format!("into {}", self.out),
+                    };
+                    format!(
+                        "stage {} computes {} {into} with {}",
+                        k + 1,
+                        core_words(&s.expr),
+                        form_words(&g.form)
+                    )
+                })
+                .collect();
+            let forms: Vec<&str> = pick.iter().map(|g| g.form.as_str()).collect();
+            let names = scratch_args.join(", ");
+            out.push(Generated {
+                form: format!("staged_{}", forms.join("+")),
+                source: format!("{decls}{launches}{}", join_bodies(&bodies)),
+                reasoning: format!(
+                    "`{what}` chains operations that each need their own thread mapping, so the simplest \
+                     correct plan is a kernel per stage: {}. Each stage writes its result in f32 to a scratch \
+                     buffer declared with `// kevin: scratch`, and launches on one stream run in order, so \
+                     every stage reads the previous one complete. The elementwise work of each stage is fused \
+                     into its kernel; fusing the stages themselves would save the round trips through memory.",
+                    steps.join("; ")
+                ),
+                summary: format!(
+                    "{} kernels launched in order ({}), the intermediates in f32 scratch ({names}), each \
+                     stage's elementwise work fused into its kernel and every store bounds-checked.",
+                    pick.len(),
+                    forms.join(", ")
+                ),
+            });
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join_bodies;
+
+    #[test]
+    fn joined_stages_define_each_helper_once_and_redefine_macros_cleanly() {
+        let a = "#define BLOCK 256\n__device__ __forceinline__ float f(float x) { return x; }\n\
+                 __global__ void stage1_k(float* y) {\n    y[0] = f(1.0f);\n}\n";
+        let b = "#define BLOCK 128\n__device__ __forceinline__ float f(float x) { return x; }\n\
+                 __device__ float g(float v) {\n    return v;\n}\n\
+                 __global__ void stage2_k(float* y) {\n    y[0] = g(f(2.0f));\n}\n";
+        let c = "#define BLOCK 128\n__device__ float g(float v) {\n    return v;\n}\n\
+                 __global__ void stage3_k(float* y) {\n    y[0] = g(3.0f);\n}\n";
+        let joined = join_bodies(&[a.into(), b.into(), c.into()]);
+        assert_eq!(joined.matches("float f(float x)").count(), 1, "{joined}");
+        assert_eq!(joined.matches("float g(float v)").count(), 1, "{joined}");
+        assert_eq!(joined.matches("#define BLOCK").count(), 2, "{joined}");
+        assert!(
+            joined.contains("#undef BLOCK\n#define BLOCK 128\n"),
+            "{joined}"
+        );
+        for k in ["stage1_k", "stage2_k", "stage3_k"] {
+            assert_eq!(joined.matches(&format!("void {k}(")).count(), 1, "{joined}");
+        }
+        assert!(joined.find("stage1_k") < joined.find("stage2_k"));
+        assert!(joined.find("float g(") < joined.find("stage2_k"));
+    }
+}
