@@ -31,6 +31,7 @@ pub mod eval;
 #[cfg(unix)]
 pub mod gpu;
 pub mod hacks;
+pub mod kbimport;
 pub mod learner;
 pub mod machine;
 pub mod metrics;

@@ -397,3 +397,135 @@ fn staged_kernels_verify_on_the_cpu_backend() {
     assert_eq!(record["unwritten"], serde_json::json!(["prod_rows"]));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    // Problems written for this test in KernelBench's format, in its folder layout.
+    let dir = std::env::temp_dir().join(format!("kevin-kb-{}", std::process::id()));
+    let src = dir.join("KernelBench");
+    for l in ["level1", "level2"] {
+        std::fs::create_dir_all(src.join(l)).unwrap();
+    }
+    let problem = |init: &str, forward: &str, sizes: &str, inputs: &str, init_inputs: &str| {
+        format!(
+            "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    \"\"\"A test problem.\"\"\"\n    \
+             def __init__(self{init}):\n        super(Model, self).__init__()\n{body}\n    def forward(self, x):\n{forward}\n\n\
+             {sizes}\n\ndef get_inputs():\n    return [{inputs}]\n\ndef get_init_inputs():\n    return [{init_inputs}]\n",
+            init = if init.is_empty() { String::new() } else { format!(", {init}") },
+            body = if init.is_empty() {
+                String::new()
+            } else {
+                "        self.gemm = nn.Linear(in_features, out_features)\n".to_string()
+            },
+        )
+    };
+    std::fs::write(
+        src.join("level1/1_Softmax.py"),
+        problem(
+            "",
+            "        return torch.softmax(x, dim=-1)",
+            "batch_size = 256\ndim = 4096",
+            "torch.rand(batch_size, dim)",
+            "",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("level1/2_Conv.py"),
+        problem(
+            "in_features, out_features",
+            "        return self.gemm(x)",
+            "batch_size = 8\nin_features = 4\nout_features = 8",
+            "torch.rand(batch_size, in_features)",
+            "in_features, out_features",
+        )
+        .replace(
+            "nn.Linear(in_features, out_features)",
+            "nn.Conv2d(in_features, out_features, 3)",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("level2/1_Gemm_ReLU_Sum.py"),
+        problem(
+            "in_features, out_features",
+            "        x = torch.relu(self.gemm(x))\n        return torch.sum(x, dim=1, keepdim=True)",
+            "batch_size = 128\nin_features = 512\nout_features = 1024",
+            "torch.randn(batch_size, in_features)",
+            "in_features, out_features",
+        ),
+    )
+    .unwrap();
+    let out = dir.join("tasks");
+    let json = dir.join("import.json");
+    let run = kevin_at_root(&[
+        "tasks",
+        "import-kernelbench",
+        src.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--split",
+        "train",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = succeeded(&run);
+    assert!(
+        stdout.contains("level1/2_Conv.py: not imported (line 8: nn.Conv2d: convolutions are not in kevin's op language yet)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("level 1: imported 1 of 2 problems"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("level 2: imported 1 of 1 problems"),
+        "{stdout}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(record["refused"][0]["line"], 8);
+    assert_eq!(record["imported"].as_array().unwrap().len(), 2);
+    // Importing into the same folder again is refused before any work.
+    let again = kevin_at_root(&[
+        "tasks",
+        "import-kernelbench",
+        src.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds 2 task files"));
+    // The imported tasks run end to end: naive kernels compiled and verified against their
+    // fp64 references by the CPU backend.
+    let corpus = dir.join("kb.jsonl");
+    let run = kevin_at_root(&[
+        "sft",
+        "corpus",
+        "--dir",
+        out.to_str().unwrap(),
+        "--out",
+        corpus.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--breakages-per-task",
+        "0",
+    ]);
+    let stdout = succeeded(&run);
+    assert!(
+        !stdout.contains("variants that were not correct"),
+        "{stdout}"
+    );
+    let examples = read_jsonl(&corpus).unwrap();
+    let covered: std::collections::BTreeSet<&str> =
+        examples.iter().map(|e| e.task.as_str()).collect();
+    assert_eq!(
+        covered.into_iter().collect::<Vec<_>>(),
+        ["kb1_1_softmax", "kb2_1_gemm_relu_sum"],
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -40,7 +40,6 @@ mod draft;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -398,38 +397,19 @@ fn task_file(name: &str, d: &Draft, p: &Program, gpu: &Sizes, small: &Sizes) -> 
     if let Some(c) = words.get(..1) {
         words = c.to_uppercase() + &words[1..];
     }
-    let mut t = String::new();
-    let _ = writeln!(t, "name = \"{name}\"");
-    let _ = writeln!(t, "level = {level}");
-    let _ = writeln!(t, "split = \"train\"");
-    let _ = writeln!(
-        t,
-        "description = \"{words} ({}, generated)\"",
-        d.dtype.name()
-    );
-    let _ = writeln!(t, "program = \"\"\"\n{}\"\"\"", d.source);
-    for (preset, sizes) in [("gpu", gpu), ("small", small)] {
-        let _ = writeln!(t, "\n[sizes.{preset}]");
-        for s in p.size_symbols() {
-            let _ = writeln!(t, "{s} = {}", sizes.get(&s).copied().unwrap_or(1));
-        }
-    }
-    for i in &d.inputs {
-        let body = match i.dist {
-            InputDist::Normal { mean, std } if mean == 0.0 && std == 1.0 => continue,
-            InputDist::Normal { mean, std } => {
-                format!("dist = \"normal\"\nmean = {mean:?}\nstd = {std:?}")
-            }
-            InputDist::Uniform { lo, hi } => {
-                format!("dist = \"uniform\"\nlo = {lo:?}\nhi = {hi:?}")
-            }
-            InputDist::Positive { min, std } => {
-                format!("dist = \"positive\"\nmin = {min:?}\nstd = {std:?}")
-            }
-        };
-        let _ = writeln!(t, "\n[inputs.{}]\n{body}", i.name);
-    }
-    t
+    let inputs: Vec<(String, InputDist)> =
+        d.inputs.iter().map(|i| (i.name.clone(), i.dist)).collect();
+    crate::tasks::file::write_task_file(&crate::tasks::file::TaskFileText {
+        name,
+        level,
+        split: Split::Train,
+        description: &format!("{words} ({}, generated)", d.dtype.name()),
+        program: &d.source,
+        symbols: &p.size_symbols(),
+        gpu,
+        small,
+        inputs: &inputs,
+    })
 }
 
 /// The small preset: distinct values off multiples of 32, batches 2 to 4, the rest 5 to 96.

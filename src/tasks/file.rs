@@ -133,3 +133,69 @@ fn default_tolerance(program: &Program) -> Tolerance {
         .any(|d| matches!(d.ty.dtype, Dtype::F16 | Dtype::Bf16));
     Tolerance::for_dtype(if half { Dtype::Bf16 } else { Dtype::F32 })
 }
+
+/// What a task file says, for [`write_task_file`].
+pub struct TaskFileText<'a> {
+    /// The task's name (the file's stem).
+    pub name: &'a str,
+    /// 1 (one operation) or 2 (a fused sequence).
+    pub level: u8,
+    /// Train or held out.
+    pub split: Split,
+    /// One line (quotes and backslashes are escaped).
+    pub description: &'a str,
+    /// The program's source, ending in a newline.
+    pub program: &'a str,
+    /// The size symbols, in the order the presets list them.
+    pub symbols: &'a [String],
+    /// The GPU preset.
+    pub gpu: &'a Sizes,
+    /// The small preset.
+    pub small: &'a Sizes,
+    /// Inputs with a distribution other than the default standard normal (others skipped).
+    pub inputs: &'a [(String, InputDist)],
+}
+
+/// The text of a task file that [`parse_task`] reads back as the same task.
+pub fn write_task_file(t: &TaskFileText<'_>) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let split = match t.split {
+        Split::Train => "train",
+        Split::Heldout => "heldout",
+    };
+    let description: String = t
+        .description
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let _ = writeln!(s, "name = \"{}\"", t.name);
+    let _ = writeln!(s, "level = {}", t.level);
+    let _ = writeln!(s, "split = \"{split}\"");
+    let _ = writeln!(s, "description = \"{description}\"");
+    let _ = writeln!(s, "program = \"\"\"\n{}\"\"\"", t.program);
+    for (preset, sizes) in [("gpu", t.gpu), ("small", t.small)] {
+        let _ = writeln!(s, "\n[sizes.{preset}]");
+        for sym in t.symbols {
+            let _ = writeln!(s, "{sym} = {}", sizes.get(sym).copied().unwrap_or(1));
+        }
+    }
+    for (name, dist) in t.inputs {
+        let body = match *dist {
+            InputDist::Normal { mean, std } if mean == 0.0 && std == 1.0 => continue,
+            InputDist::Normal { mean, std } => {
+                format!("dist = \"normal\"\nmean = {mean:?}\nstd = {std:?}")
+            }
+            InputDist::Uniform { lo, hi } => {
+                format!("dist = \"uniform\"\nlo = {lo:?}\nhi = {hi:?}")
+            }
+            InputDist::Positive { min, std } => {
+                format!("dist = \"positive\"\nmin = {min:?}\nstd = {std:?}")
+            }
+        };
+        let _ = writeln!(s, "\n[inputs.{name}]\n{body}");
+    }
+    s
+}

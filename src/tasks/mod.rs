@@ -11,7 +11,7 @@
 //! that evaluates or trains on a task imports it, and it may import none of them.
 
 mod estimate;
-mod file;
+pub mod file;
 mod inputs;
 #[cfg(test)]
 mod tests;

@@ -63,6 +63,29 @@ pub enum TasksCommand {
         #[arg(long)]
         threads: Option<usize>,
     },
+    /// Import KernelBench problem files as kevin tasks (held out by default): every `*.py` of
+    /// SRC's `level1/`, `level2/` ... folders (or of SRC itself, at `--level`). A problem that
+    /// does not import gets one line naming the construct that stopped it and its line.
+    ImportKernelbench {
+        /// KernelBench's `KernelBench/` folder (with `level1/`, `level2/`), or a folder of
+        /// problem files.
+        src: PathBuf,
+        /// The folder to write the tasks to (new or without task files).
+        #[arg(long)]
+        out: PathBuf,
+        /// Levels to import, comma-separated, where SRC has `levelN/` folders.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        levels: Vec<u8>,
+        /// The level of the files when SRC has no `levelN/` folders (1 or 2).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+        level: u8,
+        /// "heldout" (evaluation only, the default) or "train".
+        #[arg(long, default_value = "heldout", value_parser = ["heldout", "train"])]
+        split: String,
+        /// Also write the imports and refusals as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 /// Lists the suite or shows a prompt.
@@ -111,6 +134,21 @@ pub fn run(args: Args) -> CmdResult {
                 opts.threads = t.max(1);
             }
             generate(&args.dir, &out, &opts)
+        }
+        Some(TasksCommand::ImportKernelbench {
+            src,
+            out,
+            levels,
+            level,
+            split,
+            json,
+        }) => {
+            let split = if split == "train" {
+                Split::Train
+            } else {
+                Split::Heldout
+            };
+            import_kernelbench(&src, &out, &levels, level, split, json.as_deref())
         }
     }
     .map_err(failure)?;
@@ -340,5 +378,169 @@ fn generate(suite_dir: &Path, out: &Path, opts: &kevin::taskgen::GenOptions) -> 
          with `[tasks] dir = \"{0}\"`",
         out.display()
     );
+    Ok(())
+}
+
+/// The problem files under `src`: (origin such as `level1/23_Softmax.py`, level, path), in
+/// level order, then by their leading number, then by name.
+fn kernelbench_files(
+    src: &Path,
+    levels: &[u8],
+    level: u8,
+) -> Result<Vec<(String, u8, PathBuf)>, String> {
+    let read = |dir: &Path| -> Result<Vec<PathBuf>, String> {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "py") && p.is_file())
+            .collect();
+        let key = |p: &PathBuf| {
+            let stem = p
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let num: u64 = stem
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .unwrap_or(u64::MAX);
+            (num, stem)
+        };
+        files.sort_by_key(key);
+        Ok(files)
+    };
+    let name = |p: &Path| {
+        p.file_name()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default()
+    };
+    let has_levels = levels
+        .iter()
+        .any(|l| src.join(format!("level{l}")).is_dir());
+    let mut out = Vec::new();
+    if has_levels {
+        for l in levels {
+            let dir = src.join(format!("level{l}"));
+            if !dir.is_dir() {
+                continue;
+            }
+            for p in read(&dir)? {
+                out.push((format!("level{l}/{}", name(&p)), (*l).clamp(1, 2), p));
+            }
+        }
+    } else {
+        for p in read(src)? {
+            out.push((name(&p), level, p));
+        }
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "{}: no problem files (*.py here or in level{{{}}}/)",
+            src.display(),
+            levels
+                .iter()
+                .map(u8::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    }
+    Ok(out)
+}
+
+/// `kevin tasks import-kernelbench`: imports every problem file, writes the tasks and
+/// `imported.json`, prints a line per refusal and the totals.
+fn import_kernelbench(
+    src: &Path,
+    out: &Path,
+    levels: &[u8],
+    level: u8,
+    split: Split,
+    json_path: Option<&Path>,
+) -> Result<(), String> {
+    let files = kernelbench_files(src, levels, level)?;
+    if out.is_dir() {
+        let existing = std::fs::read_dir(out)
+            .map_err(|e| format!("{}: {e}", out.display()))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "toml"))
+            .count();
+        if existing > 0 {
+            return Err(format!(
+                "--out {} already holds {existing} task files: import into a new or empty folder",
+                out.display()
+            ));
+        }
+    }
+    let mut imported = Vec::new();
+    let mut refused = Vec::new();
+    let mut per_level: std::collections::BTreeMap<u8, (usize, usize)> = Default::default();
+    for (origin, lvl, path) in &files {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let entry = per_level.entry(*lvl).or_default();
+        entry.1 += 1;
+        match kevin::kbimport::import(origin, *lvl, &text, split) {
+            Ok(t) => {
+                entry.0 += 1;
+                imported.push((origin.clone(), t));
+            }
+            Err(r) => {
+                println!("{origin}: not imported ({r})");
+                refused.push((origin.clone(), r));
+            }
+        }
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut names = std::collections::BTreeSet::new();
+    for (origin, t) in &imported {
+        if !names.insert(t.name.clone()) {
+            return Err(format!(
+                "{origin}: a second problem named {} (rename one file)",
+                t.name
+            ));
+        }
+        let path = out.join(format!("{}.toml", t.name));
+        std::fs::write(&path, &t.text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    // What was written loads as a suite (the importer type-checked every task; this is the
+    // same check the trainer and the evaluator make).
+    if !imported.is_empty() {
+        TaskSuite::load(out).map_err(|e| format!("the imported tasks do not load: {e}"))?;
+    }
+    // Refusals grouped by what stopped them (the words after `nn.X: ` or `` `f`: ``).
+    let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
+    for (_, r) in &refused {
+        let key = match r.reason.split_once(": ") {
+            Some((head, tail)) if head.starts_with("nn.") || head.starts_with('`') => tail,
+            _ => r.reason.as_str(),
+        };
+        *reasons
+            .entry(key.lines().next().unwrap_or("").to_string())
+            .or_default() += 1;
+    }
+    let mut by_count: Vec<(&String, &usize)> = reasons.iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (l, (ok, all)) in &per_level {
+        println!("level {l}: imported {ok} of {all} problems");
+    }
+    println!("wrote {} tasks to {}", imported.len(), out.display());
+    if !by_count.is_empty() {
+        println!("not imported, by reason:");
+        for (r, n) in &by_count {
+            println!("  {n:>4}  {r}");
+        }
+    }
+    if let Some(path) = json_path {
+        let record = json!({
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "src": src.display().to_string(),
+            "out": out.display().to_string(),
+            "levels": per_level.iter().map(|(l, (ok, all))| json!({"level": l, "imported": ok, "problems": all})).collect::<Vec<_>>(),
+            "imported": imported.iter().map(|(o, t)| json!({"file": o, "task": t.name})).collect::<Vec<_>>(),
+            "refused": refused.iter().map(|(o, r)| json!({"file": o, "line": r.line, "reason": r.reason})).collect::<Vec<_>>(),
+            "reasons": by_count.iter().map(|(r, n)| json!({"reason": r, "count": n})).collect::<Vec<_>>(),
+        });
+        write_json(path, &record)?;
+    }
     Ok(())
 }

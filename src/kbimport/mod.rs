@@ -1,0 +1,1839 @@
+//! `kevin tasks import-kernelbench`: KernelBench problem files as kevin tasks.
+//!
+//! A KernelBench problem is a Python file: a `class Model(nn.Module)` whose `__init__` builds
+//! layers and keeps parameters and whose `forward` computes the output, module-level size
+//! constants, `get_inputs()` (the tensors `forward` takes, drawn with `torch.rand` or
+//! `torch.randn`) and `get_init_inputs()` (the arguments of `__init__`). The importer reads the
+//! file with a small Python parser ([`py`]), evaluates the constants and the two functions, and
+//! translates `forward` statement by statement into the op language: every `torch.*`,
+//! `torch.nn.functional.*`, tensor method and `nn.*` layer call it knows becomes the built-in
+//! with PyTorch's semantics, the layers' parameters become inputs drawn as PyTorch initialises
+//! them (`nn.Linear`: weight and bias uniform in +-1/sqrt(in_features)), and the sizes become
+//! the task's GPU preset (the file's values) and a small preset (off multiples of 32, a few
+//! thousand elements per tensor). No torch is needed. The task is checked by kevin's own type
+//! checker before it is written.
+//!
+//! A problem it cannot import is refused with one line naming the construct that stopped it
+//! and its line (`nn.Conv2d is not in kevin's op language`), so the refusals of a whole
+//! directory say what the op language lacks.
+
+pub(crate) mod py;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use py::{Arg, Expr, Stmt};
+
+use crate::ops::{Dim, Program, Sizes};
+use crate::tasks::file::{write_task_file, TaskFileText};
+use crate::tasks::{InputDist, Split};
+
+/// Why a problem was not imported: what stopped it, and the 1-based line where.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refusal {
+    /// 1-based line of the problem file (0: the file as a whole).
+    pub line: usize,
+    /// What stopped the import, in a few words.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(f, "line {}: {}", self.line, self.reason)
+        }
+    }
+}
+
+/// An imported problem: the task's name and the text of its task file.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    /// The task's name (and file stem).
+    pub name: String,
+    /// The task file.
+    pub text: String,
+}
+
+/// The task name of a problem file: `kb<level>_<stem>`, lower case, anything but letters and
+/// digits as `_` (`level1/23_Softmax.py` is `kb1_23_softmax`).
+pub fn task_name(level: u8, file_stem: &str) -> String {
+    let mut s = format!("kb{level}_");
+    let mut last_underscore = true;
+    for c in file_stem.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+            last_underscore = false;
+        } else if !last_underscore {
+            s.push('_');
+            last_underscore = true;
+        }
+    }
+    while s.ends_with('_') {
+        s.pop();
+    }
+    s
+}
+
+/// Imports one problem file (`source`), named after `origin` (e.g. `level1/23_Softmax.py`).
+pub fn import(origin: &str, level: u8, source: &str, split: Split) -> Result<Imported, Refusal> {
+    let module = py::parse(source).map_err(|e| Refusal {
+        line: e.line,
+        reason: format!("Python this importer cannot read: {}", e.message),
+    })?;
+    let stem = origin
+        .rsplit('/')
+        .next()
+        .unwrap_or(origin)
+        .trim_end_matches(".py");
+    let name = task_name(level, stem);
+    let mut m = Importer::default();
+    m.module(&module)?;
+    let text = m.task(&name, origin, level, split)?;
+    Ok(Imported { name, text })
+}
+
+/// A tensor of the program being written: its op-language text and symbolic shape.
+#[derive(Clone, Debug)]
+struct Tensor {
+    text: String,
+    /// How tightly `text` binds: [`ADD`], [`MUL`] or [`ATOM`] (a name, a call, a literal).
+    prec: u8,
+    shape: Vec<Dim>,
+    /// i64 (argmax, argmin).
+    int: bool,
+}
+
+/// Binding strengths of op-language text: sums, products (`*`, `/`, `@`), atoms.
+const ADD: u8 = 0;
+const MUL: u8 = 1;
+const ATOM: u8 = 2;
+
+impl Tensor {
+    /// The text as an operand that needs at least `min`: in parentheses when it binds less.
+    fn at(&self, min: u8) -> String {
+        if self.prec >= min {
+            self.text.clone()
+        } else {
+            format!("({})", self.text)
+        }
+    }
+}
+
+/// A draw of `get_inputs()`.
+#[derive(Clone, Debug)]
+struct Draw {
+    dims: Vec<Dim>,
+    dist: InputDist,
+}
+
+/// A layer built by `__init__`.
+#[derive(Clone, Debug)]
+enum Layer {
+    /// `nn.Linear`: the dims of its weight `[out, in]`, the bound of PyTorch's uniform
+    /// initialisation (1/sqrt(in)), whether it has a bias, and (once `forward` runs) the inputs
+    /// that hold them.
+    Linear {
+        dims: Vec<Dim>,
+        bound: f64,
+        bias: bool,
+        params: Option<(Tensor, Option<Tensor>)>,
+    },
+    /// A layer without parameters that applies a function: its name and keyword arguments.
+    Func(String, Vec<(String, Val)>),
+}
+
+#[derive(Clone, Debug)]
+enum Val {
+    /// An integer and the size symbol it is the value of (a module-level name).
+    Int(i64, Option<String>),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    None,
+    Seq(Vec<Val>),
+    Tensor(Tensor),
+    Draw(Draw),
+    Layer(Layer),
+    /// A dotted name not yet called (`torch.relu`, `math.pi`).
+    Path(String),
+    /// A method of a value not yet called (`x.sum`, `torch.rand(n).float`).
+    Method(String, Box<Val>),
+}
+
+impl Val {
+    fn num(&self) -> Option<f64> {
+        match self {
+            Val::Int(v, _) => Some(*v as f64),
+            Val::Float(v) => Some(*v),
+            Val::Bool(b) => Some(f64::from(u8::from(*b))),
+            _ => None,
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Val::Int(..) => "an integer",
+            Val::Float(_) => "a float",
+            Val::Bool(_) => "a bool",
+            Val::Str(_) => "a string",
+            Val::None => "None",
+            Val::Seq(_) => "a tuple or list",
+            Val::Tensor(_) => "a tensor",
+            Val::Draw(_) => "a random tensor",
+            Val::Layer(_) => "a layer",
+            Val::Path(_) | Val::Method(..) => "a function",
+        }
+    }
+}
+
+/// A number as the op language writes it (always with a point or an exponent).
+fn lit(v: f64) -> String {
+    let s = format!("{v:?}");
+    if s.contains(['.', 'e', 'E']) || !v.is_finite() {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+fn refuse<T>(line: usize, reason: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal {
+        line,
+        reason: reason.into(),
+    })
+}
+
+/// The layer classes of `torch.nn` that apply a function without parameters: the functional
+/// name and the names of their positional arguments.
+const FUNC_LAYERS: [(&str, &str, &[&str]); 17] = [
+    ("ReLU", "relu", &[]),
+    ("Sigmoid", "sigmoid", &[]),
+    ("Tanh", "tanh", &[]),
+    ("GELU", "gelu", &[]),
+    ("SiLU", "silu", &[]),
+    ("Mish", "mish", &[]),
+    ("Softplus", "softplus", &["beta", "threshold"]),
+    ("Hardsigmoid", "hardsigmoid", &[]),
+    ("Hardswish", "hardswish", &[]),
+    ("ELU", "elu", &["alpha"]),
+    ("SELU", "selu", &[]),
+    ("LeakyReLU", "leaky_relu", &["negative_slope"]),
+    ("Hardtanh", "hardtanh", &["min_val", "max_val"]),
+    ("Softmax", "softmax", &["dim"]),
+    ("LogSoftmax", "log_softmax", &["dim"]),
+    ("Identity", "identity", &[]),
+    ("Softsign", "softsign", &[]),
+];
+
+/// The functions and methods [`Importer::function`] translates (on a tensor).
+const KNOWN: [&str; 58] = [
+    "identity",
+    "contiguous",
+    "float",
+    "clone",
+    "detach",
+    "size",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "abs",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "silu",
+    "mish",
+    "hardsigmoid",
+    "hardswish",
+    "neg",
+    "negative",
+    "gelu",
+    "softplus",
+    "elu",
+    "selu",
+    "softsign",
+    "leaky_relu",
+    "hardtanh",
+    "clamp",
+    "clip",
+    "pow",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "multiply",
+    "subtract",
+    "divide",
+    "maximum",
+    "minimum",
+    "matmul",
+    "mm",
+    "bmm",
+    "t",
+    "transpose",
+    "swapaxes",
+    "softmax",
+    "log_softmax",
+    "cumsum",
+    "cumprod",
+    "normalize",
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "prod",
+    "logsumexp",
+    "norm",
+];
+
+/// Layers of `torch.nn` that the op language does not have yet, with what they would need.
+fn missing_layer(name: &str) -> Option<&'static str> {
+    let conv = [
+        "Conv1d",
+        "Conv2d",
+        "Conv3d",
+        "ConvTranspose1d",
+        "ConvTranspose2d",
+        "ConvTranspose3d",
+    ];
+    let pool = [
+        "MaxPool1d",
+        "MaxPool2d",
+        "MaxPool3d",
+        "AvgPool1d",
+        "AvgPool2d",
+        "AvgPool3d",
+        "AdaptiveAvgPool1d",
+        "AdaptiveAvgPool2d",
+        "AdaptiveAvgPool3d",
+        "AdaptiveMaxPool2d",
+    ];
+    let norms = [
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "InstanceNorm1d",
+        "InstanceNorm2d",
+        "InstanceNorm3d",
+        "GroupNorm",
+    ];
+    if conv.contains(&name) {
+        Some("convolutions are not in kevin's op language yet")
+    } else if pool.contains(&name) {
+        Some("windowed pooling is not in kevin's op language yet")
+    } else if norms.contains(&name) {
+        Some("batch, instance and group norms are not in kevin's op language yet")
+    } else {
+        None
+    }
+}
+
+#[derive(Default)]
+struct Importer {
+    /// Module-level names.
+    globals: BTreeMap<String, Val>,
+    /// Functions by name.
+    defs: BTreeMap<String, (Vec<py::Param>, Vec<Stmt>, usize)>,
+    /// `class Model`'s methods.
+    methods: BTreeMap<String, (Vec<py::Param>, Vec<Stmt>, usize)>,
+    model_line: usize,
+    /// Docstring of `Model` (its first line goes in the description).
+    doc: Option<String>,
+    /// The program: inputs (name, dims, distribution) and statements.
+    inputs: Vec<(String, Vec<Dim>, InputDist)>,
+    stmts: Vec<String>,
+    /// Values of the size symbols (the file's sizes).
+    sizes: Sizes,
+    /// Counter of intermediates.
+    temps: usize,
+}
+
+/// The body of a function: its statements and the values its parameters are bound to.
+struct Frame {
+    locals: BTreeMap<String, Val>,
+}
+
+impl Importer {
+    fn module(&mut self, module: &[Stmt]) -> Result<(), Refusal> {
+        for s in module {
+            match s {
+                Stmt::Assign {
+                    targets,
+                    value,
+                    line,
+                } => {
+                    let mut f = Frame {
+                        locals: BTreeMap::new(),
+                    };
+                    let v = self.eval(&mut f, value, *line)?;
+                    for t in targets {
+                        self.global(t, v.clone(), *line)?;
+                    }
+                }
+                Stmt::Def {
+                    name,
+                    params,
+                    body,
+                    line,
+                } => {
+                    self.defs
+                        .insert(name.clone(), (params.clone(), body.clone(), *line));
+                }
+                Stmt::Class { name, body, line } if name == "Model" => {
+                    self.model_line = *line;
+                    for m in body {
+                        match m {
+                            Stmt::Def {
+                                name,
+                                params,
+                                body,
+                                line,
+                            } => {
+                                self.methods
+                                    .insert(name.clone(), (params.clone(), body.clone(), *line));
+                            }
+                            Stmt::Expr(Expr::Str(doc), _) if self.doc.is_none() => {
+                                self.doc = Some(doc.clone());
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if self.model_line == 0 {
+            return refuse(0, "no `class Model`");
+        }
+        Ok(())
+    }
+
+    /// A module-level assignment (`n = 4096`, `height, width = 128, 128`): integers become
+    /// size symbols named after their target.
+    fn global(&mut self, target: &Expr, v: Val, line: usize) -> Result<(), Refusal> {
+        match (target, v) {
+            (Expr::Name(n), v) => {
+                let v = name_ints(v, n);
+                self.globals.insert(n.clone(), v);
+                Ok(())
+            }
+            (Expr::Tuple(ts), Val::Seq(vs)) if ts.len() == vs.len() => {
+                for (t, v) in ts.iter().zip(vs) {
+                    self.global(t, v, line)?;
+                }
+                Ok(())
+            }
+            (_, v) => refuse(line, format!("a module-level assignment of {}", v.what())),
+        }
+    }
+
+    /// Calls a module-level function without arguments (`get_inputs`): its returned value.
+    fn call_global(&mut self, name: &str) -> Result<Val, Refusal> {
+        let Some((_, body, line)) = self.defs.get(name).cloned() else {
+            return refuse(0, format!("no `{name}()`"));
+        };
+        let mut f = Frame {
+            locals: BTreeMap::new(),
+        };
+        match self.run(&mut f, &body)? {
+            Some(v) => Ok(v),
+            None => refuse(line, format!("`{name}()` returns nothing")),
+        }
+    }
+
+    /// Runs statements; the value of the first `return`.
+    fn run(&mut self, f: &mut Frame, body: &[Stmt]) -> Result<Option<Val>, Refusal> {
+        for s in body {
+            match s {
+                Stmt::Assign {
+                    targets,
+                    value,
+                    line,
+                } => {
+                    let v = self.eval(f, value, *line)?;
+                    for t in targets {
+                        self.assign(f, t, v.clone(), *line)?;
+                    }
+                }
+                Stmt::AugAssign {
+                    target,
+                    op,
+                    value,
+                    line,
+                } => {
+                    let cur = self.eval(f, target, *line)?;
+                    let rhs = self.eval(f, value, *line)?;
+                    let v = self.binary(op, cur, rhs, *line)?;
+                    self.assign(f, target, v, *line)?;
+                }
+                Stmt::Return(v, line) => {
+                    return Ok(Some(match v {
+                        Some(e) => self.eval(f, e, *line)?,
+                        None => Val::None,
+                    }));
+                }
+                Stmt::Expr(Expr::Str(_), _) | Stmt::Skip => {}
+                Stmt::Expr(e, line) => {
+                    // `super().__init__()` and docstrings do nothing; any other call would.
+                    if !is_super_init(e) {
+                        return refuse(*line, "an expression statement with effects");
+                    }
+                }
+                Stmt::Other(kw, line) => {
+                    return refuse(*line, format!("a `{kw}` statement"));
+                }
+                Stmt::Def { line, .. } | Stmt::Class { line, .. } => {
+                    return refuse(*line, "a nested definition");
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn assign(&mut self, f: &mut Frame, target: &Expr, v: Val, line: usize) -> Result<(), Refusal> {
+        match target {
+            Expr::Name(n) => {
+                let v = match v {
+                    // A tensor computed in `forward` becomes a statement of the program.
+                    Val::Tensor(t)
+                        if t.text.contains(|c: char| !c.is_alphanumeric() && c != '_') =>
+                    {
+                        Val::Tensor(self.statement(n, t))
+                    }
+                    v => v,
+                };
+                f.locals.insert(n.clone(), v);
+                Ok(())
+            }
+            Expr::Attr(obj, attr) if matches!(obj.as_ref(), Expr::Name(s) if s == "self") => {
+                let v = match v {
+                    Val::Draw(d) => Val::Tensor(self.parameter(attr, d)),
+                    v => v,
+                };
+                f.locals.insert(format!("self.{attr}"), v);
+                Ok(())
+            }
+            Expr::Tuple(items) => match v {
+                Val::Seq(vals) if vals.len() == items.len() => {
+                    for (t, v) in items.iter().zip(vals) {
+                        self.assign(f, t, v, line)?;
+                    }
+                    Ok(())
+                }
+                other => refuse(line, format!("unpacking {}", other.what())),
+            },
+            _ => refuse(line, "an assignment to an index or attribute"),
+        }
+    }
+
+    /// `name = t` as a statement `nameK = text` (every assignment a new name: the op language
+    /// assigns each name once); the tensor that reads it.
+    fn statement(&mut self, name: &str, t: Tensor) -> Tensor {
+        self.temps += 1;
+        let base: String = name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let target = format!(
+            "{}{}",
+            if base.is_empty() { "t" } else { &base },
+            self.temps
+        );
+        self.stmts.push(format!("{target} = {}", t.text));
+        Tensor {
+            text: target,
+            prec: ATOM,
+            ..t
+        }
+    }
+
+    /// An input for a parameter of the model drawn as `d`.
+    fn parameter(&mut self, name: &str, d: Draw) -> Tensor {
+        let name = self.fresh_input(name);
+        self.inputs.push((name.clone(), d.dims.clone(), d.dist));
+        Tensor {
+            text: name,
+            prec: ATOM,
+            shape: d.dims,
+            int: false,
+        }
+    }
+
+    fn fresh_input(&self, base: &str) -> String {
+        let taken = |n: &str| {
+            self.inputs.iter().any(|(i, _, _)| i == n)
+                || self.sizes.contains_key(n)
+                || self.globals.contains_key(n)
+        };
+        if !taken(base) {
+            return base.to_string();
+        }
+        (1..)
+            .map(|i| format!("{base}_{i}"))
+            .find(|n| !taken(n))
+            .unwrap_or_default()
+    }
+
+    /// The dims of a shape given as values (`torch.rand(batch, *shape)`), recording sizes.
+    fn dims(&mut self, vals: &[Val], line: usize) -> Result<Vec<Dim>, Refusal> {
+        let mut out = Vec::new();
+        for v in vals {
+            match v {
+                Val::Seq(inner) => out.extend(self.dims(inner, line)?),
+                Val::Int(1, _) => out.push(Dim::Lit(1)),
+                Val::Int(n, sym) if *n > 1 => {
+                    let s = sym.clone().unwrap_or_else(|| format!("D{n}"));
+                    if let Some(old) = self.sizes.insert(s.clone(), *n as usize) {
+                        if old != *n as usize {
+                            return refuse(line, format!("size `{s}` is both {old} and {n}"));
+                        }
+                    }
+                    out.push(Dim::Sym(s));
+                }
+                other => return refuse(line, format!("a dimension that is {}", other.what())),
+            }
+        }
+        Ok(out)
+    }
+
+    fn eval(&mut self, f: &mut Frame, e: &Expr, line: usize) -> Result<Val, Refusal> {
+        Ok(match e {
+            Expr::Int(v) => Val::Int(*v, None),
+            Expr::Float(v) => Val::Float(*v),
+            Expr::Bool(b) => Val::Bool(*b),
+            Expr::Str(s) => Val::Str(s.clone()),
+            Expr::None => Val::None,
+            Expr::Name(n) => {
+                if let Some(v) = f.locals.get(n).or_else(|| self.globals.get(n)) {
+                    v.clone()
+                } else if ["torch", "nn", "F", "math"].contains(&n.as_str()) {
+                    Val::Path(n.clone())
+                } else {
+                    return refuse(line, format!("the name `{n}` is not defined"));
+                }
+            }
+            Expr::Attr(obj, attr) => {
+                if let Expr::Name(s) = obj.as_ref() {
+                    if s == "self" {
+                        return f
+                            .locals
+                            .get(&format!("self.{attr}"))
+                            .cloned()
+                            .map_or_else(|| refuse(line, format!("`self.{attr}` is not set")), Ok);
+                    }
+                }
+                match self.eval(f, obj, line)? {
+                    Val::Path(p) => {
+                        let path = format!("{p}.{attr}");
+                        match path.as_str() {
+                            "math.pi" => Val::Float(std::f64::consts::PI),
+                            "math.e" => Val::Float(std::f64::consts::E),
+                            _ => Val::Path(path),
+                        }
+                    }
+                    Val::Tensor(t) => match attr.as_str() {
+                        "T" | "mT" => self.transpose(t, -2, -1, line)?,
+                        "shape" => Val::Seq(
+                            t.shape
+                                .iter()
+                                .map(|d| match d {
+                                    Dim::Lit(v) => Val::Int(*v as i64, None),
+                                    Dim::Sym(s) => Val::Int(
+                                        self.sizes.get(s).copied().unwrap_or(0) as i64,
+                                        Some(s.clone()),
+                                    ),
+                                })
+                                .collect(),
+                        ),
+                        _ => Val::Method(attr.clone(), Box::new(Val::Tensor(t))),
+                    },
+                    // torch.max(x, dim) is a (values, indices) pair.
+                    Val::Seq(pair)
+                        if pair.len() == 2 && (attr == "values" || attr == "indices") =>
+                    {
+                        pair[usize::from(attr == "indices")].clone()
+                    }
+                    v @ Val::Draw(_) => Val::Method(attr.clone(), Box::new(v)),
+                    other => {
+                        return refuse(line, format!("the attribute `.{attr}` of {}", other.what()))
+                    }
+                }
+            }
+            Expr::Call(func, args) => self.call(f, func, args, line)?,
+            Expr::Index(obj, idx) => {
+                let o = self.eval(f, obj, line)?;
+                let i = self.eval(f, idx, line)?;
+                match (o, i) {
+                    (Val::Seq(items), Val::Int(k, _)) => {
+                        let n = items.len() as i64;
+                        let k = if k < 0 { k + n } else { k };
+                        match items.get(k as usize) {
+                            Some(v) if k >= 0 => v.clone(),
+                            _ => return refuse(line, "an index out of range"),
+                        }
+                    }
+                    (o, _) => return refuse(line, format!("indexing {}", o.what())),
+                }
+            }
+            Expr::Tuple(items) | Expr::List(items) => {
+                let mut out = Vec::new();
+                for it in items {
+                    match it {
+                        Expr::Star(inner) => match self.eval(f, inner, line)? {
+                            Val::Seq(v) => out.extend(v),
+                            other => return refuse(line, format!("`*` of {}", other.what())),
+                        },
+                        _ => out.push(self.eval(f, it, line)?),
+                    }
+                }
+                Val::Seq(out)
+            }
+            Expr::Bin(op, a, b) => {
+                let a = self.eval(f, a, line)?;
+                let b = self.eval(f, b, line)?;
+                self.binary(op, a, b, line)?
+            }
+            Expr::Neg(a) => match self.eval(f, a, line)? {
+                Val::Int(v, _) => Val::Int(-v, None),
+                Val::Float(v) => Val::Float(-v),
+                Val::Tensor(t) => Val::Tensor(Tensor {
+                    text: format!("-{}", t.at(ATOM)),
+                    prec: ATOM,
+                    ..t
+                }),
+                Val::Draw(d) => Val::Draw(scale_draw(d, -1.0, 0.0)),
+                other => return refuse(line, format!("negating {}", other.what())),
+            },
+            Expr::Star(_) => return refuse(line, "`*` outside a call or a display"),
+            Expr::Unsupported(what) => return refuse(line, what.clone()),
+        })
+    }
+
+    fn binary(&mut self, op: &str, a: Val, b: Val, line: usize) -> Result<Val, Refusal> {
+        // Numbers.
+        if let (Some(x), Some(y)) = (a.num(), b.num()) {
+            let ints = matches!((&a, &b), (Val::Int(..), Val::Int(..)));
+            return Ok(match op {
+                "+" if ints => Val::Int(x as i64 + y as i64, None),
+                "-" if ints => Val::Int(x as i64 - y as i64, None),
+                "*" if ints => Val::Int(x as i64 * y as i64, None),
+                "//" if ints && y != 0.0 => Val::Int((x / y).floor() as i64, None),
+                "%" if ints && y != 0.0 => Val::Int((x as i64).rem_euclid(y as i64), None),
+                "**" if ints && y >= 0.0 => Val::Int((x as i64).pow(y as u32), None),
+                "+" => Val::Float(x + y),
+                "-" => Val::Float(x - y),
+                "*" => Val::Float(x * y),
+                "/" => Val::Float(x / y),
+                "**" => Val::Float(x.powf(y)),
+                _ => return refuse(line, format!("`{op}` on numbers")),
+            });
+        }
+        // A draw scaled and shifted (`torch.rand(n) * 2 - 1`).
+        match (&a, &b) {
+            (Val::Draw(d), _) if b.num().is_some() => {
+                let c = b.num().unwrap_or(0.0);
+                return match op {
+                    "*" => Ok(Val::Draw(scale_draw(d.clone(), c, 0.0))),
+                    "/" if c != 0.0 => Ok(Val::Draw(scale_draw(d.clone(), 1.0 / c, 0.0))),
+                    "+" => Ok(Val::Draw(scale_draw(d.clone(), 1.0, c))),
+                    "-" => Ok(Val::Draw(scale_draw(d.clone(), 1.0, -c))),
+                    _ => refuse(line, format!("`{op}` on a random tensor in get_inputs")),
+                };
+            }
+            (_, Val::Draw(d)) if a.num().is_some() => {
+                let c = a.num().unwrap_or(0.0);
+                return match op {
+                    "*" => Ok(Val::Draw(scale_draw(d.clone(), c, 0.0))),
+                    "+" => Ok(Val::Draw(scale_draw(d.clone(), 1.0, c))),
+                    "-" => Ok(Val::Draw(scale_draw(d.clone(), -1.0, c))),
+                    _ => refuse(line, format!("`{op}` on a random tensor in get_inputs")),
+                };
+            }
+            _ => {}
+        }
+        if let (Val::Seq(x), Val::Seq(y)) = (&a, &b) {
+            if op == "+" {
+                return Ok(Val::Seq([x.clone(), y.clone()].concat()));
+            }
+        }
+        // Tensors.
+        let (ta, tb) = (self.operand(&a, line)?, self.operand(&b, line)?);
+        if op == "@" {
+            return self.matmul(ta, tb, line);
+        }
+        let shape = broadcast(&ta.shape, &tb.shape).ok_or_else(|| Refusal {
+            line,
+            reason: format!(
+                "shapes {} and {} do not broadcast",
+                show(&ta.shape),
+                show(&tb.shape)
+            ),
+        })?;
+        let (text, prec) = match op {
+            "+" | "-" => (format!("{} {op} {}", ta.at(ADD), tb.at(ADD + 1)), ADD),
+            "*" | "/" => (format!("{} {op} {}", ta.at(MUL), tb.at(MUL + 1)), MUL),
+            "**" => (format!("pow({}, {})", ta.text, tb.text), ATOM),
+            _ => return refuse(line, format!("`{op}` on tensors")),
+        };
+        Ok(Val::Tensor(Tensor {
+            text,
+            prec,
+            shape,
+            int: false,
+        }))
+    }
+
+    /// A value as a tensor operand: a tensor, or a number as a literal of shape [].
+    fn operand(&mut self, v: &Val, line: usize) -> Result<Tensor, Refusal> {
+        match v {
+            Val::Tensor(t) if t.int => refuse(line, "arithmetic on an integer (index) tensor"),
+            Val::Tensor(t) => Ok(t.clone()),
+            _ => match v.num() {
+                Some(x) => Ok(Tensor {
+                    text: lit(x),
+                    prec: ATOM,
+                    shape: Vec::new(),
+                    int: false,
+                }),
+                None => refuse(line, format!("arithmetic on {}", v.what())),
+            },
+        }
+    }
+
+    fn matmul(&mut self, a: Tensor, b: Tensor, line: usize) -> Result<Val, Refusal> {
+        let (sa, sb) = (&a.shape, &b.shape);
+        let shape = match (sa.len(), sb.len()) {
+            (2, 2) if sa[1] == sb[0] => vec![sa[0].clone(), sb[1].clone()],
+            (3, 3) if sa[0] == sb[0] && sa[2] == sb[1] => {
+                vec![sa[0].clone(), sa[1].clone(), sb[2].clone()]
+            }
+            (3, 2) if sa[2] == sb[0] => vec![sa[0].clone(), sa[1].clone(), sb[1].clone()],
+            (2, 1) if sa[1] == sb[0] => vec![sa[0].clone()],
+            _ => {
+                return refuse(
+                    line,
+                    format!(
+                        "a matrix product of shapes {} and {} (the op language has [M,K]@[K,N], [B,M,K]@[B,K,N], [B,M,K]@[K,N] and [M,K]@[K])",
+                        show(sa),
+                        show(sb)
+                    ),
+                )
+            }
+        };
+        Ok(Val::Tensor(Tensor {
+            text: format!("{} @ {}", a.at(MUL), b.at(MUL + 1)),
+            prec: MUL,
+            shape,
+            int: false,
+        }))
+    }
+
+    fn transpose(&mut self, t: Tensor, a: i64, b: i64, line: usize) -> Result<Val, Refusal> {
+        let r = t.shape.len() as i64;
+        let norm = |x: i64| if x < 0 { x + r } else { x };
+        let (na, nb) = (norm(a), norm(b));
+        if r < 2 || na < 0 || nb < 0 || na >= r || nb >= r {
+            return refuse(
+                line,
+                format!("transposing dims {a} and {b} of a tensor of rank {r}"),
+            );
+        }
+        let mut shape = t.shape.clone();
+        shape.swap(na as usize, nb as usize);
+        let text = if (na, nb) == (r - 2, r - 1) || (na, nb) == (r - 1, r - 2) {
+            format!("transpose({})", t.text)
+        } else {
+            format!("transpose({}, {na}, {nb})", t.text)
+        };
+        Ok(Val::Tensor(Tensor {
+            text,
+            prec: ATOM,
+            shape,
+            int: false,
+        }))
+    }
+
+    fn call(
+        &mut self,
+        f: &mut Frame,
+        func: &Expr,
+        args: &[Arg],
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        if is_super_init_call(func) {
+            return Ok(Val::None);
+        }
+        let callee = self.eval(f, func, line)?;
+        let mut pos = Vec::new();
+        let mut kw = Vec::new();
+        for a in args {
+            match (&a.name, &a.value) {
+                (None, Expr::Star(inner)) => match self.eval(f, inner, line)? {
+                    Val::Seq(v) => pos.extend(v),
+                    other => return refuse(line, format!("`*` of {}", other.what())),
+                },
+                (None, v) => pos.push(self.eval(f, v, line)?),
+                (Some(n), v) => kw.push((n.clone(), self.eval(f, v, line)?)),
+            }
+        }
+        match callee {
+            Val::Path(path) => self.call_path(&path, pos, kw, line),
+            Val::Method(method, receiver) => {
+                let mut all = vec![*receiver];
+                all.extend(pos);
+                self.function(&method, all, kw, line)
+            }
+            Val::Layer(layer) => self.apply_layer(layer, pos, kw, line),
+            other => refuse(line, format!("calling {}", other.what())),
+        }
+    }
+
+    /// A call of a dotted path: a layer's constructor, a torch function, a math function.
+    fn call_path(
+        &mut self,
+        path: &str,
+        pos: Vec<Val>,
+        kw: Vec<(String, Val)>,
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        let short = path
+            .trim_start_matches("torch.nn.functional.")
+            .trim_start_matches("nn.functional.")
+            .trim_start_matches("F.")
+            .trim_start_matches("torch.");
+        let functional = ["torch.nn.functional.", "nn.functional.", "F."]
+            .iter()
+            .any(|p| path.starts_with(p));
+        if !functional {
+            if let Some(layer) = path
+                .strip_prefix("nn.")
+                .or_else(|| path.strip_prefix("torch.nn."))
+            {
+                return self.layer(layer, pos, kw, line);
+            }
+        }
+        if let Some(m) = path.strip_prefix("math.") {
+            let x = pos.first().and_then(Val::num);
+            return match (m, x) {
+                ("sqrt", Some(x)) => Ok(Val::Float(x.sqrt())),
+                ("exp", Some(x)) => Ok(Val::Float(x.exp())),
+                ("log", Some(x)) => Ok(Val::Float(x.ln())),
+                ("tanh", Some(x)) => Ok(Val::Float(x.tanh())),
+                _ => refuse(line, format!("`{path}`")),
+            };
+        }
+        match short {
+            "rand" | "randn" => {
+                let dims = self.dims(&pos, line)?;
+                if kw.iter().any(|(k, v)| {
+                    k == "dtype"
+                        && !matches!(v, Val::Path(p) if p == "torch.float32" || p == "torch.float")
+                }) {
+                    return refuse(line, "an input that is not float32");
+                }
+                let dist = if short == "rand" {
+                    InputDist::Uniform { lo: 0.0, hi: 1.0 }
+                } else {
+                    InputDist::default()
+                };
+                Ok(Val::Draw(Draw { dims, dist }))
+            }
+            "tensor" if pos.len() == 1 && pos[0].num().is_some() => {
+                Ok(Val::Float(pos[0].num().unwrap_or(0.0)))
+            }
+            "randint" | "randperm" | "ones" | "zeros" | "eye" | "arange" | "full" | "tensor"
+            | "empty" => refuse(
+                line,
+                format!("`torch.{short}` inputs (kevin draws float inputs from a distribution)"),
+            ),
+            _ => self.function(short, pos, kw, line),
+        }
+    }
+
+    /// `nn.<name>(...)` in `__init__`.
+    fn layer(
+        &mut self,
+        name: &str,
+        pos: Vec<Val>,
+        kw: Vec<(String, Val)>,
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        if let Some(why) = missing_layer(name) {
+            return refuse(line, format!("nn.{name}: {why}"));
+        }
+        let arg = |i: usize, key: &str| -> Option<Val> {
+            kw.iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .or_else(|| pos.get(i).cloned())
+        };
+        match name {
+            "Linear" => {
+                let (Some(inp), Some(out)) = (arg(0, "in_features"), arg(1, "out_features")) else {
+                    return refuse(line, "nn.Linear without in_features and out_features");
+                };
+                let bias = !matches!(arg(2, "bias"), Some(Val::Bool(false)));
+                let bound = 1.0 / inp.num().unwrap_or(1.0).max(1.0).sqrt();
+                let dims = self.dims(&[out, inp], line)?;
+                Ok(Val::Layer(Layer::Linear {
+                    dims,
+                    bound,
+                    bias,
+                    params: None,
+                }))
+            }
+            "Dropout" => match arg(0, "p").and_then(|v| v.num()) {
+                Some(p) if p == 0.0 => Ok(Val::Layer(Layer::Func("identity".into(), Vec::new()))),
+                _ => refuse(line, "nn.Dropout with p > 0 (random in training mode)"),
+            },
+            "Parameter" => match pos.into_iter().next() {
+                Some(Val::Draw(d)) => Ok(Val::Draw(d)),
+                // A parameter holding one number (`nn.Parameter(torch.tensor(c))`) is that
+                // number until trained.
+                Some(v @ (Val::Int(..) | Val::Float(_))) => Ok(v),
+                _ => refuse(
+                    line,
+                    "nn.Parameter of something other than torch.rand or torch.randn",
+                ),
+            },
+            "LayerNorm" => {
+                // PyTorch initialises the affine parameters to ones and zeros: the layer is
+                // layer_norm without them until trained.
+                let shape = arg(0, "normalized_shape");
+                let last_only = match &shape {
+                    Some(Val::Int(..)) => true,
+                    Some(Val::Seq(v)) => v.len() == 1,
+                    _ => false,
+                };
+                if !last_only {
+                    return refuse(line, "nn.LayerNorm over more than the last dimension");
+                }
+                let eps = arg(1, "eps").and_then(|v| v.num()).unwrap_or(1e-5);
+                Ok(Val::Layer(Layer::Func(
+                    "layer_norm_last".into(),
+                    vec![("eps".into(), Val::Float(eps))],
+                )))
+            }
+            _ => {
+                let Some((_, f, names)) = FUNC_LAYERS.iter().find(|(n, _, _)| *n == name) else {
+                    return refuse(line, format!("nn.{name} is not in kevin's op language"));
+                };
+                let mut kws: Vec<(String, Val)> = names
+                    .iter()
+                    .zip(pos)
+                    .map(|(n, v)| (n.to_string(), v))
+                    .collect();
+                kws.extend(kw.into_iter().filter(|(k, _)| k != "inplace"));
+                Ok(Val::Layer(Layer::Func(f.to_string(), kws)))
+            }
+        }
+    }
+
+    fn apply_layer(
+        &mut self,
+        layer: Layer,
+        pos: Vec<Val>,
+        kw: Vec<(String, Val)>,
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        match layer {
+            Layer::Linear {
+                dims,
+                params: Some((weight, bias)),
+                ..
+            } => {
+                let [x] = pos.as_slice() else {
+                    return refuse(line, "a linear layer called with other than one tensor");
+                };
+                let x = self.operand(x, line)?;
+                let Some(last) = x.shape.last() else {
+                    return refuse(line, "a linear layer on a scalar");
+                };
+                if *last != dims[1] {
+                    return refuse(
+                        line,
+                        format!(
+                            "a linear layer of {} on a tensor of shape {}",
+                            show(&dims),
+                            show(&x.shape)
+                        ),
+                    );
+                }
+                let mut shape = x.shape.clone();
+                let n = shape.len();
+                shape[n - 1] = dims[0].clone();
+                if n > 3 {
+                    return refuse(line, "a linear layer on a tensor of rank above 3");
+                }
+                let mut text = format!("{} @ transpose({})", x.at(MUL), weight.text);
+                let mut prec = MUL;
+                if let Some(b) = bias {
+                    text = format!("{text} + {}", b.text);
+                    prec = ADD;
+                }
+                Ok(Val::Tensor(Tensor {
+                    text,
+                    prec,
+                    shape,
+                    int: false,
+                }))
+            }
+            Layer::Linear { .. } => refuse(line, "a linear layer called outside forward"),
+            Layer::Func(name, stored) => {
+                let mut all_kw = stored;
+                all_kw.extend(kw);
+                self.function(&name, pos, all_kw, line)
+            }
+        }
+    }
+
+    /// A torch function (or tensor method, or functional layer) on values.
+    fn function(
+        &mut self,
+        name: &str,
+        pos: Vec<Val>,
+        kw: Vec<(String, Val)>,
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        let get = |i: usize, key: &str| -> Option<Val> {
+            kw.iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .or_else(|| pos.get(i).cloned())
+        };
+        let num = |i: usize, key: &str, default: f64| -> Result<f64, Refusal> {
+            match get(i, key) {
+                None | Some(Val::None) => Ok(default),
+                Some(v) => v.num().ok_or_else(|| Refusal {
+                    line,
+                    reason: format!("`{name}`'s `{key}` is {}, not a number", v.what()),
+                }),
+            }
+        };
+        // On a draw in get_inputs only the dtype conversions mean anything.
+        if let Some(Val::Draw(d)) = pos.first() {
+            return match name {
+                "float" | "contiguous" | "cuda" | "to" => Ok(Val::Draw(d.clone())),
+                _ => refuse(line, format!("`{name}` of a random tensor in get_inputs")),
+            };
+        }
+        let x = match pos.first() {
+            Some(v @ Val::Tensor(_)) => self.operand(v, line).ok(),
+            _ => None,
+        };
+        let Some(x) = x else {
+            return match name {
+                "sqrt" | "exp" | "log" | "tanh" => {
+                    let v = num(0, "input", f64::NAN)?;
+                    Ok(Val::Float(match name {
+                        "sqrt" => v.sqrt(),
+                        "exp" => v.exp(),
+                        "log" => v.ln(),
+                        _ => v.tanh(),
+                    }))
+                }
+                _ if KNOWN.contains(&name) => refuse(
+                    line,
+                    format!("`{name}` on {}", pos.first().map_or("nothing", Val::what)),
+                ),
+                _ => refuse(line, format!("`{name}` is not in kevin's op language")),
+            };
+        };
+        let same = |text: String| -> Val {
+            Val::Tensor(Tensor {
+                text,
+                prec: ATOM,
+                shape: x.shape.clone(),
+                int: false,
+            })
+        };
+        let unary = [
+            "relu",
+            "sigmoid",
+            "tanh",
+            "exp",
+            "log",
+            "abs",
+            "sqrt",
+            "rsqrt",
+            "square",
+            "silu",
+            "mish",
+            "hardsigmoid",
+            "hardswish",
+            "neg",
+        ];
+        let dim = |i: usize| -> Result<Option<i64>, Refusal> {
+            match get(i, "dim").or_else(|| get(usize::MAX, "axis")) {
+                None | Some(Val::None) => Ok(None),
+                Some(Val::Int(d, _)) => Ok(Some(d)),
+                Some(v) => refuse(
+                    line,
+                    format!(
+                        "`{name}` over {} (the op language reduces one axis at a time)",
+                        v.what()
+                    ),
+                ),
+            }
+        };
+        let keepdim = matches!(get(2, "keepdim"), Some(Val::Bool(true)));
+        Ok(match name {
+            "identity" | "contiguous" | "float" | "clone" | "detach" => Val::Tensor(x),
+            "size" => {
+                let dims: Vec<Val> = x
+                    .shape
+                    .iter()
+                    .map(|d| match d {
+                        Dim::Lit(v) => Val::Int(*v as i64, None),
+                        Dim::Sym(s) => Val::Int(
+                            self.sizes.get(s).copied().unwrap_or(0) as i64,
+                            Some(s.clone()),
+                        ),
+                    })
+                    .collect();
+                match get(1, "dim") {
+                    None => Val::Seq(dims),
+                    Some(Val::Int(d, _)) => {
+                        let r = dims.len() as i64;
+                        let i = if d < 0 { d + r } else { d };
+                        match dims.get(i as usize) {
+                            Some(v) if i >= 0 => v.clone(),
+                            _ => return refuse(line, format!("size({d}) of a tensor of rank {r}")),
+                        }
+                    }
+                    Some(v) => return refuse(line, format!("size of {}", v.what())),
+                }
+            }
+            n if unary.contains(&n) => same(format!("{n}({})", x.text)),
+            "negative" => same(format!("neg({})", x.text)),
+            "gelu" => match get(1, "approximate") {
+                Some(Val::Str(s)) if s == "tanh" => same(format!("gelu_tanh({})", x.text)),
+                None => same(format!("gelu({})", x.text)),
+                Some(Val::Str(s)) if s == "none" => same(format!("gelu({})", x.text)),
+                Some(v) => return refuse(line, format!("gelu with approximate = {}", v.what())),
+            },
+            "softplus" => {
+                if num(1, "beta", 1.0)? != 1.0 || num(2, "threshold", 20.0)? != 20.0 {
+                    return refuse(
+                        line,
+                        "softplus with beta or threshold other than the defaults",
+                    );
+                }
+                same(format!("softplus({})", x.text))
+            }
+            "elu" => same(format!(
+                "elu({}, alpha={})",
+                x.text,
+                lit(num(1, "alpha", 1.0)?)
+            )),
+            "selu" => Val::Tensor(Tensor {
+                text: format!(
+                    "elu({}, alpha={}) * {}",
+                    x.text,
+                    lit(1.673_263_242_354_377_3),
+                    lit(1.050_700_987_355_480_5)
+                ),
+                prec: MUL,
+                shape: x.shape.clone(),
+                int: false,
+            }),
+            "softsign" => Val::Tensor(Tensor {
+                text: format!("{} / (abs({}) + 1.0)", x.at(MUL), x.text),
+                prec: MUL,
+                shape: x.shape.clone(),
+                int: false,
+            }),
+            "leaky_relu" => same(format!(
+                "leaky_relu({}, {})",
+                x.text,
+                lit(num(1, "negative_slope", 0.01)?)
+            )),
+            "hardtanh" => same(format!(
+                "clamp({}, {}, {})",
+                x.text,
+                lit(num(1, "min_val", -1.0)?),
+                lit(num(2, "max_val", 1.0)?)
+            )),
+            "clamp" | "clip" => {
+                let lo = get(1, "min").and_then(|v| v.num());
+                let hi = get(2, "max").and_then(|v| v.num());
+                match (lo, hi) {
+                    (Some(l), Some(h)) => {
+                        same(format!("clamp({}, {}, {})", x.text, lit(l), lit(h)))
+                    }
+                    (Some(l), None) => same(format!("maximum({}, {})", x.text, lit(l))),
+                    (None, Some(h)) => same(format!("minimum({}, {})", x.text, lit(h))),
+                    (None, None) => return refuse(line, "clamp without bounds"),
+                }
+            }
+            "pow" => {
+                let e = get(1, "exponent").ok_or_else(|| Refusal {
+                    line,
+                    reason: "pow without an exponent".into(),
+                })?;
+                return self.binary("**", Val::Tensor(x), e, line);
+            }
+            "add" | "sub" | "mul" | "div" | "multiply" | "subtract" | "divide" | "maximum"
+            | "minimum" => {
+                let other = get(1, "other").ok_or_else(|| Refusal {
+                    line,
+                    reason: format!("`{name}` without a second operand"),
+                })?;
+                let op = match name {
+                    "add" => "+",
+                    "sub" | "subtract" => "-",
+                    "mul" | "multiply" => "*",
+                    "div" | "divide" => "/",
+                    _ => "",
+                };
+                if !op.is_empty() {
+                    return self.binary(op, Val::Tensor(x), other, line);
+                }
+                let o = self.operand(&other, line)?;
+                let shape = broadcast(&x.shape, &o.shape).ok_or_else(|| Refusal {
+                    line,
+                    reason: format!(
+                        "shapes {} and {} do not broadcast",
+                        show(&x.shape),
+                        show(&o.shape)
+                    ),
+                })?;
+                Val::Tensor(Tensor {
+                    text: format!("{name}({}, {})", x.text, o.text),
+                    prec: ATOM,
+                    shape,
+                    int: false,
+                })
+            }
+            "matmul" | "mm" | "bmm" => {
+                let other = get(1, "other")
+                    .or_else(|| get(1, "mat2"))
+                    .ok_or_else(|| Refusal {
+                        line,
+                        reason: format!("`{name}` without a second operand"),
+                    })?;
+                let o = self.operand(&other, line)?;
+                return self.matmul(x, o, line);
+            }
+            "t" => return self.transpose(x, -2, -1, line),
+            "transpose" | "swapaxes" => {
+                let (Some(a), Some(b)) = (
+                    get(1, "dim0").and_then(|v| v.num()),
+                    get(2, "dim1").and_then(|v| v.num()),
+                ) else {
+                    return refuse(line, "transpose without two dims");
+                };
+                return self.transpose(x, a as i64, b as i64, line);
+            }
+            "softmax" | "log_softmax" | "cumsum" | "cumprod" => {
+                let Some(d) = dim(1)? else {
+                    return refuse(line, format!("`{name}` without `dim`"));
+                };
+                same(format!("{name}({}, axis={d})", x.text))
+            }
+            "normalize" => {
+                if num(1, "p", 2.0)? != 2.0 {
+                    return refuse(line, "normalize with p other than 2");
+                }
+                let d = dim(2)?.unwrap_or(1);
+                let eps = num(3, "eps", 1e-12)?;
+                same(format!("l2norm({}, axis={d}, eps={})", x.text, lit(eps)))
+            }
+            "layer_norm_last" => {
+                let eps = num(usize::MAX, "eps", 1e-5)?;
+                same(format!("layer_norm({}, eps={})", x.text, lit(eps)))
+            }
+            "sum" | "mean" | "amax" | "amin" | "prod" | "logsumexp" | "max" | "min" | "argmax"
+            | "argmin" => {
+                if let (true, Some(other @ (Val::Tensor(_) | Val::Float(_)))) =
+                    (matches!(name, "max" | "min"), get(1, "other"))
+                {
+                    // torch.max(a, b) with a tensor or a float: elementwise.
+                    let op = if name == "max" { "maximum" } else { "minimum" };
+                    return self.function(op, vec![Val::Tensor(x), other], Vec::new(), line);
+                }
+                let kind = match name {
+                    "amax" => "max",
+                    "amin" => "min",
+                    k => k,
+                };
+                let d = match get(1, "dim").or_else(|| get(usize::MAX, "axis")) {
+                    None | Some(Val::None) => None,
+                    Some(Val::Int(d, _)) => Some(vec![d]),
+                    Some(Val::Seq(ds)) => Some(
+                        ds.iter()
+                            .map(|v| match v {
+                                Val::Int(d, _) => Ok(*d),
+                                _ => refuse(line, "a reduction over dims that are not integers"),
+                            })
+                            .collect::<Result<Vec<_>, _>>()?,
+                    ),
+                    Some(v) => return refuse(line, format!("`{name}` over {}", v.what())),
+                };
+                let pair = matches!(name, "max" | "min") && d.is_some();
+                let values = self.reduce(kind, x.clone(), d.clone(), keepdim, line)?;
+                if pair {
+                    // torch.max(x, dim) is a (values, indices) pair.
+                    let arg = if name == "max" { "argmax" } else { "argmin" };
+                    let indices = self.reduce(arg, x, d, keepdim, line)?;
+                    Val::Seq(vec![values, indices])
+                } else {
+                    values
+                }
+            }
+            "norm" => {
+                let p = get(1, "p");
+                let two = match &p {
+                    None | Some(Val::None) => true,
+                    Some(Val::Str(s)) => s == "fro",
+                    Some(v) => v.num() == Some(2.0),
+                };
+                if !two {
+                    return refuse(line, "a norm other than the 2-norm (or Frobenius norm)");
+                }
+                let dims = match get(2, "dim") {
+                    None | Some(Val::None) => None,
+                    Some(Val::Int(d, _)) => Some(vec![d]),
+                    Some(Val::Seq(ds)) => Some(
+                        ds.iter()
+                            .filter_map(|v| v.num().map(|x| x as i64))
+                            .collect(),
+                    ),
+                    Some(v) => return refuse(line, format!("a norm over {}", v.what())),
+                };
+                let keep = matches!(get(3, "keepdim"), Some(Val::Bool(true)));
+                let sq = Tensor {
+                    text: format!("square({})", x.text),
+                    prec: ATOM,
+                    ..x.clone()
+                };
+                let Val::Tensor(s) = self.reduce("sum", sq, dims, keep, line)? else {
+                    return refuse(line, "a norm");
+                };
+                Val::Tensor(Tensor {
+                    text: format!("sqrt({})", s.text),
+                    prec: ATOM,
+                    ..s
+                })
+            }
+            "view" | "reshape" | "flatten" | "squeeze" | "unsqueeze" | "permute" | "expand"
+            | "repeat" | "unfold" | "view_as" => {
+                return refuse(
+                    line,
+                    format!("`{name}`: reshapes are not in kevin's op language yet"),
+                )
+            }
+            "tril" | "triu" | "diag" | "flip" | "where" | "gather" | "masked_fill" | "cat"
+            | "stack" | "split" | "chunk" => {
+                return refuse(
+                    line,
+                    format!("`torch.{name}` is not in kevin's op language yet"),
+                )
+            }
+            "conv1d" | "conv2d" | "conv3d" | "conv_transpose1d" | "conv_transpose2d"
+            | "conv_transpose3d" => {
+                return refuse(
+                    line,
+                    format!("`{name}`: convolutions are not in kevin's op language yet"),
+                )
+            }
+            "max_pool1d" | "max_pool2d" | "max_pool3d" | "avg_pool1d" | "avg_pool2d"
+            | "avg_pool3d" => {
+                return refuse(
+                    line,
+                    format!("`{name}`: windowed pooling is not in kevin's op language yet"),
+                )
+            }
+            _ => return refuse(line, format!("`{name}` is not in kevin's op language")),
+        })
+    }
+
+    /// A reduction over `dims` (all when None), one axis at a time from the last.
+    fn reduce(
+        &mut self,
+        kind: &str,
+        x: Tensor,
+        dims: Option<Vec<i64>>,
+        keepdim: bool,
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        let r = x.shape.len() as i64;
+        let mut axes: Vec<i64> = match dims {
+            None => (0..r).collect(),
+            Some(ds) => ds.iter().map(|&d| if d < 0 { d + r } else { d }).collect(),
+        };
+        if axes.iter().any(|&a| a < 0 || a >= r) {
+            return refuse(
+                line,
+                format!("`{kind}` over a dim outside a tensor of rank {r}"),
+            );
+        }
+        axes.sort_unstable();
+        axes.dedup();
+        if axes.len() > 1 && matches!(kind, "argmax" | "argmin" | "logsumexp") {
+            return refuse(line, format!("`{kind}` over several dims at once"));
+        }
+        if axes.is_empty() {
+            return Ok(Val::Tensor(x));
+        }
+        let mut cur = x;
+        for &a in axes.iter().rev() {
+            let mut shape = cur.shape.clone();
+            if keepdim {
+                shape[a as usize] = Dim::Lit(1);
+            } else {
+                shape.remove(a as usize);
+            }
+            let kd = if keepdim { ", keepdim=true" } else { "" };
+            cur = Tensor {
+                text: format!("{kind}({}, axis={a}{kd})", cur.text),
+                prec: ATOM,
+                shape,
+                int: matches!(kind, "argmax" | "argmin"),
+            };
+        }
+        Ok(Val::Tensor(cur))
+    }
+
+    /// The task file.
+    fn task(
+        &mut self,
+        name: &str,
+        origin: &str,
+        level: u8,
+        split: Split,
+    ) -> Result<String, Refusal> {
+        // get_init_inputs() binds __init__'s parameters; get_inputs() forward's.
+        let init_args = match self.call_global("get_init_inputs")? {
+            Val::Seq(v) => v,
+            other => return refuse(0, format!("get_init_inputs() returns {}", other.what())),
+        };
+        let draws = match self.call_global("get_inputs")? {
+            Val::Seq(v) => v,
+            other => return refuse(0, format!("get_inputs() returns {}", other.what())),
+        };
+        let mut frame = Frame {
+            locals: BTreeMap::new(),
+        };
+        if let Some((params, body, line)) = self.methods.get("__init__").cloned() {
+            self.bind(&mut frame, &params, init_args, line, "__init__")?;
+            self.run(&mut frame, &body)?;
+        }
+        let Some((params, body, line)) = self.methods.get("forward").cloned() else {
+            return refuse(self.model_line, "Model has no forward");
+        };
+        let mut tensors = Vec::new();
+        for (i, d) in draws.into_iter().enumerate() {
+            match d {
+                // A number passed to forward is a constant of the task.
+                Val::Draw(_) | Val::Int(..) | Val::Float(_) => tensors.push(d),
+                d => {
+                    return refuse(
+                        line,
+                        format!(
+                        "input {i} of get_inputs() is {}, not a torch.rand or torch.randn tensor",
+                        d.what()
+                    ),
+                    )
+                }
+            }
+        }
+        let names: Vec<String> = params.iter().skip(1).map(|p| p.name.clone()).collect();
+        if names.len() != tensors.len() {
+            return refuse(
+                line,
+                format!(
+                    "forward takes {} inputs and get_inputs() gives {}",
+                    names.len(),
+                    tensors.len()
+                ),
+            );
+        }
+        // forward's inputs come first, in its order; the layers' parameters after them.
+        let params_first = std::mem::take(&mut self.inputs);
+        for (n, d) in names.iter().zip(tensors) {
+            let v = match d {
+                Val::Draw(d) => Val::Tensor(self.parameter(n, d)),
+                v => v,
+            };
+            frame.locals.insert(n.clone(), v);
+        }
+        // Layers' parameter inputs: named after the layer (`gemm_weight`), in the order built.
+        let mut layers: Vec<(String, Val)> = frame
+            .locals
+            .iter()
+            .filter(|(k, _)| k.starts_with("self."))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        layers.sort_by_key(|(k, _)| k.clone());
+        for (k, v) in layers {
+            let attr = k.trim_start_matches("self.");
+            if let Val::Layer(Layer::Linear {
+                dims, bound, bias, ..
+            }) = v
+            {
+                let dist = InputDist::Uniform {
+                    lo: -bound,
+                    hi: bound,
+                };
+                let w = self.parameter(
+                    &format!("{attr}_weight"),
+                    Draw {
+                        dims: dims.clone(),
+                        dist,
+                    },
+                );
+                let b = bias.then(|| {
+                    self.parameter(
+                        &format!("{attr}_bias"),
+                        Draw {
+                            dims: vec![dims[0].clone()],
+                            dist,
+                        },
+                    )
+                });
+                let layer = Layer::Linear {
+                    dims,
+                    bound,
+                    bias,
+                    params: Some((w, b)),
+                };
+                frame.locals.insert(k.clone(), Val::Layer(layer));
+            }
+        }
+        // Parameters declared in __init__ (nn.Parameter) keep their place after forward's.
+        self.inputs.extend(params_first);
+        let out = match self.run(&mut frame, &body)? {
+            Some(Val::Tensor(t)) => t,
+            Some(Val::Seq(v)) if v.len() != 1 => {
+                return refuse(line, "forward returns several tensors")
+            }
+            Some(other) => return refuse(line, format!("forward returns {}", other.what())),
+            None => return refuse(line, "forward returns nothing"),
+        };
+        // The output: the last statement renamed when it is what forward returns.
+        let y = self.fresh_input("Y");
+        let last = self
+            .stmts
+            .last()
+            .and_then(|s| s.strip_prefix(&format!("{} = ", out.text)))
+            .map(str::to_string);
+        let value = match last {
+            Some(v) => {
+                self.stmts.pop();
+                v
+            }
+            None => out.text.clone(),
+        };
+        let mut program = String::new();
+        for (n, dims, _) in &self.inputs {
+            let _ = writeln!(program, "input {n}: f32[{}]", join_dims(dims));
+        }
+        let dtype = if out.int { "i64" } else { "f32" };
+        let _ = writeln!(program, "output {y}: {dtype}[{}]", join_dims(&out.shape));
+        for s in &self.stmts {
+            let _ = writeln!(program, "{s}");
+        }
+        let _ = writeln!(program, "{y} = {value}");
+        let parsed = Program::parse(&program).map_err(|e| Refusal {
+            line,
+            reason: format!("the translated program does not check ({e}):\n{program}"),
+        })?;
+        let symbols = parsed.size_symbols();
+        let gpu: Sizes = symbols
+            .iter()
+            .map(|s| (s.clone(), self.sizes.get(s).copied().unwrap_or(1)))
+            .collect();
+        let small = small_sizes(&parsed, &symbols);
+        let doc = self
+            .doc
+            .as_deref()
+            .and_then(|d| d.lines().map(str::trim).find(|l| !l.is_empty()))
+            .unwrap_or("");
+        let description = format!("KernelBench {origin}: {doc}");
+        let inputs: Vec<(String, InputDist)> = self
+            .inputs
+            .iter()
+            .map(|(n, _, d)| (n.clone(), *d))
+            .collect();
+        Ok(write_task_file(&TaskFileText {
+            name,
+            level: level.clamp(1, 2),
+            split,
+            description: description.trim_end_matches([' ', ':']),
+            program: &program,
+            symbols: &symbols,
+            gpu: &gpu,
+            small: &small,
+            inputs: &inputs,
+        }))
+    }
+}
+
+impl Importer {
+    /// Binds a function's parameters (after `self`) to `args`, defaults for the rest.
+    fn bind(
+        &mut self,
+        f: &mut Frame,
+        params: &[py::Param],
+        args: Vec<Val>,
+        line: usize,
+        what: &str,
+    ) -> Result<(), Refusal> {
+        let names = &params[params.len().min(1)..];
+        if args.len() > names.len() {
+            return refuse(
+                line,
+                format!(
+                    "{what} takes {} arguments and gets {}",
+                    names.len(),
+                    args.len()
+                ),
+            );
+        }
+        let mut args = args.into_iter();
+        for p in names {
+            let v = match (args.next(), &p.default) {
+                (Some(v), _) => v,
+                (None, Some(d)) => {
+                    let mut empty = Frame {
+                        locals: BTreeMap::new(),
+                    };
+                    self.eval(&mut empty, d, line)?
+                }
+                (None, None) => return refuse(line, format!("{what}'s `{}` has no value", p.name)),
+            };
+            f.locals.insert(p.name.clone(), v);
+        }
+        Ok(())
+    }
+}
+
+/// Integers of a module-level value named `n` become the size symbol `n` (`n_0`, `n_1` ...
+/// inside a tuple).
+fn name_ints(v: Val, n: &str) -> Val {
+    match v {
+        Val::Int(x, None) => Val::Int(x, Some(n.to_string())),
+        Val::Seq(items) if items.len() == 1 => Val::Seq(vec![name_ints(items[0].clone(), n)]),
+        Val::Seq(items) => Val::Seq(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, x)| name_ints(x, &format!("{n}_{i}")))
+                .collect(),
+        ),
+        v => v,
+    }
+}
+
+fn scale_draw(d: Draw, a: f64, b: f64) -> Draw {
+    let dist = match d.dist {
+        InputDist::Uniform { lo, hi } => {
+            let (x, y) = (lo * a + b, hi * a + b);
+            InputDist::Uniform {
+                lo: x.min(y),
+                hi: x.max(y),
+            }
+        }
+        InputDist::Normal { mean, std } => InputDist::Normal {
+            mean: mean * a + b,
+            std: std * a.abs(),
+        },
+        p => p,
+    };
+    Draw { dims: d.dims, dist }
+}
+
+fn is_super_init_call(func: &Expr) -> bool {
+    matches!(func, Expr::Attr(obj, m) if m == "__init__" && matches!(obj.as_ref(), Expr::Call(f, _) if matches!(f.as_ref(), Expr::Name(s) if s == "super")))
+}
+
+fn is_super_init(e: &Expr) -> bool {
+    matches!(e, Expr::Call(f, _) if is_super_init_call(f))
+}
+
+/// NumPy broadcasting of two symbolic shapes.
+fn broadcast(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
+    let n = a.len().max(b.len());
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let x = (i + a.len()).checked_sub(n).map(|j| &a[j]);
+        let y = (i + b.len()).checked_sub(n).map(|j| &b[j]);
+        out.push(match (x, y) {
+            (Some(x), None) => x.clone(),
+            (None, Some(y)) => y.clone(),
+            (Some(x), Some(y)) if x == y => x.clone(),
+            (Some(Dim::Lit(1)), Some(y)) => y.clone(),
+            (Some(x), Some(Dim::Lit(1))) => x.clone(),
+            _ => return None,
+        });
+    }
+    Some(out)
+}
+
+fn join_dims(d: &[Dim]) -> String {
+    d.iter().map(Dim::to_string).collect::<Vec<_>>().join(", ")
+}
+
+fn show(d: &[Dim]) -> String {
+    format!("[{}]", join_dims(d))
+}
+
+/// The small preset: distinct values off multiples of 32, shrunk until no tensor of the
+/// program has more than 8192 elements.
+fn small_sizes(p: &Program, symbols: &[String]) -> Sizes {
+    const START: [usize; 8] = [37, 41, 29, 23, 19, 17, 13, 11];
+    let mut sizes: Sizes = symbols
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), START[i % START.len()]))
+        .collect();
+    let elems = |sizes: &Sizes| -> Vec<(usize, Vec<String>)> {
+        p.inputs
+            .iter()
+            .chain(&p.outputs)
+            .map(|d| {
+                let syms: Vec<String> =
+                    d.ty.shape
+                        .iter()
+                        .filter_map(|x| match x {
+                            Dim::Sym(s) => Some(s.clone()),
+                            Dim::Lit(_) => None,
+                        })
+                        .collect();
+                let n = d.ty.shape.iter().map(|x| match x {
+                    Dim::Lit(v) => *v,
+                    Dim::Sym(s) => sizes.get(s).copied().unwrap_or(1),
+                });
+                (n.product(), syms)
+            })
+            .collect()
+    };
+    for _ in 0..64 {
+        let Some((n, syms)) = elems(&sizes).into_iter().max_by_key(|(n, _)| *n) else {
+            break;
+        };
+        if n <= 8192 {
+            break;
+        }
+        // Shrink the largest symbol of the largest tensor, staying off multiples of 32.
+        let Some(s) = syms
+            .iter()
+            .max_by_key(|s| sizes.get(*s).copied().unwrap_or(0))
+            .cloned()
+        else {
+            break;
+        };
+        let v = sizes.get(&s).copied().unwrap_or(2);
+        if v <= 2 {
+            break;
+        }
+        sizes.insert(s, (v / 2).max(2));
+    }
+    sizes
+}

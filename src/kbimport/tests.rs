@@ -1,0 +1,312 @@
+//! The importer on problems written for these tests in KernelBench's format (KernelBench's own
+//! files are the user's input: `benches/results/kernelbench-import-*.md` has what they give).
+
+use super::*;
+use crate::tasks::{file::parse_task, Preset, Task};
+
+fn imported(origin: &str, src: &str) -> Task {
+    let level = if origin.starts_with("level2") { 2 } else { 1 };
+    let got =
+        import(origin, level, src, Split::Heldout).unwrap_or_else(|r| panic!("{origin}: {r}"));
+    parse_task(
+        std::path::Path::new(&format!("{}.toml", got.name)),
+        &got.text,
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", got.text))
+}
+
+fn refused(src: &str) -> Refusal {
+    match import("level1/x.py", 1, src, Split::Heldout) {
+        Err(r) => r,
+        Ok(t) => panic!("imported:\n{}", t.text),
+    }
+}
+
+/// The program's statements after the declarations.
+fn body(t: &Task) -> String {
+    t.source
+        .lines()
+        .filter(|l| !l.starts_with("input ") && !l.starts_with("output "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const SOFTMAX: &str = r#"import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """
+    Applies a softmax along the features.
+    """
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Softmax.
+
+        Args:
+            x (torch.Tensor): (batch, features).
+        """
+        return torch.softmax(x, dim=1)
+
+batch_size = 512
+dim = 16384
+
+def get_inputs():
+    x = torch.rand(batch_size, dim)
+    return [x]
+
+def get_init_inputs():
+    return []  # nothing
+"#;
+
+#[test]
+fn a_single_operation_keeps_its_sizes_and_input_distribution() {
+    let t = imported("level1/23_My_Softmax.py", SOFTMAX);
+    assert_eq!(t.name, "kb1_23_my_softmax");
+    assert_eq!(t.level, 1);
+    assert_eq!(t.split, Split::Heldout);
+    assert!(
+        t.description
+            .starts_with("KernelBench level1/23_My_Softmax.py: Applies a softmax"),
+        "{}",
+        t.description
+    );
+    assert_eq!(body(&t), "Y = softmax(x, axis=1)");
+    let gpu = t.sizes(Preset::Gpu);
+    assert_eq!(gpu.get("batch_size"), Some(&512));
+    assert_eq!(gpu.get("dim"), Some(&16384));
+    let small = t.sizes(Preset::Small);
+    assert!(small.values().all(|v| v % 32 != 0), "{small:?}");
+    assert!(small.values().product::<usize>() <= 8192, "{small:?}");
+    assert_eq!(t.inputs[0], InputDist::Uniform { lo: 0.0, hi: 1.0 });
+    // The reference runs, and rows sum to one.
+    let inputs = t.generate_inputs(Preset::Small, 3);
+    let out = &t.reference(Preset::Small, &inputs).unwrap()[0];
+    let cols = small["dim"];
+    assert!((out[..cols].iter().sum::<f64>() - 1.0).abs() < 1e-9);
+}
+
+const GEMM: &str = r#"import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """Gemm, multiply, LeakyReLU."""
+    def __init__(self, in_features, out_features, multiplier, negative_slope):
+        super(Model, self).__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.multiplier = multiplier
+        self.leaky_relu = nn.LeakyReLU(negative_slope)
+
+    def forward(self, x):
+        x = self.gemm(x)
+        x = x * self.multiplier
+        x = self.leaky_relu(x)
+        return x
+
+batch_size = 128
+in_features  = 1024
+out_features = 512
+multiplier = 2.0
+negative_slope = 0.1
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features, multiplier, negative_slope]
+"#;
+
+#[test]
+fn layers_become_inputs_drawn_as_pytorch_initialises_them() {
+    let t = imported("level2/12_Gemm_Multiply_LeakyReLU.py", GEMM);
+    assert_eq!(t.level, 2);
+    let names: Vec<&str> = t.program.inputs.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["x", "gemm_weight", "gemm_bias"]);
+    let shape = |i: usize| {
+        t.program.inputs[i]
+            .ty
+            .shape
+            .iter()
+            .map(Dim::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    assert_eq!(shape(1), "out_features,in_features");
+    assert_eq!(shape(2), "out_features");
+    let bound = 1.0 / 1024f64.sqrt();
+    assert_eq!(
+        t.inputs[1],
+        InputDist::Uniform {
+            lo: -bound,
+            hi: bound
+        }
+    );
+    assert_eq!(t.inputs[0], InputDist::default());
+    assert_eq!(
+        body(&t),
+        "x1 = x @ transpose(gemm_weight) + gemm_bias\nx2 = x1 * 2.0\nY = leaky_relu(x2, 0.1)"
+    );
+}
+
+#[test]
+fn pairs_scalars_math_and_several_axes() {
+    let src = |forward: &str, init: &str| {
+        format!(
+            "import torch\nimport torch.nn as nn\nimport math\nclass Model(nn.Module):\n    def __init__(self, dim):\n        super().__init__()\n        self.dim = dim\n{init}\n    def forward(self, x):\n{forward}\n\nB = 16\nM = 256\nN = 300\n\ndef get_inputs():\n    return [torch.randn(B, M, N) * 2.0 + 1.0]\n\ndef get_init_inputs():\n    return [1]\n"
+        )
+    };
+    // torch.max over a dim is a (values, indices) pair.
+    let t = imported(
+        "level1/a.py",
+        &src("        return torch.max(x, dim=self.dim)[0]", ""),
+    );
+    assert_eq!(body(&t), "Y = max(x, axis=1)");
+    assert_eq!(
+        t.inputs[0],
+        InputDist::Normal {
+            mean: 1.0,
+            std: 2.0
+        }
+    );
+    let t = imported(
+        "level1/b.py",
+        &src("        return torch.max(x, dim=2).indices", ""),
+    );
+    assert_eq!(body(&t), "Y = argmax(x, axis=2)");
+    assert_eq!(t.program.outputs[0].ty.dtype, crate::ops::Dtype::I64);
+    // Several axes at once, one at a time from the last; keepdim kept.
+    let t = imported(
+        "level1/c.py",
+        &src("        return x.mean(dim=(1, 2), keepdim=True)", ""),
+    );
+    assert_eq!(
+        body(&t),
+        "Y = mean(mean(x, axis=2, keepdim=true), axis=1, keepdim=true)"
+    );
+    // Scalars from `math`, pow, tanh: MinGPT's GELU.
+    let t = imported(
+        "level1/d.py",
+        &src(
+            "        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))",
+            "",
+        ),
+    );
+    assert!(
+        body(&t).contains("tanh(0.7978845608028654 * (x + 0.044715 * pow(x, 3.0)))"),
+        "{}",
+        body(&t)
+    );
+    // The Frobenius norm of the whole tensor, broadcast back.
+    let t = imported(
+        "level1/e.py",
+        &src(
+            "        norm = torch.norm(x, p='fro')\n        return x / norm",
+            "",
+        ),
+    );
+    assert_eq!(
+        body(&t),
+        "norm1 = sqrt(sum(sum(sum(square(x), axis=2), axis=1), axis=0))\nY = x / norm1"
+    );
+    // A parameter of the model: an input after forward's.
+    let t = imported(
+        "level1/f.py",
+        &src(
+            "        return x * self.scale",
+            "        self.scale = nn.Parameter(torch.randn(N) * 0.02)",
+        ),
+    );
+    let names: Vec<&str> = t.program.inputs.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["x", "scale"]);
+    assert_eq!(
+        t.inputs[1],
+        InputDist::Normal {
+            mean: 0.0,
+            std: 0.02
+        }
+    );
+}
+
+#[test]
+fn refusals_name_the_construct_and_its_line() {
+    let conv = GEMM.replace(
+        "nn.Linear(in_features, out_features)",
+        "nn.Conv2d(in_features, out_features, 3)",
+    );
+    let r = match import("level2/x.py", 2, &conv, Split::Heldout) {
+        Err(r) => r,
+        Ok(_) => panic!("a convolution imported"),
+    };
+    assert_eq!(r.line, 8);
+    assert!(
+        r.reason.contains("nn.Conv2d") && r.reason.contains("convolutions"),
+        "{r}"
+    );
+    let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "x.view(-1)"));
+    assert!(r.reason.contains("reshapes"), "{r}");
+    let r = refused(&SOFTMAX.replace(
+        "torch.rand(batch_size, dim)",
+        "torch.randint(0, 2, (batch_size, dim))",
+    ));
+    assert!(r.reason.contains("torch.randint"), "{r}");
+    let r = refused(&SOFTMAX.replace(
+        "        return torch.softmax(x, dim=1)",
+        "        if x is None:\n            return x\n        return x",
+    ));
+    assert!(r.reason.contains("`if` statement"), "{r}");
+    let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "torch.tril(x)"));
+    assert!(r.reason.contains("torch.tril"), "{r}");
+    let r = refused("x = (\n");
+    assert!(r.reason.contains("Python"), "{r}");
+    let r = refused("batch = 3\n");
+    assert_eq!(r.reason, "no `class Model`");
+}
+
+#[test]
+fn module_python_as_problem_files_write_it() {
+    // Several names on one line, tuple assignments, a scalar input, a parameter holding a
+    // number, functional calls through `nn.functional`, a call split over lines.
+    let src = r#"import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, constant, dim=(1,)):
+        super(Model, self).__init__()
+        self.linear = nn.Linear(in_features,
+                                out_features, bias=False)
+        self.constant = nn.Parameter(torch.tensor(constant))
+
+    def forward(self, x, s: float):
+        x = self.linear(x)
+        x = torch.min(x, self.constant) * s
+        x = nn.functional.gelu(x)
+        return x / torch.norm(x, p=2, dim=1, keepdim=True)
+
+batch_size = 64; in_features = out_features = 96
+rows, cols = 3, 4
+constant = 2.0
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features), 0.5]
+
+def get_init_inputs():
+    return [in_features, out_features, constant]
+"#;
+    let t = imported("level2/1_Model.py", src);
+    assert_eq!(
+        body(&t),
+        "x1 = x @ transpose(linear_weight)\nx2 = minimum(x1, 2.0) * 0.5\nx3 = gelu(x2)\n\
+         Y = x3 / sqrt(sum(square(x3), axis=1, keepdim=true))"
+    );
+    let gpu = t.sizes(Preset::Gpu);
+    assert_eq!(
+        (gpu["batch_size"], gpu["in_features"], gpu["out_features"]),
+        (64, 96, 96)
+    );
+    // Every imported task's reference runs at both presets' shapes (small here).
+    let inputs = t.generate_inputs(Preset::Small, 1);
+    let out = &t.reference(Preset::Small, &inputs).unwrap()[0];
+    assert!(out.iter().all(|v| v.is_finite()));
+}
