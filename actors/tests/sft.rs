@@ -345,6 +345,12 @@ fn staged_kernels_verify_on_the_cpu_backend() {
     );
     task_file(
         &tasks,
+        "l1_rows",
+        "input X: f32[M, N]\noutput Y: f32[M, N]\nY = X / mean(abs(X), axis=1, keepdim=true)\n",
+        &[("M", 37), ("N", 41)],
+    );
+    task_file(
+        &tasks,
         "prod_rows",
         "input X: f32[M, N]\noutput Y: f32[M]\nY = prod(X, axis=1)\n",
         &[("M", 37), ("N", 11)],
@@ -381,6 +387,7 @@ fn staged_kernels_verify_on_the_cpu_backend() {
         "relu_mm_ln",
         "mm_t_gelu_mean",
         "bqk",
+        "l1_rows",
     ] {
         let staged: Vec<&str> = examples
             .iter()

@@ -120,10 +120,33 @@ fn store_fn(d: Dtype) -> &'static str {
     }
 }
 
+/// Identifiers the kernels declare themselves (locals, macros, shared arrays). A program name
+/// equal to one would be shadowed by it or redeclared, so such a program gets no kernel (the
+/// first KernelBench import had `k` as a size and `for (int k = 0; k < k; ++k)` as a loop).
+const RESERVED: [&str; 50] = [
+    "As", "BLOCK", "TILE", "Ws", "a0", "acc", "base", "best", "best_r", "buf", "c0", "c1", "c2",
+    "c3", "c4", "c5", "col", "dv", "i", "idx", "in", "inv", "j", "k", "k0", "kk", "lane", "m",
+    "mean", "mx", "n", "o", "outer", "r", "red", "rem", "row", "run", "s", "src", "ss", "stride",
+    "sum", "t", "tx", "ty", "val", "var", "w0", "xv",
+];
+
+/// True when `name` may appear in a kernel next to the writer's own identifiers (locals,
+/// helpers `*_f` and `kevin_*`, kernels `*_kernel`).
+fn free_name(name: &str) -> bool {
+    !RESERVED.contains(&name)
+        && !name.starts_with("kevin_")
+        && !name.ends_with("_f")
+        && !name.ends_with("_kernel")
+}
+
 impl<'a> Ctx<'a> {
     fn new(task: &'a Task) -> Option<Ctx<'a>> {
         let p = &task.program;
         if p.outputs.len() != 1 || p.stmts.last()?.target != p.outputs[0].name {
+            return None;
+        }
+        let names = p.inputs.iter().chain(&p.outputs).map(|d| d.name.clone());
+        if !names.chain(p.size_symbols()).all(|n| free_name(&n)) {
             return None;
         }
         let out = &p.outputs[0];
@@ -353,9 +376,9 @@ impl<'a> Ctx<'a> {
         let y = &self.out;
         let k = self.kernel("naive");
         let src = format!(
-            "{launch}\n{sig} {{\n    int c = blockIdx.x * blockDim.x + threadIdx.x;  // column of {x}, row of {y}\n    \
-             int r = blockIdx.y * blockDim.y + threadIdx.y;  // row of {x}, column of {y}\n    \
-             if (r < {rows} && c < {cols}) {{\n        {y}[(long long)c * {rows} + r] = {x}[(long long)r * {cols} + c];\n    }}\n}}\n",
+            "{launch}\n{sig} {{\n    int col = blockIdx.x * blockDim.x + threadIdx.x;  // column of {x}, row of {y}\n    \
+             int row = blockIdx.y * blockDim.y + threadIdx.y;  // row of {x}, column of {y}\n    \
+             if (row < {rows} && col < {cols}) {{\n        {y}[(long long)col * {rows} + row] = {x}[(long long)row * {cols} + col];\n    }}\n}}\n",
             launch = self.launch(&k, &format!("cdiv({cols},16), cdiv({rows},16)"), "16, 16"),
             sig = self.signature(&k),
         );
@@ -720,7 +743,12 @@ impl<'a> Ctx<'a> {
             return None;
         };
         let Expr::Call {
-            op: Op::Reduce { kind, axis, .. },
+            op:
+                Op::Reduce {
+                    kind,
+                    axis,
+                    keepdim,
+                },
             args,
         } = red
         else {
@@ -750,6 +778,18 @@ impl<'a> Ctx<'a> {
         };
         let shape = self.iteration_shape(inner_e)?;
         let ax = crate::ops::normalize_axis(*axis, shape.len())?;
+        // One thread (or block, or warp) per reduced value: the output must be the reduction's
+        // shape, not a larger one its result is broadcast back over (`x / mean(x, keepdim)` is
+        // a kernel per stage).
+        let mut reduced = shape.clone();
+        if *keepdim {
+            reduced[ax] = Dim::Lit(1);
+        } else {
+            reduced.remove(ax);
+        }
+        if self.out_shape() != reduced.as_slice() {
+            return None;
+        }
         let outer = product_or_one(&shape[..ax]);
         let len = dim(&shape[ax]);
         let inner = product_or_one(&shape[ax + 1..]);
@@ -759,17 +799,17 @@ impl<'a> Ctx<'a> {
         let y = &self.out;
         let what = self.program_text();
         let (init, step, fin, kind_words) = match kind {
-            ReduceKind::Sum => ("0.0f", "acc += v;", "acc".to_string(), "sum"),
-            ReduceKind::Mean => ("0.0f", "acc += v;", format!("acc / (float){len}"), "mean"),
+            ReduceKind::Sum => ("0.0f", "acc += val;", "acc".to_string(), "sum"),
+            ReduceKind::Mean => ("0.0f", "acc += val;", format!("acc / (float){len}"), "mean"),
             ReduceKind::Max => (
                 "-__int_as_float(0x7f800000)",
-                "acc = fmaxf(acc, v);",
+                "acc = fmaxf(acc, val);",
                 "acc".into(),
                 "maximum",
             ),
             ReduceKind::Min => (
                 "__int_as_float(0x7f800000)",
-                "acc = fminf(acc, v);",
+                "acc = fminf(acc, val);",
                 "acc".into(),
                 "minimum",
             ),
@@ -792,8 +832,8 @@ impl<'a> Ctx<'a> {
                 let cmp = if *kind == ReduceKind::Argmax { ">" } else { "<" };
                 format!(
                     "    float best = 0.0f;\n    long long best_r = 0;\n    for (int r = 0; r < {len}; ++r) {{\n        \
-                     long long idx = {idx};\n        float v = {v};\n        \
-                     if (r == 0 || v {cmp} best) {{ best = v; best_r = r; }}\n    }}\n    {y}[o] = best_r;\n"
+                     long long idx = {idx};\n        float val = {v};\n        \
+                     if (r == 0 || val {cmp} best) {{ best = val; best_r = r; }}\n    }}\n    {y}[o] = best_r;\n"
                 )
             }
             ReduceKind::Logsumexp => format!(
@@ -803,7 +843,7 @@ impl<'a> Ctx<'a> {
             ),
             _ => format!(
                 "    float acc = {init};\n    for (int r = 0; r < {len}; ++r) {{\n        long long idx = {idx};\n        \
-                 float v = {v};\n        {step}\n    }}\n    float red = {fin};\n    {y}[o] = {store_o};\n"
+                 float val = {v};\n        {step}\n    }}\n    float red = {fin};\n    {y}[o] = {store_o};\n"
             ),
         };
         let kind_name = kind.name();
@@ -837,7 +877,7 @@ impl<'a> Ctx<'a> {
                 let src = format!(
                     "{launch}\n#define BLOCK {block}\n{helpers}{sig} {{\n    __shared__ float buf[BLOCK];\n    \
                      long long outer = blockIdx.x;\n    const long long in = 0;\n    int t = threadIdx.x;\n    float acc = {init};\n    \
-                     for (int r = t; r < {len}; r += BLOCK) {{\n        long long idx = {idx};\n        float v = {v};\n        {step}\n    }}\n    \
+                     for (int r = t; r < {len}; r += BLOCK) {{\n        long long idx = {idx};\n        float val = {v};\n        {step}\n    }}\n    \
                      buf[t] = acc;\n    __syncthreads();\n    for (int s = BLOCK / 2; s > 0; s >>= 1) {{\n        \
                      if (t < s) {tree}\n        __syncthreads();\n    }}\n    if (t == 0) {{\n        float red = {fin_b};\n        {y}[outer] = {store_b};\n    }}\n}}\n",
                     launch = self.launch(&kern, &outer, &block.to_string()),
@@ -869,7 +909,7 @@ impl<'a> Ctx<'a> {
                     "{launch}\n{warp_fn}\n{helpers}{sig} {{\n    int lane = threadIdx.x & 31;\n    \
                      long long outer = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);\n    if (outer >= (long long){outer}) return;\n    \
                      const long long in = 0;\n    float acc = {init};\n    for (int r = lane; r < {len}; r += 32) {{\n        \
-                     long long idx = {idx};\n        float v = {v};\n        {step}\n    }}\n    acc = {warp}(acc);\n    \
+                     long long idx = {idx};\n        float val = {v};\n        {step}\n    }}\n    acc = {warp}(acc);\n    \
                      if (lane == 0) {{\n        float red = {fin};\n        {y}[outer] = {store_w};\n    }}\n}}\n",
                     launch = self.launch(&kern, &format!("cdiv({outer},8)"), "256"),
                     sig = self.signature(&kern),
@@ -1005,7 +1045,7 @@ impl<'a> Ctx<'a> {
                         format!(
                             "    float mean = 0.0f;\n    {each} {{\n        long long idx = {at};\n        \
                              mean += {v};\n    }}\n{}    mean /= (float){n};\n    float var = 0.0f;\n    {each} {{\n        \
-                             long long idx = {at};\n        float d = {v} - mean;\n        var += d * d;\n    }}\n{}    \
+                             long long idx = {at};\n        float dv = {v} - mean;\n        var += dv * dv;\n    }}\n{}    \
                              var /= (float){n};\n    float inv = rsqrtf(var + {eps});\n",
                             sum("mean"),
                             sum("var"),
@@ -1023,7 +1063,7 @@ impl<'a> Ctx<'a> {
                     (
                         format!(
                             "    float ss = 0.0f;\n    {each} {{\n        long long idx = {at};\n        \
-                             float x = {v};\n        ss += x * x;\n    }}\n{}    float inv = rsqrtf(ss / (float){n} + {eps});\n",
+                             float xv = {v};\n        ss += xv * xv;\n    }}\n{}    float inv = rsqrtf(ss / (float){n} + {eps});\n",
                             sum("ss"),
                             eps = float_lit(*eps)
                         ),
@@ -1034,7 +1074,7 @@ impl<'a> Ctx<'a> {
                 Op::L2Norm { eps, .. } => (
                     format!(
                         "    float ss = 0.0f;\n    {each} {{\n        long long idx = {at};\n        \
-                         float x = {v};\n        ss += x * x;\n    }}\n{}    float inv = 1.0f / fmaxf(sqrtf(ss), {eps});\n",
+                         float xv = {v};\n        ss += xv * xv;\n    }}\n{}    float inv = 1.0f / fmaxf(sqrtf(ss), {eps});\n",
                         sum("ss"),
                         eps = float_lit(*eps)
                     ),

@@ -422,6 +422,22 @@ fn staged_forms_cut_programs_at_their_core_operations() {
             "staged_elementwise_grid_stride+matmul_tiled16"
         ]
     );
+    // A reduction broadcast back over its operand: the reduction is a stage of its own (the
+    // reduction writer alone would write one value per row into a full-size output).
+    assert_eq!(
+        forms(
+            "input X: f32[M, N]\noutput Y: f32[M, N]\nY = X / mean(abs(X), axis=1, keepdim=true)\n"
+        ),
+        [
+            "staged_reduce_thread_per_output+elementwise_b256",
+            "staged_reduce_warp+elementwise_grid_stride"
+        ]
+    );
+    // A program name that a kernel declares itself (a size `k`, an input `x`): no kernel.
+    assert!(
+        staged("input x: f32[m, k]\ninput W: f32[k, N]\noutput Y: f32[m, N]\nY = x @ W\n")
+            .is_empty()
+    );
     // Two warp forms in one unit: the shuffle reduction both use is defined once.
     let warps = &staged("input X: f32[M, N]\noutput Y: f32[M]\nY = max(softmax(X), axis=1)\n")[1];
     assert_eq!(warps.form, "staged_rowwise_warp+reduce_warp");
@@ -468,7 +484,7 @@ fn naive_forms_cover_generated_shapes() {
     );
     // A per-row operand.
     assert_eq!(
-        forms("input X: f16[M, N]\ninput r: f16[M, 1]\noutput Y: f16[M, N]\nY = X * r\n"),
+        forms("input X: f16[M, N]\ninput rw: f16[M, 1]\noutput Y: f16[M, N]\nY = X * rw\n"),
         [
             "elementwise_b256",
             "elementwise_b128",

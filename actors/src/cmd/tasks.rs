@@ -63,6 +63,21 @@ pub enum TasksCommand {
         #[arg(long)]
         threads: Option<usize>,
     },
+    /// Write a task's inputs (drawn as the harness draws them) and its fp64 reference outputs
+    /// at a preset as JSON, for checks outside kevin (e.g. scripts/kernelbench_crosscheck.py).
+    Dump {
+        /// The task's name.
+        name: String,
+        /// "small" (default) or "gpu".
+        #[arg(long, default_value = "small", value_parser = ["gpu", "small"])]
+        preset: String,
+        /// Seed of the inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The JSON file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Import KernelBench problem files as kevin tasks (held out by default): every `*.py` of
     /// SRC's `level1/`, `level2/` ... folders (or of SRC itself, at `--level`). A problem that
     /// does not import gets one line naming the construct that stopped it and its line.
@@ -134,6 +149,19 @@ pub fn run(args: Args) -> CmdResult {
                 opts.threads = t.max(1);
             }
             generate(&args.dir, &out, &opts)
+        }
+        Some(TasksCommand::Dump {
+            name,
+            preset,
+            seed,
+            out,
+        }) => {
+            let preset = if preset == "gpu" {
+                Preset::Gpu
+            } else {
+                Preset::Small
+            };
+            dump(&args.dir, &name, preset, seed, &out)
         }
         Some(TasksCommand::ImportKernelbench {
             src,
@@ -543,4 +571,39 @@ fn import_kernelbench(
         write_json(path, &record)?;
     }
     Ok(())
+}
+
+/// `kevin tasks dump`: inputs and reference outputs of one task at `preset` as JSON.
+fn dump(dir: &Path, name: &str, preset: Preset, seed: u64, out: &Path) -> Result<(), String> {
+    let suite = TaskSuite::load(dir).map_err(|e| e.to_string())?;
+    let task = suite
+        .get(name)
+        .ok_or_else(|| format!("no task `{name}` in {}", dir.display()))?;
+    let sizes = task.sizes(preset);
+    let inputs = task.generate_inputs(preset, seed);
+    let outputs = task
+        .reference(preset, &inputs)
+        .map_err(|e| format!("{name}: the reference failed: {e}"))?;
+    let tensor = |d: &kevin::ops::Decl, data: &[f64]| {
+        let shape: Vec<usize> =
+            d.ty.shape
+                .iter()
+                .map(|x| match x {
+                    kevin::ops::Dim::Lit(v) => *v,
+                    kevin::ops::Dim::Sym(s) => sizes.get(s).copied().unwrap_or(1),
+                })
+                .collect();
+        json!({"name": d.name, "dtype": d.ty.dtype.name(), "shape": shape, "data": data})
+    };
+    let record = json!({
+        "task": name,
+        "preset": if preset == Preset::Gpu { "gpu" } else { "small" },
+        "seed": seed,
+        "sizes": sizes,
+        "tolerance": {"atol": task.tolerance.atol, "rtol": task.tolerance.rtol},
+        "description": task.description,
+        "inputs": task.program.inputs.iter().zip(&inputs).map(|(d, x)| tensor(d, x)).collect::<Vec<_>>(),
+        "outputs": task.program.outputs.iter().zip(&outputs).map(|(d, x)| tensor(d, x)).collect::<Vec<_>>(),
+    });
+    write_json(out, &record)
 }

@@ -278,6 +278,59 @@ fn join_bodies(bodies: &[String]) -> String {
     out
 }
 
+/// The first core operation of `e` (outermost first).
+fn first_core(e: &Expr) -> Option<&Expr> {
+    if is_core(e) {
+        return Some(e);
+    }
+    match e {
+        Expr::Binary(_, a, b) => first_core(a).or_else(|| first_core(b)),
+        Expr::Neg(a) => first_core(a),
+        Expr::Call { args, .. } => args.iter().find_map(first_core),
+        _ => None,
+    }
+}
+
+/// `e` with every occurrence of `from` replaced by `to`.
+fn replace(e: &mut Expr, from: &Expr, to: &Expr) {
+    if e == from {
+        *e = to.clone();
+        return;
+    }
+    for a in operands_mut(e) {
+        replace(a, from, to);
+    }
+}
+
+impl<'a> Ctx<'a> {
+    /// The context every stage kernel is written in: every tensor as a parameter (the inputs,
+    /// the output, the scratch buffers, then the sizes), writing `target` (a scratch buffer,
+    /// stored as f32) or the output when `None`.
+    fn stage_ctx(&self, scratch: &[(String, Vec<Dim>)], target: Option<&str>) -> Ctx<'a> {
+        let mut c = self.clone();
+        let params: Vec<String> = scratch
+            .iter()
+            .map(|(n, _)| format!("float* __restrict__ {n}"))
+            .collect();
+        let args: Vec<String> = scratch.iter().map(|(n, _)| n.clone()).collect();
+        c.params = [self.tensor_params.as_slice(), &params, &self.size_params]
+            .concat()
+            .join(", ");
+        c.args = [self.tensor_args.as_slice(), &args, &self.size_args]
+            .concat()
+            .join(", ");
+        for (n, shape) in scratch {
+            c.shapes.insert(n.clone(), shape.clone());
+            c.loads.insert(n.clone(), "");
+        }
+        if let Some(t) = target {
+            c.out = t.to_string();
+            c.store = "";
+        }
+        c
+    }
+}
+
 impl Ctx<'_> {
     /// A kernel per stage for a program the single-kernel writers do not take (None when a
     /// stage is outside their shapes too, or there is only one stage).
@@ -288,44 +341,32 @@ impl Ctx<'_> {
             scratch: Vec::new(),
             holds: BTreeMap::new(),
         };
-        let last = low.lower(e)?;
-        if low.stages.is_empty() || cores(&last) > 1 {
+        let mut last = low.lower(e)?;
+        if cores(&last) > 1 {
+            return None;
+        }
+        // The last stage's core operation gets a stage of its own when the writers cannot take
+        // the two together (a reduction whose result is broadcast back over its operand).
+        if self.stage_ctx(&low.scratch, None).single(&last).is_none() {
+            let Some(core) = first_core(&last).cloned() else {
+                return None;
+            };
+            let read = low.stage(core.clone())?;
+            replace(&mut last, &core, &read);
+        }
+        if low.stages.is_empty() {
             return None;
         }
         low.stages.push(Stage {
             target: self.out.clone(),
             expr: last,
         });
-        // Every kernel takes every tensor: the inputs, the output, the scratch buffers.
-        let mut base = self.clone();
-        let scratch_params: Vec<String> = low
-            .scratch
-            .iter()
-            .map(|(n, _)| format!("float* __restrict__ {n}"))
-            .collect();
         let scratch_args: Vec<String> = low.scratch.iter().map(|(n, _)| n.clone()).collect();
-        base.params = [
-            self.tensor_params.as_slice(),
-            &scratch_params,
-            &self.size_params,
-        ]
-        .concat()
-        .join(", ");
-        base.args = [self.tensor_args.as_slice(), &scratch_args, &self.size_args]
-            .concat()
-            .join(", ");
-        for (n, shape) in &low.scratch {
-            base.shapes.insert(n.clone(), shape.clone());
-            base.loads.insert(n.clone(), "");
-        }
         let mut per_stage: Vec<Vec<Generated>> = Vec::new();
         for (k, stage) in low.stages.iter().enumerate() {
-            let mut c = base.clone();
+            let target = (stage.target != self.out).then_some(stage.target.as_str());
+            let mut c = self.stage_ctx(&low.scratch, target);
             c.prefix = format!("stage{}_", k + 1);
-            if stage.target != self.out {
-                c.out = stage.target.clone();
-                c.store = "";
-            }
             per_stage.push(c.single(&stage.expr)?);
         }
         let decls: String = low
