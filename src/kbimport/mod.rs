@@ -229,14 +229,8 @@ const FUNC_LAYERS: [(&str, &str, &[&str]); 17] = [
     ("Softsign", "softsign", &[]),
 ];
 
-/// The functions and methods [`Importer::function`] translates (on a tensor).
-const KNOWN: [&str; 58] = [
-    "identity",
-    "contiguous",
-    "float",
-    "clone",
-    "detach",
-    "size",
+/// Functions of one tensor with the same name in the op language.
+const UNARY: [&str; 14] = [
     "relu",
     "sigmoid",
     "tanh",
@@ -251,6 +245,16 @@ const KNOWN: [&str; 58] = [
     "hardsigmoid",
     "hardswish",
     "neg",
+];
+
+/// The other functions and methods [`Importer::function`] translates (on a tensor).
+const KNOWN: [&str; 44] = [
+    "identity",
+    "contiguous",
+    "float",
+    "clone",
+    "detach",
+    "size",
     "negative",
     "gelu",
     "softplus",
@@ -1152,22 +1156,6 @@ impl Importer {
                 int: false,
             })
         };
-        let unary = [
-            "relu",
-            "sigmoid",
-            "tanh",
-            "exp",
-            "log",
-            "abs",
-            "sqrt",
-            "rsqrt",
-            "square",
-            "silu",
-            "mish",
-            "hardsigmoid",
-            "hardswish",
-            "neg",
-        ];
         let dim = |i: usize| -> Result<Option<i64>, Refusal> {
             match get(i, "dim").or_else(|| get(usize::MAX, "axis")) {
                 None | Some(Val::None) => Ok(None),
@@ -1209,7 +1197,7 @@ impl Importer {
                     Some(v) => return refuse(line, format!("size of {}", v.what())),
                 }
             }
-            n if unary.contains(&n) => same(format!("{n}({})", x.text)),
+            n if UNARY.contains(&n) => same(format!("{n}({})", x.text)),
             "negative" => same(format!("neg({})", x.text)),
             "gelu" => match get(1, "approximate") {
                 Some(Val::Str(s)) if s == "tanh" => same(format!("gelu_tanh({})", x.text)),

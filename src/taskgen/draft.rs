@@ -162,6 +162,23 @@ impl Val {
     }
 }
 
+/// Row operations after a product: the built-in, the range of its values, its words.
+const TAIL_ROW_OPS: [(&str, f64, f64, &str); 4] = [
+    ("softmax", 0.0, 1.0, "softmax"),
+    ("log_softmax", -20.0, 0.0, "log_softmax"),
+    ("layer_norm", -4.0, 4.0, "layer norm"),
+    ("rms_norm", -4.0, 4.0, "RMS norm"),
+];
+
+/// Row operations on a product's left operand: values within those of a standard normal input,
+/// so the product's range holds.
+const PROLOGUE_ROW_OPS: [(&str, f64, f64, &str); 4] = [
+    ("softmax", 0.0, 1.0, "softmax"),
+    ("l2norm", -1.0, 1.0, "l2norm"),
+    ("layer_norm", -4.0, 4.0, "layer norm"),
+    ("rms_norm", -4.0, 4.0, "RMS norm"),
+];
+
 /// Drafts one program of `family` with 1 to `max_ops` operations.
 pub fn draft(rng: &mut SplitMix64, family: Family, max_ops: usize) -> Draft {
     let dtype = match rng.weighted(&[3.0, 1.0, 1.0]) {
@@ -824,29 +841,19 @@ impl Drafter<'_> {
         let body = if tail { rest - 1 } else { rest };
         v = self.chain(v, body);
         if tail && !v.int {
-            let t = v.text.clone();
-            let shape = v.shape.clone();
-            let (out, word) = match self.rng.below(4) {
-                0 => (
-                    Val::call(format!("softmax({t})"), shape, 0.0, 1.0),
-                    "softmax",
-                ),
-                1 => (
-                    Val::call(format!("log_softmax({t})"), shape, -20.0, 0.0),
-                    "log_softmax",
-                ),
-                2 => (
-                    Val::call(format!("layer_norm({t})"), shape, -4.0, 4.0),
-                    "layer norm",
-                ),
-                _ => (
-                    Val::call(format!("rms_norm({t})"), shape, -4.0, 4.0),
-                    "RMS norm",
-                ),
-            };
+            let (out, word) = self.row_call(&v, &TAIL_ROW_OPS);
             v = self.done(out, word.into());
         }
         v
+    }
+
+    /// One of `ops` (drawn uniformly) applied to `v` over its last axis, and its words.
+    fn row_call(&mut self, v: &Val, ops: &[(&str, f64, f64, &'static str)]) -> (Val, &'static str) {
+        let (f, lo, hi, word) = ops[self.rng.below(ops.len() as u64) as usize];
+        (
+            Val::call(format!("{f}({})", v.text), v.shape.clone(), lo, hi),
+            word,
+        )
     }
 
     /// The left operand of a product, with (when `pro`) one operation applied first: a row
@@ -856,27 +863,8 @@ impl Drafter<'_> {
         if !pro {
             return a;
         }
-        let shape = a.shape.clone();
         if self.chance(0.4) {
-            let t = a.text.clone();
-            let (out, word) = match self.rng.below(4) {
-                0 => (
-                    Val::call(format!("softmax({t})"), shape, 0.0, 1.0),
-                    "softmax",
-                ),
-                1 => (
-                    Val::call(format!("l2norm({t})"), shape, -1.0, 1.0),
-                    "l2norm",
-                ),
-                2 => (
-                    Val::call(format!("layer_norm({t})"), shape, -4.0, 4.0),
-                    "layer norm",
-                ),
-                _ => (
-                    Val::call(format!("rms_norm({t})"), shape, -4.0, 4.0),
-                    "RMS norm",
-                ),
-            };
+            let (out, word) = self.row_call(&a, &PROLOGUE_ROW_OPS);
             return self.done(out, format!("{word} of the left operand"));
         }
         for _ in 0..8 {
