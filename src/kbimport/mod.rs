@@ -357,7 +357,8 @@ struct Importer {
     temps: usize,
 }
 
-/// The body of a function: its statements and the values its parameters are bound to.
+/// The names a function body sees: its parameters and locals (`self.x` as `"self.x"`).
+#[derive(Default)]
 struct Frame {
     locals: BTreeMap<String, Val>,
 }
@@ -371,9 +372,7 @@ impl Importer {
                     value,
                     line,
                 } => {
-                    let mut f = Frame {
-                        locals: BTreeMap::new(),
-                    };
+                    let mut f = Frame::default();
                     let v = self.eval(&mut f, value, *line)?;
                     for t in targets {
                         self.global(t, v.clone(), *line)?;
@@ -441,9 +440,7 @@ impl Importer {
         let Some((_, body, line)) = self.defs.get(name).cloned() else {
             return refuse(0, format!("no `{name}()`"));
         };
-        let mut f = Frame {
-            locals: BTreeMap::new(),
-        };
+        let mut f = Frame::default();
         match self.run(&mut f, &body)? {
             Some(v) => Ok(v),
             None => refuse(line, format!("`{name}()` returns nothing")),
@@ -1505,9 +1502,7 @@ impl Importer {
             Val::Seq(v) => v,
             other => return refuse(0, format!("get_inputs() returns {}", other.what())),
         };
-        let mut frame = Frame {
-            locals: BTreeMap::new(),
-        };
+        let mut frame = Frame::default();
         if let Some((params, body, line)) = self.methods.get("__init__").cloned() {
             self.bind(&mut frame, &params, init_args, line, "__init__")?;
             self.run(&mut frame, &body)?;
@@ -1689,9 +1684,7 @@ impl Importer {
             let v = match (args.next(), &p.default) {
                 (Some(v), _) => v,
                 (None, Some(d)) => {
-                    let mut empty = Frame {
-                        locals: BTreeMap::new(),
-                    };
+                    let mut empty = Frame::default();
                     self.eval(&mut empty, d, line)?
                 }
                 (None, None) => return refuse(line, format!("{what}'s `{}` has no value", p.name)),
