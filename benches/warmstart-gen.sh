@@ -9,8 +9,10 @@
 # Knobs (environment): COUNT (2000 tasks), SEED (1903, of the tasks), WORKERS (one per core,
 # for the corpus's CPU workers), EPOCHS (3), SHAPE (extra `kevin sft train` flags, e.g.
 # "--hidden 384 --layers 8 --heads 6 --intermediate 1152"), K and N (16 x 8, the paper's),
-# EVAL_SEEDS ("0 1"), DEVICE (cuda). Needs a GPU for training and evaluation as configured; the
-# corpus runs on the CPU backend and needs a C++ compiler.
+# EVAL_SEEDS ("0 1"), DEVICE (cuda), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
+# and their .json records, e.g. benches/data/warmstart: the committed corpus is used instead of
+# building one). Needs a GPU for training and evaluation as configured; the corpus runs on the
+# CPU backend and needs a C++ compiler.
 set -euo pipefail
 KEVIN=${KEVIN:-target/release/kevin}
 OUT=${OUT:-runs/warmstart-gen}
@@ -27,7 +29,15 @@ CONFIG=configs/gpu-burn.toml
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 
-if [ ! -e "$OUT/tasks/generated.json" ]; then
+if [ -n "${CORPUS_FROM:-}" ]; then
+    for part in gen hand; do
+        if [ ! -e "$OUT/$part.json" ]; then
+            xz -dc "$CORPUS_FROM/$part.jsonl.xz" > "$OUT/$part.jsonl"
+            cp "$CORPUS_FROM/$part.json" "$OUT/$part.json"
+        fi
+    done
+fi
+if [ ! -e "$OUT/gen.json" ] && [ ! -e "$OUT/tasks/generated.json" ]; then
     step "tasks: $COUNT from seed $SEED"
     rm -rf "$OUT/tasks"
     "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --out "$OUT/tasks"
