@@ -351,6 +351,12 @@ fn staged_kernels_verify_on_the_cpu_backend() {
     );
     task_file(
         &tasks,
+        "rms_inner",
+        "input X: f32[B, C, N]\noutput Y: f32[B, C, N]\nY = X / sqrt(mean(square(X), axis=1, keepdim=true) + 1e-5)\n",
+        &[("B", 3), ("C", 37), ("N", 41)],
+    );
+    task_file(
+        &tasks,
         "prod_rows",
         "input X: f32[M, N]\noutput Y: f32[M]\nY = prod(X, axis=1)\n",
         &[("M", 37), ("N", 11)],
@@ -388,6 +394,7 @@ fn staged_kernels_verify_on_the_cpu_backend() {
         "mm_t_gelu_mean",
         "bqk",
         "l1_rows",
+        "rms_inner",
     ] {
         let staged: Vec<&str> = examples
             .iter()

@@ -117,7 +117,9 @@ impl<'c> Render<'c> {
             // `inner` elements.
             format!("{v}[{i} / {inner}]")
         } else {
-            return None;
+            // Any other broadcast ([B, 1, N] over [B, M, N]): the coordinates of the flat index
+            // along the dims the tensor has, each times the tensor's own stride.
+            format!("{v}[{}]", self.broadcast_index(s)?)
         };
         Some(match self.loads.get(v).copied().unwrap_or("") {
             "" => at,
@@ -140,6 +142,52 @@ impl<'c> Render<'c> {
             return None;
         }
         Some(format!("({})", long_product(&self.shape[keep..])))
+    }
+
+    /// The flat index into a tensor of shape `s` that broadcasts (NumPy's rules, aligned to
+    /// the right) over the iteration shape, as a C expression of the flat index; None when a
+    /// dim is neither 1 nor the iteration shape's.
+    fn broadcast_index(&self, s: &[Dim]) -> Option<String> {
+        let r = self.shape.len();
+        if s.len() > r {
+            return None;
+        }
+        let lead = r - s.len();
+        let i = self.index;
+        let mut terms = Vec::new();
+        for k in lead..r {
+            let d = &s[k - lead];
+            if *d == Dim::Lit(1) {
+                continue;
+            }
+            if *d != self.shape[k] {
+                return None;
+            }
+            let inner = &self.shape[k + 1..];
+            let mut c = if inner.is_empty() {
+                i.to_string()
+            } else {
+                format!("({i} / ({}))", long_product(inner))
+            };
+            if k > 0 {
+                c = format!("{c} % {d}");
+            }
+            let stride: Vec<&Dim> = s[k - lead + 1..]
+                .iter()
+                .filter(|x| **x != Dim::Lit(1))
+                .collect();
+            terms.push(if stride.is_empty() {
+                format!("({c})")
+            } else {
+                let dims: Vec<String> = stride.iter().map(|x| x.to_string()).collect();
+                format!("({c}) * {}", dims.join(" * "))
+            });
+        }
+        Some(if terms.is_empty() {
+            "0".into()
+        } else {
+            terms.join(" + ")
+        })
     }
 
     fn helper(&mut self, name: &str, body: &str) -> String {

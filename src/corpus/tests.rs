@@ -433,6 +433,18 @@ fn staged_forms_cut_programs_at_their_core_operations() {
             "staged_reduce_warp+elementwise_grid_stride"
         ]
     );
+    // A reduction over an inner axis broadcast back: read at the coordinates it has.
+    let rms = staged(
+        "input X: f32[B, C, N]\noutput Y: f32[B, C, N]\nY = X / sqrt(mean(square(X), axis=1, keepdim=true) + 1e-5)\n",
+    );
+    assert_eq!(rms.len(), 2);
+    assert!(
+        rms[0]
+            .source
+            .contains("tmp0[((i / ((long long)C * N))) * N + (i % N)]"),
+        "{}",
+        rms[0].source
+    );
     // A program name that a kernel declares itself (a size `k`, an input `x`): no kernel.
     assert!(
         staged("input x: f32[m, k]\ninput W: f32[k, N]\noutput Y: f32[m, N]\nY = x @ W\n")

@@ -567,7 +567,8 @@ impl Importer {
 
     fn fresh_input(&self, base: &str) -> String {
         let taken = |n: &str| {
-            self.inputs.iter().any(|(i, _, _)| i == n)
+            crate::ops::is_reserved(n)
+                || self.inputs.iter().any(|(i, _, _)| i == n)
                 || self.sizes.contains_key(n)
                 || self.globals.contains_key(n)
         };

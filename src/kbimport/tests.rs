@@ -310,3 +310,16 @@ def get_init_inputs():
     let out = &t.reference(Preset::Small, &inputs).unwrap()[0];
     assert!(out.iter().all(|v| v.is_finite()));
 }
+
+#[test]
+fn python_names_the_op_language_reserves_are_renamed() {
+    let src = SOFTMAX
+        .replace(
+            "def forward(self, x: torch.Tensor)",
+            "def forward(self, input: torch.Tensor)",
+        )
+        .replace("torch.softmax(x, dim=1)", "torch.relu(input)");
+    let t = imported("level1/9_Relu.py", &src);
+    assert_eq!(t.program.inputs[0].name, "input_1");
+    assert_eq!(body(&t), "Y = relu(input_1)");
+}

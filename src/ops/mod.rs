@@ -77,6 +77,7 @@ mod torch_tests;
 pub use ast::{BinOp, Const, Decl, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, Stmt};
 pub use ast::{TensorType, UnaryFn};
 pub use check::{infer_expr, normalize_axis, op_name, ExprType};
+pub use parse::is_reserved;
 
 use std::fmt;
 

@@ -13,6 +13,12 @@ use super::ParseError;
 /// Deepest nesting of parentheses and unary minus accepted.
 const MAX_DEPTH: usize = 64;
 
+/// True when a program cannot declare `name` (a keyword, a name the PyTorch rendering needs, a
+/// built-in function).
+pub fn is_reserved(name: &str) -> bool {
+    RESERVED.contains(&name) || builtins::is_builtin(name)
+}
+
 /// Names a program cannot declare: keywords of the language, and names the PyTorch rendering
 /// needs for itself (Python keywords and the module's own identifiers).
 const RESERVED: &[&str] = &[
