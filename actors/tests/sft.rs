@@ -355,6 +355,13 @@ fn staged_kernels_verify_on_the_cpu_backend() {
         "input X: f32[B, C, N]\noutput Y: f32[B, C, N]\nY = X / sqrt(mean(square(X), axis=1, keepdim=true) + 1e-5)\n",
         &[("B", 3), ("C", 37), ("N", 41)],
     );
+    // Two stages, each with an ELU of its own alpha: two helpers, two names.
+    task_file(
+        &tasks,
+        "elu_mm_elu_f16",
+        "input A: f16[M, K]\ninput W: f16[N, K]\ninput c: f16[N]\noutput Y: f16[M, N]\nY = tanh(elu(elu(A) @ transpose(W), alpha=1.5)) * c\n",
+        &mkn,
+    );
     task_file(
         &tasks,
         "prod_rows",
@@ -395,6 +402,7 @@ fn staged_kernels_verify_on_the_cpu_backend() {
         "bqk",
         "l1_rows",
         "rms_inner",
+        "elu_mm_elu_f16",
     ] {
         let staged: Vec<&str> = examples
             .iter()

@@ -246,21 +246,35 @@ fn split_launches(source: &str) -> (Vec<&str>, String) {
 fn join_bodies(bodies: &[String]) -> String {
     let mut seen = BTreeSet::new();
     let mut defines: BTreeMap<String, String> = BTreeMap::new();
+    // Device functions by name, as first defined: a later stage that defines the same name
+    // otherwise (an `elu_f` of another alpha) gets its own name for it.
+    let mut functions: BTreeMap<String, String> = BTreeMap::new();
     let mut out = String::new();
-    for body in bodies {
-        // Chunks: a preprocessor line, a one-line helper, or a function up to its closing `}`.
-        let mut chunk = String::new();
-        for line in body.lines() {
-            if !line.trim().is_empty() || !chunk.is_empty() {
-                chunk.push_str(line);
-                chunk.push('\n');
+    for (k, body) in bodies.iter().enumerate() {
+        let mut parts = chunks(body);
+        let clashes: Vec<String> = parts
+            .iter()
+            .filter_map(|c| {
+                let name = function_name(c)?;
+                functions
+                    .get(name)
+                    .is_some_and(|first| first != c)
+                    .then(|| name.to_string())
+            })
+            .collect();
+        if !clashes.is_empty() {
+            let mut renamed = body.clone();
+            for name in &clashes {
+                renamed = rename_calls(&renamed, name, &format!("{name}_s{}", k + 1));
             }
-            let one_line = chunk.lines().count() == 1
-                && (line.starts_with('#') || line.starts_with("__device__") && line.ends_with('}'));
-            if !(one_line || line == "}") {
-                continue;
+            parts = chunks(&renamed);
+        }
+        for text in parts {
+            if let Some(name) = function_name(&text) {
+                functions
+                    .entry(name.to_string())
+                    .or_insert_with(|| text.clone());
             }
-            let text = std::mem::take(&mut chunk);
             if let Some(def) = text.strip_prefix("#define ") {
                 let (name, value) = def.trim().split_once(' ').unwrap_or((def.trim(), ""));
                 match defines.insert(name.to_string(), value.to_string()) {
@@ -273,8 +287,61 @@ fn join_bodies(bodies: &[String]) -> String {
                 out.push_str(&text);
             }
         }
-        out.push_str(&chunk);
     }
+    out
+}
+
+/// The top-level pieces of device code: a preprocessor line, a one-line helper, or a function up
+/// to its closing `}` (and whatever trails the last one).
+fn chunks(body: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chunk = String::new();
+    for line in body.lines() {
+        if !line.trim().is_empty() || !chunk.is_empty() {
+            chunk.push_str(line);
+            chunk.push('\n');
+        }
+        let one_line = chunk.lines().count() == 1
+            && (line.starts_with('#') || line.starts_with("__device__") && line.ends_with('}'));
+        if one_line || line == "}" {
+            out.push(std::mem::take(&mut chunk));
+        }
+    }
+    if !chunk.is_empty() {
+        out.push(chunk);
+    }
+    out
+}
+
+/// The name a `__device__` function chunk defines.
+fn function_name(chunk: &str) -> Option<&str> {
+    if !chunk.starts_with("__device__") {
+        return None;
+    }
+    let head = &chunk[..chunk.find('(')?];
+    head.rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .next()
+        .filter(|n| !n.is_empty())
+}
+
+/// `text` with every call or definition of the function `name` (the name followed by `(`, not
+/// preceded by part of another identifier) renamed to `to`.
+fn rename_calls(text: &str, name: &str, to: &str) -> String {
+    let pattern = format!("{name}(");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(p) = rest.find(&pattern) {
+        let before = rest[..p].chars().next_back();
+        out.push_str(&rest[..p]);
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            out.push_str(&pattern);
+        } else {
+            out.push_str(to);
+            out.push('(');
+        }
+        rest = &rest[p + pattern.len()..];
+    }
+    out.push_str(rest);
     out
 }
 
@@ -467,5 +534,24 @@ mod tests {
         }
         assert!(joined.find("stage1_k") < joined.find("stage2_k"));
         assert!(joined.find("float g(") < joined.find("stage2_k"));
+        // The same helper name with another body in a later stage: renamed in that stage.
+        let d = "__device__ __forceinline__ float elu_f(float x) { return x > 0.0f ? x : 1.5f * expm1f(x); }\n\
+                 __global__ void stage2_k(float* y) {\n    y[0] = elu_f(y[0]) + kevin_elu_f(1.0f);\n}\n";
+        let a = "__device__ __forceinline__ float elu_f(float x) { return x > 0.0f ? x : 1.0f * expm1f(x); }\n\
+                 __global__ void stage1_k(float* y) {\n    y[0] = elu_f(y[0]);\n}\n";
+        let joined = join_bodies(&[a.into(), d.into()]);
+        assert!(
+            joined.contains("float elu_f(float x) { return x > 0.0f ? x : 1.0f"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("float elu_f_s2(float x) { return x > 0.0f ? x : 1.5f"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("y[0] = elu_f_s2(y[0]) + kevin_elu_f(1.0f);"),
+            "{joined}"
+        );
+        assert!(joined.contains("    y[0] = elu_f(y[0]);\n"), "{joined}");
     }
 }
