@@ -42,14 +42,18 @@ if [ ! -e "$OUT/gen.json" ] && [ ! -e "$OUT/tasks/generated.json" ]; then
     rm -rf "$OUT/tasks"
     "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --out "$OUT/tasks"
 fi
-# The prompts at the preset the evaluation uses (the config's), breakages capped per task.
+# The prompts at the preset the evaluation uses (the config's); breakages capped per generated
+# task (thousands of programs), every breakage of the 47 hand-written tasks.
 for part in gen hand; do
     if [ ! -e "$OUT/$part.json" ]; then
         step "corpus: $part"
-        dir=tasks
-        [ "$part" = gen ] && dir="$OUT/tasks"
-        "$KEVIN" sft corpus --dir "$dir" --config "$CONFIG" --breakages-per-task 2 --seed 19 \
-            --workers "$WORKERS" --out "$OUT/$part.jsonl" --json "$OUT/$part.json.part"
+        if [ "$part" = gen ]; then
+            set -- --dir "$OUT/tasks" --breakages-per-task 2
+        else
+            set -- --dir tasks
+        fi
+        "$KEVIN" sft corpus "$@" --config "$CONFIG" --seed 19 --workers "$WORKERS" \
+            --out "$OUT/$part.jsonl" --json "$OUT/$part.json.part"
         mv "$OUT/$part.json.part" "$OUT/$part.json"
     fi
 done

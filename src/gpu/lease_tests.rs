@@ -16,21 +16,28 @@ fn scratch(name: &str) -> PathBuf {
 const QUIET: Duration = Duration::from_millis(150);
 
 /// Takes `hold` on a new handle of `lock` in a thread; the thread sends its tag once it holds,
-/// keeps it for `keep`, then releases.
+/// keeps it for `keep`, then releases, and returns how long taking waited and when it held.
+/// Returns once the thread is about to take, so a loaded machine that starts it late does not
+/// shorten the wait a test measures.
 fn holder(
     lock: &Path,
     hold: Hold,
     keep: Duration,
     tag: &'static str,
     tx: mpsc::Sender<&'static str>,
-) -> thread::JoinHandle<Duration> {
+) -> thread::JoinHandle<(Duration, Instant)> {
     let lease = GpuLease::open(lock, "test").unwrap();
-    thread::spawn(move || {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        ready_tx.send(()).unwrap();
         let held = lease.take(hold).unwrap();
+        let at = Instant::now();
         tx.send(tag).unwrap();
         thread::sleep(keep);
-        held.waited()
-    })
+        (held.waited(), at)
+    });
+    ready_rx.recv().unwrap();
+    handle
 }
 
 #[test]
@@ -44,9 +51,12 @@ fn a_timing_run_excludes_steps_and_steps_share() {
         rx.recv_timeout(QUIET).is_err(),
         "a step started during a timing run"
     );
+    let released = Instant::now();
     drop(held);
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("step"));
-    assert!(step.join().unwrap() >= QUIET);
+    // It held only after the release, and its wait was counted.
+    let (waited, at) = step.join().unwrap();
+    assert!(at >= released && waited > Duration::ZERO, "{waited:?}");
 
     // Two steps at once: both hold, neither waits for the other.
     let a = GpuLease::open(&lock, "test").unwrap();
@@ -77,12 +87,18 @@ fn a_waiting_timing_run_goes_before_later_steps() {
     thread::sleep(QUIET); // the timing run now waits, holding the turnstile
     let later = holder(&lock, Hold::Step, Duration::ZERO, "later step", tx);
     assert!(rx.recv_timeout(QUIET).is_err(), "someone ran beside a step");
+    let released = Instant::now();
     drop(step);
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("timing"));
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok("later step"));
-    assert!(timing.join().unwrap() >= QUIET);
-    // The later step waited for the whole timing run it queued behind.
-    assert!(later.join().unwrap() >= QUIET);
+    let (timing_waited, timing_at) = timing.join().unwrap();
+    assert!(
+        timing_at >= released && timing_waited > Duration::ZERO,
+        "{timing_waited:?}"
+    );
+    // The later step waited for the whole timing run it queued behind (held for QUIET).
+    let (later_waited, later_at) = later.join().unwrap();
+    assert!(later_at >= timing_at + QUIET, "{later_waited:?}");
 }
 
 #[test]
