@@ -237,21 +237,7 @@ impl<'a> Ctx<'a> {
 
     /// `e` with every intermediate replaced by its definition.
     fn inline(&self, e: &Expr) -> Expr {
-        match e {
-            Expr::Var(v) => match self.defs.get(v) {
-                Some(d) => self.inline(d),
-                None => e.clone(),
-            },
-            Expr::Num(_) => e.clone(),
-            Expr::Neg(a) => Expr::Neg(Box::new(self.inline(a))),
-            Expr::Binary(op, a, b) => {
-                Expr::Binary(*op, Box::new(self.inline(a)), Box::new(self.inline(b)))
-            }
-            Expr::Call { op, args } => Expr::Call {
-                op: op.clone(),
-                args: args.iter().map(|a| self.inline(a)).collect(),
-            },
-        }
+        substitute(e, &|v| self.defs.get(v).map(|d| self.inline(d)))
     }
 
     fn kernel(&self, role: &str) -> String {
@@ -1261,6 +1247,24 @@ fn warp_reduce(kind: ReduceKind) -> Option<(String, String)> {
             "__device__ __forceinline__ float {name}(float v) {{ for (int o = 16; o > 0; o >>= 1) {step} return v; }}"
         ),
     ))
+}
+
+/// `e` with every variable `v` for which `with(v)` gives an expression replaced by it.
+fn substitute(e: &Expr, with: &dyn Fn(&str) -> Option<Expr>) -> Expr {
+    match e {
+        Expr::Var(v) => with(v).unwrap_or_else(|| e.clone()),
+        Expr::Num(_) => e.clone(),
+        Expr::Neg(a) => Expr::Neg(Box::new(substitute(a, with))),
+        Expr::Binary(op, a, b) => Expr::Binary(
+            *op,
+            Box::new(substitute(a, with)),
+            Box::new(substitute(b, with)),
+        ),
+        Expr::Call { op, args } => Expr::Call {
+            op: op.clone(),
+            args: args.iter().map(|a| substitute(a, with)).collect(),
+        },
+    }
 }
 
 /// One level of a shared-memory tree reduction of `kind` over `buf` (thread `t` folds in

@@ -553,6 +553,21 @@ impl Importer {
         }
     }
 
+    /// A tensor's dims as Python sees them (`x.shape`, `x.size()`): their values, each naming
+    /// its size symbol.
+    fn shape_vals(&self, t: &Tensor) -> Vec<Val> {
+        t.shape
+            .iter()
+            .map(|d| match d {
+                Dim::Lit(v) => Val::Int(*v as i64, None),
+                Dim::Sym(s) => Val::Int(
+                    self.sizes.get(s).copied().unwrap_or(0) as i64,
+                    Some(s.clone()),
+                ),
+            })
+            .collect()
+    }
+
     /// An input for a parameter of the model drawn as `d`.
     fn parameter(&mut self, name: &str, d: Draw) -> Tensor {
         let name = self.fresh_input(name);
@@ -640,18 +655,7 @@ impl Importer {
                     }
                     Val::Tensor(t) => match attr.as_str() {
                         "T" | "mT" => self.transpose(t, -2, -1, line)?,
-                        "shape" => Val::Seq(
-                            t.shape
-                                .iter()
-                                .map(|d| match d {
-                                    Dim::Lit(v) => Val::Int(*v as i64, None),
-                                    Dim::Sym(s) => Val::Int(
-                                        self.sizes.get(s).copied().unwrap_or(0) as i64,
-                                        Some(s.clone()),
-                                    ),
-                                })
-                                .collect(),
-                        ),
+                        "shape" => Val::Seq(self.shape_vals(&t)),
                         _ => Val::Method(attr.clone(), Box::new(Val::Tensor(t))),
                     },
                     // torch.max(x, dim) is a (values, indices) pair.
@@ -1171,17 +1175,7 @@ impl Importer {
         Ok(match name {
             "identity" | "contiguous" | "float" | "clone" | "detach" => Val::Tensor(x),
             "size" => {
-                let dims: Vec<Val> = x
-                    .shape
-                    .iter()
-                    .map(|d| match d {
-                        Dim::Lit(v) => Val::Int(*v as i64, None),
-                        Dim::Sym(s) => Val::Int(
-                            self.sizes.get(s).copied().unwrap_or(0) as i64,
-                            Some(s.clone()),
-                        ),
-                    })
-                    .collect();
+                let dims = self.shape_vals(&x);
                 match get(1, "dim") {
                     None => Val::Seq(dims),
                     Some(Val::Int(d, _)) => {

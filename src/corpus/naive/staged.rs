@@ -137,18 +137,7 @@ struct Lowering<'c, 'a> {
 impl Lowering<'_, '_> {
     /// `e` with every scratch buffer replaced by what it holds.
     fn expand(&self, e: &Expr) -> Expr {
-        match e {
-            Expr::Var(v) => self.holds.get(v).cloned().unwrap_or_else(|| e.clone()),
-            Expr::Num(_) => e.clone(),
-            Expr::Neg(a) => Expr::Neg(Box::new(self.expand(a))),
-            Expr::Binary(op, a, b) => {
-                Expr::Binary(*op, Box::new(self.expand(a)), Box::new(self.expand(b)))
-            }
-            Expr::Call { op, args } => Expr::Call {
-                op: op.clone(),
-                args: args.iter().map(|a| self.expand(a)).collect(),
-            },
-        }
+        super::substitute(e, &|v| self.holds.get(v).cloned())
     }
 
     /// The shape of a tensor or scratch buffer.
