@@ -132,7 +132,7 @@ const RESERVED: [&str; 50] = [
 
 /// True when `name` may appear in a kernel next to the writer's own identifiers (locals,
 /// helpers `*_f` and `kevin_*`, kernels `*_kernel`).
-fn free_name(name: &str) -> bool {
+pub(crate) fn free_name(name: &str) -> bool {
     !RESERVED.contains(&name)
         && !name.starts_with("kevin_")
         && !name.ends_with("_f")

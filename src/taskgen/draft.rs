@@ -253,6 +253,16 @@ fn lit(v: f64) -> String {
     }
 }
 
+/// Tensor names the generator may give any input or output besides the role's conventional ones:
+/// none is a size symbol the generator uses (`M N K B`), a temporary (`T1`...), a reserved word of
+/// the op language or its PyTorch rendering, or a local of the corpus's kernel writer (a test
+/// holds the pool to that).
+pub(crate) const NAME_POOL: &[&str] = &[
+    "X", "A", "C", "D", "G", "H", "P", "R", "U", "V", "Z", "x", "y", "a", "b", "c", "d", "u", "v",
+    "z", "q", "h", "inp", "lhs", "rhs", "data", "act", "feat", "weight", "bias", "scale", "gamma",
+    "beta", "other", "mat", "Out", "out", "res", "result",
+];
+
 impl Drafter<'_> {
     fn chance(&mut self, p: f64) -> bool {
         self.rng.next_f64() < p
@@ -267,17 +277,29 @@ impl Drafter<'_> {
         name.to_string()
     }
 
-    /// A fresh input name from the preferred list.
-    fn name(&self, prefer: &[&str]) -> String {
-        let taken = |n: &str| self.inputs.iter().any(|i| i.name == n);
-        for p in prefer {
-            if !taken(p) {
+    /// A fresh tensor name: half the time the first free one of the role's conventional names
+    /// (`prefer`), otherwise any free one of those and [`NAME_POOL`]. A policy trained on
+    /// programs that always call a product's right operand `W` writes `W` for a task that calls
+    /// it `B`; varied names make reading the program the only way to get them right.
+    fn name(&mut self, prefer: &[&str]) -> String {
+        let taken = |d: &Self, n: &str| d.inputs.iter().any(|i| i.name == n) || d.roles.contains_key(n);
+        if self.chance(0.5) {
+            if let Some(p) = prefer.iter().find(|p| !taken(self, p)) {
                 return p.to_string();
             }
         }
+        let free: Vec<&str> = prefer
+            .iter()
+            .chain(NAME_POOL)
+            .copied()
+            .filter(|n| !taken(self, n))
+            .collect();
+        if !free.is_empty() {
+            return self.pick(&free).to_string();
+        }
         (0..)
             .map(|i| format!("X{i}"))
-            .find(|n| !taken(n))
+            .find(|n| !taken(self, n))
             .unwrap_or_default()
     }
 
@@ -905,7 +927,7 @@ impl Drafter<'_> {
         self.chain(out, post)
     }
 
-    fn finish(self, family: Family, out: Val) -> Draft {
+    fn finish(mut self, family: Family, out: Val) -> Draft {
         let dt = self.dtype.name();
         let ty = |shape: &[String], dt: &str| format!("{dt}[{}]", shape.join(", "));
         let mut lines: Vec<String> = self

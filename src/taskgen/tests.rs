@@ -393,3 +393,29 @@ fn every_generated_task_has_a_naive_kernel_and_products_get_prologues() {
         .any(|g| g.task.source.lines().any(|l| l.contains(") @")));
     assert!(prologue, "no product with a computed left operand");
 }
+
+#[test]
+fn name_pool_avoids_every_name_a_program_or_kernel_needs() {
+    for n in draft::NAME_POOL {
+        assert!(!crate::ops::is_reserved(n), "{n} is reserved in the op language");
+        assert!(crate::corpus::naive::free_name(n), "{n} is a local of the kernel writer");
+        assert!(!["M", "N", "K", "B"].contains(n), "{n} is a size symbol");
+        let temp = n.strip_prefix('T').is_some_and(|d| d.parse::<u32>().is_ok());
+        assert!(!temp, "{n} looks like a temporary");
+    }
+}
+
+#[test]
+fn operand_and_output_names_vary_across_generated_tasks() {
+    let (tasks, _) = generate(&opts(120, 11), &suite(), |_| {}).expect("generate");
+    let mut first_inputs = BTreeSet::new();
+    let mut outputs = BTreeSet::new();
+    for g in &tasks {
+        let p = &g.task.program;
+        first_inputs.insert(p.inputs[0].name.clone());
+        outputs.insert(p.outputs[0].name.clone());
+    }
+    // Not one convention per role: a policy must read the names off the program.
+    assert!(first_inputs.len() >= 8, "first inputs: {first_inputs:?}");
+    assert!(outputs.len() >= 5, "outputs: {outputs:?}");
+}
