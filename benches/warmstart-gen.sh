@@ -7,11 +7,12 @@
 #   KEVIN=target/release/kevin OUT=runs/warmstart-gen bash benches/warmstart-gen.sh
 #
 # Knobs (environment): COUNT (2000 tasks), SEED (1903, of the tasks), WORKERS (one per core,
-# for the corpus's CPU workers), EPOCHS (3), SHAPE (extra `kevin sft train` flags, e.g.
+# for the corpus's CPU workers), EPOCHS (3), MAX_LEN (4096: the evaluation's context, so the
+# corpus's multi-turn chains train whole), SHAPE (extra `kevin sft train` flags, e.g.
 # "--hidden 384 --layers 8 --heads 6 --intermediate 1152"), K and N (16 x 8, the paper's),
 # EVAL_SEEDS ("0 1"), DEVICE (cuda), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
 # and their .json records, e.g. benches/data/warmstart: the committed corpus is used instead of
-# building one). Needs a GPU for training and evaluation as configured; the corpus runs on the
+# building one; it predates the multi-turn chains and the generator's varied names). Needs a GPU for training and evaluation as configured; the corpus runs on the
 # CPU backend and needs a C++ compiler.
 set -euo pipefail
 KEVIN=${KEVIN:-target/release/kevin}
@@ -20,6 +21,7 @@ COUNT=${COUNT:-2000}
 SEED=${SEED:-1903}
 WORKERS=${WORKERS:-$(nproc)}
 EPOCHS=${EPOCHS:-3}
+MAX_LEN=${MAX_LEN:-4096}
 SHAPE=${SHAPE:-}
 K=${K:-16}
 N=${N:-8}
@@ -62,7 +64,7 @@ if [ ! -e "$OUT/model/sft.json" ]; then
     step "sft: $EPOCHS epochs $SHAPE"
     # shellcheck disable=SC2086 # SHAPE is a list of flags
     "$KEVIN" sft train --corpus "$OUT/all.jsonl" --tokenizer models/kevin-bpe-4096/tokenizer.json \
-        --out "$OUT/model" --epochs "$EPOCHS" --device "$DEVICE" $SHAPE
+        --out "$OUT/model" --epochs "$EPOCHS" --max-len "$MAX_LEN" --device "$DEVICE" $SHAPE
 fi
 for s in $EVAL_SEEDS; do
     if [ ! -e "$OUT/eval-$s.json" ]; then

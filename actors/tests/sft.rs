@@ -39,7 +39,7 @@ fn corpus_and_tokenizer_on_the_cpu_backend() {
     ]);
     let stdout = succeeded(&run);
     assert!(
-        stdout.contains("by kind: first_turn 2, repair "),
+        stdout.contains("by kind: chain 4, first_turn 2, repair "),
         "{stdout}"
     );
     let examples = read_jsonl(&out).unwrap();
@@ -47,6 +47,7 @@ fn corpus_and_tokenizer_on_the_cpu_backend() {
     assert_eq!(count(Kind::FirstTurn), 2);
     assert!(count(Kind::Variant) >= 4, "{stdout}");
     assert!(count(Kind::Repair) >= 8, "{stdout}");
+    assert_eq!(count(Kind::Chain), 4, "{stdout}");
     for e in &examples {
         assert!(e.task == "relu" || e.task == "sum_reduce");
         assert_eq!(e.outcomes.last().unwrap(), "correct");
@@ -66,6 +67,12 @@ fn corpus_and_tokenizer_on_the_cpu_backend() {
                 other => panic!("unexpected first outcome {other} in {}", e.form),
             };
             assert!(fb.starts_with(want), "{}: {fb}", e.form);
+        }
+        if e.kind == Kind::Chain {
+            // The last prompt carries every earlier attempt's real feedback, in order.
+            let last = &e.turns.last().unwrap().prompt;
+            let feedback = last.lines().filter(|l| l.starts_with("Feedback: ")).count();
+            assert_eq!(feedback, e.turns.len() - 1, "{}", e.form);
         }
     }
 

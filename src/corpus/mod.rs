@@ -20,6 +20,13 @@
 //!   on what the fix is. A pair is kept only when the outcome is the kind the breakage is meant
 //!   to cause ([`Breakage::expected`]), so the explanation fits the feedback. The target of
 //!   training is the last turn; earlier turns are context.
+//! - **chain**: three to `chain_max_turns` turns: failed attempts drawn from the task's repair
+//!   pairs and a response cut off inside its ```cuda block (judged by the rollout's own format
+//!   check), each turn's prompt built over the real records of the turns before, then the fix of
+//!   the last one. The evaluation's refinement turns carry every earlier attempt in the prompt;
+//!   a warm start trained on one-step repairs only lost the answer format once prompts grew past
+//!   what it had seen (`benches/results/warmstart-gen-h200-2026-12-03b.md`). Chains add no
+//!   evaluation.
 //!
 //! Nothing is claimed without evaluation: every candidate (reference, variant, breakage) is
 //! compiled and put through the correctness protocol by the [`KernelEnv`] given (the CPU backend
@@ -61,6 +68,10 @@ pub enum Kind {
     Variant,
     /// A broken attempt, its feedback, and the fixed kernel.
     Repair,
+    /// Several failed attempts in a row (broken kernels, a response cut off before its block
+    /// closed), each with its real feedback, then the fixed kernel: the long prompts of the
+    /// later refinement turns.
+    Chain,
 }
 
 impl Kind {
@@ -70,6 +81,7 @@ impl Kind {
             Kind::FirstTurn => "first_turn",
             Kind::Variant => "variant",
             Kind::Repair => "repair",
+            Kind::Chain => "chain",
         }
     }
 }
@@ -116,6 +128,11 @@ pub struct CorpusOptions {
     /// one when `None`). Breakages are most of a task's evaluations (about six per form), so a
     /// corpus over thousands of generated tasks caps them to spend its evaluations on programs.
     pub breakages_per_task: Option<usize>,
+    /// Chains built per task (0: none), from the failed attempts its repairs already evaluated
+    /// and a response cut off inside its ```cuda block; no evaluation is added.
+    pub chains_per_task: usize,
+    /// The longest chain, in turns (at least 3: two failed attempts and the fix).
+    pub chain_max_turns: usize,
 }
 
 /// Counts of a build.
@@ -472,6 +489,8 @@ pub fn build(
         }
         c
     };
+    // The failed attempts of each task (by task index), for the chains.
+    let mut attempts: BTreeMap<usize, Vec<Attempt>> = BTreeMap::new();
     for (job, outcome) in jobs.iter().zip(&outcomes) {
         let answer = &answers[job.answer];
         let task = tasks[answer.task];
@@ -535,6 +554,14 @@ pub fn build(
                     &answer.summary,
                 );
                 *stats.by_breakage.entry(b.name().to_string()).or_default() += 1;
+                attempts.entry(answer.task).or_default().push(Attempt {
+                    answer: job.answer,
+                    response: first.response.clone(),
+                    kernel: first.kernel.clone(),
+                    summary: first.summary.clone(),
+                    outcome: o.clone(),
+                    fix: b.fix(),
+                });
                 examples.push(Example {
                     task: task.name.clone(),
                     kind: Kind::Repair,
@@ -556,6 +583,27 @@ pub fn build(
             (Some(_), Some(_)) => {}
         }
     }
+    if opts.chains_per_task > 0 {
+        for (i, task) in tasks.iter().enumerate() {
+            let mut rng = SplitMix64::derive(opts.seed ^ fnv(&task.name), CHAIN_STREAM);
+            let mut pool = attempts.remove(&i).unwrap_or_default();
+            let correct_answers = answers
+                .iter()
+                .enumerate()
+                .filter(|(a, ans)| ans.task == i && correct[*a])
+                .map(|(a, _)| a)
+                .collect::<Vec<_>>();
+            if !correct_answers.is_empty() {
+                let a = correct_answers[rng.below(correct_answers.len() as u64) as usize];
+                pool.extend(cut_attempt(a, &answers[a], &mut rng));
+            }
+            for _ in 0..opts.chains_per_task {
+                if let Some(e) = chain(task, &statements[i], &answers, &pool, opts, &mut rng) {
+                    examples.push(e);
+                }
+            }
+        }
+    }
     examples.sort_by(|a, b| (&a.task, a.kind, &a.form).cmp(&(&b.task, b.kind, &b.form)));
     let mut seen = std::collections::BTreeSet::new();
     for e in &examples {
@@ -572,6 +620,125 @@ pub fn build(
     }
     stats.tasks = seen.len();
     Ok(Corpus { examples, stats })
+}
+
+/// The seed stream of a task's chains (apart from its breakages' streams, 0..).
+const CHAIN_STREAM: u64 = 0xC4A1_0000;
+
+/// A failed attempt a chain can show: the response and what the environment (or the format
+/// check) said of it, and the correct answer it was made from.
+#[derive(Debug, Clone)]
+struct Attempt {
+    answer: usize,
+    response: String,
+    kernel: Option<String>,
+    summary: Option<String>,
+    outcome: Outcome,
+    fix: &'static str,
+}
+
+/// What a chain's fix says after a response that was cut off.
+const CUT_FIX: &str = "The response stopped inside its ```cuda block, so there was no kernel to \
+                       compile; this time the whole kernel is written out, the block closed, and \
+                       the summary after it.";
+
+/// `answer`'s response cut off inside its ```cuda block, as a response that ran out of tokens
+/// is, judged by the rollout's own format check (None if the check passes it anyway).
+fn cut_attempt(a: usize, answer: &Answer, rng: &mut SplitMix64) -> Option<Attempt> {
+    let full = answer.response();
+    let open = full.find("```cuda\n")? + "```cuda\n".len();
+    let body = answer.source.trim_end().len();
+    if body < 4 {
+        return None;
+    }
+    let mut cut = open + body / 4 + rng.below((body / 2) as u64) as usize;
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let response = full[..cut].to_string();
+    let outcome = crate::turn::parse_response(&response).err()?;
+    Some(Attempt {
+        answer: a,
+        response,
+        kernel: None,
+        summary: None,
+        outcome,
+        fix: CUT_FIX,
+    })
+}
+
+/// One chain of `task`: two to `chain_max_turns - 1` distinct failed attempts drawn from
+/// `pool`, each turn's prompt built by the rollout's [`prompt::build`] over the turns before,
+/// then the correct answer the last attempt was made from.
+fn chain(
+    task: &Task,
+    statement: &str,
+    answers: &[Answer],
+    pool: &[Attempt],
+    opts: &CorpusOptions,
+    rng: &mut SplitMix64,
+) -> Option<Example> {
+    let most = opts.chain_max_turns.saturating_sub(1).min(pool.len());
+    if most < 2 {
+        return None;
+    }
+    let n = 2 + rng.below((most - 1) as u64) as usize;
+    let mut order: Vec<usize> = (0..pool.len()).collect();
+    for i in 0..n {
+        let j = i + rng.below((order.len() - i) as u64) as usize;
+        order.swap(i, j);
+    }
+    let picked: Vec<&Attempt> = order[..n].iter().map(|&k| &pool[k]).collect();
+    let mut history: Vec<TurnRecord> = Vec::with_capacity(n);
+    let mut turns = Vec::with_capacity(n + 1);
+    for (t, at) in picked.iter().enumerate() {
+        let prompt = prompt::build(statement, &history, opts.prompt_budget_chars);
+        turns.push(Turn {
+            prompt: prompt.clone(),
+            response: at.response.clone(),
+        });
+        history.push(TurnRecord {
+            turn: t as u32,
+            prompt,
+            response: at.response.clone(),
+            kernel: at.kernel.clone(),
+            summary: at.summary.clone(),
+            outcome: at.outcome.clone(),
+            score: at.outcome.score(),
+            policy_version: 0,
+            response_tokens: Vec::new(),
+            behaviour_logprobs: Vec::new(),
+            generate_ms: 0.0,
+            evaluate_ms: 0.0,
+        });
+    }
+    let last = picked[n - 1];
+    let answer = &answers[last.answer];
+    turns.push(Turn {
+        prompt: prompt::build(statement, &history, opts.prompt_budget_chars),
+        response: response(
+            &format!(
+                "The previous attempt failed: {} {} {}",
+                feedback_head(&last.outcome),
+                last.fix,
+                answer.reasoning
+            ),
+            &answer.source,
+            &answer.summary,
+        ),
+    });
+    let mut outcomes: Vec<String> = picked
+        .iter()
+        .map(|a| a.outcome.kind().to_string())
+        .collect();
+    outcomes.push("correct".into());
+    Some(Example {
+        task: task.name.clone(),
+        kind: Kind::Chain,
+        form: format!("chain{}:{}", n + 1, answer.form),
+        turns,
+        outcomes,
+    })
 }
 
 /// At most `cap` of `jobs` (all when `None`), drawn without replacement by `seed`, in their

@@ -60,6 +60,8 @@ fn options(only: &[&str]) -> CorpusOptions {
         parallel: 2,
         only: only.iter().map(|s| s.to_string()).collect(),
         breakages_per_task: None,
+        chains_per_task: 0,
+        chain_max_turns: 6,
     }
 }
 
@@ -204,7 +206,7 @@ fn breakages_per_task_caps_each_tasks_evaluations_and_keeps_every_answer() {
         let mut v: Vec<_> = c
             .examples
             .iter()
-            .filter(|e| e.kind != Kind::Repair)
+            .filter(|e| matches!(e.kind, Kind::FirstTurn | Kind::Variant))
             .map(|e| (e.task.clone(), e.form.clone()))
             .collect();
         v.sort();
@@ -581,4 +583,79 @@ fn naive_forms_cover_generated_shapes() {
         !mx.contains("INFINITY") && mx.contains("__int_as_float(0x7f800000)"),
         "{mx}"
     );
+}
+
+#[test]
+fn chains_replay_real_failed_attempts_then_the_fix_and_add_no_evaluation() {
+    let only = ["softmax", "gemm_bias_relu", "sum_reduce"];
+    let (plain, asked_plain) = build_with(&only);
+    let opts = CorpusOptions {
+        chains_per_task: 3,
+        chain_max_turns: 5,
+        ..options(&only)
+    };
+    let (with, asked) = build_opts(&opts);
+    assert_eq!(asked, asked_plain, "chains evaluate nothing new");
+    let chains: Vec<&Example> = with
+        .examples
+        .iter()
+        .filter(|e| e.kind == Kind::Chain)
+        .collect();
+    assert_eq!(with.examples.len(), plain.examples.len() + chains.len());
+    assert_eq!(
+        chains.len(),
+        3 * only.len(),
+        "every task has enough failed attempts"
+    );
+    let mut cut = 0;
+    let mut longest = 0;
+    for e in &chains {
+        let n = e.turns.len();
+        assert!((3..=5).contains(&n), "{} turns", n);
+        assert_eq!(e.outcomes.len(), n);
+        assert_eq!(e.outcomes[n - 1], "correct");
+        assert!(e.form.starts_with(&format!("chain{n}:")), "{}", e.form);
+        longest = longest.max(n);
+        for (t, turn) in e.turns.iter().enumerate() {
+            // Every prompt is the rollout's: the statement, then every earlier turn in order.
+            assert_eq!(turn.prompt.starts_with(&e.turns[0].prompt), true);
+            for k in 1..=t {
+                assert!(
+                    turn.prompt.contains(&format!("### Turn {k}\n")),
+                    "turn {k} in prompt {t}"
+                );
+            }
+            assert!(!turn.prompt.contains(&format!("### Turn {}\n", t + 1)));
+            if t + 1 < n {
+                assert_ne!(e.outcomes[t], "correct");
+                // The recorded outcome is what the format check says of a response that has no
+                // kernel, and a kernel's failure otherwise.
+                let parsed = crate::turn::parse_response(&turn.response);
+                assert_eq!(
+                    parsed.is_err(),
+                    e.outcomes[t] == "format_error",
+                    "{}",
+                    e.outcomes[t]
+                );
+                if parsed.is_err() {
+                    cut += 1;
+                    assert!(e.turns[t + 1].prompt.contains("(no kernel)"));
+                }
+            }
+        }
+        // The fix is a kernel the corpus verified for this task, explained against the last
+        // failure's feedback.
+        let (source, _) =
+            crate::turn::parse_response(&e.turns[n - 1].response).expect("fix parses");
+        assert!(with.examples.iter().any(|v| v.task == e.task
+            && v.kind != Kind::Chain
+            && v.turns.last().unwrap().response.contains(source.trim_end())));
+        assert!(e.turns[n - 1]
+            .response
+            .starts_with("The previous attempt failed: "));
+    }
+    assert!(cut > 0, "no chain shows a cut-off response");
+    assert!(longest >= 4, "chains never grow past three turns");
+    // Chains depend on the seed only.
+    assert_eq!(build_opts(&opts).0.examples, with.examples);
 }

@@ -282,7 +282,8 @@ impl Drafter<'_> {
     /// programs that always call a product's right operand `W` writes `W` for a task that calls
     /// it `B`; varied names make reading the program the only way to get them right.
     fn name(&mut self, prefer: &[&str]) -> String {
-        let taken = |d: &Self, n: &str| d.inputs.iter().any(|i| i.name == n) || d.roles.contains_key(n);
+        let taken =
+            |d: &Self, n: &str| d.inputs.iter().any(|i| i.name == n) || d.roles.contains_key(n);
         if self.chance(0.5) {
             if let Some(p) = prefer.iter().find(|p| !taken(self, p)) {
                 return p.to_string();

@@ -397,10 +397,18 @@ fn every_generated_task_has_a_naive_kernel_and_products_get_prologues() {
 #[test]
 fn name_pool_avoids_every_name_a_program_or_kernel_needs() {
     for n in draft::NAME_POOL {
-        assert!(!crate::ops::is_reserved(n), "{n} is reserved in the op language");
-        assert!(crate::corpus::naive::free_name(n), "{n} is a local of the kernel writer");
+        assert!(
+            !crate::ops::is_reserved(n),
+            "{n} is reserved in the op language"
+        );
+        assert!(
+            crate::corpus::naive::free_name(n),
+            "{n} is a local of the kernel writer"
+        );
         assert!(!["M", "N", "K", "B"].contains(n), "{n} is a size symbol");
-        let temp = n.strip_prefix('T').is_some_and(|d| d.parse::<u32>().is_ok());
+        let temp = n
+            .strip_prefix('T')
+            .is_some_and(|d| d.parse::<u32>().is_ok());
         assert!(!temp, "{n} looks like a temporary");
     }
 }

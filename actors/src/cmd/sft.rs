@@ -67,6 +67,14 @@ pub struct CorpusArgs {
     /// thousands of generated tasks a small cap spends the evaluations on more programs.
     #[arg(long)]
     pub breakages_per_task: Option<usize>,
+    /// Multi-turn chains per task: failed attempts (the repairs' broken kernels, a response cut
+    /// off inside its block) with their real feedback, then the fix (0: none). No evaluation
+    /// is added.
+    #[arg(long, default_value_t = 2)]
+    pub chains_per_task: usize,
+    /// The longest chain, in turns (at least 3).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(3..=64))]
+    pub chain_max_turns: u64,
     /// Training config whose tasks.preset and rollout.prompt_budget_chars the prompts use
     /// (default: configs/quickstart.toml when present).
     #[arg(long)]
@@ -211,6 +219,8 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
         parallel: workers,
         only: args.tasks.clone(),
         breakages_per_task: args.breakages_per_task,
+        chains_per_task: args.chains_per_task,
+        chain_max_turns: args.chain_max_turns as usize,
     };
     let line = super::ProgressLine::default();
     let progress = |p: corpus::Progress<'_>| {
@@ -253,6 +263,8 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
         record["dir"] = args.dir.display().to_string().into();
         record["seed"] = args.seed.into();
         record["breakages_per_task"] = args.breakages_per_task.into();
+        record["chains_per_task"] = args.chains_per_task.into();
+        record["chain_max_turns"] = args.chain_max_turns.into();
         record["generated"] = generated.into();
         write_json(path, &record)?;
     }
