@@ -473,7 +473,22 @@ fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
         )
         .replace(
             "nn.Linear(in_features, out_features)",
-            "nn.Conv2d(in_features, out_features, 3)",
+            "nn.ConvTranspose2d(in_features, out_features, 3)",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("level1/3_Conv2d_MaxPool.py"),
+        problem(
+            "in_features, out_features",
+            "        return nn.functional.max_pool2d(self.gemm(x), 2)",
+            "batch_size = 2\nin_features = 3\nout_features = 4\nheight = 10\nwidth = 9",
+            "torch.randn(batch_size, in_features, height, width)",
+            "in_features, out_features",
+        )
+        .replace(
+            "nn.Linear(in_features, out_features)",
+            "nn.Conv2d(in_features, out_features, 3, padding=1)",
         ),
     )
     .unwrap();
@@ -503,11 +518,11 @@ fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
     ]);
     let stdout = succeeded(&run);
     assert!(
-        stdout.contains("level1/2_Conv.py: not imported (line 8: nn.Conv2d: convolutions are not in kevin's op language yet)"),
+        stdout.contains("level1/2_Conv.py: not imported (line 8: nn.ConvTranspose2d: transposed convolutions are not in kevin's op language yet)"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("level 1: imported 1 of 2 problems"),
+        stdout.contains("level 1: imported 2 of 3 problems"),
         "{stdout}"
     );
     assert!(
@@ -517,7 +532,7 @@ fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(record["refused"][0]["line"], 8);
-    assert_eq!(record["imported"].as_array().unwrap().len(), 2);
+    assert_eq!(record["imported"].as_array().unwrap().len(), 3);
     // Importing into the same folder again is refused before any work.
     let again = kevin_at_root(&[
         "tasks",
@@ -527,7 +542,7 @@ fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
         out.to_str().unwrap(),
     ]);
     assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds 2 task files"));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds 3 task files"));
     // The imported tasks run end to end: naive kernels compiled and verified against their
     // fp64 references by the CPU backend.
     let corpus = dir.join("kb.jsonl");
@@ -556,5 +571,54 @@ fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
         ["kb1_1_softmax", "kb2_1_gemm_relu_sum"],
         "{stdout}"
     );
+    // The naive writer has no convolution yet: the task is named, not dropped silently.
+    assert!(stdout.contains("kb1_3_conv2d_maxpool"), "{stdout}");
+    // The imported convolution end to end on the CPU backend: a hand-written kernel for it is
+    // checked against the fp64 reference (the interpreter, through the baseline's f64 plan), and
+    // the same kernel with its padding forgotten is caught.
+    let suite = std::sync::Arc::new(kevin::tasks::TaskSuite::load(&out).unwrap());
+    let env = kevin::env::cpu::CpuEnv::new(
+        suite,
+        &out,
+        kevin::tasks::Preset::Small,
+        common::bin(),
+        2,
+        kevin::env::Deadlines::default(),
+    )
+    .unwrap();
+    let conv = |pad: &str| {
+        format!(
+            "// kevin: launch conv_pool grid=(cdiv(batch_size*out_features*(height/2)*(width/2),128)) block=(128) \
+             args=(x, gemm_weight, gemm_bias, Y, batch_size, in_features, out_features, height, width)
+__global__ void conv_pool(const float* x, const float* w, const float* b, float* y, long long n,
+                          long long c, long long f, long long h, long long wd) {{
+    long long oh = h / 2, ow = wd / 2, total = n * f * oh * ow;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    long long px = i % ow, py = (i / ow) % oh, oc = (i / (ow * oh)) % f, bn = i / (ow * oh * f);
+    float best = -3.4e38f;
+    for (int dy = 0; dy < 2; ++dy)
+        for (int dx = 0; dx < 2; ++dx) {{
+            long long cy = 2 * py + dy, cx = 2 * px + dx;
+            float acc = b[oc];
+            for (long long ic = 0; ic < c; ++ic)
+                for (int ky = 0; ky < 3; ++ky)
+                    for (int kx = 0; kx < 3; ++kx) {{
+                        long long iy = cy + ky - {pad}, ix = cx + kx - {pad};
+                        if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                        acc += x[((bn * c + ic) * h + iy) * wd + ix] * w[((oc * c + ic) * 3 + ky) * 3 + kx];
+                    }}
+            best = fmaxf(best, acc);
+        }}
+    y[i] = best;
+}}
+"
+        )
+    };
+    let task = "kb1_3_conv2d_maxpool";
+    let right = kevin::env::evaluate(&env, task, &conv("1"));
+    assert!(right.is_correct(), "{right:?}");
+    let wrong = kevin::env::evaluate(&env, task, &conv("0"));
+    assert_eq!(wrong.kind(), "wrong", "{wrong:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -870,6 +870,93 @@ KB_D void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Convolution and pooling over up to three spatial axes (1-D and 2-D run as 3-D with unit
+// leading axes): one thread per output element, grid-stride, as a direct loop over the window.
+
+// Geometry of a window sliding over [D, H, W]: extents, output extents, and the window's size,
+// stride, padding and dilation per axis.
+struct Win {
+    i64 d, h, w, kd, kh, kw, od, oh, ow, sd, sh, sw, pd, ph, pw, dd, dh, dw;
+};
+
+template <class T>
+KB_D void conv3(const T* __restrict__ x, const T* __restrict__ w, const T* b, T* __restrict__ y, i64 n,
+                i64 c, i64 f, i64 groups, Win g, int has_b) {
+    typedef op_t<T> A;
+    const i64 cg = c / groups, fg = f / groups, outs = g.od * g.oh * g.ow;
+    const i64 total = n * f * outs, plane = g.d * g.h * g.w, ks = g.kd * g.kh * g.kw;
+    for (i64 i = gtid(); i < total; i += gstride()) {
+        i64 ow = i % g.ow, t = i / g.ow, oh = t % g.oh;
+        t /= g.oh;
+        i64 od = t % g.od;
+        t /= g.od;
+        const i64 oc = t % f, b0 = t / f, grp = oc / fg;
+        A acc = has_b ? to_op(b[oc]) : (A)0;
+        for (i64 ic = 0; ic < cg; ++ic) {
+            const T* xc = x + (b0 * c + grp * cg + ic) * plane;
+            const T* wc = w + (oc * cg + ic) * ks;
+            for (i64 kd = 0; kd < g.kd; ++kd) {
+                const i64 id = od * g.sd - g.pd + kd * g.dd;
+                if (id < 0 || id >= g.d) continue;
+                for (i64 kh = 0; kh < g.kh; ++kh) {
+                    const i64 ih = oh * g.sh - g.ph + kh * g.dh;
+                    if (ih < 0 || ih >= g.h) continue;
+                    for (i64 kw = 0; kw < g.kw; ++kw) {
+                        const i64 iw = ow * g.sw - g.pw + kw * g.dw;
+                        if (iw < 0 || iw >= g.w) continue;
+                        acc += to_op(xc[(id * g.h + ih) * g.w + iw]) * to_op(wc[(kd * g.kh + kh) * g.kw + kw]);
+                    }
+                }
+            }
+        }
+        y[i] = from_op<T>(acc);
+    }
+}
+
+// MAX: the window's maximum (padding as -inf; NaN as the max reduction treats it); otherwise the
+// mean over the window clipped to the padded input (count_pad) or over its positions inside x.
+template <class T, bool MAX>
+KB_D void pool3(const T* __restrict__ x, T* __restrict__ y, i64 planes, Win g, int count_pad) {
+    typedef op_t<T> A;
+    const i64 outs = g.od * g.oh * g.ow, total = planes * outs, plane = g.d * g.h * g.w;
+    for (i64 i = gtid(); i < total; i += gstride()) {
+        i64 ow = i % g.ow, t = i / g.ow, oh = t % g.oh;
+        t /= g.oh;
+        const i64 od = t % g.od, p = t / g.od;
+        const T* xp = x + p * plane;
+        A best = -(A)KB_INF, sum = 0;
+        i64 inside = 0;
+        for (i64 kd = 0; kd < g.kd; ++kd) {
+            const i64 id = od * g.sd - g.pd + kd * g.dd;
+            if (id < 0 || id >= g.d) continue;
+            for (i64 kh = 0; kh < g.kh; ++kh) {
+                const i64 ih = oh * g.sh - g.ph + kh * g.dh;
+                if (ih < 0 || ih >= g.h) continue;
+                for (i64 kw = 0; kw < g.kw; ++kw) {
+                    const i64 iw = ow * g.sw - g.pw + kw * g.dw;
+                    if (iw < 0 || iw >= g.w) continue;
+                    const A v = to_op(xp[(id * g.h + ih) * g.w + iw]);
+                    if (MAX) best = red_max(best, v);
+                    else sum += v;
+                    ++inside;
+                }
+            }
+        }
+        if (MAX) {
+            y[i] = from_op<T>(best);
+        } else {
+            i64 count = inside;
+            if (count_pad) {
+                const i64 d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+                count = (min(d0 + g.kd, g.d + g.pd) - d0) * (min(h0 + g.kh, g.h + g.ph) - h0) *
+                        (min(w0 + g.kw, g.w + g.pw) - w0);
+            }
+            y[i] = from_op<T>(sum / (A)count);
+        }
+    }
+}
+
 }  // namespace kb
 
 // =============================================================================================
@@ -993,6 +1080,24 @@ KB_EACH(KB_SCAN, cumprod, true)
         kb::gemm<T>(a, b, c, m, n, k, batch, trans_a, trans_b, sa, sb, sc);                               \
     }
 KB_EACH(KB_NORMS, 0)
+
+#define KB_WIN_PARAMS                                                                                     \
+    i64 d, i64 h, i64 w, i64 kd, i64 kh, i64 kw, i64 od, i64 oh, i64 ow, i64 sd, i64 sh, i64 sw, i64 pd,  \
+        i64 ph, i64 pw, i64 dd, i64 dh, i64 dw
+#define KB_WIN                                                                                            \
+    kb::Win { d, h, w, kd, kh, kw, od, oh, ow, sd, sh, sw, pd, ph, pw, dd, dh, dw }
+#define KB_WINDOWED(dt, T, unused)                                                                        \
+    extern "C" __global__ void conv_##dt(const T* x, const T* wt, const T* b, T* y, i64 n, i64 c, i64 f,  \
+                                         i64 groups, KB_WIN_PARAMS, int has_b) {                          \
+        kb::conv3<T>(x, wt, b, y, n, c, f, groups, KB_WIN, has_b);                                        \
+    }                                                                                                     \
+    extern "C" __global__ void max_pool_##dt(const T* x, T* y, i64 planes, KB_WIN_PARAMS, int unused1) {  \
+        kb::pool3<T, true>(x, y, planes, KB_WIN, 0);                                                      \
+    }                                                                                                     \
+    extern "C" __global__ void avg_pool_##dt(const T* x, T* y, i64 planes, KB_WIN_PARAMS, int count_pad) { \
+        kb::pool3<T, false>(x, y, planes, KB_WIN, count_pad);                                             \
+    }
+KB_EACH(KB_WINDOWED, 0)
 
 #define KB_CONVERT(S, SN, D, DN)                                                                          \
     extern "C" __global__ void cast_##SN##_##DN(const S* x, D* y, i64 n) { kb::convert<S, D>(x, y, n); }

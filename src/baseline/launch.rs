@@ -128,6 +128,9 @@ pub fn kernel_names() -> Vec<String> {
             out.push(format!("{l}_rows_{d}"));
             out.push(format!("{l}_cols_{d}"));
         }
+        out.push(format!("conv_{d}"));
+        out.push(format!("max_pool_{d}"));
+        out.push(format!("avg_pool_{d}"));
         out.push(format!("layer_norm_{d}"));
         out.push(format!("rms_norm_{d}"));
         out.push(format!("gemm_{d}"));
@@ -422,6 +425,107 @@ pub(super) fn norm(
     }
     let name = if rms { "rms_norm" } else { "layer_norm" };
     kernel(format!("{name}_{}", e.name()), grid, block, args)
+}
+
+/// A window over up to three spatial axes, as the kernels take it: 1-D and 2-D padded to 3-D
+/// with leading unit axes (extent 1, window 1, stride 1, no padding, dilation 1).
+#[derive(Clone, Debug)]
+pub(super) struct Window {
+    /// Input extents per spatial axis.
+    pub spatial: Vec<usize>,
+    /// Window extents.
+    pub kernel: Vec<usize>,
+    /// Output extents.
+    pub out: Vec<usize>,
+    /// Per axis.
+    pub stride: Vec<usize>,
+    /// Per axis.
+    pub padding: Vec<usize>,
+    /// Per axis.
+    pub dilation: Vec<usize>,
+}
+
+impl Window {
+    fn args(&self) -> Vec<StepArg> {
+        let pad3 = |v: &[usize], fill: usize| {
+            let mut out = vec![fill; 3 - v.len()];
+            out.extend(v);
+            out
+        };
+        let mut args = Vec::with_capacity(18);
+        for (v, fill) in [
+            (&self.spatial, 1),
+            (&self.kernel, 1),
+            (&self.out, 1),
+            (&self.stride, 1),
+            (&self.padding, 0),
+            (&self.dilation, 1),
+        ] {
+            args.extend(pad3(v, fill).into_iter().map(n64));
+        }
+        args
+    }
+
+    fn outputs(&self) -> usize {
+        self.out.iter().product()
+    }
+}
+
+/// A direct convolution: one thread per output element of `y: [n, f, *out]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv(
+    e: Elem,
+    (x, w, b, y): (usize, usize, Option<usize>, usize),
+    n: usize,
+    c: usize,
+    f: usize,
+    groups: usize,
+    win: &Window,
+) -> Step {
+    let total = (n * f * win.outputs()) as u64;
+    let grid = blocks(total, EW_THREADS as u64, EW_MAX_BLOCKS);
+    let mut args = vec![
+        StepArg::Buffer(x),
+        StepArg::Buffer(w),
+        StepArg::Buffer(b.unwrap_or(w)),
+        StepArg::Buffer(y),
+        n64(n),
+        n64(c),
+        n64(f),
+        n64(groups),
+    ];
+    args.extend(win.args());
+    args.push(StepArg::I32(b.is_some().into()));
+    kernel(
+        format!("conv_{}", e.name()),
+        [grid, 1, 1],
+        [EW_THREADS, 1, 1],
+        args,
+    )
+}
+
+/// Max or average pooling over `planes` planes (N x C): one thread per output element.
+pub(super) fn pool(
+    max: bool,
+    e: Elem,
+    x: usize,
+    y: usize,
+    planes: usize,
+    win: &Window,
+    count_include_pad: bool,
+) -> Step {
+    let total = (planes * win.outputs()) as u64;
+    let grid = blocks(total, EW_THREADS as u64, EW_MAX_BLOCKS);
+    let mut args = vec![StepArg::Buffer(x), StepArg::Buffer(y), n64(planes)];
+    args.extend(win.args());
+    args.push(StepArg::I32(count_include_pad.into()));
+    let name = if max { "max_pool" } else { "avg_pool" };
+    kernel(
+        format!("{name}_{}", e.name()),
+        [grid, 1, 1],
+        [EW_THREADS, 1, 1],
+        args,
+    )
 }
 
 /// Copies `nbytes` bytes from `x` to `y`.

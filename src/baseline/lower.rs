@@ -452,6 +452,64 @@ impl Lowerer<'_> {
             Op::RmsNorm { eps, weight } => {
                 self.norm(e, x, &args[1..], true, eps, (weight, false), dest)
             }
+            Op::Conv {
+                ref stride,
+                ref padding,
+                ref dilation,
+                groups,
+                bias,
+                ..
+            } => {
+                let (dtype, shape) = self.tensor_type(e)?;
+                let w = self.tensor(&args[1])?;
+                let b = if bias {
+                    Some(self.tensor(&args[2])?)
+                } else {
+                    None
+                };
+                let x = self.cast(x, dtype);
+                let w = self.cast(w, dtype);
+                let b = b.map(|b| self.cast(b, dtype));
+                let win = launch::Window {
+                    spatial: x.shape[2..].to_vec(),
+                    kernel: w.shape[2..].to_vec(),
+                    out: shape[2..].to_vec(),
+                    stride: stride.clone(),
+                    padding: padding.clone(),
+                    dilation: dilation.clone(),
+                };
+                let y = self.alloc(dest, dtype, &shape);
+                let bufs = (x.buf, w.buf, b.map(|b| b.buf), y.buf);
+                let (n, c, f) = (x.shape[0], x.shape[1], w.shape[0]);
+                let step = launch::conv(self.elem(dtype), bufs, n, c, f, groups, &win);
+                self.steps.push(step);
+                Ok(y)
+            }
+            Op::Pool {
+                max,
+                ref kernel,
+                ref stride,
+                ref padding,
+                ref dilation,
+                count_include_pad,
+                ..
+            } => {
+                let (dtype, shape) = self.tensor_type(e)?;
+                let win = launch::Window {
+                    spatial: x.shape[2..].to_vec(),
+                    kernel: kernel.clone(),
+                    out: shape[2..].to_vec(),
+                    stride: stride.clone(),
+                    padding: padding.clone(),
+                    dilation: dilation.clone(),
+                };
+                let y = self.alloc(dest, dtype, &shape);
+                let planes = x.shape[0] * x.shape[1];
+                let e = self.elem(dtype);
+                let step = launch::pool(max, e, x.buf, y.buf, planes, &win, count_include_pad);
+                self.steps.push(step);
+                Ok(y)
+            }
             Op::Transpose { a, b } => {
                 let (a, b) = (self.axis(&x, a)?, self.axis(&x, b)?);
                 if a == b {

@@ -153,6 +153,15 @@ impl<'a> Ctx<'a> {
         if p.inputs.iter().any(|d| d.ty.dtype == Dtype::I64) {
             return None;
         }
+        // The writer renders dims as C; a size expression (`(H + 1) // 2`, a convolution's
+        // output) is not one it writes yet.
+        let decls = p.inputs.iter().chain(&p.outputs);
+        if decls
+            .flat_map(|d| &d.ty.shape)
+            .any(|d| matches!(d, Dim::Expr(_)))
+        {
+            return None;
+        }
         let mut params = Vec::new();
         let mut args = Vec::new();
         let mut shapes = BTreeMap::new();

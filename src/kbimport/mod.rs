@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 
 use py::{Arg, Expr, Stmt};
 
-use crate::ops::{Dim, Program, Sizes};
+use crate::ops::{window_out, Dim, Program, Sizes};
 use crate::tasks::file::{write_task_file, TaskFileText};
 use crate::tasks::{InputDist, Split};
 
@@ -142,8 +142,77 @@ enum Layer {
         bias: bool,
         params: Option<(Tensor, Option<Tensor>)>,
     },
+    /// `nn.Conv1d/2d/3d`: the weight's dims `[out, in, *kernel]` (kernel extents literal), the
+    /// bound of PyTorch's uniform initialisation (1/sqrt(fan_in)), whether it has a bias, the
+    /// per-axis stride, padding and dilation, and (once `forward` runs) its parameter inputs.
+    Conv {
+        dims: Vec<Dim>,
+        bound: f64,
+        bias: bool,
+        window: ConvWindow,
+        params: Option<(Tensor, Option<Tensor>)>,
+    },
     /// A layer without parameters that applies a function: its name and keyword arguments.
     Func(String, Vec<(String, Val)>),
+}
+
+/// A convolution's per-axis stride, padding and dilation.
+#[derive(Clone, Debug)]
+struct ConvWindow {
+    stride: Vec<usize>,
+    padding: Vec<usize>,
+    dilation: Vec<usize>,
+}
+
+/// A per-axis parameter in the op language: one integer when every axis has the same value.
+fn axes_text(v: &[usize]) -> String {
+    match v {
+        [first, rest @ ..] if rest.iter().all(|x| x == first) => first.to_string(),
+        _ => format!(
+            "({})",
+            v.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// A per-axis integer argument of a convolution or pooling (`3`, `(3, 5)`, absent), checked
+/// against the number of spatial axes and its lower bound.
+fn axes_arg(
+    v: Option<Val>,
+    dims: usize,
+    default: Option<&[usize]>,
+    what: &str,
+    min: i64,
+    line: usize,
+) -> Result<Vec<usize>, Refusal> {
+    let ints: Vec<i64> = match v {
+        None | Some(Val::None) => match default {
+            Some(d) => return Ok(d.to_vec()),
+            None => return refuse(line, format!("no `{what}`")),
+        },
+        Some(Val::Int(n, _)) => vec![n; dims],
+        Some(Val::Seq(items)) if items.len() == dims => items
+            .iter()
+            .map(|i| match i {
+                Val::Int(n, _) => Ok(*n),
+                other => refuse(line, format!("`{what}` holding {}", other.what())),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(Val::Str(s)) if what == "padding" && s == "valid" => vec![0; dims],
+        Some(other) => {
+            return refuse(
+                line,
+                format!("`{what}` that is {} (one or {dims} integers)", other.what()),
+            )
+        }
+    };
+    if let Some(bad) = ints.iter().find(|&&n| n < min) {
+        return refuse(line, format!("`{what}` of {bad}"));
+    }
+    Ok(ints.into_iter().map(|n| n as usize).collect())
 }
 
 #[derive(Clone, Debug)]
@@ -297,21 +366,8 @@ const KNOWN: [&str; 44] = [
 
 /// Layers of `torch.nn` that the op language does not have yet, with what they would need.
 fn missing_layer(name: &str) -> Option<&'static str> {
-    let conv = [
-        "Conv1d",
-        "Conv2d",
-        "Conv3d",
-        "ConvTranspose1d",
-        "ConvTranspose2d",
-        "ConvTranspose3d",
-    ];
+    let conv = ["ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"];
     let pool = [
-        "MaxPool1d",
-        "MaxPool2d",
-        "MaxPool3d",
-        "AvgPool1d",
-        "AvgPool2d",
-        "AvgPool3d",
         "AdaptiveAvgPool1d",
         "AdaptiveAvgPool2d",
         "AdaptiveAvgPool3d",
@@ -327,9 +383,9 @@ fn missing_layer(name: &str) -> Option<&'static str> {
         "GroupNorm",
     ];
     if conv.contains(&name) {
-        Some("convolutions are not in kevin's op language yet")
+        Some("transposed convolutions are not in kevin's op language yet")
     } else if pool.contains(&name) {
-        Some("windowed pooling is not in kevin's op language yet")
+        Some("adaptive pooling is not in kevin's op language yet")
     } else if norms.contains(&name) {
         Some("batch, instance and group norms are not in kevin's op language yet")
     } else {
@@ -564,6 +620,7 @@ impl Importer {
                     self.sizes.get(s).copied().unwrap_or(0) as i64,
                     Some(s.clone()),
                 ),
+                Dim::Expr(_) => Val::Int(d.resolve(&self.sizes).unwrap_or(0) as i64, None),
             })
             .collect()
     }
@@ -993,6 +1050,89 @@ impl Importer {
                     params: None,
                 }))
             }
+            "Conv1d" | "Conv2d" | "Conv3d" => {
+                let d = (name.as_bytes()[4] - b'0') as usize;
+                let (Some(inp), Some(out)) = (arg(0, "in_channels"), arg(1, "out_channels")) else {
+                    return refuse(
+                        line,
+                        format!("nn.{name} without in_channels and out_channels"),
+                    );
+                };
+                let kernel = axes_arg(arg(2, "kernel_size"), d, None, "kernel_size", 1, line)?;
+                let window = ConvWindow {
+                    stride: axes_arg(arg(3, "stride"), d, Some(&vec![1; d]), "stride", 1, line)?,
+                    padding: axes_arg(arg(4, "padding"), d, Some(&vec![0; d]), "padding", 0, line)?,
+                    dilation: axes_arg(
+                        arg(5, "dilation"),
+                        d,
+                        Some(&vec![1; d]),
+                        "dilation",
+                        1,
+                        line,
+                    )?,
+                };
+                match arg(6, "groups") {
+                    None | Some(Val::Int(1, _)) => {}
+                    Some(_) => {
+                        return refuse(
+                            line,
+                            format!(
+                                "nn.{name} with groups > 1 (grouped channels are not imported yet)"
+                            ),
+                        )
+                    }
+                }
+                let bias = !matches!(arg(7, "bias"), Some(Val::Bool(false)));
+                if !matches!(arg(8, "padding_mode"), None | Some(Val::Str(_)))
+                    || matches!(arg(8, "padding_mode"), Some(Val::Str(m)) if m != "zeros")
+                {
+                    return refuse(
+                        line,
+                        format!("nn.{name} with a padding_mode other than zeros"),
+                    );
+                }
+                let fan_in = inp.num().unwrap_or(1.0) * kernel.iter().product::<usize>() as f64;
+                let bound = 1.0 / fan_in.max(1.0).sqrt();
+                let mut dims = self.dims(&[out, inp], line)?;
+                dims.extend(kernel.iter().map(|&k| Dim::Lit(k)));
+                Ok(Val::Layer(Layer::Conv {
+                    dims,
+                    bound,
+                    bias,
+                    window,
+                    params: None,
+                }))
+            }
+            "MaxPool1d" | "MaxPool2d" | "MaxPool3d" | "AvgPool1d" | "AvgPool2d" | "AvgPool3d" => {
+                let (stem, d) = name.split_at(name.len() - 2);
+                let f = format!("{}_pool{}", stem[..3].to_lowercase(), d.to_lowercase());
+                let names: &[&str] = if stem == "MaxPool" {
+                    &[
+                        "kernel_size",
+                        "stride",
+                        "padding",
+                        "dilation",
+                        "return_indices",
+                        "ceil_mode",
+                    ]
+                } else {
+                    &[
+                        "kernel_size",
+                        "stride",
+                        "padding",
+                        "ceil_mode",
+                        "count_include_pad",
+                        "divisor_override",
+                    ]
+                };
+                let mut kws: Vec<(String, Val)> = names
+                    .iter()
+                    .zip(pos)
+                    .map(|(n, v)| (n.to_string(), v))
+                    .collect();
+                kws.extend(kw);
+                Ok(Val::Layer(Layer::Func(f, kws)))
+            }
             "Dropout" => match arg(0, "p").and_then(|v| v.num()) {
                 Some(p) if p == 0.0 => Ok(Val::Layer(Layer::Func("identity".into(), Vec::new()))),
                 _ => refuse(line, "nn.Dropout with p > 0 (random in training mode)"),
@@ -1038,6 +1178,71 @@ impl Importer {
                 Ok(Val::Layer(Layer::Func(f.to_string(), kws)))
             }
         }
+    }
+
+    /// `conv{d}d(x, w, b?, ...)` with its output shape; refuses a weight that does not match
+    /// the input's channels and a window that does not fit.
+    fn conv(
+        &mut self,
+        x: Tensor,
+        w: Tensor,
+        b: Option<Tensor>,
+        win: &ConvWindow,
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        let d = win.stride.len();
+        if x.shape.len() != d + 2 || w.shape.len() != d + 2 {
+            return refuse(
+                line,
+                format!(
+                    "conv{d}d of {} with a weight of {}",
+                    show(&x.shape),
+                    show(&w.shape)
+                ),
+            );
+        }
+        if x.shape[1] != w.shape[1] {
+            return refuse(
+                line,
+                format!(
+                    "conv{d}d of {} channels with a weight of {}",
+                    x.shape[1],
+                    show(&w.shape)
+                ),
+            );
+        }
+        let mut shape = vec![x.shape[0].clone(), w.shape[0].clone()];
+        for i in 0..d {
+            let out = window_out(
+                &x.shape[2 + i],
+                &w.shape[2 + i],
+                win.stride[i],
+                win.padding[i],
+                win.dilation[i],
+            );
+            if out.to_poly().constant().is_some_and(|c| c <= 0) {
+                return refuse(
+                    line,
+                    format!("conv{d}d whose window does not fit {}", show(&x.shape)),
+                );
+            }
+            shape.push(out);
+        }
+        let bias = b.map(|b| format!(", {}", b.text)).unwrap_or_default();
+        let text = format!(
+            "conv{d}d({}, {}{bias}, stride={}, padding={}, dilation={})",
+            x.text,
+            w.text,
+            axes_text(&win.stride),
+            axes_text(&win.padding),
+            axes_text(&win.dilation)
+        );
+        Ok(Val::Tensor(Tensor {
+            text,
+            prec: ATOM,
+            shape,
+            int: false,
+        }))
     }
 
     fn apply_layer(
@@ -1090,6 +1295,18 @@ impl Importer {
                 }))
             }
             Layer::Linear { .. } => refuse(line, "a linear layer called outside forward"),
+            Layer::Conv {
+                window,
+                params: Some((weight, bias)),
+                ..
+            } => {
+                let [x] = pos.as_slice() else {
+                    return refuse(line, "a convolution called with other than one tensor");
+                };
+                let x = self.operand(x, line)?;
+                self.conv(x, weight, bias, &window, line)
+            }
+            Layer::Conv { .. } => refuse(line, "a convolution called outside forward"),
             Layer::Func(name, stored) => {
                 let mut all_kw = stored;
                 all_kw.extend(kw);
@@ -1324,6 +1541,116 @@ impl Importer {
                 let eps = num(3, "eps", 1e-12)?;
                 same(format!("l2norm({}, axis={d}, eps={})", x.text, lit(eps)))
             }
+            "conv1d" | "conv2d" | "conv3d" => {
+                let d = (name.as_bytes()[4] - b'0') as usize;
+                let Some(w @ Val::Tensor(_)) = get(1, "weight") else {
+                    return refuse(line, format!("`{name}` without a weight tensor"));
+                };
+                let w = self.operand(&w, line)?;
+                let b = match get(2, "bias") {
+                    None | Some(Val::None) => None,
+                    Some(v @ Val::Tensor(_)) => Some(self.operand(&v, line)?),
+                    Some(v) => {
+                        return refuse(line, format!("`{name}` with a bias that is {}", v.what()))
+                    }
+                };
+                match get(6, "groups") {
+                    None | Some(Val::Int(1, _)) => {}
+                    Some(_) => {
+                        return refuse(line, format!("`{name}` with groups > 1 (not imported yet)"))
+                    }
+                }
+                let window = ConvWindow {
+                    stride: axes_arg(get(3, "stride"), d, Some(&vec![1; d]), "stride", 1, line)?,
+                    padding: axes_arg(get(4, "padding"), d, Some(&vec![0; d]), "padding", 0, line)?,
+                    dilation: axes_arg(
+                        get(5, "dilation"),
+                        d,
+                        Some(&vec![1; d]),
+                        "dilation",
+                        1,
+                        line,
+                    )?,
+                };
+                return self.conv(x, w, b, &window, line);
+            }
+            "max_pool1d" | "max_pool2d" | "max_pool3d" | "avg_pool1d" | "avg_pool2d"
+            | "avg_pool3d" => {
+                let d = (name.as_bytes()[name.len() - 2] - b'0') as usize;
+                let max = name.starts_with("max");
+                let kernel = axes_arg(get(1, "kernel_size"), d, None, "kernel_size", 1, line)?;
+                let stride = axes_arg(get(2, "stride"), d, Some(&kernel), "stride", 1, line)?;
+                let padding =
+                    axes_arg(get(3, "padding"), d, Some(&vec![0; d]), "padding", 0, line)?;
+                let (dilation, ceil, flag) = if max {
+                    let dil = axes_arg(
+                        get(4, "dilation"),
+                        d,
+                        Some(&vec![1; d]),
+                        "dilation",
+                        1,
+                        line,
+                    )?;
+                    if matches!(get(6, "return_indices"), Some(Val::Bool(true))) {
+                        return refuse(line, format!("`{name}` with return_indices"));
+                    }
+                    (dil, get(5, "ceil_mode"), String::new())
+                } else {
+                    if !matches!(get(6, "divisor_override"), None | Some(Val::None)) {
+                        return refuse(line, format!("`{name}` with divisor_override"));
+                    }
+                    let count = !matches!(get(5, "count_include_pad"), Some(Val::Bool(false)));
+                    let flag = if count {
+                        String::new()
+                    } else {
+                        ", count_include_pad=false".into()
+                    };
+                    (vec![1; d], get(4, "ceil_mode"), flag)
+                };
+                if matches!(ceil, Some(Val::Bool(true))) {
+                    return refuse(
+                        line,
+                        format!("`{name}` with ceil_mode=True (floor mode only)"),
+                    );
+                }
+                if x.shape.len() != d + 2 {
+                    return refuse(
+                        line,
+                        format!("`{name}` of a tensor of shape {}", show(&x.shape)),
+                    );
+                }
+                let mut shape = x.shape[..2].to_vec();
+                for i in 0..d {
+                    if 2 * padding[i] > kernel[i] {
+                        return refuse(line, format!("`{name}` with padding over half the window"));
+                    }
+                    shape.push(window_out(
+                        &x.shape[2 + i],
+                        &Dim::Lit(kernel[i]),
+                        stride[i],
+                        padding[i],
+                        dilation[i],
+                    ));
+                }
+                let mut text = format!(
+                    "{name}({}, {}, stride={}, padding={}",
+                    x.text,
+                    axes_text(&kernel),
+                    axes_text(&stride),
+                    axes_text(&padding)
+                );
+                if max {
+                    let _ = write!(text, ", dilation={}", axes_text(&dilation));
+                }
+                text.push_str(&flag);
+                text.push(')');
+                Val::Tensor(Tensor {
+                    text,
+                    prec: ATOM,
+                    shape,
+                    int: false,
+                })
+            }
             "layer_norm_last" => {
                 let eps = num(usize::MAX, "eps", 1e-5)?;
                 same(format!("layer_norm({}, eps={})", x.text, lit(eps)))
@@ -1415,18 +1742,10 @@ impl Importer {
                     format!("`torch.{name}` is not in kevin's op language yet"),
                 )
             }
-            "conv1d" | "conv2d" | "conv3d" | "conv_transpose1d" | "conv_transpose2d"
-            | "conv_transpose3d" => {
+            "conv_transpose1d" | "conv_transpose2d" | "conv_transpose3d" => {
                 return refuse(
                     line,
-                    format!("`{name}`: convolutions are not in kevin's op language yet"),
-                )
-            }
-            "max_pool1d" | "max_pool2d" | "max_pool3d" | "avg_pool1d" | "avg_pool2d"
-            | "avg_pool3d" => {
-                return refuse(
-                    line,
-                    format!("`{name}`: windowed pooling is not in kevin's op language yet"),
+                    format!("`{name}`: transposed convolutions are not in kevin's op language yet"),
                 )
             }
             _ => return refuse(line, format!("`{name}` is not in kevin's op language")),
@@ -1579,6 +1898,42 @@ impl Importer {
                     dims,
                     bound,
                     bias,
+                    params: Some((w, b)),
+                };
+                frame.locals.insert(k.clone(), Val::Layer(layer));
+            } else if let Val::Layer(Layer::Conv {
+                dims,
+                bound,
+                bias,
+                window,
+                ..
+            }) = v
+            {
+                let dist = InputDist::Uniform {
+                    lo: -bound,
+                    hi: bound,
+                };
+                let w = self.parameter(
+                    &format!("{attr}_weight"),
+                    Draw {
+                        dims: dims.clone(),
+                        dist,
+                    },
+                );
+                let b = bias.then(|| {
+                    self.parameter(
+                        &format!("{attr}_bias"),
+                        Draw {
+                            dims: vec![dims[0].clone()],
+                            dist,
+                        },
+                    )
+                });
+                let layer = Layer::Conv {
+                    dims,
+                    bound,
+                    bias,
+                    window,
                     params: Some((w, b)),
                 };
                 frame.locals.insert(k.clone(), Val::Layer(layer));
@@ -1774,21 +2129,26 @@ fn small_sizes(p: &Program, symbols: &[String]) -> Sizes {
             .iter()
             .chain(&p.outputs)
             .map(|d| {
-                let syms: Vec<String> =
-                    d.ty.shape
-                        .iter()
-                        .filter_map(|x| match x {
-                            Dim::Sym(s) => Some(s.clone()),
-                            Dim::Lit(_) => None,
-                        })
-                        .collect();
-                let n = d.ty.shape.iter().map(|x| match x {
-                    Dim::Lit(v) => *v,
-                    Dim::Sym(s) => sizes.get(s).copied().unwrap_or(1),
-                });
+                let mut syms: Vec<String> = Vec::new();
+                for x in &d.ty.shape {
+                    match x {
+                        Dim::Sym(s) => syms.push(s.clone()),
+                        Dim::Expr(p) => p.symbols(&mut syms),
+                        Dim::Lit(_) => {}
+                    }
+                }
+                let n = d.ty.shape.iter().map(|x| x.resolve(sizes).unwrap_or(1));
                 (n.product(), syms)
             })
             .collect()
+    };
+    // Every dim positive (a computed dim resolves to None when it is not).
+    let fits = |sizes: &Sizes| {
+        p.inputs
+            .iter()
+            .chain(&p.outputs)
+            .flat_map(|d| &d.ty.shape)
+            .all(|x| x.resolve(sizes).is_some())
     };
     for _ in 0..64 {
         let Some((n, syms)) = elems(&sizes).into_iter().max_by_key(|(n, _)| *n) else {
@@ -1809,7 +2169,19 @@ fn small_sizes(p: &Program, symbols: &[String]) -> Sizes {
         if v <= 2 {
             break;
         }
-        sizes.insert(s, (v / 2).max(2));
+        sizes.insert(s.clone(), (v / 2).max(2));
+        if !fits(&sizes) {
+            // A computed dim (a convolution's output) would vanish: keep the larger value.
+            sizes.insert(s, v);
+            break;
+        }
+    }
+    // Start values too small for a window: grow every symbol until each dim is positive.
+    for _ in 0..8 {
+        if fits(&sizes) {
+            break;
+        }
+        sizes.values_mut().for_each(|v| *v = *v * 2 + 1);
     }
     sizes
 }

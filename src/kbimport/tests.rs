@@ -232,15 +232,15 @@ fn pairs_scalars_math_and_several_axes() {
 fn refusals_name_the_construct_and_its_line() {
     let conv = GEMM.replace(
         "nn.Linear(in_features, out_features)",
-        "nn.Conv2d(in_features, out_features, 3)",
+        "nn.ConvTranspose2d(in_features, out_features, 3)",
     );
     let r = match import("level2/x.py", 2, &conv, Split::Heldout) {
         Err(r) => r,
-        Ok(_) => panic!("a convolution imported"),
+        Ok(_) => panic!("a transposed convolution imported"),
     };
     assert_eq!(r.line, 8);
     assert!(
-        r.reason.contains("nn.Conv2d") && r.reason.contains("convolutions"),
+        r.reason.contains("nn.ConvTranspose2d") && r.reason.contains("transposed convolutions"),
         "{r}"
     );
     let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "x.view(-1)"));
@@ -322,4 +322,83 @@ fn python_names_the_op_language_reserves_are_renamed() {
     let t = imported("level1/9_Relu.py", &src);
     assert_eq!(t.program.inputs[0].name, "input_1");
     assert_eq!(body(&t), "Y = relu(input_1)");
+}
+
+const CONV: &str = r#"import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    """Conv2d, ReLU, max pooling, then an average pooling without the padding in its divisor."""
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, padding=(1, 2))
+        self.pool = nn.MaxPool2d(kernel_size=2)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        x = self.pool(x)
+        return F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False)
+
+batch_size = 16
+in_channels = 3
+out_channels = 16
+height, width = 64, 48
+kernel_size = 3
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
+"#;
+
+#[test]
+fn convolutions_and_pooling_import_with_their_output_dims() {
+    let t = imported("level2/1_Conv2d_ReLU_Pool.py", CONV);
+    let names: Vec<&str> = t.program.inputs.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["x", "conv_weight", "conv_bias"]);
+    assert_eq!(
+        t.program.inputs[1].ty.to_string(),
+        "f32[out_channels, in_channels, 3, 3]"
+    );
+    // PyTorch's kaiming-uniform bound: 1/sqrt(in_channels * 3 * 3).
+    let bound = 1.0 / 27f64.sqrt();
+    assert_eq!(
+        t.inputs[1],
+        InputDist::Uniform {
+            lo: -bound,
+            hi: bound
+        }
+    );
+    assert_eq!(
+        body(&t),
+        "x1 = relu(conv2d(x, conv_weight, conv_bias, stride=2, padding=(1, 2), dilation=1))\n\
+         x2 = max_pool2d(x1, 2, stride=2, padding=0, dilation=1)\n\
+         Y = avg_pool2d(x2, 3, stride=1, padding=1, count_include_pad=false)"
+    );
+    // The output dims as PyTorch computes them, at both presets.
+    for preset in [Preset::Gpu, Preset::Small] {
+        let sizes = t.sizes(preset);
+        let out = t.program.outputs[0].ty.concrete_shape(sizes).unwrap();
+        let (h, w) = (sizes["height"], sizes["width"]);
+        let conv = |n: usize, p: usize| (n + 2 * p - 3) / 2 + 1;
+        assert_eq!(
+            out,
+            [
+                sizes["batch_size"],
+                sizes["out_channels"],
+                conv(h, 1) / 2,
+                conv(w, 2) / 2
+            ],
+            "{preset:?}"
+        );
+    }
+    let r = refused(&CONV.replace("stride=2, padding=(1, 2))", "groups=3)"));
+    assert!(r.reason.contains("groups > 1"), "{r}");
+    let r = refused(&CONV.replace(
+        "nn.MaxPool2d(kernel_size=2)",
+        "nn.MaxPool2d(2, ceil_mode=True)",
+    ));
+    assert!(r.reason.contains("ceil_mode"), "{r}");
 }

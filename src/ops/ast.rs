@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+pub use super::size::Poly;
+
 /// Element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dtype {
@@ -61,21 +63,47 @@ impl fmt::Display for Dtype {
     }
 }
 
-/// One dimension of a declared shape: a size symbol such as `M`, or a literal extent.
+/// One dimension of a declared shape: a size symbol such as `M`, a literal extent, or a size
+/// expression computed from symbols (`(H + 1) // 2 - 1`, `C*H*W`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Dim {
     /// A size symbol, bound to a concrete value per size preset.
     Sym(String),
     /// A literal extent.
     Lit(usize),
+    /// Any other size expression, in its normal form ([`Dim::from_poly`] keeps a plain symbol
+    /// or a constant out of it, so equal dims are equal values of this type).
+    Expr(Poly),
 }
 
 impl Dim {
-    /// The concrete extent under `sizes`, or `None` when a symbol is unbound.
+    /// The dim of a normalised size expression: a literal or a symbol where it is one.
+    pub fn from_poly(p: Poly) -> Dim {
+        if let Some(c) = p.constant() {
+            return Dim::Lit(c.max(0) as usize);
+        }
+        if let Some(s) = p.as_sym() {
+            return Dim::Sym(s.to_string());
+        }
+        Dim::Expr(p)
+    }
+
+    /// The dim as a size expression.
+    pub fn to_poly(&self) -> Poly {
+        match self {
+            Dim::Sym(s) => Poly::sym(s),
+            Dim::Lit(n) => Poly::lit(*n as i64),
+            Dim::Expr(p) => p.clone(),
+        }
+    }
+
+    /// The concrete extent under `sizes`, or `None` when a symbol is unbound (or an expression
+    /// is not positive there).
     pub fn resolve(&self, sizes: &Sizes) -> Option<usize> {
         match self {
             Dim::Sym(s) => sizes.get(s).copied(),
             Dim::Lit(n) => Some(*n),
+            Dim::Expr(p) => p.eval(sizes).filter(|&v| v > 0).map(|v| v as usize),
         }
     }
 }
@@ -85,6 +113,7 @@ impl fmt::Display for Dim {
         match self {
             Dim::Sym(s) => f.write_str(s),
             Dim::Lit(n) => write!(f, "{n}"),
+            Dim::Expr(p) => write!(f, "{p}"),
         }
     }
 }
@@ -425,6 +454,44 @@ pub enum Op {
         /// Second axis.
         b: i64,
     },
+    /// `conv1d/conv2d/conv3d(x, weight, bias?, stride=1, padding=0, dilation=1, groups=1)`:
+    /// PyTorch's cross-correlation over `x: [N, C, *spatial]` with `weight: [F, C/groups,
+    /// *kernel]`, giving `[N, F, *out]`, `out = (L + 2*padding - dilation*(k - 1) - 1) // stride
+    /// + 1` per spatial axis.
+    Conv {
+        /// Spatial axes (1, 2 or 3).
+        dims: usize,
+        /// Per spatial axis.
+        stride: Vec<usize>,
+        /// Zeros on both sides, per spatial axis.
+        padding: Vec<usize>,
+        /// Per spatial axis.
+        dilation: Vec<usize>,
+        /// Channel groups.
+        groups: usize,
+        /// A bias operand `[F]` follows the weight.
+        bias: bool,
+    },
+    /// `max_pool1d/2d/3d(x, kernel_size, stride=kernel_size, padding=0, dilation=1)` and
+    /// `avg_pool1d/2d/3d(x, kernel_size, stride=kernel_size, padding=0,
+    /// count_include_pad=true)` over the trailing spatial axes of `x: [N, C, *spatial]`
+    /// (`ceil_mode` is not supported).
+    Pool {
+        /// Max pooling (padding counts as -inf) or average pooling.
+        max: bool,
+        /// Spatial axes (1, 2 or 3).
+        dims: usize,
+        /// Window, per spatial axis.
+        kernel: Vec<usize>,
+        /// Per spatial axis.
+        stride: Vec<usize>,
+        /// Per spatial axis (at most half the window, as PyTorch requires).
+        padding: Vec<usize>,
+        /// Per spatial axis (1 for average pooling).
+        dilation: Vec<usize>,
+        /// Average pooling divides by the whole window, padding included.
+        count_include_pad: bool,
+    },
 }
 
 /// An expression.
@@ -486,10 +553,10 @@ impl Program {
         let mut out: Vec<String> = Vec::new();
         for d in self.inputs.iter().chain(&self.outputs) {
             for dim in &d.ty.shape {
-                if let Dim::Sym(s) = dim {
-                    if !out.contains(s) {
-                        out.push(s.clone());
-                    }
+                match dim {
+                    Dim::Sym(s) if !out.contains(s) => out.push(s.clone()),
+                    Dim::Expr(p) => p.symbols(&mut out),
+                    _ => {}
                 }
             }
         }

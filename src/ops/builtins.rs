@@ -17,12 +17,27 @@ enum P {
     I(&'static str, Option<i64>),
     /// A boolean parameter with an optional default.
     B(&'static str, Option<bool>),
+    /// A per-spatial-axis integer parameter: one integer for every axis, or a tuple of one per
+    /// axis; with an optional default (`None` and not optional: required).
+    Axes(&'static str, Option<i64>),
+    /// A per-axis parameter that may be left out (a pooling's stride: its window).
+    OptAxes(&'static str),
+}
+
+/// An argument as written: an expression, or a tuple `(a, b)` (per-axis integer parameters).
+#[derive(Clone, Debug)]
+pub enum Arg {
+    /// Any expression.
+    Expr(Expr),
+    /// A parenthesised list with a comma.
+    Tuple(Vec<Expr>),
 }
 
 impl P {
     fn name(self) -> &'static str {
         match self {
             P::T(n) | P::OptT(n) | P::F(n, _) | P::I(n, _) | P::B(n, _) => n,
+            P::Axes(n, _) | P::OptAxes(n) => n,
         }
     }
 }
@@ -35,6 +50,27 @@ enum V {
     F(f64),
     I(i64),
     B(bool),
+    /// Per-axis integers (one value broadcasts later); empty when left out.
+    Axes(Vec<i64>),
+}
+
+/// The spatial axes of a windowed built-in (`conv2d` -> 2), and whether it is a convolution, a
+/// max pooling or an average pooling.
+fn windowed(name: &str) -> Option<(usize, &'static str)> {
+    let (stem, d) = name.split_at(name.len().checked_sub(2)?);
+    let dims = match d {
+        "1d" => 1,
+        "2d" => 2,
+        "3d" => 3,
+        _ => return None,
+    };
+    let kind = match stem {
+        "conv" => "conv",
+        "max_pool" => "max_pool",
+        "avg_pool" => "avg_pool",
+        _ => return None,
+    };
+    Some((dims, kind))
 }
 
 fn unary_fn(name: &str) -> Option<UnaryFn> {
@@ -52,6 +88,35 @@ fn signature(name: &str) -> Option<Vec<P>> {
     }
     if reduce_kind(name).is_some() {
         return Some(vec![T("x"), I("axis", Some(-1)), B("keepdim", Some(false))]);
+    }
+    if let Some((_, kind)) = windowed(name) {
+        return Some(match kind {
+            "conv" => vec![
+                T("x"),
+                T("weight"),
+                OptT("bias"),
+                Axes("stride", Some(1)),
+                Axes("padding", Some(0)),
+                Axes("dilation", Some(1)),
+                I("groups", Some(1)),
+            ],
+            "max_pool" => vec![
+                T("x"),
+                Axes("kernel_size", None),
+                OptAxes("stride"),
+                Axes("padding", Some(0)),
+                Axes("dilation", Some(1)),
+                B("ceil_mode", Some(false)),
+            ],
+            _ => vec![
+                T("x"),
+                Axes("kernel_size", None),
+                OptAxes("stride"),
+                Axes("padding", Some(0)),
+                B("ceil_mode", Some(false)),
+                B("count_include_pad", Some(true)),
+            ],
+        });
     }
     Some(match name {
         "leaky_relu" => vec![T("x"), F("slope", Some(0.01))],
@@ -87,11 +152,11 @@ fn const_value(e: &Expr, consts: &dyn Fn(&str) -> Option<f64>) -> Option<f64> {
 /// parser to locate.
 pub fn bind(
     name: &str,
-    args: Vec<(Option<String>, Expr)>,
+    args: Vec<(Option<String>, Arg)>,
     consts: &dyn Fn(&str) -> Option<f64>,
 ) -> Result<Expr, String> {
     let params = signature(name).ok_or_else(|| format!("unknown function `{name}`"))?;
-    let mut slots: Vec<Option<Expr>> = vec![None; params.len()];
+    let mut slots: Vec<Option<Arg>> = vec![None; params.len()];
     let mut next_positional = 0usize;
     let mut seen_keyword = false;
     for (kw, value) in args {
@@ -123,8 +188,42 @@ pub fn bind(
         };
         slots[idx] = Some(value);
     }
+    let int_of = |n: &str, e: &Expr| match const_value(e, consts) {
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e9 => Ok(v as i64),
+        _ => Err(format!("parameter `{n}` of `{name}` must be an integer")),
+    };
     let mut vals = Vec::with_capacity(params.len());
     for (p, slot) in params.iter().zip(slots) {
+        let slot = match (p, slot) {
+            (P::Axes(n, _) | P::OptAxes(n), Some(Arg::Tuple(items))) => {
+                let v = items
+                    .iter()
+                    .map(|e| int_of(n, e))
+                    .collect::<Result<_, _>>()?;
+                vals.push(V::Axes(v));
+                continue;
+            }
+            (P::Axes(n, _) | P::OptAxes(n), Some(Arg::Expr(e))) => {
+                vals.push(V::Axes(vec![int_of(n, &e)?]));
+                continue;
+            }
+            (P::Axes(_, Some(d)), None) => {
+                vals.push(V::Axes(vec![*d]));
+                continue;
+            }
+            (P::OptAxes(_), None) => {
+                vals.push(V::Axes(Vec::new()));
+                continue;
+            }
+            (_, Some(Arg::Tuple(_))) => {
+                return Err(format!(
+                    "parameter `{}` of `{name}` takes one value, not a tuple",
+                    p.name()
+                ))
+            }
+            (_, Some(Arg::Expr(e))) => Some(e),
+            (_, None) => None,
+        };
         let v = match (*p, slot) {
             (P::T(_) | P::OptT(_), Some(e)) => V::Tensor(e),
             (P::OptT(_), None) => V::Absent,
@@ -144,10 +243,108 @@ pub fn bind(
                 _ => return Err(format!("parameter `{n}` of `{name}` must be true or false")),
             },
             (p, None) => return Err(format!("`{name}` needs argument `{}`", p.name())),
+            (P::Axes(..) | P::OptAxes(_), Some(_)) => unreachable!("handled above"),
         };
         vals.push(v);
     }
+    if let Some((dims, kind)) = windowed(name) {
+        return build_windowed(name, dims, kind, vals);
+    }
     Ok(build(name, vals))
+}
+
+/// Builds a convolution or pooling call, checking every per-axis parameter against PyTorch's
+/// rules: one value or one per spatial axis, strides, dilations and windows positive, padding
+/// not negative (and at most half the window for pooling).
+fn build_windowed(name: &str, dims: usize, kind: &str, vals: Vec<V>) -> Result<Expr, String> {
+    let mut tensors = Vec::new();
+    let mut present = Vec::new();
+    let mut axes = Vec::new();
+    let (mut ints, mut bools) = (Vec::new(), Vec::new());
+    for v in vals {
+        match v {
+            V::Tensor(e) => {
+                if !tensors.is_empty() {
+                    present.push(true);
+                }
+                tensors.push(e)
+            }
+            V::Absent => present.push(false),
+            V::Axes(a) => axes.push(a),
+            V::I(i) => ints.push(i),
+            V::B(b) => bools.push(b),
+            V::F(_) => {}
+        }
+    }
+    let per_axis = |what: &str, v: &[i64], min: i64| -> Result<Vec<usize>, String> {
+        let v = match v.len() {
+            1 => vec![v[0]; dims],
+            n if n == dims => v.to_vec(),
+            n => {
+                return Err(format!(
+                "`{what}` of `{name}` has {n} values; give one, or one per spatial axis ({dims})"
+            ))
+            }
+        };
+        if let Some(bad) = v.iter().find(|&&x| x < min) {
+            return Err(format!(
+                "`{what}` of `{name}` must be at least {min}, got {bad}"
+            ));
+        }
+        Ok(v.into_iter().map(|x| x as usize).collect())
+    };
+    let call = |op: Op, args: Vec<Expr>| Expr::Call { op, args };
+    if kind == "conv" {
+        let groups = ints.first().copied().unwrap_or(1);
+        if groups < 1 {
+            return Err(format!(
+                "`groups` of `{name}` must be at least 1, got {groups}"
+            ));
+        }
+        let op = Op::Conv {
+            dims,
+            stride: per_axis("stride", &axes[0], 1)?,
+            padding: per_axis("padding", &axes[1], 0)?,
+            dilation: per_axis("dilation", &axes[2], 1)?,
+            groups: groups as usize,
+            bias: present.get(1) == Some(&true),
+        };
+        return Ok(call(op, tensors));
+    }
+    let kernel = per_axis("kernel_size", &axes[0], 1)?;
+    let stride = if axes[1].is_empty() {
+        kernel.clone()
+    } else {
+        per_axis("stride", &axes[1], 1)?
+    };
+    let padding = per_axis("padding", &axes[2], 0)?;
+    if let Some(i) = (0..dims).find(|&i| 2 * padding[i] > kernel[i]) {
+        return Err(format!(
+            "`padding` of `{name}` must be at most half the window: {} against a window of {}",
+            padding[i], kernel[i]
+        ));
+    }
+    let max = kind == "max_pool";
+    let dilation = if max {
+        per_axis("dilation", &axes[3], 1)?
+    } else {
+        vec![1; dims]
+    };
+    if bools.first() == Some(&true) {
+        return Err(format!(
+            "`ceil_mode=true` of `{name}` is not supported (floor mode only)"
+        ));
+    }
+    let op = Op::Pool {
+        max,
+        dims,
+        kernel,
+        stride,
+        padding,
+        dilation,
+        count_include_pad: !max && bools.get(1) != Some(&false),
+    };
+    Ok(call(op, tensors))
 }
 
 fn build(name: &str, vals: Vec<V>) -> Expr {
@@ -167,6 +364,7 @@ fn build(name: &str, vals: Vec<V>) -> Expr {
             V::F(f) => floats.push(f),
             V::I(i) => ints.push(i),
             V::B(b) => bools.push(b),
+            V::Axes(_) => {}
         }
     }
     let f = |i: usize| floats.get(i).copied().unwrap_or(0.0);

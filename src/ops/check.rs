@@ -5,7 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ast::{collect_vars, BinOp, Dim, Dtype, Expr, Op, Program, ReduceKind, TensorType};
+use super::ast::{
+    collect_vars, BinOp, Dim, Dtype, Expr, Op, Poly, Program, ReduceKind, TensorType,
+};
 use super::CheckError;
 
 /// The type of an expression: a tensor type, or a Python-like scalar (`dtype == None`, rank 0)
@@ -55,7 +57,128 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::RmsNorm { .. } => "rms_norm",
         Op::L2Norm { .. } => "l2norm",
         Op::Transpose { .. } => "transpose",
+        Op::Conv { dims, .. } => ["conv1d", "conv2d", "conv3d"][dims.clamp(&1, &3) - 1],
+        Op::Pool {
+            max: true, dims, ..
+        } => ["max_pool1d", "max_pool2d", "max_pool3d"][dims.clamp(&1, &3) - 1],
+        Op::Pool { dims, .. } => ["avg_pool1d", "avg_pool2d", "avg_pool3d"][dims.clamp(&1, &3) - 1],
     }
+}
+
+/// The output length of a window sliding over `len` (PyTorch's floor-mode formula):
+/// `(len + 2*padding - dilation*(kernel - 1) - 1) // stride + 1`.
+pub fn window_out(len: &Dim, kernel: &Dim, stride: usize, padding: usize, dilation: usize) -> Dim {
+    let span = kernel.to_poly().sub(&Poly::lit(1)).scale(dilation as i64);
+    let inner = len.to_poly().add(&Poly::lit(2 * padding as i64)).sub(&span);
+    Dim::from_poly(
+        inner
+            .sub(&Poly::lit(1))
+            .floor_div(stride as i64)
+            .add(&Poly::lit(1)),
+    )
+}
+
+/// The shape of a convolution or pooling of `x` (`[N, C, *spatial]`), with `w` the weight of a
+/// convolution; errors name the rule broken.
+fn windowed_shape(
+    op: &Op,
+    name: &str,
+    x: &ExprType,
+    rest: &[ExprType],
+) -> Result<ExprType, String> {
+    let (dims, stride, padding, dilation) = match op {
+        Op::Conv {
+            dims,
+            stride,
+            padding,
+            dilation,
+            ..
+        }
+        | Op::Pool {
+            dims,
+            stride,
+            padding,
+            dilation,
+            ..
+        } => (*dims, stride, padding, dilation),
+        _ => unreachable!("not a windowed op"),
+    };
+    if x.shape.len() != dims + 2 {
+        return Err(format!(
+            "`{name}` needs an input of rank {} ([N, C, {}]), got {}",
+            dims + 2,
+            ["L", "H, W", "D, H, W"][dims - 1],
+            x.describe()
+        ));
+    }
+    let mut shape = x.shape[..2].to_vec();
+    let kernel: Vec<Dim> = match op {
+        Op::Conv { groups, bias, .. } => {
+            let w = &rest[0];
+            float_tensor(w, name)?;
+            if w.shape.len() != dims + 2 {
+                return Err(format!(
+                    "`{name}` needs a weight of rank {} ([F, C/groups, kernel...]), got {}",
+                    dims + 2,
+                    w.describe()
+                ));
+            }
+            let c = x.shape[1].to_poly();
+            if w.shape[1].to_poly().scale(*groups as i64) != c {
+                return Err(format!(
+                    "`{name}`: the weight's second dim times groups ({} x {groups}) must be the \
+                     input's channels {} (with groups, write the channels as a multiple: \
+                     [N, {groups}*G, ...] and [F, G, ...])",
+                    w.shape[1], x.shape[1]
+                ));
+            }
+            if *groups > 1 {
+                let f = w.shape[0].to_poly();
+                if f.floor_div(*groups as i64).scale(*groups as i64) != f {
+                    return Err(format!(
+                        "`{name}`: the weight's output channels {} are not divisible by groups {groups}",
+                        w.shape[0]
+                    ));
+                }
+            }
+            if *bias {
+                let b = &rest[1];
+                if b.shape != [w.shape[0].clone()] || b.dtype.is_none() {
+                    return Err(format!(
+                        "`{name}` bias must have shape [{}], got {}",
+                        w.shape[0],
+                        b.describe()
+                    ));
+                }
+            }
+            shape[1] = w.shape[0].clone();
+            w.shape[2..].to_vec()
+        }
+        Op::Pool { kernel, .. } => kernel.iter().map(|&k| Dim::Lit(k)).collect(),
+        _ => unreachable!(),
+    };
+    for i in 0..dims {
+        let out = window_out(
+            &x.shape[2 + i],
+            &kernel[i],
+            stride[i],
+            padding[i],
+            dilation[i],
+        );
+        if out.to_poly().constant().is_some_and(|c| c <= 0) {
+            return Err(format!(
+                "`{name}`: the window ({}, dilation {}) does not fit spatial axis {i} of length {} \
+                 padded by {}",
+                kernel[i], dilation[i], x.shape[2 + i], padding[i]
+            ));
+        }
+        shape.push(out);
+    }
+    let mut dtype = x.dtype;
+    for t in rest {
+        dtype = join_dtype(dtype, t.dtype, &format!("`{name}`"))?;
+    }
+    Ok(ExprType { dtype, shape })
 }
 
 /// Normalises a possibly negative axis against `rank`.
@@ -239,6 +362,7 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                     axis_of(*axis)?;
                     Ok(x)
                 }
+                Op::Conv { .. } | Op::Pool { .. } => windowed_shape(op, name, &x, &types[1..]),
                 Op::Transpose { a, b } => {
                     let (a, b) = (axis_of(*a)?, axis_of(*b)?);
                     let mut shape = x.shape.clone();

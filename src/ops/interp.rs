@@ -251,6 +251,37 @@ fn eval_node(
                     x = norm(&x, eps, true, w.as_ref(), None)?
                 }
                 Op::Transpose { a, b } => x = k::transpose(&x, axis(&x, a)?, axis(&x, b)?),
+                Op::Conv {
+                    ref stride,
+                    ref padding,
+                    ref dilation,
+                    groups,
+                    bias,
+                    ..
+                } => {
+                    let w = it.next().ok_or("conv without a weight")?;
+                    let b = if bias { it.next() } else { None };
+                    x = k::conv(&x, &w, b.as_ref(), stride, padding, dilation, groups)?
+                }
+                Op::Pool {
+                    max,
+                    ref kernel,
+                    ref stride,
+                    ref padding,
+                    ref dilation,
+                    count_include_pad,
+                    ..
+                } => {
+                    x = k::pool(
+                        &x,
+                        max,
+                        kernel,
+                        stride,
+                        padding,
+                        dilation,
+                        count_include_pad,
+                    )?
+                }
             }
             x
         }

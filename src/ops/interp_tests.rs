@@ -517,3 +517,124 @@ fn names_cannot_shadow_size_symbols() {
         "type error: line 1: `N` names both a size and a tensor or constant",
     );
 }
+
+#[test]
+fn convolutions_against_hand_computed_values() {
+    // A 2x2 diagonal kernel over 1..9, plus a bias.
+    check(
+        "input X: f32[1, 1, 3, 3]\ninput K: f32[1, 1, 2, 2]\ninput b: f32[1]\n\
+         output Y: f32[1, 1, 2, 2]\nY = conv2d(X, K, b)\n",
+        &[],
+        &[
+            &[1., 2., 3., 4., 5., 6., 7., 8., 9.],
+            &[1., 0., 0., 1.],
+            &[1.],
+        ],
+        &[&[7., 9., 13., 15.]],
+    );
+    // Zero padding and a stride: windows start at -1, 1 and 3.
+    check(
+        "input X: f32[1, 1, L]\ninput K: f32[1, 1, 3]\noutput Y: f32[1, 1, (L - 1) // 2 + 1]\n\
+         Y = conv1d(X, K, padding=1, stride=2)\n",
+        &[("L", 5)],
+        &[&[1., 2., 3., 4., 5.], &[1., 1., 1.]],
+        &[&[3., 9., 9.]],
+    );
+    // Dilation 2 reads every other element.
+    check(
+        "input X: f32[1, 1, 5]\ninput K: f32[1, 1, 2]\noutput Y: f32[1, 1, 3]\n\
+         Y = conv1d(X, K, dilation=2)\n",
+        &[],
+        &[&[1., 2., 3., 4., 5.], &[1., 10.]],
+        &[&[31., 42., 53.]],
+    );
+    // Groups: each output channel sees only its own input channel.
+    check(
+        "input X: f32[1, 2, 2]\ninput K: f32[2, 1, 1]\noutput Y: f32[1, 2, 2]\n\
+         Y = conv1d(X, K, groups=2)\n",
+        &[],
+        &[&[1., 2., 3., 4.], &[10., 100.]],
+        &[&[10., 20., 300., 400.]],
+    );
+    // Two input channels summed, two output channels, per-axis tuples.
+    check(
+        "input X: f32[1, 2, 1, 3]\ninput K: f32[2, 2, 1, 2]\noutput Y: f32[1, 2, 1, 2]\n\
+         Y = conv2d(X, K, stride=(1, 1), padding=(0, 0))\n",
+        &[],
+        &[&[1., 2., 3., 4., 5., 6.], &[1., 0., 0., 1., 0., 1., 1., 0.]],
+        &[&[6., 8., 6., 8.]],
+    );
+}
+
+#[test]
+fn pooling_against_hand_computed_values() {
+    check(
+        "input X: f32[1, 1, 5]\noutput Y: f32[1, 1, 2]\noutput Z: f32[1, 1, 3]\n\
+         Y = max_pool1d(X, 2)\nZ = max_pool1d(X, 2, padding=1)\n",
+        &[],
+        &[&[1., 5., 2., 4., 3.]],
+        &[&[5., 4.], &[1., 5., 4.]],
+    );
+    // The divisor counts the padding by default, not with count_include_pad=false.
+    check(
+        "input X: f32[1, 1, 4]\noutput Y: f32[1, 1, 4]\noutput Z: f32[1, 1, 4]\n\
+         Y = avg_pool1d(X, 3, stride=1, padding=1)\n\
+         Z = avg_pool1d(X, 3, stride=1, padding=1, count_include_pad=false)\n",
+        &[],
+        &[&[1., 2., 3., 4.]],
+        &[&[1., 2., 3., 7. / 3.], &[1.5, 2., 3., 3.5]],
+    );
+    check(
+        "input X: f32[1, 1, 2, 4]\noutput Y: f32[1, 1, 1, 2]\nY = avg_pool2d(X, (2, 2))\n",
+        &[],
+        &[&[1., 2., 3., 4., 5., 6., 7., 8.]],
+        &[&[3.5, 5.5]],
+    );
+}
+
+#[test]
+fn windowed_ops_check_their_shapes_and_parameters() {
+    check_err(
+        "input X: f32[N, 3, H, W]\ninput K: f32[8, 4, 3, 3]\noutput Y: f32[N, 8, H - 2, W - 2]\n\
+         Y = conv2d(X, K)\n",
+        "type error: line 4, statement `Y`: `conv2d`: the weight's second dim times groups \
+         (4 x 1) must be the input's channels 3 (with groups, write the channels as a multiple: \
+         [N, 1*G, ...] and [F, G, ...])",
+    );
+    check_err(
+        "input X: f32[N, 3, H, W]\ninput K: f32[8, 3, 3, 3]\noutput Y: f32[N, 8, H, W]\n\
+         Y = conv2d(X, K)\n",
+        "type error: line 4, statement `Y`: produces f32[N, 8, H - 2, W - 2] but the output is \
+         declared f32[N, 8, H, W]",
+    );
+    check_err(
+        "input X: f32[N, 3, H, W]\noutput Y: f32[N, 3, H, W]\nY = max_pool2d(X, (2, 2, 2))\n",
+        "syntax error: line 3, column 5: `kernel_size` of `max_pool2d` has 3 values; give one, \
+         or one per spatial axis (2)",
+    );
+    check_err(
+        "input X: f32[N, 3, H, W]\noutput Y: f32[N, 3, H, W]\nY = max_pool2d(X, 2, ceil_mode=true)\n",
+        "syntax error: line 3, column 5: `ceil_mode=true` of `max_pool2d` is not supported (floor \
+         mode only)",
+    );
+    check_err(
+        "input X: f32[N, 3, 2]\noutput Y: f32[N, 3, 1]\nY = max_pool1d(X, 3, padding=2)\n",
+        "syntax error: line 3, column 5: `padding` of `max_pool1d` must be at most half the \
+         window: 2 against a window of 3",
+    );
+    check_err(
+        "input X: f32[N, 3, 2]\ninput K: f32[1, 3, 5]\noutput Y: f32[N, 1, 1]\nY = conv1d(X, K)\n",
+        "type error: line 4, statement `Y`: `conv1d`: the window (5, dilation 1) does not fit \
+         spatial axis 0 of length 2 padded by 0",
+    );
+    // Dims written differently but equal are the same dim.
+    Program::parse(
+        "input X: f32[N, C, L]\noutput Y: f32[N, C, (L + 1) // 2 - 1]\n\
+         Y = max_pool1d(X, 3, stride=2)\n",
+    )
+    .expect("(L - 3) // 2 + 1 is (L + 1) // 2 - 1");
+    check_err(
+        "input X: f32[N, C, L]\noutput Y: f32[N, C, L / 2]\nY = max_pool1d(X, 2)\n",
+        "syntax error: line 2, column 23: a dim divides with `//` (floor division)",
+    );
+}

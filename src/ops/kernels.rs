@@ -332,3 +332,198 @@ pub fn transpose(x: &Tensor, a: usize, b: usize) -> Tensor {
     for_each_index(&shape, &src, &zero, |i, _| data.push(x.data[i]));
     Tensor { shape, data }
 }
+
+/// Output extents of a window sliding over `spatial` (floor mode), or an error when one is not
+/// positive.
+fn window_extents(
+    spatial: &[usize],
+    kernel: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+) -> Result<Vec<usize>, String> {
+    let mut out = Vec::with_capacity(spatial.len());
+    for i in 0..spatial.len() {
+        let span = dilation[i] as i64 * (kernel[i] as i64 - 1) + 1;
+        let room = spatial[i] as i64 + 2 * padding[i] as i64 - span;
+        if room < 0 {
+            return Err(format!(
+                "a window of {} (dilation {}) does not fit axis {i} of length {} padded by {}",
+                kernel[i], dilation[i], spatial[i], padding[i]
+            ));
+        }
+        out.push((room / stride[i] as i64 + 1) as usize);
+    }
+    Ok(out)
+}
+
+/// Row-major index of `pos` in `shape`.
+fn flat(pos: &[usize], shape: &[usize]) -> usize {
+    pos.iter().zip(shape).fold(0, |acc, (&p, &n)| acc * n + p)
+}
+
+/// Every position of `shape` in row-major order, as a reusable odometer.
+fn next_pos(pos: &mut [usize], shape: &[usize]) -> bool {
+    for i in (0..shape.len()).rev() {
+        pos[i] += 1;
+        if pos[i] < shape[i] {
+            return true;
+        }
+        pos[i] = 0;
+    }
+    false
+}
+
+/// The input position a window offset reads for an output position, or `None` in the padding.
+fn window_src(
+    out: &[usize],
+    off: &[usize],
+    spatial: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    src: &mut [usize],
+) -> bool {
+    for i in 0..out.len() {
+        let p = (out[i] * stride[i] + off[i] * dilation[i]) as i64 - padding[i] as i64;
+        if p < 0 || p >= spatial[i] as i64 {
+            return false;
+        }
+        src[i] = p as usize;
+    }
+    true
+}
+
+/// PyTorch's convolution (cross-correlation) of `x: [N, C, *spatial]` with `w: [F, C/groups,
+/// *kernel]` and an optional bias `[F]`, in f64.
+pub fn conv(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    groups: usize,
+) -> Result<Tensor, String> {
+    let d = stride.len();
+    if x.shape.len() != d + 2 || w.shape.len() != d + 2 {
+        return Err(format!(
+            "conv{d}d of shapes {:?} and {:?}",
+            x.shape, w.shape
+        ));
+    }
+    let (n, c, f, cg) = (x.shape[0], x.shape[1], w.shape[0], w.shape[1]);
+    if cg * groups != c || f % groups != 0 {
+        return Err(format!(
+            "conv{d}d: {c} input channels and {f} output channels with groups {groups} need a \
+             weight of [F, C/groups, ...], got {:?}",
+            w.shape
+        ));
+    }
+    let spatial = &x.shape[2..];
+    let kernel = &w.shape[2..];
+    let outs = window_extents(spatial, kernel, stride, padding, dilation)?;
+    let fg = f / groups;
+    let mut shape = vec![n, f];
+    shape.extend(&outs);
+    let sp: usize = spatial.iter().product();
+    let ks: usize = kernel.iter().product();
+    let mut data = Vec::with_capacity(shape.iter().product());
+    let (mut o, mut src) = (vec![0; d], vec![0; d]);
+    for b in 0..n {
+        for oc in 0..f {
+            let g = oc / fg;
+            o.iter_mut().for_each(|v| *v = 0);
+            loop {
+                let mut acc = bias.map_or(0.0, |t| t.data[oc]);
+                for ic in 0..cg {
+                    let xc = (b * c + g * cg + ic) * sp;
+                    let wc = (oc * cg + ic) * ks;
+                    let mut off = vec![0; d];
+                    loop {
+                        if window_src(&o, &off, spatial, stride, padding, dilation, &mut src) {
+                            acc +=
+                                x.data[xc + flat(&src, spatial)] * w.data[wc + flat(&off, kernel)];
+                        }
+                        if !next_pos(&mut off, kernel) {
+                            break;
+                        }
+                    }
+                }
+                data.push(acc);
+                if !next_pos(&mut o, &outs) {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(Tensor { shape, data })
+}
+
+/// Max or average pooling of `x: [N, C, *spatial]` in f64 (floor mode). Max pooling treats
+/// padding as -inf and ignores NaN, as the max reduction does; average pooling divides by the
+/// window clipped to the padded input (`count_include_pad`, PyTorch's divisor) or by the
+/// positions inside the input.
+pub fn pool(
+    x: &Tensor,
+    max: bool,
+    kernel: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    count_include_pad: bool,
+) -> Result<Tensor, String> {
+    let d = kernel.len();
+    if x.shape.len() != d + 2 {
+        return Err(format!("pool{d}d of shape {:?}", x.shape));
+    }
+    let spatial = &x.shape[2..];
+    let outs = window_extents(spatial, kernel, stride, padding, dilation)?;
+    let mut shape = x.shape[..2].to_vec();
+    shape.extend(&outs);
+    let sp: usize = spatial.iter().product();
+    let planes = x.shape[0] * x.shape[1];
+    let mut data = Vec::with_capacity(shape.iter().product());
+    let (mut o, mut src) = (vec![0; d], vec![0; d]);
+    for plane in 0..planes {
+        o.iter_mut().for_each(|v| *v = 0);
+        loop {
+            let (mut best, mut sum, mut inside) = (f64::NEG_INFINITY, 0.0, 0usize);
+            let mut off = vec![0; d];
+            loop {
+                if window_src(&o, &off, spatial, stride, padding, dilation, &mut src) {
+                    let v = x.data[plane * sp + flat(&src, spatial)];
+                    // As the max reduction: a NaN loses (f64::max).
+                    best = best.max(v);
+                    sum += v;
+                    inside += 1;
+                }
+                if !next_pos(&mut off, kernel) {
+                    break;
+                }
+            }
+            data.push(if max {
+                best
+            } else {
+                let count = if count_include_pad {
+                    // The window clipped to the padded input (PyTorch's divisor).
+                    (0..d)
+                        .map(|i| {
+                            let start = (o[i] * stride[i]) as i64 - padding[i] as i64;
+                            let end = (start + kernel[i] as i64)
+                                .min(spatial[i] as i64 + padding[i] as i64);
+                            (end - start) as usize
+                        })
+                        .product()
+                } else {
+                    inside
+                };
+                sum / count as f64
+            });
+            if !next_pos(&mut o, &outs) {
+                break;
+            }
+        }
+    }
+    Ok(Tensor { shape, data })
+}

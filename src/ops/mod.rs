@@ -23,12 +23,15 @@
 //! program := (line? NEWLINE)* line?
 //! line    := 'input' NAME ':' type | 'output' NAME ':' type
 //!          | 'const' NAME '=' '-'? NUMBER | NAME '=' expr
-//! type    := DTYPE '[' (dim (',' dim)*)? ']'     DTYPE: f32 f16 bf16 i64; dim: NAME | INTEGER
+//! type    := DTYPE '[' (dim (',' dim)*)? ']'     DTYPE: f32 f16 bf16 i64
+//! dim     := dterm (('+' | '-') dterm)*          # a size expression, e.g. `(H - 3) // 2 + 1`
+//! dterm   := dfact (('*' dfact) | ('//' INTEGER))*
+//! dfact   := NAME | INTEGER | '(' dim ')'
 //! expr    := term (('+' | '-') term)*
 //! term    := unary (('*' | '/' | '@') unary)*   # '@' binds like '*', as in Python
 //! unary   := '-' unary | atom
 //! atom    := NUMBER | NAME | NAME '(' args? ')' | '(' expr ')'
-//! args    := arg (',' arg)*            arg := expr | NAME '=' expr
+//! args    := arg (',' arg)*            arg := (NAME '=')? (expr | '(' expr (',' expr)* ')')
 //! ```
 //!
 //! Built-ins (positional arguments bind in order; parameters also by name; scalar parameters
@@ -45,10 +48,18 @@
 //! - over the last axis: `layer_norm(x, weight?, bias?, eps=1e-5)`, `rms_norm(x, weight?,
 //!   eps=1e-6)`;
 //! - `A @ B`: `[M,K]@[K,N]`, `[B,M,K]@[B,K,N]`, `[B,M,K]@[K,N]`, `[M,K]@[K]`;
-//!   `transpose(x, a=-2, b=-1)`.
+//!   `transpose(x, a=-2, b=-1)`;
+//! - windowed over `x: [N, C, *spatial]` (1 to 3 spatial axes; a per-axis parameter is one
+//!   integer or a tuple of one per axis): `conv1d/conv2d/conv3d(x, weight, bias?, stride=1,
+//!   padding=0, dilation=1, groups=1)` with `weight: [F, C/groups, *kernel]`,
+//!   `max_pool1d/2d/3d(x, kernel_size, stride=kernel_size, padding=0, dilation=1)` and
+//!   `avg_pool1d/2d/3d(x, kernel_size, stride=kernel_size, padding=0, count_include_pad=true)`,
+//!   PyTorch's semantics in floor mode (`ceil_mode=true` is refused). Each output length is
+//!   `(L + 2*padding - dilation*(k - 1) - 1) // stride + 1`, a size expression.
 //!
-//! Shapes are checked symbolically: two dims agree when they are the same symbol or the same
-//! literal, and a literal 1 broadcasts. Every input must be used, every intermediate used, every
+//! Shapes are checked symbolically: two dims agree when their size expressions have the same
+//! normal form ([`size`]: sums, products and floor divisions by a literal of size symbols), and
+//! a literal 1 broadcasts. A dim written in a declaration must be positive at every preset. Every input must be used, every intermediate used, every
 //! output assigned exactly once with exactly its declared type. Errors name the line and column
 //! (parse errors) or the line and statement (type errors).
 //!
@@ -65,6 +76,7 @@ pub(crate) mod kernels;
 pub mod lexer;
 mod parse;
 pub mod round;
+pub mod size;
 pub mod torch;
 
 #[cfg(test)]
@@ -75,8 +87,8 @@ mod interp_tests;
 mod torch_tests;
 
 pub use ast::{BinOp, Const, Decl, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, Stmt};
-pub use ast::{TensorType, UnaryFn};
-pub use check::{infer_expr, normalize_axis, op_name, ExprType};
+pub use ast::{Poly, TensorType, UnaryFn};
+pub use check::{infer_expr, normalize_axis, op_name, window_out, ExprType};
 pub use parse::is_reserved;
 
 use std::fmt;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::ast::{BinOp, Const, Decl, Dim, Dtype, Expr, Program, Stmt, TensorType};
+use super::ast::{BinOp, Const, Decl, Dim, Dtype, Expr, Poly, Program, Stmt, TensorType};
 use super::builtins;
 use super::lexer::{tokenize, Tok, Token};
 use super::ParseError;
@@ -268,28 +268,15 @@ impl Parser {
             return Ok(TensorType { dtype, shape });
         }
         loop {
-            let t = self.bump();
-            let dim = match &t.tok {
-                Tok::Ident(s) if !RESERVED.contains(&s.as_str()) && !builtins::is_builtin(s) => {
-                    Dim::Sym(s.clone())
-                }
-                Tok::Num(_, text) => match text.parse::<usize>() {
-                    Ok(n) if n > 0 => Dim::Lit(n),
-                    _ => {
-                        return Err(err(
-                            &t,
-                            format!("dimension `{text}` is not a positive integer"),
-                        ))
-                    }
-                },
-                other => {
-                    let msg = format!(
-                        "expected a size symbol or an integer, found {}",
-                        other.describe()
-                    );
-                    return Err(err(&t, msg));
-                }
-            };
+            let start = self.peek().clone();
+            let poly = self.size_expr()?;
+            let dim = Dim::from_poly(poly.clone());
+            if poly.constant().is_some_and(|c| c <= 0) {
+                return Err(err(
+                    &start,
+                    format!("dimension `{poly}` is not a positive integer"),
+                ));
+            }
             shape.push(dim);
             let t = self.bump();
             match &t.tok {
@@ -304,6 +291,94 @@ impl Parser {
             }
         }
         Ok(TensorType { dtype, shape })
+    }
+
+    /// A dim: sums and differences of products of size symbols, integers and parenthesised
+    /// dims, and floor divisions `// k` by a positive integer, in normal form.
+    fn size_expr(&mut self) -> Result<Poly, ParseError> {
+        self.enter()?;
+        let mut acc = self.size_term()?;
+        loop {
+            let neg = match self.peek().tok {
+                Tok::Punct('+') => false,
+                Tok::Punct('-') => true,
+                _ => break,
+            };
+            self.bump();
+            let rhs = self.size_term()?;
+            acc = if neg { acc.sub(&rhs) } else { acc.add(&rhs) };
+        }
+        self.depth -= 1;
+        Ok(acc)
+    }
+
+    fn size_term(&mut self) -> Result<Poly, ParseError> {
+        let mut acc = self.size_factor()?;
+        loop {
+            match (&self.peek().tok, self.peek_at(1)) {
+                (Tok::Punct('*'), _) => {
+                    self.bump();
+                    acc = acc.mul(&self.size_factor()?);
+                }
+                (Tok::Punct('/'), Tok::Punct('/')) => {
+                    self.pos += 2;
+                    let t = self.bump();
+                    match &t.tok {
+                        Tok::Num(_, text) => match text.parse::<i64>() {
+                            Ok(k) if k > 0 => acc = acc.floor_div(k),
+                            _ => {
+                                let msg = format!("`// {text}` needs a positive integer divisor");
+                                return Err(err(&t, msg));
+                            }
+                        },
+                        other => {
+                            let msg = format!(
+                                "a dim divides only by an integer (`// 2`), found {}",
+                                other.describe()
+                            );
+                            return Err(err(&t, msg));
+                        }
+                    }
+                }
+                (Tok::Punct('/'), _) => {
+                    let t = self.bump();
+                    return Err(err(
+                        &t,
+                        "a dim divides with `//` (floor division)".to_string(),
+                    ));
+                }
+                _ => break,
+            }
+        }
+        Ok(acc)
+    }
+
+    fn size_factor(&mut self) -> Result<Poly, ParseError> {
+        let t = self.bump();
+        match &t.tok {
+            Tok::Ident(s) if !RESERVED.contains(&s.as_str()) && !builtins::is_builtin(s) => {
+                Ok(Poly::sym(s))
+            }
+            Tok::Num(_, text) => match text.parse::<i64>() {
+                Ok(n) if n >= 0 => Ok(Poly::lit(n)),
+                _ => Err(err(
+                    &t,
+                    format!("dimension `{text}` is not a positive integer"),
+                )),
+            },
+            Tok::Punct('(') => {
+                let p = self.size_expr()?;
+                self.expect_punct(')', "to close the parenthesis")?;
+                Ok(p)
+            }
+            other => {
+                let msg = format!(
+                    "expected a size symbol or an integer, found {}",
+                    other.describe()
+                );
+                Err(err(&t, msg))
+            }
+        }
     }
 
     fn enter(&mut self) -> Result<(), ParseError> {
@@ -388,7 +463,53 @@ impl Parser {
         }
     }
 
-    fn args(&mut self, func: &str) -> Result<Vec<(Option<String>, Expr)>, ParseError> {
+    /// True when the `(` at the cursor opens a tuple: a comma at its own depth before it closes.
+    fn at_tuple(&self) -> bool {
+        if self.peek().tok != Tok::Punct('(') {
+            return false;
+        }
+        let mut depth = 0usize;
+        for t in &self.toks[self.pos..] {
+            match t.tok {
+                Tok::Punct('(') | Tok::Punct('[') => depth += 1,
+                Tok::Punct(')') | Tok::Punct(']') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return false;
+                    }
+                }
+                Tok::Punct(',') if depth == 1 => return true,
+                Tok::Eof => return false,
+                _ => {}
+            }
+        }
+        false
+    }
+
+    /// `(a, b, ...)` as a whole argument value (per-axis integer parameters).
+    fn tuple(&mut self) -> Result<Vec<Expr>, ParseError> {
+        self.bump();
+        let mut items = Vec::new();
+        loop {
+            if self.peek().tok == Tok::Punct(')') {
+                self.bump();
+                break;
+            }
+            items.push(self.expr()?);
+            let t = self.bump();
+            match &t.tok {
+                Tok::Punct(',') => continue,
+                Tok::Punct(')') => break,
+                other => {
+                    let msg = format!("expected ',' or ')' in a tuple, found {}", other.describe());
+                    return Err(err(&t, msg));
+                }
+            }
+        }
+        Ok(items)
+    }
+
+    fn args(&mut self, func: &str) -> Result<Vec<(Option<String>, builtins::Arg)>, ParseError> {
         let mut args = Vec::new();
         if self.peek().tok == Tok::Punct(')') {
             self.bump();
@@ -402,7 +523,11 @@ impl Parser {
             if kw.is_some() {
                 self.pos += 2;
             }
-            let value = self.expr()?;
+            let value = if self.at_tuple() {
+                builtins::Arg::Tuple(self.tuple()?)
+            } else {
+                builtins::Arg::Expr(self.expr()?)
+            };
             args.push((kw, value));
             let t = self.bump();
             match &t.tok {

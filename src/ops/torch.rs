@@ -293,6 +293,67 @@ impl Renderer<'_> {
                 format!("F.rms_norm({x}, ({n},), weight={w}, eps={})", num(eps))
             }
             Op::Transpose { a, b } => format!("torch.transpose({x}, {a}, {b})"),
+            Op::Conv {
+                dims,
+                ref stride,
+                ref padding,
+                ref dilation,
+                groups,
+                bias,
+            } => {
+                let w = rest.first().cloned().unwrap_or_default();
+                let b = if bias { rest.get(1).cloned() } else { None };
+                format!(
+                    "F.conv{dims}d({x}, {w}, {}, stride={}, padding={}, dilation={}, groups={groups})",
+                    b.unwrap_or_else(|| "None".into()),
+                    per_axis(stride),
+                    per_axis(padding),
+                    per_axis(dilation)
+                )
+            }
+            Op::Pool {
+                max: true,
+                dims,
+                ref kernel,
+                ref stride,
+                ref padding,
+                ref dilation,
+                ..
+            } => format!(
+                "F.max_pool{dims}d({x}, kernel_size={}, stride={}, padding={}, dilation={})",
+                per_axis(kernel),
+                per_axis(stride),
+                per_axis(padding),
+                per_axis(dilation)
+            ),
+            Op::Pool {
+                dims,
+                ref kernel,
+                ref stride,
+                ref padding,
+                count_include_pad,
+                ..
+            } => format!(
+                "F.avg_pool{dims}d({x}, kernel_size={}, stride={}, padding={}, count_include_pad={})",
+                per_axis(kernel),
+                per_axis(stride),
+                per_axis(padding),
+                kd(count_include_pad)
+            ),
         }
+    }
+}
+
+/// A per-axis parameter as PyTorch takes it: one integer when every axis has the same value.
+fn per_axis(v: &[usize]) -> String {
+    match v {
+        [first, rest @ ..] if rest.iter().all(|x| x == first) => first.to_string(),
+        _ => format!(
+            "({})",
+            v.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }

@@ -143,3 +143,27 @@ def get_inputs():
     let sizes = [("B", 2), ("M", 3), ("K", 4), ("N", 5)];
     check(src, &sizes, &format!("{HEADER}{body}{FOOTER}"));
 }
+
+#[test]
+fn convolutions_and_pooling_render_as_torch_functional_calls() {
+    let src = "input X: f32[N, 4, H, W]\ninput K: f32[8, 2, 3, 3]\ninput b: f32[8]\n\
+               output Y: f32[N, 8, (H + 1) // 2 - 1, (W + 1) // 2 - 1]\n\
+               T = conv2d(X, K, b, stride=2, padding=(0, 0), groups=2)\n\
+               Y = avg_pool2d(T, (1, 1), count_include_pad=false)\n";
+    let p = Program::parse(src).unwrap_or_else(|e| panic!("{e}"));
+    let sizes: Sizes = [("N", 2), ("H", 9), ("W", 11)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+    let got = render_module(&p, &sizes).unwrap();
+    assert!(
+        got.contains("F.conv2d(X, K, b, stride=2, padding=0, dilation=1, groups=2)"),
+        "{got}"
+    );
+    assert!(
+        got.contains(
+            "F.avg_pool2d(T, kernel_size=1, stride=1, padding=0, count_include_pad=False)"
+        ),
+        "{got}"
+    );
+}

@@ -105,6 +105,12 @@ fn ty(
                 let next = format!("s{}", syms.len());
                 syms.entry(s.clone()).or_insert(next).clone()
             }
+            Dim::Expr(p) => p
+                .rename(&mut |s| {
+                    let next = format!("s{}", syms.len());
+                    syms.entry(s.to_string()).or_insert(next).clone()
+                })
+                .to_string(),
         })
         .collect();
     let dt = if erase {
@@ -191,6 +197,24 @@ impl Renderer<'_> {
                         let (a, b) = (axis(a), axis(b));
                         format!("{},{}", a.min(b), a.max(b))
                     }
+                    Op::Conv {
+                        ref stride,
+                        ref padding,
+                        ref dilation,
+                        groups,
+                        bias,
+                        ..
+                    } => format!("{stride:?},{padding:?},{dilation:?},{groups},{bias}"),
+                    Op::Pool {
+                        ref kernel,
+                        ref stride,
+                        ref padding,
+                        ref dilation,
+                        count_include_pad,
+                        ..
+                    } => format!(
+                        "{kernel:?},{stride:?},{padding:?},{dilation:?},{count_include_pad}"
+                    ),
                 };
                 let name = match op {
                     Op::Unary(u) => u.name(),
@@ -272,6 +296,8 @@ fn unify(a: &Task, b: &Task, b_sizes: &Sizes, order: &[usize]) -> Option<Sizes> 
                         return None;
                     }
                 }
+                // Computed from other dims: checked when the programs are evaluated.
+                Dim::Expr(_) => {}
             }
         }
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{InputDist, Split, Task, TaskError, Tolerance};
-use crate::ops::{Dtype, Program, Sizes};
+use crate::ops::{Dim, Dtype, Program, Sizes};
 
 /// A task file as written.
 #[derive(Deserialize)]
@@ -74,6 +74,23 @@ pub fn parse_task(path: &Path, text: &str) -> Result<Task, TaskError> {
                     ))
                 }
                 Some(_) => {}
+            }
+        }
+        // A computed dim (a convolution's output length) must come out positive here too.
+        for d in program.inputs.iter().chain(&program.outputs) {
+            for dim in &d.ty.shape {
+                if let Dim::Expr(p) = dim {
+                    let v = p.eval(sizes).unwrap_or(0);
+                    if v <= 0 {
+                        return Err(invalid(
+                            &format!("sizes.{preset}"),
+                            format!(
+                                "make the dim `{dim}` of `{}` {v}; every dim must be positive",
+                                d.name
+                            ),
+                        ));
+                    }
+                }
             }
         }
         if let Some(extra) = sizes.keys().find(|k| !symbols.contains(k)) {

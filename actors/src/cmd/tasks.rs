@@ -588,10 +588,7 @@ fn dump(dir: &Path, name: &str, preset: Preset, seed: u64, out: &Path) -> Result
         let shape: Vec<usize> =
             d.ty.shape
                 .iter()
-                .map(|x| match x {
-                    kevin::ops::Dim::Lit(v) => *v,
-                    kevin::ops::Dim::Sym(s) => sizes.get(s).copied().unwrap_or(1),
-                })
+                .map(|x| x.resolve(sizes).unwrap_or(1))
                 .collect();
         json!({"name": d.name, "dtype": d.ty.dtype.name(), "shape": shape, "data": data})
     };
