@@ -914,6 +914,41 @@ KB_D void conv3(const T* __restrict__ x, const T* __restrict__ w, const T* b, T*
     }
 }
 
+// The transposed convolution as a gather: output position o reads input position
+// (o + padding - k*dilation) / stride where that divides exactly; weight [C, F/groups, kernel].
+template <class T>
+KB_D void conv_t3(const T* __restrict__ x, const T* __restrict__ w, const T* b, T* __restrict__ y, i64 n,
+                  i64 c, i64 f, i64 groups, Win g, int has_b) {
+    typedef op_t<T> A;
+    const i64 cg = c / groups, fg = f / groups, outs = g.od * g.oh * g.ow;
+    const i64 total = n * f * outs, plane = g.d * g.h * g.w, ks = g.kd * g.kh * g.kw;
+    for (i64 i = gtid(); i < total; i += gstride()) {
+        i64 ow = i % g.ow, t = i / g.ow, oh = t % g.oh;
+        t /= g.oh;
+        i64 od = t % g.od;
+        t /= g.od;
+        const i64 oc = t % f, b0 = t / f, grp = oc / fg, ocl = oc % fg;
+        A acc = has_b ? to_op(b[oc]) : (A)0;
+        for (i64 kd = 0; kd < g.kd; ++kd) {
+            const i64 nd = od + g.pd - kd * g.dd;
+            if (nd < 0 || nd % g.sd != 0 || nd / g.sd >= g.d) continue;
+            for (i64 kh = 0; kh < g.kh; ++kh) {
+                const i64 nh = oh + g.ph - kh * g.dh;
+                if (nh < 0 || nh % g.sh != 0 || nh / g.sh >= g.h) continue;
+                for (i64 kw = 0; kw < g.kw; ++kw) {
+                    const i64 nw = ow + g.pw - kw * g.dw;
+                    if (nw < 0 || nw % g.sw != 0 || nw / g.sw >= g.w) continue;
+                    const i64 xi = ((nd / g.sd) * g.h + nh / g.sh) * g.w + nw / g.sw;
+                    const i64 wi = (kd * g.kh + kh) * g.kw + kw;
+                    for (i64 ic = grp * cg; ic < (grp + 1) * cg; ++ic)
+                        acc += to_op(x[(b0 * c + ic) * plane + xi]) * to_op(w[(ic * fg + ocl) * ks + wi]);
+                }
+            }
+        }
+        y[i] = from_op<T>(acc);
+    }
+}
+
 // MAX: the window's maximum (padding as -inf; NaN as the max reduction treats it); otherwise the
 // mean over the window clipped to the padded input (count_pad) or over its positions inside x.
 template <class T, bool MAX>
@@ -1090,6 +1125,10 @@ KB_EACH(KB_NORMS, 0)
     extern "C" __global__ void conv_##dt(const T* x, const T* wt, const T* b, T* y, i64 n, i64 c, i64 f,  \
                                          i64 groups, KB_WIN_PARAMS, int has_b) {                          \
         kb::conv3<T>(x, wt, b, y, n, c, f, groups, KB_WIN, has_b);                                        \
+    }                                                                                                     \
+    extern "C" __global__ void conv_transpose_##dt(const T* x, const T* wt, const T* b, T* y, i64 n, i64 c, \
+                                                   i64 f, i64 groups, KB_WIN_PARAMS, int has_b) {         \
+        kb::conv_t3<T>(x, wt, b, y, n, c, f, groups, KB_WIN, has_b);                                      \
     }                                                                                                     \
     extern "C" __global__ void max_pool_##dt(const T* x, T* y, i64 planes, KB_WIN_PARAMS, int unused1) {  \
         kb::pool3<T, true>(x, y, planes, KB_WIN, 0);                                                      \

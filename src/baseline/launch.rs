@@ -129,6 +129,7 @@ pub fn kernel_names() -> Vec<String> {
             out.push(format!("{l}_cols_{d}"));
         }
         out.push(format!("conv_{d}"));
+        out.push(format!("conv_transpose_{d}"));
         out.push(format!("max_pool_{d}"));
         out.push(format!("avg_pool_{d}"));
         out.push(format!("layer_norm_{d}"));
@@ -471,9 +472,11 @@ impl Window {
     }
 }
 
-/// A direct convolution: one thread per output element of `y: [n, f, *out]`.
+/// A direct convolution (or a transposed one, as a gather): one thread per output element of
+/// `y: [n, f, *out]`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv(
+    transposed: bool,
     e: Elem,
     (x, w, b, y): (usize, usize, Option<usize>, usize),
     n: usize,
@@ -496,8 +499,9 @@ pub(super) fn conv(
     ];
     args.extend(win.args());
     args.push(StepArg::I32(b.is_some().into()));
+    let name = if transposed { "conv_transpose" } else { "conv" };
     kernel(
-        format!("conv_{}", e.name()),
+        format!("{name}_{}", e.name()),
         [grid, 1, 1],
         [EW_THREADS, 1, 1],
         args,

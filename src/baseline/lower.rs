@@ -453,6 +453,7 @@ impl Lowerer<'_> {
                 self.norm(e, x, &args[1..], true, eps, (weight, false), dest)
             }
             Op::Conv {
+                transposed,
                 ref stride,
                 ref padding,
                 ref dilation,
@@ -480,8 +481,9 @@ impl Lowerer<'_> {
                 };
                 let y = self.alloc(dest, dtype, &shape);
                 let bufs = (x.buf, w.buf, b.map(|b| b.buf), y.buf);
-                let (n, c, f) = (x.shape[0], x.shape[1], w.shape[0]);
-                let step = launch::conv(self.elem(dtype), bufs, n, c, f, groups, &win);
+                let (n, c, f) = (x.shape[0], x.shape[1], shape[1]);
+                let e = self.elem(dtype);
+                let step = launch::conv(transposed, e, bufs, n, c, f, groups, &win);
                 self.steps.push(step);
                 Ok(y)
             }

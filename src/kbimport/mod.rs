@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 
 use py::{Arg, Expr, Stmt};
 
-use crate::ops::{window_out, Dim, Program, Sizes};
+use crate::ops::{transposed_out, window_out, Dim, Program, Sizes};
 use crate::tasks::file::{write_task_file, TaskFileText};
 use crate::tasks::{InputDist, Split};
 
@@ -159,9 +159,12 @@ enum Layer {
 /// A convolution's per-axis stride, padding and dilation.
 #[derive(Clone, Debug)]
 struct ConvWindow {
+    transposed: bool,
     stride: Vec<usize>,
     padding: Vec<usize>,
     dilation: Vec<usize>,
+    /// Zeros unless transposed.
+    output_padding: Vec<usize>,
 }
 
 /// A per-axis parameter in the op language: one integer when every axis has the same value.
@@ -366,7 +369,6 @@ const KNOWN: [&str; 44] = [
 
 /// Layers of `torch.nn` that the op language does not have yet, with what they would need.
 fn missing_layer(name: &str) -> Option<&'static str> {
-    let conv = ["ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"];
     let pool = [
         "AdaptiveAvgPool1d",
         "AdaptiveAvgPool2d",
@@ -382,9 +384,7 @@ fn missing_layer(name: &str) -> Option<&'static str> {
         "InstanceNorm3d",
         "GroupNorm",
     ];
-    if conv.contains(&name) {
-        Some("transposed convolutions are not in kevin's op language yet")
-    } else if pool.contains(&name) {
+    if pool.contains(&name) {
         Some("adaptive pooling is not in kevin's op language yet")
     } else if norms.contains(&name) {
         Some("batch, instance and group norms are not in kevin's op language yet")
@@ -1050,26 +1050,47 @@ impl Importer {
                     params: None,
                 }))
             }
-            "Conv1d" | "Conv2d" | "Conv3d" => {
-                let d = (name.as_bytes()[4] - b'0') as usize;
+            "Conv1d" | "Conv2d" | "Conv3d" | "ConvTranspose1d" | "ConvTranspose2d"
+            | "ConvTranspose3d" => {
+                let transposed = name.starts_with("ConvTranspose");
+                let d = (name.as_bytes()[name.len() - 2] - b'0') as usize;
                 let (Some(inp), Some(out)) = (arg(0, "in_channels"), arg(1, "out_channels")) else {
                     return refuse(
                         line,
                         format!("nn.{name} without in_channels and out_channels"),
                     );
                 };
+                // PyTorch's positions: (in, out, kernel, stride, padding, dilation, groups,
+                // bias, padding_mode), transposed (in, out, kernel, stride, padding,
+                // output_padding, groups, bias, dilation, padding_mode).
+                let at = |plain: usize, tr: usize| if transposed { tr } else { plain };
+                let ones = vec![1; d];
+                let zeros = vec![0; d];
                 let kernel = axes_arg(arg(2, "kernel_size"), d, None, "kernel_size", 1, line)?;
                 let window = ConvWindow {
-                    stride: axes_arg(arg(3, "stride"), d, Some(&vec![1; d]), "stride", 1, line)?,
-                    padding: axes_arg(arg(4, "padding"), d, Some(&vec![0; d]), "padding", 0, line)?,
+                    transposed,
+                    stride: axes_arg(arg(3, "stride"), d, Some(&ones), "stride", 1, line)?,
+                    padding: axes_arg(arg(4, "padding"), d, Some(&zeros), "padding", 0, line)?,
                     dilation: axes_arg(
-                        arg(5, "dilation"),
+                        arg(at(5, 8), "dilation"),
                         d,
-                        Some(&vec![1; d]),
+                        Some(&ones),
                         "dilation",
                         1,
                         line,
                     )?,
+                    output_padding: if transposed {
+                        axes_arg(
+                            arg(5, "output_padding"),
+                            d,
+                            Some(&zeros),
+                            "output_padding",
+                            0,
+                            line,
+                        )?
+                    } else {
+                        zeros.clone()
+                    },
                 };
                 match arg(6, "groups") {
                     None | Some(Val::Int(1, _)) => {}
@@ -1083,17 +1104,25 @@ impl Importer {
                     }
                 }
                 let bias = !matches!(arg(7, "bias"), Some(Val::Bool(false)));
-                if !matches!(arg(8, "padding_mode"), None | Some(Val::Str(_)))
-                    || matches!(arg(8, "padding_mode"), Some(Val::Str(m)) if m != "zeros")
+                let mode = arg(at(8, 9), "padding_mode");
+                if !matches!(mode, None | Some(Val::Str(_)))
+                    || matches!(mode, Some(Val::Str(m)) if m != "zeros")
                 {
                     return refuse(
                         line,
                         format!("nn.{name} with a padding_mode other than zeros"),
                     );
                 }
-                let fan_in = inp.num().unwrap_or(1.0) * kernel.iter().product::<usize>() as f64;
+                // kaiming_uniform's fan_in: the weight's second dim times the window.
+                let per_window = if transposed { &out } else { &inp };
+                let fan_in =
+                    per_window.num().unwrap_or(1.0) * kernel.iter().product::<usize>() as f64;
                 let bound = 1.0 / fan_in.max(1.0).sqrt();
-                let mut dims = self.dims(&[out, inp], line)?;
+                let mut dims = if transposed {
+                    self.dims(&[inp, out], line)?
+                } else {
+                    self.dims(&[out, inp], line)?
+                };
                 dims.extend(kernel.iter().map(|&k| Dim::Lit(k)));
                 Ok(Val::Layer(Layer::Conv {
                     dims,
@@ -1180,8 +1209,8 @@ impl Importer {
         }
     }
 
-    /// `conv{d}d(x, w, b?, ...)` with its output shape; refuses a weight that does not match
-    /// the input's channels and a window that does not fit.
+    /// `conv{d}d(x, w, b?, ...)` or `conv_transpose{d}d(...)` with its output shape; refuses a
+    /// weight that does not match the input's channels and a window that does not fit.
     fn conv(
         &mut self,
         x: Tensor,
@@ -1191,46 +1220,58 @@ impl Importer {
         line: usize,
     ) -> Result<Val, Refusal> {
         let d = win.stride.len();
+        let name = if win.transposed {
+            format!("conv_transpose{d}d")
+        } else {
+            format!("conv{d}d")
+        };
         if x.shape.len() != d + 2 || w.shape.len() != d + 2 {
             return refuse(
                 line,
                 format!(
-                    "conv{d}d of {} with a weight of {}",
+                    "{name} of {} with a weight of {}",
                     show(&x.shape),
                     show(&w.shape)
                 ),
             );
         }
-        if x.shape[1] != w.shape[1] {
+        // The weight is [out, in, *k], transposed [in, out, *k].
+        let (w_in, w_out) = if win.transposed { (0, 1) } else { (1, 0) };
+        if x.shape[1] != w.shape[w_in] {
             return refuse(
                 line,
                 format!(
-                    "conv{d}d of {} channels with a weight of {}",
+                    "{name} of {} channels with a weight of {}",
                     x.shape[1],
                     show(&w.shape)
                 ),
             );
         }
-        let mut shape = vec![x.shape[0].clone(), w.shape[0].clone()];
+        let mut shape = vec![x.shape[0].clone(), w.shape[w_out].clone()];
         for i in 0..d {
-            let out = window_out(
-                &x.shape[2 + i],
-                &w.shape[2 + i],
-                win.stride[i],
-                win.padding[i],
-                win.dilation[i],
-            );
+            let (len, k) = (&x.shape[2 + i], &w.shape[2 + i]);
+            let (s, p, dil) = (win.stride[i], win.padding[i], win.dilation[i]);
+            let out = if win.transposed {
+                transposed_out(len, k, s, p, dil, win.output_padding[i])
+            } else {
+                window_out(len, k, s, p, dil)
+            };
             if out.to_poly().constant().is_some_and(|c| c <= 0) {
                 return refuse(
                     line,
-                    format!("conv{d}d whose window does not fit {}", show(&x.shape)),
+                    format!("{name} whose window does not fit {}", show(&x.shape)),
                 );
             }
             shape.push(out);
         }
         let bias = b.map(|b| format!(", {}", b.text)).unwrap_or_default();
+        let extra = if win.transposed {
+            format!(", output_padding={}", axes_text(&win.output_padding))
+        } else {
+            String::new()
+        };
         let text = format!(
-            "conv{d}d({}, {}{bias}, stride={}, padding={}, dilation={})",
+            "{name}({}, {}{bias}, stride={}, padding={}{extra}, dilation={})",
             x.text,
             w.text,
             axes_text(&win.stride),
@@ -1541,8 +1582,10 @@ impl Importer {
                 let eps = num(3, "eps", 1e-12)?;
                 same(format!("l2norm({}, axis={d}, eps={})", x.text, lit(eps)))
             }
-            "conv1d" | "conv2d" | "conv3d" => {
-                let d = (name.as_bytes()[4] - b'0') as usize;
+            "conv1d" | "conv2d" | "conv3d" | "conv_transpose1d" | "conv_transpose2d"
+            | "conv_transpose3d" => {
+                let transposed = name.starts_with("conv_transpose");
+                let d = (name.as_bytes()[name.len() - 2] - b'0') as usize;
                 let Some(w @ Val::Tensor(_)) = get(1, "weight") else {
                     return refuse(line, format!("`{name}` without a weight tensor"));
                 };
@@ -1554,23 +1597,39 @@ impl Importer {
                         return refuse(line, format!("`{name}` with a bias that is {}", v.what()))
                     }
                 };
+                // PyTorch's positions: (x, w, b, stride, padding, dilation, groups), transposed
+                // (x, w, b, stride, padding, output_padding, groups, dilation).
                 match get(6, "groups") {
                     None | Some(Val::Int(1, _)) => {}
                     Some(_) => {
                         return refuse(line, format!("`{name}` with groups > 1 (not imported yet)"))
                     }
                 }
+                let (ones, zeros) = (vec![1; d], vec![0; d]);
                 let window = ConvWindow {
-                    stride: axes_arg(get(3, "stride"), d, Some(&vec![1; d]), "stride", 1, line)?,
-                    padding: axes_arg(get(4, "padding"), d, Some(&vec![0; d]), "padding", 0, line)?,
+                    transposed,
+                    stride: axes_arg(get(3, "stride"), d, Some(&ones), "stride", 1, line)?,
+                    padding: axes_arg(get(4, "padding"), d, Some(&zeros), "padding", 0, line)?,
                     dilation: axes_arg(
-                        get(5, "dilation"),
+                        get(if transposed { 7 } else { 5 }, "dilation"),
                         d,
-                        Some(&vec![1; d]),
+                        Some(&ones),
                         "dilation",
                         1,
                         line,
                     )?,
+                    output_padding: if transposed {
+                        axes_arg(
+                            get(5, "output_padding"),
+                            d,
+                            Some(&zeros),
+                            "output_padding",
+                            0,
+                            line,
+                        )?
+                    } else {
+                        zeros.clone()
+                    },
                 };
                 return self.conv(x, w, b, &window, line);
             }
@@ -1740,12 +1799,6 @@ impl Importer {
                 return refuse(
                     line,
                     format!("`torch.{name}` is not in kevin's op language yet"),
-                )
-            }
-            "conv_transpose1d" | "conv_transpose2d" | "conv_transpose3d" => {
-                return refuse(
-                    line,
-                    format!("`{name}`: transposed convolutions are not in kevin's op language yet"),
                 )
             }
             _ => return refuse(line, format!("`{name}` is not in kevin's op language")),
@@ -1920,11 +1973,16 @@ impl Importer {
                         dist,
                     },
                 );
+                let outputs = if window.transposed {
+                    &dims[1]
+                } else {
+                    &dims[0]
+                };
                 let b = bias.then(|| {
                     self.parameter(
                         &format!("{attr}_bias"),
                         Draw {
-                            dims: vec![dims[0].clone()],
+                            dims: vec![outputs.clone()],
                             dist,
                         },
                     )

@@ -232,15 +232,15 @@ fn pairs_scalars_math_and_several_axes() {
 fn refusals_name_the_construct_and_its_line() {
     let conv = GEMM.replace(
         "nn.Linear(in_features, out_features)",
-        "nn.ConvTranspose2d(in_features, out_features, 3)",
+        "nn.GroupNorm(8, out_features)",
     );
     let r = match import("level2/x.py", 2, &conv, Split::Heldout) {
         Err(r) => r,
-        Ok(_) => panic!("a transposed convolution imported"),
+        Ok(_) => panic!("a group norm imported"),
     };
     assert_eq!(r.line, 8);
     assert!(
-        r.reason.contains("nn.ConvTranspose2d") && r.reason.contains("transposed convolutions"),
+        r.reason.contains("nn.GroupNorm") && r.reason.contains("group norms"),
         "{r}"
     );
     let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "x.view(-1)"));
@@ -401,4 +401,43 @@ fn convolutions_and_pooling_import_with_their_output_dims() {
         "nn.MaxPool2d(2, ceil_mode=True)",
     ));
     assert!(r.reason.contains("ceil_mode"), "{r}");
+}
+
+#[test]
+fn transposed_convolutions_import_with_pytorch_s_weight_layout_and_bound() {
+    let src = CONV
+        .replace(
+            "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, padding=(1, 2))",
+            "nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)",
+        )
+        .replace(
+            "        return F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False)",
+            "        return x",
+        );
+    let t = imported("level1/2_ConvTranspose2d.py", &src);
+    assert_eq!(
+        t.program.inputs[1].ty.to_string(),
+        "f32[in_channels, out_channels, 3, 3]"
+    );
+    // kaiming_uniform's fan_in of a transposed weight is its second dim times the window.
+    let bound = 1.0 / (16.0f64 * 9.0).sqrt();
+    assert_eq!(
+        t.inputs[1],
+        InputDist::Uniform {
+            lo: -bound,
+            hi: bound
+        }
+    );
+    assert!(
+        body(&t).starts_with(
+            "x1 = relu(conv_transpose2d(x, conv_weight, conv_bias, stride=2, padding=1, \
+             output_padding=1, dilation=1))"
+        ),
+        "{}",
+        body(&t)
+    );
+    assert_eq!(
+        t.program.outputs[0].ty.to_string(),
+        "f32[batch_size, out_channels, height, width]"
+    );
 }

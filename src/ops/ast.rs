@@ -457,8 +457,15 @@ pub enum Op {
     /// `conv1d/conv2d/conv3d(x, weight, bias?, stride=1, padding=0, dilation=1, groups=1)`:
     /// PyTorch's cross-correlation over `x: [N, C, *spatial]` with `weight: [F, C/groups,
     /// *kernel]`, giving `[N, F, *out]`, `out = (L + 2*padding - dilation*(k - 1) - 1) // stride
-    /// + 1` per spatial axis.
+    /// + 1` per spatial axis. Transposed (`conv_transpose1d/2d/3d(x, weight, bias?, stride=1,
+    /// padding=0, output_padding=0, groups=1, dilation=1)`): the gradient of that convolution,
+    /// `weight: [C, F/groups, *kernel]`, `out = (L - 1)*stride - 2*padding + dilation*(k - 1) +
+    /// output_padding + 1`.
     Conv {
+        /// `conv_transpose*d`.
+        transposed: bool,
+        /// Extra length on one side of a transposed convolution's output (zeros otherwise).
+        output_padding: Vec<usize>,
         /// Spatial axes (1, 2 or 3).
         dims: usize,
         /// Per spatial axis.

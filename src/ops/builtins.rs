@@ -66,6 +66,7 @@ fn windowed(name: &str) -> Option<(usize, &'static str)> {
     };
     let kind = match stem {
         "conv" => "conv",
+        "conv_transpose" => "conv_transpose",
         "max_pool" => "max_pool",
         "avg_pool" => "avg_pool",
         _ => return None,
@@ -99,6 +100,16 @@ fn signature(name: &str) -> Option<Vec<P>> {
                 Axes("padding", Some(0)),
                 Axes("dilation", Some(1)),
                 I("groups", Some(1)),
+            ],
+            "conv_transpose" => vec![
+                T("x"),
+                T("weight"),
+                OptT("bias"),
+                Axes("stride", Some(1)),
+                Axes("padding", Some(0)),
+                Axes("output_padding", Some(0)),
+                I("groups", Some(1)),
+                Axes("dilation", Some(1)),
             ],
             "max_pool" => vec![
                 T("x"),
@@ -294,18 +305,38 @@ fn build_windowed(name: &str, dims: usize, kind: &str, vals: Vec<V>) -> Result<E
         Ok(v.into_iter().map(|x| x as usize).collect())
     };
     let call = |op: Op, args: Vec<Expr>| Expr::Call { op, args };
-    if kind == "conv" {
+    if kind == "conv" || kind == "conv_transpose" {
         let groups = ints.first().copied().unwrap_or(1);
         if groups < 1 {
             return Err(format!(
                 "`groups` of `{name}` must be at least 1, got {groups}"
             ));
         }
+        let transposed = kind == "conv_transpose";
+        let stride = per_axis("stride", &axes[0], 1)?;
+        let (dilation, output_padding) = if transposed {
+            (
+                per_axis("dilation", &axes[3], 1)?,
+                per_axis("output_padding", &axes[2], 0)?,
+            )
+        } else {
+            (per_axis("dilation", &axes[2], 1)?, vec![0; dims])
+        };
+        // PyTorch's rule: the extra length must be smaller than the stride or the dilation.
+        if let Some(i) = (0..dims).find(|&i| output_padding[i] >= stride[i].max(dilation[i])) {
+            return Err(format!(
+                "`output_padding` of `{name}` must be smaller than the stride or the dilation: {} \
+                 against {} and {}",
+                output_padding[i], stride[i], dilation[i]
+            ));
+        }
         let op = Op::Conv {
+            transposed,
+            output_padding,
             dims,
-            stride: per_axis("stride", &axes[0], 1)?,
+            stride,
             padding: per_axis("padding", &axes[1], 0)?,
-            dilation: per_axis("dilation", &axes[2], 1)?,
+            dilation,
             groups: groups as usize,
             bias: present.get(1) == Some(&true),
         };

@@ -57,6 +57,11 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::RmsNorm { .. } => "rms_norm",
         Op::L2Norm { .. } => "l2norm",
         Op::Transpose { .. } => "transpose",
+        Op::Conv {
+            transposed: true,
+            dims,
+            ..
+        } => ["conv_transpose1d", "conv_transpose2d", "conv_transpose3d"][dims.clamp(&1, &3) - 1],
         Op::Conv { dims, .. } => ["conv1d", "conv2d", "conv3d"][dims.clamp(&1, &3) - 1],
         Op::Pool {
             max: true, dims, ..
@@ -76,6 +81,22 @@ pub fn window_out(len: &Dim, kernel: &Dim, stride: usize, padding: usize, dilati
             .floor_div(stride as i64)
             .add(&Poly::lit(1)),
     )
+}
+
+/// The output length of a transposed convolution over `len`:
+/// `(len - 1)*stride - 2*padding + dilation*(kernel - 1) + output_padding + 1`.
+pub fn transposed_out(
+    len: &Dim,
+    kernel: &Dim,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+    output_padding: usize,
+) -> Dim {
+    let span = kernel.to_poly().sub(&Poly::lit(1)).scale(dilation as i64);
+    let grown = len.to_poly().sub(&Poly::lit(1)).scale(stride as i64);
+    let extra = output_padding as i64 + 1 - 2 * padding as i64;
+    Dim::from_poly(grown.add(&span).add(&Poly::lit(extra)))
 }
 
 /// The shape of a convolution or pooling of `x` (`[N, C, *spatial]`), with `w` the weight of a
@@ -113,58 +134,96 @@ fn windowed_shape(
     }
     let mut shape = x.shape[..2].to_vec();
     let kernel: Vec<Dim> = match op {
-        Op::Conv { groups, bias, .. } => {
+        Op::Conv {
+            groups,
+            bias,
+            transposed,
+            ..
+        } => {
             let w = &rest[0];
             float_tensor(w, name)?;
+            let layout = if *transposed {
+                "[C, F/groups, kernel...]"
+            } else {
+                "[F, C/groups, kernel...]"
+            };
             if w.shape.len() != dims + 2 {
                 return Err(format!(
-                    "`{name}` needs a weight of rank {} ([F, C/groups, kernel...]), got {}",
+                    "`{name}` needs a weight of rank {} ({layout}), got {}",
                     dims + 2,
                     w.describe()
                 ));
             }
-            let c = x.shape[1].to_poly();
-            if w.shape[1].to_poly().scale(*groups as i64) != c {
-                return Err(format!(
-                    "`{name}`: the weight's second dim times groups ({} x {groups}) must be the \
-                     input's channels {} (with groups, write the channels as a multiple: \
-                     [N, {groups}*G, ...] and [F, G, ...])",
-                    w.shape[1], x.shape[1]
-                ));
-            }
-            if *groups > 1 {
-                let f = w.shape[0].to_poly();
-                if f.floor_div(*groups as i64).scale(*groups as i64) != f {
+            let g = *groups as i64;
+            // Input and output channels; a symbolic count's divisibility by groups is checked
+            // where sizes are bound (the interpreter).
+            let outputs = if *transposed {
+                if w.shape[0] != x.shape[1] {
                     return Err(format!(
-                        "`{name}`: the weight's output channels {} are not divisible by groups {groups}",
-                        w.shape[0]
+                        "`{name}`: the weight's first dim {} must be the input's channels {}",
+                        w.shape[0], x.shape[1]
                     ));
                 }
+                Dim::from_poly(w.shape[1].to_poly().scale(g))
+            } else {
+                if w.shape[1].to_poly().scale(g) != x.shape[1].to_poly() {
+                    return Err(format!(
+                        "`{name}`: the weight's second dim times groups ({} x {groups}) must be the \
+                         input's channels {} (with groups, write the channels as a multiple: \
+                         [N, {groups}*G, ...] and [F, G, ...])",
+                        w.shape[1], x.shape[1]
+                    ));
+                }
+                w.shape[0].clone()
+            };
+            let divides = |d: &Dim| d.to_poly().constant().is_none_or(|c| c % g == 0);
+            let grouped = if *transposed {
+                &x.shape[1]
+            } else {
+                &w.shape[0]
+            };
+            if !divides(grouped) {
+                return Err(format!(
+                    "`{name}`: {grouped} channels are not divisible by groups {groups}"
+                ));
             }
             if *bias {
                 let b = &rest[1];
-                if b.shape != [w.shape[0].clone()] || b.dtype.is_none() {
+                if b.shape != [outputs.clone()] || b.dtype.is_none() {
                     return Err(format!(
-                        "`{name}` bias must have shape [{}], got {}",
-                        w.shape[0],
+                        "`{name}` bias must have shape [{outputs}], got {}",
                         b.describe()
                     ));
                 }
             }
-            shape[1] = w.shape[0].clone();
+            shape[1] = outputs;
             w.shape[2..].to_vec()
         }
         Op::Pool { kernel, .. } => kernel.iter().map(|&k| Dim::Lit(k)).collect(),
         _ => unreachable!(),
     };
     for i in 0..dims {
-        let out = window_out(
-            &x.shape[2 + i],
-            &kernel[i],
-            stride[i],
-            padding[i],
-            dilation[i],
-        );
+        let out = match op {
+            Op::Conv {
+                transposed: true,
+                output_padding,
+                ..
+            } => transposed_out(
+                &x.shape[2 + i],
+                &kernel[i],
+                stride[i],
+                padding[i],
+                dilation[i],
+                output_padding[i],
+            ),
+            _ => window_out(
+                &x.shape[2 + i],
+                &kernel[i],
+                stride[i],
+                padding[i],
+                dilation[i],
+            ),
+        };
         if out.to_poly().constant().is_some_and(|c| c <= 0) {
             return Err(format!(
                 "`{name}`: the window ({}, dilation {}) does not fit spatial axis {i} of length {} \

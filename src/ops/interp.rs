@@ -252,6 +252,8 @@ fn eval_node(
                 }
                 Op::Transpose { a, b } => x = k::transpose(&x, axis(&x, a)?, axis(&x, b)?),
                 Op::Conv {
+                    transposed,
+                    ref output_padding,
                     ref stride,
                     ref padding,
                     ref dilation,
@@ -261,7 +263,20 @@ fn eval_node(
                 } => {
                     let w = it.next().ok_or("conv without a weight")?;
                     let b = if bias { it.next() } else { None };
-                    x = k::conv(&x, &w, b.as_ref(), stride, padding, dilation, groups)?
+                    x = if transposed {
+                        k::conv_transpose(
+                            &x,
+                            &w,
+                            b.as_ref(),
+                            stride,
+                            padding,
+                            output_padding,
+                            dilation,
+                            groups,
+                        )?
+                    } else {
+                        k::conv(&x, &w, b.as_ref(), stride, padding, dilation, groups)?
+                    }
                 }
                 Op::Pool {
                     max,

@@ -638,3 +638,42 @@ fn windowed_ops_check_their_shapes_and_parameters() {
         "syntax error: line 2, column 23: a dim divides with `//` (floor division)",
     );
 }
+
+#[test]
+fn transposed_convolutions_against_hand_computed_values() {
+    // Each input element scatters the kernel at stride 2: o = 2*i + k.
+    check(
+        "input X: f32[1, 1, L]\ninput K: f32[1, 1, 2]\noutput Y: f32[1, 1, 2*L]\n\
+         output Z: f32[1, 1, 2*L - 2]\noutput O: f32[1, 1, 2*L + 1]\n\
+         Y = conv_transpose1d(X, K, stride=2)\nZ = conv_transpose1d(X, K, stride=2, padding=1)\n\
+         O = conv_transpose1d(X, K, stride=2, output_padding=1)\n",
+        &[("L", 3)],
+        &[&[1., 2., 3.], &[1., 10.]],
+        &[
+            &[1., 10., 2., 20., 3., 30.],
+            &[10., 2., 20., 3.],
+            &[1., 10., 2., 20., 3., 30., 0.],
+        ],
+    );
+    // Dilation spreads the kernel; input channels are summed; groups keep channels apart.
+    check(
+        "input X: f32[1, 1, 2]\ninput K: f32[1, 1, 2]\noutput Y: f32[1, 1, 4]\n\
+         Y = conv_transpose1d(X, K, dilation=2)\n",
+        &[],
+        &[&[1., 2.], &[1., 10.]],
+        &[&[1., 2., 10., 20.]],
+    );
+    check(
+        "input X: f32[1, 2, 2]\ninput K: f32[2, 1, 1]\ninput b: f32[1]\noutput Y: f32[1, 1, 2]\n\
+         output Z: f32[1, 2, 2]\nY = conv_transpose1d(X, K, b)\nZ = conv_transpose1d(X, K, groups=2)\n",
+        &[],
+        &[&[1., 2., 3., 4.], &[10., 100.], &[0.5]],
+        &[&[310.5, 420.5], &[10., 20., 300., 400.]],
+    );
+    check_err(
+        "input X: f32[N, C, L]\ninput K: f32[C, 4, 3]\noutput Y: f32[N, 4, L + 3]\n\
+         Y = conv_transpose1d(X, K, output_padding=1)\n",
+        "syntax error: line 4, column 5: `output_padding` of `conv_transpose1d` must be smaller \
+         than the stride or the dilation: 1 against 1 and 1",
+    );
+}

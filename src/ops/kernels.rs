@@ -527,3 +527,92 @@ pub fn pool(
     }
     Ok(Tensor { shape, data })
 }
+
+/// PyTorch's transposed convolution of `x: [N, C, *spatial]` with `w: [C, F/groups, *kernel]`
+/// and an optional bias `[F]`, in f64: every output position gathers the input positions
+/// `i = (o + padding - k*dilation) / stride` that divide exactly.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_transpose(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    stride: &[usize],
+    padding: &[usize],
+    output_padding: &[usize],
+    dilation: &[usize],
+    groups: usize,
+) -> Result<Tensor, String> {
+    let d = stride.len();
+    if x.shape.len() != d + 2 || w.shape.len() != d + 2 {
+        return Err(format!(
+            "conv_transpose{d}d of shapes {:?} and {:?}",
+            x.shape, w.shape
+        ));
+    }
+    let (n, c, fg) = (x.shape[0], x.shape[1], w.shape[1]);
+    if w.shape[0] != c || c % groups != 0 {
+        return Err(format!(
+            "conv_transpose{d}d: {c} input channels with groups {groups} need a weight of \
+             [C, F/groups, ...], got {:?}",
+            w.shape
+        ));
+    }
+    let (f, cg) = (fg * groups, c / groups);
+    let spatial = &x.shape[2..];
+    let kernel = &w.shape[2..];
+    let mut outs = Vec::with_capacity(d);
+    for i in 0..d {
+        let len = (spatial[i] as i64 - 1) * stride[i] as i64 - 2 * padding[i] as i64
+            + dilation[i] as i64 * (kernel[i] as i64 - 1)
+            + output_padding[i] as i64
+            + 1;
+        if len <= 0 {
+            return Err(format!(
+                "conv_transpose{d}d: output length {len} on axis {i}"
+            ));
+        }
+        outs.push(len as usize);
+    }
+    let mut shape = vec![n, f];
+    shape.extend(&outs);
+    let sp: usize = spatial.iter().product();
+    let ks: usize = kernel.iter().product();
+    let mut data = Vec::with_capacity(shape.iter().product());
+    let (mut o, mut src) = (vec![0; d], vec![0; d]);
+    for b in 0..n {
+        for oc in 0..f {
+            let (g, ocl) = (oc / fg, oc % fg);
+            o.iter_mut().for_each(|v| *v = 0);
+            loop {
+                let mut acc = bias.map_or(0.0, |t| t.data[oc]);
+                let mut off = vec![0; d];
+                loop {
+                    let hit = (0..d).all(|i| {
+                        let num = o[i] as i64 + padding[i] as i64 - (off[i] * dilation[i]) as i64;
+                        let s = stride[i] as i64;
+                        if num < 0 || num % s != 0 || num / s >= spatial[i] as i64 {
+                            return false;
+                        }
+                        src[i] = (num / s) as usize;
+                        true
+                    });
+                    if hit {
+                        let (xi, wi) = (flat(&src, spatial), flat(&off, kernel));
+                        for ic in g * cg..(g + 1) * cg {
+                            acc +=
+                                x.data[(b * c + ic) * sp + xi] * w.data[(ic * fg + ocl) * ks + wi];
+                        }
+                    }
+                    if !next_pos(&mut off, kernel) {
+                        break;
+                    }
+                }
+                data.push(acc);
+                if !next_pos(&mut o, &outs) {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(Tensor { shape, data })
+}

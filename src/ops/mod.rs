@@ -52,6 +52,9 @@
 //! - windowed over `x: [N, C, *spatial]` (1 to 3 spatial axes; a per-axis parameter is one
 //!   integer or a tuple of one per axis): `conv1d/conv2d/conv3d(x, weight, bias?, stride=1,
 //!   padding=0, dilation=1, groups=1)` with `weight: [F, C/groups, *kernel]`,
+//!   `conv_transpose1d/2d/3d(x, weight, bias?, stride=1, padding=0, output_padding=0, groups=1,
+//!   dilation=1)` with `weight: [C, F/groups, *kernel]` (output length `(L - 1)*stride -
+//!   2*padding + dilation*(k - 1) + output_padding + 1`),
 //!   `max_pool1d/2d/3d(x, kernel_size, stride=kernel_size, padding=0, dilation=1)` and
 //!   `avg_pool1d/2d/3d(x, kernel_size, stride=kernel_size, padding=0, count_include_pad=true)`,
 //!   PyTorch's semantics in floor mode (`ceil_mode=true` is refused). Each output length is
@@ -88,7 +91,7 @@ mod torch_tests;
 
 pub use ast::{BinOp, Const, Decl, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, Stmt};
 pub use ast::{Poly, TensorType, UnaryFn};
-pub use check::{infer_expr, normalize_axis, op_name, window_out, ExprType};
+pub use check::{infer_expr, normalize_axis, op_name, transposed_out, window_out, ExprType};
 pub use parse::is_reserved;
 
 use std::fmt;

@@ -294,6 +294,8 @@ impl Renderer<'_> {
             }
             Op::Transpose { a, b } => format!("torch.transpose({x}, {a}, {b})"),
             Op::Conv {
+                transposed,
+                ref output_padding,
                 dims,
                 ref stride,
                 ref padding,
@@ -303,13 +305,20 @@ impl Renderer<'_> {
             } => {
                 let w = rest.first().cloned().unwrap_or_default();
                 let b = if bias { rest.get(1).cloned() } else { None };
-                format!(
-                    "F.conv{dims}d({x}, {w}, {}, stride={}, padding={}, dilation={}, groups={groups})",
-                    b.unwrap_or_else(|| "None".into()),
-                    per_axis(stride),
-                    per_axis(padding),
-                    per_axis(dilation)
-                )
+                let b = b.unwrap_or_else(|| "None".into());
+                let (s, p, d) = (per_axis(stride), per_axis(padding), per_axis(dilation));
+                if transposed {
+                    let op = per_axis(output_padding);
+                    format!(
+                        "F.conv_transpose{dims}d({x}, {w}, {b}, stride={s}, padding={p}, \
+                         output_padding={op}, groups={groups}, dilation={d})"
+                    )
+                } else {
+                    format!(
+                        "F.conv{dims}d({x}, {w}, {b}, stride={s}, padding={p}, dilation={d}, \
+                         groups={groups})"
+                    )
+                }
             }
             Op::Pool {
                 max: true,

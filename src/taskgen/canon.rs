@@ -201,10 +201,13 @@ impl Renderer<'_> {
                         ref stride,
                         ref padding,
                         ref dilation,
+                        ref output_padding,
                         groups,
                         bias,
                         ..
-                    } => format!("{stride:?},{padding:?},{dilation:?},{groups},{bias}"),
+                    } => format!(
+                        "{stride:?},{padding:?},{dilation:?},{output_padding:?},{groups},{bias}"
+                    ),
                     Op::Pool {
                         ref kernel,
                         ref stride,
