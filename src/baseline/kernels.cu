@@ -735,6 +735,35 @@ KB_D void norm_rows(const T* __restrict__ x, const T* w, const T* b, T* __restri
     }
 }
 
+// Group, instance and batch norm of x [n, c, s]: one row (a warp or a block) per set. groups > 0:
+// set (i, j) holds channels j*c/groups.. of sample i, contiguous; groups == 0 (batch norm in
+// training mode): set ch holds channel ch of every sample. Welford statistics, biased variance.
+template <class T>
+KB_D void chan_norm(const T* __restrict__ x, const T* w, const T* b, T* __restrict__ y, i64 n, i64 c, i64 s,
+                    i64 groups, op_t<T> eps, int has_w, int has_b) {
+    typedef op_t<T> A;
+    typedef RWelford<A> R;
+    const bool batch = groups == 0;
+    const i64 sets = batch ? c : n * groups, cpg = batch ? 1 : c / groups;
+    const i64 per = batch ? n * s : cpg * s;
+    KB_FOR_ROWS(r, sets) {
+        const i64 base = batch ? r * s : ((r / groups) * c + (r % groups) * cpg) * s;
+        // Element k of the set: contiguous for a group; sample by sample for a channel.
+        auto at = [&](i64 k) -> i64 { return batch ? base + (k / s) * c * s + k % s : base + k; };
+        typename R::Acc a = R::init();
+        for (i64 k = threadIdx.x; k < per; k += blockDim.x) a = R::push(a, to_op(x[at(k)]), 0);
+        a = row_reduce<R>(a);
+        const A mean = a.mean, rstd = m_rsqrt(a.m2 / (A)per + eps);
+        for (i64 k = threadIdx.x; k < per; k += blockDim.x) {
+            const i64 i = at(k), ch = batch ? r : (r % groups) * cpg + k / s;
+            A o = (to_op(x[i]) - mean) * rstd;
+            if (has_w) o *= to_op(w[ch]);
+            if (has_b) o += to_op(b[ch]);
+            y[i] = from_op<T>(o);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Inclusive scans (cumsum, PROD: cumprod).
 
@@ -1105,6 +1134,10 @@ KB_EACH(KB_SCAN, cumprod, true)
     extern "C" __global__ void layer_norm_##dt(const T* x, const T* w, const T* b, T* y, i64 rows, i64 n, \
                                                kb::op_t<T> eps, int has_w, int has_b) {                   \
         kb::norm_rows<T, false>(x, w, b, y, rows, n, eps, has_w, has_b);                                  \
+    }                                                                                                     \
+    extern "C" __global__ void chan_norm_##dt(const T* x, const T* w, const T* b, T* y, i64 n, i64 c, i64 s,  \
+                                              i64 groups, kb::op_t<T> eps, int has_w, int has_b) {        \
+        kb::chan_norm<T>(x, w, b, y, n, c, s, groups, eps, has_w, has_b);                                 \
     }                                                                                                     \
     extern "C" __global__ void rms_norm_##dt(const T* x, const T* w, T* y, i64 rows, i64 n,               \
                                              kb::op_t<T> eps, int has_w) {                                \

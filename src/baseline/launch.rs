@@ -133,6 +133,7 @@ pub fn kernel_names() -> Vec<String> {
         out.push(format!("max_pool_{d}"));
         out.push(format!("avg_pool_{d}"));
         out.push(format!("layer_norm_{d}"));
+        out.push(format!("chan_norm_{d}"));
         out.push(format!("rms_norm_{d}"));
         out.push(format!("gemm_{d}"));
     }
@@ -530,6 +531,40 @@ pub(super) fn pool(
         [EW_THREADS, 1, 1],
         args,
     )
+}
+
+/// Group, instance (`groups = c`) or batch (`groups = 0`) norm of `x: [n, c, s]`: a warp or a
+/// block per set of elements, as the row norms.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn chan_norm(
+    e: Elem,
+    (x, w, b, y): (usize, Option<usize>, Option<usize>, usize),
+    (n, c, s): (usize, usize, usize),
+    groups: usize,
+    eps: f64,
+) -> Step {
+    let (sets, per) = if groups == 0 {
+        (c, n * s)
+    } else {
+        (n * groups, c / groups * s)
+    };
+    let (grid, block) = row_launch(sets, per);
+    let buf = |o: Option<usize>| StepArg::Buffer(o.unwrap_or(x));
+    let flag = |o: Option<usize>| StepArg::I32(o.is_some().into());
+    let args = vec![
+        StepArg::Buffer(x),
+        buf(w),
+        buf(b),
+        StepArg::Buffer(y),
+        n64(n),
+        n64(c),
+        n64(s),
+        n64(groups),
+        e.scalar(eps),
+        flag(w),
+        flag(b),
+    ];
+    kernel(format!("chan_norm_{}", e.name()), grid, block, args)
 }
 
 /// Copies `nbytes` bytes from `x` to `y`.

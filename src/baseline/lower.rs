@@ -487,6 +487,38 @@ impl Lowerer<'_> {
                 self.steps.push(step);
                 Ok(y)
             }
+            Op::ChannelNorm {
+                groups,
+                instance,
+                eps,
+                weight,
+                bias,
+            } => {
+                let (dtype, shape) = self.tensor_type(e)?;
+                let mut rest = args[1..].iter();
+                let mut operand = |l: &mut Self,
+                                   present: bool|
+                 -> Result<Option<Tensor>, BaselineError> {
+                    match (present, rest.next()) {
+                        (false, _) => Ok(None),
+                        (true, Some(e)) => l.tensor(e).map(Some),
+                        (true, None) => Err(l.err("a norm's weight or bias operand is missing")),
+                    }
+                };
+                let w = operand(self, weight)?;
+                let b = operand(self, bias)?;
+                let x = self.cast(x, dtype);
+                let w = w.map(|w| self.cast(w, dtype));
+                let b = b.map(|b| self.cast(b, dtype));
+                let (n, c) = (x.shape[0], x.shape[1]);
+                let s = x.shape[2..].iter().product();
+                let groups = if instance { c } else { groups };
+                let y = self.alloc(dest, dtype, &shape);
+                let bufs = (x.buf, w.map(|t| t.buf), b.map(|t| t.buf), y.buf);
+                let step = launch::chan_norm(self.elem(dtype), bufs, (n, c, s), groups, eps);
+                self.steps.push(step);
+                Ok(y)
+            }
             Op::Pool {
                 max,
                 ref kernel,

@@ -375,19 +375,8 @@ fn missing_layer(name: &str) -> Option<&'static str> {
         "AdaptiveAvgPool3d",
         "AdaptiveMaxPool2d",
     ];
-    let norms = [
-        "BatchNorm1d",
-        "BatchNorm2d",
-        "BatchNorm3d",
-        "InstanceNorm1d",
-        "InstanceNorm2d",
-        "InstanceNorm3d",
-        "GroupNorm",
-    ];
     if pool.contains(&name) {
         Some("adaptive pooling is not in kevin's op language yet")
-    } else if norms.contains(&name) {
-        Some("batch, instance and group norms are not in kevin's op language yet")
     } else {
         None
     }
@@ -1162,6 +1151,31 @@ impl Importer {
                 kws.extend(kw);
                 Ok(Val::Layer(Layer::Func(f, kws)))
             }
+            // PyTorch initialises the affine parameters to ones and zeros: until trained the
+            // norms are without them, as nn.LayerNorm. A module is in training mode: batch
+            // norm normalises with the batch's statistics.
+            "GroupNorm" => {
+                let Some(groups) = arg(0, "num_groups") else {
+                    return refuse(line, "nn.GroupNorm without num_groups");
+                };
+                let eps = arg(2, "eps").unwrap_or(Val::Float(1e-5));
+                Ok(Val::Layer(Layer::Func(
+                    "group_norm".into(),
+                    vec![("num_groups".into(), groups), ("eps".into(), eps)],
+                )))
+            }
+            "BatchNorm1d" | "BatchNorm2d" | "BatchNorm3d" | "InstanceNorm1d" | "InstanceNorm2d"
+            | "InstanceNorm3d" => {
+                let eps = arg(1, "eps").unwrap_or(Val::Float(1e-5));
+                let mut kws = vec![("eps".to_string(), eps)];
+                let f = if name.starts_with("Batch") {
+                    kws.push(("training".into(), Val::Bool(true)));
+                    "batch_norm"
+                } else {
+                    "instance_norm"
+                };
+                Ok(Val::Layer(Layer::Func(f.into(), kws)))
+            }
             "Dropout" => match arg(0, "p").and_then(|v| v.num()) {
                 Some(p) if p == 0.0 => Ok(Val::Layer(Layer::Func("identity".into(), Vec::new()))),
                 _ => refuse(line, "nn.Dropout with p > 0 (random in training mode)"),
@@ -1710,6 +1724,41 @@ impl Importer {
                     int: false,
                 })
             }
+            "group_norm" | "batch_norm" | "instance_norm" => {
+                // F.group_norm(x, num_groups, weight, bias, eps), F.batch_norm(x, running_mean,
+                // running_var, weight, bias, training, momentum, eps), F.instance_norm(x,
+                // running_mean, running_var, weight, bias, use_input_stats, momentum, eps).
+                let (w_at, eps_at) = if name == "group_norm" { (2, 4) } else { (3, 7) };
+                if name == "batch_norm" && !matches!(get(5, "training"), Some(Val::Bool(true))) {
+                    return refuse(line, "batch_norm with running statistics (training=False)");
+                }
+                if name == "instance_norm"
+                    && matches!(get(5, "use_input_stats"), Some(Val::Bool(false)))
+                {
+                    return refuse(line, "instance_norm with running statistics");
+                }
+                let mut args = vec![x.text.clone()];
+                if name == "group_norm" {
+                    match get(1, "num_groups") {
+                        Some(Val::Int(g, _)) => args.push(g.to_string()),
+                        _ => return refuse(line, "group_norm without an integer num_groups"),
+                    }
+                }
+                for (i, key) in [(w_at, "weight"), (w_at + 1, "bias")] {
+                    match get(i, key) {
+                        None | Some(Val::None) => {}
+                        Some(v @ Val::Tensor(_)) => {
+                            let t = self.operand(&v, line)?;
+                            args.push(format!("{key}={}", t.text));
+                        }
+                        Some(v) => {
+                            return refuse(line, format!("`{name}`'s {key} is {}", v.what()))
+                        }
+                    }
+                }
+                let eps = num(eps_at, "eps", 1e-5)?;
+                same(format!("{name}({}, eps={})", args.join(", "), lit(eps)))
+            }
             "layer_norm_last" => {
                 let eps = num(usize::MAX, "eps", 1e-5)?;
                 same(format!("layer_norm({}, eps={})", x.text, lit(eps)))
@@ -2240,6 +2289,14 @@ fn small_sizes(p: &Program, symbols: &[String]) -> Sizes {
             break;
         }
         sizes.values_mut().for_each(|v| *v = *v * 2 + 1);
+    }
+    // Channels split into groups (group norms, grouped convolutions): a multiple of the groups.
+    for (_, dim, groups) in crate::ops::group_constraints(p) {
+        if let Dim::Sym(s) = dim {
+            if let Some(v) = sizes.get_mut(&s) {
+                *v = (*v / groups).max(1) * groups;
+            }
+        }
     }
     sizes
 }

@@ -232,15 +232,15 @@ fn pairs_scalars_math_and_several_axes() {
 fn refusals_name_the_construct_and_its_line() {
     let conv = GEMM.replace(
         "nn.Linear(in_features, out_features)",
-        "nn.GroupNorm(8, out_features)",
+        "nn.AdaptiveAvgPool2d(1)",
     );
     let r = match import("level2/x.py", 2, &conv, Split::Heldout) {
         Err(r) => r,
-        Ok(_) => panic!("a group norm imported"),
+        Ok(_) => panic!("an adaptive pooling imported"),
     };
     assert_eq!(r.line, 8);
     assert!(
-        r.reason.contains("nn.GroupNorm") && r.reason.contains("group norms"),
+        r.reason.contains("nn.AdaptiveAvgPool2d") && r.reason.contains("adaptive pooling"),
         "{r}"
     );
     let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "x.view(-1)"));
@@ -440,4 +440,29 @@ fn transposed_convolutions_import_with_pytorch_s_weight_layout_and_bound() {
         t.program.outputs[0].ty.to_string(),
         "f32[batch_size, out_channels, height, width]"
     );
+}
+
+#[test]
+fn norms_over_channels_import_in_training_mode_with_their_groups() {
+    let src = CONV
+        .replace(
+            "self.pool = nn.MaxPool2d(kernel_size=2)",
+            "self.pool = nn.GroupNorm(4, out_channels)\n        self.bn = nn.BatchNorm2d(out_channels)\n        self.inorm = nn.InstanceNorm2d(out_channels, eps=1e-3)",
+        )
+        .replace(
+            "        x = self.pool(x)\n        return F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False)",
+            "        return self.inorm(self.bn(self.pool(x)))",
+        );
+    let t = imported("level2/3_Conv2d_GroupNorm_BatchNorm.py", &src);
+    assert!(
+        body(&t).ends_with(
+            "Y = instance_norm(batch_norm(group_norm(x1, 4, eps=1e-5), eps=1e-5), eps=0.001)"
+        ),
+        "{}",
+        body(&t)
+    );
+    // The small preset keeps the channels a multiple of the groups.
+    for preset in [Preset::Gpu, Preset::Small] {
+        assert_eq!(t.sizes(preset)["out_channels"] % 4, 0, "{preset:?}");
+    }
 }

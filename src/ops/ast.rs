@@ -479,6 +479,22 @@ pub enum Op {
         /// A bias operand `[F]` follows the weight.
         bias: bool,
     },
+    /// `group_norm(x, groups, weight?, bias?, eps=1e-5)`, `batch_norm(x, weight?, bias?,
+    /// eps=1e-5)` and `instance_norm(x, weight?, bias?, eps=1e-5)` over `x: [N, C, *]`:
+    /// statistics (mean, biased variance) per sample and group of channels, per channel over
+    /// the batch (training mode), or per sample and channel; weight and bias `[C]`.
+    ChannelNorm {
+        /// Channel groups; 0 for batch norm (instance norm is as many groups as channels).
+        groups: usize,
+        /// Instance norm (the groups are the channels).
+        instance: bool,
+        /// Added to the variance.
+        eps: f64,
+        /// A weight operand follows `x`.
+        weight: bool,
+        /// A bias operand follows (after the weight, if any).
+        bias: bool,
+    },
     /// `max_pool1d/2d/3d(x, kernel_size, stride=kernel_size, padding=0, dilation=1)` and
     /// `avg_pool1d/2d/3d(x, kernel_size, stride=kernel_size, padding=0,
     /// count_include_pad=true)` over the trailing spatial axes of `x: [N, C, *spatial]`

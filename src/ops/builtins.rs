@@ -139,6 +139,16 @@ fn signature(name: &str) -> Option<Vec<P>> {
         "l2norm" => vec![T("x"), I("axis", Some(-1)), F("eps", Some(1e-12))],
         "layer_norm" => vec![T("x"), OptT("weight"), OptT("bias"), F("eps", Some(1e-5))],
         "rms_norm" => vec![T("x"), OptT("weight"), F("eps", Some(1e-6))],
+        "group_norm" => vec![
+            T("x"),
+            I("groups", None),
+            OptT("weight"),
+            OptT("bias"),
+            F("eps", Some(1e-5)),
+        ],
+        "batch_norm" | "instance_norm" => {
+            vec![T("x"), OptT("weight"), OptT("bias"), F("eps", Some(1e-5))]
+        }
         "transpose" => vec![T("x"), I("a", Some(-2)), I("b", Some(-1))],
         _ => return None,
     })
@@ -459,6 +469,17 @@ fn build(name: &str, vals: Vec<V>) -> Expr {
         "rms_norm" => Op::RmsNorm {
             eps: f(0),
             weight: present.first() == Some(&true),
+        },
+        "group_norm" | "batch_norm" | "instance_norm" => Op::ChannelNorm {
+            groups: if name == "group_norm" {
+                n(0).max(0) as usize
+            } else {
+                0
+            },
+            instance: name == "instance_norm",
+            eps: f(0),
+            weight: present.first() == Some(&true),
+            bias: present.get(1) == Some(&true),
         },
         _ => Op::Transpose { a: n(0), b: n(1) },
     };

@@ -57,6 +57,13 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::RmsNorm { .. } => "rms_norm",
         Op::L2Norm { .. } => "l2norm",
         Op::Transpose { .. } => "transpose",
+        Op::ChannelNorm {
+            groups: 0,
+            instance: false,
+            ..
+        } => "batch_norm",
+        Op::ChannelNorm { instance: true, .. } => "instance_norm",
+        Op::ChannelNorm { .. } => "group_norm",
         Op::Conv {
             transposed: true,
             dims,
@@ -238,6 +245,61 @@ fn windowed_shape(
         dtype = join_dtype(dtype, t.dtype, &format!("`{name}`"))?;
     }
     Ok(ExprType { dtype, shape })
+}
+
+/// Dims that must be multiples of a group count wherever sizes are bound, with the line that asks
+/// for it: the channels of a group norm and of a grouped convolution (input channels of any
+/// convolution, output channels of a plain one). Literal dims are checked statically; the task
+/// loader checks these at every preset.
+pub fn group_constraints(program: &Program) -> Vec<(usize, Dim, usize)> {
+    fn walk(program: &Program, line: usize, e: &Expr, out: &mut Vec<(usize, Dim, usize)>) {
+        match e {
+            Expr::Num(_) | Expr::Var(_) => {}
+            Expr::Neg(a) => walk(program, line, a, out),
+            Expr::Binary(_, a, b) => {
+                walk(program, line, a, out);
+                walk(program, line, b, out);
+            }
+            Expr::Call { op, args } => {
+                args.iter().for_each(|a| walk(program, line, a, out));
+                let shape = |i: usize| {
+                    args.get(i)
+                        .and_then(|a| infer_expr(program, a).ok())
+                        .map(|t| t.shape)
+                        .unwrap_or_default()
+                };
+                match op {
+                    Op::ChannelNorm {
+                        groups,
+                        instance: false,
+                        ..
+                    } if *groups > 1 => {
+                        if let Some(c) = shape(0).get(1) {
+                            out.push((line, c.clone(), *groups));
+                        }
+                    }
+                    Op::Conv {
+                        groups, transposed, ..
+                    } if *groups > 1 => {
+                        if let Some(c) = shape(0).get(1) {
+                            out.push((line, c.clone(), *groups));
+                        }
+                        if !transposed {
+                            if let Some(f) = shape(1).first() {
+                                out.push((line, f.clone(), *groups));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for s in &program.stmts {
+        walk(program, s.line, &s.expr, &mut out);
+    }
+    out
 }
 
 /// Normalises a possibly negative axis against `rank`.
@@ -422,6 +484,43 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                     Ok(x)
                 }
                 Op::Conv { .. } | Op::Pool { .. } => windowed_shape(op, name, &x, &types[1..]),
+                Op::ChannelNorm {
+                    groups, instance, ..
+                } => {
+                    let min = if *instance { 3 } else { 2 };
+                    if x.shape.len() < min {
+                        return Err(format!(
+                            "`{name}` needs an input of rank {min} or more ([N, C, ...]), got {}",
+                            x.describe()
+                        ));
+                    }
+                    let c = &x.shape[1];
+                    if op_name(op) == "group_norm" {
+                        let bad = *groups == 0
+                            || c.to_poly()
+                                .constant()
+                                .is_some_and(|c| c % *groups as i64 != 0);
+                        if bad {
+                            return Err(format!(
+                                "`group_norm`: {c} channels are not divisible into {groups} groups"
+                            ));
+                        }
+                    }
+                    let mut dtype = x.dtype;
+                    for t in &types[1..] {
+                        if t.shape != [c.clone()] || t.dtype.is_none() {
+                            return Err(format!(
+                                "`{name}` weight/bias must have shape [{c}], got {}",
+                                t.describe()
+                            ));
+                        }
+                        dtype = join_dtype(dtype, t.dtype, &format!("`{name}`"))?;
+                    }
+                    Ok(ExprType {
+                        dtype,
+                        shape: x.shape,
+                    })
+                }
                 Op::Transpose { a, b } => {
                     let (a, b) = (axis_of(*a)?, axis_of(*b)?);
                     let mut shape = x.shape.clone();

@@ -278,6 +278,22 @@ fn eval_node(
                         k::conv(&x, &w, b.as_ref(), stride, padding, dilation, groups)?
                     }
                 }
+                Op::ChannelNorm {
+                    groups,
+                    instance,
+                    eps,
+                    weight,
+                    bias,
+                } => {
+                    let w = if weight { it.next() } else { None };
+                    let b = if bias { it.next() } else { None };
+                    let groups = if instance {
+                        x.shape.get(1).copied().unwrap_or(1)
+                    } else {
+                        groups
+                    };
+                    x = k::channel_norm(&x, groups, eps, w.as_ref(), b.as_ref())?
+                }
                 Op::Pool {
                     max,
                     ref kernel,

@@ -677,3 +677,47 @@ fn transposed_convolutions_against_hand_computed_values() {
          than the stride or the dilation: 1 against 1 and 1",
     );
 }
+
+#[test]
+fn channel_norms_against_hand_computed_values() {
+    // Two samples, two channels of two elements: [[1, 3], [5, 7]] and [[0, 2], [4, 10]].
+    let x: &[f64] = &[1., 3., 5., 7., 0., 2., 4., 10.];
+    let z = |v: &[f64]| -> Vec<f64> {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / v.len() as f64;
+        v.iter().map(|a| (a - m) / (var + 1e-5).sqrt()).collect()
+    };
+    // One group: each sample normalised as a whole.
+    let mut group: Vec<f64> = z(&x[..4]);
+    group.extend(z(&x[4..]));
+    // Instance: each (sample, channel) pair.
+    let instance: Vec<f64> = x.chunks(2).flat_map(z).collect();
+    // Batch: each channel over both samples.
+    let c0 = z(&[1., 3., 0., 2.]);
+    let c1 = z(&[5., 7., 4., 10.]);
+    let batch = [c0[0], c0[1], c1[0], c1[1], c0[2], c0[3], c1[2], c1[3]];
+    check(
+        "input X: f32[2, 2, 2]\noutput G: f32[2, 2, 2]\noutput I: f32[2, 2, 2]\n\
+         output B: f32[2, 2, 2]\nG = group_norm(X, 1)\nI = instance_norm(X)\nB = batch_norm(X)\n",
+        &[],
+        &[x],
+        &[&group, &instance, &batch],
+    );
+    // Weight and bias per channel.
+    let scaled: Vec<f64> = instance
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v * [2., 3.][i / 2 % 2] + [0.5, -1.][i / 2 % 2])
+        .collect();
+    check(
+        "input X: f32[2, 2, 2]\ninput w: f32[2]\ninput b: f32[2]\noutput Y: f32[2, 2, 2]\n\
+         Y = group_norm(X, 2, w, b)\n",
+        &[],
+        &[x, &[2., 3.], &[0.5, -1.]],
+        &[&scaled],
+    );
+    check_err(
+        "input X: f32[N, 6, L]\noutput Y: f32[N, 6, L]\nY = group_norm(X, 4)\n",
+        "type error: line 3, statement `Y`: `group_norm`: 6 channels are not divisible into 4 groups",
+    );
+}

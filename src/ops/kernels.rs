@@ -616,3 +616,71 @@ pub fn conv_transpose(
     }
     Ok(Tensor { shape, data })
 }
+
+/// Normalisation of `x: [N, C, *]` over sets of elements, in f64: `groups > 0` (group norm;
+/// instance norm is `groups = C`), set (n, j) holds channels `j*C/groups ..` of sample n;
+/// `groups == 0` (batch norm, training mode), set c holds channel c of every sample. Mean and
+/// biased variance per set, then `(x - mean) / sqrt(var + eps)`, times `w[c]`, plus `b[c]`.
+pub fn channel_norm(
+    x: &Tensor,
+    groups: usize,
+    eps: f64,
+    w: Option<&Tensor>,
+    b: Option<&Tensor>,
+) -> Result<Tensor, String> {
+    if x.shape.len() < 2 {
+        return Err(format!("a channel norm of shape {:?}", x.shape));
+    }
+    let (n, c) = (x.shape[0], x.shape[1]);
+    let s: usize = x.shape[2..].iter().product();
+    if groups > 0 && c % groups != 0 {
+        return Err(format!(
+            "{c} channels are not divisible into {groups} groups"
+        ));
+    }
+    for t in w.iter().chain(b.iter()) {
+        if t.shape != [c] {
+            return Err(format!(
+                "weight/bias of shape {:?} for {c} channels",
+                t.shape
+            ));
+        }
+    }
+    // Every set as its list of element indices.
+    let sets: Vec<Vec<usize>> = if groups == 0 {
+        (0..c)
+            .map(|ch| {
+                (0..n)
+                    .flat_map(|i| (0..s).map(move |p| (i * c + ch) * s + p))
+                    .collect()
+            })
+            .collect()
+    } else {
+        let per = c / groups;
+        (0..n * groups)
+            .map(|set| {
+                let start = (set / groups * c + set % groups * per) * s;
+                (start..start + per * s).collect()
+            })
+            .collect()
+    };
+    let mut y = x.clone();
+    for set in sets {
+        let m = set.len() as f64;
+        let mean = set.iter().map(|&i| x.data[i]).sum::<f64>() / m;
+        let var = set.iter().map(|&i| (x.data[i] - mean).powi(2)).sum::<f64>() / m;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for i in set {
+            let ch = i / s % c;
+            let mut v = (x.data[i] - mean) * rstd;
+            if let Some(w) = w {
+                v *= w.data[ch];
+            }
+            if let Some(b) = b {
+                v += b.data[ch];
+            }
+            y.data[i] = v;
+        }
+    }
+    Ok(y)
+}

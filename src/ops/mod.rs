@@ -47,6 +47,9 @@
 //!   `l2norm(x, axis=-1, eps=1e-12)`;
 //! - over the last axis: `layer_norm(x, weight?, bias?, eps=1e-5)`, `rms_norm(x, weight?,
 //!   eps=1e-6)`;
+//! - over channels of `x: [N, C, *]` (weight and bias `[C]`): `group_norm(x, groups, weight?,
+//!   bias?, eps=1e-5)`, `batch_norm(x, weight?, bias?, eps=1e-5)` (training mode: the batch's
+//!   statistics), `instance_norm(x, weight?, bias?, eps=1e-5)`;
 //! - `A @ B`: `[M,K]@[K,N]`, `[B,M,K]@[B,K,N]`, `[B,M,K]@[K,N]`, `[M,K]@[K]`;
 //!   `transpose(x, a=-2, b=-1)`;
 //! - windowed over `x: [N, C, *spatial]` (1 to 3 spatial axes; a per-axis parameter is one
@@ -91,7 +94,9 @@ mod torch_tests;
 
 pub use ast::{BinOp, Const, Decl, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, Stmt};
 pub use ast::{Poly, TensorType, UnaryFn};
-pub use check::{infer_expr, normalize_axis, op_name, transposed_out, window_out, ExprType};
+pub use check::{
+    group_constraints, infer_expr, normalize_axis, op_name, transposed_out, window_out, ExprType,
+};
 pub use parse::is_reserved;
 
 use std::fmt;

@@ -320,6 +320,27 @@ impl Renderer<'_> {
                     )
                 }
             }
+            Op::ChannelNorm {
+                groups,
+                instance,
+                eps,
+                weight,
+                bias,
+            } => {
+                let mut it = rest.iter();
+                let w = if weight { it.next().cloned() } else { None };
+                let b = if bias { it.next().cloned() } else { None };
+                let w = w.unwrap_or_else(|| "None".into());
+                let b = b.unwrap_or_else(|| "None".into());
+                let eps = num(eps);
+                match (groups, instance) {
+                    (_, true) => format!("F.instance_norm({x}, weight={w}, bias={b}, eps={eps})"),
+                    (0, _) => format!(
+                        "F.batch_norm({x}, None, None, weight={w}, bias={b}, training=True, eps={eps})"
+                    ),
+                    (g, _) => format!("F.group_norm({x}, {g}, weight={w}, bias={b}, eps={eps})"),
+                }
+            }
             Op::Pool {
                 max: true,
                 dims,

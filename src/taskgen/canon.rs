@@ -208,6 +208,13 @@ impl Renderer<'_> {
                     } => format!(
                         "{stride:?},{padding:?},{dilation:?},{output_padding:?},{groups},{bias}"
                     ),
+                    Op::ChannelNorm {
+                        groups,
+                        instance,
+                        eps,
+                        weight,
+                        bias,
+                    } => format!("{groups},{instance},{},{weight},{bias}", self.num(eps)),
                     Op::Pool {
                         ref kernel,
                         ref stride,

@@ -93,6 +93,18 @@ pub fn parse_task(path: &Path, text: &str) -> Result<Task, TaskError> {
                 }
             }
         }
+        for (line, dim, groups) in crate::ops::group_constraints(&program) {
+            let v = dim.resolve(sizes).unwrap_or(0);
+            if v % groups != 0 {
+                return Err(invalid(
+                    &format!("sizes.{preset}"),
+                    format!(
+                        "make `{dim}` {v}, which line {line} of the program splits into {groups} \
+                         groups; it must be a multiple of {groups}"
+                    ),
+                ));
+            }
+        }
         if let Some(extra) = sizes.keys().find(|k| !symbols.contains(k)) {
             let msg = "is not a size symbol of the program".to_string();
             return Err(invalid(&format!("sizes.{preset}.{extra}"), msg));

@@ -300,3 +300,23 @@ fn a_suite_path_joins_folders_and_refuses_duplicates_and_empty_ones() {
     assert!(missing.contains("nope"), "{missing}");
     std::fs::remove_dir_all(&base).unwrap();
 }
+
+#[test]
+fn a_preset_whose_channels_do_not_split_into_the_groups_is_refused() {
+    let text = |c: usize| {
+        format!(
+            "name = \"gn\"\nlevel = 1\nsplit = \"train\"\ndescription = \"g\"\n\
+             program = \"\"\"\ninput X: f32[N, C, L]\noutput Y: f32[N, C, L]\nY = group_norm(X, 4)\n\"\"\"\n\
+             [sizes.gpu]\nN = 2\nC = 8\nL = 5\n[sizes.small]\nN = 2\nC = {c}\nL = 5\n"
+        )
+    };
+    let path = std::path::Path::new("gn.toml");
+    super::file::parse_task(path, &text(12)).expect("12 channels split into 4 groups");
+    let err = super::file::parse_task(path, &text(10))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sizes.small") && err.contains("multiple of 4") && err.contains("line 3"),
+        "{err}"
+    );
+}
