@@ -905,9 +905,42 @@ KB_D void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__
 
 // Geometry of a window sliding over [D, H, W]: extents, output extents, and the window's size,
 // stride, padding and dilation per axis.
+struct WinPos {
+    i64 rest, d, h, w;
+};
 struct Win {
     i64 d, h, w, kd, kh, kw, od, oh, ow, sd, sh, sw, pd, ph, pw, dd, dh, dw;
+    // Output element i as its position (d, h, w) and the index over the leading dims.
+    KB_D WinPos pos(i64 i) const {
+        WinPos p;
+        p.w = i % ow;
+        i /= ow;
+        p.h = i % oh;
+        i /= oh;
+        p.d = i % od;
+        p.rest = i / od;
+        return p;
+    }
 };
+
+// Calls f(input offset, window offset) for every window position of output position o that lies
+// inside the input (the padding reads nothing).
+template <class F>
+KB_D void visit_window(const Win& g, const WinPos& o, F f) {
+    for (i64 kd = 0; kd < g.kd; ++kd) {
+        const i64 id = o.d * g.sd - g.pd + kd * g.dd;
+        if (id < 0 || id >= g.d) continue;
+        for (i64 kh = 0; kh < g.kh; ++kh) {
+            const i64 ih = o.h * g.sh - g.ph + kh * g.dh;
+            if (ih < 0 || ih >= g.h) continue;
+            for (i64 kw = 0; kw < g.kw; ++kw) {
+                const i64 iw = o.w * g.sw - g.pw + kw * g.dw;
+                if (iw < 0 || iw >= g.w) continue;
+                f((id * g.h + ih) * g.w + iw, (kd * g.kh + kh) * g.kw + kw);
+            }
+        }
+    }
+}
 
 template <class T>
 KB_D void conv3(const T* __restrict__ x, const T* __restrict__ w, const T* b, T* __restrict__ y, i64 n,
@@ -916,28 +949,13 @@ KB_D void conv3(const T* __restrict__ x, const T* __restrict__ w, const T* b, T*
     const i64 cg = c / groups, fg = f / groups, outs = g.od * g.oh * g.ow;
     const i64 total = n * f * outs, plane = g.d * g.h * g.w, ks = g.kd * g.kh * g.kw;
     for (i64 i = gtid(); i < total; i += gstride()) {
-        i64 ow = i % g.ow, t = i / g.ow, oh = t % g.oh;
-        t /= g.oh;
-        i64 od = t % g.od;
-        t /= g.od;
-        const i64 oc = t % f, b0 = t / f, grp = oc / fg;
+        const WinPos o = g.pos(i);
+        const i64 oc = o.rest % f, b0 = o.rest / f, grp = oc / fg;
         A acc = has_b ? to_op(b[oc]) : (A)0;
         for (i64 ic = 0; ic < cg; ++ic) {
             const T* xc = x + (b0 * c + grp * cg + ic) * plane;
             const T* wc = w + (oc * cg + ic) * ks;
-            for (i64 kd = 0; kd < g.kd; ++kd) {
-                const i64 id = od * g.sd - g.pd + kd * g.dd;
-                if (id < 0 || id >= g.d) continue;
-                for (i64 kh = 0; kh < g.kh; ++kh) {
-                    const i64 ih = oh * g.sh - g.ph + kh * g.dh;
-                    if (ih < 0 || ih >= g.h) continue;
-                    for (i64 kw = 0; kw < g.kw; ++kw) {
-                        const i64 iw = ow * g.sw - g.pw + kw * g.dw;
-                        if (iw < 0 || iw >= g.w) continue;
-                        acc += to_op(xc[(id * g.h + ih) * g.w + iw]) * to_op(wc[(kd * g.kh + kh) * g.kw + kw]);
-                    }
-                }
-            }
+            visit_window(g, o, [&](i64 xi, i64 wi) { acc += to_op(xc[xi]) * to_op(wc[wi]); });
         }
         y[i] = from_op<T>(acc);
     }
@@ -952,11 +970,9 @@ KB_D void conv_t3(const T* __restrict__ x, const T* __restrict__ w, const T* b, 
     const i64 cg = c / groups, fg = f / groups, outs = g.od * g.oh * g.ow;
     const i64 total = n * f * outs, plane = g.d * g.h * g.w, ks = g.kd * g.kh * g.kw;
     for (i64 i = gtid(); i < total; i += gstride()) {
-        i64 ow = i % g.ow, t = i / g.ow, oh = t % g.oh;
-        t /= g.oh;
-        i64 od = t % g.od;
-        t /= g.od;
-        const i64 oc = t % f, b0 = t / f, grp = oc / fg, ocl = oc % fg;
+        const WinPos o = g.pos(i);
+        const i64 od = o.d, oh = o.h, ow = o.w, oc = o.rest % f, b0 = o.rest / f;
+        const i64 grp = oc / fg, ocl = oc % fg;
         A acc = has_b ? to_op(b[oc]) : (A)0;
         for (i64 kd = 0; kd < g.kd; ++kd) {
             const i64 nd = od + g.pd - kd * g.dd;
@@ -985,34 +1001,22 @@ KB_D void pool3(const T* __restrict__ x, T* __restrict__ y, i64 planes, Win g, i
     typedef op_t<T> A;
     const i64 outs = g.od * g.oh * g.ow, total = planes * outs, plane = g.d * g.h * g.w;
     for (i64 i = gtid(); i < total; i += gstride()) {
-        i64 ow = i % g.ow, t = i / g.ow, oh = t % g.oh;
-        t /= g.oh;
-        const i64 od = t % g.od, p = t / g.od;
-        const T* xp = x + p * plane;
+        const WinPos o = g.pos(i);
+        const T* xp = x + o.rest * plane;
         A best = -(A)KB_INF, sum = 0;
         i64 inside = 0;
-        for (i64 kd = 0; kd < g.kd; ++kd) {
-            const i64 id = od * g.sd - g.pd + kd * g.dd;
-            if (id < 0 || id >= g.d) continue;
-            for (i64 kh = 0; kh < g.kh; ++kh) {
-                const i64 ih = oh * g.sh - g.ph + kh * g.dh;
-                if (ih < 0 || ih >= g.h) continue;
-                for (i64 kw = 0; kw < g.kw; ++kw) {
-                    const i64 iw = ow * g.sw - g.pw + kw * g.dw;
-                    if (iw < 0 || iw >= g.w) continue;
-                    const A v = to_op(xp[(id * g.h + ih) * g.w + iw]);
-                    if (MAX) best = red_max(best, v);
-                    else sum += v;
-                    ++inside;
-                }
-            }
-        }
+        visit_window(g, o, [&](i64 xi, i64) {
+            const A v = to_op(xp[xi]);
+            if (MAX) best = red_max(best, v);
+            else sum += v;
+            ++inside;
+        });
         if (MAX) {
             y[i] = from_op<T>(best);
         } else {
             i64 count = inside;
             if (count_pad) {
-                const i64 d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+                const i64 d0 = o.d * g.sd - g.pd, h0 = o.h * g.sh - g.ph, w0 = o.w * g.sw - g.pw;
                 count = (min(d0 + g.kd, g.d + g.pd) - d0) * (min(h0 + g.kh, g.h + g.ph) - h0) *
                         (min(w0 + g.kw, g.w + g.pw) - w0);
             }

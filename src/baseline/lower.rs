@@ -495,21 +495,7 @@ impl Lowerer<'_> {
                 bias,
             } => {
                 let (dtype, shape) = self.tensor_type(e)?;
-                let mut rest = args[1..].iter();
-                let mut operand = |l: &mut Self,
-                                   present: bool|
-                 -> Result<Option<Tensor>, BaselineError> {
-                    match (present, rest.next()) {
-                        (false, _) => Ok(None),
-                        (true, Some(e)) => l.tensor(e).map(Some),
-                        (true, None) => Err(l.err("a norm's weight or bias operand is missing")),
-                    }
-                };
-                let w = operand(self, weight)?;
-                let b = operand(self, bias)?;
-                let x = self.cast(x, dtype);
-                let w = w.map(|w| self.cast(w, dtype));
-                let b = b.map(|b| self.cast(b, dtype));
+                let (x, w, b) = self.norm_operands(x, &args[1..], (weight, bias), dtype)?;
                 let (n, c) = (x.shape[0], x.shape[1]);
                 let s = x.shape[2..].iter().product();
                 let groups = if instance { c } else { groups };
@@ -627,6 +613,32 @@ impl Lowerer<'_> {
         Ok(self.bcast_into("div", &x, &denom, dest))
     }
 
+    /// A norm's input and its optional weight and bias (the operands after `x`, in order),
+    /// converted to the result dtype (only where they differ).
+    fn norm_operands(
+        &mut self,
+        x: Tensor,
+        rest: &[Expr],
+        (weight, bias): (bool, bool),
+        dtype: Dtype,
+    ) -> Result<(Tensor, Option<Tensor>, Option<Tensor>), BaselineError> {
+        let mut rest = rest.iter();
+        let mut operand = |l: &mut Self, present: bool| -> Result<Option<Tensor>, BaselineError> {
+            match (present, rest.next()) {
+                (false, _) => Ok(None),
+                (true, Some(e)) => l.tensor(e).map(Some),
+                (true, None) => Err(l.err("a norm's weight or bias operand is missing")),
+            }
+        };
+        let w = operand(self, weight)?;
+        let b = operand(self, bias)?;
+        // Conversions after every operand is evaluated, input first (the launch order).
+        let x = self.cast(x, dtype);
+        let w = w.map(|w| self.cast(w, dtype));
+        let b = b.map(|b| self.cast(b, dtype));
+        Ok((x, w, b))
+    }
+
     /// layer_norm / rms_norm: operands converted to the result dtype (only when they differ).
     #[allow(clippy::too_many_arguments)]
     fn norm(
@@ -639,20 +651,8 @@ impl Lowerer<'_> {
         (weight, bias): (bool, bool),
         dest: Option<Dest>,
     ) -> Result<Tensor, BaselineError> {
-        let mut rest = rest.iter();
-        let mut operand = |l: &mut Self, present: bool| -> Result<Option<Tensor>, BaselineError> {
-            match (present, rest.next()) {
-                (false, _) => Ok(None),
-                (true, Some(e)) => l.tensor(e).map(Some),
-                (true, None) => Err(l.err("a norm's weight or bias operand is missing")),
-            }
-        };
-        let w = operand(self, weight)?;
-        let b = operand(self, bias)?;
         let (dtype, shape) = self.tensor_type(e)?;
-        let x = self.cast(x, dtype);
-        let w = w.map(|w| self.cast(w, dtype));
-        let b = b.map(|b| self.cast(b, dtype));
+        let (x, w, b) = self.norm_operands(x, rest, (weight, bias), dtype)?;
         let n = *x
             .shape
             .last()

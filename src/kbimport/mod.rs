@@ -26,6 +26,7 @@ use std::fmt::Write as _;
 
 use py::{Arg, Expr, Stmt};
 
+use crate::ops::torch::per_axis;
 use crate::ops::{transposed_out, window_out, Dim, Program, Sizes};
 use crate::tasks::file::{write_task_file, TaskFileText};
 use crate::tasks::{InputDist, Split};
@@ -165,20 +166,6 @@ struct ConvWindow {
     dilation: Vec<usize>,
     /// Zeros unless transposed.
     output_padding: Vec<usize>,
-}
-
-/// A per-axis parameter in the op language: one integer when every axis has the same value.
-fn axes_text(v: &[usize]) -> String {
-    match v {
-        [first, rest @ ..] if rest.iter().all(|x| x == first) => first.to_string(),
-        _ => format!(
-            "({})",
-            v.iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
 }
 
 /// A per-axis integer argument of a convolution or pooling (`3`, `(3, 5)`, absent), checked
@@ -624,6 +611,26 @@ impl Importer {
             shape: d.dims,
             int: false,
         }
+    }
+
+    /// A layer's weight and optional bias as inputs `<attr>_weight` and `<attr>_bias`, drawn
+    /// as PyTorch initialises them: uniform in +-`bound`.
+    fn layer_params(
+        &mut self,
+        attr: &str,
+        dims: &[Dim],
+        bias_dim: &Dim,
+        bound: f64,
+        bias: bool,
+    ) -> (Tensor, Option<Tensor>) {
+        let dist = InputDist::Uniform {
+            lo: -bound,
+            hi: bound,
+        };
+        let draw = |dims: Vec<Dim>| Draw { dims, dist };
+        let w = self.parameter(&format!("{attr}_weight"), draw(dims.to_vec()));
+        let b = bias.then(|| self.parameter(&format!("{attr}_bias"), draw(vec![bias_dim.clone()])));
+        (w, b)
     }
 
     fn fresh_input(&self, base: &str) -> String {
@@ -1280,7 +1287,7 @@ impl Importer {
         }
         let bias = b.map(|b| format!(", {}", b.text)).unwrap_or_default();
         let extra = if win.transposed {
-            format!(", output_padding={}", axes_text(&win.output_padding))
+            format!(", output_padding={}", per_axis(&win.output_padding))
         } else {
             String::new()
         };
@@ -1288,9 +1295,9 @@ impl Importer {
             "{name}({}, {}{bias}, stride={}, padding={}{extra}, dilation={})",
             x.text,
             w.text,
-            axes_text(&win.stride),
-            axes_text(&win.padding),
-            axes_text(&win.dilation)
+            per_axis(&win.stride),
+            per_axis(&win.padding),
+            per_axis(&win.dilation)
         );
         Ok(Val::Tensor(Tensor {
             text,
@@ -1708,12 +1715,12 @@ impl Importer {
                 let mut text = format!(
                     "{name}({}, {}, stride={}, padding={}",
                     x.text,
-                    axes_text(&kernel),
-                    axes_text(&stride),
-                    axes_text(&padding)
+                    per_axis(&kernel),
+                    per_axis(&stride),
+                    per_axis(&padding)
                 );
                 if max {
-                    let _ = write!(text, ", dilation={}", axes_text(&dilation));
+                    let _ = write!(text, ", dilation={}", per_axis(&dilation));
                 }
                 text.push_str(&flag);
                 text.push(')');
@@ -1972,79 +1979,39 @@ impl Importer {
         layers.sort_by_key(|(k, _)| k.clone());
         for (k, v) in layers {
             let attr = k.trim_start_matches("self.");
-            if let Val::Layer(Layer::Linear {
-                dims, bound, bias, ..
-            }) = v
-            {
-                let dist = InputDist::Uniform {
-                    lo: -bound,
-                    hi: bound,
-                };
-                let w = self.parameter(
-                    &format!("{attr}_weight"),
-                    Draw {
-                        dims: dims.clone(),
-                        dist,
-                    },
-                );
-                let b = bias.then(|| {
-                    self.parameter(
-                        &format!("{attr}_bias"),
-                        Draw {
-                            dims: vec![dims[0].clone()],
-                            dist,
-                        },
-                    )
-                });
-                let layer = Layer::Linear {
-                    dims,
-                    bound,
-                    bias,
-                    params: Some((w, b)),
-                };
-                frame.locals.insert(k.clone(), Val::Layer(layer));
-            } else if let Val::Layer(Layer::Conv {
-                dims,
-                bound,
-                bias,
-                window,
-                ..
-            }) = v
-            {
-                let dist = InputDist::Uniform {
-                    lo: -bound,
-                    hi: bound,
-                };
-                let w = self.parameter(
-                    &format!("{attr}_weight"),
-                    Draw {
-                        dims: dims.clone(),
-                        dist,
-                    },
-                );
-                let outputs = if window.transposed {
-                    &dims[1]
-                } else {
-                    &dims[0]
-                };
-                let b = bias.then(|| {
-                    self.parameter(
-                        &format!("{attr}_bias"),
-                        Draw {
-                            dims: vec![outputs.clone()],
-                            dist,
-                        },
-                    )
-                });
-                let layer = Layer::Conv {
+            let layer = match v {
+                Val::Layer(Layer::Linear {
+                    dims, bound, bias, ..
+                }) => {
+                    let params = self.layer_params(attr, &dims, &dims[0], bound, bias);
+                    Layer::Linear {
+                        dims,
+                        bound,
+                        bias,
+                        params: Some(params),
+                    }
+                }
+                Val::Layer(Layer::Conv {
                     dims,
                     bound,
                     bias,
                     window,
-                    params: Some((w, b)),
-                };
-                frame.locals.insert(k.clone(), Val::Layer(layer));
-            }
+                    ..
+                }) => {
+                    // The bias has the output channels: the weight's second dim if transposed.
+                    let outputs = dims[usize::from(window.transposed)].clone();
+                    let params = self.layer_params(attr, &dims, &outputs, bound, bias);
+                    Layer::Conv {
+                        dims,
+                        bound,
+                        bias,
+                        window,
+                        params: Some(params),
+                    }
+                }
+                _ => continue,
+            };
+            frame.locals.insert(k.clone(), Val::Layer(layer));
         }
         // Parameters declared in __init__ (nn.Parameter) keep their place after forward's.
         self.inputs.extend(params_first);

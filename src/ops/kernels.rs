@@ -374,6 +374,42 @@ fn next_pos(pos: &mut [usize], shape: &[usize]) -> bool {
     false
 }
 
+/// `[n, f, *outs]` with each value `at(sample, channel, position)`, in row-major order.
+fn per_output(
+    n: usize,
+    f: usize,
+    outs: &[usize],
+    mut at: impl FnMut(usize, usize, &[usize]) -> f64,
+) -> Tensor {
+    let mut shape = vec![n, f];
+    shape.extend(outs);
+    let mut data = Vec::with_capacity(shape.iter().product());
+    let mut o = vec![0; outs.len()];
+    for b in 0..n {
+        for ch in 0..f {
+            o.iter_mut().for_each(|v| *v = 0);
+            loop {
+                data.push(at(b, ch, &o));
+                if !next_pos(&mut o, outs) {
+                    break;
+                }
+            }
+        }
+    }
+    Tensor { shape, data }
+}
+
+/// Calls `visit` with every offset of a window, in row-major order.
+fn each_offset(kernel: &[usize], mut visit: impl FnMut(&[usize])) {
+    let mut off = vec![0; kernel.len()];
+    loop {
+        visit(&off);
+        if !next_pos(&mut off, kernel) {
+            break;
+        }
+    }
+}
+
 /// The input position a window offset reads for an output position, or `None` in the padding.
 fn window_src(
     out: &[usize],
@@ -424,40 +460,23 @@ pub fn conv(
     let kernel = &w.shape[2..];
     let outs = window_extents(spatial, kernel, stride, padding, dilation)?;
     let fg = f / groups;
-    let mut shape = vec![n, f];
-    shape.extend(&outs);
     let sp: usize = spatial.iter().product();
     let ks: usize = kernel.iter().product();
-    let mut data = Vec::with_capacity(shape.iter().product());
-    let (mut o, mut src) = (vec![0; d], vec![0; d]);
-    for b in 0..n {
-        for oc in 0..f {
-            let g = oc / fg;
-            o.iter_mut().for_each(|v| *v = 0);
-            loop {
-                let mut acc = bias.map_or(0.0, |t| t.data[oc]);
+    let mut src = vec![0; d];
+    Ok(per_output(n, f, &outs, |b, oc, o| {
+        let g = oc / fg;
+        let mut acc = bias.map_or(0.0, |t| t.data[oc]);
+        each_offset(kernel, |off| {
+            if window_src(o, off, spatial, stride, padding, dilation, &mut src) {
+                let (xi, wi) = (flat(&src, spatial), flat(off, kernel));
                 for ic in 0..cg {
-                    let xc = (b * c + g * cg + ic) * sp;
-                    let wc = (oc * cg + ic) * ks;
-                    let mut off = vec![0; d];
-                    loop {
-                        if window_src(&o, &off, spatial, stride, padding, dilation, &mut src) {
-                            acc +=
-                                x.data[xc + flat(&src, spatial)] * w.data[wc + flat(&off, kernel)];
-                        }
-                        if !next_pos(&mut off, kernel) {
-                            break;
-                        }
-                    }
-                }
-                data.push(acc);
-                if !next_pos(&mut o, &outs) {
-                    break;
+                    acc +=
+                        x.data[(b * c + g * cg + ic) * sp + xi] * w.data[(oc * cg + ic) * ks + wi];
                 }
             }
-        }
-    }
-    Ok(Tensor { shape, data })
+        });
+        acc
+    }))
 }
 
 /// Max or average pooling of `x: [N, C, *spatial]` in f64 (floor mode). Max pooling treats
@@ -479,53 +498,38 @@ pub fn pool(
     }
     let spatial = &x.shape[2..];
     let outs = window_extents(spatial, kernel, stride, padding, dilation)?;
-    let mut shape = x.shape[..2].to_vec();
-    shape.extend(&outs);
     let sp: usize = spatial.iter().product();
-    let planes = x.shape[0] * x.shape[1];
-    let mut data = Vec::with_capacity(shape.iter().product());
-    let (mut o, mut src) = (vec![0; d], vec![0; d]);
-    for plane in 0..planes {
-        o.iter_mut().for_each(|v| *v = 0);
-        loop {
-            let (mut best, mut sum, mut inside) = (f64::NEG_INFINITY, 0.0, 0usize);
-            let mut off = vec![0; d];
-            loop {
-                if window_src(&o, &off, spatial, stride, padding, dilation, &mut src) {
-                    let v = x.data[plane * sp + flat(&src, spatial)];
-                    // As the max reduction: a NaN loses (f64::max).
-                    best = best.max(v);
-                    sum += v;
-                    inside += 1;
-                }
-                if !next_pos(&mut off, kernel) {
-                    break;
-                }
+    let channels = x.shape[1];
+    let mut src = vec![0; d];
+    Ok(per_output(x.shape[0], channels, &outs, |b, ch, o| {
+        let plane = b * channels + ch;
+        let (mut best, mut sum, mut inside) = (f64::NEG_INFINITY, 0.0, 0usize);
+        each_offset(kernel, |off| {
+            if window_src(o, off, spatial, stride, padding, dilation, &mut src) {
+                let v = x.data[plane * sp + flat(&src, spatial)];
+                // As the max reduction: a NaN loses (f64::max).
+                best = best.max(v);
+                sum += v;
+                inside += 1;
             }
-            data.push(if max {
-                best
-            } else {
-                let count = if count_include_pad {
-                    // The window clipped to the padded input (PyTorch's divisor).
-                    (0..d)
-                        .map(|i| {
-                            let start = (o[i] * stride[i]) as i64 - padding[i] as i64;
-                            let end = (start + kernel[i] as i64)
-                                .min(spatial[i] as i64 + padding[i] as i64);
-                            (end - start) as usize
-                        })
-                        .product()
-                } else {
-                    inside
-                };
-                sum / count as f64
-            });
-            if !next_pos(&mut o, &outs) {
-                break;
-            }
+        });
+        if max {
+            return best;
         }
-    }
-    Ok(Tensor { shape, data })
+        let count = if count_include_pad {
+            // The window clipped to the padded input (PyTorch's divisor).
+            (0..d)
+                .map(|i| {
+                    let start = (o[i] * stride[i]) as i64 - padding[i] as i64;
+                    let end = (start + kernel[i] as i64).min(spatial[i] as i64 + padding[i] as i64);
+                    (end - start) as usize
+                })
+                .product()
+        } else {
+            inside
+        };
+        sum / count as f64
+    }))
 }
 
 /// PyTorch's transposed convolution of `x: [N, C, *spatial]` with `w: [C, F/groups, *kernel]`
@@ -573,48 +577,31 @@ pub fn conv_transpose(
         }
         outs.push(len as usize);
     }
-    let mut shape = vec![n, f];
-    shape.extend(&outs);
     let sp: usize = spatial.iter().product();
     let ks: usize = kernel.iter().product();
-    let mut data = Vec::with_capacity(shape.iter().product());
-    let (mut o, mut src) = (vec![0; d], vec![0; d]);
-    for b in 0..n {
-        for oc in 0..f {
-            let (g, ocl) = (oc / fg, oc % fg);
-            o.iter_mut().for_each(|v| *v = 0);
-            loop {
-                let mut acc = bias.map_or(0.0, |t| t.data[oc]);
-                let mut off = vec![0; d];
-                loop {
-                    let hit = (0..d).all(|i| {
-                        let num = o[i] as i64 + padding[i] as i64 - (off[i] * dilation[i]) as i64;
-                        let s = stride[i] as i64;
-                        if num < 0 || num % s != 0 || num / s >= spatial[i] as i64 {
-                            return false;
-                        }
-                        src[i] = (num / s) as usize;
-                        true
-                    });
-                    if hit {
-                        let (xi, wi) = (flat(&src, spatial), flat(&off, kernel));
-                        for ic in g * cg..(g + 1) * cg {
-                            acc +=
-                                x.data[(b * c + ic) * sp + xi] * w.data[(ic * fg + ocl) * ks + wi];
-                        }
-                    }
-                    if !next_pos(&mut off, kernel) {
-                        break;
-                    }
+    let mut src = vec![0; d];
+    Ok(per_output(n, f, &outs, |b, oc, o| {
+        let (g, ocl) = (oc / fg, oc % fg);
+        let mut acc = bias.map_or(0.0, |t| t.data[oc]);
+        each_offset(kernel, |off| {
+            let hit = (0..d).all(|i| {
+                let num = o[i] as i64 + padding[i] as i64 - (off[i] * dilation[i]) as i64;
+                let s = stride[i] as i64;
+                if num < 0 || num % s != 0 || num / s >= spatial[i] as i64 {
+                    return false;
                 }
-                data.push(acc);
-                if !next_pos(&mut o, &outs) {
-                    break;
+                src[i] = (num / s) as usize;
+                true
+            });
+            if hit {
+                let (xi, wi) = (flat(&src, spatial), flat(off, kernel));
+                for ic in g * cg..(g + 1) * cg {
+                    acc += x.data[(b * c + ic) * sp + xi] * w.data[(ic * fg + ocl) * ks + wi];
                 }
             }
-        }
-    }
-    Ok(Tensor { shape, data })
+        });
+        acc
+    }))
 }
 
 /// Normalisation of `x: [N, C, *]` over sets of elements, in f64: `groups > 0` (group norm;

@@ -374,8 +374,9 @@ impl Renderer<'_> {
     }
 }
 
-/// A per-axis parameter as PyTorch takes it: one integer when every axis has the same value.
-fn per_axis(v: &[usize]) -> String {
+/// A per-axis parameter as PyTorch and the op language take it: one integer when every axis
+/// has the same value, else a tuple.
+pub fn per_axis(v: &[usize]) -> String {
     match v {
         [first, rest @ ..] if rest.iter().all(|x| x == first) => first.to_string(),
         _ => format!(
