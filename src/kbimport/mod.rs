@@ -1005,8 +1005,40 @@ impl Importer {
             "tensor" if pos.len() == 1 && pos[0].num().is_some() => {
                 Ok(Val::Float(pos[0].num().unwrap_or(0.0)))
             }
-            "randint" | "randperm" | "ones" | "zeros" | "eye" | "arange" | "full" | "tensor"
-            | "empty" => refuse(
+            // A constant tensor (a parameter initialised to ones, a zero input) is a draw
+            // without spread: every value is the constant.
+            "ones" | "zeros" | "full" => {
+                let (dims, value) = if short == "full" {
+                    let fill = pos.get(1).and_then(Val::num).or_else(|| {
+                        kw.iter()
+                            .find(|(k, _)| k == "fill_value")
+                            .and_then(|(_, v)| v.num())
+                    });
+                    let Some(fill) = fill else {
+                        return refuse(line, "`torch.full` without a numeric fill value");
+                    };
+                    (self.dims(&pos[..1.min(pos.len())], line)?, fill)
+                } else {
+                    (
+                        self.dims(&pos, line)?,
+                        if short == "ones" { 1.0 } else { 0.0 },
+                    )
+                };
+                if kw.iter().any(|(k, v)| {
+                    k == "dtype"
+                        && !matches!(v, Val::Path(p) if p == "torch.float32" || p == "torch.float")
+                }) {
+                    return refuse(line, "an input that is not float32");
+                }
+                Ok(Val::Draw(Draw {
+                    dims,
+                    dist: InputDist::Normal {
+                        mean: value,
+                        std: 0.0,
+                    },
+                }))
+            }
+            "randint" | "randperm" | "eye" | "arange" | "tensor" | "empty" => refuse(
                 line,
                 format!("`torch.{short}` inputs (kevin draws float inputs from a distribution)"),
             ),

@@ -466,3 +466,27 @@ fn norms_over_channels_import_in_training_mode_with_their_groups() {
         assert_eq!(t.sizes(preset)["out_channels"] % 4, 0, "{preset:?}");
     }
 }
+
+#[test]
+fn constant_tensors_are_draws_without_spread() {
+    let src = GEMM.replace(
+        "self.gemm = nn.Linear(in_features, out_features)",
+        "self.gemm = nn.Linear(in_features, out_features)\n        self.scale = nn.Parameter(torch.ones(out_features))",
+    );
+    let src = src.replace("x = self.gemm(x)", "x = self.gemm(x) * self.scale");
+    let t = imported("level2/84_Gemm_Scale.py", &src);
+    let i = t
+        .program
+        .inputs
+        .iter()
+        .position(|d| d.name == "scale")
+        .unwrap_or_else(|| panic!("{}", t.source));
+    assert_eq!(
+        t.inputs[i],
+        InputDist::Normal {
+            mean: 1.0,
+            std: 0.0
+        }
+    );
+    assert_eq!(t.program.inputs[i].ty.to_string(), "f32[out_features]");
+}
