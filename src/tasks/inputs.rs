@@ -102,6 +102,10 @@ impl InputDist {
         let r = |f: &str| format!("torch.{f}({dims}, dtype={dtype})");
         match *self {
             InputDist::Normal { mean, std } if mean == 0.0 && std == 1.0 => None,
+            // A constant (a parameter at its initial value): what PyTorch would write.
+            InputDist::Normal { mean, std } if std == 0.0 && !dims.is_empty() => {
+                Some(format!("torch.full(({dims},), {mean:?}, dtype={dtype})"))
+            }
             InputDist::Normal { mean: 0.0, std } => Some(format!("{} * {std:?}", r("randn"))),
             InputDist::Normal { mean, std } => Some(format!("{} * {std:?} + {mean:?}", r("randn"))),
             InputDist::Uniform { lo, hi } => {

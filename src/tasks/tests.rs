@@ -320,3 +320,19 @@ fn a_preset_whose_channels_do_not_split_into_the_groups_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_constant_input_renders_as_torch_full() {
+    let d = InputDist::Normal {
+        mean: 1.0,
+        std: 0.0,
+    };
+    assert_eq!(
+        d.torch_expr("C, 1, 1", "torch.float32").as_deref(),
+        Some("torch.full((C, 1, 1,), 1.0, dtype=torch.float32)")
+    );
+    assert_eq!(
+        d.torch_expr("N", "torch.float16").as_deref(),
+        Some("torch.full((N,), 1.0, dtype=torch.float16)")
+    );
+}
