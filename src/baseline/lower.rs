@@ -488,8 +488,7 @@ impl Lowerer<'_> {
                 Ok(y)
             }
             Op::ChannelNorm {
-                groups,
-                instance,
+                sets,
                 eps,
                 weight,
                 bias,
@@ -498,7 +497,7 @@ impl Lowerer<'_> {
                 let (x, w, b) = self.norm_operands(x, &args[1..], (weight, bias), dtype)?;
                 let (n, c) = (x.shape[0], x.shape[1]);
                 let s = x.shape[2..].iter().product();
-                let groups = if instance { c } else { groups };
+                let groups = sets.groups(c);
                 let y = self.alloc(dest, dtype, &shape);
                 let bufs = (x.buf, w.map(|t| t.buf), b.map(|t| t.buf), y.buf);
                 let step = launch::chan_norm(self.elem(dtype), bufs, (n, c, s), groups, eps);

@@ -484,10 +484,8 @@ pub enum Op {
     /// statistics (mean, biased variance) per sample and group of channels, per channel over
     /// the batch (training mode), or per sample and channel; weight and bias `[C]`.
     ChannelNorm {
-        /// Channel groups; 0 for batch norm (instance norm is as many groups as channels).
-        groups: usize,
-        /// Instance norm (the groups are the channels).
-        instance: bool,
+        /// Which elements share statistics.
+        sets: NormSets,
         /// Added to the variance.
         eps: f64,
         /// A weight operand follows `x`.
@@ -515,6 +513,29 @@ pub enum Op {
         /// Average pooling divides by the whole window, padding included.
         count_include_pad: bool,
     },
+}
+
+/// The sets of elements a norm over channels takes its statistics over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormSets {
+    /// `batch_norm`: each channel over the whole batch.
+    Batch,
+    /// `group_norm(x, groups)`: each sample's channels in this many groups.
+    Groups(usize),
+    /// `instance_norm`: each sample's channels one by one.
+    Instance,
+}
+
+impl NormSets {
+    /// Channel groups per sample for `channels` channels; 0 for batch norm (the kernels' and the
+    /// interpreter's convention).
+    pub fn groups(self, channels: usize) -> usize {
+        match self {
+            NormSets::Batch => 0,
+            NormSets::Groups(g) => g,
+            NormSets::Instance => channels,
+        }
+    }
 }
 
 /// An expression.

@@ -2,7 +2,7 @@
 //! parameters with their defaults) and how a call binds its positional and keyword arguments into
 //! an [`Expr`]. The parser calls [`bind`]; the module doc of [`crate::ops`] lists the same table.
 
-use super::ast::{BinOp, Expr, Op, ReduceKind, UnaryFn};
+use super::ast::{BinOp, Expr, NormSets, Op, ReduceKind, UnaryFn};
 
 /// One formal parameter.
 #[derive(Clone, Copy)]
@@ -471,12 +471,11 @@ fn build(name: &str, vals: Vec<V>) -> Expr {
             weight: present.first() == Some(&true),
         },
         "group_norm" | "batch_norm" | "instance_norm" => Op::ChannelNorm {
-            groups: if name == "group_norm" {
-                n(0).max(0) as usize
-            } else {
-                0
+            sets: match name {
+                "group_norm" => NormSets::Groups(n(0).max(0) as usize),
+                "batch_norm" => NormSets::Batch,
+                _ => NormSets::Instance,
             },
-            instance: name == "instance_norm",
             eps: f(0),
             weight: present.first() == Some(&true),
             bias: present.get(1) == Some(&true),

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ast::{
-    collect_vars, BinOp, Dim, Dtype, Expr, Op, Poly, Program, ReduceKind, TensorType,
+    collect_vars, BinOp, Dim, Dtype, Expr, NormSets, Op, Poly, Program, ReduceKind, TensorType,
 };
 use super::CheckError;
 
@@ -57,13 +57,11 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::RmsNorm { .. } => "rms_norm",
         Op::L2Norm { .. } => "l2norm",
         Op::Transpose { .. } => "transpose",
-        Op::ChannelNorm {
-            groups: 0,
-            instance: false,
-            ..
-        } => "batch_norm",
-        Op::ChannelNorm { instance: true, .. } => "instance_norm",
-        Op::ChannelNorm { .. } => "group_norm",
+        Op::ChannelNorm { sets, .. } => match sets {
+            NormSets::Batch => "batch_norm",
+            NormSets::Groups(_) => "group_norm",
+            NormSets::Instance => "instance_norm",
+        },
         Op::Conv {
             transposed: true,
             dims,
@@ -270,8 +268,7 @@ pub fn group_constraints(program: &Program) -> Vec<(usize, Dim, usize)> {
                 };
                 match op {
                     Op::ChannelNorm {
-                        groups,
-                        instance: false,
+                        sets: NormSets::Groups(groups),
                         ..
                     } if *groups > 1 => {
                         if let Some(c) = shape(0).get(1) {
@@ -484,10 +481,8 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                     Ok(x)
                 }
                 Op::Conv { .. } | Op::Pool { .. } => windowed_shape(op, name, &x, &types[1..]),
-                Op::ChannelNorm {
-                    groups, instance, ..
-                } => {
-                    let min = if *instance { 3 } else { 2 };
+                Op::ChannelNorm { sets, .. } => {
+                    let min = if *sets == NormSets::Instance { 3 } else { 2 };
                     if x.shape.len() < min {
                         return Err(format!(
                             "`{name}` needs an input of rank {min} or more ([N, C, ...]), got {}",
@@ -495,7 +490,7 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                         ));
                     }
                     let c = &x.shape[1];
-                    if op_name(op) == "group_norm" {
+                    if let NormSets::Groups(groups) = sets {
                         let bad = *groups == 0
                             || c.to_poly()
                                 .constant()

@@ -279,19 +279,14 @@ fn eval_node(
                     }
                 }
                 Op::ChannelNorm {
-                    groups,
-                    instance,
+                    sets,
                     eps,
                     weight,
                     bias,
                 } => {
                     let w = if weight { it.next() } else { None };
                     let b = if bias { it.next() } else { None };
-                    let groups = if instance {
-                        x.shape.get(1).copied().unwrap_or(1)
-                    } else {
-                        groups
-                    };
+                    let groups = sets.groups(x.shape.get(1).copied().unwrap_or(1));
                     x = k::channel_norm(&x, groups, eps, w.as_ref(), b.as_ref())?
                 }
                 Op::Pool {

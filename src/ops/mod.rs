@@ -92,7 +92,9 @@ mod interp_tests;
 #[cfg(test)]
 mod torch_tests;
 
-pub use ast::{BinOp, Const, Decl, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, Stmt};
+pub use ast::{
+    BinOp, Const, Decl, Dim, Dtype, Expr, NormSets, Op, Program, ReduceKind, Sizes, Stmt,
+};
 pub use ast::{Poly, TensorType, UnaryFn};
 pub use check::{
     group_constraints, infer_expr, normalize_axis, op_name, transposed_out, window_out, ExprType,

@@ -6,7 +6,9 @@
 
 use std::fmt::Write;
 
-use super::ast::{BinOp, Decl, Dim, Dtype, Expr, Op, Program, ReduceKind, Sizes, UnaryFn};
+use super::ast::{
+    BinOp, Decl, Dim, Dtype, Expr, NormSets, Op, Program, ReduceKind, Sizes, UnaryFn,
+};
 use super::check::infer_expr;
 
 /// Why a module could not be rendered.
@@ -321,8 +323,7 @@ impl Renderer<'_> {
                 }
             }
             Op::ChannelNorm {
-                groups,
-                instance,
+                sets,
                 eps,
                 weight,
                 bias,
@@ -333,12 +334,16 @@ impl Renderer<'_> {
                 let w = w.unwrap_or_else(|| "None".into());
                 let b = b.unwrap_or_else(|| "None".into());
                 let eps = num(eps);
-                match (groups, instance) {
-                    (_, true) => format!("F.instance_norm({x}, weight={w}, bias={b}, eps={eps})"),
-                    (0, _) => format!(
+                match sets {
+                    NormSets::Instance => {
+                        format!("F.instance_norm({x}, weight={w}, bias={b}, eps={eps})")
+                    }
+                    NormSets::Batch => format!(
                         "F.batch_norm({x}, None, None, weight={w}, bias={b}, training=True, eps={eps})"
                     ),
-                    (g, _) => format!("F.group_norm({x}, {g}, weight={w}, bias={b}, eps={eps})"),
+                    NormSets::Groups(g) => {
+                        format!("F.group_norm({x}, {g}, weight={w}, bias={b}, eps={eps})")
+                    }
                 }
             }
             Op::Pool {

@@ -209,12 +209,11 @@ impl Renderer<'_> {
                         "{stride:?},{padding:?},{dilation:?},{output_padding:?},{groups},{bias}"
                     ),
                     Op::ChannelNorm {
-                        groups,
-                        instance,
+                        sets,
                         eps,
                         weight,
                         bias,
-                    } => format!("{groups},{instance},{},{weight},{bias}", self.num(eps)),
+                    } => format!("{sets:?},{},{weight},{bias}", self.num(eps)),
                     Op::Pool {
                         ref kernel,
                         ref stride,

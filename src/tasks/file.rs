@@ -63,6 +63,7 @@ pub fn parse_task(path: &Path, text: &str) -> Result<Task, TaskError> {
     }
     let program = Program::parse(&raw.program).map_err(|e| invalid("program", e.to_string()))?;
     let symbols = program.size_symbols();
+    let grouped = crate::ops::group_constraints(&program);
     for (preset, sizes) in [("gpu", &raw.sizes.gpu), ("small", &raw.sizes.small)] {
         for s in &symbols {
             match sizes.get(s) {
@@ -93,7 +94,8 @@ pub fn parse_task(path: &Path, text: &str) -> Result<Task, TaskError> {
                 }
             }
         }
-        for (line, dim, groups) in crate::ops::group_constraints(&program) {
+        for (line, dim, groups) in &grouped {
+            let (line, groups) = (*line, *groups);
             let v = dim.resolve(sizes).unwrap_or(0);
             if v % groups != 0 {
                 return Err(invalid(
