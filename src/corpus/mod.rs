@@ -150,7 +150,8 @@ pub struct CorpusStats {
     pub chars: usize,
     /// Candidates evaluated.
     pub evaluated: usize,
-    /// Correct-looking candidates that were not correct (dropped), by form.
+    /// Correct-looking candidates that were not correct (dropped), by form, with the start of
+    /// what the evaluation said.
     pub dropped_variants: Vec<String>,
     /// Breakages that turned out correct anyway (dropped).
     pub harmless_breakages: usize,
@@ -510,11 +511,12 @@ pub fn build(
                 }],
                 outcomes: vec!["correct".into()],
             }),
-            (None, Some(o)) => {
-                stats
-                    .dropped_variants
-                    .push(format!("{}/{}: {}", task.name, answer.form, o.kind()))
-            }
+            (None, Some(o)) => stats.dropped_variants.push(format!(
+                "{}/{}: {}",
+                task.name,
+                answer.form,
+                brief(&o.feedback())
+            )),
             (Some(_), None) => stats.harmless_breakages += 1,
             (Some(b), Some(o)) if correct[job.answer] && !b.expected().contains(&o.kind()) => {
                 stats.unexpected_breakages += 1;
@@ -828,3 +830,18 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Example>, String> {
 
 #[cfg(test)]
 mod tests;
+
+/// The first two lines of an evaluation's feedback, at most 240 characters: enough to say why a kernel
+/// that should be correct was not, short enough for a record of thousands.
+fn brief(feedback: &str) -> String {
+    let lines: Vec<&str> = feedback
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = lines[..lines.len().min(2)].join(" ");
+    match line.char_indices().nth(240) {
+        Some((i, _)) => format!("{}...", &line[..i]),
+        None => line.to_string(),
+    }
+}
