@@ -12,6 +12,7 @@ nn.Parameter), `forward` on kevin's inputs in get_inputs()'s order. The output m
 reference within the task's tolerance (index outputs exactly). Needs torch (CPU is enough).
 """
 import argparse
+import ast
 import json
 import os
 import subprocess
@@ -53,12 +54,57 @@ def main():
     sys.exit(1 if bad else 0)
 
 
-def check(path, d):
+def at_sizes(value, name, sizes):
+    """A module-level assignment's value with kevin's sizes put in: `name` itself, or `name_i` for
+    the i-th item of a tuple (the importer's names), so values derived from them follow."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        if len(value.elts) == 1:
+            value.elts = [at_sizes(value.elts[0], name, sizes)]
+        else:
+            value.elts = [at_sizes(e, f"{name}_{i}", sizes) for i, e in enumerate(value.elts)]
+        return value
+    return ast.Constant(sizes[name]) if name in sizes else value
+
+
+def load(path, sizes):
+    """Runs the problem file with its size constants at kevin's values, set where they are
+    assigned, so that constants computed from them (`bias_shape = (out_channels, 1, 1)`) agree."""
+    tree = ast.parse(open(path).read(), path)
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    node.value = at_sizes(node.value, t.id, sizes)
+                elif isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                    # D, H, W = 16, 32, 32
+                    node.value.elts = [
+                        at_sizes(v, n.id, sizes) if isinstance(n, ast.Name) else v
+                        for n, v in zip(t.elts, node.value.elts)
+                    ]
+    ast.fix_missing_locations(tree)
     ns = {"__name__": "kernelbench_problem"}
-    exec(compile(open(path).read(), path, "exec"), ns)
-    for sym, v in d["sizes"].items():
-        if sym in ns:
-            ns[sym] = v
+    exec(compile(tree, path, "exec"), ns)
+    return ns
+
+
+def parameter(params, name):
+    """The model's parameter for kevin's input `name`: an nn.Parameter of that name, or
+    `<layer>_<weight|bias>`; the importer adds `_<n>` to a name that a size already takes."""
+    candidates = [name]
+    base, _, n = name.rpartition("_")
+    if base and n.isdigit():
+        candidates.append(base)
+    for c in candidates:
+        if c in params:
+            return params[c]
+        layer, _, which = c.rpartition("_")
+        if f"{layer}.{which}" in params:
+            return params[f"{layer}.{which}"]
+    raise KeyError(f"no parameter of the model for kevin's input {name}")
+
+
+def check(path, d):
+    ns = load(path, d["sizes"])
     torch.manual_seed(0)
     model = ns["Model"](*ns["get_init_inputs"]()).double()
     theirs = ns["get_inputs"]()
@@ -75,14 +121,7 @@ def check(path, d):
     params = dict(model.named_parameters())
     with torch.no_grad():
         for n in order[k:]:
-            if n in params:
-                params[n].copy_(ins[n])
-                continue
-            layer, _, which = n.rpartition("_")
-            target = params.get(f"{layer}.{which}")
-            if target is None:
-                raise KeyError(f"no parameter of the model for kevin's input {n}")
-            target.copy_(ins[n])
+            parameter(params, n).copy_(ins[n])
         out = model(*args)
     ref = d["outputs"][0]
     want = torch.tensor(ref["data"], dtype=torch.float64).reshape(ref["shape"])

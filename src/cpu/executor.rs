@@ -338,15 +338,61 @@ fn report(status: i32) -> ExitReport {
     }
 }
 
+/// Names of the x86-64 system calls a kernel (or a library it calls) is likeliest to try.
+fn syscall_name(nr: i64) -> Option<&'static str> {
+    Some(match nr {
+        2 => "open",
+        4 => "stat",
+        5 => "fstat",
+        16 => "ioctl",
+        35 => "nanosleep",
+        41 => "socket",
+        42 => "connect",
+        56 => "clone (a process, not a thread)",
+        57 => "fork",
+        59 => "execve",
+        62 => "kill",
+        63 => "uname",
+        89 => "readlink",
+        96 => "gettimeofday",
+        99 => "sysinfo",
+        102 => "getuid",
+        110 => "getppid",
+        157 => "prctl",
+        200 => "tkill",
+        201 => "time",
+        228 => "clock_gettime",
+        230 => "clock_nanosleep",
+        234 => "tgkill",
+        257 => "openat",
+        262 => "newfstatat",
+        302 => "prlimit64",
+        309 => "getcpu",
+        324 => "membarrier",
+        332 => "statx",
+        _ => return None,
+    })
+}
+
 /// The crash reason for an executor that died: the signal, and where the kernel faulted with what
 /// that address usually means (from the fault handler's line in `stderr_tail`, when there is one).
 pub fn crash_reason(exit: &ExitReport, stderr_tail: &str) -> String {
     match exit.signal {
         Some(libc::SIGSYS) => {
+            let call = stderr_tail
+                .lines()
+                .rev()
+                .find_map(|l| l.split_once(FAULT_MARKER))
+                .and_then(|(_, rest)| rest.trim().strip_prefix("SIGSYS system call "))
+                .and_then(|nr| nr.parse::<i64>().ok())
+                .map_or(String::new(), |nr| match syscall_name(nr) {
+                    Some(name) => format!(" {nr} ({name})"),
+                    None => format!(" {nr}"),
+                });
             return format!(
-                "the kernel made a system call, which the sandbox forbids ({exit}); device code \
-                 cannot call the operating system"
-            )
+                "the kernel made a system call{call}, which the sandbox forbids ({exit}); device \
+                 code cannot call the operating system"
+            );
         }
         Some(libc::SIGXCPU) => {
             return format!("the kernel used up the executor's CPU time ({exit})")

@@ -1,7 +1,8 @@
 //! The executor's system-call filter: a classic-BPF seccomp program that allows only what running
 //! a loaded module needs (memory mapping for fiber stacks and the shared buffers, threads for the
-//! block workers, futexes, the two pipes to the trusted worker) and kills the process on
-//! anything else: no `open`, no `socket`, no `execve`, no `kill`, no new process (`clone` only
+//! block workers, futexes, the two pipes to the trusted worker) and ends the process on
+//! anything else (a trap: the SIGSYS handler names the call on stderr, then the process dies of
+//! SIGSYS): no `open`, no `socket`, no `execve`, no `kill`, no new process (`clone` only
 //! with `CLONE_THREAD`, `clone3` answers `ENOSYS` so the C library falls back to `clone`), no
 //! `ptrace`, no clocks.
 //!
@@ -54,6 +55,7 @@ const BPF_RET_K: u16 = 0x06;
 
 const RET_KILL_PROCESS: u32 = 0x8000_0000;
 const RET_ALLOW: u32 = 0x7fff_0000;
+const RET_TRAP: u32 = 0x0003_0000;
 const RET_ERRNO: u32 = 0x0005_0000;
 
 // Offsets in struct seccomp_data.
@@ -92,7 +94,7 @@ fn program() -> Vec<libc::sock_filter> {
         stmt(BPF_LD_W_ABS, OFF_ARG0_LO),
         jump(BPF_JSET_K, libc::CLONE_THREAD as u32, 0, 1),
         stmt(BPF_RET_K, RET_ALLOW),
-        stmt(BPF_RET_K, RET_KILL_PROCESS),
+        stmt(BPF_RET_K, RET_TRAP),
     ];
     let n = ALLOWED.len();
     for (i, (nr, _)) in ALLOWED.iter().enumerate() {
@@ -100,7 +102,9 @@ fn program() -> Vec<libc::sock_filter> {
         let to_allow = (n - i - 1 + 1) as u8;
         p.push(jump(BPF_JEQ_K, *nr, to_allow, 0));
     }
-    p.push(stmt(BPF_RET_K, RET_KILL_PROCESS));
+    // Anything else traps: SIGSYS, whose handler (`worker::report_faults`) writes the call's
+    // number to stderr and ends the process by the same signal.
+    p.push(stmt(BPF_RET_K, RET_TRAP));
     p.push(stmt(BPF_RET_K, RET_ALLOW));
     p
 }

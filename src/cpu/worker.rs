@@ -84,7 +84,8 @@ pub const FAULT_MARKER: &str = "kevin-cpu-fault: ";
 /// Installs a handler for the signals a faulting kernel raises (SIGSEGV, SIGBUS, SIGILL, SIGFPE)
 /// that writes one line to stderr, [`FAULT_MARKER`] then the signal and the faulting address, and
 /// returns; the handler resets itself, so the faulting instruction runs again and the default
-/// action ends the process with the same signal. Only `write` is called (async-signal-safe). A
+/// action ends the process with the same signal. For SIGSYS (a system call the seccomp filter
+/// traps) the line names the call's number and the process ends by SIGSYS at once. Only `write` is called (async-signal-safe). A
 /// fault on an overflowed stack cannot run the handler: the process dies without the line.
 #[cfg(unix)]
 pub(crate) fn report_faults() {
@@ -100,6 +101,41 @@ pub(crate) fn report_faults() {
             }
         };
         put(FAULT_MARKER.as_bytes());
+        if sig == libc::SIGSYS {
+            // A trap of the seccomp filter: siginfo's `si_syscall` follows `si_call_addr`.
+            // SAFETY: the kernel passes a valid siginfo_t; for SIGSYS the int at offset 24 is
+            // the system call's number.
+            let nr = if info.is_null() {
+                -1
+            } else {
+                unsafe { *info.cast::<u8>().add(24).cast::<i32>() }
+            };
+            put(b"SIGSYS system call ");
+            let mut digits = [0u8; 12];
+            let mut k = digits.len();
+            let mut v = nr.unsigned_abs();
+            loop {
+                k -= 1;
+                digits[k] = b'0' + (v % 10) as u8;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            if nr < 0 {
+                put(b"-");
+            }
+            put(&digits[k..]);
+            put(b"\n");
+            // SAFETY: as below; then one more forbidden call (getppid): the handler has reset
+            // itself, so the filter's trap ends the process by SIGSYS instead of returning into
+            // code whose system call did not run.
+            unsafe {
+                libc::write(2, line.as_ptr().cast(), n);
+                libc::syscall(libc::SYS_getppid);
+            }
+            return;
+        }
         put(match sig {
             libc::SIGSEGV => b"SIGSEGV",
             libc::SIGBUS => b"SIGBUS",
@@ -129,7 +165,13 @@ pub(crate) fn report_faults() {
         action.sa_sigaction = on_fault as *const () as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND | libc::SA_NODEFER;
         libc::sigemptyset(&mut action.sa_mask);
-        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE] {
+        for sig in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGSYS,
+        ] {
             libc::sigaction(sig, &action, std::ptr::null_mut());
         }
     }

@@ -387,6 +387,9 @@ struct Importer {
     sizes: Sizes,
     /// Counter of intermediates.
     temps: usize,
+    /// Size symbols that must equal a dim written otherwise (`nn.LayerNorm(out_channels)` on a
+    /// last dim `2*W`): equal at the file's sizes, kept equal in the small preset.
+    ties: Vec<(String, Dim)>,
 }
 
 /// The names a function body sees: its parameters and locals (`self.x` as `"self.x"`).
@@ -631,6 +634,40 @@ impl Importer {
         let w = self.parameter(&format!("{attr}_weight"), draw(dims.to_vec()));
         let b = bias.then(|| self.parameter(&format!("{attr}_bias"), draw(vec![bias_dim.clone()])));
         (w, b)
+    }
+
+    /// `nn.LayerNorm(n)` normalises the last dim, which PyTorch requires to be `n`: refused when
+    /// it is not at the file's sizes; when it is but is written otherwise, the two are tied so
+    /// that the small preset keeps them equal.
+    fn tie_last_dim(&mut self, shape: &[Dim], n: Option<Val>, line: usize) -> Result<(), Refusal> {
+        let (Some(last), Some(Val::Int(n, name))) = (shape.last(), n) else {
+            return refuse(line, "nn.LayerNorm without an integer normalized_shape");
+        };
+        let at_file = last.resolve(&self.sizes);
+        if at_file != usize::try_from(n).ok() {
+            return refuse(
+                line,
+                format!(
+                    "nn.LayerNorm({n}) on an input whose last dim {last} is {} at the file's sizes",
+                    at_file.map_or("not positive".to_string(), |v| v.to_string())
+                ),
+            );
+        }
+        match (name, last) {
+            (Some(s), Dim::Sym(l)) if s == *l => {}
+            (Some(s), _) if !mentions(last, &s) => self.ties.push((s, last.clone())),
+            (None, Dim::Lit(_)) => {}
+            (None, Dim::Sym(l)) => self.ties.push((l.clone(), Dim::Lit(n as usize))),
+            _ => {
+                return refuse(
+                    line,
+                    format!(
+                        "nn.LayerNorm({n}) on a last dim written {last}, which other sizes change"
+                    ),
+                )
+            }
+        }
+        Ok(())
     }
 
     fn fresh_input(&self, base: &str) -> String {
@@ -1242,9 +1279,14 @@ impl Importer {
                     return refuse(line, "nn.LayerNorm over more than the last dimension");
                 }
                 let eps = arg(1, "eps").and_then(|v| v.num()).unwrap_or(1e-5);
+                let size = match shape {
+                    Some(Val::Seq(v)) => v[0].clone(),
+                    Some(v) => v,
+                    None => Val::None,
+                };
                 Ok(Val::Layer(Layer::Func(
                     "layer_norm_last".into(),
-                    vec![("eps".into(), Val::Float(eps))],
+                    vec![("eps".into(), Val::Float(eps)), ("normalized".into(), size)],
                 )))
             }
             _ => {
@@ -1799,6 +1841,7 @@ impl Importer {
                 same(format!("{name}({}, eps={})", args.join(", "), lit(eps)))
             }
             "layer_norm_last" => {
+                self.tie_last_dim(&x.shape, get(usize::MAX, "normalized"), line)?;
                 let eps = num(usize::MAX, "eps", 1e-5)?;
                 same(format!("layer_norm({}, eps={})", x.text, lit(eps)))
             }
@@ -2088,7 +2131,7 @@ impl Importer {
             .iter()
             .map(|s| (s.clone(), self.sizes.get(s).copied().unwrap_or(1)))
             .collect();
-        let small = small_sizes(&parsed, &symbols);
+        let small = small_sizes(&parsed, &symbols, &self.ties);
         let doc = self
             .doc
             .as_deref()
@@ -2213,6 +2256,13 @@ fn broadcast(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
     Some(out)
 }
 
+/// Whether the size symbol `s` appears in `d`.
+fn mentions(d: &Dim, s: &str) -> bool {
+    let mut syms = Vec::new();
+    d.to_poly().symbols(&mut syms);
+    syms.iter().any(|x| x == s)
+}
+
 fn join_dims(d: &[Dim]) -> String {
     d.iter().map(Dim::to_string).collect::<Vec<_>>().join(", ")
 }
@@ -2222,8 +2272,8 @@ fn show(d: &[Dim]) -> String {
 }
 
 /// The small preset: distinct values off multiples of 32, shrunk until no tensor of the
-/// program has more than 8192 elements.
-fn small_sizes(p: &Program, symbols: &[String]) -> Sizes {
+/// program has more than 8192 elements, with the ties the file's sizes imply kept.
+fn small_sizes(p: &Program, symbols: &[String], ties: &[(String, Dim)]) -> Sizes {
     const START: [usize; 8] = [37, 41, 29, 23, 19, 17, 13, 11];
     let mut sizes: Sizes = symbols
         .iter()
@@ -2295,6 +2345,11 @@ fn small_sizes(p: &Program, symbols: &[String]) -> Sizes {
             if let Some(v) = sizes.get_mut(&s) {
                 *v = (*v / groups).max(1) * groups;
             }
+        }
+    }
+    for (s, d) in ties {
+        if let (true, Some(v)) = (sizes.contains_key(s), d.resolve(&sizes)) {
+            sizes.insert(s.clone(), v);
         }
     }
     sizes

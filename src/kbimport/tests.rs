@@ -490,3 +490,39 @@ fn constant_tensors_are_draws_without_spread() {
     );
     assert_eq!(t.program.inputs[i].ty.to_string(), "f32[out_features]");
 }
+
+#[test]
+fn a_layer_norm_s_size_is_its_input_s_last_dim_in_every_preset() {
+    // nn.LayerNorm(out_channels) on the convolution's output width: PyTorch needs them equal,
+    // which the file's sizes make them (width 30 gives (30 + 4 - 3) // 2 + 1 = 16 columns).
+    let src = CONV
+        .replace(
+            "self.pool = nn.MaxPool2d(kernel_size=2)",
+            "self.ln = nn.LayerNorm(out_channels)",
+        )
+        .replace(
+            "        x = self.pool(x)\n        return F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False)",
+            "        return self.ln(x)",
+        );
+    let t = imported(
+        "level2/2_Conv2d_LayerNorm.py",
+        &src.replace("64, 48", "64, 30"),
+    );
+    let last = t.program.outputs[0].ty.shape.last().unwrap().clone();
+    for preset in [Preset::Gpu, Preset::Small] {
+        let sizes = t.sizes(preset);
+        assert_eq!(
+            Some(sizes["out_channels"]),
+            last.resolve(sizes),
+            "{preset:?}: {sizes:?}"
+        );
+    }
+    assert_eq!(t.sizes(Preset::Gpu)["out_channels"], 16);
+    // Unequal at the file's sizes: PyTorch itself would fail.
+    let r = refused(&src);
+    assert!(
+        r.reason
+            .contains("nn.LayerNorm(16) on an input whose last dim (width + 1) // 2 + 1 is 25"),
+        "{r}"
+    );
+}
