@@ -21,7 +21,7 @@ pub(crate) mod py;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use py::{Arg, Expr, Stmt};
@@ -91,10 +91,23 @@ pub fn import(origin: &str, level: u8, source: &str, split: Split) -> Result<Imp
         .unwrap_or(origin)
         .trim_end_matches(".py");
     let name = task_name(level, stem);
-    let mut m = Importer::default();
-    m.module(&module)?;
-    let text = m.task(&name, origin, level, split)?;
-    Ok(Imported { name, text })
+    // A pass that pins a symbol (grouped channels) after using it runs again with it pinned
+    // from the start; pins only grow, so this ends.
+    let mut pinned = BTreeSet::new();
+    loop {
+        let mut m = Importer {
+            pinned: pinned.clone(),
+            ..Importer::default()
+        };
+        let got = m
+            .module(&module)
+            .and_then(|()| m.task(&name, origin, level, split));
+        match got {
+            Err(_) if m.repin && m.pinned.len() > pinned.len() => pinned = m.pinned,
+            Err(r) => return Err(r),
+            Ok(text) => return Ok(Imported { name, text }),
+        }
+    }
 }
 
 /// A tensor of the program being written: its op-language text and symbolic shape.
@@ -166,6 +179,8 @@ struct ConvWindow {
     dilation: Vec<usize>,
     /// Zeros unless transposed.
     output_padding: Vec<usize>,
+    /// Channel groups (1: none).
+    groups: usize,
 }
 
 /// A per-axis integer argument of a convolution or pooling (`3`, `(3, 5)`, absent), checked
@@ -390,6 +405,11 @@ struct Importer {
     /// Size symbols that must equal a dim written otherwise (`nn.LayerNorm(out_channels)` on a
     /// last dim `2*W`): equal at the file's sizes, kept equal in the small preset.
     ties: Vec<(String, Dim)>,
+    /// Size symbols written as the file's numbers: the channels of a grouped convolution. A
+    /// symbol pinned after it was first used restarts the import with it pinned from the start.
+    pinned: BTreeSet<String>,
+    /// Set when a symbol was pinned during this pass.
+    repin: bool,
 }
 
 /// The names a function body sees: its parameters and locals (`self.x` as `"self.x"`).
@@ -670,6 +690,45 @@ impl Importer {
         Ok(())
     }
 
+    /// A grouped convolution's input and output channels (`Val::Int`s) are pinned to the file's
+    /// numbers, which the groups must divide.
+    fn pin_channels(
+        &mut self,
+        channels: &[&Val],
+        groups: usize,
+        layer: &str,
+        line: usize,
+    ) -> Result<(), Refusal> {
+        for c in channels {
+            let Val::Int(n, sym) = c else {
+                return refuse(
+                    line,
+                    format!("nn.{layer} with channels that are {}", c.what()),
+                );
+            };
+            if *n < 1 || *n as usize % groups != 0 {
+                return refuse(
+                    line,
+                    format!("nn.{layer}: {n} channels are not divisible by groups {groups}"),
+                );
+            }
+            let s = sym.clone().unwrap_or_else(|| format!("D{n}"));
+            if self.pinned.insert(s) {
+                self.repin = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The refusal that makes [`import`] run again with the symbols pinned so far.
+    fn repin_signal(&mut self, line: usize) -> Refusal {
+        self.repin = true;
+        Refusal {
+            line,
+            reason: "a grouped convolution's channels are pinned: import again".into(),
+        }
+    }
+
     fn fresh_input(&self, base: &str) -> String {
         let taken = |n: &str| {
             crate::ops::is_reserved(n)
@@ -695,6 +754,10 @@ impl Importer {
                 Val::Int(1, _) => out.push(Dim::Lit(1)),
                 Val::Int(n, sym) if *n > 1 => {
                     let s = sym.clone().unwrap_or_else(|| format!("D{n}"));
+                    if self.pinned.contains(&s) {
+                        out.push(Dim::Lit(*n as usize));
+                        continue;
+                    }
                     if let Some(old) = self.sizes.insert(s.clone(), *n as usize) {
                         if old != *n as usize {
                             return refuse(line, format!("size `{s}` is both {old} and {n}"));
@@ -1132,6 +1195,13 @@ impl Importer {
                 let ones = vec![1; d];
                 let zeros = vec![0; d];
                 let kernel = axes_arg(arg(2, "kernel_size"), d, None, "kernel_size", 1, line)?;
+                let groups = match arg(6, "groups") {
+                    None => 1,
+                    Some(Val::Int(g, _)) if g >= 1 => g as usize,
+                    Some(other) => {
+                        return refuse(line, format!("nn.{name} with groups {}", other.what()))
+                    }
+                };
                 let window = ConvWindow {
                     transposed,
                     stride: axes_arg(arg(3, "stride"), d, Some(&ones), "stride", 1, line)?,
@@ -1156,18 +1226,8 @@ impl Importer {
                     } else {
                         zeros.clone()
                     },
+                    groups,
                 };
-                match arg(6, "groups") {
-                    None | Some(Val::Int(1, _)) => {}
-                    Some(_) => {
-                        return refuse(
-                            line,
-                            format!(
-                                "nn.{name} with groups > 1 (grouped channels are not imported yet)"
-                            ),
-                        )
-                    }
-                }
                 let bias = !matches!(arg(7, "bias"), Some(Val::Bool(false)));
                 let mode = arg(at(8, 9), "padding_mode");
                 if !matches!(mode, None | Some(Val::Str(_)))
@@ -1180,14 +1240,25 @@ impl Importer {
                 }
                 // kaiming_uniform's fan_in: the weight's second dim times the window.
                 let per_window = if transposed { &out } else { &inp };
-                let fan_in =
-                    per_window.num().unwrap_or(1.0) * kernel.iter().product::<usize>() as f64;
+                let fan_in = per_window.num().unwrap_or(1.0) / groups as f64
+                    * kernel.iter().product::<usize>() as f64;
                 let bound = 1.0 / fan_in.max(1.0).sqrt();
+                if groups > 1 {
+                    // Grouped channels stay the file's numbers: the weight's second dim is the
+                    // channels over the groups, which a size symbol cannot be divided into.
+                    self.pin_channels(&[&inp, &out], groups, &name, line)?;
+                }
                 let mut dims = if transposed {
                     self.dims(&[inp, out], line)?
                 } else {
                     self.dims(&[out, inp], line)?
                 };
+                if groups > 1 {
+                    dims[1] = match dims[1] {
+                        Dim::Lit(c) => Dim::Lit(c / groups),
+                        _ => return Err(self.repin_signal(line)),
+                    };
+                }
                 dims.extend(kernel.iter().map(|&k| Dim::Lit(k)));
                 Ok(Val::Layer(Layer::Conv {
                     dims,
@@ -1330,9 +1401,19 @@ impl Importer {
                 ),
             );
         }
-        // The weight is [out, in, *k], transposed [in, out, *k].
+        // The weight is [out, in/groups, *k], transposed [in, out/groups, *k].
         let (w_in, w_out) = if win.transposed { (0, 1) } else { (1, 0) };
-        if x.shape[1] != w.shape[w_in] {
+        let g = win.groups;
+        let per_group = |d: &Dim| match d {
+            Dim::Lit(c) if g > 1 => Dim::Lit(c * g),
+            d => d.clone(),
+        };
+        let w_in_dim = if win.transposed {
+            w.shape[w_in].clone()
+        } else {
+            per_group(&w.shape[w_in])
+        };
+        if x.shape[1] != w_in_dim {
             return refuse(
                 line,
                 format!(
@@ -1342,7 +1423,12 @@ impl Importer {
                 ),
             );
         }
-        let mut shape = vec![x.shape[0].clone(), w.shape[w_out].clone()];
+        let out_channels = if win.transposed {
+            per_group(&w.shape[w_out])
+        } else {
+            w.shape[w_out].clone()
+        };
+        let mut shape = vec![x.shape[0].clone(), out_channels];
         for i in 0..d {
             let (len, k) = (&x.shape[2 + i], &w.shape[2 + i]);
             let (s, p, dil) = (win.stride[i], win.padding[i], win.dilation[i]);
@@ -1360,13 +1446,25 @@ impl Importer {
             shape.push(out);
         }
         let bias = b.map(|b| format!(", {}", b.text)).unwrap_or_default();
-        let extra = if win.transposed {
+        let mut extra = if win.transposed {
             format!(", output_padding={}", per_axis(&win.output_padding))
         } else {
             String::new()
         };
+        // PyTorch's order: groups before dilation when transposed, after it otherwise.
+        let groups = if g > 1 {
+            format!(", groups={g}")
+        } else {
+            String::new()
+        };
+        let tail = if win.transposed {
+            extra.push_str(&groups);
+            String::new()
+        } else {
+            groups
+        };
         let text = format!(
-            "{name}({}, {}{bias}, stride={}, padding={}{extra}, dilation={})",
+            "{name}({}, {}{bias}, stride={}, padding={}{extra}, dilation={}{tail})",
             x.text,
             w.text,
             per_axis(&win.stride),
@@ -1725,6 +1823,7 @@ impl Importer {
                     } else {
                         zeros.clone()
                     },
+                    groups: 1,
                 };
                 return self.conv(x, w, b, &window, line);
             }
@@ -2073,8 +2172,13 @@ impl Importer {
                     window,
                     ..
                 }) => {
-                    // The bias has the output channels: the weight's second dim if transposed.
-                    let outputs = dims[usize::from(window.transposed)].clone();
+                    // The bias has the output channels: the weight's second dim (times the
+                    // groups) if transposed.
+                    let outputs = match &dims[1] {
+                        Dim::Lit(c) if window.transposed => Dim::Lit(c * window.groups),
+                        d if window.transposed => d.clone(),
+                        _ => dims[0].clone(),
+                    };
                     let params = self.layer_params(attr, &dims, &outputs, bound, bias);
                     Layer::Conv {
                         dims,

@@ -395,7 +395,11 @@ fn convolutions_and_pooling_import_with_their_output_dims() {
         );
     }
     let r = refused(&CONV.replace("stride=2, padding=(1, 2))", "groups=3)"));
-    assert!(r.reason.contains("groups > 1"), "{r}");
+    assert!(
+        r.reason
+            .contains("nn.Conv2d: 16 channels are not divisible by groups 3"),
+        "{r}"
+    );
     let r = refused(&CONV.replace(
         "nn.MaxPool2d(kernel_size=2)",
         "nn.MaxPool2d(2, ceil_mode=True)",
@@ -525,4 +529,52 @@ fn a_layer_norm_s_size_is_its_input_s_last_dim_in_every_preset() {
             .contains("nn.LayerNorm(16) on an input whose last dim (width + 1) // 2 + 1 is 25"),
         "{r}"
     );
+}
+
+#[test]
+fn grouped_and_depthwise_convolutions_keep_the_file_s_channels() {
+    // Depthwise: groups = in_channels, the channels a name of the file.
+    let depthwise = CONV.replace(
+        "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, padding=(1, 2))",
+        "nn.Conv2d(in_channels, in_channels, kernel_size, stride=2, padding=(1, 2), groups=in_channels, bias=False)",
+    );
+    let t = imported("level1/3_Depthwise.py", &depthwise);
+    assert_eq!(
+        t.program.inputs[0].ty.to_string(),
+        "f32[batch_size, 3, height, width]"
+    );
+    assert_eq!(t.program.inputs[1].ty.to_string(), "f32[3, 1, 3, 3]");
+    assert!(body(&t).contains(", groups=3)"), "{}", body(&t));
+    // fan_in is the weight's second dim times the window: 1 x 9.
+    assert_eq!(
+        t.inputs[1],
+        InputDist::Uniform {
+            lo: -1.0 / 3.0,
+            hi: 1.0 / 3.0
+        }
+    );
+    for preset in [Preset::Gpu, Preset::Small] {
+        assert!(!t.sizes(preset).contains_key("in_channels"), "{preset:?}");
+    }
+    // Grouped and transposed: the weight is [in, out/groups, *k], the bias has all outputs.
+    let grouped = CONV.replace("in_channels = 3", "in_channels = 8").replace(
+        "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, padding=(1, 2))",
+        "nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, groups=4)",
+    );
+    let t = imported("level1/4_Grouped.py", &grouped);
+    let shapes: Vec<String> = t.program.inputs.iter().map(|d| d.ty.to_string()).collect();
+    assert_eq!(
+        shapes,
+        [
+            "f32[batch_size, 8, height, width]",
+            "f32[8, 4, 3, 3]",
+            "f32[16]"
+        ]
+    );
+    assert!(
+        body(&t).contains("output_padding=0, groups=4, dilation=1)"),
+        "{}",
+        body(&t)
+    );
+    assert_eq!(t.program.outputs[0].ty.shape[1], Dim::Lit(16));
 }
