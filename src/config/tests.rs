@@ -132,10 +132,11 @@ fn bad_values_are_rejected_with_key_value_and_rule() {
 
 #[test]
 fn burn_policy_and_learner_are_checked() {
-    let burn = "[policy]\nkind = \"burn\"\n[learner]\nkind = \"burn\"\n";
+    let learner = "[learner]\nkind = \"burn\"\n";
+    let burn = "[policy]\nkind = \"burn\"\n[learner]\nkind = \"burn\"\n[rollout]\nprompt_budget_chars = 7500\n";
     for (text, expected) in [
         (
-            "[learner]\nkind = \"burn\"\n".to_string(),
+            learner.to_string(),
             "config key `learner.kind` = \"burn\" is invalid: needs policy.kind = \"burn\"",
         ),
         (
@@ -154,6 +155,14 @@ fn burn_policy_and_learner_are_checked() {
         (
             format!("{burn}[policy.burn]\nmax_len = 1\n"),
             "config key `policy.burn.max_len` = 1 is invalid: must be at least 2",
+        ),
+        (
+            // 24,000 characters are about 9,600 tokens: no room in 4,096 with 1,024 to sample.
+            format!("[policy]\nkind = \"burn\"\n{learner}[sampling]\nmax_new_tokens = 1024\n"),
+            "config key `rollout.prompt_budget_chars` = 24000 is invalid: prompts this long (about \
+             9600 tokens at 2.5 characters a token) leave less than 1024 tokens for a response in \
+             policy.burn.max_len = 4096 (sampling.max_new_tokens, or a quarter of the slot when \
+             less): at most 7680",
         ),
         (
             format!("{burn}[policy.burn]\ndevice = \"tpu\"\n"),
@@ -236,6 +245,7 @@ fn cpu_nvrtc_front_end_is_auto_on_or_off() {
 fn shared_timing_is_refused_on_the_policys_gpu() {
     let burn_on_gpu = "[policy]\nkind = \"burn\"\n[policy.burn]\ndevice = \"cuda\"\n\
                        [learner]\nkind = \"burn\"\n[tasks]\nsource = \"suite\"\n\
+                       [rollout]\nprompt_budget_chars = 7500\n\
                        [env]\nkind = \"cuda\"\ntiming = \"shared\"\n";
     check_err(
         burn_on_gpu,

@@ -103,6 +103,25 @@ fn check_burn(f: &ConfigFile) -> Result<(), ConfigError> {
         }
     }
     check_min("policy.burn.max_len", b.max_len.into(), 2)?;
+    // A slot of the model holds the prompt and the response. Prompts are cut to a budget in
+    // characters; at 2.5 characters a token (kevin's BPE measures about 2.8 on prompts) the
+    // budget must leave room for a response of sampling.max_new_tokens (or a quarter of the
+    // slot, when that is less), or late refinement turns are cut short or refused.
+    let slot = u64::from(b.max_len);
+    let response = u64::from(f.sampling.max_new_tokens).min(slot / 4);
+    let most = slot.saturating_sub(response) * 5 / 2;
+    if u64::from(f.rollout.prompt_budget_chars) > most {
+        return Err(invalid(
+            "rollout.prompt_budget_chars",
+            f.rollout.prompt_budget_chars,
+            format!(
+                "prompts this long (about {} tokens at 2.5 characters a token) leave less than \
+                 {response} tokens for a response in policy.burn.max_len = {slot} \
+                 (sampling.max_new_tokens, or a quarter of the slot when less): at most {most}",
+                u64::from(f.rollout.prompt_budget_chars) * 2 / 5,
+            ),
+        ));
+    }
     Ok(())
 }
 

@@ -123,11 +123,11 @@ fn store_fn(d: Dtype) -> &'static str {
 /// Identifiers the kernels declare themselves (locals, macros, shared arrays). A program name
 /// equal to one would be shadowed by it or redeclared, so such a program gets no kernel (the
 /// first KernelBench import had `k` as a size and `for (int k = 0; k < k; ++k)` as a loop).
-const RESERVED: [&str; 50] = [
-    "As", "BLOCK", "TILE", "Ws", "a0", "acc", "base", "best", "best_r", "buf", "c0", "c1", "c2",
-    "c3", "c4", "c5", "col", "dv", "i", "idx", "in", "inv", "j", "k", "k0", "kk", "lane", "m",
-    "mean", "mx", "n", "o", "outer", "r", "red", "rem", "row", "run", "s", "src", "ss", "stride",
-    "sum", "t", "tx", "ty", "val", "var", "w0", "xv",
+const RESERVED: [&str; 51] = [
+    "As", "BLOCK", "TILE", "Ws", "a0", "acc", "base", "best", "best_r", "buf", "bz", "c0", "c1",
+    "c2", "c3", "c4", "c5", "col", "dv", "i", "idx", "in", "inv", "j", "k", "k0", "kk", "lane",
+    "m", "mean", "mx", "n", "o", "outer", "r", "red", "rem", "row", "run", "s", "src", "ss",
+    "stride", "sum", "t", "tx", "ty", "val", "var", "w0", "xv",
 ];
 
 /// True when `name` may appear in a kernel next to the writer's own identifiers (locals,
@@ -558,17 +558,17 @@ impl<'a> Ctx<'a> {
         let w_base = if shared {
             "0".to_string()
         } else {
-            format!("(long long)z * {k} * {n}")
+            format!("(long long)bz * {k} * {n}")
         };
         let a_at = self.ld(a, &format!("a0 + (long long)row * {k} + k"));
         let w_at = self.ld(w, &format!("w0 + (long long)k * {n} + col"));
         let kern = self.kernel("naive");
         let src = format!(
             "{launch}\n{helpers}{sig} {{\n    int col = blockIdx.x * blockDim.x + threadIdx.x;\n    \
-             int row = blockIdx.y * blockDim.y + threadIdx.y;\n    int z = blockIdx.z;\n    if (row >= {m} || col >= {n}) return;\n    \
-             long long a0 = (long long)z * {m} * {k};\n    long long w0 = {w_base};\n    \
+             int row = blockIdx.y * blockDim.y + threadIdx.y;\n    int bz = blockIdx.z;\n    if (row >= {m} || col >= {n}) return;\n    \
+             long long a0 = (long long)bz * {m} * {k};\n    long long w0 = {w_base};\n    \
              float acc = 0.0f;\n    for (int k = 0; k < {k}; ++k) {{\n        acc += {a_at} * {w_at};\n    }}\n    \
-             long long i = ((long long)z * {m} + row) * {n} + col;\n    {y}[i] = {value};\n}}\n",
+             long long i = ((long long)bz * {m} + row) * {n} + col;\n    {y}[i] = {value};\n}}\n",
             launch = self.launch(
                 &kern,
                 &format!("cdiv({n},16), cdiv({m},16), {bt}"),

@@ -149,11 +149,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_comparison_lands_on_the_allow_and_the_rest_on_the_kill() {
+    fn every_comparison_lands_on_the_allow_and_the_rest_on_the_trap() {
         let p = program();
         let last = p.len() - 1;
         assert_eq!(p[last].k, RET_ALLOW);
-        assert_eq!(p[last - 1].k, RET_KILL_PROCESS);
+        assert_eq!(p[last - 1].k, RET_TRAP);
         let first_cmp = p.len() - 2 - ALLOWED.len();
         for (i, ins) in p[first_cmp..last - 1].iter().enumerate() {
             assert_eq!(ins.code, BPF_JEQ_K);
