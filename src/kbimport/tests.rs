@@ -353,6 +353,14 @@ def get_init_inputs():
     return [in_channels, out_channels, kernel_size]
 "#;
 
+/// [`CONV`] with another layer in place of its convolution.
+fn with_layer(layer: &str) -> String {
+    CONV.replace(
+        "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, padding=(1, 2))",
+        layer,
+    )
+}
+
 #[test]
 fn convolutions_and_pooling_import_with_their_output_dims() {
     let t = imported("level2/1_Conv2d_ReLU_Pool.py", CONV);
@@ -409,12 +417,10 @@ fn convolutions_and_pooling_import_with_their_output_dims() {
 
 #[test]
 fn transposed_convolutions_import_with_pytorch_s_weight_layout_and_bound() {
-    let src = CONV
-        .replace(
-            "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, padding=(1, 2))",
-            "nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)",
-        )
-        .replace(
+    let src = with_layer(
+        "nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)",
+    )
+    .replace(
             "        return F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False)",
             "        return x",
         );
@@ -534,8 +540,7 @@ fn a_layer_norm_s_size_is_its_input_s_last_dim_in_every_preset() {
 #[test]
 fn grouped_and_depthwise_convolutions_keep_the_file_s_channels() {
     // Depthwise: groups = in_channels, the channels a name of the file.
-    let depthwise = CONV.replace(
-        "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, padding=(1, 2))",
+    let depthwise = with_layer(
         "nn.Conv2d(in_channels, in_channels, kernel_size, stride=2, padding=(1, 2), groups=in_channels, bias=False)",
     );
     let t = imported("level1/3_Depthwise.py", &depthwise);
@@ -557,10 +562,10 @@ fn grouped_and_depthwise_convolutions_keep_the_file_s_channels() {
         assert!(!t.sizes(preset).contains_key("in_channels"), "{preset:?}");
     }
     // Grouped and transposed: the weight is [in, out/groups, *k], the bias has all outputs.
-    let grouped = CONV.replace("in_channels = 3", "in_channels = 8").replace(
-        "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, padding=(1, 2))",
+    let grouped = with_layer(
         "nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, groups=4)",
-    );
+    )
+    .replace("in_channels = 3", "in_channels = 8");
     let t = imported("level1/4_Grouped.py", &grouped);
     let shapes: Vec<String> = t.program.inputs.iter().map(|d| d.ty.to_string()).collect();
     assert_eq!(
