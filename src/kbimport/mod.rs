@@ -322,8 +322,14 @@ const UNARY: [&str; 14] = [
 ];
 
 /// The other functions and methods [`Importer::function`] translates (on a tensor).
-const KNOWN: [&str; 44] = [
+const KNOWN: [&str; 50] = [
     "identity",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool3d",
     "contiguous",
     "float",
     "clone",
@@ -368,21 +374,6 @@ const KNOWN: [&str; 44] = [
     "logsumexp",
     "norm",
 ];
-
-/// Layers of `torch.nn` that the op language does not have yet, with what they would need.
-fn missing_layer(name: &str) -> Option<&'static str> {
-    let pool = [
-        "AdaptiveAvgPool1d",
-        "AdaptiveAvgPool2d",
-        "AdaptiveAvgPool3d",
-        "AdaptiveMaxPool2d",
-    ];
-    if pool.contains(&name) {
-        Some("adaptive pooling is not in kevin's op language yet")
-    } else {
-        None
-    }
-}
 
 #[derive(Default)]
 struct Importer {
@@ -1154,9 +1145,6 @@ impl Importer {
         kw: Vec<(String, Val)>,
         line: usize,
     ) -> Result<Val, Refusal> {
-        if let Some(why) = missing_layer(name) {
-            return refuse(line, format!("nn.{name}: {why}"));
-        }
         let arg = |i: usize, key: &str| -> Option<Val> {
             kw.iter()
                 .find(|(k, _)| k == key)
@@ -1267,6 +1255,19 @@ impl Importer {
                     window,
                     params: None,
                 }))
+            }
+            "AdaptiveAvgPool1d" | "AdaptiveAvgPool2d" | "AdaptiveAvgPool3d"
+            | "AdaptiveMaxPool1d" | "AdaptiveMaxPool2d" | "AdaptiveMaxPool3d" => {
+                // F.adaptive_{avg,max}_pool{d}d(x, output_size[, return_indices]).
+                let (stem, d) = name.split_at(name.len() - 2);
+                let f = format!("adaptive_{}_pool{}", stem[8..11].to_lowercase(), d);
+                let mut kws: Vec<(String, Val)> = ["output_size", "return_indices"]
+                    .iter()
+                    .zip(pos)
+                    .map(|(n, v)| (n.to_string(), v))
+                    .collect();
+                kws.extend(kw);
+                Ok(Val::Layer(Layer::Func(f, kws)))
             }
             "MaxPool1d" | "MaxPool2d" | "MaxPool3d" | "AvgPool1d" | "AvgPool2d" | "AvgPool3d" => {
                 let (stem, d) = name.split_at(name.len() - 2);
@@ -1826,6 +1827,67 @@ impl Importer {
                     groups: 1,
                 };
                 return self.conv(x, w, b, &window, line);
+            }
+            "adaptive_avg_pool1d"
+            | "adaptive_avg_pool2d"
+            | "adaptive_avg_pool3d"
+            | "adaptive_max_pool1d"
+            | "adaptive_max_pool2d"
+            | "adaptive_max_pool3d" => {
+                // To 1 along an axis: a mean (or max) over it that keeps it; to the size it has
+                // (or None): the axis as it is. Other sizes have windows of varying length.
+                let d = (name.as_bytes()[name.len() - 2] - b'0') as usize;
+                let max = name.starts_with("adaptive_max");
+                if max && matches!(get(2, "return_indices"), Some(Val::Bool(true))) {
+                    return refuse(line, format!("`{name}` with return_indices"));
+                }
+                let r = x.shape.len();
+                if r != d + 1 && r != d + 2 {
+                    return refuse(
+                        line,
+                        format!("`{name}` of a tensor of shape {}", show(&x.shape)),
+                    );
+                }
+                let sizes: Vec<Option<i64>> = match get(1, "output_size") {
+                    Some(Val::Int(n, _)) => vec![Some(n); d],
+                    Some(Val::Seq(items)) if items.len() == d => items
+                        .iter()
+                        .map(|v| match v {
+                            Val::Int(n, _) => Ok(Some(*n)),
+                            Val::None => Ok(None),
+                            other => refuse(line, format!("`{name}` to {}", other.what())),
+                        })
+                        .collect::<Result<_, _>>()?,
+                    other => {
+                        return refuse(
+                            line,
+                            format!(
+                                "`{name}` to {}",
+                                other.map_or("nothing".to_string(), |v| v.what().to_string())
+                            ),
+                        )
+                    }
+                };
+                let mut axes = Vec::new();
+                for (i, size) in sizes.into_iter().enumerate() {
+                    let axis = r - d + i;
+                    match size {
+                        None => {}
+                        Some(1) => axes.push(axis as i64),
+                        Some(n) if x.shape[axis] == Dim::Lit(n as usize) => {}
+                        Some(n) => {
+                            return refuse(
+                                line,
+                                format!(
+                                    "`{name}` to {n} (only to 1, a global pooling, or to the \
+                                     size an axis has)"
+                                ),
+                            )
+                        }
+                    }
+                }
+                let kind = if max { "max" } else { "mean" };
+                return self.reduce(kind, x, Some(axes), true, line);
             }
             "max_pool1d" | "max_pool2d" | "max_pool3d" | "avg_pool1d" | "avg_pool2d"
             | "avg_pool3d" => {

@@ -583,3 +583,34 @@ fn grouped_and_depthwise_convolutions_keep_the_file_s_channels() {
     );
     assert_eq!(t.program.outputs[0].ty.shape[1], Dim::Lit(16));
 }
+
+#[test]
+fn adaptive_pooling_to_one_is_a_global_pooling() {
+    let src = CONV
+        .replace(
+            "self.pool = nn.MaxPool2d(kernel_size=2)",
+            "self.pool = nn.AdaptiveAvgPool2d((1, 1))",
+        )
+        .replace(
+            "        return F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False)",
+            "        return F.adaptive_max_pool2d(x, (None, 1))",
+        );
+    let t = imported("level2/5_Conv2d_GlobalAvgPool.py", &src);
+    assert!(
+        body(&t).ends_with(
+            "x2 = mean(mean(x1, axis=3, keepdim=true), axis=2, keepdim=true)\n\
+             Y = max(x2, axis=3, keepdim=true)"
+        ),
+        "{}",
+        body(&t)
+    );
+    assert_eq!(
+        t.program.outputs[0].ty.to_string(),
+        "f32[batch_size, out_channels, 1, 1]"
+    );
+    let r = refused(&src.replace("nn.AdaptiveAvgPool2d((1, 1))", "nn.AdaptiveAvgPool2d(4)"));
+    assert!(
+        r.reason.contains("`adaptive_avg_pool2d` to 4 (only to 1"),
+        "{r}"
+    );
+}
