@@ -245,7 +245,10 @@ pub struct RolloutSection {
     /// Groups being generated or waiting in the replay queue at once. This is the system's one
     /// global bound on work in flight: when it is reached, the task sampler waits.
     pub max_inflight_groups: u32,
-    /// Character budget of a prompt; the earliest turns of the history are cut first.
+    /// Character budget of a prompt; the earliest turns of the history are cut first. 0 (the
+    /// default): what fits the burn policy's slots next to a response (`policy.burn.max_len`
+    /// less `sampling.max_new_tokens` or a quarter of it, at 2.5 characters a token), 24,000 for
+    /// the other policies. A burn policy's budget that does not fit is refused.
     pub prompt_budget_chars: u32,
 }
 
@@ -255,7 +258,7 @@ impl Default for RolloutSection {
             trajectories: 16,
             turns: 4,
             max_inflight_groups: 16,
-            prompt_budget_chars: 24_000,
+            prompt_budget_chars: 0,
         }
     }
 }

@@ -133,7 +133,12 @@ fn bad_values_are_rejected_with_key_value_and_rule() {
 #[test]
 fn burn_policy_and_learner_are_checked() {
     let learner = "[learner]\nkind = \"burn\"\n";
-    let burn = "[policy]\nkind = \"burn\"\n[learner]\nkind = \"burn\"\n[rollout]\nprompt_budget_chars = 7500\n";
+    let burn = "[policy]\nkind = \"burn\"\n[learner]\nkind = \"burn\"\n";
+    // The prompt budget left at 0 is what fits the slots: (4096 - 1024) x 2.5 characters.
+    let c = load_str(burn, &[]).unwrap();
+    assert_eq!(c.rollout.prompt_budget_chars, 7680);
+    let c = load_str("", &[]).unwrap();
+    assert_eq!(c.rollout.prompt_budget_chars, 24_000);
     for (text, expected) in [
         (
             learner.to_string(),
@@ -158,11 +163,11 @@ fn burn_policy_and_learner_are_checked() {
         ),
         (
             // 24,000 characters are about 9,600 tokens: no room in 4,096 with 1,024 to sample.
-            format!("[policy]\nkind = \"burn\"\n{learner}[sampling]\nmax_new_tokens = 1024\n"),
+            format!("{burn}[rollout]\nprompt_budget_chars = 24000\n"),
             "config key `rollout.prompt_budget_chars` = 24000 is invalid: prompts this long (about \
              9600 tokens at 2.5 characters a token) leave less than 1024 tokens for a response in \
              policy.burn.max_len = 4096 (sampling.max_new_tokens, or a quarter of the slot when \
-             less): at most 7680",
+             less): at most 7680 (0 picks it)",
         ),
         (
             format!("{burn}[policy.burn]\ndevice = \"tpu\"\n"),
@@ -245,7 +250,6 @@ fn cpu_nvrtc_front_end_is_auto_on_or_off() {
 fn shared_timing_is_refused_on_the_policys_gpu() {
     let burn_on_gpu = "[policy]\nkind = \"burn\"\n[policy.burn]\ndevice = \"cuda\"\n\
                        [learner]\nkind = \"burn\"\n[tasks]\nsource = \"suite\"\n\
-                       [rollout]\nprompt_budget_chars = 7500\n\
                        [env]\nkind = \"cuda\"\ntiming = \"shared\"\n";
     check_err(
         burn_on_gpu,

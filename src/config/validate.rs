@@ -64,6 +64,30 @@ fn check_timing(f: &ConfigFile) -> Result<(), ConfigError> {
 
 /// The burn policy and learner come as a pair (the learner trains the policy's model and
 /// publishes it to the policy), and the model directory must hold what they read.
+/// The room a burn policy's slot keeps for a response: `sampling.max_new_tokens`, or a quarter of
+/// `policy.burn.max_len` when that is less.
+fn burn_response_room(f: &ConfigFile) -> u64 {
+    u64::from(f.sampling.max_new_tokens).min(u64::from(f.policy.burn.max_len) / 4)
+}
+
+/// The largest prompt budget, in characters, that fits a burn policy's slot next to the
+/// response's room, at 2.5 characters a token (kevin's BPE measures about 2.8 on prompts): a
+/// prompt past it gets its response cut short, or is refused by the policy.
+fn burn_prompt_budget(f: &ConfigFile) -> u64 {
+    (u64::from(f.policy.burn.max_len).saturating_sub(burn_response_room(f))) * 5 / 2
+}
+
+/// `rollout.prompt_budget_chars = 0`: what fits the burn policy's slots, 24,000 characters for
+/// the other policies.
+fn auto_prompt_budget(f: &ConfigFile) -> u32 {
+    if f.policy.kind == PolicyKind::Burn {
+        // At least the smallest budget allowed, so a slot too small is named by its own key.
+        u32::try_from(burn_prompt_budget(f).max(256)).unwrap_or(u32::MAX)
+    } else {
+        24_000
+    }
+}
+
 fn check_burn(f: &ConfigFile) -> Result<(), ConfigError> {
     let (policy, learner) = (f.policy.kind, f.learner.kind);
     if learner == LearnerKind::Burn && policy != PolicyKind::Burn {
@@ -103,22 +127,19 @@ fn check_burn(f: &ConfigFile) -> Result<(), ConfigError> {
         }
     }
     check_min("policy.burn.max_len", b.max_len.into(), 2)?;
-    // A slot of the model holds the prompt and the response. Prompts are cut to a budget in
-    // characters; at 2.5 characters a token (kevin's BPE measures about 2.8 on prompts) the
-    // budget must leave room for a response of sampling.max_new_tokens (or a quarter of the
-    // slot, when that is less), or late refinement turns are cut short or refused.
-    let slot = u64::from(b.max_len);
-    let response = u64::from(f.sampling.max_new_tokens).min(slot / 4);
-    let most = slot.saturating_sub(response) * 5 / 2;
+    let most = burn_prompt_budget(f);
     if u64::from(f.rollout.prompt_budget_chars) > most {
         return Err(invalid(
             "rollout.prompt_budget_chars",
             f.rollout.prompt_budget_chars,
             format!(
                 "prompts this long (about {} tokens at 2.5 characters a token) leave less than \
-                 {response} tokens for a response in policy.burn.max_len = {slot} \
-                 (sampling.max_new_tokens, or a quarter of the slot when less): at most {most}",
+                 {} tokens for a response in policy.burn.max_len = {} \
+                 (sampling.max_new_tokens, or a quarter of the slot when less): at most {most} \
+                 (0 picks it)",
                 u64::from(f.rollout.prompt_budget_chars) * 2 / 5,
+                burn_response_room(f),
+                b.max_len,
             ),
         ));
     }
@@ -127,7 +148,10 @@ fn check_burn(f: &ConfigFile) -> Result<(), ConfigError> {
 
 impl Config {
     /// Validates every value of `file`.
-    pub fn from_file(file: ConfigFile) -> Result<Config, ConfigError> {
+    pub fn from_file(mut file: ConfigFile) -> Result<Config, ConfigError> {
+        if file.rollout.prompt_budget_chars == 0 {
+            file.rollout.prompt_budget_chars = auto_prompt_budget(&file);
+        }
         let f = &file;
         if f.run.name.is_empty() || f.run.name.contains(['/', '\\']) || f.run.name.starts_with('.')
         {
