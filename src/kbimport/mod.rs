@@ -1261,12 +1261,7 @@ impl Importer {
                 // F.adaptive_{avg,max}_pool{d}d(x, output_size[, return_indices]).
                 let (stem, d) = name.split_at(name.len() - 2);
                 let f = format!("adaptive_{}_pool{}", stem[8..11].to_lowercase(), d);
-                let mut kws: Vec<(String, Val)> = ["output_size", "return_indices"]
-                    .iter()
-                    .zip(pos)
-                    .map(|(n, v)| (n.to_string(), v))
-                    .collect();
-                kws.extend(kw);
+                let kws = named_args(&["output_size", "return_indices"], pos, kw);
                 Ok(Val::Layer(Layer::Func(f, kws)))
             }
             "MaxPool1d" | "MaxPool2d" | "MaxPool3d" | "AvgPool1d" | "AvgPool2d" | "AvgPool3d" => {
@@ -1291,13 +1286,7 @@ impl Importer {
                         "divisor_override",
                     ]
                 };
-                let mut kws: Vec<(String, Val)> = names
-                    .iter()
-                    .zip(pos)
-                    .map(|(n, v)| (n.to_string(), v))
-                    .collect();
-                kws.extend(kw);
-                Ok(Val::Layer(Layer::Func(f, kws)))
+                Ok(Val::Layer(Layer::Func(f, named_args(names, pos, kw))))
             }
             // PyTorch initialises the affine parameters to ones and zeros: until trained the
             // norms are without them, as nn.LayerNorm. A module is in training mode: batch
@@ -1365,13 +1354,11 @@ impl Importer {
                 let Some((_, f, names)) = FUNC_LAYERS.iter().find(|(n, _, _)| *n == name) else {
                     return refuse(line, format!("nn.{name} is not in kevin's op language"));
                 };
-                let mut kws: Vec<(String, Val)> = names
-                    .iter()
-                    .zip(pos)
-                    .map(|(n, v)| (n.to_string(), v))
-                    .collect();
-                kws.extend(kw.into_iter().filter(|(k, _)| k != "inplace"));
-                Ok(Val::Layer(Layer::Func(f.to_string(), kws)))
+                let kw = kw.into_iter().filter(|(k, _)| k != "inplace").collect();
+                Ok(Val::Layer(Layer::Func(
+                    f.to_string(),
+                    named_args(names, pos, kw),
+                )))
             }
         }
     }
@@ -2420,6 +2407,18 @@ fn broadcast(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
         });
     }
     Some(out)
+}
+
+/// A call's positional arguments named by their parameters (`names`, in order), then its
+/// keyword arguments.
+fn named_args(names: &[&str], pos: Vec<Val>, kw: Vec<(String, Val)>) -> Vec<(String, Val)> {
+    let mut args: Vec<(String, Val)> = names
+        .iter()
+        .zip(pos)
+        .map(|(n, v)| (n.to_string(), v))
+        .collect();
+    args.extend(kw);
+    args
 }
 
 /// Whether the size symbol `s` appears in `d`.
