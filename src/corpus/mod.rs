@@ -842,6 +842,6 @@ fn brief(feedback: &str) -> String {
     let line = lines[..lines.len().min(2)].join(" ");
     match line.char_indices().nth(240) {
         Some((i, _)) => format!("{}...", &line[..i]),
-        None => line.to_string(),
+        None => line,
     }
 }

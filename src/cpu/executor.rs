@@ -377,13 +377,15 @@ fn syscall_name(nr: i64) -> Option<&'static str> {
 /// The crash reason for an executor that died: the signal, and where the kernel faulted with what
 /// that address usually means (from the fault handler's line in `stderr_tail`, when there is one).
 pub fn crash_reason(exit: &ExitReport, stderr_tail: &str) -> String {
+    // The fault handler's line, the last one when there are several.
+    let fault = stderr_tail
+        .lines()
+        .rev()
+        .find_map(|l| l.split_once(FAULT_MARKER).map(|(_, rest)| rest.trim()));
     match exit.signal {
         Some(libc::SIGSYS) => {
-            let call = stderr_tail
-                .lines()
-                .rev()
-                .find_map(|l| l.split_once(FAULT_MARKER))
-                .and_then(|(_, rest)| rest.trim().strip_prefix("SIGSYS system call "))
+            let call = fault
+                .and_then(|f| f.strip_prefix("SIGSYS system call "))
                 .and_then(|nr| nr.parse::<i64>().ok())
                 .map_or(String::new(), |nr| match syscall_name(nr) {
                     Some(name) => format!(" {nr} ({name})"),
@@ -399,10 +401,6 @@ pub fn crash_reason(exit: &ExitReport, stderr_tail: &str) -> String {
         }
         _ => {}
     }
-    let fault = stderr_tail
-        .lines()
-        .rev()
-        .find_map(|l| l.split_once(FAULT_MARKER).map(|(_, rest)| rest.trim()));
     let Some(fault) = fault else {
         return format!(
             "the kernel crashed its process ({exit}); on the CPU backend an out-of-bounds access \

@@ -85,10 +85,24 @@ pub const FAULT_MARKER: &str = "kevin-cpu-fault: ";
 /// that writes one line to stderr, [`FAULT_MARKER`] then the signal and the faulting address, and
 /// returns; the handler resets itself, so the faulting instruction runs again and the default
 /// action ends the process with the same signal. For SIGSYS (a system call the seccomp filter
-/// traps) the line names the call's number and the process ends by SIGSYS at once. Only `write` is called (async-signal-safe). A
-/// fault on an overflowed stack cannot run the handler: the process dies without the line.
+/// traps) the line names the call's number and the process ends by SIGSYS at once. Only `write`
+/// is called (async-signal-safe). A fault on an overflowed stack cannot run the handler: the
+/// process dies without the line.
 #[cfg(unix)]
 pub(crate) fn report_faults() {
+    /// `v` in base `radix` (at most 16), without leading zeros, into the end of `buf`; no
+    /// allocation, so a signal handler may call it.
+    fn digits(mut v: usize, radix: usize, buf: &mut [u8; 24]) -> &[u8] {
+        let mut k = buf.len();
+        loop {
+            k -= 1;
+            buf[k] = b"0123456789abcdef"[v % radix];
+            v /= radix;
+            if v == 0 {
+                return &buf[k..];
+            }
+        }
+    }
     extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
         let mut line = [0u8; 80];
         let mut n = 0;
@@ -100,63 +114,44 @@ pub(crate) fn report_faults() {
                 }
             }
         };
+        let mut buf = [0u8; 24];
         put(FAULT_MARKER.as_bytes());
         if sig == libc::SIGSYS {
-            // A trap of the seccomp filter: siginfo's `si_syscall` follows `si_call_addr`.
-            // SAFETY: the kernel passes a valid siginfo_t; for SIGSYS the int at offset 24 is
-            // the system call's number.
-            let nr = if info.is_null() {
-                -1
-            } else {
-                unsafe { *info.cast::<u8>().add(24).cast::<i32>() }
-            };
             put(b"SIGSYS system call ");
-            let mut digits = [0u8; 12];
-            let mut k = digits.len();
-            let mut v = nr.unsigned_abs();
-            loop {
-                k -= 1;
-                digits[k] = b'0' + (v % 10) as u8;
-                v /= 10;
-                if v == 0 {
-                    break;
-                }
+            if !info.is_null() {
+                // SAFETY: the kernel passes a valid siginfo_t; for a seccomp trap the int after
+                // `si_call_addr` (offset 24) is `si_syscall`, the call's number.
+                let nr = unsafe { *info.cast::<u8>().add(24).cast::<u32>() };
+                put(digits(nr as usize, 10, &mut buf));
             }
-            if nr < 0 {
-                put(b"-");
-            }
-            put(&digits[k..]);
-            put(b"\n");
-            // SAFETY: as below; then one more forbidden call (getppid): the handler has reset
-            // itself, so the filter's trap ends the process by SIGSYS instead of returning into
-            // code whose system call did not run.
-            unsafe {
-                libc::write(2, line.as_ptr().cast(), n);
-                libc::syscall(libc::SYS_getppid);
-            }
-            return;
-        }
-        put(match sig {
-            libc::SIGSEGV => b"SIGSEGV",
-            libc::SIGBUS => b"SIGBUS",
-            libc::SIGILL => b"SIGILL",
-            _ => b"SIGFPE",
-        });
-        put(b" at address 0x");
-        // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
-        let addr = if info.is_null() {
-            0
         } else {
-            unsafe { (*info).si_addr() as usize }
-        };
-        let digits = (usize::BITS - addr.leading_zeros()).div_ceil(4).max(1);
-        for i in (0..digits).rev() {
-            put(&[b"0123456789abcdef"[(addr >> (4 * i)) & 0xf]]);
+            put(match sig {
+                libc::SIGSEGV => b"SIGSEGV",
+                libc::SIGBUS => b"SIGBUS",
+                libc::SIGILL => b"SIGILL",
+                _ => b"SIGFPE",
+            });
+            put(b" at address 0x");
+            // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+            let addr = if info.is_null() {
+                0
+            } else {
+                unsafe { (*info).si_addr() as usize }
+            };
+            put(digits(addr, 16, &mut buf));
         }
         put(b"\n");
         // SAFETY: writing a stack buffer to fd 2; nothing else is touched.
         unsafe {
             libc::write(2, line.as_ptr().cast(), n);
+        }
+        if sig == libc::SIGSYS {
+            // One more forbidden call: the handler has reset itself, so the filter's trap ends
+            // the process by SIGSYS instead of returning into code whose system call did not run.
+            // SAFETY: a system call without arguments.
+            unsafe {
+                libc::syscall(libc::SYS_getppid);
+            }
         }
     }
     // SAFETY: a zeroed sigaction is valid; the handler is an extern "C" fn of the SA_SIGINFO type.

@@ -103,7 +103,7 @@ pub fn import(origin: &str, level: u8, source: &str, split: Split) -> Result<Imp
             .module(&module)
             .and_then(|()| m.task(&name, origin, level, split));
         match got {
-            Err(_) if m.repin && m.pinned.len() > pinned.len() => pinned = m.pinned,
+            Err(_) if m.pinned.len() > pinned.len() => pinned = m.pinned,
             Err(r) => return Err(r),
             Ok(text) => return Ok(Imported { name, text }),
         }
@@ -181,6 +181,23 @@ struct ConvWindow {
     output_padding: Vec<usize>,
     /// Channel groups (1: none).
     groups: usize,
+}
+
+impl ConvWindow {
+    /// The input and output channels of a convolution with weight dims `w`: `[out, in/groups,
+    /// *k]`, transposed `[in, out/groups, *k]` (a grouped dim is literal: the channels are
+    /// pinned).
+    fn channels(&self, w: &[Dim]) -> (Dim, Dim) {
+        let whole = |d: &Dim| match d {
+            Dim::Lit(c) => Dim::Lit(c * self.groups),
+            d => d.clone(),
+        };
+        if self.transposed {
+            (w[0].clone(), whole(&w[1]))
+        } else {
+            (whole(&w[1]), w[0].clone())
+        }
+    }
 }
 
 /// A per-axis integer argument of a convolution or pooling (`3`, `(3, 5)`, absent), checked
@@ -397,10 +414,8 @@ struct Importer {
     /// last dim `2*W`): equal at the file's sizes, kept equal in the small preset.
     ties: Vec<(String, Dim)>,
     /// Size symbols written as the file's numbers: the channels of a grouped convolution. A
-    /// symbol pinned after it was first used restarts the import with it pinned from the start.
+    /// pass that pins a symbol and then fails runs again with it pinned from the start.
     pinned: BTreeSet<String>,
-    /// Set when a symbol was pinned during this pass.
-    repin: bool,
 }
 
 /// The names a function body sees: its parameters and locals (`self.x` as `"self.x"`).
@@ -703,21 +718,10 @@ impl Importer {
                     format!("nn.{layer}: {n} channels are not divisible by groups {groups}"),
                 );
             }
-            let s = sym.clone().unwrap_or_else(|| format!("D{n}"));
-            if self.pinned.insert(s) {
-                self.repin = true;
-            }
+            self.pinned
+                .insert(sym.clone().unwrap_or_else(|| format!("D{n}")));
         }
         Ok(())
-    }
-
-    /// The refusal that makes [`import`] run again with the symbols pinned so far.
-    fn repin_signal(&mut self, line: usize) -> Refusal {
-        self.repin = true;
-        Refusal {
-            line,
-            reason: "a grouped convolution's channels are pinned: import again".into(),
-        }
     }
 
     fn fresh_input(&self, base: &str) -> String {
@@ -1244,7 +1248,9 @@ impl Importer {
                 if groups > 1 {
                     dims[1] = match dims[1] {
                         Dim::Lit(c) => Dim::Lit(c / groups),
-                        _ => return Err(self.repin_signal(line)),
+                        // Pinned just now, after the input's dims were made: [`import`] runs
+                        // the file again with it pinned from the start.
+                        _ => return refuse(line, "a grouped convolution's channels are pinned"),
                     };
                 }
                 dims.extend(kernel.iter().map(|&k| Dim::Lit(k)));
@@ -1389,19 +1395,9 @@ impl Importer {
                 ),
             );
         }
-        // The weight is [out, in/groups, *k], transposed [in, out/groups, *k].
-        let (w_in, w_out) = if win.transposed { (0, 1) } else { (1, 0) };
         let g = win.groups;
-        let per_group = |d: &Dim| match d {
-            Dim::Lit(c) if g > 1 => Dim::Lit(c * g),
-            d => d.clone(),
-        };
-        let w_in_dim = if win.transposed {
-            w.shape[w_in].clone()
-        } else {
-            per_group(&w.shape[w_in])
-        };
-        if x.shape[1] != w_in_dim {
+        let (w_in, out_channels) = win.channels(&w.shape);
+        if x.shape[1] != w_in {
             return refuse(
                 line,
                 format!(
@@ -1411,11 +1407,6 @@ impl Importer {
                 ),
             );
         }
-        let out_channels = if win.transposed {
-            per_group(&w.shape[w_out])
-        } else {
-            w.shape[w_out].clone()
-        };
         let mut shape = vec![x.shape[0].clone(), out_channels];
         for i in 0..d {
             let (len, k) = (&x.shape[2 + i], &w.shape[2 + i]);
@@ -2221,13 +2212,8 @@ impl Importer {
                     window,
                     ..
                 }) => {
-                    // The bias has the output channels: the weight's second dim (times the
-                    // groups) if transposed.
-                    let outputs = match &dims[1] {
-                        Dim::Lit(c) if window.transposed => Dim::Lit(c * window.groups),
-                        d if window.transposed => d.clone(),
-                        _ => dims[0].clone(),
-                    };
+                    // The bias has the output channels.
+                    let (_, outputs) = window.channels(&dims);
                     let params = self.layer_params(attr, &dims, &outputs, bound, bias);
                     Layer::Conv {
                         dims,
