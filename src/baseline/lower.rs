@@ -338,13 +338,16 @@ impl Lowerer<'_> {
         let ranks = (self.rank(a)?, self.rank(b)?);
         // PyTorch folds [B,M,K]@[K,N] into one mm of B*M rows, which needs A contiguous: a
         // transposed A there is copied first (here: lowered as a transpose kernel).
-        let (a, trans_a) = match ranks {
-            (2, 2) | (3, 3) | (2, 1) => self.peel_transpose(a)?,
-            _ => (a, false),
+        let folded = ranks.0 > 2 && ranks.1 == 2;
+        let (a, trans_a) = if folded {
+            (a, false)
+        } else {
+            self.peel_transpose(a)?
         };
-        let (b, trans_b) = match ranks {
-            (2, 2) | (3, 3) | (3, 2) => self.peel_transpose(b)?,
-            _ => (b, false),
+        let (b, trans_b) = if ranks.1 >= 2 {
+            self.peel_transpose(b)?
+        } else {
+            (b, false)
         };
         let (ta, tb) = (self.tensor(a)?, self.tensor(b)?);
         let (dtype, shape) = self.tensor_type(e)?;
@@ -359,13 +362,14 @@ impl Lowerer<'_> {
             s
         };
         let (la, lb) = (logical(&ta, trans_a), logical(&tb, trans_b));
-        let (batch, m, k, n) = match (la.as_slice(), lb.as_slice()) {
-            ([m, k], [_, n]) => (1, *m, *k, *n),
-            ([bt, m, k], [_, _, n]) => (*bt, *m, *k, *n),
-            ([bt, m, k], [_, n]) => (1, bt * m, *k, *n),
-            ([m, k], [_]) => (1, *m, *k, 1),
-            _ => return Err(self.err(format!("cannot multiply {la:?} by {lb:?}"))),
-        };
+        if crate::ops::matmul_shape(&la, &lb).is_none() {
+            return Err(self.err(format!("cannot multiply {la:?} by {lb:?}")));
+        }
+        // The batch dims fold into one strided batch; one B for every batch folds into the rows.
+        let (r, bt) = (la.len(), la[..la.len() - 2].iter().product::<usize>());
+        let (m, k) = (la[r - 2], la[r - 1]);
+        let n = if lb.len() == 1 { 1 } else { lb[lb.len() - 1] };
+        let (batch, m) = if folded { (1, bt * m) } else { (bt, m) };
         let int = |v: usize, what: &str| {
             i32::try_from(v)
                 .map(|v| v as u32)

@@ -420,7 +420,7 @@ impl<'a> Ctx<'a> {
             _ => return None,
         };
         let wsh = self.shapes.get(&w)?;
-        if ash.len() == 3 && !transposed {
+        if ash.len() >= 3 && !transposed {
             return self.batched_matmul(e, mm, a, &w, ash, wsh);
         }
         if ash.len() != 2 {
@@ -541,10 +541,16 @@ impl<'a> Ctx<'a> {
         ash: &[Dim],
         wsh: &[Dim],
     ) -> Option<Vec<Generated>> {
-        let (bt, m, k) = (dim(&ash[0]), dim(&ash[1]), dim(&ash[2]));
+        // The batch dims fold into one (the grid's z): their product.
+        let r = ash.len();
+        let bt = match &ash[..r - 2] {
+            [one] => dim(one),
+            dims => format!("({})", dims.iter().map(dim).collect::<Vec<_>>().join(" * ")),
+        };
+        let (m, k) = (dim(&ash[r - 2]), dim(&ash[r - 1]));
         let shared = match wsh.len() {
             2 => true,
-            3 if wsh[0] == ash[0] => false,
+            n if n == r && wsh[..r - 2] == ash[..r - 2] => false,
             _ => return None,
         };
         let n = dim(wsh.last()?);

@@ -339,8 +339,10 @@ const UNARY: [&str; 14] = [
 ];
 
 /// The other functions and methods [`Importer::function`] translates (on a tensor).
-const KNOWN: [&str; 50] = [
+const KNOWN: [&str; 52] = [
     "identity",
+    "einsum",
+    "scaled_dot_product_attention",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
     "adaptive_avg_pool3d",
@@ -662,19 +664,25 @@ impl Importer {
         (w, b)
     }
 
-    /// `nn.LayerNorm(n)` normalises the last dim, which PyTorch requires to be `n`: refused when
-    /// it is not at the file's sizes; when it is but is written otherwise, the two are tied so
-    /// that the small preset keeps them equal.
-    fn tie_last_dim(&mut self, shape: &[Dim], n: Option<Val>, line: usize) -> Result<(), Refusal> {
-        let (Some(last), Some(Val::Int(n, name))) = (shape.last(), n) else {
+    /// `nn.LayerNorm(n)` normalises the last dims, which PyTorch requires to be its sizes: dim
+    /// `at` of `shape` against size `n`, refused when they differ at the file's sizes; when
+    /// they are equal but written otherwise, the two are tied so that the small preset keeps
+    /// them equal.
+    fn tie_dim(&mut self, shape: &[Dim], at: usize, n: Val, line: usize) -> Result<(), Refusal> {
+        let (Some(last), Val::Int(n, name)) = (shape.get(at), n) else {
             return refuse(line, "nn.LayerNorm without an integer normalized_shape");
+        };
+        let which = if at + 1 == shape.len() {
+            "last dim".to_string()
+        } else {
+            format!("dim {at}")
         };
         let at_file = last.resolve(&self.sizes);
         if at_file != usize::try_from(n).ok() {
             return refuse(
                 line,
                 format!(
-                    "nn.LayerNorm({n}) on an input whose last dim {last} is {} at the file's sizes",
+                    "nn.LayerNorm({n}) on an input whose {which} {last} is {} at the file's sizes",
                     at_file.map_or("not positive".to_string(), |v| v.to_string())
                 ),
             );
@@ -688,12 +696,123 @@ impl Importer {
                 return refuse(
                     line,
                     format!(
-                        "nn.LayerNorm({n}) on a last dim written {last}, which other sizes change"
+                        "nn.LayerNorm({n}) on a {which} written {last}, which other sizes change"
                     ),
                 )
             }
         }
         Ok(())
+    }
+
+    /// Layer normalisation over the last `k` dims of `x` (no affine parameters: PyTorch's
+    /// are ones and zeros until trained) as statements: the mean and the biased variance as
+    /// nested means that keep their dims.
+    fn layer_norm_dims(
+        &mut self,
+        x: Tensor,
+        k: usize,
+        eps: f64,
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        let r = x.shape.len() as i64;
+        let axes: Vec<i64> = (r - k as i64..r).collect();
+        let x = if x.prec == ATOM && x.text.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            x
+        } else {
+            self.statement("ln_x", x)
+        };
+        let mean = self.reduce("mean", x.clone(), Some(axes.clone()), true, line)?;
+        let centered = self.binary("-", Val::Tensor(x), mean, line)?;
+        let centered = self.operand(&centered, line)?;
+        let centered = self.statement("ln_centered", centered);
+        let square = self.binary(
+            "*",
+            Val::Tensor(centered.clone()),
+            Val::Tensor(centered.clone()),
+            line,
+        )?;
+        let square = self.operand(&square, line)?;
+        let var = self.reduce("mean", square, Some(axes), true, line)?;
+        let shifted = self.binary("+", var, Val::Float(eps), line)?;
+        let inv = self.function("rsqrt", vec![shifted], Vec::new(), line)?;
+        self.binary("*", Val::Tensor(centered), inv, line)
+    }
+
+    /// `1 / sqrt(d)` for a tensor's last dim `d` (attention's default scale). A number in the
+    /// program cannot follow a size symbol, so the symbol is pinned to the file's value: a
+    /// pass that pins it after using it stops here and runs again with it pinned from the start.
+    fn inverse_sqrt_dim(&mut self, d: Option<&Dim>, line: usize) -> Result<f64, Refusal> {
+        match d {
+            Some(Dim::Lit(n)) => Ok(1.0 / (*n as f64).sqrt()),
+            Some(Dim::Sym(s)) => {
+                self.pinned.insert(s.clone());
+                refuse(line, format!("the size `{s}` is pinned (it sets a scale)"))
+            }
+            _ => refuse(line, "a scale set by a computed dim"),
+        }
+    }
+
+    /// `torch.einsum(spec, a, b)` when it is a matrix product: one index contracted, the last
+    /// of `a` and the second last (or only) of `b`, either maybe transposed; the other indices
+    /// of `a` lead the output (or are batch dims that `b` shares) and `b`'s last follows.
+    fn einsum(&mut self, pos: Vec<Val>, line: usize) -> Result<Val, Refusal> {
+        let (Some(Val::Str(spec)), Some(a @ Val::Tensor(_)), Some(b @ Val::Tensor(_)), 3) =
+            (pos.first(), pos.get(1), pos.get(2), pos.len())
+        else {
+            return refuse(line, "`einsum` other than of a spec and two tensors");
+        };
+        let spec: String = spec.chars().filter(|c| !c.is_whitespace()).collect();
+        let not_product = || Refusal {
+            line,
+            reason: format!("`einsum` \"{spec}\" is not a matrix product"),
+        };
+        let (ins, out) = spec.split_once("->").ok_or_else(not_product)?;
+        let (ia, ib) = ins.split_once(',').ok_or_else(not_product)?;
+        let (ia, ib, out): (Vec<char>, Vec<char>, Vec<char>) = (
+            ia.chars().collect(),
+            ib.chars().collect(),
+            out.chars().collect(),
+        );
+        let (a, b) = (self.operand(a, line)?, self.operand(b, line)?);
+        if ia.len() != a.shape.len() || ib.len() != b.shape.len() {
+            return refuse(
+                line,
+                format!("`einsum` \"{spec}\" on tensors of other ranks"),
+            );
+        }
+        let swap = |v: &[char], yes: bool| {
+            let mut v = v.to_vec();
+            let r = v.len();
+            if yes && r >= 2 {
+                v.swap(r - 2, r - 1);
+            }
+            v
+        };
+        for ta in [false, true] {
+            for tb in [false, true] {
+                let (la, lb) = (swap(&ia, ta), swap(&ib, tb));
+                // Indices as a matrix product gives them, and each index bound to one size.
+                let Some(got) = crate::ops::matmul_shape(&la, &lb) else {
+                    continue;
+                };
+                let contracted = la.last().copied();
+                if got != out || contracted.is_some_and(|c| out.contains(&c)) {
+                    continue;
+                }
+                let a = if ta {
+                    self.last_two_swapped(a, line)?
+                } else {
+                    a
+                };
+                let b = if tb {
+                    self.last_two_swapped(b, line)?
+                } else {
+                    b
+                };
+                return self.matmul(a, b, line);
+            }
+        }
+        Err(not_product())
     }
 
     /// A grouped convolution's input and output channels (`Val::Int`s) are pinned to the file's
@@ -961,23 +1080,15 @@ impl Importer {
 
     fn matmul(&mut self, a: Tensor, b: Tensor, line: usize) -> Result<Val, Refusal> {
         let (sa, sb) = (&a.shape, &b.shape);
-        let shape = match (sa.len(), sb.len()) {
-            (2, 2) if sa[1] == sb[0] => vec![sa[0].clone(), sb[1].clone()],
-            (3, 3) if sa[0] == sb[0] && sa[2] == sb[1] => {
-                vec![sa[0].clone(), sa[1].clone(), sb[2].clone()]
-            }
-            (3, 2) if sa[2] == sb[0] => vec![sa[0].clone(), sa[1].clone(), sb[1].clone()],
-            (2, 1) if sa[1] == sb[0] => vec![sa[0].clone()],
-            _ => {
-                return refuse(
-                    line,
-                    format!(
-                        "a matrix product of shapes {} and {} (the op language has [M,K]@[K,N], [B,M,K]@[B,K,N], [B,M,K]@[K,N] and [M,K]@[K])",
-                        show(sa),
-                        show(sb)
-                    ),
-                )
-            }
+        let Some(shape) = crate::ops::matmul_shape(sa, sb) else {
+            return refuse(
+                line,
+                format!(
+                    "a matrix product of shapes {} and {} (the op language has [M,K]@[K,N], [...,M,K]@[...,K,N], [...,M,K]@[K,N] and [M,K]@[K])",
+                    show(sa),
+                    show(sb)
+                ),
+            );
         };
         Ok(Val::Tensor(Tensor {
             text: format!("{} @ {}", a.at(MUL), b.at(MUL + 1)),
@@ -985,6 +1096,12 @@ impl Importer {
             shape,
             int: false,
         }))
+    }
+
+    /// `t` with its last two dims swapped, as a tensor operand.
+    fn last_two_swapped(&mut self, t: Tensor, line: usize) -> Result<Tensor, Refusal> {
+        let v = self.transpose(t, -2, -1, line)?;
+        self.operand(&v, line)
     }
 
     fn transpose(&mut self, t: Tensor, a: i64, b: i64, line: usize) -> Result<Val, Refusal> {
@@ -1336,21 +1453,13 @@ impl Importer {
             "LayerNorm" => {
                 // PyTorch initialises the affine parameters to ones and zeros: the layer is
                 // layer_norm without them until trained.
-                let shape = arg(0, "normalized_shape");
-                let last_only = match &shape {
-                    Some(Val::Int(..)) => true,
-                    Some(Val::Seq(v)) => v.len() == 1,
-                    _ => false,
+                // It normalises over the last dims, as many as `normalized_shape` names.
+                let size = match arg(0, "normalized_shape") {
+                    Some(Val::Seq(v)) if !v.is_empty() => Val::Seq(v),
+                    Some(v @ Val::Int(..)) => Val::Seq(vec![v]),
+                    _ => return refuse(line, "nn.LayerNorm without an integer normalized_shape"),
                 };
-                if !last_only {
-                    return refuse(line, "nn.LayerNorm over more than the last dimension");
-                }
                 let eps = arg(1, "eps").and_then(|v| v.num()).unwrap_or(1e-5);
-                let size = match shape {
-                    Some(Val::Seq(v)) => v[0].clone(),
-                    Some(v) => v,
-                    None => Val::None,
-                };
                 Ok(Val::Layer(Layer::Func(
                     "layer_norm_last".into(),
                     vec![("eps".into(), Val::Float(eps)), ("normalized".into(), size)],
@@ -1558,6 +1667,9 @@ impl Importer {
                 _ => refuse(line, format!("`{name}` of a random tensor in get_inputs")),
             };
         }
+        if name == "einsum" {
+            return self.einsum(pos, line);
+        }
         let x = match pos.first() {
             Some(v @ Val::Tensor(_)) => self.operand(v, line).ok(),
             _ => None,
@@ -1745,6 +1857,46 @@ impl Importer {
                     return refuse(line, format!("`{name}` without `dim`"));
                 };
                 same(format!("{name}({}, axis={d})", x.text))
+            }
+            "scaled_dot_product_attention" => {
+                let (Some(k @ Val::Tensor(_)), Some(v @ Val::Tensor(_))) =
+                    (get(1, "key"), get(2, "value"))
+                else {
+                    return refuse(line, format!("`{name}` without key and value tensors"));
+                };
+                if !matches!(get(3, "attn_mask"), None | Some(Val::None)) {
+                    return refuse(line, format!("`{name}` with an attn_mask"));
+                }
+                if num(4, "dropout_p", 0.0)? != 0.0 {
+                    return refuse(line, format!("`{name}` with dropout_p > 0 (random)"));
+                }
+                for (i, key) in [(5, "is_causal"), (7, "enable_gqa")] {
+                    if matches!(get(i, key), Some(Val::Bool(true))) {
+                        return refuse(line, format!("`{name}` with {key}=True"));
+                    }
+                }
+                let scale = match get(6, "scale") {
+                    None | Some(Val::None) => self.inverse_sqrt_dim(x.shape.last(), line)?,
+                    Some(s) => s.num().ok_or_else(|| Refusal {
+                        line,
+                        reason: format!("`{name}`'s scale is {}", s.what()),
+                    })?,
+                };
+                // softmax(Q @ K^T * scale, -1) @ V.
+                let k = self.operand(&k, line)?;
+                let kt = self.last_two_swapped(k, line)?;
+                let scores = self.matmul(x, kt, line)?;
+                let scores = self.binary("*", scores, Val::Float(scale), line)?;
+                let probs = self.operand(&scores, line)?;
+                let probs = Val::Tensor(Tensor {
+                    text: format!("softmax({}, axis=-1)", probs.text),
+                    prec: ATOM,
+                    ..probs
+                });
+                let probs = self.operand(&probs, line)?;
+                let probs = self.statement("attn", probs);
+                let v = self.operand(&v, line)?;
+                return self.matmul(probs, v, line);
             }
             "normalize" => {
                 if num(1, "p", 2.0)? != 2.0 {
@@ -1980,9 +2132,26 @@ impl Importer {
                 same(format!("{name}({}, eps={})", args.join(", "), lit(eps)))
             }
             "layer_norm_last" => {
-                self.tie_last_dim(&x.shape, get(usize::MAX, "normalized"), line)?;
+                let Some(Val::Seq(sizes)) = get(usize::MAX, "normalized") else {
+                    return refuse(line, "nn.LayerNorm without an integer normalized_shape");
+                };
+                let (r, k) = (x.shape.len(), sizes.len());
+                if k > r {
+                    return refuse(
+                        line,
+                        format!("nn.LayerNorm over {k} dims of a tensor of rank {r}"),
+                    );
+                }
+                for (i, n) in sizes.into_iter().enumerate() {
+                    self.tie_dim(&x.shape, r - k + i, n, line)?;
+                }
                 let eps = num(usize::MAX, "eps", 1e-5)?;
-                same(format!("layer_norm({}, eps={})", x.text, lit(eps)))
+                if k == 1 {
+                    return Ok(same(format!("layer_norm({}, eps={})", x.text, lit(eps))));
+                }
+                // Over several dims: (x - mean) / sqrt(var + eps), both over the last k dims,
+                // the variance biased as PyTorch's.
+                self.layer_norm_dims(x, k, eps, line)?
             }
             "sum" | "mean" | "amax" | "amin" | "prod" | "logsumexp" | "max" | "min" | "argmax"
             | "argmin" => {

@@ -608,3 +608,140 @@ fn adaptive_pooling_to_one_is_a_global_pooling() {
         "{r}"
     );
 }
+
+#[test]
+fn a_layer_norm_over_several_dims_is_its_mean_and_variance_over_them() {
+    let src = SOFTMAX
+        .replace(
+            "        super(Model, self).__init__()",
+            "        super(Model, self).__init__()\n        self.ln = nn.LayerNorm((dim1, dim2), eps=1e-6)",
+        )
+        .replace("return torch.softmax(x, dim=1)", "return self.ln(x)")
+        .replace("batch_size = 512\ndim = 16384", "batch_size = 16\nfeatures = 64\ndim1 = 256\ndim2 = 128")
+        .replace("torch.rand(batch_size, dim)", "torch.rand(batch_size, features, dim1, dim2)");
+    let t = imported("level1/40_LayerNorm.py", &src);
+    assert_eq!(
+        body(&t),
+        "ln_centered1 = x - mean(mean(x, axis=3, keepdim=true), axis=2, keepdim=true)\n\
+         Y = ln_centered1 * rsqrt(mean(mean(ln_centered1 * ln_centered1, axis=3, keepdim=true), axis=2, keepdim=true) + 1e-6)",
+        "{}",
+        t.source
+    );
+    // The reference is PyTorch's layer norm over the last two dims.
+    let sizes = t.sizes(Preset::Small).clone();
+    let inputs = t.generate_inputs(Preset::Small, 7);
+    let got = crate::ops::interp::run(&t.program, &sizes, &inputs).unwrap();
+    let (x, y) = (&inputs[0], &got[0]);
+    assert_eq!(y.data.len(), x.len());
+    let inner = sizes["dim1"] * sizes["dim2"];
+    for row in 0..x.len() / inner {
+        let v = &x[row * inner..(row + 1) * inner];
+        let mean = v.iter().sum::<f64>() / inner as f64;
+        let var = v.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / inner as f64;
+        for (i, a) in v.iter().enumerate() {
+            let want = (a - mean) / (var + 1e-6).sqrt();
+            let have = y.data[row * inner + i];
+            assert!(
+                (want - have).abs() < 1e-9,
+                "row {row} item {i}: {have} against {want}"
+            );
+        }
+    }
+    // A normalized shape that is not the input's last dims, at the file's sizes.
+    let r = refused(&src.replace("(dim1, dim2)", "(dim2, dim1)"));
+    assert!(
+        r.reason
+            .contains("nn.LayerNorm(128) on an input whose dim 2"),
+        "{r}"
+    );
+}
+
+/// A problem of two inputs `A [a_dims]` and `B [b_dims]` whose forward returns `ret`.
+fn two_inputs(ret: &str, a_dims: &str, b_dims: &str, consts: &str) -> String {
+    format!(
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n        \
+         super(Model, self).__init__()\n\n    def forward(self, A, B):\n        return {ret}\n\n{consts}\n\n\
+         def get_inputs():\n    A = torch.rand({a_dims})\n    B = torch.rand({b_dims})\n    return [A, B]\n\n\
+         def get_init_inputs():\n    return []\n"
+    )
+}
+
+#[test]
+fn einsums_that_are_matrix_products_import_as_products() {
+    let consts = "b = 8\ni = 16\nj = 32\nl = 24\nk = 40";
+    let t = imported(
+        "level1/11_4D_tensor_matrix_multiplication.py",
+        &two_inputs(
+            "torch.einsum(\"bijl,lk->bijk\", A, B)",
+            "b, i, j, l",
+            "l, k",
+            consts,
+        ),
+    );
+    assert_eq!(body(&t), "Y = A @ B");
+    assert_eq!(t.program.outputs[0].ty.to_string(), "f32[b, i, j, k]");
+    // Batch dims shared, the second operand transposed.
+    let t = imported(
+        "level1/x.py",
+        &two_inputs(
+            "torch.einsum('bik, bjk -> bij', A, B)",
+            "b, i, k",
+            "b, j, k",
+            consts,
+        ),
+    );
+    assert_eq!(body(&t), "Y = A @ transpose(B)");
+    // The contracted index kept, a diagonal, an outer product: not products of the language.
+    for spec in ["bik,bjk->bijk", "ii,ij->ij", "i,j->ij"] {
+        let dims = |s: &str| {
+            s.split(',')
+                .next()
+                .unwrap()
+                .chars()
+                .map(String::from)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (sa, sb) = spec.split_once("->").unwrap().0.split_once(',').unwrap();
+        let r = refused(&two_inputs(
+            &format!("torch.einsum('{spec}', A, B)"),
+            &dims(sa),
+            &dims(sb),
+            consts,
+        ));
+        assert!(
+            r.reason.contains("is not a matrix product") || r.reason.contains("other ranks"),
+            "{spec}: {r}"
+        );
+    }
+}
+
+#[test]
+fn scaled_dot_product_attention_is_softmax_of_scaled_scores_times_values() {
+    let src = two_inputs(
+        "torch.nn.functional.scaled_dot_product_attention(A, B, B)",
+        "batch, heads, seq, emb",
+        "batch, heads, seq, emb",
+        "batch = 4\nheads = 8\nseq = 128\nemb = 64",
+    );
+    let t = imported("level1/97_ScaledDotProductAttention.py", &src);
+    // The default scale is 1/sqrt(64): the embedding size is pinned to the file's 64 in every
+    // preset, since a number in the program cannot follow a size symbol.
+    assert_eq!(
+        body(&t),
+        "attn1 = softmax(A @ transpose(B) * 0.125, axis=-1)\nY = attn1 @ B"
+    );
+    assert_eq!(
+        t.program.outputs[0].ty.to_string(),
+        "f32[batch, heads, seq, 64]"
+    );
+    let t = imported(
+        "level1/x.py",
+        &src.replace("(A, B, B)", "(A, B, B, scale=0.5)"),
+    );
+    assert!(body(&t).contains("* 0.5, axis=-1)"), "{}", body(&t));
+    let r = refused(&src.replace("(A, B, B)", "(A, B, B, is_causal=True)"));
+    assert!(r.reason.contains("is_causal=True"), "{r}");
+    let r = refused(&src.replace("(A, B, B)", "(A, B, B, dropout_p=0.1)"));
+    assert!(r.reason.contains("dropout_p > 0"), "{r}");
+}

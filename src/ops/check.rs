@@ -397,15 +397,7 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                     tb.describe()
                 )
             };
-            let shape = match (sa.len(), sb.len()) {
-                (2, 2) if sa[1] == sb[0] => vec![sa[0].clone(), sb[1].clone()],
-                (3, 3) if sa[2] == sb[1] && sa[0] == sb[0] => {
-                    vec![sa[0].clone(), sa[1].clone(), sb[2].clone()]
-                }
-                (3, 2) if sa[2] == sb[0] => vec![sa[0].clone(), sa[1].clone(), sb[1].clone()],
-                (2, 1) if sa[1] == sb[0] => vec![sa[0].clone()],
-                _ => return Err(mismatch()),
-            };
+            let shape = matmul_shape(sa, sb).ok_or_else(mismatch)?;
             Ok(ExprType { dtype, shape })
         }
         Expr::Binary(op, a, b) => {
@@ -680,4 +672,20 @@ pub fn check(program: &mut Program) -> Result<(), CheckError> {
     }
     program.types = types;
     Ok(())
+}
+
+/// The shape of `a @ b` as the op language multiplies (PyTorch's rules without broadcasting the
+/// batch dims): `[M,K]@[K,N]`, `[M,K]@[K]`, `[..., M, K]@[..., K, N]` with the same batch dims,
+/// and `[..., M, K]@[K,N]` (one matrix for every batch); `None` for any other pair.
+pub fn matmul_shape<T: PartialEq + Clone>(a: &[T], b: &[T]) -> Option<Vec<T>> {
+    let (ra, rb) = (a.len(), b.len());
+    if ra < 2 || b.is_empty() || a[ra - 1] != b[if rb == 1 { 0 } else { rb - 2 }] {
+        return None;
+    }
+    match rb {
+        1 if ra == 2 => Some(vec![a[0].clone()]),
+        2 => Some([&a[..ra - 1], &b[1..]].concat()),
+        _ if rb == ra && a[..ra - 2] == b[..rb - 2] => Some([&a[..ra - 1], &b[rb - 1..]].concat()),
+        _ => None,
+    }
 }

@@ -291,13 +291,13 @@ pub fn norm_last(
 /// Matrix product for the shape pairs the checker allows: (2,2), (3,3), (3,2), (2,1).
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
     let bad = || format!("cannot multiply shapes {:?} and {:?}", a.shape, b.shape);
-    let (batch, m, k, n, b_batched, vec_rhs) = match (a.shape.as_slice(), b.shape.as_slice()) {
-        (&[m, k], &[k2, n]) if k == k2 => (1, m, k, n, false, false),
-        (&[bs, m, k], &[bs2, k2, n]) if k == k2 && bs == bs2 => (bs, m, k, n, true, false),
-        (&[bs, m, k], &[k2, n]) if k == k2 => (bs, m, k, n, false, false),
-        (&[m, k], &[k2]) if k == k2 => (1, m, k, 1, false, true),
-        _ => return Err(bad()),
-    };
+    let shape = super::check::matmul_shape(&a.shape, &b.shape).ok_or_else(bad)?;
+    let (ra, rb) = (a.shape.len(), b.shape.len());
+    let (m, k) = (a.shape[ra - 2], a.shape[ra - 1]);
+    let n = if rb == 1 { 1 } else { b.shape[rb - 1] };
+    // The batch dims fold into one: A's leading dims, each with its own B when B has them.
+    let batch: usize = a.shape[..ra - 2].iter().product();
+    let b_batched = rb == ra && ra > 2;
     let mut data = vec![0.0; batch * m * n];
     for bi in 0..batch {
         let ao = bi * m * k;
@@ -313,11 +313,6 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
             }
         }
     }
-    let shape = match (a.shape.len(), vec_rhs) {
-        (_, true) => vec![m],
-        (2, false) => vec![m, n],
-        _ => vec![batch, m, n],
-    };
     Ok(Tensor { shape, data })
 }
 

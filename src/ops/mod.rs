@@ -50,7 +50,8 @@
 //! - over channels of `x: [N, C, *]` (weight and bias `[C]`): `group_norm(x, groups, weight?,
 //!   bias?, eps=1e-5)`, `batch_norm(x, weight?, bias?, eps=1e-5)` (training mode: the batch's
 //!   statistics), `instance_norm(x, weight?, bias?, eps=1e-5)`;
-//! - `A @ B`: `[M,K]@[K,N]`, `[B,M,K]@[B,K,N]`, `[B,M,K]@[K,N]`, `[M,K]@[K]`;
+//! - `A @ B`: `[M,K]@[K,N]`, `[...,M,K]@[...,K,N]` (the same batch dims), `[...,M,K]@[K,N]`,
+//!   `[M,K]@[K]`;
 //!   `transpose(x, a=-2, b=-1)`;
 //! - windowed over `x: [N, C, *spatial]` (1 to 3 spatial axes; a per-axis parameter is one
 //!   integer or a tuple of one per axis): `conv1d/conv2d/conv3d(x, weight, bias?, stride=1,
@@ -97,7 +98,8 @@ pub use ast::{
 };
 pub use ast::{Poly, TensorType, UnaryFn};
 pub use check::{
-    group_constraints, infer_expr, normalize_axis, op_name, transposed_out, window_out, ExprType,
+    group_constraints, infer_expr, matmul_shape, normalize_axis, op_name, transposed_out,
+    window_out, ExprType,
 };
 pub use parse::is_reserved;
 
