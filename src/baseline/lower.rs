@@ -533,6 +533,20 @@ impl Lowerer<'_> {
                 self.steps.push(step);
                 Ok(y)
             }
+            Op::Unsqueeze { .. } | Op::Squeeze { .. } => {
+                // A view, as in PyTorch: the same buffer under the new shape; copied only where
+                // the result must land in a buffer of its own (an output, a named statement).
+                let (_, shape) = self.tensor_type(e)?;
+                if dest.is_none() {
+                    return Ok(Tensor { shape, ..x });
+                }
+                let y = self.alloc(dest, x.dtype, &shape);
+                let dims = merge_dims(&shape, &contiguous_strides(&shape), &vec![0; shape.len()]);
+                let bytes = self.elem(x.dtype).size_bytes();
+                self.steps
+                    .push(launch::strided_copy(bytes, x.buf, y.buf, &dims));
+                Ok(y)
+            }
             Op::Transpose { a, b } => {
                 let (a, b) = (self.axis(&x, a)?, self.axis(&x, b)?);
                 if a == b {

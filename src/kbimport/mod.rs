@@ -339,8 +339,10 @@ const UNARY: [&str; 14] = [
 ];
 
 /// The other functions and methods [`Importer::function`] translates (on a tensor).
-const KNOWN: [&str; 52] = [
+const KNOWN: [&str; 54] = [
     "identity",
+    "squeeze",
+    "unsqueeze",
     "einsum",
     "scaled_dot_product_attention",
     "adaptive_avg_pool1d",
@@ -2226,8 +2228,65 @@ impl Importer {
                     ..s
                 })
             }
-            "view" | "reshape" | "flatten" | "squeeze" | "unsqueeze" | "permute" | "expand"
-            | "repeat" | "unfold" | "view_as" => {
+            "unsqueeze" => {
+                let Some(d) = dim(1)? else {
+                    return refuse(line, "`unsqueeze` without `dim`");
+                };
+                let r = x.shape.len() as i64;
+                let at = if d < 0 { d + r + 1 } else { d };
+                if !(0..=r).contains(&at) {
+                    return refuse(line, format!("`unsqueeze({d})` of a tensor of rank {r}"));
+                }
+                let mut shape = x.shape.clone();
+                shape.insert(at as usize, Dim::Lit(1));
+                Val::Tensor(Tensor {
+                    text: format!("unsqueeze({}, axis={at})", x.text),
+                    prec: ATOM,
+                    shape,
+                    int: x.int,
+                })
+            }
+            "squeeze" => {
+                // PyTorch removes the given dim (every dim without one) only where its extent
+                // is 1; a dim of another (or a symbolic) extent is left alone, and refused here
+                // when it is not 1 at every size.
+                let r = x.shape.len() as i64;
+                let axes: Vec<i64> = match dim(1)? {
+                    Some(d) => {
+                        let at = if d < 0 { d + r } else { d };
+                        if !(0..r).contains(&at) {
+                            return refuse(line, format!("`squeeze({d})` of a tensor of rank {r}"));
+                        }
+                        if x.shape[at as usize] != Dim::Lit(1) {
+                            return refuse(
+                                line,
+                                format!(
+                                    "`squeeze({d})` of a dim of extent {}, not 1",
+                                    x.shape[at as usize]
+                                ),
+                            );
+                        }
+                        vec![at]
+                    }
+                    None => (0..r)
+                        .filter(|&a| x.shape[a as usize] == Dim::Lit(1))
+                        .collect(),
+                };
+                let mut cur = x;
+                for &a in axes.iter().rev() {
+                    let mut shape = cur.shape.clone();
+                    shape.remove(a as usize);
+                    cur = Tensor {
+                        text: format!("squeeze({}, axis={a})", cur.text),
+                        prec: ATOM,
+                        shape,
+                        int: cur.int,
+                    };
+                }
+                Val::Tensor(cur)
+            }
+            "view" | "reshape" | "flatten" | "permute" | "expand" | "repeat" | "unfold"
+            | "view_as" => {
                 return refuse(
                     line,
                     format!("`{name}`: reshapes are not in kevin's op language yet"),

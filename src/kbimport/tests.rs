@@ -745,3 +745,34 @@ fn scaled_dot_product_attention_is_softmax_of_scaled_scores_times_values() {
     let r = refused(&src.replace("(A, B, B)", "(A, B, B, dropout_p=0.1)"));
     assert!(r.reason.contains("dropout_p > 0"), "{r}");
 }
+
+#[test]
+fn unsqueeze_and_squeeze_import_as_the_op_language_s() {
+    let consts = "N = 64\nM = 32";
+    let t = imported(
+        "level1/12_Matmul_with_diagonal_matrices_.py",
+        &two_inputs("A.unsqueeze(1) * B", "N", "N, M", consts),
+    );
+    assert_eq!(body(&t), "Y = unsqueeze(A, axis=1) * B");
+    // squeeze() drops every dim of extent 1; squeeze(d) one, which must be 1.
+    let t = imported(
+        "level1/x.py",
+        &two_inputs(
+            "torch.sum(A.unsqueeze(-1) * B.unsqueeze(0), dim=1, keepdim=True).squeeze()",
+            "N",
+            "N, M",
+            consts,
+        ),
+    );
+    assert_eq!(
+        body(&t),
+        "Y = squeeze(squeeze(sum(unsqueeze(A, axis=1) * unsqueeze(B, axis=0), axis=1, keepdim=true), axis=1), axis=0)"
+    );
+    assert_eq!(t.program.outputs[0].ty.to_string(), "f32[M]");
+    let r = refused(&two_inputs("B.squeeze(1)", "N", "N, M", consts));
+    assert!(
+        r.reason
+            .contains("`squeeze(1)` of a dim of extent M, not 1"),
+        "{r}"
+    );
+}

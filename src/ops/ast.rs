@@ -454,6 +454,18 @@ pub enum Op {
         /// Second axis.
         b: i64,
     },
+    /// `unsqueeze(x, axis)`: a new axis of extent 1 at `axis` (of the result: -1 appends), the
+    /// elements unchanged (PyTorch's `unsqueeze`).
+    Unsqueeze {
+        /// Axis of the result.
+        axis: i64,
+    },
+    /// `squeeze(x, axis)`: removes `axis`, whose extent must be 1 (PyTorch's `squeeze(dim)`
+    /// leaves other extents alone, which no program relies on here).
+    Squeeze {
+        /// Axis removed.
+        axis: i64,
+    },
     /// `conv1d/conv2d/conv3d(x, weight, bias?, stride=1, padding=0, dilation=1, groups=1)`:
     /// PyTorch's cross-correlation over `x: [N, C, *spatial]` with `weight: [F, C/groups,
     /// *kernel]`, giving `[N, F, *out]`, `out = (L + 2*padding - dilation*(k - 1) - 1) // stride

@@ -150,6 +150,7 @@ fn signature(name: &str) -> Option<Vec<P>> {
             vec![T("x"), OptT("weight"), OptT("bias"), F("eps", Some(1e-5))]
         }
         "transpose" => vec![T("x"), I("a", Some(-2)), I("b", Some(-1))],
+        "unsqueeze" | "squeeze" => vec![T("x"), I("axis", None)],
         _ => return None,
     })
 }
@@ -480,6 +481,8 @@ fn build(name: &str, vals: Vec<V>) -> Expr {
             weight: present.first() == Some(&true),
             bias: present.get(1) == Some(&true),
         },
+        "unsqueeze" => Op::Unsqueeze { axis: n(0) },
+        "squeeze" => Op::Squeeze { axis: n(0) },
         _ => Op::Transpose { a: n(0), b: n(1) },
     };
     call(op, tensors)

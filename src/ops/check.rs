@@ -57,6 +57,8 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::RmsNorm { .. } => "rms_norm",
         Op::L2Norm { .. } => "l2norm",
         Op::Transpose { .. } => "transpose",
+        Op::Unsqueeze { .. } => "unsqueeze",
+        Op::Squeeze { .. } => "squeeze",
         Op::ChannelNorm { sets, .. } => match sets {
             NormSets::Batch => "batch_norm",
             NormSets::Groups(_) => "group_norm",
@@ -512,6 +514,37 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                     let (a, b) = (axis_of(*a)?, axis_of(*b)?);
                     let mut shape = x.shape.clone();
                     shape.swap(a, b);
+                    Ok(ExprType {
+                        dtype: x.dtype,
+                        shape,
+                    })
+                }
+                Op::Unsqueeze { axis } => {
+                    // An axis of the result, which has one more.
+                    let at = normalize_axis(*axis, x.shape.len() + 1).ok_or_else(|| {
+                        format!(
+                            "axis {axis} of `unsqueeze` is out of range for {}",
+                            x.describe()
+                        )
+                    })?;
+                    let mut shape = x.shape.clone();
+                    shape.insert(at, Dim::Lit(1));
+                    Ok(ExprType {
+                        dtype: x.dtype,
+                        shape,
+                    })
+                }
+                Op::Squeeze { axis } => {
+                    let at = axis_of(*axis)?;
+                    let mut shape = x.shape.clone();
+                    if shape[at] != Dim::Lit(1) {
+                        return Err(format!(
+                            "`squeeze` of axis {axis} of {}: its extent is {}, not 1",
+                            x.describe(),
+                            shape[at]
+                        ));
+                    }
+                    shape.remove(at);
                     Ok(ExprType {
                         dtype: x.dtype,
                         shape,

@@ -251,6 +251,20 @@ fn eval_node(
                     x = norm(&x, eps, true, w.as_ref(), None)?
                 }
                 Op::Transpose { a, b } => x = k::transpose(&x, axis(&x, a)?, axis(&x, b)?),
+                // Reshapes: the elements in the same order.
+                Op::Unsqueeze { axis: a } => {
+                    let at = normalize_axis(a, x.shape.len() + 1).ok_or_else(|| {
+                        format!("axis {a} out of range for rank {}", x.shape.len())
+                    })?;
+                    x.shape.insert(at, 1);
+                }
+                Op::Squeeze { axis: a } => {
+                    let at = axis(&x, a)?;
+                    if x.shape[at] != 1 {
+                        return Err(format!("squeeze of axis {a} of extent {}", x.shape[at]));
+                    }
+                    x.shape.remove(at);
+                }
                 Op::Conv {
                     transposed,
                     ref output_padding,

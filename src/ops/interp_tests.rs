@@ -413,6 +413,14 @@ fn type_errors_name_the_statement() {
         "type error: line 3, statement `Y`: axis 2 of `softmax` is out of range for f32[M, N]",
     );
     check_err(
+        "input A: f32[M, N]\noutput Y: f32[N]\nY = squeeze(A, axis=0)\n",
+        "type error: line 3, statement `Y`: `squeeze` of axis 0 of f32[M, N]: its extent is M, not 1",
+    );
+    check_err(
+        "input A: f32[M, N]\noutput Y: f32[M, N, 1]\nY = unsqueeze(A, axis=4)\n",
+        "type error: line 3, statement `Y`: axis 4 of `unsqueeze` is out of range for f32[M, N]",
+    );
+    check_err(
         "input A: f32[M, N]\noutput Y: f32[M]\nY = sum(A, axis=0)\n",
         "type error: line 3, statement `Y`: produces f32[N] but the output is declared f32[M]",
     );

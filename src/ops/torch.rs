@@ -295,6 +295,8 @@ impl Renderer<'_> {
                 format!("F.rms_norm({x}, ({n},), weight={w}, eps={})", num(eps))
             }
             Op::Transpose { a, b } => format!("torch.transpose({x}, {a}, {b})"),
+            Op::Unsqueeze { axis } => format!("torch.unsqueeze({x}, {axis})"),
+            Op::Squeeze { axis } => format!("torch.squeeze({x}, {axis})"),
             Op::Conv {
                 transposed,
                 ref output_padding,

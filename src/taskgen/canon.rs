@@ -187,7 +187,12 @@ impl Renderer<'_> {
                     Op::Softmax { axis: a }
                     | Op::LogSoftmax { axis: a }
                     | Op::Cumsum { axis: a }
-                    | Op::Cumprod { axis: a } => axis(a).to_string(),
+                    | Op::Cumprod { axis: a }
+                    | Op::Squeeze { axis: a } => axis(a).to_string(),
+                    // An axis of the result, one rank more.
+                    Op::Unsqueeze { axis: a } => normalize_axis(a, rank + 1)
+                        .map_or(a, |v| v as i64)
+                        .to_string(),
                     Op::L2Norm { axis: a, eps } => format!("{},{}", axis(a), self.num(eps)),
                     Op::LayerNorm { eps, weight, bias } => {
                         format!("{},{weight},{bias}", self.num(eps))
