@@ -41,8 +41,10 @@ extern "C" __global__ void kevin_mask2(void* p, u64 n, u64 key) { mask_impl<2>(p
 extern "C" __global__ void kevin_mask4(void* p, u64 n, u64 key) { mask_impl<4>(p, n, key); }
 extern "C" __global__ void kevin_mask8(void* p, u64 n, u64 key) { mask_impl<8>(p, n, key); }
 
-// Inputs: kind 0 normal(a = mean, b = std), 1 uniform[a, b), 2 positive a + |N(0, b)|; dtype
-// 0 f32, 1 f16, 2 bf16. Counter-based: element i depends only on (seed, i).
+// Inputs: kind 0 normal(a = mean, b = std), 1 uniform[a, b), 2 positive a + |N(0, b)|, 3 grid
+// a + b * k with k uniform in 0 .. c - 1, 4 uniform[a, b) times one factor uniform in [0, 1) per
+// tensor (drawn at index 2^64 - 1, which no element has); dtype 0 f32, 1 f16, 2 bf16.
+// Counter-based: element i depends only on (seed, i).
 __device__ __forceinline__ float kv_unit(u64 bits) {  // in [0, 1)
     return (float)(bits >> 40) * (1.0f / 16777216.0f);
 }
@@ -52,17 +54,20 @@ __device__ __forceinline__ float kv_unit(u64 bits) {  // in [0, 1)
 // times per candidate (inputs, references, input checks, timing sets). The intrinsics' absolute
 // error (~2^-21) moves a value by < 1e-3 at worst; the clamp keeps -2 log(u1) >= 0 for u1 near 1,
 // and the cosine's argument stays in [-pi, pi), where __cosf is accurate.
-__device__ __forceinline__ float kv_draw(u64 seed, u64 i, int kind, float a, float b) {
+__device__ __forceinline__ float kv_draw(u64 seed, u64 i, int kind, float a, float b, float c) {
     u64 r = kv_stream(seed, i);
     if (kind == 1) return a + (b - a) * kv_unit(r);
+    if (kind == 3) return a + b * fminf(floorf(kv_unit(r) * c), c - 1.0f);
+    if (kind == 4) return (a + (b - a) * kv_unit(r)) * kv_unit(kv_stream(seed, ~0ULL));
     float u1 = 1.0f - kv_unit(r);  // (0, 1]
     float u2 = (float)((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f) - 0.5f;  // [-0.5, 0.5)
     float z = sqrtf(fmaxf(-2.0f * __logf(u1), 0.0f)) * __cosf(6.28318530718f * u2);
     return kind == 0 ? a + b * z : a + b * fabsf(z);
 }
-extern "C" __global__ void kevin_generate(void* out, u64 n, u64 seed, int kind, float a, float b, int dtype) {
+extern "C" __global__ void kevin_generate(void* out, u64 n, u64 seed, int kind, float a, float b, float c,
+                                          int dtype) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        float v = kv_draw(seed, i, kind, a, b);
+        float v = kv_draw(seed, i, kind, a, b, c);
         if (dtype == 0) ((float*)out)[i] = v;
         else if (dtype == 1) ((__half*)out)[i] = __float2half_rn(v);
         else ((__nv_bfloat16*)out)[i] = __float2bfloat16_rn(v);
@@ -84,18 +89,18 @@ __device__ __forceinline__ double kv_generated_value(float v, int dtype) {
 // kevin_generate's elements offset .. offset + n, rounded to dtype and stored as f64: the
 // reference's inputs without a task-dtype copy (the same values as kevin_generate + kevin_widen).
 extern "C" __global__ void kevin_generate_wide(double* out, u64 n, u64 offset, u64 seed, int kind, float a, float b,
-                                               int dtype) {
+                                               float c, int dtype) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-        out[i] = kv_generated_value(kv_draw(seed, offset + i, kind, a, b), dtype);
+        out[i] = kv_generated_value(kv_draw(seed, offset + i, kind, a, b, c), dtype);
 }
 
 // first[0] = smallest index i where input p differs from what kevin_generate wrote there (an input
 // the candidate modified): the input check without a copy of the input.
-extern "C" __global__ void kevin_regen_diff(const void* p, u64 n, u64 seed, int kind, float a, float b, int dtype,
-                                            u64* first) {
+extern "C" __global__ void kevin_regen_diff(const void* p, u64 n, u64 seed, int kind, float a, float b, float c,
+                                            int dtype, u64* first) {
     u64 mine = ~0ULL;  // one atomic per thread, not per changed element
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        u64 want = kv_generated_bits(kv_draw(seed, i, kind, a, b), dtype);
+        u64 want = kv_generated_bits(kv_draw(seed, i, kind, a, b, c), dtype);
         u64 got = dtype == 0 ? (u64)((const u32*)p)[i] : (u64)((const u16*)p)[i];
         if (got != want) { mine = i; break; }
     }

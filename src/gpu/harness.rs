@@ -465,10 +465,12 @@ impl Harness {
 /// Packs the generator's parameters (seed, distribution, dtype) as `kevin_generate` and its
 /// siblings take them.
 fn push_draw(args: &mut ArgPack, dtype: Dtype, dist: InputDist, seed: u64) -> Result<(), GpuError> {
-    let (kind, a, b) = match dist {
-        InputDist::Normal { mean, std } => (0i32, mean, std),
-        InputDist::Uniform { lo, hi } => (1, lo, hi),
-        InputDist::Positive { min, std } => (2, min, std),
+    let (kind, a, b, c) = match dist {
+        InputDist::Normal { mean, std } => (0i32, mean, std, 0.0),
+        InputDist::Uniform { lo, hi } => (1, lo, hi, 0.0),
+        InputDist::Positive { min, std } => (2, min, std, 0.0),
+        InputDist::Grid { lo, step, count } => (3, lo, step, count as f64),
+        InputDist::ScaledUniform { lo, hi } => (4, lo, hi, 0.0),
     };
     let code: i32 = match dtype {
         Dtype::F32 => 0,
@@ -487,6 +489,7 @@ fn push_draw(args: &mut ArgPack, dtype: Dtype, dist: InputDist, seed: u64) -> Re
     args.push(&kind.to_ne_bytes());
     args.push(&(a as f32).to_ne_bytes());
     args.push(&(b as f32).to_ne_bytes());
+    args.push(&(c as f32).to_ne_bytes());
     args.push(&code.to_ne_bytes());
     Ok(())
 }

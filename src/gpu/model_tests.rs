@@ -161,18 +161,20 @@ fn harness_kernels_follow_the_protocol_rules() {
 
     // The generator: normal(2, 3) in f32.
     let mut out = vec![0u64; n as usize / 2];
-    let draw = |kernel: &str, target: usize| {
+    let draw_kind = |kernel: &str, target: usize, kind: i32, [a, b, c]: [f32; 3]| {
         let mut args = vec![
             t(target),
             u64a(n),
             u64a(99),
-            ResolvedArg::Scalar(Scalar::I32(0)),
+            ResolvedArg::Scalar(Scalar::I32(kind)),
         ];
-        args.push(ResolvedArg::Scalar(Scalar::F32(2.0)));
-        args.push(ResolvedArg::Scalar(Scalar::F32(3.0)));
+        for v in [a, b, c] {
+            args.push(ResolvedArg::Scalar(Scalar::F32(v)));
+        }
         args.push(ResolvedArg::Scalar(Scalar::I32(0)));
         launch(kernel, args)
     };
+    let draw = |kernel: &str, target: usize| draw_kind(kernel, target, 0, [2.0, 3.0, 0.0]);
     run(&m, &draw("kevin_generate", 0), &mut [&mut out]);
     let v: Vec<f64> = words(&out)
         .iter()
@@ -203,4 +205,45 @@ fn harness_kernels_follow_the_protocol_rules() {
     changed[700] ^= 1;
     changed[37] ^= 1 << 20;
     assert_eq!(regen(&mut pack(&changed)), 37);
+
+    // A grid of two values (signs, kind 3): only -1 and 1, both drawn, about as often.
+    let values = |kind: i32, abc: [f32; 3]| {
+        let mut out = vec![0u64; n as usize / 2];
+        run(
+            &m,
+            &draw_kind("kevin_generate", 0, kind, abc),
+            &mut [&mut out],
+        );
+        let mut first = [u64::MAX];
+        let mut l = draw_kind("kevin_regen_diff", 0, kind, abc);
+        l.args.push(t(1));
+        run(&m, &l, &mut [&mut out.clone(), &mut first]);
+        assert_eq!(
+            first[0],
+            u64::MAX,
+            "kind {kind}: the regenerated draw is the same"
+        );
+        words(&out)
+            .iter()
+            .map(|&w| f64::from(f32::from_bits(w)))
+            .collect::<Vec<f64>>()
+    };
+    let signs = values(3, [-1.0, 2.0, 2.0]);
+    let ones = signs.iter().filter(|&&v| v == 1.0).count();
+    assert!(signs.iter().all(|&v| v == 1.0 || v == -1.0), "{signs:?}");
+    assert!(
+        ones > signs.len() / 3 && ones < signs.len() * 2 / 3,
+        "{ones} of {}",
+        signs.len()
+    );
+    // Uniform [0, 1) times one factor in [0, 1) (kind 4): the tensor's largest value is about
+    // the factor, the same for every element, and the spread uniform below it.
+    let scaled = values(4, [0.0, 1.0, 0.0]);
+    let top = scaled.iter().cloned().fold(0.0, f64::max);
+    assert!(top > 0.0 && top < 1.0 && scaled.iter().all(|&v| (0.0..top + 1e-9).contains(&v)));
+    let mean = scaled.iter().sum::<f64>() / scaled.len() as f64;
+    assert!(
+        (mean / top - 0.5).abs() < 0.1,
+        "mean {mean} against top {top}"
+    );
 }

@@ -93,17 +93,23 @@ pub fn import(origin: &str, level: u8, source: &str, split: Split) -> Result<Imp
     let name = task_name(level, stem);
     // A pass that pins a symbol (grouped channels) after using it runs again with it pinned
     // from the start; pins only grow, so this ends.
+    // The same for a size symbol found to be another dim written otherwise (aliases).
     let mut pinned = BTreeSet::new();
+    let mut aliases = BTreeMap::new();
     loop {
         let mut m = Importer {
             pinned: pinned.clone(),
+            aliases: aliases.clone(),
             ..Importer::default()
         };
         let got = m
             .module(&module)
             .and_then(|()| m.task(&name, origin, level, split));
         match got {
-            Err(_) if m.pinned.len() > pinned.len() => pinned = m.pinned,
+            Err(_) if m.pinned.len() > pinned.len() || m.aliases.len() > aliases.len() => {
+                pinned = m.pinned;
+                aliases = m.aliases;
+            }
             Err(r) => return Err(r),
             Ok(text) => return Ok(Imported { name, text }),
         }
@@ -142,6 +148,8 @@ impl Tensor {
 struct Draw {
     dims: Vec<Dim>,
     dist: InputDist,
+    /// Integers (`torch.randint`) until `.float()` or `.bool()`: kevin's inputs are floats.
+    int: bool,
 }
 
 /// A layer built by `__init__`.
@@ -300,7 +308,36 @@ fn refuse<T>(line: usize, reason: impl Into<String>) -> Result<T, Refusal> {
 
 /// The layer classes of `torch.nn` that apply a function without parameters: the functional
 /// name and the names of their positional arguments.
-const FUNC_LAYERS: [(&str, &str, &[&str]); 17] = [
+const FUNC_LAYERS: [(&str, &str, &[&str]); 22] = [
+    (
+        "MSELoss",
+        "mse_loss",
+        &["size_average", "reduce", "reduction"],
+    ),
+    (
+        "L1Loss",
+        "l1_loss",
+        &["size_average", "reduce", "reduction"],
+    ),
+    (
+        "SmoothL1Loss",
+        "smooth_l1_loss",
+        &["size_average", "reduce", "reduction", "beta"],
+    ),
+    ("HuberLoss", "huber_loss", &["reduction", "delta"]),
+    (
+        "TripletMarginLoss",
+        "triplet_margin_loss",
+        &[
+            "margin",
+            "p",
+            "eps",
+            "swap",
+            "size_average",
+            "reduce",
+            "reduction",
+        ],
+    ),
     ("ReLU", "relu", &[]),
     ("Sigmoid", "sigmoid", &[]),
     ("Tanh", "tanh", &[]),
@@ -339,8 +376,13 @@ const UNARY: [&str; 14] = [
 ];
 
 /// The other functions and methods [`Importer::function`] translates (on a tensor).
-const KNOWN: [&str; 54] = [
+const KNOWN: [&str; 59] = [
     "identity",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "triplet_margin_loss",
     "squeeze",
     "unsqueeze",
     "einsum",
@@ -420,6 +462,10 @@ struct Importer {
     /// Size symbols written as the file's numbers: the channels of a grouped convolution. A
     /// pass that pins a symbol and then fails runs again with it pinned from the start.
     pinned: BTreeSet<String>,
+    /// Size symbols written as another dim: two sizes that PyTorch broadcasts together because
+    /// they are equal at the file's sizes (`D32` and `2*D`), one written as the other so that
+    /// every preset keeps them equal.
+    aliases: BTreeMap<String, Dim>,
 }
 
 /// The names a function body sees: its parameters and locals (`self.x` as `"self.x"`).
@@ -597,6 +643,16 @@ impl Importer {
         }
     }
 
+    /// `t` itself when it is a name, else a statement of it (`named` with a number): a tensor
+    /// an expression reads more than once.
+    fn named(&mut self, name: &str, t: Tensor) -> Tensor {
+        if t.prec == ATOM && t.text.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            t
+        } else {
+            self.statement(name, t)
+        }
+    }
+
     /// `name = t` as a statement `nameK = text` (every assignment a new name: the op language
     /// assigns each name once); the tensor that reads it.
     fn statement(&mut self, name: &str, t: Tensor) -> Tensor {
@@ -621,8 +677,12 @@ impl Importer {
     /// A tensor's dims as Python sees them (`x.shape`, `x.size()`): their values, each naming
     /// its size symbol.
     fn shape_vals(&self, t: &Tensor) -> Vec<Val> {
-        t.shape
-            .iter()
+        self.dim_vals(&t.shape)
+    }
+
+    /// Dims as Python sees them: their values, each naming its size symbol.
+    fn dim_vals(&self, dims: &[Dim]) -> Vec<Val> {
+        dims.iter()
             .map(|d| match d {
                 Dim::Lit(v) => Val::Int(*v as i64, None),
                 Dim::Sym(s) => Val::Int(
@@ -660,7 +720,11 @@ impl Importer {
             lo: -bound,
             hi: bound,
         };
-        let draw = |dims: Vec<Dim>| Draw { dims, dist };
+        let draw = |dims: Vec<Dim>| Draw {
+            dims,
+            dist,
+            int: false,
+        };
         let w = self.parameter(&format!("{attr}_weight"), draw(dims.to_vec()));
         let b = bias.then(|| self.parameter(&format!("{attr}_bias"), draw(vec![bias_dim.clone()])));
         (w, b)
@@ -718,11 +782,7 @@ impl Importer {
     ) -> Result<Val, Refusal> {
         let r = x.shape.len() as i64;
         let axes: Vec<i64> = (r - k as i64..r).collect();
-        let x = if x.prec == ATOM && x.text.chars().all(|c| c.is_alphanumeric() || c == '_') {
-            x
-        } else {
-            self.statement("ln_x", x)
-        };
+        let x = self.named("ln_x", x);
         let mean = self.reduce("mean", x.clone(), Some(axes.clone()), true, line)?;
         let centered = self.binary("-", Val::Tensor(x), mean, line)?;
         let centered = self.operand(&centered, line)?;
@@ -817,6 +877,166 @@ impl Importer {
         Err(not_product())
     }
 
+    /// Shapes `a` and `b` that do not broadcast as written: where two dims differ but are equal
+    /// at the file's sizes (as PyTorch saw them), a size symbol of one becomes an alias of the
+    /// other and the import runs again (this pass stops here); otherwise the refusal.
+    fn tie_broadcast(&mut self, a: &[Dim], b: &[Dim], line: usize) -> Result<Val, Refusal> {
+        let n = a.len().max(b.len());
+        let mut tied = false;
+        for i in 0..n {
+            let (Some(x), Some(y)) = (
+                (i + a.len()).checked_sub(n).map(|j| &a[j]),
+                (i + b.len()).checked_sub(n).map(|j| &b[j]),
+            ) else {
+                continue;
+            };
+            let equal = x.resolve(&self.sizes).filter(|&v| v > 1) == y.resolve(&self.sizes);
+            if x == y || !equal {
+                continue;
+            }
+            let (sym, other) = match (x, y) {
+                (_, Dim::Sym(s)) if !mentions(x, s) => (s, x),
+                (Dim::Sym(s), _) if !mentions(y, s) => (s, y),
+                _ => continue,
+            };
+            self.aliases.insert(sym.clone(), other.clone());
+            tied = true;
+        }
+        let what = format!("shapes {} and {} do not broadcast", show(a), show(b));
+        if tied {
+            return refuse(
+                line,
+                format!("{what} as written (equal at the file's sizes: tied)"),
+            );
+        }
+        refuse(line, what)
+    }
+
+    /// PyTorch's regression and metric losses as compositions: `mse_loss`, `l1_loss`,
+    /// `smooth_l1_loss` (beta), `huber_loss` (delta) of `x` and a target, and
+    /// `triplet_margin_loss` of an anchor `x`, a positive and a negative (p = 2, the distance
+    /// `||a - b + eps||`); reduced by their mean (the default), sum, or not.
+    fn loss(
+        &mut self,
+        name: &str,
+        x: Tensor,
+        pos: &[Val],
+        kw: &[(String, Val)],
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        let key = |k: &str| kw.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let num = |k: &str, default: f64| -> Result<f64, Refusal> {
+            match key(k) {
+                None | Some(Val::None) => Ok(default),
+                Some(v) => v.num().ok_or_else(|| Refusal {
+                    line,
+                    reason: format!("`{name}`'s `{k}` is {}, not a number", v.what()),
+                }),
+            }
+        };
+        for old in ["size_average", "reduce"] {
+            if !matches!(key(old), None | Some(Val::None)) {
+                return refuse(line, format!("`{name}` with the deprecated `{old}`"));
+            }
+        }
+        let reduction = match key("reduction") {
+            None => "mean".to_string(),
+            Some(Val::Str(r)) if ["mean", "sum", "none"].contains(&r.as_str()) => r,
+            Some(v) => return refuse(line, format!("`{name}` with reduction {}", v.what())),
+        };
+        let tensor_arg = |i: usize, k: &str| match key(k).or_else(|| pos.get(i).cloned()) {
+            Some(v @ Val::Tensor(_)) => Ok(v),
+            other => refuse(
+                line,
+                format!(
+                    "`{name}`'s {k} is {}",
+                    other.as_ref().map_or("missing", Val::what)
+                ),
+            ),
+        };
+        let each = if name == "triplet_margin_loss" {
+            if num("p", 2.0)? != 2.0 || matches!(key("swap"), Some(Val::Bool(true))) {
+                return refuse(line, "`triplet_margin_loss` other than p=2 without swap");
+            }
+            let (margin, eps) = (num("margin", 1.0)?, num("eps", 1e-6)?);
+            let anchor = self.named("anchor", x);
+            let mut dist = Vec::new();
+            for (i, k) in [(1, "positive"), (2, "negative")] {
+                let other = tensor_arg(i, k)?;
+                let d = self.binary("-", Val::Tensor(anchor.clone()), other, line)?;
+                let d = self.binary("+", d, Val::Float(eps), line)?;
+                let d = self.operand(&d, line)?;
+                let d = self.statement("diff", d);
+                let sq = self.binary("*", Val::Tensor(d.clone()), Val::Tensor(d), line)?;
+                let sq = self.operand(&sq, line)?;
+                let sum = self.reduce("sum", sq, Some(vec![-1]), false, line)?;
+                dist.push(self.function("sqrt", vec![sum], Vec::new(), line)?);
+            }
+            let [dp, dn] = <[Val; 2]>::try_from(dist).map_err(|_| Refusal {
+                line,
+                reason: "two distances".into(),
+            })?;
+            let gap = self.binary("-", dp, dn, line)?;
+            let gap = self.binary("+", gap, Val::Float(margin), line)?;
+            self.function("maximum", vec![gap, Val::Float(0.0)], Vec::new(), line)?
+        } else {
+            let target = tensor_arg(1, "target")?;
+            let d = self.binary("-", Val::Tensor(x), target, line)?;
+            let d = self.operand(&d, line)?;
+            let d = self.statement("diff", d);
+            let abs = self.function("abs", vec![Val::Tensor(d.clone())], Vec::new(), line)?;
+            match name {
+                "mse_loss" => self.binary("*", Val::Tensor(d.clone()), Val::Tensor(d), line)?,
+                "l1_loss" => abs,
+                _ => {
+                    // 0.5 m^2 / beta + (|d| - m) with m = min(|d|, beta) is PyTorch's two
+                    // branches in one expression; huber_loss is delta times smooth_l1 at
+                    // beta = delta.
+                    let huber = name == "huber_loss";
+                    let beta = if huber {
+                        num("delta", 1.0)?
+                    } else {
+                        num("beta", 1.0)?
+                    };
+                    if beta <= 0.0 {
+                        return refuse(line, format!("`{name}` with beta or delta <= 0"));
+                    }
+                    let abs = self.operand(&abs, line)?;
+                    let abs = self.statement("absdiff", abs);
+                    let m = self.function(
+                        "minimum",
+                        vec![Val::Tensor(abs.clone()), Val::Float(beta)],
+                        Vec::new(),
+                        line,
+                    )?;
+                    let m = self.operand(&m, line)?;
+                    let m = self.statement("clipped", m);
+                    let sq =
+                        self.binary("*", Val::Tensor(m.clone()), Val::Tensor(m.clone()), line)?;
+                    let quad = self.binary(
+                        "*",
+                        sq,
+                        Val::Float(if huber { 0.5 } else { 0.5 / beta }),
+                        line,
+                    )?;
+                    let lin = self.binary("-", Val::Tensor(abs), Val::Tensor(m), line)?;
+                    let lin = if huber {
+                        self.binary("*", lin, Val::Float(beta), line)?
+                    } else {
+                        lin
+                    };
+                    self.binary("+", quad, lin, line)?
+                }
+            }
+        };
+        if reduction == "none" {
+            return Ok(each);
+        }
+        let each = self.operand(&each, line)?;
+        let kind = if reduction == "sum" { "sum" } else { "mean" };
+        self.reduce(kind, each, None, false, line)
+    }
+
     /// A grouped convolution's input and output channels (`Val::Int`s) are pinned to the file's
     /// numbers, which the groups must divide.
     fn pin_channels(
@@ -872,6 +1092,13 @@ impl Importer {
                     let s = sym.clone().unwrap_or_else(|| format!("D{n}"));
                     if self.pinned.contains(&s) {
                         out.push(Dim::Lit(*n as usize));
+                        continue;
+                    }
+                    if let Some(d) = self.aliases.get(&s) {
+                        if let Dim::Sym(t) = d {
+                            self.sizes.insert(t.clone(), *n as usize);
+                        }
+                        out.push(d.clone());
                         continue;
                     }
                     if let Some(old) = self.sizes.insert(s.clone(), *n as usize) {
@@ -933,6 +1160,7 @@ impl Importer {
                     {
                         pair[usize::from(attr == "indices")].clone()
                     }
+                    Val::Draw(d) if attr == "shape" => Val::Seq(self.dim_vals(&d.dims)),
                     v @ Val::Draw(_) => Val::Method(attr.clone(), Box::new(v)),
                     other => {
                         return refuse(line, format!("the attribute `.{attr}` of {}", other.what()))
@@ -981,7 +1209,10 @@ impl Importer {
                     prec: ATOM,
                     ..t
                 }),
-                Val::Draw(d) => Val::Draw(scale_draw(d, -1.0, 0.0)),
+                Val::Draw(d) => match scale_draw(d, -1.0, 0.0) {
+                    Some(d) if !d.int => Val::Draw(d),
+                    _ => return refuse(line, "negating this random tensor"),
+                },
                 other => return refuse(line, format!("negating {}", other.what())),
             },
             Expr::Star(_) => return refuse(line, "`*` outside a call or a display"),
@@ -1008,28 +1239,60 @@ impl Importer {
                 _ => return refuse(line, format!("`{op}` on numbers")),
             });
         }
-        // A draw scaled and shifted (`torch.rand(n) * 2 - 1`).
-        match (&a, &b) {
+        // A draw scaled and shifted (`torch.rand(n) * 2 - 1`), or scaled by one random factor
+        // (`torch.rand(n) * torch.rand(())`).
+        if matches!((&a, &b), (Val::Draw(d), _) | (_, Val::Draw(d)) if d.int) {
+            return refuse(
+                line,
+                "arithmetic on integers drawn by torch.randint (convert them with .float() first)",
+            );
+        }
+        let affine = match (&a, &b) {
             (Val::Draw(d), _) if b.num().is_some() => {
                 let c = b.num().unwrap_or(0.0);
-                return match op {
-                    "*" => Ok(Val::Draw(scale_draw(d.clone(), c, 0.0))),
-                    "/" if c != 0.0 => Ok(Val::Draw(scale_draw(d.clone(), 1.0 / c, 0.0))),
-                    "+" => Ok(Val::Draw(scale_draw(d.clone(), 1.0, c))),
-                    "-" => Ok(Val::Draw(scale_draw(d.clone(), 1.0, -c))),
-                    _ => refuse(line, format!("`{op}` on a random tensor in get_inputs")),
-                };
+                match op {
+                    "*" => Some((d, c, 0.0)),
+                    "/" if c != 0.0 => Some((d, 1.0 / c, 0.0)),
+                    "+" => Some((d, 1.0, c)),
+                    "-" => Some((d, 1.0, -c)),
+                    _ => None,
+                }
             }
             (_, Val::Draw(d)) if a.num().is_some() => {
                 let c = a.num().unwrap_or(0.0);
-                return match op {
-                    "*" => Ok(Val::Draw(scale_draw(d.clone(), c, 0.0))),
-                    "+" => Ok(Val::Draw(scale_draw(d.clone(), 1.0, c))),
-                    "-" => Ok(Val::Draw(scale_draw(d.clone(), -1.0, c))),
-                    _ => refuse(line, format!("`{op}` on a random tensor in get_inputs")),
+                match op {
+                    "*" => Some((d, c, 0.0)),
+                    "+" => Some((d, 1.0, c)),
+                    "-" => Some((d, -1.0, c)),
+                    _ => None,
+                }
+            }
+            (Val::Draw(x), Val::Draw(f)) | (Val::Draw(f), Val::Draw(x))
+                if op == "*" && f.dims.is_empty() && !x.dims.is_empty() =>
+            {
+                return match (x.dist, f.dist) {
+                    (InputDist::Uniform { lo, hi }, InputDist::Uniform { lo: 0.0, hi: 1.0 }) => {
+                        Ok(Val::Draw(Draw {
+                            dist: InputDist::ScaledUniform { lo, hi },
+                            ..x.clone()
+                        }))
+                    }
+                    _ => refuse(line, "a random tensor times a random number other than torch.rand(()) times torch.rand"),
                 };
             }
-            _ => {}
+            (Val::Draw(_), _) | (_, Val::Draw(_)) => {
+                return refuse(line, format!("`{op}` on a random tensor in get_inputs"))
+            }
+            _ => None,
+        };
+        if let Some((d, scale, shift)) = affine {
+            return match scale_draw(d.clone(), scale, shift) {
+                Some(d) => Ok(Val::Draw(d)),
+                None => refuse(
+                    line,
+                    format!("`{op}` of this random tensor is not a distribution kevin draws"),
+                ),
+            };
         }
         if let (Val::Seq(x), Val::Seq(y)) = (&a, &b) {
             if op == "+" {
@@ -1041,14 +1304,9 @@ impl Importer {
         if op == "@" {
             return self.matmul(ta, tb, line);
         }
-        let shape = broadcast(&ta.shape, &tb.shape).ok_or_else(|| Refusal {
-            line,
-            reason: format!(
-                "shapes {} and {} do not broadcast",
-                show(&ta.shape),
-                show(&tb.shape)
-            ),
-        })?;
+        let Some(shape) = broadcast(&ta.shape, &tb.shape) else {
+            return self.tie_broadcast(&ta.shape, &tb.shape, line);
+        };
         let (text, prec) = match op {
             "+" | "-" => (format!("{} {op} {}", ta.at(ADD), tb.at(ADD + 1)), ADD),
             "*" | "/" => (format!("{} {op} {}", ta.at(MUL), tb.at(MUL + 1)), MUL),
@@ -1214,7 +1472,36 @@ impl Importer {
                 } else {
                     InputDist::default()
                 };
-                Ok(Val::Draw(Draw { dims, dist }))
+                Ok(Val::Draw(Draw {
+                    dims,
+                    dist,
+                    int: false,
+                }))
+            }
+            // torch.randint(low=0, high, size): integers, drawn as floats on a grid of step 1.
+            "randint" => {
+                let (low, high, size) = match pos.as_slice() {
+                    [high, size] => (Some(0.0), high.num(), size),
+                    [low, high, size] => (low.num(), high.num(), size),
+                    _ => return refuse(line, "`torch.randint` without (low,) high and a size"),
+                };
+                let (Some(low), Some(high)) = (low, high) else {
+                    return refuse(line, "`torch.randint` with bounds that are not numbers");
+                };
+                let count = high - low;
+                if !(count >= 1.0 && count <= f64::from(1u32 << 24)) {
+                    return refuse(line, format!("`torch.randint({low}, {high})`"));
+                }
+                let dims = self.dims(std::slice::from_ref(size), line)?;
+                Ok(Val::Draw(Draw {
+                    dims,
+                    dist: InputDist::Grid {
+                        lo: low,
+                        step: 1.0,
+                        count: count as u32,
+                    },
+                    int: true,
+                }))
             }
             "tensor" if pos.len() == 1 && pos[0].num().is_some() => {
                 Ok(Val::Float(pos[0].num().unwrap_or(0.0)))
@@ -1250,9 +1537,10 @@ impl Importer {
                         mean: value,
                         std: 0.0,
                     },
+                    int: false,
                 }))
             }
-            "randint" | "randperm" | "eye" | "arange" | "tensor" | "empty" => refuse(
+            "randperm" | "eye" | "arange" | "tensor" | "empty" => refuse(
                 line,
                 format!("`torch.{short}` inputs (kevin draws float inputs from a distribution)"),
             ),
@@ -1664,8 +1952,22 @@ impl Importer {
         };
         // On a draw in get_inputs only the dtype conversions mean anything.
         if let Some(Val::Draw(d)) = pos.first() {
+            let float = Draw {
+                int: false,
+                ..d.clone()
+            };
             return match name {
-                "float" | "contiguous" | "cuda" | "to" => Ok(Val::Draw(d.clone())),
+                "contiguous" | "cuda" => Ok(Val::Draw(d.clone())),
+                "float" | "to" => Ok(Val::Draw(float)),
+                // A mask: the integers 0 and 1 as they multiply floats.
+                "bool" => match d.dist {
+                    InputDist::Grid {
+                        lo: 0.0,
+                        step: 1.0,
+                        count: 2,
+                    } => Ok(Val::Draw(float)),
+                    _ => refuse(line, "`bool` of a draw other than the integers 0 and 1"),
+                },
                 _ => refuse(line, format!("`{name}` of a random tensor in get_inputs")),
             };
         }
@@ -1899,6 +2201,9 @@ impl Importer {
                 let probs = self.statement("attn", probs);
                 let v = self.operand(&v, line)?;
                 return self.matmul(probs, v, line);
+            }
+            "mse_loss" | "l1_loss" | "smooth_l1_loss" | "huber_loss" | "triplet_margin_loss" => {
+                return self.loss(name, x, &pos, &kw, line);
             }
             "normalize" => {
                 if num(1, "p", 2.0)? != 2.0 {
@@ -2378,6 +2683,12 @@ impl Importer {
         let mut tensors = Vec::new();
         for (i, d) in draws.into_iter().enumerate() {
             match d {
+                Val::Draw(Draw { int: true, .. }) => {
+                    return refuse(
+                        line,
+                        format!("input {i} of get_inputs() is integers (torch.randint): kevin's inputs are floats"),
+                    )
+                }
                 // A number passed to forward is a constant of the task.
                 Val::Draw(_) | Val::Int(..) | Val::Float(_) => tensors.push(d),
                 d => {
@@ -2578,7 +2889,8 @@ fn name_ints(v: Val, n: &str) -> Val {
     }
 }
 
-fn scale_draw(d: Draw, a: f64, b: f64) -> Draw {
+/// The draw `a * x + b` for a draw `x`, when it is one of kevin's distributions.
+fn scale_draw(d: Draw, a: f64, b: f64) -> Option<Draw> {
     let dist = match d.dist {
         InputDist::Uniform { lo, hi } => {
             let (x, y) = (lo * a + b, hi * a + b);
@@ -2591,9 +2903,23 @@ fn scale_draw(d: Draw, a: f64, b: f64) -> Draw {
             mean: mean * a + b,
             std: std * a.abs(),
         },
-        p => p,
+        InputDist::Positive { min, std } if a > 0.0 && min * a + b > 0.0 => InputDist::Positive {
+            min: min * a + b,
+            std: std * a,
+        },
+        InputDist::Grid { lo, step, count } if a != 0.0 => InputDist::Grid {
+            lo: lo * a + b,
+            step: step * a,
+            count,
+        },
+        // (u * f) * a = (u * a) * f: a scale only, no shift.
+        InputDist::ScaledUniform { lo, hi } if b == 0.0 && a != 0.0 => InputDist::ScaledUniform {
+            lo: (lo * a).min(hi * a),
+            hi: (lo * a).max(hi * a),
+        },
+        _ => return None,
     };
-    Draw { dims: d.dims, dist }
+    Some(Draw { dist, ..d })
 }
 
 fn is_super_init_call(func: &Expr) -> bool {

@@ -776,3 +776,172 @@ fn unsqueeze_and_squeeze_import_as_the_op_language_s() {
         "{r}"
     );
 }
+
+/// A problem of inputs drawn by `draws` (Python lines of get_inputs ending in `return [...]`)
+/// whose forward(A, B) returns `ret`.
+fn drawn(ret: &str, draws: &str, consts: &str) -> String {
+    format!(
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n        \
+         super(Model, self).__init__()\n\n    def forward(self, A, B):\n        return {ret}\n\n{consts}\n\n\
+         def get_inputs():\n{draws}\n\ndef get_init_inputs():\n    return []\n"
+    )
+}
+
+#[test]
+fn integer_draws_become_grids_and_a_random_factor_a_scaled_uniform() {
+    let consts = "batch = 64\nn = 128";
+    // A mask of 0 and 1 (torch.randint(0, 2, x.shape).bool()), and signs (* 2 - 1).
+    let t = imported(
+        "level1/93_masked_cumsum.py",
+        &drawn(
+            "torch.cumsum(A * B, dim=1)",
+            "    x = torch.rand(batch, n)\n    return [x, torch.randint(0, 2, x.shape).bool()]",
+            consts,
+        ),
+    );
+    assert_eq!(
+        t.inputs[1],
+        InputDist::Grid {
+            lo: 0.0,
+            step: 1.0,
+            count: 2
+        }
+    );
+    let t = imported(
+        "level1/100_HingeLoss.py",
+        &drawn(
+            "torch.mean(torch.clamp(1 - A * B, min=0))",
+            "    return [torch.rand(batch, n), torch.randint(0, 2, (batch, n)).float() * 2 - 1]",
+            consts,
+        ),
+    );
+    assert_eq!(
+        t.inputs[1],
+        InputDist::Grid {
+            lo: -1.0,
+            step: 2.0,
+            count: 2
+        }
+    );
+    let values: std::collections::BTreeSet<i64> = t.generate_inputs(Preset::Small, 3)[1]
+        .iter()
+        .map(|&v| v as i64)
+        .collect();
+    assert_eq!(values, [-1, 1].into());
+    // torch.rand(shape) * torch.rand(()): one factor for the whole tensor.
+    let t = imported(
+        "level1/94_MSELoss.py",
+        &drawn(
+            "torch.mean((A - B) ** 2)",
+            "    scale = torch.rand(())\n    return [torch.rand(batch, n) * scale, torch.rand(batch, n)]",
+            consts,
+        ),
+    );
+    assert_eq!(t.inputs[0], InputDist::ScaledUniform { lo: 0.0, hi: 1.0 });
+    // Integers left as integers, and arithmetic on them, are refused.
+    let r = refused(&drawn(
+        "A + B",
+        "    return [torch.rand(batch, n), torch.randint(0, 10, (batch, n))]",
+        consts,
+    ));
+    assert!(r.reason.contains("is integers (torch.randint)"), "{r}");
+    let r = refused(&drawn(
+        "A + B",
+        "    return [torch.rand(batch, n), torch.randint(0, 10, (batch, n)) * 2]",
+        consts,
+    ));
+    assert!(
+        r.reason
+            .contains("arithmetic on integers drawn by torch.randint"),
+        "{r}"
+    );
+}
+
+#[test]
+fn dims_equal_only_at_the_file_s_sizes_broadcast_as_one_size() {
+    // PyTorch broadcasts [batch, n] with [batch] because n == batch in the file: the import
+    // writes both as one size, so every preset keeps them equal.
+    let t = imported(
+        "level1/x.py",
+        &drawn(
+            "A * B",
+            "    return [torch.rand(batch, n), torch.rand(batch)]",
+            "batch = 64\nn = 64",
+        ),
+    );
+    let x = &t.program.inputs[0].ty.shape;
+    assert_eq!(x[0], x[1], "{}", t.source);
+    assert_eq!(t.program.inputs[1].ty.shape[0], x[1]);
+    let r = refused(&drawn(
+        "A * B",
+        "    return [torch.rand(batch, n), torch.rand(batch)]",
+        "batch = 64\nn = 32",
+    ));
+    assert!(r.reason.contains("do not broadcast"), "{r}");
+}
+
+#[test]
+fn regression_and_triplet_losses_are_their_pytorch_formulas() {
+    let consts = "batch = 16\nn = 24";
+    let draws = "    return [torch.randn(batch, n) * 2, torch.randn(batch, n)]";
+    let run = |ret: &str| {
+        let t = imported("level1/x.py", &drawn(ret, draws, consts));
+        let inputs = t.generate_inputs(Preset::Small, 5);
+        let y = crate::ops::interp::run(&t.program, t.sizes(Preset::Small), &inputs).unwrap();
+        (inputs, y[0].data.clone(), t.sizes(Preset::Small)["n"])
+    };
+    let (inputs, got, cols) = run("torch.nn.functional.smooth_l1_loss(A, B, beta=0.5)");
+    let (a, b) = (&inputs[0], &inputs[1]);
+    let want = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let d = (x - y).abs();
+            if d < 0.5 {
+                0.5 * d * d / 0.5
+            } else {
+                d - 0.25
+            }
+        })
+        .sum::<f64>()
+        / a.len() as f64;
+    assert!((got[0] - want).abs() < 1e-12, "{} against {want}", got[0]);
+    let (_, got, _) = run("torch.nn.functional.huber_loss(A, B, reduction='sum', delta=2.0)");
+    let want: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let d = (x - y).abs();
+            if d < 2.0 {
+                0.5 * d * d
+            } else {
+                2.0 * (d - 1.0)
+            }
+        })
+        .sum();
+    assert!((got[0] - want).abs() < 1e-9, "{} against {want}", got[0]);
+    let (_, got, _) = run("torch.nn.functional.triplet_margin_loss(A, B, A * 0.5, margin=0.3)");
+    let dist = |x: &[f64], y: &[f64]| {
+        x.iter()
+            .zip(y)
+            .map(|(p, q)| (p - q + 1e-6).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let rows: Vec<f64> = a
+        .chunks(cols)
+        .zip(b.chunks(cols))
+        .map(|(x, y)| {
+            let half: Vec<f64> = x.iter().map(|v| v * 0.5).collect();
+            (dist(x, y) - dist(x, &half) + 0.3).max(0.0)
+        })
+        .collect();
+    let want = rows.iter().sum::<f64>() / rows.len() as f64;
+    assert!((got[0] - want).abs() < 1e-9, "{} against {want}", got[0]);
+    let r = refused(&drawn(
+        "torch.nn.functional.mse_loss(A, B, reduction='batchmean')",
+        draws,
+        consts,
+    ));
+    assert!(r.reason.contains("reduction"), "{r}");
+}

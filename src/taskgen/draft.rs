@@ -228,6 +228,11 @@ fn range(d: &InputDist) -> (f64, f64) {
         InputDist::Normal { mean, std } => (mean - 3.5 * std, mean + 3.5 * std),
         InputDist::Uniform { lo, hi } => (lo, hi),
         InputDist::Positive { min, std } => (min, min + 3.5 * std),
+        InputDist::Grid { lo, step, count } => {
+            let last = lo + step * f64::from(count.max(1) - 1);
+            (lo.min(last), lo.max(last))
+        }
+        InputDist::ScaledUniform { lo, hi } => (lo.min(0.0), hi.max(0.0)),
     }
 }
 

@@ -225,6 +225,12 @@ pub fn write_task_file(t: &TaskFileText<'_>) -> String {
             InputDist::Positive { min, std } => {
                 format!("dist = \"positive\"\nmin = {min:?}\nstd = {std:?}")
             }
+            InputDist::Grid { lo, step, count } => {
+                format!("dist = \"grid\"\nlo = {lo:?}\nstep = {step:?}\ncount = {count}")
+            }
+            InputDist::ScaledUniform { lo, hi } => {
+                format!("dist = \"scaled_uniform\"\nlo = {lo:?}\nhi = {hi:?}")
+            }
         };
         let _ = writeln!(s, "\n[inputs.{name}]\n{body}");
     }

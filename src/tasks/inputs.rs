@@ -39,6 +39,26 @@ pub enum InputDist {
         #[serde(default = "one")]
         std: f64,
     },
+    /// `lo + step * k` with `k` uniform in `0 .. count`: labels and masks drawn as floats
+    /// (`torch.randint(0, 2, shape).float()` is `lo = 0, step = 1, count = 2`; `* 2 - 1` makes
+    /// it the signs `lo = -1, step = 2`).
+    Grid {
+        /// The first value.
+        lo: f64,
+        /// Between two values.
+        step: f64,
+        /// Number of values (at least 1, at most 2^24).
+        count: u32,
+    },
+    /// Uniform on `[lo, hi)` times one factor uniform in `[0, 1)` for the whole tensor, drawn
+    /// anew with every tensor (KernelBench's `torch.rand(shape) * torch.rand(())`).
+    #[serde(rename = "scaled_uniform")]
+    ScaledUniform {
+        /// Lower bound before the factor.
+        lo: f64,
+        /// Upper bound before the factor.
+        hi: f64,
+    },
 }
 
 fn one() -> f64 {
@@ -76,7 +96,7 @@ impl InputDist {
                     return Err("`std` must be >= 0".into());
                 }
             }
-            InputDist::Uniform { lo, hi } => {
+            InputDist::Uniform { lo, hi } | InputDist::ScaledUniform { lo, hi } => {
                 finite(lo, "lo")?;
                 finite(hi, "hi")?;
                 if lo >= hi {
@@ -90,6 +110,13 @@ impl InputDist {
                 }
                 if std < 0.0 {
                     return Err("`std` must be >= 0".into());
+                }
+            }
+            InputDist::Grid { lo, step, count } => {
+                finite(lo, "lo")?;
+                finite(step, "step")?;
+                if !(1..=1 << 24).contains(&count) {
+                    return Err(format!("`count` ({count}) must be in 1 ..= 16777216"));
                 }
             }
         }
@@ -114,6 +141,14 @@ impl InputDist {
             InputDist::Positive { min, std } => {
                 Some(format!("{}.abs() * {std:?} + {min:?}", r("randn")))
             }
+            InputDist::Grid { lo, step, count } => Some(format!(
+                "torch.randint(0, {count}, ({dims},)).to({dtype}) * {step:?} + {lo:?}"
+            )),
+            InputDist::ScaledUniform { lo, hi } => Some(format!(
+                "({} * {:?} + {lo:?}) * torch.rand(())",
+                r("rand"),
+                hi - lo
+            )),
         }
     }
 
@@ -122,6 +157,11 @@ impl InputDist {
             InputDist::Normal { mean, std } => mean + std * standard_normal(rng),
             InputDist::Uniform { lo, hi } => lo + (hi - lo) * rng.random::<f64>(),
             InputDist::Positive { min, std } => min + (std * standard_normal(rng)).abs(),
+            InputDist::Grid { lo, step, count } => {
+                lo + step * rng.random_range(0..count.max(1)) as f64
+            }
+            // The tensor's factor is applied by `generate`.
+            InputDist::ScaledUniform { lo, hi } => lo + (hi - lo) * rng.random::<f64>(),
         }
     }
 }
@@ -144,8 +184,12 @@ pub fn generate(program: &Program, dists: &[InputDist], sizes: &Sizes, seed: u64
             let stream = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let mut rng = StdRng::seed_from_u64(seed ^ stream);
             let dist = dists.get(i).copied().unwrap_or_default();
+            let factor = match dist {
+                InputDist::ScaledUniform { .. } => rng.random::<f64>(),
+                _ => 1.0,
+            };
             (0..n)
-                .map(|_| round_to(d.ty.dtype, dist.sample(&mut rng)))
+                .map(|_| round_to(d.ty.dtype, dist.sample(&mut rng) * factor))
                 .collect()
         })
         .collect()
