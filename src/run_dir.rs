@@ -262,19 +262,7 @@ impl RunDir {
     }
 
     fn checkpoint_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs: Vec<PathBuf> = fs::read_dir(self.root.join("checkpoints"))
-            .map(|rd| {
-                rd.filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| {
-                        p.file_name()
-                            .and_then(|n| n.to_str())
-                            .is_some_and(|n| n.starts_with("step-"))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        dirs.sort();
-        dirs
+        checkpoint_dirs(&self.root)
     }
 
     fn prune_checkpoints(&self) {
@@ -290,17 +278,12 @@ impl RunDir {
 
     /// The newest complete checkpoint, and the incomplete or corrupt ones skipped on the way.
     pub fn latest_checkpoint(&self) -> (Option<(PathBuf, CheckpointState)>, Vec<PathBuf>) {
-        let mut skipped = Vec::new();
-        for dir in self.checkpoint_dirs().into_iter().rev() {
-            match verify_checkpoint(&dir) {
-                Ok(state) => return (Some((dir, state)), skipped),
-                Err(reason) => {
-                    tracing::warn!(checkpoint = %dir.display(), %reason, "skipping an incomplete checkpoint");
-                    skipped.push(dir);
-                }
-            }
+        let scan = latest_checkpoint_of(&self.root);
+        for (dir, reason) in &scan.skipped {
+            tracing::warn!(checkpoint = %dir.display(), %reason, "skipping an incomplete checkpoint");
         }
-        (None, skipped)
+        let skipped = scan.skipped.into_iter().map(|(dir, _)| dir).collect();
+        (scan.newest, skipped)
     }
 
     /// Finds where the run stopped: see the module documentation.
@@ -365,6 +348,56 @@ impl Drop for RunDir {
         if fs::read_to_string(&lock).is_ok_and(|t| t.trim() == std::process::id().to_string()) {
             fs::remove_file(lock).ok();
         }
+    }
+}
+
+/// The `checkpoints/step-*` folders of the run directory `root`, oldest first.
+fn checkpoint_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = fs::read_dir(root.join("checkpoints"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("step-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
+
+/// What [`latest_checkpoint_of`] found in a run directory.
+#[derive(Debug)]
+pub struct CheckpointScan {
+    /// The newest complete checkpoint: its folder and state.
+    pub newest: Option<(PathBuf, CheckpointState)>,
+    /// The incomplete or corrupt checkpoint folders passed over on the way, newest first, and
+    /// why.
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
+/// The newest complete checkpoint of the run directory `root`, and the incomplete or corrupt
+/// ones skipped on the way, without opening the directory: nothing is locked, written or logged,
+/// so a reader (`kevin sweep` deciding whether a run finished) can ask while the run is live or
+/// stopped. A missing directory has no checkpoint.
+pub fn latest_checkpoint_of(root: &Path) -> CheckpointScan {
+    let mut skipped = Vec::new();
+    for dir in checkpoint_dirs(root).into_iter().rev() {
+        match verify_checkpoint(&dir) {
+            Ok(state) => {
+                return CheckpointScan {
+                    newest: Some((dir, state)),
+                    skipped,
+                }
+            }
+            Err(reason) => skipped.push((dir, reason)),
+        }
+    }
+    CheckpointScan {
+        newest: None,
+        skipped,
     }
 }
 
@@ -450,6 +483,12 @@ mod tests {
         let (found, skipped) = rd.latest_checkpoint();
         assert_eq!(found.unwrap().1.learner_version, 1);
         assert_eq!(skipped, vec![p2.clone()]);
+        // A reader without the lock sees the same, with the reason.
+        let scan = latest_checkpoint_of(&root);
+        assert_eq!(scan.newest.unwrap().1.learner_version, 1);
+        assert_eq!(scan.skipped.len(), 1);
+        assert_eq!(scan.skipped[0].0, p2);
+        assert!(scan.skipped[0].1.contains("manifest"), "{:?}", scan.skipped);
         // And one without a manifest at all.
         fs::remove_file(p2.join("COMPLETE")).unwrap();
         assert_eq!(rd.latest_checkpoint().0.unwrap().1.learner_version, 1);

@@ -1,6 +1,6 @@
-//! The command line: `kevin train | eval | bench | inspect | report | tasks | sft | policy` (and the
-//! hidden `worker`). Each command's flags and behaviour live in its `crate::cmd` module; this
-//! file holds only the command enum and the dispatch.
+//! The command line: `kevin train | sweep | eval | bench | inspect | report | tasks | sft |
+//! policy` (and the hidden `worker`). Each command's flags and behaviour live in its `crate::cmd`
+//! module; this file holds only the command enum and the dispatch.
 //!
 //! Conventions shared by every command: results are printed, and also written as JSON with
 //! `--json FILE` (and as markdown with `--out FILE` where a command writes markdown; `kevin
@@ -37,6 +37,12 @@ pub enum Command {
     /// Train a policy: a long-running daemon. Stop it with Ctrl-C (SIGINT) or SIGTERM; run the
     /// same command again to resume from the run directory.
     Train(cmd::train::Args),
+    /// Train variants of one config side by side: one `kevin train` child per variant (the
+    /// product of the --set values, or with --zip their values paired), each in a run directory
+    /// named after its overrides, with sweep.json beside them. Every key and value is checked
+    /// before anything starts. Ctrl-C stops the running variants cleanly; the same command again
+    /// resumes the unfinished ones and skips the finished.
+    Sweep(cmd::sweep::Args),
     /// Evaluate kernels (`--kernels DIR`) or a policy checkpoint (`--checkpoint DIR`).
     ///
     /// `--kernels DIR`: the `<task>.cu` files of DIR, one kernel per task: a table per task
@@ -64,8 +70,10 @@ pub enum Command {
     Inspect(cmd::inspect::Args),
     /// PNG plots over learner steps (reward, correctness, mean speedup, staleness, actor
     /// utilisation) and summary.md (config, steps, wall time, trajectories/hour, first vs last
-    /// window means) from a run directory's metrics.jsonl. Unreadable lines are skipped and
-    /// named; the run directory is only read, so a live run can be reported on.
+    /// window means) from a run directory's metrics.jsonl. Several run directories (or a sweep's
+    /// folder) are compared: one line per run, labelled by the settings in which they differ,
+    /// and a summary table of those settings and each run's figures. Unreadable lines are
+    /// skipped and named; run directories are only read, so live runs can be reported on.
     Report(cmd::report::Args),
     /// List the task suite (name, level, split, sizes), or show a task's first-turn prompt.
     Tasks(cmd::tasks::Args),
@@ -110,6 +118,7 @@ pub fn main() -> ExitCode {
                 Command::Bench(args) => cmd::bench::run(args),
                 Command::Inspect(args) => cmd::inspect::run(args),
                 Command::Report(args) => cmd::report::run(args),
+                Command::Sweep(args) => cmd::sweep::run(args),
                 Command::Tasks(args) => cmd::tasks::run(args),
                 Command::Sft(args) => cmd::sft::run(args),
                 Command::Policy(args) => cmd::policy::run(args),

@@ -1,5 +1,8 @@
 //! `kevin report`: plots and summary of a synthetic run written with the real metrics record
-//! type; corrupt lines skipped and named; resumed runs; the errors of a missing or empty run.
+//! type; corrupt lines skipped and named; resumed runs; the errors of a missing or empty run;
+//! several runs compared (one line per run, labelled by the settings in which they differ).
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -373,4 +376,139 @@ fn a_resumed_run_counts_its_sessions_and_keeps_the_redone_steps() {
         vec![(1, 0.1), (2, 0.2), (3, 7.0), (4, 7.0)]
     );
     assert!(log.skipped.is_empty());
+}
+
+/// The config of compared run `name` with learning rate `lr`.
+fn config_with(name: &str, lr: &str) -> String {
+    CONFIG.replace(
+        "name = \"synthetic\"",
+        &format!("name = \"{name}\"\n[learner]\nlr = {lr}"),
+    )
+}
+
+#[test]
+fn several_runs_are_drawn_one_colour_each_and_compared_by_their_differing_settings() {
+    let root = tmp("compare");
+    // Three runs that differ in learner.lr (and in run.name, which is not a setting); the third
+    // has a higher reward at every step and only six steps.
+    let mut dirs = Vec::new();
+    for (i, (lr, steps)) in [("0.0001", 10), ("0.0003", 10), ("0.001", 6)]
+        .iter()
+        .enumerate()
+    {
+        let dir = root.join(format!("run-{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), config_with(&format!("r{i}"), lr)).unwrap();
+        let text: String = (1..=*steps)
+            .map(|k| {
+                let m = StepMetrics {
+                    reward_mean: step(k).reward_mean + 0.4 * i as f64,
+                    ..step(k)
+                };
+                line(&m) + "\n"
+            })
+            .collect();
+        std::fs::write(dir.join("metrics.jsonl"), text).unwrap();
+        dirs.push(dir);
+    }
+    let json = root.join("compare.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_kevin"))
+        .arg("report")
+        .args(&dirs)
+        .args(["--window", "2", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The runs share a folder: the comparison goes to its report/.
+    let out = root.canonicalize().unwrap().join("report");
+    assert!(
+        stdout.starts_with(&format!(
+            "kevin report: 3 runs differing in learner.lr, 9 plots in {}\n",
+            out.display()
+        )),
+        "{stdout}"
+    );
+    for f in PLOTS[..4].iter().chain(&[
+        "utilisation-generator.png",
+        "utilisation-learner.png",
+        "summary.md",
+    ]) {
+        assert!(out.join(f).is_file(), "{f} not in {}", out.display());
+    }
+    let (w, h, lines) = common::plot_lines(&out.join("reward.png"));
+    assert_eq!((w, h), (report::plot::WIDTH, report::plot::HEIGHT));
+    assert_eq!(lines, [0, 1, 2], "one line per run");
+    // The runs' other series are equal, so the last run's line covers the others.
+    for f in PLOTS[1..4].iter().chain(&["utilisation-compiler.png"]) {
+        let (w, h, lines) = common::plot_lines(&out.join(f));
+        assert_eq!((w, h), (report::plot::WIDTH, report::plot::HEIGHT));
+        assert!(lines.contains(&2), "{f}: {lines:?}");
+    }
+
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.starts_with("# Comparison of 3 runs\n"), "{summary}");
+    assert!(
+        summary.contains("They differ in `learner.lr`;"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "| run | learner.lr | steps | window | wall time (s) | trajectories/hour | reward first \
+             | reward last | correct rate first | correct rate last |"
+        ),
+        "{summary}"
+    );
+    // Rewards 0.1k (+0.4 for the third run); windows of 2 steps; 2 groups of 4 per 10 s.
+    for row in [
+        "| run-0 | 0.0001 | 10 | 2 | 100.0 | 2880 | 0.150 | 0.950 | 0.250 | 0.500 |",
+        "| run-2 | 0.001 | 6 | 2 | 60.0 | 2880 | 0.950 | 1.350 | 0.250 | 0.500 |",
+    ] {
+        assert!(summary.contains(row), "no {row:?} in:\n{summary}");
+    }
+    assert!(summary.contains("![Reward](reward.png)"), "{summary}");
+
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(c["differing_keys"], serde_json::json!(["learner.lr"]));
+    assert_eq!(c["runs"].as_array().unwrap().len(), 3);
+    assert_eq!(c["runs"][1]["label"], "learner.lr=0.0003");
+    assert_eq!(c["runs"][1]["name"], "r1");
+    assert_eq!(c["runs"][1]["settings"]["learner.lr"], 0.0003);
+    assert_eq!(c["runs"][2]["steps"], 6);
+    let reward = c["runs"][0]["means"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["series"] == "reward mean")
+        .unwrap();
+    let close = |v: &serde_json::Value, x: f64| (v.as_f64().unwrap() - x).abs() < 1e-9;
+    assert!(
+        close(&reward["first"], 0.15) && close(&reward["last"], 0.95),
+        "{reward}"
+    );
+    assert_eq!(c["plots"].as_array().unwrap().len(), 9);
+
+    // Runs in different folders need --out.
+    let elsewhere = tmp("compare-elsewhere");
+    let moved = elsewhere.join("run-0");
+    std::fs::rename(&dirs[0], &moved).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kevin"))
+        .arg("report")
+        .arg(&moved)
+        .arg(&dirs[1])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "kevin: the runs are in different folders: name the comparison's output folder with --out\n"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(&elsewhere);
 }

@@ -1,8 +1,9 @@
 //! The `kevin` commands, one module per command: each owns its `#[derive(clap::Args)]` struct
 //! (the very type clap parses, no copy) and a `run(args) -> CmdResult`; `bench/` holds the
-//! benchmarks, `eval/` the two evaluations, `report/` the run report. This file holds what the
-//! commands share: the exit-code error type, the logging set-up (one default level for every
-//! command, colour only on a terminal), the default config and small helpers.
+//! benchmarks, `eval/` the two evaluations, `report/` the run report (one run, or several side
+//! by side), `sweep/` the variants of one config. This file holds what the commands share: the
+//! exit-code error type, the logging set-up (one default level for every command, colour only
+//! on a terminal), the default config and small helpers.
 //!
 //! Dependency direction: `cli.rs` imports `cmd`; a command may import `crate::pipeline` (train,
 //! bench pipeline) and the core crates; nothing in `crate::pipeline` imports from `cmd`, and no
@@ -24,6 +25,7 @@ pub mod inspect;
 pub mod policy;
 pub mod report;
 pub mod sft;
+pub mod sweep;
 pub mod tasks;
 pub mod train;
 

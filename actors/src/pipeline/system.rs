@@ -103,8 +103,9 @@ pub enum TrainError {
 }
 
 /// The first dotted key whose value differs between two configs, ignoring `run.max_steps` (which
-/// a resumed run may raise).
-fn first_difference(a: &ConfigFile, b: &ConfigFile) -> Option<String> {
+/// a resumed run may raise): what makes [`train`] refuse to resume a run directory, and what
+/// `kevin sweep` checks before it launches anything.
+pub fn first_difference(a: &ConfigFile, b: &ConfigFile) -> Option<String> {
     fn walk(a: &toml::Value, b: &toml::Value, prefix: &str) -> Option<String> {
         match (a, b) {
             (toml::Value::Table(ta), toml::Value::Table(tb)) => {

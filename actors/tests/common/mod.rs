@@ -96,3 +96,26 @@ pub fn cpu_backend_available() -> bool {
 pub fn gpu_tests() -> bool {
     std::env::var("KEVIN_GPU_TESTS").is_ok_and(|v| v == "1")
 }
+
+/// Pixels of one colour a line across a plot leaves at least (a legend's sample of a line that
+/// drew nothing leaves about 50).
+pub const MIN_LINE_PIXELS: usize = 300;
+
+/// Decodes a plot `kevin report` wrote: its width, height, and the indices of the line colours
+/// (`kevin_actors::cmd::report::plot::line_colour`) drawn with at least [`MIN_LINE_PIXELS`]
+/// pixels, i.e. the lines drawn across it.
+pub fn plot_lines(path: &Path) -> (u32, u32, Vec<usize>) {
+    use kevin_actors::cmd::report::{plot, png};
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (w, h, rgb) = png::decode_rgb(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut counts = [0usize; plot::LINE_COLOURS];
+    for px in rgb.chunks(3) {
+        if let Some(i) = (0..plot::LINE_COLOURS).find(|i| px == plot::line_colour(*i)) {
+            counts[i] += 1;
+        }
+    }
+    let drawn = (0..plot::LINE_COLOURS)
+        .filter(|i| counts[*i] >= MIN_LINE_PIXELS)
+        .collect();
+    (w, h, drawn)
+}

@@ -22,8 +22,10 @@ pub const HEIGHT: u32 = 540;
 const FONT: &str = "sans-serif";
 /// The embedded font (see the module docs).
 static FONT_BYTES: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSansMono-ascii.ttf");
+/// Distinct line colours; a chart with more lines reuses them.
+pub const LINE_COLOURS: usize = 8;
 /// Line colours (Tableau 10), distinguishable for the common forms of colour blindness.
-const PALETTE: [RGBColor; 8] = [
+const PALETTE: [RGBColor; LINE_COLOURS] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -33,6 +35,13 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(227, 119, 194),
     RGBColor(127, 127, 127),
 ];
+/// The colour of a chart's `i`-th line, as RGB bytes (a comparison gives run `i` this colour in
+/// every plot; tests find the lines drawn by it). The palette repeats after [`LINE_COLOURS`].
+pub fn line_colour(i: usize) -> [u8; 3] {
+    let RGBColor(r, g, b) = PALETTE[i % PALETTE.len()];
+    [r, g, b]
+}
+
 /// Share of the y range added on top of a chart with several lines, where the legend sits, so
 /// it rarely covers data.
 const LEGEND_HEADROOM: f64 = 0.3;

@@ -1,4 +1,5 @@
-//! [`write_report`]: reads a run directory and writes the plots and `summary.md`.
+//! [`write_report`]: reads a run directory ([`read_run`], which the comparison of several runs
+//! shares) and writes the plots and `summary.md`.
 
 use std::path::{Path, PathBuf};
 
@@ -36,8 +37,22 @@ pub struct ReportOptions {
     pub window: Option<usize>,
 }
 
-/// Reads `run_dir` and writes the plots and `summary.md` (see the module docs).
-pub fn write_report(run_dir: &Path, opts: &ReportOptions) -> Result<Report, ReportError> {
+/// A run directory as the report reads it: its metrics, its config, and what the reader should
+/// know (skipped lines, an unreadable config).
+#[derive(Clone, Debug)]
+pub struct RunRead {
+    /// metrics.jsonl.
+    pub log: MetricsLog,
+    /// config.toml and the run's name.
+    pub info: RunInfo,
+    /// Skipped lines and config problems, each naming its file.
+    pub warnings: Vec<String>,
+}
+
+/// Reads `run_dir`'s metrics.jsonl and config.toml (only reads; a live run can be read). A
+/// missing directory, a missing metrics.jsonl or one without a readable step is an error naming
+/// it; everything else becomes a warning.
+pub fn read_run(run_dir: &Path) -> Result<RunRead, ReportError> {
     match std::fs::metadata(run_dir) {
         Ok(md) if md.is_dir() => {}
         Ok(_) => return Err(ReportError::NotADir(run_dir.to_path_buf())),
@@ -65,6 +80,20 @@ pub fn write_report(run_dir: &Path, opts: &ReportOptions) -> Result<Report, Repo
         })
         .collect();
     let info = RunInfo::read(run_dir, &mut warnings);
+    Ok(RunRead {
+        log,
+        info,
+        warnings,
+    })
+}
+
+/// Reads `run_dir` and writes the plots and `summary.md` (see the module docs).
+pub fn write_report(run_dir: &Path, opts: &ReportOptions) -> Result<Report, ReportError> {
+    let RunRead {
+        log,
+        info,
+        mut warnings,
+    } = read_run(run_dir)?;
 
     let out = opts
         .out
