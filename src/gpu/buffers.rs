@@ -226,9 +226,12 @@ impl<'t> TaskBuffers<'t> {
         seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
     }
 
-    /// The distribution of input `i`.
-    pub(super) fn input_dist(&self, i: usize) -> crate::tasks::InputDist {
-        self.task.inputs.get(i).copied().unwrap_or_default()
+    /// The distribution of input `i`, with the extent of its last axis.
+    pub(super) fn input_dist(&self, i: usize) -> super::harness::Draw {
+        super::harness::Draw {
+            dist: self.task.inputs.get(i).copied().unwrap_or_default(),
+            cols: self.specs[i].shape.last().copied().unwrap_or(1),
+        }
     }
 
     /// Draws the inputs of the input set of `seed` into `targets` (one buffer per input).

@@ -43,7 +43,9 @@ extern "C" __global__ void kevin_mask8(void* p, u64 n, u64 key) { mask_impl<8>(p
 
 // Inputs: kind 0 normal(a = mean, b = std), 1 uniform[a, b), 2 positive a + |N(0, b)|, 3 grid
 // a + b * k with k uniform in 0 .. c - 1, 4 uniform[a, b) times one factor uniform in [0, 1) per
-// tensor (drawn at index 2^64 - 1, which no element has); dtype 0 f32, 1 f16, 2 bf16.
+// tensor (drawn at index 2^64 - 1, which no element has), 5 / 6 / 7 uniform[a, b) in c x c
+// matrices, zero below / above the diagonal, or symmetric (below it, the mirrored element's
+// draw); dtype 0 f32, 1 f16, 2 bf16.
 // Counter-based: element i depends only on (seed, i).
 __device__ __forceinline__ float kv_unit(u64 bits) {  // in [0, 1)
     return (float)(bits >> 40) * (1.0f / 16777216.0f);
@@ -59,6 +61,13 @@ __device__ __forceinline__ float kv_draw(u64 seed, u64 i, int kind, float a, flo
     if (kind == 1) return a + (b - a) * kv_unit(r);
     if (kind == 3) return a + b * fminf(floorf(kv_unit(r) * c), c - 1.0f);
     if (kind == 4) return (a + (b - a) * kv_unit(r)) * kv_unit(kv_stream(seed, ~0ULL));
+    if (kind >= 5) {  // the c x c matrices of the last two axes: upper, lower, symmetric
+        u64 n = (u64)c, col = i % n, row = (i / n) % n;
+        if (kind == 5 && col < row) return 0.0f;
+        if (kind == 6 && col > row) return 0.0f;
+        if (kind == 7 && col < row) r = kv_stream(seed, i - row * n - col + col * n + row);
+        return a + (b - a) * kv_unit(r);
+    }
     float u1 = 1.0f - kv_unit(r);  // (0, 1]
     float u2 = (float)((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f) - 0.5f;  // [-0.5, 0.5)
     float z = sqrtf(fmaxf(-2.0f * __logf(u1), 0.0f)) * __cosf(6.28318530718f * u2);

@@ -130,7 +130,7 @@ impl Harness {
         ptr: u64,
         n: usize,
         dtype: Dtype,
-        dist: InputDist,
+        dist: Draw,
         seed: u64,
     ) -> Result<(), GpuError> {
         let mut args = ArgPack::default();
@@ -148,7 +148,7 @@ impl Harness {
         n: usize,
         offset: u64,
         dtype: Dtype,
-        dist: InputDist,
+        dist: Draw,
         seed: u64,
     ) -> Result<(), GpuError> {
         let mut args = ArgPack::default();
@@ -166,7 +166,7 @@ impl Harness {
         ptr: u64,
         n: usize,
         dtype: Dtype,
-        dist: InputDist,
+        dist: Draw,
         seed: u64,
     ) -> Result<Option<u64>, GpuError> {
         self.reset_stats()?;
@@ -185,7 +185,7 @@ impl Harness {
         &self,
         index: u64,
         dtype: Dtype,
-        dist: InputDist,
+        dist: Draw,
         seed: u64,
     ) -> Result<f64, GpuError> {
         // The stats' last slot is free: 8 bytes at offset 24.
@@ -462,15 +462,29 @@ impl Harness {
     }
 }
 
+/// An input's distribution and the extent of its last axis (the matrices of a triangular or
+/// symmetric input are `cols x cols`).
+#[derive(Clone, Copy, Debug)]
+pub struct Draw {
+    /// The task file's distribution.
+    pub dist: InputDist,
+    /// Extent of the input's last axis.
+    pub cols: usize,
+}
+
 /// Packs the generator's parameters (seed, distribution, dtype) as `kevin_generate` and its
 /// siblings take them.
-fn push_draw(args: &mut ArgPack, dtype: Dtype, dist: InputDist, seed: u64) -> Result<(), GpuError> {
-    let (kind, a, b, c) = match dist {
+fn push_draw(args: &mut ArgPack, dtype: Dtype, draw: Draw, seed: u64) -> Result<(), GpuError> {
+    let cols = draw.cols as f64;
+    let (kind, a, b, c) = match draw.dist {
         InputDist::Normal { mean, std } => (0i32, mean, std, 0.0),
         InputDist::Uniform { lo, hi } => (1, lo, hi, 0.0),
         InputDist::Positive { min, std } => (2, min, std, 0.0),
-        InputDist::Grid { lo, step, count } => (3, lo, step, count as f64),
+        InputDist::Grid { lo, step, count } => (3, lo, step, f64::from(count)),
         InputDist::ScaledUniform { lo, hi } => (4, lo, hi, 0.0),
+        InputDist::Upper { lo, hi } => (5, lo, hi, cols),
+        InputDist::Lower { lo, hi } => (6, lo, hi, cols),
+        InputDist::Symmetric { lo, hi } => (7, lo, hi, cols),
     };
     let code: i32 = match dtype {
         Dtype::F32 => 0,

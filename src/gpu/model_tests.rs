@@ -246,4 +246,25 @@ fn harness_kernels_follow_the_protocol_rules() {
         (mean / top - 0.5).abs() < 0.1,
         "mean {mean} against top {top}"
     );
+    // Square matrices of 8 x 8 (the draw's n holds several): upper (5), lower (6) and
+    // symmetric (7).
+    let cols = 8usize;
+    let at = |v: &[f64], k: usize, r: usize, c: usize| v[k * cols * cols + r * cols + c];
+    let upper = values(5, [0.0, 1.0, cols as f32]);
+    let lower = values(6, [0.0, 1.0, cols as f32]);
+    let sym = values(7, [0.0, 1.0, cols as f32]);
+    for k in 0..upper.len() / (cols * cols) {
+        for r in 0..cols {
+            for c in 0..cols {
+                assert_eq!(at(&upper, k, r, c) == 0.0, c < r, "upper {k} {r} {c}");
+                assert_eq!(at(&lower, k, r, c) == 0.0, c > r, "lower {k} {r} {c}");
+                assert_eq!(
+                    at(&sym, k, r, c),
+                    at(&sym, k, c, r),
+                    "symmetric {k} {r} {c}"
+                );
+            }
+        }
+        assert_ne!(at(&sym, k, 0, 1), at(&sym, k, 0, 2));
+    }
 }

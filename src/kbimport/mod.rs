@@ -144,12 +144,17 @@ impl Tensor {
 }
 
 /// A draw of `get_inputs()`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct Draw {
     dims: Vec<Dim>,
     dist: InputDist,
     /// Integers (`torch.randint`) until `.float()` or `.bool()`: kevin's inputs are floats.
     int: bool,
+    /// Which `torch.rand` call drew it (from 1; 0 for the others): `A + A.T` is symmetric only
+    /// when both are the same draw.
+    id: usize,
+    /// Its last two axes swapped (`.T`).
+    transposed: bool,
 }
 
 /// A layer built by `__init__`.
@@ -466,6 +471,8 @@ struct Importer {
     /// they are equal at the file's sizes (`D32` and `2*D`), one written as the other so that
     /// every preset keeps them equal.
     aliases: BTreeMap<String, Dim>,
+    /// `torch.rand` and `torch.randn` calls so far (a draw's `id`).
+    draws: usize,
 }
 
 /// The names a function body sees: its parameters and locals (`self.x` as `"self.x"`).
@@ -723,7 +730,7 @@ impl Importer {
         let draw = |dims: Vec<Dim>| Draw {
             dims,
             dist,
-            int: false,
+            ..Draw::default()
         };
         let w = self.parameter(&format!("{attr}_weight"), draw(dims.to_vec()));
         let b = bias.then(|| self.parameter(&format!("{attr}_bias"), draw(vec![bias_dim.clone()])));
@@ -1161,6 +1168,12 @@ impl Importer {
                         pair[usize::from(attr == "indices")].clone()
                     }
                     Val::Draw(d) if attr == "shape" => Val::Seq(self.dim_vals(&d.dims)),
+                    // A draw's transpose: the same draw (a symmetric input is `A + A.T`).
+                    Val::Draw(d) if attr == "T" && d.dims.len() == 2 => Val::Draw(Draw {
+                        dims: vec![d.dims[1].clone(), d.dims[0].clone()],
+                        transposed: !d.transposed,
+                        ..d
+                    }),
                     v @ Val::Draw(_) => Val::Method(attr.clone(), Box::new(v)),
                     other => {
                         return refuse(line, format!("the attribute `.{attr}` of {}", other.what()))
@@ -1266,6 +1279,28 @@ impl Importer {
                     "-" => Some((d, -1.0, c)),
                     _ => None,
                 }
+            }
+            // (A + A.T) of one uniform draw A: a symmetric one, twice its range.
+            (Val::Draw(x), Val::Draw(y))
+                if op == "+"
+                    && x.id > 0
+                    && x.id == y.id
+                    && x.transposed != y.transposed
+                    && x.dims.len() == 2
+                    && x.dims[0] == x.dims[1] =>
+            {
+                return match x.dist {
+                    InputDist::Uniform { lo, hi } => Ok(Val::Draw(Draw {
+                        dist: InputDist::Symmetric {
+                            lo: 2.0 * lo,
+                            hi: 2.0 * hi,
+                        },
+                        id: 0,
+                        transposed: false,
+                        ..x.clone()
+                    })),
+                    _ => refuse(line, "a symmetric input of a draw other than torch.rand"),
+                };
             }
             (Val::Draw(x), Val::Draw(f)) | (Val::Draw(f), Val::Draw(x))
                 if op == "*" && f.dims.is_empty() && !x.dims.is_empty() =>
@@ -1472,10 +1507,12 @@ impl Importer {
                 } else {
                     InputDist::default()
                 };
+                self.draws += 1;
                 Ok(Val::Draw(Draw {
                     dims,
                     dist,
-                    int: false,
+                    id: self.draws,
+                    ..Draw::default()
                 }))
             }
             // torch.randint(low=0, high, size): integers, drawn as floats on a grid of step 1.
@@ -1501,6 +1538,7 @@ impl Importer {
                         count: count as u32,
                     },
                     int: true,
+                    ..Draw::default()
                 }))
             }
             "tensor" if pos.len() == 1 && pos[0].num().is_some() => {
@@ -1537,7 +1575,7 @@ impl Importer {
                         mean: value,
                         std: 0.0,
                     },
-                    int: false,
+                    ..Draw::default()
                 }))
             }
             "randperm" | "eye" | "arange" | "tensor" | "empty" => refuse(
@@ -1968,6 +2006,26 @@ impl Importer {
                     } => Ok(Val::Draw(float)),
                     _ => refuse(line, "`bool` of a draw other than the integers 0 and 1"),
                 },
+                // A triangular input: the diagonal kept, a square uniform draw.
+                "triu" | "tril"
+                    if matches!(d.dist, InputDist::Uniform { .. })
+                        && pos.len() == 1
+                        && kw
+                            .iter()
+                            .all(|(k, v)| k == "diagonal" && v.num() == Some(0.0))
+                        && d.dims.len() == 2
+                        && d.dims[0] == d.dims[1] =>
+                {
+                    let InputDist::Uniform { lo, hi } = d.dist else {
+                        return refuse(line, "a triangular draw");
+                    };
+                    let dist = if name == "triu" {
+                        InputDist::Upper { lo, hi }
+                    } else {
+                        InputDist::Lower { lo, hi }
+                    };
+                    Ok(Val::Draw(Draw { dist, ..float }))
+                }
                 _ => refuse(line, format!("`{name}` of a random tensor in get_inputs")),
             };
         }
@@ -2911,6 +2969,10 @@ fn scale_draw(d: Draw, a: f64, b: f64) -> Option<Draw> {
             lo: lo * a + b,
             step: step * a,
             count,
+        },
+        InputDist::Symmetric { lo, hi } if a != 0.0 => InputDist::Symmetric {
+            lo: (lo * a + b).min(hi * a + b),
+            hi: (lo * a + b).max(hi * a + b),
         },
         // (u * f) * a = (u * a) * f: a scale only, no shift.
         InputDist::ScaledUniform { lo, hi } if b == 0.0 && a != 0.0 => InputDist::ScaledUniform {

@@ -945,3 +945,57 @@ fn regression_and_triplet_losses_are_their_pytorch_formulas() {
     ));
     assert!(r.reason.contains("reduction"), "{r}");
 }
+
+#[test]
+fn symmetric_and_triangular_draws_are_inputs_of_that_structure() {
+    let consts = "N = 64";
+    let t = imported(
+        "level1/13_Matmul_for_symmetric_matrices.py",
+        &drawn(
+            "torch.matmul(A, B)",
+            "    A = torch.rand(N, N)\n    A = (A + A.T) / 2\n    B = torch.rand(N, N)\n    B = (B + B.T) / 2\n    return [A, B]",
+            consts,
+        ),
+    );
+    assert_eq!(t.inputs[0], InputDist::Symmetric { lo: 0.0, hi: 1.0 });
+    let n = t.sizes(Preset::Small)["N"];
+    let a = &t.generate_inputs(Preset::Small, 11)[0];
+    for r in 0..n {
+        for c in 0..n {
+            assert_eq!(a[r * n + c], a[c * n + r]);
+        }
+    }
+    assert!(a.iter().all(|v| (0.0..1.0).contains(v)));
+    // Two different draws do not make a symmetric input.
+    let r = refused(&drawn(
+        "torch.matmul(A, B)",
+        "    A = torch.rand(N, N)\n    B = torch.rand(N, N)\n    return [A + B.T, B]",
+        consts,
+    ));
+    assert!(r.reason.contains("on a random tensor"), "{r}");
+    // torch.triu of a draw: zeros below the diagonal.
+    let t = imported(
+        "level1/x.py",
+        &drawn(
+            "torch.matmul(A, B)",
+            "    return [torch.triu(torch.rand(N, N)), torch.tril(torch.rand(N, N))]",
+            consts,
+        ),
+    );
+    let v = t.generate_inputs(Preset::Small, 2);
+    for r in 0..n {
+        for c in 0..n {
+            assert_eq!(v[0][r * n + c] == 0.0, c < r);
+            assert_eq!(v[1][r * n + c] == 0.0, c > r);
+        }
+    }
+    // A task file whose triangular input is not square is refused, naming the input.
+    let bad = "name = \"t\"\nlevel = 1\nsplit = \"train\"\ndescription = \"d\"\nprogram = \"\"\"\ninput A: f32[M, N]\noutput Y: f32[M, N]\nY = A * 2.0\n\"\"\"\n\n[sizes.gpu]\nM = 64\nN = 32\n\n[sizes.small]\nM = 4\nN = 2\n\n[inputs.A]\ndist = \"upper\"\nlo = 0.0\nhi = 1.0\n";
+    let e = parse_task(std::path::Path::new("t.toml"), bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("inputs.A") && e.contains("square matrices"),
+        "{e}"
+    );
+}

@@ -233,6 +233,8 @@ fn range(d: &InputDist) -> (f64, f64) {
             (lo.min(last), lo.max(last))
         }
         InputDist::ScaledUniform { lo, hi } => (lo.min(0.0), hi.max(0.0)),
+        InputDist::Upper { lo, hi } | InputDist::Lower { lo, hi } => (lo.min(0.0), hi.max(0.0)),
+        InputDist::Symmetric { lo, hi } => (lo, hi),
     }
 }
 

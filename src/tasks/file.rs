@@ -127,6 +127,16 @@ pub fn parse_task(path: &Path, text: &str) -> Result<Task, TaskError> {
         let dist = raw.inputs.get(&d.name).copied().unwrap_or_default();
         dist.validate()
             .map_err(|m| invalid(&format!("inputs.{}", d.name), m))?;
+        let r = d.ty.shape.len();
+        if dist.is_matrix() && (r < 2 || d.ty.shape[r - 2] != d.ty.shape[r - 1]) {
+            return Err(invalid(
+                &format!("inputs.{}", d.name),
+                format!(
+                    "a triangular or symmetric input needs square matrices in its last two axes, not {}",
+                    d.ty
+                ),
+            ));
+        }
         inputs.push(dist);
     }
     let tolerance = match raw.tolerance {
@@ -230,6 +240,11 @@ pub fn write_task_file(t: &TaskFileText<'_>) -> String {
             }
             InputDist::ScaledUniform { lo, hi } => {
                 format!("dist = \"scaled_uniform\"\nlo = {lo:?}\nhi = {hi:?}")
+            }
+            InputDist::Upper { lo, hi } => format!("dist = \"upper\"\nlo = {lo:?}\nhi = {hi:?}"),
+            InputDist::Lower { lo, hi } => format!("dist = \"lower\"\nlo = {lo:?}\nhi = {hi:?}"),
+            InputDist::Symmetric { lo, hi } => {
+                format!("dist = \"symmetric\"\nlo = {lo:?}\nhi = {hi:?}")
             }
         };
         let _ = writeln!(s, "\n[inputs.{name}]\n{body}");

@@ -59,6 +59,29 @@ pub enum InputDist {
         /// Upper bound before the factor.
         hi: f64,
     },
+    /// Uniform on `[lo, hi)` on and above the diagonal of every square matrix of the last two
+    /// axes, zero below (`torch.triu(torch.rand(n, n))`).
+    Upper {
+        /// Lower bound.
+        lo: f64,
+        /// Upper bound.
+        hi: f64,
+    },
+    /// Uniform on `[lo, hi)` on and below the diagonal, zero above (`torch.tril`).
+    Lower {
+        /// Lower bound.
+        lo: f64,
+        /// Upper bound.
+        hi: f64,
+    },
+    /// Uniform on `[lo, hi)`, every square matrix of the last two axes symmetric (KernelBench's
+    /// `(A + A.T) / 2` of a uniform draw, as a symmetric uniform draw).
+    Symmetric {
+        /// Lower bound.
+        lo: f64,
+        /// Upper bound.
+        hi: f64,
+    },
 }
 
 fn one() -> f64 {
@@ -96,7 +119,11 @@ impl InputDist {
                     return Err("`std` must be >= 0".into());
                 }
             }
-            InputDist::Uniform { lo, hi } | InputDist::ScaledUniform { lo, hi } => {
+            InputDist::Uniform { lo, hi }
+            | InputDist::ScaledUniform { lo, hi }
+            | InputDist::Upper { lo, hi }
+            | InputDist::Lower { lo, hi }
+            | InputDist::Symmetric { lo, hi } => {
                 finite(lo, "lo")?;
                 finite(hi, "hi")?;
                 if lo >= hi {
@@ -149,7 +176,26 @@ impl InputDist {
                 r("rand"),
                 hi - lo
             )),
+            InputDist::Upper { lo, hi } | InputDist::Lower { lo, hi } => Some(format!(
+                "torch.{}({} * {:?} + {lo:?})",
+                if matches!(self, InputDist::Upper { .. }) { "triu" } else { "tril" },
+                r("rand"),
+                hi - lo
+            )),
+            InputDist::Symmetric { lo, hi } => Some(format!(
+                "(lambda u: torch.triu(u) + torch.triu(u, 1).transpose(-2, -1))({} * {:?} + {lo:?})",
+                r("rand"),
+                hi - lo
+            )),
         }
+    }
+
+    /// True for the distributions drawn over square matrices of the last two axes.
+    pub fn is_matrix(&self) -> bool {
+        matches!(
+            self,
+            InputDist::Upper { .. } | InputDist::Lower { .. } | InputDist::Symmetric { .. }
+        )
     }
 
     fn sample(&self, rng: &mut StdRng) -> f64 {
@@ -160,8 +206,11 @@ impl InputDist {
             InputDist::Grid { lo, step, count } => {
                 lo + step * rng.random_range(0..count.max(1)) as f64
             }
-            // The tensor's factor is applied by `generate`.
-            InputDist::ScaledUniform { lo, hi } => lo + (hi - lo) * rng.random::<f64>(),
+            // The tensor's factor and the matrices' structure are applied by `generate`.
+            InputDist::ScaledUniform { lo, hi }
+            | InputDist::Upper { lo, hi }
+            | InputDist::Lower { lo, hi }
+            | InputDist::Symmetric { lo, hi } => lo + (hi - lo) * rng.random::<f64>(),
         }
     }
 }
@@ -188,9 +237,29 @@ pub fn generate(program: &Program, dists: &[InputDist], sizes: &Sizes, seed: u64
                 InputDist::ScaledUniform { .. } => rng.random::<f64>(),
                 _ => 1.0,
             };
-            (0..n)
+            let mut v: Vec<f64> = (0..n)
                 .map(|_| round_to(d.ty.dtype, dist.sample(&mut rng) * factor))
-                .collect()
+                .collect();
+            // The square matrices of the last two axes (the task file checks they are).
+            let cols =
+                d.ty.concrete_shape(sizes)
+                    .ok()
+                    .and_then(|s| s.last().copied());
+            if let (true, Some(cols @ 1..)) = (dist.is_matrix(), cols) {
+                for k in 0..v.len() {
+                    let (row, col) = ((k / cols) % cols, k % cols);
+                    match dist {
+                        InputDist::Upper { .. } if col < row => v[k] = 0.0,
+                        InputDist::Lower { .. } if col > row => v[k] = 0.0,
+                        // Below the diagonal, the element above it (drawn, never changed).
+                        InputDist::Symmetric { .. } if col < row => {
+                            v[k] = v[k - row * cols - col + col * cols + row]
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            v
         })
         .collect()
 }
