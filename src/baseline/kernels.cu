@@ -1193,6 +1193,21 @@ KB_STRIDED_COPY(unsigned short, 16)
 KB_STRIDED_COPY(unsigned int, 32)
 KB_STRIDED_COPY(unsigned long long, 64)
 
+// triu / tril: y = x where col - row is at least (upper) or at most `diag`, else zero, over the
+// rows x cols matrices of the last two axes.
+#define KB_TRIANGLE(T, bits)                                                                             \
+    extern "C" __global__ void copy_triangle_b##bits(const T* x, T* y, i64 n, i64 rows, i64 cols, i64 diag,  \
+                                                int upper) {                                            \
+        for (i64 i = kb::gtid(); i < n; i += kb::gstride()) {                                            \
+            i64 off = i % cols - (i / cols) % rows;                                                      \
+            bool keep = upper ? off >= diag : off <= diag;                                               \
+            y[i] = keep ? x[i] : (T)0;                                                                   \
+        }                                                                                                \
+    }
+KB_TRIANGLE(unsigned short, 16)
+KB_TRIANGLE(unsigned int, 32)
+KB_TRIANGLE(unsigned long long, 64)
+
 // Any tensor, as bytes: 16-byte chunks when both ends allow, else byte by byte.
 extern "C" __global__ void copy_bytes(const unsigned char* x, unsigned char* y, i64 nbytes) {
     i64 start = kb::gtid(), stride = kb::gstride(), tail = 0;

@@ -146,6 +146,7 @@ pub fn kernel_names() -> Vec<String> {
     }
     for bits in [16, 32, 64] {
         out.push(format!("copy_strided_b{bits}"));
+        out.push(format!("copy_triangle_b{bits}"));
     }
     out.push("copy_bytes".into());
     out
@@ -300,6 +301,30 @@ pub(super) fn strided_copy(
     let mut args = vec![StepArg::Buffer(x), StepArg::Buffer(y), n64(n)];
     args.extend(strided_args(dims));
     let name = format!("copy_strided_b{}", elem_bytes * 8);
+    kernel(name, strided_grid(n), [STRIDED_THREADS, 1, 1], args)
+}
+
+/// `triu` (`upper`) or `tril` of the `rows x cols` matrices of `x` into `y`: zero bits where the
+/// element is dropped (the zero of every float type).
+pub(super) fn triangle(
+    elem_bytes: usize,
+    x: usize,
+    y: usize,
+    n: usize,
+    [rows, cols]: [usize; 2],
+    diagonal: i64,
+    upper: bool,
+) -> Step {
+    let args = vec![
+        StepArg::Buffer(x),
+        StepArg::Buffer(y),
+        n64(n),
+        n64(rows),
+        n64(cols),
+        StepArg::I64(diagonal),
+        StepArg::I32(upper.into()),
+    ];
+    let name = format!("copy_triangle_b{}", elem_bytes * 8);
     kernel(name, strided_grid(n), [STRIDED_THREADS, 1, 1], args)
 }
 

@@ -533,6 +533,22 @@ impl Lowerer<'_> {
                 self.steps.push(step);
                 Ok(y)
             }
+            Op::Triangle { upper, diagonal } => {
+                let r = x.shape.len();
+                let y = self.alloc(dest, x.dtype, &x.shape);
+                let bytes = self.elem(x.dtype).size_bytes();
+                let rc = [x.shape[r - 2], x.shape[r - 1]];
+                self.steps.push(launch::triangle(
+                    bytes,
+                    x.buf,
+                    y.buf,
+                    x.numel(),
+                    rc,
+                    diagonal,
+                    upper,
+                ));
+                Ok(y)
+            }
             Op::Unsqueeze { .. } | Op::Squeeze { .. } => {
                 // A view, as in PyTorch: the same buffer under the new shape; copied only where
                 // the result must land in a buffer of its own (an output, a named statement).

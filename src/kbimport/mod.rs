@@ -381,8 +381,10 @@ const UNARY: [&str; 14] = [
 ];
 
 /// The other functions and methods [`Importer::function`] translates (on a tensor).
-const KNOWN: [&str; 59] = [
+const KNOWN: [&str; 61] = [
     "identity",
+    "triu",
+    "tril",
     "mse_loss",
     "l1_loss",
     "smooth_l1_loss",
@@ -2655,8 +2657,26 @@ impl Importer {
                     format!("`{name}`: reshapes are not in kevin's op language yet"),
                 )
             }
-            "tril" | "triu" | "diag" | "flip" | "where" | "gather" | "masked_fill" | "cat"
-            | "stack" | "split" | "chunk" => {
+            "triu" | "tril" => {
+                let d = match get(1, "diagonal") {
+                    None | Some(Val::None) => 0,
+                    Some(Val::Int(d, _)) => d,
+                    Some(v) => return refuse(line, format!("`{name}`'s diagonal is {}", v.what())),
+                };
+                if x.shape.len() < 2 {
+                    return refuse(
+                        line,
+                        format!("`{name}` of a tensor of rank {}", x.shape.len()),
+                    );
+                }
+                same(if d == 0 {
+                    format!("{name}({})", x.text)
+                } else {
+                    format!("{name}({}, diagonal={d})", x.text)
+                })
+            }
+            "diag" | "flip" | "where" | "gather" | "masked_fill" | "cat" | "stack" | "split"
+            | "chunk" => {
                 return refuse(
                     line,
                     format!("`torch.{name}` is not in kevin's op language yet"),

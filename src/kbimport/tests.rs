@@ -249,8 +249,8 @@ fn refusals_name_the_construct_and_its_line() {
         "        if x is None:\n            return x\n        return x",
     ));
     assert!(r.reason.contains("`if` statement"), "{r}");
-    let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "torch.tril(x)"));
-    assert!(r.reason.contains("torch.tril"), "{r}");
+    let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "torch.flip(x, dims=(1,))"));
+    assert!(r.reason.contains("torch.flip"), "{r}");
     let r = refused("x = (\n");
     assert!(r.reason.contains("Python"), "{r}");
     let r = refused("batch = 3\n");
@@ -973,15 +973,16 @@ fn symmetric_and_triangular_draws_are_inputs_of_that_structure() {
         consts,
     ));
     assert!(r.reason.contains("on a random tensor"), "{r}");
-    // torch.triu of a draw: zeros below the diagonal.
+    // torch.triu of a draw: zeros below the diagonal; of a tensor in forward: the op.
     let t = imported(
         "level1/x.py",
         &drawn(
-            "torch.matmul(A, B)",
+            "torch.tril(torch.triu(torch.matmul(A, B)), diagonal=3)",
             "    return [torch.triu(torch.rand(N, N)), torch.tril(torch.rand(N, N))]",
             consts,
         ),
     );
+    assert_eq!(body(&t), "Y = tril(triu(A @ B), diagonal=3)");
     let v = t.generate_inputs(Preset::Small, 2);
     for r in 0..n {
         for c in 0..n {

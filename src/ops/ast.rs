@@ -460,6 +460,14 @@ pub enum Op {
         /// Axis of the result.
         axis: i64,
     },
+    /// `triu(x, diagonal=0)` / `tril(x, diagonal=0)`: the elements of every matrix of the last
+    /// two axes on and above (below) the `diagonal`-th diagonal, zeros elsewhere (PyTorch's).
+    Triangle {
+        /// `triu` (keep `col - row >= diagonal`), else `tril` (`col - row <= diagonal`).
+        upper: bool,
+        /// Offset of the diagonal: 0 the main one, positive above it.
+        diagonal: i64,
+    },
     /// `squeeze(x, axis)`: removes `axis`, whose extent must be 1 (PyTorch's `squeeze(dim)`
     /// leaves other extents alone, which no program relies on here).
     Squeeze {

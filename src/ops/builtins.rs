@@ -151,6 +151,7 @@ fn signature(name: &str) -> Option<Vec<P>> {
         }
         "transpose" => vec![T("x"), I("a", Some(-2)), I("b", Some(-1))],
         "unsqueeze" | "squeeze" => vec![T("x"), I("axis", None)],
+        "triu" | "tril" => vec![T("x"), I("diagonal", Some(0))],
         _ => return None,
     })
 }
@@ -483,6 +484,10 @@ fn build(name: &str, vals: Vec<V>) -> Expr {
         },
         "unsqueeze" => Op::Unsqueeze { axis: n(0) },
         "squeeze" => Op::Squeeze { axis: n(0) },
+        "triu" | "tril" => Op::Triangle {
+            upper: name == "triu",
+            diagonal: n(0),
+        },
         _ => Op::Transpose { a: n(0), b: n(1) },
     };
     call(op, tensors)

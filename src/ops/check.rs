@@ -59,6 +59,8 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::Transpose { .. } => "transpose",
         Op::Unsqueeze { .. } => "unsqueeze",
         Op::Squeeze { .. } => "squeeze",
+        Op::Triangle { upper: true, .. } => "triu",
+        Op::Triangle { .. } => "tril",
         Op::ChannelNorm { sets, .. } => match sets {
             NormSets::Batch => "batch_norm",
             NormSets::Groups(_) => "group_norm",
@@ -533,6 +535,15 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                         dtype: x.dtype,
                         shape,
                     })
+                }
+                Op::Triangle { .. } => {
+                    if x.shape.len() < 2 {
+                        return Err(format!(
+                            "`{name}` needs a matrix (rank >= 2), got {}",
+                            x.describe()
+                        ));
+                    }
+                    Ok(x)
                 }
                 Op::Squeeze { axis } => {
                     let at = axis_of(*axis)?;

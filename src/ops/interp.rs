@@ -258,6 +258,16 @@ fn eval_node(
                     })?;
                     x.shape.insert(at, 1);
                 }
+                Op::Triangle { upper, diagonal } => {
+                    let r = x.shape.len();
+                    let (rows, cols) = (x.shape[r - 2], x.shape[r - 1]);
+                    for (k, v) in x.data.iter_mut().enumerate() {
+                        let off = (k % cols) as i64 - ((k / cols) % rows) as i64;
+                        if (upper && off < diagonal) || (!upper && off > diagonal) {
+                            *v = 0.0;
+                        }
+                    }
+                }
                 Op::Squeeze { axis: a } => {
                     let at = axis(&x, a)?;
                     if x.shape[at] != 1 {

@@ -413,6 +413,10 @@ fn type_errors_name_the_statement() {
         "type error: line 3, statement `Y`: axis 2 of `softmax` is out of range for f32[M, N]",
     );
     check_err(
+        "input A: f32[N]\noutput Y: f32[N]\nY = triu(A)\n",
+        "type error: line 3, statement `Y`: `triu` needs a matrix (rank >= 2), got f32[N]",
+    );
+    check_err(
         "input A: f32[M, N]\noutput Y: f32[N]\nY = squeeze(A, axis=0)\n",
         "type error: line 3, statement `Y`: `squeeze` of axis 0 of f32[M, N]: its extent is M, not 1",
     );

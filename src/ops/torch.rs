@@ -297,6 +297,9 @@ impl Renderer<'_> {
             Op::Transpose { a, b } => format!("torch.transpose({x}, {a}, {b})"),
             Op::Unsqueeze { axis } => format!("torch.unsqueeze({x}, {axis})"),
             Op::Squeeze { axis } => format!("torch.squeeze({x}, {axis})"),
+            Op::Triangle { upper, diagonal } => {
+                format!("torch.{}({x}, {diagonal})", if upper { "triu" } else { "tril" })
+            }
             Op::Conv {
                 transposed,
                 ref output_padding,

@@ -189,6 +189,7 @@ impl Renderer<'_> {
                     | Op::Cumsum { axis: a }
                     | Op::Cumprod { axis: a }
                     | Op::Squeeze { axis: a } => axis(a).to_string(),
+                    Op::Triangle { upper, diagonal } => format!("{upper},{diagonal}"),
                     // An axis of the result, one rank more.
                     Op::Unsqueeze { axis: a } => normalize_axis(a, rank + 1)
                         .map_or(a, |v| v as i64)
