@@ -28,32 +28,7 @@ fn setup(name: &str, extra: &str) -> (PathBuf, PathBuf) {
     std::fs::remove_dir_all(&root).ok();
     std::fs::create_dir_all(&root).unwrap();
     let config = root.join("base.toml");
-    let text = format!(
-        r#"
-[run]
-name = "it"
-max_steps = {MAX_STEPS}
-checkpoint_every = 2
-[tasks]
-source = "simulated"
-[rollout]
-trajectories = 4
-turns = 3
-max_inflight_groups = 8
-[replay]
-tasks_per_batch = 2
-[policy.simulated]
-batch_ms = 1.0
-token_ms = 0.0
-response_tokens = 8
-[env.simulated]
-compile_ms = 0.2
-verify_ms = 0.2
-profile_ms = 0.2
-[learner.simulated]
-step_ms = 100.0
-{extra}"#
-    );
+    let text = common::simulated_config(100.0, &format!("[run]\nmax_steps = {MAX_STEPS}\n{extra}"));
     std::fs::write(&config, text).unwrap();
     (config, root.join("sweep"))
 }

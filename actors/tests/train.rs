@@ -20,49 +20,8 @@ fn setup(name: &str, extra: &str) -> (PathBuf, PathBuf) {
     std::fs::remove_dir_all(&root).ok();
     std::fs::create_dir_all(&root).unwrap();
     let config = root.join("config.toml");
-    // Fast simulated components: a run of a few steps takes well under a second.
-    let base = r#"
-[run]
-name = "it"
-checkpoint_every = 2
-[tasks]
-source = "simulated"
-[rollout]
-trajectories = 4
-turns = 3
-max_inflight_groups = 8
-[replay]
-tasks_per_batch = 2
-[policy.simulated]
-batch_ms = 1.0
-token_ms = 0.0
-response_tokens = 8
-[env.simulated]
-compile_ms = 0.2
-verify_ms = 0.2
-profile_ms = 0.2
-[learner.simulated]
-step_ms = 2.0
-"#;
-    std::fs::write(&config, merge_toml(base, extra)).unwrap();
+    std::fs::write(&config, common::simulated_config(2.0, extra)).unwrap();
     (root.join("run"), config)
-}
-
-/// `extra` overrides keys of `base` (both TOML).
-fn merge_toml(base: &str, extra: &str) -> String {
-    fn merge(a: &mut toml::Table, b: toml::Table) {
-        for (k, v) in b {
-            match (a.get_mut(&k), v) {
-                (Some(toml::Value::Table(x)), toml::Value::Table(y)) => merge(x, y),
-                (_, v) => {
-                    a.insert(k, v);
-                }
-            }
-        }
-    }
-    let mut a: toml::Table = base.parse().unwrap();
-    merge(&mut a, extra.parse().unwrap());
-    toml::to_string(&a).unwrap()
 }
 
 fn train(run: &Path, config: &Path, max_steps: u64) -> Output {

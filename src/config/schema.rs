@@ -1,6 +1,6 @@
 //! The file schema: every section as a serde struct with the paper's recipe as its defaults.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -637,7 +637,14 @@ pub struct ConfigFile {
 
 /// Every dotted key the schema knows, for documentation and `--help`.
 pub fn known_keys() -> BTreeSet<String> {
-    fn walk(t: &toml::Table, prefix: &str, out: &mut BTreeSet<String>) {
+    flatten(&toml::Table::try_from(ConfigFile::default()).expect("defaults serialise"))
+        .into_keys()
+        .collect()
+}
+
+/// A config's values by dotted key (`learner.lr`): tables flattened, arrays kept as values.
+pub fn flatten(table: &toml::Table) -> BTreeMap<String, toml::Value> {
+    fn walk(t: &toml::Table, prefix: &str, out: &mut BTreeMap<String, toml::Value>) {
         for (k, v) in t {
             let key = if prefix.is_empty() {
                 k.clone()
@@ -646,17 +653,13 @@ pub fn known_keys() -> BTreeSet<String> {
             };
             match v {
                 toml::Value::Table(sub) => walk(sub, &key, out),
-                _ => {
-                    out.insert(key);
+                v => {
+                    out.insert(key, v.clone());
                 }
             }
         }
     }
-    let mut out = BTreeSet::new();
-    walk(
-        &toml::Table::try_from(ConfigFile::default()).expect("defaults serialise"),
-        "",
-        &mut out,
-    );
+    let mut out = BTreeMap::new();
+    walk(table, "", &mut out);
     out
 }

@@ -119,3 +119,51 @@ pub fn plot_lines(path: &Path) -> (u32, u32, Vec<usize>) {
         .collect();
     (w, h, drawn)
 }
+
+/// A config of fast simulated components, where a run of a few steps takes well under a second.
+/// The learner's step takes `step_ms`, and `extra` (TOML) overrides its keys.
+pub fn simulated_config(step_ms: f64, extra: &str) -> String {
+    let base = format!(
+        r#"
+[run]
+name = "it"
+checkpoint_every = 2
+[tasks]
+source = "simulated"
+[rollout]
+trajectories = 4
+turns = 3
+max_inflight_groups = 8
+[replay]
+tasks_per_batch = 2
+[policy.simulated]
+batch_ms = 1.0
+token_ms = 0.0
+response_tokens = 8
+[env.simulated]
+compile_ms = 0.2
+verify_ms = 0.2
+profile_ms = 0.2
+[learner.simulated]
+step_ms = {step_ms:?}
+"#
+    );
+    merge_toml(&base, extra)
+}
+
+/// `extra` overrides keys of `base` (both TOML).
+pub fn merge_toml(base: &str, extra: &str) -> String {
+    fn merge(a: &mut toml::Table, b: toml::Table) {
+        for (k, v) in b {
+            match (a.get_mut(&k), v) {
+                (Some(toml::Value::Table(x)), toml::Value::Table(y)) => merge(x, y),
+                (_, v) => {
+                    a.insert(k, v);
+                }
+            }
+        }
+    }
+    let mut a: toml::Table = base.parse().unwrap();
+    merge(&mut a, extra.parse().unwrap());
+    toml::to_string(&a).unwrap()
+}

@@ -125,28 +125,6 @@ pub struct Comparison {
     pub warnings: Vec<String>,
 }
 
-/// A config's values by dotted key (tables flattened; arrays are values).
-fn flatten(table: &toml::Table) -> BTreeMap<String, toml::Value> {
-    fn walk(t: &toml::Table, prefix: &str, out: &mut BTreeMap<String, toml::Value>) {
-        for (k, v) in t {
-            let key = if prefix.is_empty() {
-                k.clone()
-            } else {
-                format!("{prefix}.{k}")
-            };
-            match v {
-                toml::Value::Table(sub) => walk(sub, &key, out),
-                v => {
-                    out.insert(key, v.clone());
-                }
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(table, "", &mut out);
-    out
-}
-
 /// The keys whose values are not the same in every config (a key one config lacks differs),
 /// without [`NAMING_KEYS`].
 pub fn differing_keys(configs: &[BTreeMap<String, toml::Value>]) -> Vec<String> {
@@ -288,7 +266,7 @@ pub fn write_comparison(
     // Runs without a readable config are left out of the diff (they would differ in every key).
     let flat: Vec<Option<BTreeMap<String, toml::Value>>> = runs
         .iter()
-        .map(|r| r.info.config.as_ref().map(flatten))
+        .map(|r| r.info.config.as_ref().map(kevin::config::flatten))
         .collect();
     let known: Vec<BTreeMap<String, toml::Value>> = flat.iter().flatten().cloned().collect();
     let keys = differing_keys(&known);
@@ -524,7 +502,7 @@ mod tests {
     use super::*;
 
     fn config(text: &str) -> BTreeMap<String, toml::Value> {
-        flatten(&text.parse::<toml::Table>().unwrap())
+        kevin::config::flatten(&text.parse::<toml::Table>().unwrap())
     }
 
     #[test]
