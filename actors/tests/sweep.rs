@@ -82,7 +82,7 @@ fn bad_keys_and_values_are_refused_before_anything_starts() {
     for (sets, expected) in [
         (
             &["--set", "learner.lrr=1e-4"][..],
-            "--set learner.lrr=1e-4: unknown config key `learner.lrr`",
+            "--set learner.lrr=1e-4: unknown config key `learner.lrr` (from --set learner.lrr); allowed keys in [learner]",
         ),
         (
             &["--set", "rollout.turns=2,two"],

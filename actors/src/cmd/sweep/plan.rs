@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use kevin::config::{
-    BurnDevice, Config, ConfigFile, EnvKind, PolicyKind, ENV_PREFIX, ENV_SEPARATOR,
+    BurnDevice, Config, ConfigError, ConfigFile, EnvKind, PolicyKind, ENV_PREFIX, ENV_SEPARATOR,
 };
 use serde::Serialize;
 
@@ -251,7 +251,25 @@ pub fn variants(
                 Some(base),
                 &with_overrides(vars, &[(s.key.clone(), v.clone())]),
             )
-            .map_err(|e| format!("--set {}={v}: {e}", s.key))?;
+            .map_err(|e| {
+                // The key came from this --set (passed to the loader as a variable).
+                let var = format!("environment variable {}", env_var(&s.key));
+                let e = match e {
+                    ConfigError::UnknownKey {
+                        key,
+                        origin,
+                        section,
+                        allowed,
+                    } if origin == var => ConfigError::UnknownKey {
+                        key,
+                        origin: format!("--set {}", s.key),
+                        section,
+                        allowed,
+                    },
+                    e => e,
+                };
+                format!("--set {}={v}: {e}", s.key)
+            })?;
         }
     }
     let mut out: Vec<Variant> = Vec::new();
