@@ -205,11 +205,7 @@ fn a_sweep_stopped_by_sigint_resumes_the_unfinished_and_skips_the_finished() {
         .spawn()
         .unwrap();
     wait_for_steps(&first, 2, &mut child);
-    let ok = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    common::interrupt(&child);
     let out = child.wait_with_output().unwrap();
     assert_ok(&out);
     assert!(

@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -256,11 +256,7 @@ fn sigint_checkpoints_and_the_run_resumes() {
     let (run, config) = setup("resume", "[policy.simulated]\nbatch_ms = 5.0\n");
     let mut child = spawn_train(&run, &config);
     wait_for_steps(&run, 3, &mut child);
-    let ok = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    common::interrupt(&child);
     let out = child.wait_with_output().unwrap();
     assert_ok(&out);
     let stopped_at = jsonl(&run.join("learner.jsonl")).len() as u64;

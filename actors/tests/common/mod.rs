@@ -167,3 +167,12 @@ pub fn merge_toml(base: &str, extra: &str) -> String {
     merge(&mut a, extra.parse().unwrap());
     toml::to_string(&a).unwrap()
 }
+
+/// Sends SIGINT to `child` (Ctrl-C), as a user stopping a run does.
+pub fn interrupt(child: &std::process::Child) {
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "kill -INT {}", child.id());
+}
