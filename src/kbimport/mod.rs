@@ -993,11 +993,13 @@ impl Importer {
             let d = self.binary("-", Val::Tensor(x), target, line)?;
             let d = self.operand(&d, line)?;
             let d = self.statement("diff", d);
-            let abs = self.function("abs", vec![Val::Tensor(d.clone())], Vec::new(), line)?;
-            match name {
-                "mse_loss" => self.binary("*", Val::Tensor(d.clone()), Val::Tensor(d), line)?,
-                "l1_loss" => abs,
-                _ => {
+            if name == "mse_loss" {
+                self.binary("*", Val::Tensor(d.clone()), Val::Tensor(d), line)?
+            } else {
+                let abs = self.function("abs", vec![Val::Tensor(d)], Vec::new(), line)?;
+                if name == "l1_loss" {
+                    abs
+                } else {
                     // 0.5 m^2 / beta + (|d| - m) with m = min(|d|, beta) is PyTorch's two
                     // branches in one expression; huber_loss is delta times smooth_l1 at
                     // beta = delta.
@@ -2181,14 +2183,9 @@ impl Importer {
                     return self.binary(op, Val::Tensor(x), other, line);
                 }
                 let o = self.operand(&other, line)?;
-                let shape = broadcast(&x.shape, &o.shape).ok_or_else(|| Refusal {
-                    line,
-                    reason: format!(
-                        "shapes {} and {} do not broadcast",
-                        show(&x.shape),
-                        show(&o.shape)
-                    ),
-                })?;
+                let Some(shape) = broadcast(&x.shape, &o.shape) else {
+                    return self.tie_broadcast(&x.shape, &o.shape, line);
+                };
                 Val::Tensor(Tensor {
                     text: format!("{name}({}, {})", x.text, o.text),
                     prec: ATOM,
