@@ -1,8 +1,10 @@
 //! The GPU harness on a real GPU, with the real worker processes. Skipped unless
 //! `KEVIN_GPU_TESTS=1` (there is no GPU in CI); run on the lent H200 as described in the README.
 //!
-//! - the eager baseline agrees with the fp64 interpreter on every task (small preset; GPU preset
-//!   for every task without a matrix product, whose fp64 reference would take minutes);
+//! - the eager baseline agrees with the fp64 interpreter on every task of the suite (small preset;
+//!   GPU preset for every task without a matrix product, whose fp64 reference would take
+//!   minutes), on every baseline fixture (tests/data/baseline: each operation and input
+//!   distribution) and on the tasks of any folder in `KEVIN_GPU_TEST_TASKS` (small preset);
 //! - a sample of reference solutions is correct, with CUDA timings (all of them: `kevin eval`);
 //! - the protocol cases of tests/data/cpu get the right outcome on the GPU too (not the race: on
 //!   a GPU whether a missing barrier shows is a matter of scheduling; tests/data/hacks has races
@@ -31,14 +33,35 @@ fn gpu_on() -> bool {
 }
 
 fn env(cfg: CudaEnvConfig) -> CudaEnv {
-    let suite = Arc::new(TaskSuite::load(root().join("tasks")).unwrap());
+    env_over(&root().join("tasks"), cfg)
+}
+
+/// A cuda environment over the tasks of `dir`.
+fn env_over(dir: &std::path::Path, cfg: CudaEnvConfig) -> CudaEnv {
+    let suite = Arc::new(TaskSuite::load(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())));
     // KEVIN_BIN: the binary's path when the test runs on another machine than it was built on.
     let program = bin();
-    CudaEnv::new(suite, &root().join("tasks"), program, &cfg).expect("cuda environment")
+    CudaEnv::new(suite, dir, program, &cfg).expect("cuda environment")
 }
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap()
+}
+
+/// The folders whose tasks the baseline is checked on: the suite, the baseline fixtures (every
+/// operation and input distribution of the op language, in each dtype), and any folders named in
+/// `KEVIN_GPU_TEST_TASKS` (colon-separated, e.g. a `kevin tasks import-kernelbench` output). The
+/// suite is checked at both presets (the GPU preset without matrix products, whose fp64 reference
+/// would take minutes), the others at the small preset.
+fn baseline_folders() -> Vec<(std::path::PathBuf, bool)> {
+    let mut dirs = vec![
+        (root().join("tasks"), true),
+        (root().join("tests/data/baseline"), false),
+    ];
+    if let Ok(extra) = std::env::var("KEVIN_GPU_TEST_TASKS") {
+        dirs.extend(extra.split(':').filter(|d| !d.is_empty()).map(|d| (d.into(), false)));
+    }
+    dirs
 }
 
 #[test]
@@ -47,20 +70,40 @@ fn baseline_matches_the_interpreter_on_every_task() {
         return;
     }
     let workers = 8;
-    let env = env(CudaEnvConfig {
-        workers_per_gpu: workers,
-        compile_workers: 1,
-        verify_timeout_ms: 600_000,
-        ..CudaEnvConfig::default()
-    });
-    let suite = TaskSuite::load(root().join("tasks")).unwrap();
-    let mut jobs = Vec::new();
-    for t in suite.tasks() {
-        jobs.push((t.name.clone(), Preset::Small));
-        if !t.source.contains('@') {
-            jobs.push((t.name.clone(), Preset::Gpu));
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (dir, gpu_preset) in baseline_folders() {
+        let env = env_over(
+            &dir,
+            CudaEnvConfig {
+                workers_per_gpu: workers,
+                compile_workers: 1,
+                verify_timeout_ms: 600_000,
+                ..CudaEnvConfig::default()
+            },
+        );
+        let suite = TaskSuite::load(&dir).unwrap();
+        let mut jobs = Vec::new();
+        for t in suite.tasks() {
+            jobs.push((t.name.clone(), Preset::Small));
+            if gpu_preset && !t.source.contains('@') {
+                jobs.push((t.name.clone(), Preset::Gpu));
+            }
         }
+        checked += jobs.len();
+        failures.extend(check_baselines(&env, &jobs, workers));
     }
+    assert!(checked > 0, "no task was checked");
+    assert!(
+        failures.is_empty(),
+        "baseline failures:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// Checks the baseline of each (task, preset) against the fp64 interpreter with `workers`
+/// requests in flight; the failures, one line each.
+fn check_baselines(env: &CudaEnv, jobs: &[(String, Preset)], workers: usize) -> Vec<String> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -100,12 +143,7 @@ fn baseline_matches_the_interpreter_on_every_task() {
             });
         }
     });
-    let failures = failures.into_inner().unwrap();
-    assert!(
-        failures.is_empty(),
-        "baseline failures:\n{}",
-        failures.join("\n")
-    );
+    failures.into_inner().unwrap()
 }
 
 #[test]

@@ -499,7 +499,12 @@ fn f64_plans_mirror_native_plans_for_every_task() {
     let known: BTreeSet<String> = kernel_names().into_iter().collect();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
-    for task in suite().tasks().iter().chain(fixtures.tasks()) {
+    // KEVIN_BASELINE_DUMP_TASKS: one more task folder (a KernelBench import, say).
+    let extra = match std::env::var("KEVIN_BASELINE_DUMP_TASKS") {
+        Ok(d) => TaskSuite::load(&d).unwrap_or_else(|e| panic!("{d}: {e}")).tasks().to_vec(),
+        Err(_) => Vec::new(),
+    };
+    for task in suite().tasks().iter().chain(fixtures.tasks()).chain(&extra) {
         for preset in [Preset::Small, Preset::Gpu] {
             let native = lower(task, preset).unwrap_or_else(|e| panic!("{e}"));
             let f64 = lower_f64(task, preset).unwrap_or_else(|e| panic!("{e}"));
@@ -609,7 +614,8 @@ fn f64_gemms_run_as_f64_kernels_and_plans_round_trip() {
     assert_eq!(serde_json::from_str::<EagerPlan>(&json).unwrap(), p);
 }
 
-/// Every plan of `tasks/` and `tests/data/baseline/` at both presets, with the task's PyTorch
+/// Every plan of `tasks/`, `tests/data/baseline/` (and `$KEVIN_BASELINE_DUMP_TASKS`, a task
+/// folder, when set) at both presets, with the task's PyTorch
 /// module, tolerance and outputs, as JSON (plus `kernels.cu`) into `$KEVIN_BASELINE_DUMP_DIR`
 /// for `scripts/baseline_gpu.py`. Without that variable it only checks that every dump reads
 /// back as the same plan.
@@ -622,7 +628,12 @@ fn dump_plans() {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
-    for task in suite().tasks().iter().chain(fixtures.tasks()) {
+    // KEVIN_BASELINE_DUMP_TASKS: one more task folder (a KernelBench import, say).
+    let extra = match std::env::var("KEVIN_BASELINE_DUMP_TASKS") {
+        Ok(d) => TaskSuite::load(&d).unwrap_or_else(|e| panic!("{d}: {e}")).tasks().to_vec(),
+        Err(_) => Vec::new(),
+    };
+    for task in suite().tasks().iter().chain(fixtures.tasks()).chain(&extra) {
         for (preset, name) in [(Preset::Small, "small"), (Preset::Gpu, "gpu")] {
             let plan = lower(task, preset).unwrap_or_else(|e| panic!("{e}"));
             let j = serde_json::json!({
