@@ -38,6 +38,131 @@ pub struct Generated {
 /// Every naive form the generator can write for `task` (empty when its program is outside the
 /// supported shapes).
 pub fn generate(task: &Task) -> Vec<Generated> {
+    let names = c_names(&task.program);
+    if names.is_empty() {
+        return generate_in_c_names(task);
+    }
+    // Kernels written over the C names, then every line the harness reads (launches, scratch)
+    // and the words around them given back the task's names.
+    let renamed = Task {
+        program: rename_program(&task.program, &names),
+        ..task.clone()
+    };
+    let back: BTreeMap<String, String> = names.into_iter().map(|(n, c)| (c, n)).collect();
+    let mut out = generate_in_c_names(&renamed);
+    for g in &mut out {
+        let lines: Vec<String> = g
+            .source
+            .lines()
+            .map(|l| {
+                if l.starts_with("// kevin:") {
+                    rename_words(l, &back)
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect();
+        g.source = lines.join("\n") + "\n";
+        g.reasoning = rename_words(&g.reasoning, &back);
+        g.summary = rename_words(&g.summary, &back);
+    }
+    out
+}
+
+/// The names of `program`'s tensors and sizes that a kernel cannot use as they are (a size `k`
+/// beside the writer's loop counter `k`), each with the C name it gets instead: the first of
+/// `k_`, `v0_k_`, `v1_k_`, ... that is free and not another of the program's names.
+fn c_names(program: &crate::ops::Program) -> BTreeMap<String, String> {
+    let decls = program.inputs.iter().chain(&program.outputs);
+    let names: Vec<String> = decls
+        .map(|d| d.name.clone())
+        .chain(program.size_symbols())
+        .collect();
+    // Not even an intermediate's or a constant's name, which the reasoning may quote.
+    let all: BTreeSet<&String> = names
+        .iter()
+        .chain(program.stmts.iter().map(|s| &s.target))
+        .chain(program.consts.iter().map(|c| &c.name))
+        .collect();
+    let mut out = BTreeMap::new();
+    for n in names.iter().filter(|n| !free_name(n)) {
+        let taken = |c: &String| all.contains(c) || out.values().any(|v| v == c);
+        let c = std::iter::once(format!("{n}_"))
+            .chain((0..).map(|k| format!("v{k}_{n}_")))
+            .find(|c| free_name(c) && !taken(c))
+            .expect("an unbounded supply of names");
+        out.insert(n.clone(), c);
+    }
+    out
+}
+
+/// `program` with its tensors and sizes renamed by `names` (the others as they are).
+fn rename_program(
+    program: &crate::ops::Program,
+    names: &BTreeMap<String, String>,
+) -> crate::ops::Program {
+    let name = |n: &str| names.get(n).cloned().unwrap_or_else(|| n.to_string());
+    let shape = |s: &[Dim]| -> Vec<Dim> {
+        s.iter()
+            .map(|d| match d {
+                Dim::Sym(s) => Dim::Sym(name(s)),
+                d => d.clone(),
+            })
+            .collect()
+    };
+    let ty = |t: &crate::ops::TensorType| crate::ops::TensorType {
+        dtype: t.dtype,
+        shape: shape(&t.shape),
+    };
+    let decl = |d: &crate::ops::Decl| crate::ops::Decl {
+        name: name(&d.name),
+        ty: ty(&d.ty),
+        line: d.line,
+    };
+    let var = |v: &str| names.get(v).map(|c| Expr::Var(c.clone()));
+    crate::ops::Program {
+        inputs: program.inputs.iter().map(decl).collect(),
+        outputs: program.outputs.iter().map(decl).collect(),
+        consts: program.consts.clone(),
+        stmts: program
+            .stmts
+            .iter()
+            .map(|s| crate::ops::Stmt {
+                target: name(&s.target),
+                expr: substitute(&s.expr, &var),
+                line: s.line,
+            })
+            .collect(),
+        types: program
+            .types
+            .iter()
+            .map(|(n, t)| (name(n), ty(t)))
+            .collect(),
+    }
+}
+
+/// `text` with every identifier-like word that `names` maps replaced by its image.
+fn rename_words(text: &str, names: &BTreeMap<String, String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(names.get(word.as_str()).unwrap_or(word));
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// [`generate`] for a task whose names are all free.
+fn generate_in_c_names(task: &Task) -> Vec<Generated> {
     let Some(ctx) = Ctx::new(task) else {
         return Vec::new();
     };
@@ -62,6 +187,18 @@ pub fn generate(task: &Task) -> Vec<Generated> {
 /// (every held-out kernel of the first large-corpus warm start failed that way).
 fn kernel_name(prefix: &str, role: &str) -> String {
     format!("{prefix}{role}_kernel")
+}
+
+/// Reductions nested in one another that one loop computes (see [`Ctx::reduce_chain`]).
+struct ReduceChain<'e> {
+    /// The kind they share.
+    kind: ReduceKind,
+    /// The first and last axis of the operand they reduce, together.
+    axes: (usize, usize),
+    /// The innermost reduction's operand.
+    operand: &'e Expr,
+    /// How many reductions.
+    depth: usize,
 }
 
 /// What the generator knows of the task.
@@ -673,7 +810,7 @@ impl<'a> Ctx<'a> {
             crate::ops::normalize_axis(*a, rank)?,
             crate::ops::normalize_axis(*b, rank)?,
         );
-        if !(2..=3).contains(&rank) || a == b {
+        if !(2..=6).contains(&rank) || a == b {
             return None;
         }
         let mut pre_shape = shape.clone();
@@ -738,24 +875,16 @@ impl<'a> Ctx<'a> {
 
     fn reduction(&self, e: &Expr) -> Option<Vec<Generated>> {
         // One reduction, possibly followed by elementwise work on its result (`post`).
+        // (Reductions over adjacent axes nested in one another count as one.)
         let mut found = Vec::new();
         find_calls(e, &|op| matches!(op, Op::Reduce { .. }), &mut found);
-        let [red] = found.as_slice() else {
+        let red = *found.first()?;
+        let chain = self.reduce_chain(red)?;
+        if found.len() != chain.depth {
             return None;
-        };
-        let Expr::Call {
-            op:
-                Op::Reduce {
-                    kind,
-                    axis,
-                    keepdim,
-                },
-            args,
-        } = red
-        else {
-            return None;
-        };
-        let has_post = !std::ptr::eq(*red, e);
+        }
+        let kind = &chain.kind;
+        let has_post = !std::ptr::eq(red, e);
         if has_post && matches!(kind, ReduceKind::Argmax | ReduceKind::Argmin) {
             return None;
         }
@@ -774,26 +903,21 @@ impl<'a> Ctx<'a> {
             let v = r.scalar(e)?;
             Some((self.st(&v), r.helpers()))
         };
-        let [inner_e] = args.as_slice() else {
-            return None;
-        };
+        let inner_e = chain.operand;
         let shape = self.iteration_shape(inner_e)?;
-        let ax = crate::ops::normalize_axis(*axis, shape.len())?;
+        let (a0, a1) = chain.axes;
         // One thread (or block, or warp) per reduced value: the output must be the reduction's
-        // shape, not a larger one its result is broadcast back over (`x / mean(x, keepdim)` is
-        // a kernel per stage).
-        let mut reduced = shape.clone();
-        if *keepdim {
-            reduced[ax] = Dim::Lit(1);
-        } else {
-            reduced.remove(ax);
-        }
-        if self.out_shape() != reduced.as_slice() {
+        // shape (up to extents of 1, which a view adds or removes), not a larger one its result
+        // is broadcast back over (`x / mean(x, keepdim)` is a kernel per stage).
+        let squeezed = |s: &[Dim]| -> Vec<Dim> {
+            s.iter().filter(|d| **d != Dim::Lit(1)).cloned().collect()
+        };
+        if squeezed(self.out_shape()) != squeezed(&self.iteration_shape(red)?) {
             return None;
         }
-        let outer = product_or_one(&shape[..ax]);
-        let len = dim(&shape[ax]);
-        let inner = product_or_one(&shape[ax + 1..]);
+        let outer = product_or_one(&shape[..a0]);
+        let len = product(&shape[a0..=a1]);
+        let inner = product_or_one(&shape[a1 + 1..]);
         let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
         let v = r.scalar(inner_e)?;
         let (store_o, helpers) = post("o", &r)?;
@@ -801,7 +925,12 @@ impl<'a> Ctx<'a> {
         let what = self.program_text();
         let (init, step, fin, kind_words) = match kind {
             ReduceKind::Sum => ("0.0f", "acc += val;", "acc".to_string(), "sum"),
-            ReduceKind::Mean => ("0.0f", "acc += val;", format!("acc / (float){len}"), "mean"),
+            ReduceKind::Mean => (
+                "0.0f",
+                "acc += val;",
+                format!("acc / (float){}", paren(&len)),
+                "mean",
+            ),
             ReduceKind::Max => (
                 "-__int_as_float(0x7f800000)",
                 "acc = fmaxf(acc, val);",
@@ -868,7 +997,7 @@ impl<'a> Ctx<'a> {
             ),
         }];
         // A block per output row with a shared-memory tree, for last-axis sums, means and maxima.
-        let last_axis = ax + 1 == shape.len();
+        let last_axis = a1 + 1 == shape.len();
         let tree_op = tree_step(*kind);
         let block_post = post("outer", &r);
         if let (true, Some(tree), Some((store_b, _))) = (last_axis, tree_op, block_post) {
@@ -937,15 +1066,80 @@ impl<'a> Ctx<'a> {
         Some(out)
     }
 
-    /// The shape an elementwise expression iterates over: the largest-rank tensor it reads, and
-    /// of those the one with the fewest broadcast (extent 1) dimensions.
+    /// The reduction `red` with the reductions directly nested in it that one loop computes
+    /// with it: of the same kind (a sum, mean, maximum or minimum of one of them is that of all),
+    /// over axes that are adjacent in the innermost operand (`mean(mean(x, axis=3), axis=2)`
+    /// over [B, C, H, W] is a mean over H*W contiguous elements). None when `red` is not a
+    /// reduction.
+    fn reduce_chain<'e>(&self, red: &'e Expr) -> Option<ReduceChain<'e>> {
+        let mut nest = Vec::new();
+        let mut operand = red;
+        while let Expr::Call {
+            op: Op::Reduce {
+                kind,
+                axis,
+                keepdim,
+            },
+            args,
+        } = operand
+        {
+            let [x] = args.as_slice() else {
+                return None;
+            };
+            let merges = matches!(
+                kind,
+                ReduceKind::Sum | ReduceKind::Mean | ReduceKind::Max | ReduceKind::Min
+            );
+            if let Some((first, _, _)) = nest.first() {
+                if kind != first || !merges {
+                    break;
+                }
+            }
+            nest.push((*kind, *axis, *keepdim));
+            operand = x;
+            if !merges {
+                break;
+            }
+        }
+        let (kind, _, _) = *nest.first()?;
+        // The operand's axes, innermost reduction first: each reduces one still there.
+        let rank = self.iteration_shape(operand)?.len();
+        let mut axes: Vec<Option<usize>> = (0..rank).map(Some).collect();
+        let mut reduced = Vec::new();
+        for &(_, axis, keepdim) in nest.iter().rev() {
+            let at = crate::ops::normalize_axis(axis, axes.len())?;
+            reduced.push(axes[at]?);
+            if keepdim {
+                axes[at] = None;
+            } else {
+                axes.remove(at);
+            }
+        }
+        reduced.sort_unstable();
+        let (a0, a1) = (reduced[0], reduced[reduced.len() - 1]);
+        if a1 - a0 + 1 != reduced.len() {
+            return None;
+        }
+        Some(ReduceChain {
+            kind,
+            axes: (a0, a1),
+            operand,
+            depth: nest.len(),
+        })
+    }
+
+    /// The shape an elementwise expression iterates over: its own (its tensors broadcast
+    /// together, through any views).
     fn iteration_shape(&self, e: &Expr) -> Option<Vec<Dim>> {
         let mut vars = BTreeSet::new();
         collect_vars(e, &mut vars);
-        vars.iter()
-            .filter_map(|v| self.shapes.get(v))
-            .max_by_key(|s| (s.len(), s.iter().filter(|d| **d != Dim::Lit(1)).count()))
-            .cloned()
+        if !vars
+            .iter()
+            .all(|v| self.shapes.contains_key(v) || self.consts.contains_key(v))
+        {
+            return None;
+        }
+        crate::ops::expr_shape(e, &|n| self.shapes.get(n).cloned()).ok()
     }
 
     // ---- row-wise operations: softmax, norms, cumsum ------------------------------------------

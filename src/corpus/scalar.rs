@@ -48,8 +48,9 @@ pub(super) struct Render<'c> {
     loads: &'c BTreeMap<String, &'static str>,
     /// The shape the flat index runs over.
     shape: Vec<Dim>,
-    /// The C name of the flat index.
-    index: &'static str,
+    /// The flat index as a C expression (a local's name, or an index computed from it inside a
+    /// view).
+    index: String,
     /// The matrix product this expression contains, rendered as `acc`.
     pub(super) matmul: Option<Expr>,
     /// A row-wise operation rendered as a variable.
@@ -68,14 +69,14 @@ impl<'c> Render<'c> {
         consts: &'c BTreeMap<String, f64>,
         loads: &'c BTreeMap<String, &'static str>,
         shape: &[Dim],
-        index: &'static str,
+        index: &str,
     ) -> Self {
         Render {
             shapes,
             consts,
             loads,
             shape: shape.to_vec(),
-            index,
+            index: index.to_string(),
             matmul: None,
             row_value: None,
             helpers: BTreeMap::new(),
@@ -104,7 +105,7 @@ impl<'c> Render<'c> {
     /// How tensor `v` is read at the flat index, or None when it does not broadcast simply.
     fn tensor_at(&self, v: &str) -> Option<String> {
         let s = self.shapes.get(v)?;
-        let i = self.index;
+        let i = &self.index;
         let at = if *s == self.shape {
             format!("{v}[{i}]")
         } else if s.iter().all(|d| *d == Dim::Lit(1)) {
@@ -153,7 +154,6 @@ impl<'c> Render<'c> {
             return None;
         }
         let lead = r - s.len();
-        let i = self.index;
         let mut terms = Vec::new();
         for k in lead..r {
             let d = &s[k - lead];
@@ -163,15 +163,7 @@ impl<'c> Render<'c> {
             if *d != self.shape[k] {
                 return None;
             }
-            let inner = &self.shape[k + 1..];
-            let mut c = if inner.is_empty() {
-                i.to_string()
-            } else {
-                format!("({i} / ({}))", long_product(inner))
-            };
-            if k > 0 {
-                c = format!("{c} % {d}");
-            }
+            let c = self.coord(k);
             let stride: Vec<&Dim> = s[k - lead + 1..]
                 .iter()
                 .filter(|x| **x != Dim::Lit(1))
@@ -188,6 +180,81 @@ impl<'c> Render<'c> {
         } else {
             terms.join(" + ")
         })
+    }
+
+    /// The coordinate of the flat index along axis `k` of the iteration shape, as a C
+    /// expression.
+    fn coord(&self, k: usize) -> String {
+        let i = &self.index;
+        let inner = &self.shape[k + 1..];
+        let c = if inner.is_empty() {
+            i.to_string()
+        } else {
+            format!("({i} / ({}))", long_product(inner))
+        };
+        if k > 0 {
+            format!("{c} % {}", self.shape[k])
+        } else {
+            c
+        }
+    }
+
+    /// The shape of `e` (None when it reads a name this renderer does not know).
+    fn shape_of(&self, e: &Expr) -> Option<Vec<Dim>> {
+        let known = |n: &str| self.shapes.contains_key(n) || self.consts.contains_key(n);
+        let mut names = std::collections::BTreeSet::new();
+        crate::ops::ast::collect_vars(e, &mut names);
+        if !names.iter().all(|n| known(n)) {
+            return None;
+        }
+        crate::ops::expr_shape(e, &|n| self.shapes.get(n).cloned()).ok()
+    }
+
+    /// `unsqueeze(x)` or `squeeze(x)` (`view`, of shape `vs`): the same elements in the same
+    /// order, so `x` is read at the flat index into the view, which is the iteration's own
+    /// index when the two shapes differ only by extents of 1, and else the view's broadcast
+    /// index.
+    fn view(&mut self, view: &Expr, x: &Expr) -> Option<String> {
+        let vs = self.shape_of(view)?;
+        let xs = self.shape_of(x)?;
+        let squeezed = |s: &[Dim]| -> Vec<Dim> {
+            s.iter().filter(|d| **d != Dim::Lit(1)).cloned().collect()
+        };
+        let index = if squeezed(&vs) == squeezed(&self.shape) {
+            self.index.clone()
+        } else {
+            format!("({})", self.broadcast_index(&vs)?)
+        };
+        let shape = std::mem::replace(&mut self.shape, xs);
+        let index = std::mem::replace(&mut self.index, index);
+        let v = self.scalar(x);
+        self.shape = shape;
+        self.index = index;
+        v
+    }
+
+    /// `triu(x)` / `tril(x)`: `x` where the column of the element in its matrix minus its row
+    /// is at least (at most) `diagonal`, else 0. Row and column are the iteration's coordinates
+    /// along the matrix's two axes (0 along an axis of extent 1 that broadcasts).
+    fn triangle(&mut self, tri: &Expr, x: &Expr, upper: bool, diagonal: i64) -> Option<String> {
+        let ts = self.shape_of(tri)?;
+        let (r, t) = (self.shape.len(), ts.len());
+        if t < 2 || t > r {
+            return None;
+        }
+        let at = |k: usize| -> String {
+            if ts[k - (r - t)] == Dim::Lit(1) {
+                "0".into()
+            } else {
+                format!("({})", self.coord(k))
+            }
+        };
+        let (row, col) = (at(r - 2), at(r - 1));
+        let cmp = if upper { ">=" } else { "<=" };
+        let v = self.scalar(x)?;
+        Some(format!(
+            "(({col} - {row} {cmp} {diagonal}LL) ? {v} : 0.0f)"
+        ))
     }
 
     fn helper(&mut self, name: &str, body: &str) -> String {
@@ -271,6 +338,13 @@ impl<'c> Render<'c> {
                 let [x] = args.as_slice() else {
                     return None;
                 };
+                match op {
+                    Op::Unsqueeze { .. } | Op::Squeeze { .. } => return self.view(e, x),
+                    Op::Triangle { upper, diagonal } => {
+                        return self.triangle(e, x, *upper, *diagonal)
+                    }
+                    _ => {}
+                }
                 let x = self.scalar(x)?;
                 match op {
                     Op::Unary(f) => self.unary(*f, x),

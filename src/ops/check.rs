@@ -328,6 +328,28 @@ pub fn infer_expr(program: &Program, expr: &Expr) -> Result<ExprType, String> {
     infer(expr, &lookup)
 }
 
+/// The shape of `expr` over names that need not be a program's: `shape_of` gives each tensor's
+/// shape (every tensor taken as f32) and `None` for a name that is a scalar constant. For code
+/// that reads buffers of its own beside a program's tensors (the naive kernel writer's scratch).
+pub fn expr_shape(
+    expr: &Expr,
+    shape_of: &dyn Fn(&str) -> Option<Vec<Dim>>,
+) -> Result<Vec<Dim>, String> {
+    let lookup = |n: &str| -> Result<ExprType, String> {
+        Ok(match shape_of(n) {
+            Some(shape) => ExprType {
+                dtype: Some(Dtype::F32),
+                shape,
+            },
+            None => ExprType {
+                dtype: None,
+                shape: vec![],
+            },
+        })
+    };
+    infer(expr, &lookup).map(|t| t.shape)
+}
+
 fn join_dtype(a: Option<Dtype>, b: Option<Dtype>, what: &str) -> Result<Option<Dtype>, String> {
     Ok(match (a, b) {
         (Some(Dtype::I64), _) | (_, Some(Dtype::I64)) => {

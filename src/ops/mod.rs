@@ -100,7 +100,7 @@ pub use ast::{
 };
 pub use ast::{Poly, TensorType, UnaryFn};
 pub use check::{
-    group_constraints, infer_expr, matmul_shape, normalize_axis, op_name, transposed_out,
+    expr_shape, group_constraints, infer_expr, matmul_shape, normalize_axis, op_name, transposed_out,
     window_out, ExprType,
 };
 pub use parse::is_reserved;
