@@ -258,8 +258,8 @@ fn store_fn(d: Dtype) -> &'static str {
 }
 
 /// Identifiers the kernels declare themselves (locals, macros, shared arrays). A program name
-/// equal to one would be shadowed by it or redeclared, so such a program gets no kernel (the
-/// first KernelBench import had `k` as a size and `for (int k = 0; k < k; ++k)` as a loop).
+/// equal to one would be shadowed by it or redeclared (the first KernelBench import had `k` as a
+/// size and `for (int k = 0; k < k; ++k)` as a loop), so such a name is renamed in the kernel.
 const RESERVED: [&str; 51] = [
     "As", "BLOCK", "TILE", "Ws", "a0", "acc", "base", "best", "best_r", "buf", "bz", "c0", "c1",
     "c2", "c3", "c4", "c5", "col", "dv", "i", "idx", "in", "inv", "j", "k", "k0", "kk", "lane",
@@ -267,12 +267,26 @@ const RESERVED: [&str; 51] = [
     "stride", "sum", "t", "tx", "ty", "val", "var", "w0", "xv",
 ];
 
-/// True when `name` may appear in a kernel next to the writer's own identifiers (locals,
-/// helpers `*_f` and `kevin_*`, kernels `*_kernel`).
+/// Words of C++ and CUDA that the kernels use (identifiers beginning with `__`, the intrinsics
+/// and qualifiers, are all refused by [`free_name`]).
+const C_NAMES: [&str; 37] = [
+    "auto", "blockDim", "blockIdx", "char", "const", "define", "do", "double", "else", "erff",
+    "expf", "expm1f", "extern", "fabsf", "float", "fmaxf", "fminf", "for", "gridDim", "if",
+    "include", "int", "log1pf", "logf", "long", "powf", "return", "rsqrtf", "short", "signed",
+    "sizeof", "sqrtf", "static", "tanhf", "threadIdx", "undef", "void",
+];
+
+/// True when `name` may appear in a kernel next to the writer's own identifiers (locals, C++
+/// and CUDA words, helpers `*_f`, `*_f1` and `kevin_*`, kernels `*_kernel`).
 pub(crate) fn free_name(name: &str) -> bool {
+    let helper = name
+        .trim_end_matches(|c: char| c.is_ascii_digit())
+        .ends_with("_f");
     !RESERVED.contains(&name)
+        && !C_NAMES.contains(&name)
+        && !name.starts_with("__")
         && !name.starts_with("kevin_")
-        && !name.ends_with("_f")
+        && !helper
         && !name.ends_with("_kernel")
 }
 

@@ -2,6 +2,7 @@
 //! format of every response, the second-turn prompts, determinism. The real CPU backend runs in
 //! `actors/tests/sft.rs`.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use super::*;
@@ -447,11 +448,20 @@ fn staged_forms_cut_programs_at_their_core_operations() {
         "{}",
         rms[0].source
     );
-    // A program name that a kernel declares itself (a size `k`, an input `x`): no kernel.
-    assert!(
-        staged("input x: f32[m, k]\ninput W: f32[k, N]\noutput Y: f32[m, N]\nY = x @ W\n")
-            .is_empty()
-    );
+    // Program names that the kernel's own identifiers would shadow (sizes `m` and `k`, a
+    // tensor `acc`) are renamed in the kernel; the launch lines keep the task's names.
+    let named = staged("input acc: f32[m, k]\ninput W: f32[k, N]\noutput Y: f32[m, N]\nY = acc @ W\n");
+    assert_eq!(named.len(), 3);
+    for g in &named {
+        assert!(
+            g.source.contains(" args=(acc, W, Y, m, k, N)\n")
+                && g.source.contains("const float* __restrict__ acc_, ")
+                && g.source.contains("int m_, int k_, int N)"),
+            "{}",
+            g.source
+        );
+        assert!(g.reasoning.contains("acc [m, k]"), "{}", g.reasoning);
+    }
     // Two warp forms in one unit: the shuffle reduction both use is defined once.
     let warps = &staged("input X: f32[M, N]\noutput Y: f32[M]\nY = max(softmax(X), axis=1)\n")[1];
     assert_eq!(warps.form, "staged_rowwise_warp+reduce_warp");
@@ -658,4 +668,146 @@ fn chains_replay_real_failed_attempts_then_the_fix_and_add_no_evaluation() {
     assert!(longest >= 4, "chains never grow past three turns");
     // Chains depend on the seed only.
     assert_eq!(build_opts(&opts).0.examples, with.examples);
+}
+
+/// Every identifier in the kernels of `source` that is not one of the task's names (nor one
+/// renamed, `k_` for `k`), a scratch buffer (named apart from the task's names) or in a helper
+/// function (whose parameters no task name reaches).
+fn writer_identifiers(task: &crate::tasks::Task, source: &str) -> BTreeSet<String> {
+    let p = &task.program;
+    let names: BTreeSet<String> = p
+        .inputs
+        .iter()
+        .chain(&p.outputs)
+        .map(|d| d.name.clone())
+        .chain(p.size_symbols())
+        .collect();
+    let ours = |w: &str| {
+        names.contains(w)
+            || names.contains(w.trim_end_matches('_'))
+            || w.strip_prefix("tmp").is_some_and(|d| d.parse::<u32>().is_ok())
+    };
+    let mut out = BTreeSet::new();
+    let mut in_helper = false;
+    for line in source.lines().filter(|l| !l.starts_with("#include")) {
+        if line.starts_with("__device__") {
+            in_helper = !line.ends_with('}');
+            continue;
+        }
+        if in_helper {
+            in_helper = line != "}";
+            continue;
+        }
+        let code = line.split("//").next().unwrap_or("");
+        let mut word = String::new();
+        let mut member = false;
+        for c in code.chars().chain(std::iter::once(' ')) {
+            if c.is_alphanumeric() || c == '_' {
+                word.push(c);
+                continue;
+            }
+            let number = word.starts_with(|c: char| c.is_ascii_digit());
+            if !word.is_empty() && !number && !member && !ours(&word) {
+                out.insert(word.clone());
+            }
+            word.clear();
+            member = c == '.';
+        }
+    }
+    out
+}
+
+#[test]
+fn no_task_name_can_clash_with_the_writers_identifiers() {
+    // Every identifier the writer puts in a kernel beside the task's names is one that
+    // `free_name` refuses, so a task with that name is renamed in the kernel, not shadowed.
+    let suite = suite();
+    let mut programs: Vec<crate::tasks::Task> = suite.tasks().to_vec();
+    for p in NEW_CONSTRUCTS {
+        programs.push(program_task(p));
+    }
+    for task in &programs {
+        for g in naive::generate(task) {
+            for w in writer_identifiers(task, &g.source) {
+                assert!(!naive::free_name(&w), "{} {}: `{w}` is free", task.name, g.form);
+            }
+        }
+    }
+}
+
+/// Programs of the constructs the writer learnt last (views, triangles, reductions over
+/// several axes, products with several batch dims, names of the writer's locals), in every
+/// float dtype. `actors/tests/sft.rs` verifies their kernels on the CPU backend.
+const NEW_CONSTRUCTS: [&str; 10] = [
+    "input A: f32[N]\ninput B: f32[N, M]\noutput Y: f32[N, M]\nY = unsqueeze(A, axis=1) * B\n",
+    "input X: f16[B, N]\noutput Y: f16[B]\nY = squeeze(squeeze(sum(unsqueeze(X, axis=1), axis=2, keepdim=true), axis=2), axis=1) * 0.5\n",
+    "input A: bf16[M, K]\ninput W: bf16[K, N]\ninput c: bf16[1, N]\noutput Y: bf16[M, N]\nY = relu(A @ W + squeeze(unsqueeze(c, axis=0), axis=0))\n",
+    "input A: f32[N, N]\ninput B: f32[N, N]\noutput Y: f32[N, N]\nY = triu(A @ B)\n",
+    "input S: f16[M, N]\ninput X: f16[B, M, N]\noutput Y: f16[B, M, N]\nY = tril(S, diagonal=-1) + triu(X, diagonal=2) * 2.0\n",
+    "input X: f32[B, C, H, W]\noutput Y: f32[B, C]\nY = squeeze(squeeze(mean(mean(X, axis=3, keepdim=true), axis=2, keepdim=true), axis=3), axis=2)\n",
+    "input X: bf16[B, C, H, W]\noutput Y: bf16[B, C, H, W]\nc = X - mean(mean(mean(X, axis=3, keepdim=true), axis=2, keepdim=true), axis=1, keepdim=true)\nY = c * rsqrt(mean(mean(mean(c * c, axis=3, keepdim=true), axis=2, keepdim=true), axis=1, keepdim=true) + 1e-5)\n",
+    "input X: f16[B, C, N]\noutput Y: f16[B]\nY = max(max(X, axis=-1), axis=-1)\n",
+    "input Q: f16[B, H, S, D]\ninput K: f16[B, H, S, D]\ninput V: f16[B, H, S, D]\noutput Y: f16[B, H, S, D]\nY = softmax(Q @ transpose(K) * 0.125, axis=-1) @ V\n",
+    "input A: bf16[b, i, j, l]\ninput B: bf16[l, k]\noutput Y: bf16[b, i, j, k]\nY = A @ B\n",
+];
+
+#[test]
+fn naive_forms_cover_views_triangles_multi_axis_reductions_and_batch_dims() {
+    let forms = |program: &str| -> Vec<String> {
+        naive::generate(&program_task(program))
+            .into_iter()
+            .map(|g| g.form)
+            .collect()
+    };
+    let ew = ["elementwise_b256", "elementwise_b128", "elementwise_grid_stride"];
+    let mm = ["matmul_naive_16x16", "matmul_naive_32x8", "matmul_tiled16"];
+    let red = ["reduce_thread_per_output", "reduce_block_b256", "reduce_block_b128", "reduce_warp"];
+    let expected: [&[&str]; 10] = [
+        &ew,
+        &red,
+        &mm,
+        &mm,
+        &ew,
+        &red,
+        &[
+            "staged_reduce_thread_per_output+elementwise_b256+elementwise_b256+reduce_thread_per_output+elementwise_b256",
+            "staged_reduce_warp+elementwise_grid_stride+elementwise_grid_stride+reduce_warp+elementwise_grid_stride",
+        ],
+        &red,
+        &[
+            "staged_transpose_elementwise+bmm_naive+rowwise_thread_per_row+bmm_naive",
+            "staged_transpose_elementwise+bmm_naive+rowwise_warp+bmm_naive",
+        ],
+        &["bmm_naive"],
+    ];
+    for (program, want) in NEW_CONSTRUCTS.iter().zip(expected) {
+        assert_eq!(forms(program), want, "{program}");
+    }
+    let source = |k: usize| naive::generate(&program_task(NEW_CONSTRUCTS[k]))[0].source.clone();
+    // A vector made a column broadcasts along the rows.
+    assert!(
+        source(0).contains("Y[i] = (A[(((i / ((long long)M))))] * B[i]);"),
+        "{}",
+        source(0)
+    );
+    // A triangle keeps an element by its row and column in the matrix.
+    let tri = source(4);
+    assert!(
+        tri.contains("(((i % N) - ((i / ((long long)N)) % M) <= -1LL) ? __half2float(S[i % (long long)M * N]) : 0.0f)"),
+        "{tri}"
+    );
+    // Reductions over adjacent axes: one loop over H*W elements, the mean divided by both.
+    let pool = source(5);
+    assert!(
+        pool.contains("r < H*W;") && pool.contains("acc / (float)(H*W)"),
+        "{pool}"
+    );
+    // Sizes named like the writer's loop counters: renamed in the kernel, not in the launch.
+    let named = source(9);
+    assert!(
+        named.contains(" args=(A, B, Y, b, i, j, l, k)\n")
+            && named.contains("int b, int i_, int j_, int l, int k_)")
+            && named.contains("for (int k = 0; k < l; ++k)"),
+        "{named}"
+    );
 }

@@ -51,6 +51,25 @@ fn cores(e: &Expr) -> usize {
         }
 }
 
+/// The operand of the `depth`-th call nested in `e` (its first operand each time).
+fn innermost(e: &Expr, depth: usize) -> &Expr {
+    match e {
+        Expr::Call { args, .. } if depth > 0 && !args.is_empty() => innermost(&args[0], depth - 1),
+        _ => e,
+    }
+}
+
+/// [`innermost`], to rewrite in place (None when `e` has fewer nested calls).
+fn innermost_mut(e: &mut Expr, depth: usize) -> Option<&mut Expr> {
+    if depth == 0 {
+        return Some(e);
+    }
+    match e {
+        Expr::Call { args, .. } => innermost_mut(args.first_mut()?, depth - 1),
+        _ => None,
+    }
+}
+
 /// The operands of `e`, to rewrite in place.
 fn operands_mut(e: &mut Expr) -> Vec<&mut Expr> {
     match e {
@@ -149,16 +168,32 @@ impl Lowering<'_, '_> {
     }
 
     /// A new stage computing `e` into a new f32 scratch buffer; the buffer, to read instead.
-    fn stage(&mut self, e: Expr) -> Option<Expr> {
+    fn stage(&mut self, mut e: Expr) -> Option<Expr> {
         let full = self.expand(&e);
         let ty = crate::ops::infer_expr(&self.ctx.task.program, &full).ok()?;
         if ty.dtype == Some(Dtype::I64) {
             return None;
         }
+        // The same value twice (an intermediate read in two places) is computed once.
+        if let Some((n, _)) = self.holds.iter().find(|(_, h)| **h == full) {
+            return Some(Expr::Var(n.clone()));
+        }
         let taken: BTreeSet<&String> = self.ctx.shapes.keys().chain(self.holds.keys()).collect();
         let name = (0..)
             .map(|i| format!("tmp{i}"))
             .find(|n| !taken.contains(n) && !self.ctx.consts.contains_key(n))?;
+        // A core that the writers cannot take with the work around it (a reduction broadcast
+        // back over its operand) is a stage of its own first, as in the last stage.
+        let mut scratch = self.scratch.clone();
+        scratch.push((name.clone(), ty.shape.clone()));
+        let alone = self.ctx.stage_ctx(&scratch, Some(&name)).single(&e).is_some();
+        if !alone {
+            if let Some(core) = first_core(&e).filter(|c| **c != e).cloned() {
+                let read = self.stage(core.clone())?;
+                replace(&mut e, &core, &read);
+                return self.stage(e);
+            }
+        }
         self.scratch.push((name.clone(), ty.shape));
         self.holds.insert(name.clone(), full);
         self.stages.push(Stage {
@@ -168,8 +203,47 @@ impl Lowering<'_, '_> {
         Some(Expr::Var(name))
     }
 
+    /// The number of reductions nested in `e` that one reduction kernel computes together (1
+    /// for a lone reduction, 0 when `e` is none).
+    fn chain(&self, e: &Expr) -> usize {
+        let full = self.expand(e);
+        self.ctx.reduce_chain(&full).map_or(0, |c| c.depth)
+    }
+
+    /// Core operations in `e`, reductions that one kernel computes together counted once.
+    fn cores(&self, e: &Expr) -> usize {
+        match self.chain(e) {
+            d if d > 1 => 1 + self.cores(innermost(e, d)),
+            _ => {
+                usize::from(is_core(e))
+                    + match e {
+                        Expr::Binary(BinOp::MatMul, a, b) => {
+                            self.cores(a) + if plain_rhs(b) { 0 } else { self.cores(b) }
+                        }
+                        Expr::Binary(_, a, b) => self.cores(a) + self.cores(b),
+                        Expr::Neg(a) => self.cores(a),
+                        Expr::Call { args, .. } => args.iter().map(|a| self.cores(a)).sum(),
+                        _ => 0,
+                    }
+            }
+        }
+    }
+
     /// `e` with inner stages split off, so that it holds at most one core operation.
     fn lower(&mut self, e: &Expr) -> Option<Expr> {
+        let depth = self.chain(e);
+        if depth > 1 {
+            // Reductions that one kernel computes: their operand is lowered, and computed
+            // first when it has a core of its own.
+            let mut out = e.clone();
+            let operand = innermost_mut(&mut out, depth)?;
+            let mut lowered = self.lower(operand)?;
+            if self.cores(&lowered) > 0 {
+                lowered = self.stage(lowered)?;
+            }
+            *operand = lowered;
+            return Some(out);
+        }
         let mut out = e.clone();
         let product = matches!(e, Expr::Binary(BinOp::MatMul, ..));
         for (i, arg) in operands_mut(&mut out).into_iter().enumerate() {
@@ -201,7 +275,7 @@ impl Lowering<'_, '_> {
         let with_core: Vec<usize> = operands_mut(&mut out)
             .iter()
             .enumerate()
-            .filter(|(_, a)| cores(a) > 0)
+            .filter(|(_, a)| self.cores(a) > 0)
             .map(|(i, _)| i)
             .collect();
         let split = with_core.len().saturating_sub(keep);
@@ -398,7 +472,7 @@ impl Ctx<'_> {
             holds: BTreeMap::new(),
         };
         let mut last = low.lower(e)?;
-        if cores(&last) > 1 {
+        if low.cores(&last) > 1 {
             return None;
         }
         // The last stage's core operation gets a stage of its own when the writers cannot take
