@@ -427,6 +427,64 @@ fn staged_kernels_verify_on_the_cpu_backend() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The constructs the naive writer learnt last, in every float dtype: views (`unsqueeze`,
+/// `squeeze`), `triu`/`tril`, reductions over several axes (one, and broadcast back),
+/// products with several batch dims, and sizes named like the writer's own locals. Every form
+/// of every task is compiled and checked against its fp64 reference by the CPU backend.
+#[test]
+fn new_constructs_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kevin-newops-{}", std::process::id()));
+    let tasks = dir.join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let programs: [(&str, &str, &[(&str, u32)]); 10] = [
+        ("col_scale", "input A: f32[N]\ninput B: f32[N, M]\noutput Y: f32[N, M]\nY = unsqueeze(A, axis=1) * B\n", &[("N", 37), ("M", 41)]),
+        ("squeeze_sum_f16", "input X: f16[B, N]\noutput Y: f16[B]\nY = squeeze(squeeze(sum(unsqueeze(X, axis=1), axis=2, keepdim=true), axis=2), axis=1) * 0.5\n", &[("B", 37), ("N", 41)]),
+        ("mm_view_bias_bf16", "input A: bf16[M, K]\ninput W: bf16[K, N]\ninput c: bf16[1, N]\noutput Y: bf16[M, N]\nY = relu(A @ W + squeeze(unsqueeze(c, axis=0), axis=0))\n", &[("M", 37), ("K", 19), ("N", 41)]),
+        ("triu_mm", "input A: f32[N, N]\ninput B: f32[N, N]\noutput Y: f32[N, N]\nY = triu(A @ B)\n", &[("N", 37)]),
+        ("tril_triu_f16", "input S: f16[M, N]\ninput X: f16[B, M, N]\noutput Y: f16[B, M, N]\nY = tril(S, diagonal=-1) + triu(X, diagonal=2) * 2.0\n", &[("B", 3), ("M", 37), ("N", 41)]),
+        ("global_mean", "input X: f32[B, C, H, W]\noutput Y: f32[B, C]\nY = squeeze(squeeze(mean(mean(X, axis=3, keepdim=true), axis=2, keepdim=true), axis=3), axis=2)\n", &[("B", 3), ("C", 5), ("H", 7), ("W", 9)]),
+        ("norm3_bf16", "input X: bf16[B, C, H, W]\noutput Y: bf16[B, C, H, W]\nc = X - mean(mean(mean(X, axis=3, keepdim=true), axis=2, keepdim=true), axis=1, keepdim=true)\nY = c * rsqrt(mean(mean(mean(c * c, axis=3, keepdim=true), axis=2, keepdim=true), axis=1, keepdim=true) + 1e-5)\n", &[("B", 3), ("C", 5), ("H", 7), ("W", 9)]),
+        ("max2_f16", "input X: f16[B, C, N]\noutput Y: f16[B]\nY = max(max(X, axis=-1), axis=-1)\n", &[("B", 3), ("C", 37), ("N", 41)]),
+        ("attention_f16", "input Q: f16[B, H, S, D]\ninput K: f16[B, H, S, D]\ninput V: f16[B, H, S, D]\noutput Y: f16[B, H, S, D]\nY = softmax(Q @ transpose(K) * 0.125, axis=-1) @ V\n", &[("B", 2), ("H", 3), ("S", 17), ("D", 9)]),
+        ("einsum_ijk_bf16", "input A: bf16[b, i, j, l]\ninput B: bf16[l, k]\noutput Y: bf16[b, i, j, k]\nY = A @ B\n", &[("b", 2), ("i", 3), ("j", 5), ("l", 19), ("k", 7)]),
+    ];
+    for (name, program, sizes) in programs {
+        task_file(&tasks, name, program, sizes);
+    }
+    let out = dir.join("new.jsonl");
+    let run = kevin_at_root(&[
+        "sft",
+        "corpus",
+        "--dir",
+        tasks.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--breakages-per-task",
+        "0",
+        "--chains-per-task",
+        "0",
+    ]);
+    let stdout = succeeded(&run);
+    assert!(
+        !stdout.contains("variants that were not correct"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("tasks with no kernel"), "{stdout}");
+    let examples = read_jsonl(&out).unwrap();
+    for (name, _, _) in programs {
+        assert!(
+            examples.iter().any(|e| e.task == name),
+            "{name} has no verified kernel\n{stdout}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
     if !cpu_backend_available() {

@@ -270,10 +270,43 @@ const RESERVED: [&str; 51] = [
 /// Words of C++ and CUDA that the kernels use (identifiers beginning with `__`, the intrinsics
 /// and qualifiers, are all refused by [`free_name`]).
 const C_NAMES: [&str; 37] = [
-    "auto", "blockDim", "blockIdx", "char", "const", "define", "do", "double", "else", "erff",
-    "expf", "expm1f", "extern", "fabsf", "float", "fmaxf", "fminf", "for", "gridDim", "if",
-    "include", "int", "log1pf", "logf", "long", "powf", "return", "rsqrtf", "short", "signed",
-    "sizeof", "sqrtf", "static", "tanhf", "threadIdx", "undef", "void",
+    "auto",
+    "blockDim",
+    "blockIdx",
+    "char",
+    "const",
+    "define",
+    "do",
+    "double",
+    "else",
+    "erff",
+    "expf",
+    "expm1f",
+    "extern",
+    "fabsf",
+    "float",
+    "fmaxf",
+    "fminf",
+    "for",
+    "gridDim",
+    "if",
+    "include",
+    "int",
+    "log1pf",
+    "logf",
+    "long",
+    "powf",
+    "return",
+    "rsqrtf",
+    "short",
+    "signed",
+    "sizeof",
+    "sqrtf",
+    "static",
+    "tanhf",
+    "threadIdx",
+    "undef",
+    "void",
 ];
 
 /// True when `name` may appear in a kernel next to the writer's own identifiers (locals, C++
@@ -923,9 +956,8 @@ impl<'a> Ctx<'a> {
         // One thread (or block, or warp) per reduced value: the output must be the reduction's
         // shape (up to extents of 1, which a view adds or removes), not a larger one its result
         // is broadcast back over (`x / mean(x, keepdim)` is a kernel per stage).
-        let squeezed = |s: &[Dim]| -> Vec<Dim> {
-            s.iter().filter(|d| **d != Dim::Lit(1)).cloned().collect()
-        };
+        let squeezed =
+            |s: &[Dim]| -> Vec<Dim> { s.iter().filter(|d| **d != Dim::Lit(1)).cloned().collect() };
         if squeezed(self.out_shape()) != squeezed(&self.iteration_shape(red)?) {
             return None;
         }
@@ -1089,11 +1121,12 @@ impl<'a> Ctx<'a> {
         let mut nest = Vec::new();
         let mut operand = red;
         while let Expr::Call {
-            op: Op::Reduce {
-                kind,
-                axis,
-                keepdim,
-            },
+            op:
+                Op::Reduce {
+                    kind,
+                    axis,
+                    keepdim,
+                },
             args,
         } = operand
         {

@@ -111,8 +111,13 @@ impl<'c> Render<'c> {
         } else if s.iter().all(|d| *d == Dim::Lit(1)) {
             format!("{v}[0]")
         } else if s.len() < self.shape.len() && self.shape.ends_with(s) {
-            // Trailing dims: a bias [N] over [M, N] repeats every N elements.
-            format!("{v}[{i} % {}]", long_product(s))
+            // Trailing dims: a bias [N] over [M, N] repeats every N elements (a product in
+            // parentheses: `%` binds like `*`).
+            if s.len() == 1 {
+                format!("{v}[{i} % {}]", long_product(s))
+            } else {
+                format!("{v}[{i} % ({})]", long_product(s))
+            }
         } else if let Some(inner) = self.per_row(s) {
             // Trailing dims of extent 1: a per-row value [M, 1] over [M, N] is read once per
             // `inner` elements.
@@ -217,9 +222,8 @@ impl<'c> Render<'c> {
     fn view(&mut self, view: &Expr, x: &Expr) -> Option<String> {
         let vs = self.shape_of(view)?;
         let xs = self.shape_of(x)?;
-        let squeezed = |s: &[Dim]| -> Vec<Dim> {
-            s.iter().filter(|d| **d != Dim::Lit(1)).cloned().collect()
-        };
+        let squeezed =
+            |s: &[Dim]| -> Vec<Dim> { s.iter().filter(|d| **d != Dim::Lit(1)).cloned().collect() };
         let index = if squeezed(&vs) == squeezed(&self.shape) {
             self.index.clone()
         } else {
@@ -252,9 +256,7 @@ impl<'c> Render<'c> {
         let (row, col) = (at(r - 2), at(r - 1));
         let cmp = if upper { ">=" } else { "<=" };
         let v = self.scalar(x)?;
-        Some(format!(
-            "(({col} - {row} {cmp} {diagonal}LL) ? {v} : 0.0f)"
-        ))
+        Some(format!("(({col} - {row} {cmp} {diagonal}LL) ? {v} : 0.0f)"))
     }
 
     fn helper(&mut self, name: &str, body: &str) -> String {

@@ -450,7 +450,8 @@ fn staged_forms_cut_programs_at_their_core_operations() {
     );
     // Program names that the kernel's own identifiers would shadow (sizes `m` and `k`, a
     // tensor `acc`) are renamed in the kernel; the launch lines keep the task's names.
-    let named = staged("input acc: f32[m, k]\ninput W: f32[k, N]\noutput Y: f32[m, N]\nY = acc @ W\n");
+    let named =
+        staged("input acc: f32[m, k]\ninput W: f32[k, N]\noutput Y: f32[m, N]\nY = acc @ W\n");
     assert_eq!(named.len(), 3);
     for g in &named {
         assert!(
@@ -628,7 +629,7 @@ fn chains_replay_real_failed_attempts_then_the_fix_and_add_no_evaluation() {
         longest = longest.max(n);
         for (t, turn) in e.turns.iter().enumerate() {
             // Every prompt is the rollout's: the statement, then every earlier turn in order.
-            assert_eq!(turn.prompt.starts_with(&e.turns[0].prompt), true);
+            assert!(turn.prompt.starts_with(&e.turns[0].prompt));
             for k in 1..=t {
                 assert!(
                     turn.prompt.contains(&format!("### Turn {k}\n")),
@@ -685,7 +686,8 @@ fn writer_identifiers(task: &crate::tasks::Task, source: &str) -> BTreeSet<Strin
     let ours = |w: &str| {
         names.contains(w)
             || names.contains(w.trim_end_matches('_'))
-            || w.strip_prefix("tmp").is_some_and(|d| d.parse::<u32>().is_ok())
+            || w.strip_prefix("tmp")
+                .is_some_and(|d| d.parse::<u32>().is_ok())
     };
     let mut out = BTreeSet::new();
     let mut in_helper = false;
@@ -729,7 +731,12 @@ fn no_task_name_can_clash_with_the_writers_identifiers() {
     for task in &programs {
         for g in naive::generate(task) {
             for w in writer_identifiers(task, &g.source) {
-                assert!(!naive::free_name(&w), "{} {}: `{w}` is free", task.name, g.form);
+                assert!(
+                    !naive::free_name(&w),
+                    "{} {}: `{w}` is free",
+                    task.name,
+                    g.form
+                );
             }
         }
     }
@@ -759,9 +766,18 @@ fn naive_forms_cover_views_triangles_multi_axis_reductions_and_batch_dims() {
             .map(|g| g.form)
             .collect()
     };
-    let ew = ["elementwise_b256", "elementwise_b128", "elementwise_grid_stride"];
+    let ew = [
+        "elementwise_b256",
+        "elementwise_b128",
+        "elementwise_grid_stride",
+    ];
     let mm = ["matmul_naive_16x16", "matmul_naive_32x8", "matmul_tiled16"];
-    let red = ["reduce_thread_per_output", "reduce_block_b256", "reduce_block_b128", "reduce_warp"];
+    let red = [
+        "reduce_thread_per_output",
+        "reduce_block_b256",
+        "reduce_block_b128",
+        "reduce_warp",
+    ];
     let expected: [&[&str]; 10] = [
         &ew,
         &red,
@@ -783,7 +799,11 @@ fn naive_forms_cover_views_triangles_multi_axis_reductions_and_batch_dims() {
     for (program, want) in NEW_CONSTRUCTS.iter().zip(expected) {
         assert_eq!(forms(program), want, "{program}");
     }
-    let source = |k: usize| naive::generate(&program_task(NEW_CONSTRUCTS[k]))[0].source.clone();
+    let source = |k: usize| {
+        naive::generate(&program_task(NEW_CONSTRUCTS[k]))[0]
+            .source
+            .clone()
+    };
     // A vector made a column broadcasts along the rows.
     assert!(
         source(0).contains("Y[i] = (A[(((i / ((long long)M))))] * B[i]);"),
@@ -793,7 +813,7 @@ fn naive_forms_cover_views_triangles_multi_axis_reductions_and_batch_dims() {
     // A triangle keeps an element by its row and column in the matrix.
     let tri = source(4);
     assert!(
-        tri.contains("(((i % N) - ((i / ((long long)N)) % M) <= -1LL) ? __half2float(S[i % (long long)M * N]) : 0.0f)"),
+        tri.contains("(((i % N) - ((i / ((long long)N)) % M) <= -1LL) ? __half2float(S[i % ((long long)M * N)]) : 0.0f)"),
         "{tri}"
     );
     // Reductions over adjacent axes: one loop over H*W elements, the mean divided by both.

@@ -100,8 +100,8 @@ pub use ast::{
 };
 pub use ast::{Poly, TensorType, UnaryFn};
 pub use check::{
-    expr_shape, group_constraints, infer_expr, matmul_shape, normalize_axis, op_name, transposed_out,
-    window_out, ExprType,
+    expr_shape, group_constraints, infer_expr, matmul_shape, normalize_axis, op_name,
+    transposed_out, window_out, ExprType,
 };
 pub use parse::is_reserved;
 

@@ -186,7 +186,11 @@ impl Lowering<'_, '_> {
         // back over its operand) is a stage of its own first, as in the last stage.
         let mut scratch = self.scratch.clone();
         scratch.push((name.clone(), ty.shape.clone()));
-        let alone = self.ctx.stage_ctx(&scratch, Some(&name)).single(&e).is_some();
+        let alone = self
+            .ctx
+            .stage_ctx(&scratch, Some(&name))
+            .single(&e)
+            .is_some();
         if !alone {
             if let Some(core) = first_core(&e).filter(|c| **c != e).cloned() {
                 let read = self.stage(core.clone())?;
@@ -478,9 +482,7 @@ impl Ctx<'_> {
         // The last stage's core operation gets a stage of its own when the writers cannot take
         // the two together (a reduction whose result is broadcast back over its operand).
         if self.stage_ctx(&low.scratch, None).single(&last).is_none() {
-            let Some(core) = first_core(&last).cloned() else {
-                return None;
-            };
+            let core = first_core(&last).cloned()?;
             let read = low.stage(core.clone())?;
             replace(&mut last, &core, &read);
         }
