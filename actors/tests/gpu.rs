@@ -59,7 +59,12 @@ fn baseline_folders() -> Vec<(std::path::PathBuf, bool)> {
         (root().join("tests/data/baseline"), false),
     ];
     if let Ok(extra) = std::env::var("KEVIN_GPU_TEST_TASKS") {
-        dirs.extend(extra.split(':').filter(|d| !d.is_empty()).map(|d| (d.into(), false)));
+        dirs.extend(
+            extra
+                .split(':')
+                .filter(|d| !d.is_empty())
+                .map(|d| (d.into(), false)),
+        );
     }
     dirs
 }

@@ -501,7 +501,10 @@ fn f64_plans_mirror_native_plans_for_every_task() {
     let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
     // KEVIN_BASELINE_DUMP_TASKS: one more task folder (a KernelBench import, say).
     let extra = match std::env::var("KEVIN_BASELINE_DUMP_TASKS") {
-        Ok(d) => TaskSuite::load(&d).unwrap_or_else(|e| panic!("{d}: {e}")).tasks().to_vec(),
+        Ok(d) => TaskSuite::load(&d)
+            .unwrap_or_else(|e| panic!("{d}: {e}"))
+            .tasks()
+            .to_vec(),
         Err(_) => Vec::new(),
     };
     for task in suite().tasks().iter().chain(fixtures.tasks()).chain(&extra) {
@@ -630,7 +633,10 @@ fn dump_plans() {
     let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
     // KEVIN_BASELINE_DUMP_TASKS: one more task folder (a KernelBench import, say).
     let extra = match std::env::var("KEVIN_BASELINE_DUMP_TASKS") {
-        Ok(d) => TaskSuite::load(&d).unwrap_or_else(|e| panic!("{d}: {e}")).tasks().to_vec(),
+        Ok(d) => TaskSuite::load(&d)
+            .unwrap_or_else(|e| panic!("{d}: {e}"))
+            .tasks()
+            .to_vec(),
         Err(_) => Vec::new(),
     };
     for task in suite().tasks().iter().chain(fixtures.tasks()).chain(&extra) {

@@ -45,7 +45,8 @@ extern "C" __global__ void kevin_mask8(void* p, u64 n, u64 key) { mask_impl<8>(p
 // a + b * k with k uniform in 0 .. c - 1, 4 uniform[a, b) times one factor uniform in [0, 1) per
 // tensor (drawn at index 2^64 - 1, which no element has), 5 / 6 / 7 uniform[a, b) in c x c
 // matrices, zero below / above the diagonal, or symmetric (below it, the mirrored element's
-// draw); dtype 0 f32, 1 f16, 2 bf16.
+// draw); dtype 0 f32, 1 f16, 2 bf16, 3 i64 (the draw rounded to the nearest integer, ties to
+// even, as the CPU generator rounds an i64 input).
 // Counter-based: element i depends only on (seed, i).
 __device__ __forceinline__ float kv_unit(u64 bits) {  // in [0, 1)
     return (float)(bits >> 40) * (1.0f / 16777216.0f);
@@ -79,6 +80,7 @@ extern "C" __global__ void kevin_generate(void* out, u64 n, u64 seed, int kind, 
         float v = kv_draw(seed, i, kind, a, b, c);
         if (dtype == 0) ((float*)out)[i] = v;
         else if (dtype == 1) ((__half*)out)[i] = __float2half_rn(v);
+        else if (dtype == 3) ((long long*)out)[i] = (long long)rintf(v);
         else ((__nv_bfloat16*)out)[i] = __float2bfloat16_rn(v);
     }
 }
@@ -87,11 +89,13 @@ extern "C" __global__ void kevin_generate(void* out, u64 n, u64 seed, int kind, 
 __device__ __forceinline__ u64 kv_generated_bits(float v, int dtype) {
     if (dtype == 0) return __float_as_uint(v);
     if (dtype == 1) return __half_as_ushort(__float2half_rn(v));
+    if (dtype == 3) return (u64)(long long)rintf(v);
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 __device__ __forceinline__ double kv_generated_value(float v, int dtype) {
     if (dtype == 0) return (double)v;
     if (dtype == 1) return (double)__half2float(__float2half_rn(v));
+    if (dtype == 3) return (double)rintf(v);
     return (double)__bfloat162float(__float2bfloat16_rn(v));
 }
 
@@ -110,7 +114,9 @@ extern "C" __global__ void kevin_regen_diff(const void* p, u64 n, u64 seed, int 
     u64 mine = ~0ULL;  // one atomic per thread, not per changed element
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         u64 want = kv_generated_bits(kv_draw(seed, i, kind, a, b, c), dtype);
-        u64 got = dtype == 0 ? (u64)((const u32*)p)[i] : (u64)((const u16*)p)[i];
+        u64 got = dtype == 3   ? ((const u64*)p)[i]
+                  : dtype == 0 ? (u64)((const u32*)p)[i]
+                               : (u64)((const u16*)p)[i];
         if (got != want) { mine = i; break; }
     }
     if (mine != ~0ULL) atomicMin(first, mine);

@@ -490,14 +490,7 @@ fn push_draw(args: &mut ArgPack, dtype: Dtype, draw: Draw, seed: u64) -> Result<
         Dtype::F32 => 0,
         Dtype::F16 => 1,
         Dtype::Bf16 => 2,
-        Dtype::I64 => {
-            return Err(GpuError {
-                call: "generate".into(),
-                name: "i64 inputs are not supported by the GPU input generator".into(),
-                desc: String::new(),
-                code: 0,
-            })
-        }
+        Dtype::I64 => 3,
     };
     args.push(&seed.to_ne_bytes());
     args.push(&kind.to_ne_bytes());

@@ -267,4 +267,25 @@ fn harness_kernels_follow_the_protocol_rules() {
         }
         assert_ne!(at(&sym, k, 0, 1), at(&sym, k, 0, 2));
     }
+
+    // i64 (dtype 3): the draw rounded to an integer, 8 bytes an element, and the input check
+    // regenerates it (n / 2 elements fill the n / 2 words).
+    let mut ints = vec![0u64; n as usize / 2];
+    let mut l = draw_kind("kevin_generate", 0, 1, [-3.0, 3.0, 0.0]);
+    l.args.push(ResolvedArg::Scalar(Scalar::I32(3)));
+    l.args.remove(l.args.len() - 2);
+    l.args[1] = u64a(n / 2);
+    run(&m, &l, &mut [&mut ints]);
+    let v: Vec<i64> = ints.iter().map(|&w| w as i64).collect();
+    assert!(v.iter().all(|x| (-3..=3).contains(x)), "{v:?}");
+    assert!((-3..=3).all(|k| v.contains(&k)), "every integer in range is drawn");
+    let mut first = [u64::MAX];
+    let mut l2 = l.clone();
+    l2.kernel = "kevin_regen_diff".into();
+    l2.args.push(t(1));
+    run(&m, &l2, &mut [&mut ints.clone(), &mut first]);
+    assert_eq!(first[0], u64::MAX, "the regenerated i64 draw is the same");
+    ints[5] ^= 1 << 40;
+    run(&m, &l2, &mut [&mut ints, &mut first]);
+    assert_eq!(first[0], 5, "a changed high byte of an i64 input is found");
 }
