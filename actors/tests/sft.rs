@@ -19,6 +19,28 @@ fn succeeded(run: &std::process::Output) -> String {
     stdout
 }
 
+/// `kevin sft corpus --dir DIR --out OUT --workers 2` with `extra` arguments; its stdout, after
+/// checking that it succeeded and that every variant it evaluated was correct.
+fn all_correct_corpus(dir: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "sft",
+        "corpus",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--workers",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    let stdout = succeeded(&kevin_at_root(&args));
+    assert!(
+        !stdout.contains("variants that were not correct"),
+        "{stdout}"
+    );
+    stdout
+}
+
 #[test]
 fn corpus_and_tokenizer_on_the_cpu_backend() {
     if !cpu_backend_available() {
@@ -377,24 +399,15 @@ fn staged_kernels_verify_on_the_cpu_backend() {
     );
     let out = dir.join("staged.jsonl");
     let json = dir.join("staged.json");
-    let run = kevin_at_root(&[
-        "sft",
-        "corpus",
-        "--dir",
-        tasks.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--workers",
-        "2",
-        "--breakages-per-task",
-        "1",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let stdout = succeeded(&run);
-    assert!(
-        !stdout.contains("variants that were not correct"),
-        "{stdout}"
+    let stdout = all_correct_corpus(
+        &tasks,
+        &out,
+        &[
+            "--breakages-per-task",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ],
     );
     assert!(
         stdout.contains("tasks with no kernel to learn from (no reference, outside the naive writer's shapes): 1: prod_rows"),
@@ -455,24 +468,10 @@ fn new_constructs_verify_on_the_cpu_backend() {
         task_file(&tasks, name, program, sizes);
     }
     let out = dir.join("new.jsonl");
-    let run = kevin_at_root(&[
-        "sft",
-        "corpus",
-        "--dir",
-        tasks.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--workers",
-        "2",
-        "--breakages-per-task",
-        "0",
-        "--chains-per-task",
-        "0",
-    ]);
-    let stdout = succeeded(&run);
-    assert!(
-        !stdout.contains("variants that were not correct"),
-        "{stdout}"
+    let stdout = all_correct_corpus(
+        &tasks,
+        &out,
+        &["--breakages-per-task", "0", "--chains-per-task", "0"],
     );
     assert!(!stdout.contains("tasks with no kernel"), "{stdout}");
     let examples = read_jsonl(&out).unwrap();
@@ -601,23 +600,7 @@ fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
     // The imported tasks run end to end: naive kernels compiled and verified against their
     // fp64 references by the CPU backend.
     let corpus = dir.join("kb.jsonl");
-    let run = kevin_at_root(&[
-        "sft",
-        "corpus",
-        "--dir",
-        out.to_str().unwrap(),
-        "--out",
-        corpus.to_str().unwrap(),
-        "--workers",
-        "2",
-        "--breakages-per-task",
-        "0",
-    ]);
-    let stdout = succeeded(&run);
-    assert!(
-        !stdout.contains("variants that were not correct"),
-        "{stdout}"
-    );
+    let stdout = all_correct_corpus(&out, &corpus, &["--breakages-per-task", "0"]);
     let examples = read_jsonl(&corpus).unwrap();
     let covered: std::collections::BTreeSet<&str> =
         examples.iter().map(|e| e.task.as_str()).collect();

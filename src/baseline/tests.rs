@@ -494,20 +494,27 @@ fn assert_f64_mirrors_native(native: &EagerPlan, f64: &EagerPlan, what: &str) {
     }
 }
 
+/// The tasks whose plans the plan tests cover: `tasks/`, `tests/data/baseline/`, and the folder
+/// in `KEVIN_BASELINE_DUMP_TASKS` when set (a KernelBench import, say).
+fn plan_tasks() -> Vec<crate::tasks::Task> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
+    let mut tasks = suite().tasks().to_vec();
+    tasks.extend_from_slice(fixtures.tasks());
+    if let Ok(d) = std::env::var("KEVIN_BASELINE_DUMP_TASKS") {
+        tasks.extend_from_slice(
+            TaskSuite::load(&d)
+                .unwrap_or_else(|e| panic!("{d}: {e}"))
+                .tasks(),
+        );
+    }
+    tasks
+}
+
 #[test]
 fn f64_plans_mirror_native_plans_for_every_task() {
     let known: BTreeSet<String> = kernel_names().into_iter().collect();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
-    // KEVIN_BASELINE_DUMP_TASKS: one more task folder (a KernelBench import, say).
-    let extra = match std::env::var("KEVIN_BASELINE_DUMP_TASKS") {
-        Ok(d) => TaskSuite::load(&d)
-            .unwrap_or_else(|e| panic!("{d}: {e}"))
-            .tasks()
-            .to_vec(),
-        Err(_) => Vec::new(),
-    };
-    for task in suite().tasks().iter().chain(fixtures.tasks()).chain(&extra) {
+    for task in &plan_tasks() {
         for preset in [Preset::Small, Preset::Gpu] {
             let native = lower(task, preset).unwrap_or_else(|e| panic!("{e}"));
             let f64 = lower_f64(task, preset).unwrap_or_else(|e| panic!("{e}"));
@@ -629,17 +636,7 @@ fn dump_plans() {
         std::fs::create_dir_all(d).unwrap();
         std::fs::write(format!("{d}/kernels.cu"), SOURCE).unwrap();
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
-    // KEVIN_BASELINE_DUMP_TASKS: one more task folder (a KernelBench import, say).
-    let extra = match std::env::var("KEVIN_BASELINE_DUMP_TASKS") {
-        Ok(d) => TaskSuite::load(&d)
-            .unwrap_or_else(|e| panic!("{d}: {e}"))
-            .tasks()
-            .to_vec(),
-        Err(_) => Vec::new(),
-    };
-    for task in suite().tasks().iter().chain(fixtures.tasks()).chain(&extra) {
+    for task in &plan_tasks() {
         for (preset, name) in [(Preset::Small, "small"), (Preset::Gpu, "gpu")] {
             let plan = lower(task, preset).unwrap_or_else(|e| panic!("{e}"));
             let j = serde_json::json!({

@@ -278,7 +278,10 @@ fn harness_kernels_follow_the_protocol_rules() {
     run(&m, &l, &mut [&mut ints]);
     let v: Vec<i64> = ints.iter().map(|&w| w as i64).collect();
     assert!(v.iter().all(|x| (-3..=3).contains(x)), "{v:?}");
-    assert!((-3..=3).all(|k| v.contains(&k)), "every integer in range is drawn");
+    assert!(
+        (-3..=3).all(|k| v.contains(&k)),
+        "every integer in range is drawn"
+    );
     let mut first = [u64::MAX];
     let mut l2 = l.clone();
     l2.kernel = "kevin_regen_diff".into();
