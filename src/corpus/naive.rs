@@ -15,8 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::scalar::{float_lit, long_product, Render};
-use crate::ops::ast::{collect_vars, BinOp, Dim, Expr, Op, ReduceKind};
+use super::scalar::{float_lit, long_product, shape_over, squeezed, Render};
+use crate::ops::ast::{BinOp, Dim, Expr, Op, ReduceKind};
 use crate::ops::Dtype;
 use crate::tasks::Task;
 
@@ -106,7 +106,8 @@ fn rename_program(
         s.iter()
             .map(|d| match d {
                 Dim::Sym(s) => Dim::Sym(name(s)),
-                d => d.clone(),
+                Dim::Expr(p) => Dim::Expr(p.rename(&mut |s| name(s))),
+                Dim::Lit(v) => Dim::Lit(*v),
             })
             .collect()
     };
@@ -956,8 +957,6 @@ impl<'a> Ctx<'a> {
         // One thread (or block, or warp) per reduced value: the output must be the reduction's
         // shape (up to extents of 1, which a view adds or removes), not a larger one its result
         // is broadcast back over (`x / mean(x, keepdim)` is a kernel per stage).
-        let squeezed =
-            |s: &[Dim]| -> Vec<Dim> { s.iter().filter(|d| **d != Dim::Lit(1)).cloned().collect() };
         if squeezed(self.out_shape()) != squeezed(&self.iteration_shape(red)?) {
             return None;
         }
@@ -1178,15 +1177,7 @@ impl<'a> Ctx<'a> {
     /// The shape an elementwise expression iterates over: its own (its tensors broadcast
     /// together, through any views).
     fn iteration_shape(&self, e: &Expr) -> Option<Vec<Dim>> {
-        let mut vars = BTreeSet::new();
-        collect_vars(e, &mut vars);
-        if !vars
-            .iter()
-            .all(|v| self.shapes.contains_key(v) || self.consts.contains_key(v))
-        {
-            return None;
-        }
-        crate::ops::expr_shape(e, &|n| self.shapes.get(n).cloned()).ok()
+        shape_over(e, &self.shapes, &self.consts)
     }
 
     // ---- row-wise operations: softmax, norms, cumsum ------------------------------------------

@@ -206,13 +206,7 @@ impl<'c> Render<'c> {
 
     /// The shape of `e` (None when it reads a name this renderer does not know).
     fn shape_of(&self, e: &Expr) -> Option<Vec<Dim>> {
-        let known = |n: &str| self.shapes.contains_key(n) || self.consts.contains_key(n);
-        let mut names = std::collections::BTreeSet::new();
-        crate::ops::ast::collect_vars(e, &mut names);
-        if !names.iter().all(|n| known(n)) {
-            return None;
-        }
-        crate::ops::expr_shape(e, &|n| self.shapes.get(n).cloned()).ok()
+        shape_over(e, self.shapes, self.consts)
     }
 
     /// `unsqueeze(x)` or `squeeze(x)` (`view`, of shape `vs`): the same elements in the same
@@ -222,8 +216,6 @@ impl<'c> Render<'c> {
     fn view(&mut self, view: &Expr, x: &Expr) -> Option<String> {
         let vs = self.shape_of(view)?;
         let xs = self.shape_of(x)?;
-        let squeezed =
-            |s: &[Dim]| -> Vec<Dim> { s.iter().filter(|d| **d != Dim::Lit(1)).cloned().collect() };
         let index = if squeezed(&vs) == squeezed(&self.shape) {
             self.index.clone()
         } else {
@@ -386,4 +378,27 @@ impl<'c> Render<'c> {
         };
         self.helper(&name, body)
     }
+}
+
+/// The shape of `e` over tensors of `shapes` and scalar `consts` (None when it reads another
+/// name, or its shapes do not combine).
+pub(super) fn shape_over(
+    e: &Expr,
+    shapes: &BTreeMap<String, Vec<Dim>>,
+    consts: &BTreeMap<String, f64>,
+) -> Option<Vec<Dim>> {
+    let mut names = std::collections::BTreeSet::new();
+    crate::ops::ast::collect_vars(e, &mut names);
+    if !names
+        .iter()
+        .all(|n| shapes.contains_key(n) || consts.contains_key(n))
+    {
+        return None;
+    }
+    crate::ops::expr_shape(e, &|n| shapes.get(n).cloned()).ok()
+}
+
+/// `s` without its extents of 1: the shapes a view (unsqueeze, squeeze) moves between.
+pub(super) fn squeezed(s: &[Dim]) -> Vec<Dim> {
+    s.iter().filter(|d| **d != Dim::Lit(1)).cloned().collect()
 }

@@ -41,12 +41,23 @@ fn plain_rhs(e: &Expr) -> bool {
 
 /// Core operations in `e`.
 fn cores(e: &Expr) -> usize {
+    cores_with(e, &|_| 0)
+}
+
+/// Core operations in `e`, where `chain(x)` > 1 says that `x` begins that many nested
+/// reductions one kernel computes, counted once.
+fn cores_with(e: &Expr, chain: &dyn Fn(&Expr) -> usize) -> usize {
+    let depth = chain(e);
+    if depth > 1 {
+        return 1 + cores_with(innermost(e, depth), chain);
+    }
+    let count = |x: &Expr| cores_with(x, chain);
     usize::from(is_core(e))
         + match e {
-            Expr::Binary(BinOp::MatMul, a, b) => cores(a) + if plain_rhs(b) { 0 } else { cores(b) },
-            Expr::Binary(_, a, b) => cores(a) + cores(b),
-            Expr::Neg(a) => cores(a),
-            Expr::Call { args, .. } => args.iter().map(cores).sum(),
+            Expr::Binary(BinOp::MatMul, a, b) => count(a) + if plain_rhs(b) { 0 } else { count(b) },
+            Expr::Binary(_, a, b) => count(a) + count(b),
+            Expr::Neg(a) => count(a),
+            Expr::Call { args, .. } => args.iter().map(count).sum(),
             _ => 0,
         }
 }
@@ -216,21 +227,7 @@ impl Lowering<'_, '_> {
 
     /// Core operations in `e`, reductions that one kernel computes together counted once.
     fn cores(&self, e: &Expr) -> usize {
-        match self.chain(e) {
-            d if d > 1 => 1 + self.cores(innermost(e, d)),
-            _ => {
-                usize::from(is_core(e))
-                    + match e {
-                        Expr::Binary(BinOp::MatMul, a, b) => {
-                            self.cores(a) + if plain_rhs(b) { 0 } else { self.cores(b) }
-                        }
-                        Expr::Binary(_, a, b) => self.cores(a) + self.cores(b),
-                        Expr::Neg(a) => self.cores(a),
-                        Expr::Call { args, .. } => args.iter().map(|a| self.cores(a)).sum(),
-                        _ => 0,
-                    }
-            }
-        }
+        cores_with(e, &|x| self.chain(x))
     }
 
     /// `e` with inner stages split off, so that it holds at most one core operation.
