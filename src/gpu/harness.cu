@@ -95,16 +95,21 @@ __device__ __forceinline__ u64 kv_generated_bits(float v, int dtype) {
 __device__ __forceinline__ double kv_generated_value(float v, int dtype) {
     if (dtype == 0) return (double)v;
     if (dtype == 1) return (double)__half2float(__float2half_rn(v));
-    if (dtype == 3) return (double)rintf(v);
     return (double)__bfloat162float(__float2bfloat16_rn(v));
 }
 
-// kevin_generate's elements offset .. offset + n, rounded to dtype and stored as f64: the
-// reference's inputs without a task-dtype copy (the same values as kevin_generate + kevin_widen).
+// kevin_generate's elements offset .. offset + n as the fp64 reference plan stores them: a float
+// dtype's rounded value as f64 (the same values as kevin_generate + kevin_widen, without a
+// task-dtype copy); an i64 (dtype 3) as itself, since the reference plan keeps i64 buffers i64.
 extern "C" __global__ void kevin_generate_wide(double* out, u64 n, u64 offset, u64 seed, int kind, float a, float b,
                                                float c, int dtype) {
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-        out[i] = kv_generated_value(kv_draw(seed, offset + i, kind, a, b, c), dtype);
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        float v = kv_draw(seed, offset + i, kind, a, b, c);
+        if (dtype == 3)
+            ((u64*)out)[i] = kv_generated_bits(v, dtype);
+        else
+            out[i] = kv_generated_value(v, dtype);
+    }
 }
 
 // first[0] = smallest index i where input p differs from what kevin_generate wrote there (an input

@@ -47,6 +47,7 @@ const KERNELS: &[&str] = &[
     "kevin_compare",
     "kevin_generate",
     "kevin_widen",
+    "kevin_generate_wide",
 ];
 
 fn model() -> Option<Model> {
@@ -288,6 +289,14 @@ fn harness_kernels_follow_the_protocol_rules() {
     l2.args.push(t(1));
     run(&m, &l2, &mut [&mut ints.clone(), &mut first]);
     assert_eq!(first[0], u64::MAX, "the regenerated i64 draw is the same");
+    // The fp64 reference plan keeps i64 buffers i64: the wide draw of an i64 input is the same
+    // words, not doubles (a copy of it in the reference plan read double bits as integers).
+    let mut wide = vec![0u64; n as usize / 2];
+    let mut lw = l.clone();
+    lw.kernel = "kevin_generate_wide".into();
+    lw.args.insert(2, u64a(0));
+    run(&m, &lw, &mut [&mut wide]);
+    assert!(wide == ints, "the reference's i64 input is the candidate's");
     ints[5] ^= 1 << 40;
     run(&m, &l2, &mut [&mut ints, &mut first]);
     assert_eq!(first[0], 5, "a changed high byte of an i64 input is found");
