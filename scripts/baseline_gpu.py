@@ -10,7 +10,8 @@ plan asked for, this script
   * compiles kernels.cu once with CuPy's NVRTC and allocates the plan's buffers with torch;
   * draws inputs with the task's PyTorch module (`get_inputs`, on the GPU), fills every other
     buffer with NaN (i64: its minimum), runs the plan twice (kernels through CuPy; GEMMs as
-    torch.mm / bmm / mv on views of the plan's buffers, the cuBLAS calls PyTorch itself makes),
+    torch.mm / bmm / mv on views of the plan's buffers, the cuBLAS calls PyTorch itself makes;
+    convolutions as aten.convolution, the cuDNN calls PyTorch makes),
     and compares each output after each run with the module run in float64 (the task's
     tolerance; i64 exactly);
   * at the gpu preset, times the plan and the module in PyTorch eager (TF32 and reduced-precision
@@ -64,6 +65,9 @@ class Plan:
                 grid, block = tuple(k["grid"]), tuple(k["block"])
                 self.calls.append(lambda fn=fn, g=grid, b=block, a=args: fn(g, b, a))
                 self.names.append(k["kernel"])
+            elif "Conv" in step:
+                self.calls.append(self.conv(step["Conv"]))
+                self.names.append("conv")
             else:
                 self.calls.append(self.gemm(step["Gemm"]))
                 self.names.append("gemm")
@@ -85,6 +89,31 @@ class Plan:
         if bt == 1:
             return lambda: torch.mm(a[0], b[0], out=c[0])
         return lambda: torch.bmm(a, b, out=c)
+
+    def conv(self, c):
+        """A convolution step as PyTorch eager runs it (cuDNN), written into the plan's y."""
+        n, ch, f, g = c["n"], c["c"], c["f"], c["groups"]
+        sp, k, out = c["spatial"], c["kernel"], c["out"]
+
+        def view(i, shape):
+            return self.buffers[i][: int(np.prod(shape))].view(*shape)
+
+        x = view(c["x"], [n, ch, *sp])
+        wshape = [ch, f // g, *k] if c["transposed"] else [f, ch // g, *k]
+        w = view(c["w"], wshape)
+        b = None if c["bias"] is None else view(c["bias"], [f])
+        y = view(c["y"], [n, f, *out])
+        opad = [0] * len(sp)
+        if c["transposed"]:
+            opad = [
+                o - ((i - 1) * s - 2 * p + d * (kk - 1) + 1)
+                for o, i, s, p, d, kk in zip(out, sp, c["stride"], c["padding"], c["dilation"], k)
+            ]
+        args = (x, w, b, c["stride"], c["padding"], c["dilation"], c["transposed"], opad, g)
+        conv_out = getattr(torch.ops.aten.convolution, "out", None)
+        if conv_out is not None:
+            return lambda: conv_out(*args, out=y)
+        return lambda: y.copy_(torch.ops.aten.convolution(*args))
 
     def run(self):
         for c in self.calls:

@@ -130,7 +130,7 @@ fn run_f64(module: &Module, plan: &EagerPlan, inputs: &[Vec<f64>]) -> Vec<Vec<f6
 
 /// Launches every step of `plan` (GEMMs as kernels) on the buffers at `ptrs`.
 fn launch_all(module: &Module, plan: &EagerPlan, ptrs: &[*mut c_void]) {
-    let plan = plan.with_kernel_gemm();
+    let plan = plan.with_kernel_steps(true, true);
     for step in &plan.steps {
         let Step::Kernel {
             kernel,
@@ -140,7 +140,7 @@ fn launch_all(module: &Module, plan: &EagerPlan, ptrs: &[*mut c_void]) {
             args,
         } = step
         else {
-            panic!("with_kernel_gemm left a GEMM step");
+            panic!("with_kernel_steps left a library step");
         };
         let launch = ResolvedLaunch {
             line: 0,

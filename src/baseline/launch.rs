@@ -8,7 +8,7 @@
 
 use crate::ops::Dtype;
 
-use super::{Gemm, Precision, Step, StepArg};
+use super::{Conv, Gemm, Precision, Step, StepArg};
 
 /// What a kernel's buffers hold: the task dtype in a native plan, f64 for every float buffer of
 /// an F64 plan (i64 stays i64). It names the kernel's dtype suffix, sizes its vector accesses
@@ -498,34 +498,37 @@ impl Window {
     }
 }
 
-/// A direct convolution (or a transposed one, as a gather): one thread per output element of
-/// `y: [n, f, *out]`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn conv(
-    transposed: bool,
-    e: Elem,
-    (x, w, b, y): (usize, usize, Option<usize>, usize),
-    n: usize,
-    c: usize,
-    f: usize,
-    groups: usize,
-    win: &Window,
-) -> Step {
-    let total = (n * f * win.outputs()) as u64;
+/// The direct convolution kernel (or the transposed one, as a gather) that computes `c` in a
+/// plan of `precision`: one thread per output element of `y: [n, f, *out]`.
+pub(super) fn conv_kernel(c: &Conv, precision: Precision) -> Step {
+    let win = Window {
+        spatial: c.spatial.clone(),
+        kernel: c.kernel.clone(),
+        out: c.out.clone(),
+        stride: c.stride.clone(),
+        padding: c.padding.clone(),
+        dilation: c.dilation.clone(),
+    };
+    let total = (c.n * c.f * win.outputs()) as u64;
     let grid = blocks(total, EW_THREADS as u64, EW_MAX_BLOCKS);
     let mut args = vec![
-        StepArg::Buffer(x),
-        StepArg::Buffer(w),
-        StepArg::Buffer(b.unwrap_or(w)),
-        StepArg::Buffer(y),
-        n64(n),
-        n64(c),
-        n64(f),
-        n64(groups),
+        StepArg::Buffer(c.x),
+        StepArg::Buffer(c.w),
+        StepArg::Buffer(c.bias.unwrap_or(c.w)),
+        StepArg::Buffer(c.y),
+        n64(c.n),
+        n64(c.c),
+        n64(c.f),
+        n64(c.groups),
     ];
     args.extend(win.args());
-    args.push(StepArg::I32(b.is_some().into()));
-    let name = if transposed { "conv_transpose" } else { "conv" };
+    args.push(StepArg::I32(c.bias.is_some().into()));
+    let name = if c.transposed {
+        "conv_transpose"
+    } else {
+        "conv"
+    };
+    let e = Elem::new(c.dtype, precision);
     kernel(
         format!("{name}_{}", e.name()),
         [grid, 1, 1],

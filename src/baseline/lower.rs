@@ -12,7 +12,7 @@ use crate::ops::{infer_expr, normalize_axis, BinOp, Dtype, Expr, Op, Program, Re
 
 use super::launch::{self, split, Elem, STRIDED_MAX_DIMS};
 use super::strides::{broadcast_dims, contiguous_strides, merge_dims};
-use super::{BaselineError, BufferDecl, EagerPlan, Gemm, Precision, Step};
+use super::{BaselineError, BufferDecl, Conv, EagerPlan, Gemm, Precision, Step};
 
 /// A tensor value: a contiguous row-major buffer.
 #[derive(Clone, Debug)]
@@ -475,20 +475,25 @@ impl Lowerer<'_> {
                 let x = self.cast(x, dtype);
                 let w = self.cast(w, dtype);
                 let b = b.map(|b| self.cast(b, dtype));
-                let win = launch::Window {
+                let y = self.alloc(dest, dtype, &shape);
+                self.steps.push(Step::Conv(Conv {
+                    dtype,
+                    transposed,
+                    x: x.buf,
+                    w: w.buf,
+                    bias: b.map(|b| b.buf),
+                    y: y.buf,
+                    n: x.shape[0],
+                    c: x.shape[1],
+                    f: shape[1],
+                    groups,
                     spatial: x.shape[2..].to_vec(),
                     kernel: w.shape[2..].to_vec(),
                     out: shape[2..].to_vec(),
                     stride: stride.clone(),
                     padding: padding.clone(),
                     dilation: dilation.clone(),
-                };
-                let y = self.alloc(dest, dtype, &shape);
-                let bufs = (x.buf, w.buf, b.map(|b| b.buf), y.buf);
-                let (n, c, f) = (x.shape[0], x.shape[1], shape[1]);
-                let e = self.elem(dtype);
-                let step = launch::conv(transposed, e, bufs, n, c, f, groups, &win);
-                self.steps.push(step);
+                }));
                 Ok(y)
             }
             Op::ChannelNorm {

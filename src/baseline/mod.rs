@@ -28,8 +28,10 @@
 //! but a matmul is copied first (PyTorch would read the view in the next op).
 //! `benches/results/baseline-h200-*.md` has the measured fidelity per task.
 //!
-//! [`EagerPlan::with_kernel_gemm`] replaces the GEMM steps by launches of a plain tiled GEMM of
-//! [`SOURCE`]: what the CPU device model runs, and the GPU fallback when cuBLAS cannot be loaded.
+//! Convolutions are [`Step::Conv`]: cuDNN on the GPU, as PyTorch eager calls it.
+//! [`EagerPlan::with_kernel_steps`] replaces the GEMM and convolution steps by launches of a
+//! plain tiled GEMM and a direct convolution of [`SOURCE`]: what the CPU device model runs, and
+//! the GPU fallback when cuBLAS or cuDNN cannot be loaded.
 //!
 //! [`lower_f64`] lowers the same program as a [`Precision::F64`] plan: the correctness
 //! protocol's reference on the GPU, where the fp64 interpreter is too slow and the fp32 baseline
@@ -37,7 +39,8 @@
 //! It has the native plan's buffers and steps one for one (`tests.rs` checks it on every task);
 //! every float buffer is stored as f64, every float kernel is its `_f64` instantiation (the
 //! kernels are templates over an "opmath" type, float or double), scalar parameters are
-//! `double`, GEMMs are DGEMMs (f64 tiled kernel under `with_kernel_gemm`) and a cast between
+//! `double`, GEMMs are DGEMMs (f64 tiled kernel under `with_kernel_steps`), convolutions are always the
+//! direct f64 kernel and a cast between
 //! float dtypes is a copy, so nothing is ever rounded to f16/bf16. The double definitions are
 //! the interpreter's (`ops/kernels.rs`), NaN rules included, so an F64 plan computes what
 //! `Task::reference` computes, up to the order of operations and the libm: within 1e-9 relative
@@ -129,6 +132,51 @@ pub enum Step {
     /// plan f32 runs as plain fp32 sgemm (no TF32, like torch's default) and f16/bf16 accumulate
     /// in f32; in an F64 plan every GEMM is a DGEMM, whatever its `dtype`.
     Gemm(Gemm),
+    /// A convolution, or a transposed one, as PyTorch eager runs it: cuDNN in a native plan
+    /// where the worker loads libcudnn (a forward or backward-data convolution, then the bias
+    /// added by `cudnnAddTensor`); the direct `conv_<dtype>` / `conv_transpose_<dtype>` kernel of
+    /// [`SOURCE`] in an F64 plan, on the CPU device model and where cuDNN is missing.
+    Conv(Conv),
+}
+
+/// A convolution step; see [`Step::Conv`]. Spatial vectors have one entry per spatial axis
+/// (1 to 3), in the task's order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Conv {
+    /// Element type of x, w, bias and y in the task (stored as f64 in an F64 plan).
+    #[serde(with = "dtype_serde")]
+    pub dtype: Dtype,
+    /// A transposed convolution (PyTorch's `conv_transpose*d`; w is `[c, f / groups, *kernel]`),
+    /// else w is `[f, c / groups, *kernel]`.
+    pub transposed: bool,
+    /// Buffer index of x: `[n, c, *spatial]`.
+    pub x: usize,
+    /// Buffer index of the weight.
+    pub w: usize,
+    /// Buffer index of the bias `[f]`, if any.
+    pub bias: Option<usize>,
+    /// Buffer index of y: `[n, f, *out]`.
+    pub y: usize,
+    /// Batch.
+    pub n: usize,
+    /// Input channels.
+    pub c: usize,
+    /// Output channels.
+    pub f: usize,
+    /// Channel groups.
+    pub groups: usize,
+    /// Input extents.
+    pub spatial: Vec<usize>,
+    /// Window extents.
+    pub kernel: Vec<usize>,
+    /// Output extents.
+    pub out: Vec<usize>,
+    /// Stride per axis.
+    pub stride: Vec<usize>,
+    /// Padding per axis (both sides).
+    pub padding: Vec<usize>,
+    /// Dilation per axis.
+    pub dilation: Vec<usize>,
 }
 
 /// A row-major strided-batched GEMM; see [`Step::Gemm`].
@@ -230,15 +278,18 @@ pub fn lower_f64(task: &Task, preset: Preset) -> Result<EagerPlan, BaselineError
 }
 
 impl EagerPlan {
-    /// The same plan with every [`Step::Gemm`] replaced by one launch of the tiled `gemm_<dtype>`
-    /// kernel of [`SOURCE`] (`gemm_f64` in an F64 plan): what the CPU device model runs, and the
-    /// GPU fallback without cuBLAS.
-    pub fn with_kernel_gemm(&self) -> EagerPlan {
+    /// The same plan with its library steps replaced by kevin's own kernels of [`SOURCE`]:
+    /// every [`Step::Gemm`] (if `gemm`) by one launch of the tiled `gemm_<dtype>` kernel
+    /// (`gemm_f64` in an F64 plan), every [`Step::Conv`] (if `conv`) by one launch of the direct
+    /// convolution kernel. Both: what the CPU device model runs; either: the GPU's fallback
+    /// without cuBLAS or cuDNN.
+    pub fn with_kernel_steps(&self, gemm: bool, conv: bool) -> EagerPlan {
         let steps = self
             .steps
             .iter()
             .map(|s| match s {
-                Step::Gemm(g) => launch::gemm_kernel(g, self.precision),
+                Step::Gemm(g) if gemm => launch::gemm_kernel(g, self.precision),
+                Step::Conv(c) if conv => launch::conv_kernel(c, self.precision),
                 other => other.clone(),
             })
             .collect();

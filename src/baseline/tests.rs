@@ -19,13 +19,14 @@ fn plan_in(src: &str, sizes: &[(&str, usize)], precision: Precision) -> EagerPla
     lower::lower_program("test", &program, &sizes, precision).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Each step as its kernel name, or "gemm".
+/// Each step as its kernel name, "gemm" or "conv".
 fn kinds(p: &EagerPlan) -> Vec<String> {
     p.steps
         .iter()
         .map(|s| match s {
             Step::Kernel { kernel, .. } => kernel.clone(),
             Step::Gemm(_) => "gemm".into(),
+            Step::Conv(_) => "conv".into(),
         })
         .collect()
 }
@@ -315,7 +316,7 @@ fn kernel_gemm_replaces_gemm_steps_and_plans_round_trip() {
         &format!("{LINEAR}Y = relu(A @ W + b)"),
         &[("M", 33), ("N", 65), ("K", 17)],
     );
-    let k = p.with_kernel_gemm();
+    let k = p.with_kernel_steps(true, true);
     assert_eq!(k.buffers, p.buffers);
     let Step::Kernel {
         kernel,
@@ -441,8 +442,8 @@ fn assert_f64_mirrors_native(native: &EagerPlan, f64: &EagerPlan, what: &str) {
             },
         ) = (n, f)
         else {
-            assert_eq!(n, f, "{at}: GEMMs keep their description");
-            assert!(matches!(n, Step::Gemm(_)), "{at}");
+            assert_eq!(n, f, "{at}: GEMMs and convolutions keep their description");
+            assert!(matches!(n, Step::Gemm(_) | Step::Conv(_)), "{at}");
             continue;
         };
         assert_eq!(an.len(), af.len(), "{at}");
@@ -519,7 +520,7 @@ fn f64_plans_mirror_native_plans_for_every_task() {
             let native = lower(task, preset).unwrap_or_else(|e| panic!("{e}"));
             let f64 = lower_f64(task, preset).unwrap_or_else(|e| panic!("{e}"));
             assert_f64_mirrors_native(&native, &f64, &task.name);
-            let kernels = f64.with_kernel_gemm();
+            let kernels = f64.with_kernel_steps(true, true);
             assert_eq!(kernels.precision, Precision::F64);
             for k in kinds(&kernels) {
                 assert!(known.contains(&k), "{}: unknown kernel {k}", task.name);
@@ -613,7 +614,7 @@ fn f64_gemms_run_as_f64_kernels_and_plans_round_trip() {
         Dtype::F32,
         "the task's dtype, as information"
     );
-    let k = p.with_kernel_gemm();
+    let k = p.with_kernel_steps(true, true);
     assert_eq!(
         kinds(&k),
         ["gemm_f64", "binary_add_bcast_f64", "unary_relu_f64"]

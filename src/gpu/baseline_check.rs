@@ -117,6 +117,12 @@ pub fn check_baseline(
     Ok(BaselineCheck {
         steps: bufs.plan.steps.len(),
         cublas: h.blas_in_use(),
+        cudnn_convs: bufs
+            .plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s, crate::baseline::Step::Conv(_)))
+            .count(),
         max_error_ratio: max_ratio,
         first_failure,
         reference_max_error_ratio: ref_ratio,

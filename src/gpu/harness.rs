@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use cudarc::driver::sys::CUfunction;
 
-use crate::baseline::{EagerPlan, Precision, Step, StepArg};
+use crate::baseline::{Conv, EagerPlan, Precision, Step, StepArg};
 use crate::ops::round::{bf16_from_bits, f16_from_bits};
 use crate::ops::Dtype;
 use crate::tasks::InputDist;
@@ -15,6 +15,7 @@ use crate::verify::buffer::{dtype_size, BF16_FILL, F16_FILL, F32_FILL, I64_FILL}
 
 use super::blas::{Blas, GemmCall};
 use super::device::{allow_dynamic_smem, ArgPack, DevBuf, Gpu, GpuError, GpuModule};
+use super::dnn::Dnn;
 use super::{mask_stream, HARNESS_KERNELS};
 
 /// Bytes after every task tensor, filled with [`CANARY`] before a run: a kernel that writes a
@@ -50,11 +51,14 @@ pub struct Harness {
     pub(super) bmod: GpuModule,
     pub(super) bfns: HashMap<String, CUfunction>,
     pub(super) blas: Option<Result<Blas, String>>,
+    pub(super) dnn: Option<Result<Dnn, String>>,
     pub(super) flush: DevBuf,
     pub(super) flush_value: u32,
     pub(super) stats: DevBuf,
     /// Fallback plans (GEMMs as kevin's kernel) when cuBLAS is missing.
     pub(super) use_blas: bool,
+    /// Fallback plans (convolutions as kevin's direct kernel) when cuDNN is missing.
+    pub(super) use_dnn: bool,
 }
 
 impl Harness {
@@ -83,10 +87,12 @@ impl Harness {
             bmod,
             bfns: HashMap::new(),
             blas: None,
+            dnn: None,
             flush,
             flush_value: 0,
             stats,
             use_blas: std::env::var_os("KEVIN_NO_CUBLAS").is_none(),
+            use_dnn: std::env::var_os("KEVIN_NO_CUDNN").is_none(),
         })
     }
 
@@ -105,6 +111,19 @@ impl Harness {
         self.blas
             .get_or_insert_with(|| Blas::new(stream).map_err(|e| e.to_string()))
             .as_ref()
+            .map_err(|e| e.clone())
+    }
+
+    /// Whether the baseline's convolutions go through cuDNN (else kevin's direct kernel).
+    pub fn dnn_in_use(&mut self) -> bool {
+        self.use_dnn && self.dnn().is_ok()
+    }
+
+    pub(super) fn dnn(&mut self) -> Result<&mut Dnn, String> {
+        let stream = self.gpu.stream();
+        self.dnn
+            .get_or_insert_with(|| Dnn::new(stream).map_err(|e| e.to_string()))
+            .as_mut()
             .map_err(|e| e.clone())
     }
 
@@ -432,6 +451,25 @@ impl Harness {
                         .gemm(&call)
                         .map_err(|e| fail(e.to_string()))?;
                 }
+                Step::Conv(c) => {
+                    let ptr = |i: usize| {
+                        ptrs.get(i)
+                            .copied()
+                            .ok_or_else(|| fail(format!("buffer {i} out of range")))
+                    };
+                    let at = (
+                        ptr(c.x)?,
+                        ptr(c.w)?,
+                        c.bias.map(ptr).transpose()?,
+                        ptr(c.y)?,
+                    );
+                    let gpu = &self.gpu;
+                    let dnn = match self.dnn.as_mut() {
+                        Some(Ok(d)) => d,
+                        _ => return Err(fail("a cuDNN step without cuDNN loaded".into())),
+                    };
+                    dnn.conv(gpu, c, at).map_err(|e| fail(e.to_string()))?;
+                }
             }
         }
         Ok(())
@@ -448,17 +486,39 @@ impl Harness {
     }
 
     /// A lowered plan as this worker runs it: GEMMs through cuBLAS when it loads, else kevin's
-    /// own GEMM kernel.
+    /// own GEMM kernel; a native plan's convolutions through cuDNN when it loads and takes them,
+    /// else (and in the fp64 reference plan) kevin's direct convolution kernel.
     pub(super) fn runnable(
         &mut self,
         lowered: Result<EagerPlan, crate::baseline::BaselineError>,
     ) -> Result<EagerPlan, String> {
         let plan = lowered.map_err(|e| e.to_string())?;
-        Ok(if self.blas_in_use() {
-            plan
-        } else {
-            plan.with_kernel_gemm()
-        })
+        let gemm_kernel = !self.blas_in_use();
+        let convs: Vec<&Conv> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Conv(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let conv_kernel = plan.precision == Precision::F64
+            || convs.iter().any(|c| !Dnn::takes(c))
+            || (!convs.is_empty() && !self.dnn_ready(&convs));
+        Ok(plan.with_kernel_steps(gemm_kernel, conv_kernel))
+    }
+
+    /// Whether cuDNN is in use and has every convolution of `convs` ready (descriptors,
+    /// algorithm, workspace); one it cannot take sends the plan's convolutions to kevin's kernel.
+    fn dnn_ready(&mut self, convs: &[&Conv]) -> bool {
+        if !self.dnn_in_use() {
+            return false;
+        }
+        let gpu = &self.gpu;
+        let Some(Ok(dnn)) = self.dnn.as_mut() else {
+            return false;
+        };
+        convs.iter().all(|c| dnn.ready(gpu, c).is_ok())
     }
 }
 

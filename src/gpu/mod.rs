@@ -5,7 +5,9 @@
 //! - [`harness.cu`](HARNESS_SOURCE): trusted kernels that generate inputs on the device, fill
 //!   outputs with their NaN patterns, mask references, check inputs against their generator, and
 //!   compare.
-//! - [`blas`]: cuBLAS (the only library the baseline may call) for the eager baseline's GEMMs.
+//! - [`blas`]: cuBLAS for the eager baseline's GEMMs; [`dnn`]: cuDNN for its convolutions (the
+//!   only libraries the baseline calls, both loaded at run time, both optional: without them
+//!   the baseline runs kevin's own GEMM and convolution kernels).
 //! - [`fault`]: sticky faults that poison the worker's context, and how a GPU error becomes the
 //!   candidate's failure.
 //! - [`harness`]: the worker's state ([`harness::Harness`]: its GPU, the harness kernels, the
@@ -60,6 +62,7 @@ pub mod blas;
 pub mod buffers;
 pub mod candidate;
 pub mod device;
+pub mod dnn;
 pub mod fault;
 pub mod harness;
 pub mod lease;

@@ -88,6 +88,9 @@ pub struct BaselineCheck {
     pub steps: usize,
     /// Whether GEMMs went through cuBLAS.
     pub cublas: bool,
+    /// Convolutions of the plan that went through cuDNN (the rest ran kevin's direct kernel).
+    #[serde(default)]
+    pub cudnn_convs: usize,
     /// Largest error / tolerance bound over all outputs (at most 1 when within tolerance).
     pub max_error_ratio: f64,
     /// The first element out of tolerance, if any: "Y[12]: expected 1.5, got 1.7".

@@ -1,0 +1,510 @@
+//! cuDNN for the eager baseline's convolutions, as PyTorch eager calls it: a forward convolution
+//! (or, for a transposed one, the backward-data convolution) on the worker's stream, with the
+//! algorithm cuDNN's heuristics rank first (`*_v7`, PyTorch's choice with
+//! `torch.backends.cudnn.benchmark = False`), then the bias added by `cudnnAddTensor`. f32
+//! convolutions run without TF32 (`CUDNN_FMA_MATH`, as with `torch.backends.cudnn.allow_tf32 =
+//! False`: a TF32 convolution would not meet the tasks' fp32 tolerance); f16 and bf16 ones on
+//! tensor cores with f32 accumulation, as PyTorch runs them. 1-D convolutions run as 2-D ones
+//! over a unit axis, as PyTorch does.
+//!
+//! Descriptors and the chosen algorithm are made once per convolution shape and kept; the
+//! workspace is one device buffer per worker, grown to the largest algorithm's need.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void, CStr};
+
+use cudarc::cudnn::sys as dn;
+use cudarc::driver::sys as drv;
+
+use crate::baseline::Conv;
+use crate::ops::Dtype;
+
+use super::device::{DevBuf, Gpu};
+
+/// The largest workspace an algorithm may ask for; costlier algorithms are passed over, as
+/// PyTorch passes over those that do not fit in free memory.
+const MAX_WORKSPACE: usize = 1 << 30;
+
+/// Why cuDNN could not be used or a call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cuDNN {call}: {status}")]
+pub struct DnnError {
+    /// The call.
+    pub call: String,
+    /// Its status.
+    pub status: String,
+}
+
+fn status(call: &str, s: dn::cudnnStatus_t) -> Result<(), DnnError> {
+    if s == dn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+        return Ok(());
+    }
+    // SAFETY: cudnnGetErrorString returns a static NUL-terminated string for any status.
+    let text = unsafe { CStr::from_ptr(dn::cudnnGetErrorString(s)) };
+    Err(DnnError {
+        call: call.to_string(),
+        status: text.to_string_lossy().into_owned(),
+    })
+}
+
+fn err(call: &str, status: impl Into<String>) -> DnnError {
+    DnnError {
+        call: call.to_string(),
+        status: status.into(),
+    }
+}
+
+/// The descriptors and algorithm of one convolution shape.
+struct Prepared {
+    x: dn::cudnnTensorDescriptor_t,
+    y: dn::cudnnTensorDescriptor_t,
+    bias: dn::cudnnTensorDescriptor_t,
+    w: dn::cudnnFilterDescriptor_t,
+    conv: dn::cudnnConvolutionDescriptor_t,
+    algo: Algo,
+    workspace: usize,
+}
+
+/// The chosen algorithm of a forward or (transposed convolution) backward-data convolution.
+#[derive(Clone, Copy)]
+enum Algo {
+    Forward(dn::cudnnConvolutionFwdAlgo_t),
+    BackwardData(dn::cudnnConvolutionBwdDataAlgo_t),
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // SAFETY: each non-null descriptor was created by `make` and is destroyed once, here.
+        unsafe {
+            for t in [self.x, self.y, self.bias] {
+                if !t.is_null() {
+                    dn::cudnnDestroyTensorDescriptor(t);
+                }
+            }
+            if !self.w.is_null() {
+                dn::cudnnDestroyFilterDescriptor(self.w);
+            }
+            if !self.conv.is_null() {
+                dn::cudnnDestroyConvolutionDescriptor(self.conv);
+            }
+        }
+    }
+}
+
+/// A cuDNN handle bound to one stream, with the shapes it has prepared.
+pub struct Dnn {
+    handle: dn::cudnnHandle_t,
+    prepared: HashMap<String, Prepared>,
+    workspace: Option<DevBuf>,
+}
+
+impl Drop for Dnn {
+    fn drop(&mut self) {
+        self.prepared.clear();
+        // SAFETY: the handle was created in `new` and is destroyed once, after its descriptors.
+        unsafe { dn::cudnnDestroy(self.handle) };
+    }
+}
+
+/// The cuDNN storage type of a task dtype.
+fn data_type(d: Dtype) -> Result<dn::cudnnDataType_t, DnnError> {
+    Ok(match d {
+        Dtype::F32 => dn::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        Dtype::F16 => dn::cudnnDataType_t::CUDNN_DATA_HALF,
+        Dtype::Bf16 => dn::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+        other => {
+            return Err(err(
+                "data type",
+                format!("no convolution in {}", other.name()),
+            ))
+        }
+    })
+}
+
+/// Packed (row-major) strides of `dims`.
+fn packed(dims: &[c_int]) -> Vec<c_int> {
+    let mut strides = vec![1; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * dims[i + 1];
+    }
+    strides
+}
+
+fn int(v: usize, what: &str) -> Result<c_int, DnnError> {
+    c_int::try_from(v).map_err(|_| err("shape", format!("{what} {v} exceeds a C int")))
+}
+
+fn ints(v: &[usize], what: &str) -> Result<Vec<c_int>, DnnError> {
+    v.iter().map(|&x| int(x, what)).collect()
+}
+
+/// The convolution's spatial vectors with a leading unit axis for a 1-D one (cuDNN's
+/// convolutions take 4-D or 5-D tensors).
+struct Geometry {
+    spatial: Vec<usize>,
+    kernel: Vec<usize>,
+    out: Vec<usize>,
+    stride: Vec<usize>,
+    padding: Vec<usize>,
+    dilation: Vec<usize>,
+}
+
+fn geometry(c: &Conv) -> Geometry {
+    let lift = |v: &[usize], unit: usize| {
+        let mut out = if v.len() == 1 { vec![unit] } else { Vec::new() };
+        out.extend(v);
+        out
+    };
+    Geometry {
+        spatial: lift(&c.spatial, 1),
+        kernel: lift(&c.kernel, 1),
+        out: lift(&c.out, 1),
+        stride: lift(&c.stride, 1),
+        padding: lift(&c.padding, 0),
+        dilation: lift(&c.dilation, 1),
+    }
+}
+
+/// What identifies a convolution's descriptors and algorithm (everything but its buffers).
+fn shape_key(c: &Conv) -> String {
+    format!(
+        "{}|{}|{}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        c.dtype.name(),
+        c.transposed,
+        c.n,
+        c.c,
+        c.f,
+        c.groups,
+        c.spatial,
+        c.kernel,
+        c.out,
+        c.stride,
+        c.padding,
+        c.dilation
+    )
+}
+
+/// Whether elements of `n` fit cuDNN's 32-bit indexing of one tensor.
+fn fits(n: usize) -> bool {
+    n < i32::MAX as usize
+}
+
+impl Dnn {
+    /// Whether libcudnn (version 9) can be loaded (cudarc panics on a missing library, so ask
+    /// first).
+    pub fn available() -> bool {
+        // SAFETY: only tries to dlopen the library.
+        unsafe { dn::is_culib_present() }
+    }
+
+    /// A handle whose calls run on `stream`.
+    pub fn new(stream: drv::CUstream) -> Result<Dnn, DnnError> {
+        if !Self::available() {
+            return Err(err(
+                "dlopen",
+                "libcudnn.so.9 not found on the loader path (pip's nvidia-cudnn-cu12 or a \
+                 PyTorch installation has it: add its nvidia/cudnn/lib to LD_LIBRARY_PATH)",
+            ));
+        }
+        // SAFETY: the library is present; cudnnGetVersion has no preconditions.
+        let version = unsafe { dn::cudnnGetVersion() };
+        if !(90_000..100_000).contains(&version) {
+            return Err(err(
+                "cudnnGetVersion",
+                format!("cuDNN {version} found; kevin's bindings are for cuDNN 9"),
+            ));
+        }
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the stream outlives the handle (both live in the
+        // worker's harness).
+        unsafe {
+            status("cudnnCreate", dn::cudnnCreate(&mut handle))?;
+            if let Err(e) = status(
+                "cudnnSetStream",
+                dn::cudnnSetStream(handle, stream as dn::cudaStream_t),
+            ) {
+                dn::cudnnDestroy(handle);
+                return Err(e);
+            }
+        }
+        Ok(Dnn {
+            handle,
+            prepared: HashMap::new(),
+            workspace: None,
+        })
+    }
+
+    /// Whether cuDNN takes `c` (else the direct kernel runs it): a float dtype and tensors
+    /// within its 32-bit indexing.
+    pub fn takes(c: &Conv) -> bool {
+        let prod = |v: &[usize]| v.iter().product::<usize>();
+        data_type(c.dtype).is_ok()
+            && c.groups > 0
+            && fits(c.n * c.c * prod(&c.spatial))
+            && fits(c.n * c.f * prod(&c.out))
+            && fits(c.c * c.f / c.groups * prod(&c.kernel))
+    }
+
+    /// The descriptors and algorithm of `c`'s shape, made on first use.
+    fn prepare(&mut self, c: &Conv) -> Result<&Prepared, DnnError> {
+        let key = shape_key(c);
+        if !self.prepared.contains_key(&key) {
+            let p = self.make(c)?;
+            self.prepared.insert(key.clone(), p);
+        }
+        Ok(&self.prepared[&key])
+    }
+
+    fn make(&self, c: &Conv) -> Result<Prepared, DnnError> {
+        let dt = data_type(c.dtype)?;
+        let g = geometry(c);
+        let dims = |ch: usize, sp: &[usize]| -> Result<Vec<c_int>, DnnError> {
+            let mut d = vec![int(c.n, "batch")?, int(ch, "channels")?];
+            d.extend(ints(sp, "extent")?);
+            Ok(d)
+        };
+        let xd = dims(c.c, &g.spatial)?;
+        let yd = dims(c.f, &g.out)?;
+        // PyTorch's weight layouts are cuDNN's filters: [f, c/g, k..] for a forward convolution;
+        // [c, f/g, k..] for a transposed one, which is the backward data of the forward
+        // convolution from y ([n, f, out]) to x ([n, c, spatial]).
+        let (k, per) = if c.transposed {
+            (c.c, c.f / c.groups)
+        } else {
+            (c.f, c.c / c.groups)
+        };
+        let mut wd = vec![int(k, "channels")?, int(per, "channels")?];
+        wd.extend(ints(&g.kernel, "window")?);
+        let mut bd = vec![1; xd.len()];
+        bd[1] = int(c.f, "channels")?;
+        let nd = xd.len() as c_int;
+        let mut p = Prepared {
+            x: std::ptr::null_mut(),
+            y: std::ptr::null_mut(),
+            bias: std::ptr::null_mut(),
+            w: std::ptr::null_mut(),
+            conv: std::ptr::null_mut(),
+            algo: Algo::Forward(
+                dn::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+            ),
+            workspace: 0,
+        };
+        // SAFETY: every pointer passed is to a live local vector of the length given; the
+        // descriptors are owned by `p` (destroyed by its Drop, also on an early return).
+        unsafe {
+            for (desc, d) in [(&mut p.x, &xd), (&mut p.y, &yd), (&mut p.bias, &bd)] {
+                status(
+                    "cudnnCreateTensorDescriptor",
+                    dn::cudnnCreateTensorDescriptor(desc),
+                )?;
+                status(
+                    "cudnnSetTensorNdDescriptor",
+                    dn::cudnnSetTensorNdDescriptor(*desc, dt, nd, d.as_ptr(), packed(d).as_ptr()),
+                )?;
+            }
+            status(
+                "cudnnCreateFilterDescriptor",
+                dn::cudnnCreateFilterDescriptor(&mut p.w),
+            )?;
+            status(
+                "cudnnSetFilterNdDescriptor",
+                dn::cudnnSetFilterNdDescriptor(
+                    p.w,
+                    dt,
+                    dn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                    nd,
+                    wd.as_ptr(),
+                ),
+            )?;
+            status(
+                "cudnnCreateConvolutionDescriptor",
+                dn::cudnnCreateConvolutionDescriptor(&mut p.conv),
+            )?;
+            let (pad, stride, dil) = (
+                ints(&g.padding, "padding")?,
+                ints(&g.stride, "stride")?,
+                ints(&g.dilation, "dilation")?,
+            );
+            status(
+                "cudnnSetConvolutionNdDescriptor",
+                dn::cudnnSetConvolutionNdDescriptor(
+                    p.conv,
+                    nd - 2,
+                    pad.as_ptr(),
+                    stride.as_ptr(),
+                    dil.as_ptr(),
+                    dn::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                    dn::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                ),
+            )?;
+            status(
+                "cudnnSetConvolutionGroupCount",
+                dn::cudnnSetConvolutionGroupCount(p.conv, int(c.groups, "groups")?),
+            )?;
+            let f32_math = c.dtype == Dtype::F32;
+            let wanted = if f32_math {
+                dn::cudnnMathType_t::CUDNN_FMA_MATH
+            } else {
+                dn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
+            };
+            status(
+                "cudnnSetConvolutionMathType",
+                dn::cudnnSetConvolutionMathType(p.conv, wanted),
+            )?;
+            // The heuristics' ranking: the first that succeeds, fits the workspace cap and, in
+            // f32, does not need tensor cores (TF32); f32 then runs it with FMA math, as
+            // PyTorch does without allow_tf32.
+            let allowed = |m: dn::cudnnMathType_t| {
+                !f32_math
+                    || !matches!(
+                        m,
+                        dn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
+                            | dn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                    )
+            };
+            let mut returned: c_int = 0;
+            let chosen = if c.transposed {
+                let mut perf = [std::mem::zeroed::<dn::cudnnConvolutionBwdDataAlgoPerf_t>(); 16];
+                status(
+                    "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+                    dn::cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                        self.handle,
+                        p.w,
+                        p.x,
+                        p.conv,
+                        p.y,
+                        perf.len() as c_int,
+                        &mut returned,
+                        perf.as_mut_ptr(),
+                    ),
+                )?;
+                perf[..returned.max(0) as usize]
+                    .iter()
+                    .find(|r| {
+                        r.status == dn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
+                            && r.memory <= MAX_WORKSPACE
+                            && allowed(r.mathType)
+                    })
+                    .map(|r| (Algo::BackwardData(r.algo), r.memory, r.mathType))
+            } else {
+                let mut perf = [std::mem::zeroed::<dn::cudnnConvolutionFwdAlgoPerf_t>(); 16];
+                status(
+                    "cudnnGetConvolutionForwardAlgorithm_v7",
+                    dn::cudnnGetConvolutionForwardAlgorithm_v7(
+                        self.handle,
+                        p.x,
+                        p.w,
+                        p.conv,
+                        p.y,
+                        perf.len() as c_int,
+                        &mut returned,
+                        perf.as_mut_ptr(),
+                    ),
+                )?;
+                perf[..returned.max(0) as usize]
+                    .iter()
+                    .find(|r| {
+                        r.status == dn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
+                            && r.memory <= MAX_WORKSPACE
+                            && allowed(r.mathType)
+                    })
+                    .map(|r| (Algo::Forward(r.algo), r.memory, r.mathType))
+            };
+            let (algo, workspace, math) = chosen.ok_or_else(|| {
+                err(
+                    "algorithm",
+                    format!("none of {returned} ranked algorithms applies"),
+                )
+            })?;
+            let math = if f32_math { wanted } else { math };
+            status(
+                "cudnnSetConvolutionMathType",
+                dn::cudnnSetConvolutionMathType(p.conv, math),
+            )?;
+            p.algo = algo;
+            p.workspace = workspace;
+        }
+        Ok(p)
+    }
+
+    /// Makes `c`'s descriptors, chooses its algorithm and grows the workspace to its need, so
+    /// that no run of it (a timed one included) waits for the host: called when a plan is made.
+    pub fn ready(&mut self, gpu: &Gpu, c: &Conv) -> Result<(), DnnError> {
+        let need = self.prepare(c)?.workspace;
+        if need > self.workspace.as_ref().map_or(0, DevBuf::bytes) {
+            self.workspace = None;
+            self.workspace = Some(
+                gpu.alloc(need)
+                    .map_err(|e| err("workspace", e.to_string()))?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Enqueues `c` at device addresses `x`, `w`, `bias` (if the step has one) and `y`.
+    pub fn conv(
+        &mut self,
+        gpu: &Gpu,
+        c: &Conv,
+        (x, w, bias, y): (u64, u64, Option<u64>, u64),
+    ) -> Result<(), DnnError> {
+        let key = shape_key(c);
+        self.ready(gpu, c)?;
+        let ws = self.workspace.as_ref().map_or(0, DevBuf::ptr);
+        let p = &self.prepared[&key];
+        let (one, zero) = (1.0f32, 0.0f32);
+        let alpha = (&one as *const f32).cast::<c_void>();
+        let beta = (&zero as *const f32).cast::<c_void>();
+        let ptr = |a: u64| a as usize as *mut c_void;
+        // SAFETY: the descriptors describe the plan's buffers at these addresses (allocated
+        // for the plan's shapes by the caller); the workspace holds at least `p.workspace`
+        // bytes; alpha and beta are f32 as cuDNN wants for f32/f16/bf16 data.
+        unsafe {
+            match p.algo {
+                Algo::BackwardData(algo) => status(
+                    "cudnnConvolutionBackwardData",
+                    dn::cudnnConvolutionBackwardData(
+                        self.handle,
+                        alpha,
+                        p.w,
+                        ptr(w),
+                        p.x,
+                        ptr(x),
+                        p.conv,
+                        algo,
+                        ptr(ws),
+                        p.workspace,
+                        beta,
+                        p.y,
+                        ptr(y),
+                    ),
+                )?,
+                Algo::Forward(algo) => status(
+                    "cudnnConvolutionForward",
+                    dn::cudnnConvolutionForward(
+                        self.handle,
+                        alpha,
+                        p.x,
+                        ptr(x),
+                        p.w,
+                        ptr(w),
+                        p.conv,
+                        algo,
+                        ptr(ws),
+                        p.workspace,
+                        beta,
+                        p.y,
+                        ptr(y),
+                    ),
+                )?,
+            }
+            if let Some(b) = bias {
+                status(
+                    "cudnnAddTensor",
+                    dn::cudnnAddTensor(self.handle, alpha, p.bias, ptr(b), alpha, p.y, ptr(y)),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
