@@ -375,10 +375,34 @@ impl CudaEnv {
         preset: Preset,
         seed: u64,
     ) -> Result<BaselineCheck, String> {
+        self.baseline_request(task, preset, seed, 0, false)
+    }
+
+    /// Times the baseline of `task` at `preset` (`reps` runs, L2 flushed before each; the
+    /// median in [`BaselineCheck::median_ms`]) without checking it: `kevin tasks baseline`.
+    pub fn time_baseline(
+        &self,
+        task: &str,
+        preset: Preset,
+        reps: u32,
+    ) -> Result<BaselineCheck, String> {
+        self.baseline_request(task, preset, 7, reps.max(1), true)
+    }
+
+    fn baseline_request(
+        &self,
+        task: &str,
+        preset: Preset,
+        seed: u64,
+        time_reps: u32,
+        time_only: bool,
+    ) -> Result<BaselineCheck, String> {
         let req = EvalRequest::CheckBaseline {
             task: task.to_string(),
             preset,
             seed,
+            time_reps,
+            time_only,
         };
         match self.request(&req, "verify", self.verify_timeout) {
             Ok(EvalResult::Baseline(c)) => Ok(c),

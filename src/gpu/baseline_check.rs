@@ -67,12 +67,15 @@ fn judge_all(
 
 /// Runs the baseline of `task`, and its fp64 reference plan, on one input set drawn on the
 /// device from `seed`, and compares both with the fp64 interpreter on the same (downloaded)
-/// inputs.
+/// inputs; then times `time_reps` runs of the baseline (L2 flushed before each, as the timing
+/// protocol runs it). `time_only` skips the comparisons.
 pub fn check_baseline(
     h: &mut Harness,
     task: &Task,
     preset: Preset,
     seed: u64,
+    time_reps: u32,
+    time_only: bool,
 ) -> Result<BaselineCheck, String> {
     let e = |e: GpuError| e.to_string();
     let bufs = TaskBuffers::new(h, task, preset).map_err(|e| e.to_string())?;
@@ -88,6 +91,40 @@ pub fn check_baseline(
     let ptrs = bufs.baseline_ptrs(&inputs, &outputs);
     h.run_baseline(&bufs.plan, &ptrs).map_err(e)?;
     h.gpu.sync().map_err(e)?;
+    let cudnn_convs = bufs
+        .plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s, crate::baseline::Step::Conv(_)))
+        .count();
+    let median_ms = match time_reps {
+        0 => None,
+        reps => {
+            let events = h.gpu.timer().map_err(e)?;
+            let mut ms = Vec::with_capacity(reps as usize);
+            for _ in 0..reps {
+                h.flush_l2().map_err(e)?;
+                events.start().map_err(e)?;
+                h.run_baseline(&bufs.plan, &ptrs).map_err(e)?;
+                events.stop().map_err(e)?;
+                ms.push(events.elapsed_ms().map_err(e)?);
+            }
+            ms.sort_by(f64::total_cmp);
+            Some(ms[ms.len() / 2])
+        }
+    };
+    if time_only {
+        return Ok(BaselineCheck {
+            steps: bufs.plan.steps.len(),
+            cublas: h.blas_in_use(),
+            cudnn_convs,
+            median_ms,
+            max_error_ratio: 0.0,
+            first_failure: None,
+            reference_max_error_ratio: 0.0,
+            reference_first_failure: None,
+        });
+    }
     let host_inputs = bufs.specs[..bufs.n_inputs]
         .iter()
         .zip(&inputs)
@@ -117,12 +154,8 @@ pub fn check_baseline(
     Ok(BaselineCheck {
         steps: bufs.plan.steps.len(),
         cublas: h.blas_in_use(),
-        cudnn_convs: bufs
-            .plan
-            .steps
-            .iter()
-            .filter(|s| matches!(s, crate::baseline::Step::Conv(_)))
-            .count(),
+        cudnn_convs,
+        median_ms,
         max_error_ratio: max_ratio,
         first_failure,
         reference_max_error_ratio: ref_ratio,

@@ -175,12 +175,16 @@ fn handle(h: &mut Harness, suite: &TaskSuite, req: EvalRequest, ph: &mut Phases)
                 Err(e) => EvalResult::HarnessError(e.to_string()),
             }
         }
-        EvalRequest::CheckBaseline { preset, seed, .. } => {
-            match check_baseline(h, task, preset, seed) {
-                Ok(c) => EvalResult::Baseline(c),
-                Err(e) => EvalResult::HarnessError(e),
-            }
-        }
+        EvalRequest::CheckBaseline {
+            preset,
+            seed,
+            time_reps,
+            time_only,
+            ..
+        } => match check_baseline(h, task, preset, seed, time_reps, time_only) {
+            Ok(c) => EvalResult::Baseline(c),
+            Err(e) => EvalResult::HarnessError(e),
+        },
     }
 }
 

@@ -68,6 +68,14 @@ pub enum EvalRequest {
         preset: Preset,
         /// Input seed.
         seed: u64,
+        /// Timed runs of the baseline after the check (0: none): L2 flushed before each, CUDA
+        /// events around it; the median goes to [`BaselineCheck::median_ms`].
+        #[serde(default)]
+        time_reps: u32,
+        /// Skip the comparisons with the fp64 interpreter and the reference plan (a task at
+        /// sizes whose fp64 interpretation would take minutes): time only.
+        #[serde(default)]
+        time_only: bool,
     },
 }
 
@@ -91,6 +99,9 @@ pub struct BaselineCheck {
     /// Convolutions of the plan that went through cuDNN (the rest ran kevin's direct kernel).
     #[serde(default)]
     pub cudnn_convs: usize,
+    /// Median milliseconds of the timed runs, when some were asked for.
+    #[serde(default)]
+    pub median_ms: Option<f64>,
     /// Largest error / tolerance bound over all outputs (at most 1 when within tolerance).
     pub max_error_ratio: f64,
     /// The first element out of tolerance, if any: "Y[12]: expected 1.5, got 1.7".

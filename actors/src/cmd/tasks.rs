@@ -78,6 +78,24 @@ pub enum TasksCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Time each task's eager baseline (what candidates are timed against) on GPU 0 through the
+    /// cuda workers: cuBLAS GEMMs, cuDNN convolutions, kevin's kernels for the rest; the median
+    /// of `--reps` runs, L2 flushed before each, one task at a time. For comparing the baseline
+    /// with PyTorch eager (scripts/baseline_gpu.py --time-only writes eager's times).
+    Baseline {
+        /// Tasks to time, comma-separated (default: all).
+        #[arg(long, value_delimiter = ',')]
+        tasks: Vec<String>,
+        /// "gpu" (default) or "small".
+        #[arg(long, default_value = "gpu", value_parser = ["gpu", "small"])]
+        preset: String,
+        /// Timed runs per task (at least 1).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+        reps: u32,
+        /// Also write the times as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Import KernelBench problem files as kevin tasks (held out by default): every `*.py` of
     /// SRC's `level1/`, `level2/` ... folders (or of SRC itself, at `--level`). A problem that
     /// does not import gets one line naming the construct that stopped it and its line.
@@ -162,6 +180,19 @@ pub fn run(args: Args) -> CmdResult {
                 Preset::Small
             };
             dump(&args.dir, &name, preset, seed, &out)
+        }
+        Some(TasksCommand::Baseline {
+            tasks,
+            preset,
+            reps,
+            json,
+        }) => {
+            let preset = if preset == "small" {
+                Preset::Small
+            } else {
+                Preset::Gpu
+            };
+            time_baselines(&args.dir, &tasks, preset, reps, json.as_deref())
         }
         Some(TasksCommand::ImportKernelbench {
             src,
@@ -603,4 +634,84 @@ fn dump(dir: &Path, name: &str, preset: Preset, seed: u64, out: &Path) -> Result
         "outputs": task.program.outputs.iter().zip(&outputs).map(|(d, x)| tensor(d, x)).collect::<Vec<_>>(),
     });
     write_json(out, &record)
+}
+
+/// `kevin tasks baseline`: times the eager baseline of each task in `dir` (or of `only`) on
+/// GPU 0, one at a time, printing a line per task as it comes and a summary; a task that
+/// cannot be timed gets its error on its line and the command exits non-zero at the end.
+fn time_baselines(
+    dir: &Path,
+    only: &[String],
+    preset: Preset,
+    reps: u32,
+    json: Option<&Path>,
+) -> Result<(), String> {
+    use kevin::env::cuda::CudaEnv;
+    use kevin::env::{CudaEnvConfig, KernelEnv};
+    use std::sync::Arc;
+
+    let suite = TaskSuite::load(dir).map_err(|e| format!("task suite: {e}"))?;
+    let names: Vec<String> = if only.is_empty() {
+        suite.tasks().iter().map(|t| t.name.clone()).collect()
+    } else {
+        for n in only {
+            if suite.get(n).is_none() {
+                return Err(format!("--tasks: no task `{n}` in {}", dir.display()));
+            }
+        }
+        only.to_vec()
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("locating the kevin binary: {e}"))?;
+    let cfg = CudaEnvConfig {
+        workers_per_gpu: 1,
+        compile_workers: 1,
+        verify_timeout_ms: 600_000,
+        ..CudaEnvConfig::default()
+    };
+    let env = CudaEnv::new(Arc::new(suite.clone()), dir, exe, &cfg)?;
+    eprintln!(
+        "kevin tasks baseline: {} tasks, {preset:?} preset, median of {reps} runs: {}",
+        names.len(),
+        env.describe()
+    );
+    let width = name_width(names.iter().map(String::as_str));
+    let mut rows = Vec::new();
+    let mut failed = 0;
+    for (i, name) in names.iter().enumerate() {
+        match env.time_baseline(name, preset, reps) {
+            Ok(c) => {
+                let ms = c.median_ms.unwrap_or(f64::NAN);
+                println!(
+                    "{name:width$}  {ms:10.4} ms  {:3} steps  cublas {}  cudnn convs {}   [{}/{}]",
+                    c.steps,
+                    c.cublas,
+                    c.cudnn_convs,
+                    i + 1,
+                    names.len()
+                );
+                rows.push(
+                    json!({"task": name, "median_ms": c.median_ms, "steps": c.steps,
+                    "cublas": c.cublas, "cudnn_convs": c.cudnn_convs}),
+                );
+            }
+            Err(e) => {
+                failed += 1;
+                println!("{name:width$}  ERROR {e}   [{}/{}]", i + 1, names.len());
+                rows.push(json!({"task": name, "error": e}));
+            }
+        }
+    }
+    println!("{} timed, {failed} failed", names.len() - failed);
+    if let Some(path) = json {
+        let doc = json!({"preset": format!("{preset:?}").to_lowercase(), "reps": reps,
+            "device": env.describe(), "tasks": rows});
+        write_json(path, &doc)?;
+    }
+    if failed > 0 {
+        return Err(format!(
+            "{failed} of {} baselines could not be timed",
+            names.len()
+        ));
+    }
+    Ok(())
 }
