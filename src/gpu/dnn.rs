@@ -91,9 +91,31 @@ impl Drop for Prepared {
     }
 }
 
+/// How a convolution's algorithm is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Search {
+    /// cuDNN's heuristics' first (`*_v7`): PyTorch's default (`cudnn.benchmark = False`).
+    Heuristic,
+    /// Every algorithm run once and the fastest kept (`cudnnFind*`): PyTorch with
+    /// `cudnn.benchmark = True`.
+    Measured,
+}
+
+impl Search {
+    /// From `KEVIN_CUDNN_SEARCH` ("heuristic" or "measured"); the default otherwise.
+    pub fn from_env() -> Search {
+        match std::env::var("KEVIN_CUDNN_SEARCH").as_deref() {
+            Ok("measured") => Search::Measured,
+            Ok("heuristic") => Search::Heuristic,
+            _ => Search::Heuristic,
+        }
+    }
+}
+
 /// A cuDNN handle bound to one stream, with the shapes it has prepared.
 pub struct Dnn {
     handle: dn::cudnnHandle_t,
+    search: Search,
     prepared: HashMap<String, Prepared>,
     workspace: Option<DevBuf>,
 }
@@ -229,6 +251,7 @@ impl Dnn {
         }
         Ok(Dnn {
             handle,
+            search: Search::from_env(),
             prepared: HashMap::new(),
             workspace: None,
         })
@@ -363,21 +386,39 @@ impl Dnn {
                     )
             };
             let mut returned: c_int = 0;
+            let find = self.search == Search::Measured;
             let chosen = if c.transposed {
                 let mut perf = [std::mem::zeroed::<dn::cudnnConvolutionBwdDataAlgoPerf_t>(); 16];
-                status(
-                    "cudnnGetConvolutionBackwardDataAlgorithm_v7",
-                    dn::cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                        self.handle,
-                        p.w,
-                        p.x,
-                        p.conv,
-                        p.y,
-                        perf.len() as c_int,
-                        &mut returned,
-                        perf.as_mut_ptr(),
-                    ),
-                )?;
+                let (call, s) = if find {
+                    (
+                        "cudnnFindConvolutionBackwardDataAlgorithm",
+                        dn::cudnnFindConvolutionBackwardDataAlgorithm(
+                            self.handle,
+                            p.w,
+                            p.x,
+                            p.conv,
+                            p.y,
+                            perf.len() as c_int,
+                            &mut returned,
+                            perf.as_mut_ptr(),
+                        ),
+                    )
+                } else {
+                    (
+                        "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+                        dn::cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                            self.handle,
+                            p.w,
+                            p.x,
+                            p.conv,
+                            p.y,
+                            perf.len() as c_int,
+                            &mut returned,
+                            perf.as_mut_ptr(),
+                        ),
+                    )
+                };
+                status(call, s)?;
                 perf[..returned.max(0) as usize]
                     .iter()
                     .find(|r| {
@@ -388,19 +429,36 @@ impl Dnn {
                     .map(|r| (Algo::BackwardData(r.algo), r.memory, r.mathType))
             } else {
                 let mut perf = [std::mem::zeroed::<dn::cudnnConvolutionFwdAlgoPerf_t>(); 16];
-                status(
-                    "cudnnGetConvolutionForwardAlgorithm_v7",
-                    dn::cudnnGetConvolutionForwardAlgorithm_v7(
-                        self.handle,
-                        p.x,
-                        p.w,
-                        p.conv,
-                        p.y,
-                        perf.len() as c_int,
-                        &mut returned,
-                        perf.as_mut_ptr(),
-                    ),
-                )?;
+                let (call, s) = if find {
+                    (
+                        "cudnnFindConvolutionForwardAlgorithm",
+                        dn::cudnnFindConvolutionForwardAlgorithm(
+                            self.handle,
+                            p.x,
+                            p.w,
+                            p.conv,
+                            p.y,
+                            perf.len() as c_int,
+                            &mut returned,
+                            perf.as_mut_ptr(),
+                        ),
+                    )
+                } else {
+                    (
+                        "cudnnGetConvolutionForwardAlgorithm_v7",
+                        dn::cudnnGetConvolutionForwardAlgorithm_v7(
+                            self.handle,
+                            p.x,
+                            p.w,
+                            p.conv,
+                            p.y,
+                            perf.len() as c_int,
+                            &mut returned,
+                            perf.as_mut_ptr(),
+                        ),
+                    )
+                };
+                status(call, s)?;
                 perf[..returned.max(0) as usize]
                     .iter()
                     .find(|r| {
@@ -506,5 +564,69 @@ impl Dnn {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv1d(n: usize, c: usize, len: usize) -> Conv {
+        Conv {
+            dtype: Dtype::F32,
+            transposed: false,
+            x: 0,
+            w: 1,
+            bias: None,
+            y: 2,
+            n,
+            c,
+            f: 8,
+            groups: 1,
+            spatial: vec![len],
+            kernel: vec![3],
+            out: vec![len - 2],
+            stride: vec![1],
+            padding: vec![2],
+            dilation: vec![1],
+        }
+    }
+
+    #[test]
+    fn a_1d_convolution_runs_as_2d_over_a_unit_axis() {
+        let g = geometry(&conv1d(2, 4, 100));
+        assert_eq!(g.spatial, [1, 100]);
+        assert_eq!(g.kernel, [1, 3]);
+        assert_eq!(g.out, [1, 98]);
+        assert_eq!(g.stride, [1, 1]);
+        assert_eq!(g.padding, [0, 2], "no padding on the added axis");
+        assert_eq!(g.dilation, [1, 1]);
+        assert_eq!(packed(&[2, 4, 1, 100]), [400, 100, 100, 1]);
+    }
+
+    #[test]
+    fn cudnn_takes_float_convolutions_within_32_bit_indexing() {
+        assert!(Dnn::takes(&conv1d(2, 4, 100)));
+        let mut ints = conv1d(2, 4, 100);
+        ints.dtype = Dtype::I64;
+        assert!(!Dnn::takes(&ints), "no integer convolutions");
+        assert!(
+            !Dnn::takes(&conv1d(1 << 12, 1 << 10, 1 << 10)),
+            "2^32 input elements"
+        );
+        let mut none = conv1d(2, 4, 100);
+        none.groups = 0;
+        assert!(!Dnn::takes(&none));
+    }
+
+    #[test]
+    fn shapes_key_everything_but_the_buffers() {
+        let a = conv1d(2, 4, 100);
+        let mut b = a.clone();
+        b.x = 7;
+        b.bias = Some(9);
+        assert_eq!(shape_key(&a), shape_key(&b));
+        b.padding = vec![1];
+        assert_ne!(shape_key(&a), shape_key(&b));
     }
 }
