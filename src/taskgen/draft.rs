@@ -26,6 +26,10 @@ pub enum SymRole {
     Cols,
     /// The contracted dimension of a matrix product.
     Inner,
+    /// Channels of a convolution's input or output.
+    Channels,
+    /// A spatial extent (length, height, width) of a convolution's input.
+    Spatial,
 }
 
 /// A program family.
@@ -42,16 +46,31 @@ pub enum Family {
     Matmul,
     /// A transpose between elementwise chains.
     Transpose,
+    /// A 1-D or 2-D convolution (or a transposed one) keeping its input's extent, with a bias
+    /// sometimes, then a channel norm, a same-size pooling or a per-channel scale, and an
+    /// elementwise chain: KernelBench level 2's shape. Not in the default set, so the seeds of
+    /// the committed corpora still give the same tasks: ask for it with `--families`.
+    Conv,
 }
 
 impl Family {
-    /// Every family.
+    /// The default families (what `kevin tasks generate` draws without `--families`).
     pub const ALL: [Family; 5] = [
         Family::Elementwise,
         Family::Reduce,
         Family::Row,
         Family::Matmul,
         Family::Transpose,
+    ];
+
+    /// Every family, the opt-in ones included.
+    pub const EVERY: [Family; 6] = [
+        Family::Elementwise,
+        Family::Reduce,
+        Family::Row,
+        Family::Matmul,
+        Family::Transpose,
+        Family::Conv,
     ];
 
     /// The name used in task names and on the command line.
@@ -62,12 +81,13 @@ impl Family {
             Family::Row => "row",
             Family::Matmul => "matmul",
             Family::Transpose => "transpose",
+            Family::Conv => "conv",
         }
     }
 
     /// The family called `name`.
     pub fn from_name(name: &str) -> Option<Family> {
-        Self::ALL.into_iter().find(|f| f.name() == name)
+        Self::EVERY.into_iter().find(|f| f.name() == name)
     }
 
     /// How often the generator draws it.
@@ -78,6 +98,7 @@ impl Family {
             Family::Row => 2.5,
             Family::Matmul => 3.0,
             Family::Transpose => 1.0,
+            Family::Conv => 2.0,
         }
     }
 }
@@ -202,6 +223,7 @@ pub fn draft(rng: &mut SplitMix64, family: Family, max_ops: usize) -> Draft {
         Family::Row => d.row(ops),
         Family::Matmul => d.matmul(ops),
         Family::Transpose => d.transpose(ops),
+        Family::Conv => d.conv(ops),
     };
     d.finish(family, out)
 }
@@ -933,6 +955,115 @@ impl Drafter<'_> {
         let out = Val::call(text, shape, v.lo, v.hi);
         let out = self.done(out, format!("transpose of axes {a} and {b}"));
         self.chain(out, post)
+    }
+
+    /// A convolution that keeps its input's extent (stride 1, padding half the odd window;
+    /// transposed sometimes), maybe with a bias, then maybe a channel operation (instance or
+    /// batch norm, a 3-wide max or average pooling of stride 1, a per-channel scale), then an
+    /// elementwise chain.
+    fn conv(&mut self, ops: usize) -> Val {
+        let dims = 1 + self.rng.weighted(&[1.0, 3.0]);
+        let n = self.sym("N", SymRole::Batch);
+        let c = self.sym("C", SymRole::Channels);
+        let f = self.sym("K", SymRole::Channels);
+        let spatial: Vec<String> = if dims == 1 {
+            vec![self.sym("L", SymRole::Spatial)]
+        } else {
+            vec![
+                self.sym("H", SymRole::Spatial),
+                self.sym("W", SymRole::Spatial),
+            ]
+        };
+        let mut xs = vec![n.clone(), c.clone()];
+        xs.extend(spatial.iter().cloned());
+        let dist = self.primary_dist();
+        let x = self.input(&["x", "X"], xs, dist);
+        let k: usize = self.pick(&[1, 3, 3, 5]);
+        let transposed = k > 1 && self.chance(0.15);
+        let std = self.pick(&[0.02, 0.03, 0.05]);
+        let mut ws = if transposed {
+            vec![c.clone(), f.clone()]
+        } else {
+            vec![f.clone(), c.clone()]
+        };
+        ws.extend(std::iter::repeat_n(k.to_string(), dims));
+        let w = self.input(&["weight", "W"], ws, InputDist::Normal { mean: 0.0, std });
+        let bias = if self.chance(0.6) {
+            let b = self.input(
+                &["bias", "b"],
+                vec![f.clone()],
+                InputDist::Normal {
+                    mean: 0.0,
+                    std: 0.1,
+                },
+            );
+            format!(", {}", b.text)
+        } else {
+            String::new()
+        };
+        let pad = if k > 1 {
+            format!(", padding={}", k / 2)
+        } else {
+            String::new()
+        };
+        let name = if transposed { "conv_transpose" } else { "conv" };
+        let text = format!("{name}{dims}d({}, {}{bias}{pad})", x.text, w.text);
+        let mut shape = vec![n, f.clone()];
+        shape.extend(spatial);
+        let word = format!(
+            "{}{dims}-D convolution, window {k}",
+            if transposed { "transposed " } else { "" }
+        );
+        let mut v = self.done(Val::call(text, shape, -4.0, 4.0), word);
+        let mut rest = ops.saturating_sub(1);
+        if rest > 0 && self.chance(0.5) {
+            rest -= 1;
+            let ones = vec!["1".to_string(); dims];
+            let (text, lo, hi, word) = match self.rng.weighted(&[1.0, 1.0, 1.0, 1.0, 1.5]) {
+                0 => (
+                    format!("instance_norm({})", v.text),
+                    -4.0,
+                    4.0,
+                    "instance norm".to_string(),
+                ),
+                1 => (
+                    format!("batch_norm({})", v.text),
+                    -4.0,
+                    4.0,
+                    "batch norm (training statistics)".to_string(),
+                ),
+                2 => (
+                    format!(
+                        "max_pool{dims}d({}, kernel_size=3, stride=1, padding=1)",
+                        v.text
+                    ),
+                    v.lo,
+                    v.hi,
+                    "3-wide max pooling".to_string(),
+                ),
+                3 => (
+                    format!(
+                        "avg_pool{dims}d({}, kernel_size=3, stride=1, padding=1)",
+                        v.text
+                    ),
+                    v.lo,
+                    v.hi,
+                    "3-wide average pooling".to_string(),
+                ),
+                _ => {
+                    let mut ss = vec![f];
+                    ss.extend(ones);
+                    let s =
+                        self.input(&["scale", "s"], ss, InputDist::Uniform { lo: 0.5, hi: 2.0 });
+                    let text = format!("{} * {}", v.operand(), s.text);
+                    let out = Val::infix(text, v.shape.clone(), 2.0 * v.lo, 2.0 * v.hi);
+                    v = self.done(out, "per-channel scale".into());
+                    return self.chain(v, rest);
+                }
+            };
+            v = self.done(Val::call(text, v.shape.clone(), lo, hi), word);
+        }
+        self.chain(v, rest)
     }
 
     fn finish(mut self, family: Family, out: Val) -> Draft {

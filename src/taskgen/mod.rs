@@ -419,6 +419,8 @@ fn small_sizes(rng: &mut SplitMix64, p: &Program, roles: &BTreeMap<String, SymRo
         let (lo, hi): (u64, u64) = match roles.get(&s) {
             Some(SymRole::Batch) => (2, 4),
             Some(SymRole::Inner) => (5, 64),
+            Some(SymRole::Channels) => (2, 12),
+            Some(SymRole::Spatial) => (5, 24),
             _ => (5, 96),
         };
         let v = loop {
@@ -448,6 +450,8 @@ fn gpu_sizes(
             SymRole::Rows => (&[512, 1024, 2048, 4096], 1 << 17),
             SymRole::Cols => (&[256, 512, 1024, 2048, 4096], 1 << 15),
             SymRole::Inner => (&[256, 512, 1024, 2048], 8192),
+            SymRole::Channels => (&[16, 32, 64], 512),
+            SymRole::Spatial => (&[32, 64, 128], 2048),
         }
     };
     let mut sizes = Sizes::new();
@@ -508,6 +512,8 @@ fn long_symbols(p: &Program) -> BTreeSet<String> {
                         | Op::Cumprod { axis }
                         | Op::L2Norm { axis, .. } => mark(x, Some(axis)),
                         Op::LayerNorm { .. } | Op::RmsNorm { .. } => mark(x, None),
+                        // A convolution contracts its input channels (and its window).
+                        Op::Conv { .. } => mark(x, Some(1)),
                         _ => {}
                     }
                 }

@@ -427,3 +427,40 @@ fn operand_and_output_names_vary_across_generated_tasks() {
     assert!(first_inputs.len() >= 8, "first inputs: {first_inputs:?}");
     assert!(outputs.len() >= 5, "outputs: {outputs:?}");
 }
+
+#[test]
+fn the_conv_family_is_opt_in_and_its_tasks_lower_and_meet_the_gpu_rule() {
+    assert!(
+        !Family::ALL.contains(&Family::Conv),
+        "a seed's default tasks stay the same"
+    );
+    assert_eq!(Family::from_name("conv"), Some(Family::Conv));
+    let mut o = opts(24, 5);
+    o.families = vec![Family::Conv];
+    let (tasks, stats) = generate(&o, &suite(), |_| {}).expect("generate");
+    assert_eq!(stats.by_family.get("conv"), Some(&24));
+    let mut kinds = BTreeSet::new();
+    for g in &tasks {
+        let src = &g.task.source;
+        assert!(src.contains("conv"), "{src}");
+        for k in [
+            "conv1d",
+            "conv2d",
+            "conv_transpose",
+            "_norm(",
+            "_pool",
+            "bias",
+        ] {
+            if src.contains(k) {
+                kinds.insert(k);
+            }
+        }
+        for preset in [Preset::Small, Preset::Gpu] {
+            crate::baseline::lower(&g.task, preset).unwrap_or_else(|e| panic!("{e}\n{src}"));
+            crate::baseline::lower_f64(&g.task, preset).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        }
+        let ms = g.task.estimate_gpu_baseline_ms();
+        assert!(ms >= 0.1, "{ms} ms at the GPU preset:\n{src}");
+    }
+    assert!(kinds.len() >= 5, "variety: {kinds:?}");
+}

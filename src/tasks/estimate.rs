@@ -77,5 +77,35 @@ fn node(program: &Program, sizes: &Sizes, e: &Expr, seconds: &mut f64) {
         };
         t = t.max(2.0 * n_out * k / rate);
     }
+    if let Expr::Call {
+        op: crate::ops::Op::Conv { transposed, .. },
+        args,
+    } = e
+    {
+        // A convolution: 2 FLOPs per output (input, for a transposed one) element and weight
+        // tap of its group: the weight's elements over its first extent.
+        let count = |x: &Expr| -> (f64, Vec<f64>) {
+            infer_expr(program, x).ok().map_or((0.0, Vec::new()), |t| {
+                let dims: Vec<f64> = t
+                    .shape
+                    .iter()
+                    .map(|d| d.resolve(sizes).unwrap_or(1) as f64)
+                    .collect();
+                (dims.iter().product(), dims)
+            })
+        };
+        let (w_elems, w_dims) = args.get(1).map_or((0.0, Vec::new()), count);
+        let taps = w_elems / w_dims.first().copied().unwrap_or(1.0).max(1.0);
+        let elems = if *transposed {
+            args.first().map_or(0.0, |x| count(x).0)
+        } else {
+            count(e).0
+        };
+        let rate = match infer_expr(program, e).ok().and_then(|t| t.dtype) {
+            Some(Dtype::F16 | Dtype::Bf16) => HALF_FLOPS,
+            _ => F32_FLOPS,
+        };
+        t = t.max(2.0 * elems * taps / rate);
+    }
     *seconds += t;
 }
