@@ -8,7 +8,7 @@
 
 use crate::ops::Dtype;
 
-use super::{Conv, Gemm, Precision, Step, StepArg};
+use super::{Conv, Gemm, Precision, Step, StepArg, Window};
 
 /// What a kernel's buffers hold: the task dtype in a native plan, f64 for every float buffer of
 /// an F64 plan (i64 stays i64). It names the kernel's dtype suffix, sizes its vector accesses
@@ -454,24 +454,8 @@ pub(super) fn norm(
     kernel(format!("{name}_{}", e.name()), grid, block, args)
 }
 
-/// A window over up to three spatial axes, as the kernels take it: 1-D and 2-D padded to 3-D
-/// with leading unit axes (extent 1, window 1, stride 1, no padding, dilation 1).
-#[derive(Clone, Debug)]
-pub(super) struct Window {
-    /// Input extents per spatial axis.
-    pub spatial: Vec<usize>,
-    /// Window extents.
-    pub kernel: Vec<usize>,
-    /// Output extents.
-    pub out: Vec<usize>,
-    /// Per axis.
-    pub stride: Vec<usize>,
-    /// Per axis.
-    pub padding: Vec<usize>,
-    /// Per axis.
-    pub dilation: Vec<usize>,
-}
-
+/// The window as the kernels take it: 1-D and 2-D padded to 3-D with leading unit axes (extent
+/// 1, window 1, stride 1, no padding, dilation 1).
 impl Window {
     fn args(&self) -> Vec<StepArg> {
         let pad3 = |v: &[usize], fill: usize| {
@@ -501,14 +485,7 @@ impl Window {
 /// The direct convolution kernel (or the transposed one, as a gather) that computes `c` in a
 /// plan of `precision`: one thread per output element of `y: [n, f, *out]`.
 pub(super) fn conv_kernel(c: &Conv, precision: Precision) -> Step {
-    let win = Window {
-        spatial: c.spatial.clone(),
-        kernel: c.kernel.clone(),
-        out: c.out.clone(),
-        stride: c.stride.clone(),
-        padding: c.padding.clone(),
-        dilation: c.dilation.clone(),
-    };
+    let win = &c.window;
     let total = (c.n * c.f * win.outputs()) as u64;
     let grid = blocks(total, EW_THREADS as u64, EW_MAX_BLOCKS);
     let mut args = vec![

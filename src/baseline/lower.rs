@@ -12,7 +12,7 @@ use crate::ops::{infer_expr, normalize_axis, BinOp, Dtype, Expr, Op, Program, Re
 
 use super::launch::{self, split, Elem, STRIDED_MAX_DIMS};
 use super::strides::{broadcast_dims, contiguous_strides, merge_dims};
-use super::{BaselineError, BufferDecl, Conv, EagerPlan, Gemm, Precision, Step};
+use super::{BaselineError, BufferDecl, Conv, EagerPlan, Gemm, Precision, Step, Window};
 
 /// A tensor value: a contiguous row-major buffer.
 #[derive(Clone, Debug)]
@@ -487,12 +487,14 @@ impl Lowerer<'_> {
                     c: x.shape[1],
                     f: shape[1],
                     groups,
-                    spatial: x.shape[2..].to_vec(),
-                    kernel: w.shape[2..].to_vec(),
-                    out: shape[2..].to_vec(),
-                    stride: stride.clone(),
-                    padding: padding.clone(),
-                    dilation: dilation.clone(),
+                    window: Window {
+                        spatial: x.shape[2..].to_vec(),
+                        kernel: w.shape[2..].to_vec(),
+                        out: shape[2..].to_vec(),
+                        stride: stride.clone(),
+                        padding: padding.clone(),
+                        dilation: dilation.clone(),
+                    },
                 }));
                 Ok(y)
             }
@@ -523,7 +525,7 @@ impl Lowerer<'_> {
                 ..
             } => {
                 let (dtype, shape) = self.tensor_type(e)?;
-                let win = launch::Window {
+                let win = Window {
                     spatial: x.shape[2..].to_vec(),
                     kernel: kernel.clone(),
                     out: shape[2..].to_vec(),

@@ -139,8 +139,7 @@ pub enum Step {
     Conv(Conv),
 }
 
-/// A convolution step; see [`Step::Conv`]. Spatial vectors have one entry per spatial axis
-/// (1 to 3), in the task's order.
+/// A convolution step; see [`Step::Conv`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Conv {
     /// Element type of x, w, bias and y in the task (stored as f64 in an F64 plan).
@@ -165,6 +164,15 @@ pub struct Conv {
     pub f: usize,
     /// Channel groups.
     pub groups: usize,
+    /// Extents, window, stride, padding and dilation.
+    #[serde(flatten)]
+    pub window: Window,
+}
+
+/// A window over one to three spatial axes (a convolution's or a pooling's), one entry per
+/// axis in the task's order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Window {
     /// Input extents.
     pub spatial: Vec<usize>,
     /// Window extents.

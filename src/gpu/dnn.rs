@@ -19,7 +19,7 @@ use std::ffi::{c_int, c_void, CStr};
 use cudarc::cudnn::sys as dn;
 use cudarc::driver::sys as drv;
 
-use crate::baseline::Conv;
+use crate::baseline::{Conv, Window};
 use crate::ops::Dtype;
 
 use super::device::{DevBuf, Gpu};
@@ -141,49 +141,90 @@ fn ints(v: &[usize], what: &str) -> Result<Vec<c_int>, DnnError> {
     v.iter().map(|&x| int(x, what)).collect()
 }
 
-/// The convolution's spatial vectors with a leading unit axis for a 1-D one (cuDNN's
-/// convolutions take 4-D or 5-D tensors).
-struct Geometry {
-    spatial: Vec<usize>,
-    kernel: Vec<usize>,
-    out: Vec<usize>,
-    stride: Vec<usize>,
-    padding: Vec<usize>,
-    dilation: Vec<usize>,
-}
-
-fn geometry(c: &Conv) -> Geometry {
+/// The convolution's window with a leading unit axis for a 1-D one (cuDNN's convolutions take
+/// 4-D or 5-D tensors).
+fn geometry(c: &Conv) -> Window {
+    let w = &c.window;
     let lift = |v: &[usize], unit: usize| {
         let mut out = if v.len() == 1 { vec![unit] } else { Vec::new() };
         out.extend(v);
         out
     };
-    Geometry {
-        spatial: lift(&c.spatial, 1),
-        kernel: lift(&c.kernel, 1),
-        out: lift(&c.out, 1),
-        stride: lift(&c.stride, 1),
-        padding: lift(&c.padding, 0),
-        dilation: lift(&c.dilation, 1),
+    Window {
+        spatial: lift(&w.spatial, 1),
+        kernel: lift(&w.kernel, 1),
+        out: lift(&w.out, 1),
+        stride: lift(&w.stride, 1),
+        padding: lift(&w.padding, 0),
+        dilation: lift(&w.dilation, 1),
     }
+}
+
+/// A ranked algorithm of either kind, as [`first_fit`] reads it.
+trait Ranked {
+    fn status(&self) -> dn::cudnnStatus_t;
+    fn memory(&self) -> usize;
+    fn math(&self) -> dn::cudnnMathType_t;
+    fn algo(&self) -> Algo;
+}
+
+impl Ranked for dn::cudnnConvolutionFwdAlgoPerf_t {
+    fn status(&self) -> dn::cudnnStatus_t {
+        self.status
+    }
+    fn memory(&self) -> usize {
+        self.memory
+    }
+    fn math(&self) -> dn::cudnnMathType_t {
+        self.mathType
+    }
+    fn algo(&self) -> Algo {
+        Algo::Forward(self.algo)
+    }
+}
+
+impl Ranked for dn::cudnnConvolutionBwdDataAlgoPerf_t {
+    fn status(&self) -> dn::cudnnStatus_t {
+        self.status
+    }
+    fn memory(&self) -> usize {
+        self.memory
+    }
+    fn math(&self) -> dn::cudnnMathType_t {
+        self.mathType
+    }
+    fn algo(&self) -> Algo {
+        Algo::BackwardData(self.algo)
+    }
+}
+
+/// The first of `ranked` that succeeds, fits the workspace cap and whose math `allowed` takes:
+/// its algorithm, workspace and math type.
+fn first_fit<R: Ranked>(
+    ranked: &[R],
+    allowed: impl Fn(dn::cudnnMathType_t) -> bool,
+) -> Option<(Algo, usize, dn::cudnnMathType_t)> {
+    ranked
+        .iter()
+        .find(|r| {
+            r.status() == dn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
+                && r.memory() <= MAX_WORKSPACE
+                && allowed(r.math())
+        })
+        .map(|r| (r.algo(), r.memory(), r.math()))
 }
 
 /// What identifies a convolution's descriptors and algorithm (everything but its buffers).
 fn shape_key(c: &Conv) -> String {
     format!(
-        "{}|{}|{}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        "{}|{}|{}|{}|{}|{}|{:?}",
         c.dtype.name(),
         c.transposed,
         c.n,
         c.c,
         c.f,
         c.groups,
-        c.spatial,
-        c.kernel,
-        c.out,
-        c.stride,
-        c.padding,
-        c.dilation
+        c.window
     )
 }
 
@@ -245,16 +286,18 @@ impl Dnn {
         data_type(c.dtype).is_ok()
             && c.groups > 0
             && c.n > 0
-            && fits(c.c * prod(&c.spatial))
-            && fits(c.f * prod(&c.out))
-            && fits(c.c * c.f / c.groups * prod(&c.kernel))
+            && fits(c.c * prod(&c.window.spatial))
+            && fits(c.f * prod(&c.window.out))
+            && fits(c.c * c.f / c.groups * prod(&c.window.kernel))
     }
 
     /// `c` as cuDNN runs it: one convolution, or consecutive parts of its batch whose tensors
     /// each fit 32-bit indexing (first sample of each part, and the part).
     fn parts(c: &Conv) -> Vec<(usize, Conv)> {
         let prod = |v: &[usize]| v.iter().product::<usize>();
-        let per = (c.c * prod(&c.spatial)).max(c.f * prod(&c.out)).max(1);
+        let per = (c.c * prod(&c.window.spatial))
+            .max(c.f * prod(&c.window.out))
+            .max(1);
         let most = ((i32::MAX as usize - 1) / per).clamp(1, c.n.max(1));
         (0..c.n)
             .step_by(most)
@@ -398,14 +441,7 @@ impl Dnn {
                         perf.as_mut_ptr(),
                     ),
                 )?;
-                perf[..returned.max(0) as usize]
-                    .iter()
-                    .find(|r| {
-                        r.status == dn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
-                            && r.memory <= MAX_WORKSPACE
-                            && allowed(r.mathType)
-                    })
-                    .map(|r| (Algo::BackwardData(r.algo), r.memory, r.mathType))
+                first_fit(&perf[..returned.max(0) as usize], allowed)
             } else {
                 let mut perf = [std::mem::zeroed::<dn::cudnnConvolutionFwdAlgoPerf_t>(); 16];
                 status(
@@ -421,14 +457,7 @@ impl Dnn {
                         perf.as_mut_ptr(),
                     ),
                 )?;
-                perf[..returned.max(0) as usize]
-                    .iter()
-                    .find(|r| {
-                        r.status == dn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
-                            && r.memory <= MAX_WORKSPACE
-                            && allowed(r.mathType)
-                    })
-                    .map(|r| (Algo::Forward(r.algo), r.memory, r.mathType))
+                first_fit(&perf[..returned.max(0) as usize], allowed)
             };
             let (algo, workspace, math) = chosen.ok_or_else(|| {
                 err(
@@ -476,8 +505,8 @@ impl Dnn {
         let prod = |v: &[usize]| v.iter().product::<usize>() as u64;
         let size = c.dtype.size_bytes() as u64;
         let (x_per, y_per) = (
-            c.c as u64 * prod(&c.spatial) * size,
-            c.f as u64 * prod(&c.out) * size,
+            c.c as u64 * prod(&c.window.spatial) * size,
+            c.f as u64 * prod(&c.window.out) * size,
         );
         for (start, part) in Self::parts(c) {
             let at = start as u64;
@@ -568,12 +597,14 @@ mod tests {
             c,
             f: 8,
             groups: 1,
-            spatial: vec![len],
-            kernel: vec![3],
-            out: vec![len - 2],
-            stride: vec![1],
-            padding: vec![2],
-            dilation: vec![1],
+            window: Window {
+                spatial: vec![len],
+                kernel: vec![3],
+                out: vec![len - 2],
+                stride: vec![1],
+                padding: vec![2],
+                dilation: vec![1],
+            },
         }
     }
 
@@ -618,7 +649,7 @@ mod tests {
         let mut next = 0;
         for (start, p) in &parts {
             assert_eq!(*start, next, "consecutive");
-            assert!(fits(p.n * p.c * p.spatial[0]), "{} samples", p.n);
+            assert!(fits(p.n * p.c * p.window.spatial[0]), "{} samples", p.n);
             next += p.n;
         }
         assert_eq!(parts.len(), 3, "2047 + 2047 + 2");
@@ -631,7 +662,7 @@ mod tests {
         b.x = 7;
         b.bias = Some(9);
         assert_eq!(shape_key(&a), shape_key(&b));
-        b.padding = vec![1];
+        b.window.padding = vec![1];
         assert_ne!(shape_key(&a), shape_key(&b));
     }
 }
