@@ -168,35 +168,28 @@ trait Ranked {
     fn algo(&self) -> Algo;
 }
 
-impl Ranked for dn::cudnnConvolutionFwdAlgoPerf_t {
-    fn status(&self) -> dn::cudnnStatus_t {
-        self.status
-    }
-    fn memory(&self) -> usize {
-        self.memory
-    }
-    fn math(&self) -> dn::cudnnMathType_t {
-        self.mathType
-    }
-    fn algo(&self) -> Algo {
-        Algo::Forward(self.algo)
-    }
+/// `Ranked` for a perf struct of cuDNN's whose algorithm is the `Algo` variant given.
+macro_rules! ranked {
+    ($perf:ty, $variant:path) => {
+        impl Ranked for $perf {
+            fn status(&self) -> dn::cudnnStatus_t {
+                self.status
+            }
+            fn memory(&self) -> usize {
+                self.memory
+            }
+            fn math(&self) -> dn::cudnnMathType_t {
+                self.mathType
+            }
+            fn algo(&self) -> Algo {
+                $variant(self.algo)
+            }
+        }
+    };
 }
 
-impl Ranked for dn::cudnnConvolutionBwdDataAlgoPerf_t {
-    fn status(&self) -> dn::cudnnStatus_t {
-        self.status
-    }
-    fn memory(&self) -> usize {
-        self.memory
-    }
-    fn math(&self) -> dn::cudnnMathType_t {
-        self.mathType
-    }
-    fn algo(&self) -> Algo {
-        Algo::BackwardData(self.algo)
-    }
-}
+ranked!(dn::cudnnConvolutionFwdAlgoPerf_t, Algo::Forward);
+ranked!(dn::cudnnConvolutionBwdDataAlgoPerf_t, Algo::BackwardData);
 
 /// The first of `ranked` that succeeds, fits the workspace cap and whose math `allowed` takes:
 /// its algorithm, workspace and math type.
