@@ -193,9 +193,11 @@ fn generated_tasks_feed_the_corpus_on_the_cpu_backend() {
     let none = kevin_at_root(&["tasks", "generate", "--count", "0", "--out", "unused"]);
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("--count"));
-    let bad = generate(&["--families", "conv"]);
+    let bad = generate(&["--families", "pooling"]);
     assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("no family `conv` (families: elementwise")
+        String::from_utf8_lossy(&bad.stderr).contains("no family `pooling` (families: elementwise"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
     );
 
     // `kevin sft corpus` over a folder of tasks into `out`: its output, once no variant was
@@ -484,6 +486,60 @@ fn new_constructs_verify_on_the_cpu_backend() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The naive writer's convolutions (strided, dilated, grouped, transposed, 1-D to 3-D),
+/// poolings and norms over channels, with elementwise work on both sides and a chain of them in
+/// stages (`tests/data/windowed`, in every float dtype): every form compiled and checked
+/// against the fp64 reference by the CPU backend.
+#[test]
+fn windowed_kernels_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kevin-windowed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tasks = common::root().join("tests/data/windowed");
+    let out = dir.join("windowed.jsonl");
+    let stdout = all_correct_corpus(
+        &tasks,
+        &out,
+        &["--breakages-per-task", "0", "--chains-per-task", "0"],
+    );
+    assert!(!stdout.contains("tasks with no kernel"), "{stdout}");
+    let examples = read_jsonl(&out).unwrap();
+    let files = std::fs::read_dir(&tasks).unwrap().count();
+    let covered: std::collections::BTreeSet<&str> =
+        examples.iter().map(|e| e.task.as_str()).collect();
+    assert_eq!(covered.len(), files, "{stdout}");
+    // The generator's conv family (convolution, norm, pooling or scale, epilogue): every task
+    // gets kernels, and they verify.
+    let generated = dir.join("conv");
+    succeeded(&kevin_at_root(&[
+        "tasks",
+        "generate",
+        "--count",
+        "8",
+        "--seed",
+        "5",
+        "--families",
+        "conv",
+        "--out",
+        generated.to_str().unwrap(),
+    ]));
+    let out = dir.join("conv.jsonl");
+    let stdout = all_correct_corpus(
+        &generated,
+        &out,
+        &["--breakages-per-task", "0", "--chains-per-task", "0"],
+    );
+    let covered: std::collections::BTreeSet<String> = read_jsonl(&out)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.task)
+        .collect();
+    assert_eq!(covered.len(), 8, "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
     if !cpu_backend_available() {
@@ -604,13 +660,16 @@ fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
     let examples = read_jsonl(&corpus).unwrap();
     let covered: std::collections::BTreeSet<&str> =
         examples.iter().map(|e| e.task.as_str()).collect();
+    // The convolution then pooling gets a kernel per stage.
     assert_eq!(
         covered.into_iter().collect::<Vec<_>>(),
-        ["kb1_1_softmax", "kb2_1_gemm_relu_sum"],
+        [
+            "kb1_1_softmax",
+            "kb1_3_conv2d_maxpool",
+            "kb2_1_gemm_relu_sum"
+        ],
         "{stdout}"
     );
-    // The naive writer has no convolution yet: the task is named, not dropped silently.
-    assert!(stdout.contains("kb1_3_conv2d_maxpool"), "{stdout}");
     // The imported convolution end to end on the CPU backend: a hand-written kernel for it is
     // checked against the fp64 reference (the interpreter, through the baseline's f64 plan), and
     // the same kernel with its padding forgotten is caught.

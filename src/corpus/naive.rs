@@ -5,7 +5,10 @@
 //! (broadcasting a trailing-dims tensor such as a bias `[N]` over `[M, N]`, or a per-row value
 //! `[M, 1]`), a matrix product with an elementwise epilogue, a reduction along one axis of an
 //! elementwise expression followed by elementwise work on its result, a row-wise operation
-//! (softmax, the norms, cumsum) between two elementwise expressions, and a plain transpose.
+//! (softmax, the norms, cumsum) between two elementwise expressions, a plain transpose, and a
+//! convolution, pooling or norm over channels between two elementwise expressions
+//! (`naive/window.rs`). A size computed from others (a strided output's `(H + 1) // 2`) is a
+//! size parameter of the kernel (`kevin_d0`, ...) whose launch argument is the expression.
 //! Tensors are f32, f16 or bf16 (each load converted to float, the arithmetic in float, the
 //! store rounded to nearest), i64 for argmax/argmin outputs; a program outside these shapes
 //! gives no kernel rather than a doubtful one. Each kind comes in a few forms (one thread
@@ -18,9 +21,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::scalar::{float_lit, long_product, shape_over, squeezed, Render};
 use crate::ops::ast::{BinOp, Dim, Expr, Op, ReduceKind};
 use crate::ops::Dtype;
+use crate::ops::Poly;
 use crate::tasks::Task;
 
 mod staged;
+mod window;
 
 /// One generated kernel: the cuda block and the words around it.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,8 +181,33 @@ fn generate_in_c_names(task: &Task) -> Vec<Generated> {
         None => ctx.staged(&expr).unwrap_or_default(),
     };
     let includes = ctx.includes();
+    // The launch lines pass each computed size as its expression (whose numerators are never
+    // negative, so C's truncating `/` is the op language's floor `//`); the words quote it.
+    let launch: BTreeMap<String, String> = ctx
+        .aliases
+        .iter()
+        .map(|(q, a)| (a.clone(), format!("({})", q.to_string().replace("//", "/"))))
+        .collect();
+    let words: BTreeMap<String, String> = ctx
+        .aliases
+        .iter()
+        .map(|(q, a)| (a.clone(), format!("({q})")))
+        .collect();
     for g in &mut out {
-        g.source = format!("{includes}{}", g.source);
+        let lines: Vec<String> = g
+            .source
+            .lines()
+            .map(|l| {
+                if l.starts_with("// kevin:") {
+                    rename_words(l, &launch)
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect();
+        g.source = format!("{includes}{}\n", lines.join("\n"));
+        g.reasoning = rename_words(&g.reasoning, &words);
+        g.summary = rename_words(&g.summary, &words);
     }
     out
 }
@@ -228,6 +258,87 @@ struct Ctx<'a> {
     loads: BTreeMap<String, &'static str>,
     /// How a float is converted for the output ("" for f32 and i64).
     store: &'static str,
+    /// Every size computed from others, with its name in the kernels (see `computed_sizes`).
+    aliases: BTreeMap<Poly, String>,
+}
+
+/// Every size expression of `program` (of its declarations, and of the value of every operation
+/// in it, each in normal form), in the order first met. The kernels name each (`kevin_d0`, ...)
+/// and take it as a size parameter whose launch argument is the expression, so a kernel's C
+/// only ever sees names, and a shape inferred anywhere in the program maps to those names.
+fn computed_sizes(program: &crate::ops::Program) -> Vec<Poly> {
+    fn add(shape: &[Dim], out: &mut Vec<Poly>) {
+        for d in shape {
+            if let Dim::Expr(q) = d {
+                if !out.contains(q) {
+                    out.push(q.clone());
+                }
+            }
+        }
+    }
+    fn walk(program: &crate::ops::Program, e: &Expr, out: &mut Vec<Poly>) {
+        if let Ok(t) = crate::ops::infer_expr(program, e) {
+            add(&t.shape, out);
+        }
+        match e {
+            Expr::Neg(a) => walk(program, a, out),
+            Expr::Binary(_, a, b) => {
+                walk(program, a, out);
+                walk(program, b, out);
+            }
+            Expr::Call { args, .. } => args.iter().for_each(|a| walk(program, a, out)),
+            Expr::Num(_) | Expr::Var(_) => {}
+        }
+    }
+    let mut out = Vec::new();
+    for d in program.inputs.iter().chain(&program.outputs) {
+        add(&d.ty.shape, &mut out);
+    }
+    for s in &program.stmts {
+        walk(program, &s.expr, &mut out);
+    }
+    out
+}
+
+/// `shape` with each computed size replaced by its kernel name (None for one not in `aliases`).
+fn aliased(aliases: &BTreeMap<Poly, String>, shape: &[Dim]) -> Option<Vec<Dim>> {
+    shape
+        .iter()
+        .map(|d| match d {
+            Dim::Expr(q) => aliases.get(q).map(|a| Dim::Sym(a.clone())),
+            _ => Some(d.clone()),
+        })
+        .collect()
+}
+
+/// The shape of `e` over `shapes` whose computed sizes go by their kernel names in `aliases`:
+/// inferred over the sizes themselves, then named again.
+fn aliased_shape_over(
+    e: &Expr,
+    shapes: &BTreeMap<String, Vec<Dim>>,
+    consts: &BTreeMap<String, f64>,
+    aliases: &BTreeMap<Poly, String>,
+) -> Option<Vec<Dim>> {
+    if aliases.is_empty() {
+        return shape_over(e, shapes, consts);
+    }
+    let named: BTreeMap<&String, &Poly> = aliases.iter().map(|(q, a)| (a, q)).collect();
+    let expanded: BTreeMap<String, Vec<Dim>> = shapes
+        .iter()
+        .map(|(n, s)| {
+            let s = s
+                .iter()
+                .map(|d| match d {
+                    Dim::Sym(a) => named
+                        .get(a)
+                        .map_or_else(|| d.clone(), |q| Dim::Expr((*q).clone())),
+                    _ => d.clone(),
+                })
+                .collect();
+            (n.clone(), s)
+        })
+        .collect();
+    aliased(aliases, &shape_over(e, &expanded, consts)?)
 }
 
 /// The C type of a tensor element.
@@ -261,21 +372,23 @@ fn store_fn(d: Dtype) -> &'static str {
 /// Identifiers the kernels declare themselves (locals, macros, shared arrays). A program name
 /// equal to one would be shadowed by it or redeclared (the first KernelBench import had `k` as a
 /// size and `for (int k = 0; k < k; ++k)` as a loop), so such a name is renamed in the kernel.
-const RESERVED: [&str; 51] = [
+const RESERVED: [&str; 70] = [
     "As", "BLOCK", "TILE", "Ws", "a0", "acc", "base", "best", "best_r", "buf", "bz", "c0", "c1",
-    "c2", "c3", "c4", "c5", "col", "dv", "i", "idx", "in", "inv", "j", "k", "k0", "kk", "lane",
-    "m", "mean", "mx", "n", "o", "outer", "r", "red", "rem", "row", "run", "s", "src", "ss",
-    "stride", "sum", "t", "tx", "ty", "val", "var", "w0", "xv",
+    "c2", "c3", "c4", "c5", "cg", "ch", "cnt", "col", "dv", "grp", "i", "ic", "idx", "in", "inv",
+    "j", "k", "k0", "kk", "lane", "len", "m", "mean", "mx", "n", "o", "o0", "o1", "o2", "oc",
+    "outer", "p0", "p1", "p2", "q0", "q1", "q2", "r", "red", "rem", "row", "run", "s", "set",
+    "src", "ss", "stride", "sum", "t", "total", "tx", "ty", "val", "var", "w0", "xi", "xv",
 ];
 
 /// Words of C++ and CUDA that the kernels use (identifiers beginning with `__`, the intrinsics
 /// and qualifiers, are all refused by [`free_name`]).
-const C_NAMES: [&str; 37] = [
+const C_NAMES: [&str; 38] = [
     "auto",
     "blockDim",
     "blockIdx",
     "char",
     "const",
+    "continue",
     "define",
     "do",
     "double",
@@ -338,15 +451,14 @@ impl<'a> Ctx<'a> {
         if p.inputs.iter().any(|d| d.ty.dtype == Dtype::I64) {
             return None;
         }
-        // The writer renders dims as C; a size expression (`(H + 1) // 2`, a convolution's
-        // output) is not one it writes yet.
-        let decls = p.inputs.iter().chain(&p.outputs);
-        if decls
-            .flat_map(|d| &d.ty.shape)
-            .any(|d| matches!(d, Dim::Expr(_)))
-        {
-            return None;
-        }
+        // A size computed from others (`(H + 1) // 2`, a strided convolution's output) is a
+        // size parameter of its own in the kernels, `kevin_d0`, ...; the launch lines pass the
+        // expression (see `computed_sizes`).
+        let aliases: BTreeMap<Poly, String> = computed_sizes(p)
+            .into_iter()
+            .enumerate()
+            .map(|(i, q)| (q, format!("kevin_d{i}")))
+            .collect();
         let mut params = Vec::new();
         let mut args = Vec::new();
         let mut shapes = BTreeMap::new();
@@ -358,7 +470,7 @@ impl<'a> Ctx<'a> {
                 d.name
             ));
             args.push(d.name.clone());
-            shapes.insert(d.name.clone(), d.ty.shape.clone());
+            shapes.insert(d.name.clone(), aliased(&aliases, &d.ty.shape)?);
             loads.insert(d.name.clone(), load_fn(d.ty.dtype));
         }
         params.push(format!(
@@ -367,8 +479,9 @@ impl<'a> Ctx<'a> {
             out.name
         ));
         args.push(out.name.clone());
-        shapes.insert(out.name.clone(), out.ty.shape.clone());
-        let size_args = p.size_symbols();
+        shapes.insert(out.name.clone(), aliased(&aliases, &out.ty.shape)?);
+        let mut size_args = p.size_symbols();
+        size_args.extend(aliases.values().cloned());
         let size_params: Vec<String> = size_args.iter().map(|s| format!("int {s}")).collect();
         let defs = p
             .stmts
@@ -391,7 +504,13 @@ impl<'a> Ctx<'a> {
             size_args,
             loads,
             store: store_fn(out.ty.dtype),
+            aliases,
         })
+    }
+
+    /// `shape` with its computed sizes given their kernel names (None for one not known).
+    fn aliased(&self, shape: &[Dim]) -> Option<Vec<Dim>> {
+        aliased(&self.aliases, shape)
     }
 
     /// Tensor `v` read at `idx` as a float.
@@ -446,6 +565,7 @@ impl<'a> Ctx<'a> {
             .or_else(|| self.reduction(e))
             .or_else(|| self.rowwise(e))
             .or_else(|| self.transposed_elementwise(e))
+            .or_else(|| self.windowed(e))
     }
 
     fn out_shape(&self) -> &[Dim] {
@@ -1177,7 +1297,7 @@ impl<'a> Ctx<'a> {
     /// The shape an elementwise expression iterates over: its own (its tensors broadcast
     /// together, through any views).
     fn iteration_shape(&self, e: &Expr) -> Option<Vec<Dim>> {
-        shape_over(e, &self.shapes, &self.consts)
+        aliased_shape_over(e, &self.shapes, &self.consts, &self.aliases)
     }
 
     // ---- row-wise operations: softmax, norms, cumsum ------------------------------------------
@@ -1391,14 +1511,7 @@ impl<'a> Ctx<'a> {
             let kern = self.kernel("block_rows");
             let mut trees = String::new();
             for &kind in used.borrow().iter() {
-                trees += &format!(
-                    "__device__ float kevin_block_{name}(float v, float* buf) {{\n    int t = threadIdx.x;\n    \
-                     buf[t] = v;\n    __syncthreads();\n    for (int s = BLOCK / 2; s > 0; s >>= 1) {{\n        \
-                     if (t < s) {step}\n        __syncthreads();\n    }}\n    float r = buf[0];\n    \
-                     __syncthreads();\n    return r;\n}}\n",
-                    name = name(kind),
-                    step = tree_step(kind)?,
-                );
+                trees += &tree_fn(kind)?;
             }
             let src = format!(
                 "{launch}\n#define BLOCK {block}\n{trees}{helpers}{sig} {{\n    __shared__ float buf[BLOCK];\n    \
@@ -1516,6 +1629,23 @@ fn substitute(e: &Expr, with: &dyn Fn(&str) -> Option<Expr>) -> Expr {
 
 /// One level of a shared-memory tree reduction of `kind` over `buf` (thread `t` folds in
 /// `t + s`), for the kinds a tree can combine.
+/// `kevin_block_sum` (or `_max`): a block-wide reduction of one float per thread through a
+/// shared-memory tree of `BLOCK` floats; every thread gets the result.
+fn tree_fn(kind: ReduceKind) -> Option<String> {
+    let name = if kind == ReduceKind::Max {
+        "max"
+    } else {
+        "sum"
+    };
+    Some(format!(
+        "__device__ float kevin_block_{name}(float v, float* buf) {{\n    int t = threadIdx.x;\n    \
+         buf[t] = v;\n    __syncthreads();\n    for (int s = BLOCK / 2; s > 0; s >>= 1) {{\n        \
+         if (t < s) {step}\n        __syncthreads();\n    }}\n    float r = buf[0];\n    \
+         __syncthreads();\n    return r;\n}}\n",
+        step = tree_step(kind)?,
+    ))
+}
+
 fn tree_step(kind: ReduceKind) -> Option<&'static str> {
     match kind {
         ReduceKind::Sum | ReduceKind::Mean => Some("buf[t] += buf[t + s];"),
@@ -1601,7 +1731,7 @@ fn find_calls<'e>(e: &'e Expr, pick: &dyn Fn(&Op) -> bool, out: &mut Vec<&'e Exp
 
 /// `e` as an operand of `/` or `%`: a product in parentheses (`o / (M*N)`, not `o / M*N`).
 fn paren(e: &str) -> String {
-    if e.contains(['*', '+', '-']) {
+    if e.contains(['*', '+', '-', '/']) {
         format!("({e})")
     } else {
         e.to_string()

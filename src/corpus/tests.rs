@@ -831,3 +831,65 @@ fn naive_forms_cover_views_triangles_multi_axis_reductions_and_batch_dims() {
         "{named}"
     );
 }
+
+#[test]
+fn windowed_forms_pass_computed_sizes_as_expressions() {
+    let suite = suite();
+    let check = |task: &crate::tasks::Task, forms: &[&str]| {
+        let got = naive::generate(task);
+        let names: Vec<&str> = got.iter().map(|g| g.form.as_str()).collect();
+        assert_eq!(names, forms, "{}", task.source);
+        got
+    };
+    // A strided output's extents are size parameters; the launch line passes the expressions,
+    // in the launch plan's syntax (C's `/` is the floor of a non-negative numerator).
+    let conv = check(suite.get("conv2d").unwrap(), &["window_thread_per_output"]);
+    let src = &conv[0].source;
+    assert!(
+        src.contains("grid=(cdiv(N*K*((H + 1) / 2)*((W + 1) / 2),256))"),
+        "{src}"
+    );
+    assert!(
+        src.contains("args=(X, Wt, b, Y, N, C, H, W, K, ((H + 1) / 2), ((W + 1) / 2))"),
+        "{src}"
+    );
+    assert!(src.contains("int kevin_d0, int kevin_d1)"), "{src}");
+    check(
+        suite.get("conv_transpose2d").unwrap(),
+        &["window_thread_per_output"],
+    );
+    check(
+        suite.get("depthwise_conv2d").unwrap(),
+        &["window_thread_per_output"],
+    );
+    check(
+        suite.get("max_pool2d").unwrap(),
+        &["window_thread_per_output"],
+    );
+    check(
+        suite.get("group_norm").unwrap(),
+        &["channel_norm_thread_per_set", "channel_norm_block"],
+    );
+    // Convolutions (strided, dilated, grouped, transposed, 1-D to 3-D), poolings and norms over
+    // channels with elementwise work on both sides, and a chain of them that needs a kernel per
+    // stage (`actors/tests/sft.rs` verifies them all on the CPU backend).
+    let windowed = TaskSuite::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/windowed"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(windowed.tasks().len() >= 13);
+    for t in windowed.tasks() {
+        let forms = naive::generate(t);
+        assert!(!forms.is_empty(), "{}: no kernel", t.name);
+        let staged = forms.iter().all(|f| f.form.starts_with("staged_"));
+        assert_eq!(staged, t.name.starts_with("staged_"), "{}", t.name);
+        for f in &forms {
+            assert!(
+                !f.source
+                    .lines()
+                    .any(|l| !l.starts_with("// kevin:") && l.contains("//")),
+                "{}: {}",
+                t.name,
+                f.source
+            );
+        }
+    }
+}

@@ -461,6 +461,12 @@ fn the_conv_family_is_opt_in_and_its_tasks_lower_and_meet_the_gpu_rule() {
         }
         let ms = g.task.estimate_gpu_baseline_ms();
         assert!(ms >= 0.1, "{ms} ms at the GPU preset:\n{src}");
+        // The corpus has a kernel to teach for every one (a kernel per stage where the
+        // program chains a convolution, a norm and a pooling).
+        assert!(
+            !crate::corpus::naive::generate(&g.task).is_empty(),
+            "no naive kernel for\n{src}"
+        );
     }
     assert!(kinds.len() >= 5, "variety: {kinds:?}");
 }

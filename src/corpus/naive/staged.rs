@@ -20,7 +20,9 @@ fn is_core(e: &Expr) -> bool {
     match e {
         Expr::Binary(BinOp::MatMul, ..) => true,
         Expr::Call { op, .. } => {
-            matches!(op, Op::Reduce { .. } | Op::Transpose { .. }) || is_rowop(op)
+            matches!(op, Op::Reduce { .. } | Op::Transpose { .. })
+                || is_rowop(op)
+                || super::window::is_windowed(op)
         }
         _ => false,
     }
@@ -96,7 +98,7 @@ fn core_words(e: &Expr) -> String {
     let mut found = Vec::new();
     super::find_calls(
         e,
-        &|op| is_rowop(op) || matches!(op, Op::Reduce { .. }),
+        &|op| is_rowop(op) || matches!(op, Op::Reduce { .. }) || super::window::is_windowed(op),
         &mut found,
     );
     let mut products = Vec::new();
@@ -113,6 +115,19 @@ fn core_words(e: &Expr) -> String {
             Op::RmsNorm { .. } => "the RMS norm".into(),
             Op::L2Norm { .. } => "the L2 normalisation".into(),
             Op::Cumsum { .. } => "the cumulative sum".into(),
+            Op::Conv { transposed, .. } => if *transposed {
+                "the transposed convolution"
+            } else {
+                "the convolution"
+            }
+            .into(),
+            Op::Pool { max, .. } => if *max {
+                "the max pooling"
+            } else {
+                "the average pooling"
+            }
+            .into(),
+            Op::ChannelNorm { .. } => "the norm over channels".into(),
             _ => "its operation".into(),
         },
         _ if cores(e) > 0 => "the transpose".into(),
@@ -122,7 +137,16 @@ fn core_words(e: &Expr) -> String {
 
 /// How a form maps threads, in words.
 fn form_words(form: &str) -> &'static str {
-    let table: [(&str, &str); 11] = [
+    let table: [(&str, &str); 14] = [
+        ("window", "a thread per output element walking its window"),
+        (
+            "channel_norm_thread",
+            "a thread per set of elements sharing statistics",
+        ),
+        (
+            "channel_norm_block",
+            "a block per set of elements sharing statistics",
+        ),
         ("elementwise", "a thread per element"),
         ("matmul_naive", "a thread per output element"),
         ("matmul_tiled", "shared-memory tiles"),
@@ -181,10 +205,11 @@ impl Lowering<'_, '_> {
     /// A new stage computing `e` into a new f32 scratch buffer; the buffer, to read instead.
     fn stage(&mut self, mut e: Expr) -> Option<Expr> {
         let full = self.expand(&e);
-        let ty = crate::ops::infer_expr(&self.ctx.task.program, &full).ok()?;
+        let mut ty = crate::ops::infer_expr(&self.ctx.task.program, &full).ok()?;
         if ty.dtype == Some(Dtype::I64) {
             return None;
         }
+        ty.shape = self.ctx.aliased(&ty.shape)?;
         // The same value twice (an intermediate read in two places) is computed once.
         if let Some((n, _)) = self.holds.iter().find(|(_, h)| **h == full) {
             return Some(Expr::Var(n.clone()));
@@ -222,7 +247,20 @@ impl Lowering<'_, '_> {
     /// for a lone reduction, 0 when `e` is none).
     fn chain(&self, e: &Expr) -> usize {
         let full = self.expand(e);
-        self.ctx.reduce_chain(&full).map_or(0, |c| c.depth)
+        let depth = self.ctx.reduce_chain(&full).map_or(0, |c| c.depth);
+        // Only the calls written in `e` itself: a scratch buffer that holds reductions is read,
+        // not computed again (counting through it, `innermost` would stop at the buffer and
+        // the count would never end).
+        let mut own = 0;
+        let mut x = e;
+        while let Expr::Call { args, .. } = x {
+            if own == depth || args.is_empty() {
+                break;
+            }
+            own += 1;
+            x = &args[0];
+        }
+        own
     }
 
     /// Core operations in `e`, reductions that one kernel computes together counted once.
