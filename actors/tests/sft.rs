@@ -488,7 +488,8 @@ fn new_constructs_verify_on_the_cpu_backend() {
 
 /// The naive writer's convolutions (strided, dilated, grouped, transposed, 1-D to 3-D),
 /// poolings and norms over channels, with elementwise work on both sides and a chain of them in
-/// stages (`tests/data/windowed`, in every float dtype): every form compiled and checked
+/// stages, and a cumulative product (`tests/data/naive`, in every float dtype): every form
+/// compiled and checked
 /// against the fp64 reference by the CPU backend.
 #[test]
 fn windowed_kernels_verify_on_the_cpu_backend() {
@@ -497,7 +498,7 @@ fn windowed_kernels_verify_on_the_cpu_backend() {
     }
     let dir = std::env::temp_dir().join(format!("kevin-windowed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let tasks = common::root().join("tests/data/windowed");
+    let tasks = common::root().join("tests/data/naive");
     let out = dir.join("windowed.jsonl");
     let stdout = all_correct_corpus(
         &tasks,

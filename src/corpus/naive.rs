@@ -1322,6 +1322,7 @@ impl<'a> Ctx<'a> {
             Op::Softmax { axis }
             | Op::LogSoftmax { axis }
             | Op::Cumsum { axis }
+            | Op::Cumprod { axis }
             | Op::L2Norm { axis, .. } => crate::ops::normalize_axis(*axis, shape.len())?,
             _ => shape.len() - 1,
         };
@@ -1439,6 +1440,11 @@ impl<'a> Ctx<'a> {
                     "run".to_string(),
                     "keep a running sum along the row and write it at every element",
                 ),
+                Op::Cumprod { .. } => (
+                    "    float run = 1.0f;\n".to_string(),
+                    "run".to_string(),
+                    "keep a running product along the row and write it at every element",
+                ),
                 _ => return None,
             })
         };
@@ -1452,9 +1458,16 @@ impl<'a> Ctx<'a> {
         let y = &self.out;
         let what = self.program_text();
         let kern = self.kernel("naive");
-        let is_scan = matches!(op, Op::Cumsum { .. });
+        let is_scan = matches!(op, Op::Cumsum { .. } | Op::Cumprod { .. });
         let write = if is_scan {
-            format!("        run += {v};\n        float t = run;\n        {y}[idx] = {value};\n")
+            let step = if matches!(op, Op::Cumprod { .. }) {
+                "*="
+            } else {
+                "+="
+            };
+            format!(
+                "        run {step} {v};\n        float t = run;\n        {y}[idx] = {value};\n"
+            )
         } else {
             format!("        float t = {t};\n        {y}[idx] = {value};\n")
         };
@@ -1704,6 +1717,7 @@ fn is_rowop(op: &Op) -> bool {
             | Op::RmsNorm { .. }
             | Op::L2Norm { .. }
             | Op::Cumsum { .. }
+            | Op::Cumprod { .. }
     )
 }
 

@@ -872,11 +872,12 @@ fn windowed_forms_pass_computed_sizes_as_expressions() {
     );
     // Convolutions (strided, dilated, grouped, transposed, 1-D to 3-D), poolings and norms over
     // channels with elementwise work on both sides, and a chain of them that needs a kernel per
-    // stage (`actors/tests/sft.rs` verifies them all on the CPU backend).
-    let windowed = TaskSuite::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/windowed"))
+    // stage, and a cumulative product (`actors/tests/sft.rs` verifies them all on the CPU
+    // backend).
+    let naive_dir = TaskSuite::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/naive"))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(windowed.tasks().len() >= 13);
-    for t in windowed.tasks() {
+    assert!(naive_dir.tasks().len() >= 14);
+    for t in naive_dir.tasks() {
         let forms = naive::generate(t);
         assert!(!forms.is_empty(), "{}: no kernel", t.name);
         let staged = forms.iter().all(|f| f.form.starts_with("staged_"));

@@ -115,6 +115,7 @@ fn core_words(e: &Expr) -> String {
             Op::RmsNorm { .. } => "the RMS norm".into(),
             Op::L2Norm { .. } => "the L2 normalisation".into(),
             Op::Cumsum { .. } => "the cumulative sum".into(),
+            Op::Cumprod { .. } => "the cumulative product".into(),
             Op::Conv { transposed, .. } => if *transposed {
                 "the transposed convolution"
             } else {
