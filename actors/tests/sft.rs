@@ -469,28 +469,41 @@ fn new_constructs_verify_on_the_cpu_backend() {
     for (name, program, sizes) in programs {
         task_file(&tasks, name, program, sizes);
     }
-    let out = dir.join("new.jsonl");
-    let stdout = all_correct_corpus(
-        &tasks,
-        &out,
-        &["--breakages-per-task", "0", "--chains-per-task", "0"],
-    );
-    assert!(!stdout.contains("tasks with no kernel"), "{stdout}");
-    let examples = read_jsonl(&out).unwrap();
+    let (covered, stdout) = naive_kernels_verified(&tasks, &dir.join("new.jsonl"));
     for (name, _, _) in programs {
         assert!(
-            examples.iter().any(|e| e.task == name),
+            covered.contains(name),
             "{name} has no verified kernel\n{stdout}"
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `kevin sft corpus` of the naive kernels alone (no breakages, no chains) over the tasks of
+/// `dir` into `out`, every one of them correct and no task without a kernel: the tasks covered,
+/// and the run's stdout.
+fn naive_kernels_verified(
+    dir: &std::path::Path,
+    out: &std::path::Path,
+) -> (std::collections::BTreeSet<String>, String) {
+    let stdout = all_correct_corpus(
+        dir,
+        out,
+        &["--breakages-per-task", "0", "--chains-per-task", "0"],
+    );
+    assert!(!stdout.contains("tasks with no kernel"), "{stdout}");
+    let covered = read_jsonl(out)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.task)
+        .collect();
+    (covered, stdout)
+}
+
 /// The naive writer's convolutions (strided, dilated, grouped, transposed, 1-D to 3-D),
 /// poolings and norms over channels, with elementwise work on both sides and a chain of them in
 /// stages, and a cumulative product (`tests/data/naive`, in every float dtype): every form
-/// compiled and checked
-/// against the fp64 reference by the CPU backend.
+/// compiled and checked against the fp64 reference by the CPU backend.
 #[test]
 fn windowed_kernels_verify_on_the_cpu_backend() {
     if !cpu_backend_available() {
@@ -499,17 +512,8 @@ fn windowed_kernels_verify_on_the_cpu_backend() {
     let dir = std::env::temp_dir().join(format!("kevin-windowed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let tasks = common::root().join("tests/data/naive");
-    let out = dir.join("windowed.jsonl");
-    let stdout = all_correct_corpus(
-        &tasks,
-        &out,
-        &["--breakages-per-task", "0", "--chains-per-task", "0"],
-    );
-    assert!(!stdout.contains("tasks with no kernel"), "{stdout}");
-    let examples = read_jsonl(&out).unwrap();
+    let (covered, stdout) = naive_kernels_verified(&tasks, &dir.join("windowed.jsonl"));
     let files = std::fs::read_dir(&tasks).unwrap().count();
-    let covered: std::collections::BTreeSet<&str> =
-        examples.iter().map(|e| e.task.as_str()).collect();
     assert_eq!(covered.len(), files, "{stdout}");
     // The generator's conv family (convolution, norm, pooling or scale, epilogue): every task
     // gets kernels, and they verify.
@@ -526,17 +530,7 @@ fn windowed_kernels_verify_on_the_cpu_backend() {
         "--out",
         generated.to_str().unwrap(),
     ]));
-    let out = dir.join("conv.jsonl");
-    let stdout = all_correct_corpus(
-        &generated,
-        &out,
-        &["--breakages-per-task", "0", "--chains-per-task", "0"],
-    );
-    let covered: std::collections::BTreeSet<String> = read_jsonl(&out)
-        .unwrap()
-        .into_iter()
-        .map(|e| e.task)
-        .collect();
+    let (covered, stdout) = naive_kernels_verified(&generated, &dir.join("conv.jsonl"));
     assert_eq!(covered.len(), 8, "{stdout}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -56,22 +56,32 @@ pub fn generate(task: &Task) -> Vec<Generated> {
     let back: BTreeMap<String, String> = names.into_iter().map(|(n, c)| (c, n)).collect();
     let mut out = generate_in_c_names(&renamed);
     for g in &mut out {
-        let lines: Vec<String> = g
-            .source
-            .lines()
-            .map(|l| {
-                if l.starts_with("// kevin:") {
-                    rename_words(l, &back)
-                } else {
-                    l.to_string()
-                }
-            })
-            .collect();
-        g.source = lines.join("\n") + "\n";
-        g.reasoning = rename_words(&g.reasoning, &back);
-        g.summary = rename_words(&g.summary, &back);
+        rename_outside(g, &back, &back);
     }
     out
+}
+
+/// `g` with the words of `launch` renamed in its `// kevin:` lines (what the harness reads) and
+/// those of `words` in its reasoning and summary; the kernels' C is left as it is.
+fn rename_outside(
+    g: &mut Generated,
+    launch: &BTreeMap<String, String>,
+    words: &BTreeMap<String, String>,
+) {
+    let lines: Vec<String> = g
+        .source
+        .lines()
+        .map(|l| {
+            if l.starts_with("// kevin:") {
+                rename_words(l, launch)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    g.source = lines.join("\n") + "\n";
+    g.reasoning = rename_words(&g.reasoning, words);
+    g.summary = rename_words(&g.summary, words);
 }
 
 /// The names of `program`'s tensors and sizes that a kernel cannot use as they are (a size `k`
@@ -194,20 +204,8 @@ fn generate_in_c_names(task: &Task) -> Vec<Generated> {
         .map(|(q, a)| (a.clone(), format!("({q})")))
         .collect();
     for g in &mut out {
-        let lines: Vec<String> = g
-            .source
-            .lines()
-            .map(|l| {
-                if l.starts_with("// kevin:") {
-                    rename_words(l, &launch)
-                } else {
-                    l.to_string()
-                }
-            })
-            .collect();
-        g.source = format!("{includes}{}\n", lines.join("\n"));
-        g.reasoning = rename_words(&g.reasoning, &words);
-        g.summary = rename_words(&g.summary, &words);
+        rename_outside(g, &launch, &words);
+        g.source = format!("{includes}{}", g.source);
     }
     out
 }

@@ -1969,6 +1969,74 @@ impl Importer {
         }
     }
 
+    /// `x.view(shape)` or `x.reshape(shape)` that only inserts or removes extent-1 dims (a
+    /// parameter `[C]` viewed as `[1, C, 1, 1, 1]`): squeezes, then unsqueezes, which keep the
+    /// elements in order as the view does. The other dims must be x's, in order, at the file's
+    /// sizes (one may be `-1`). Any other reshape is refused.
+    fn unit_view(&self, name: &str, x: Tensor, args: &[Val], line: usize) -> Result<Val, Refusal> {
+        let items = match args {
+            [Val::Seq(items)] => items.as_slice(),
+            items => items,
+        };
+        let mut asked = Vec::new();
+        for v in items {
+            match v {
+                Val::Int(n, _) => asked.push(*n),
+                v => return refuse(line, format!("`{name}` to a shape holding {}", v.what())),
+            }
+        }
+        let other = || {
+            refuse(
+                line,
+                format!(
+                    "`{name}` to {asked:?}: reshapes other than adding or removing extent-1 dims \
+                     are not in kevin's op language yet"
+                ),
+            )
+        };
+        let kept: Vec<Dim> = x
+            .shape
+            .iter()
+            .filter(|d| **d != Dim::Lit(1))
+            .cloned()
+            .collect();
+        let wanted: Vec<i64> = asked.iter().copied().filter(|&n| n != 1).collect();
+        if wanted.len() != kept.len() || wanted.iter().filter(|&&n| n == -1).count() > 1 {
+            return other();
+        }
+        for (n, d) in wanted.iter().zip(&kept) {
+            if *n != -1 && d.resolve(&self.sizes) != Some(*n as usize) {
+                return other();
+            }
+        }
+        let mut cur = x;
+        for a in (0..cur.shape.len()).rev() {
+            if cur.shape[a] == Dim::Lit(1) {
+                let mut shape = cur.shape.clone();
+                shape.remove(a);
+                cur = Tensor {
+                    text: format!("squeeze({}, axis={a})", cur.text),
+                    prec: ATOM,
+                    shape,
+                    int: cur.int,
+                };
+            }
+        }
+        for (a, n) in asked.iter().enumerate() {
+            if *n == 1 {
+                let mut shape = cur.shape.clone();
+                shape.insert(a, Dim::Lit(1));
+                cur = Tensor {
+                    text: format!("unsqueeze({}, axis={a})", cur.text),
+                    prec: ATOM,
+                    shape,
+                    int: cur.int,
+                };
+            }
+        }
+        Ok(Val::Tensor(cur))
+    }
+
     /// A torch function (or tensor method, or functional layer) on values.
     fn function(
         &mut self,
@@ -2647,8 +2715,8 @@ impl Importer {
                 }
                 Val::Tensor(cur)
             }
-            "view" | "reshape" | "flatten" | "permute" | "expand" | "repeat" | "unfold"
-            | "view_as" => {
+            "view" | "reshape" => return self.unit_view(name, x, &pos[1..], line),
+            "flatten" | "permute" | "expand" | "repeat" | "unfold" | "view_as" => {
                 return refuse(
                     line,
                     format!("`{name}`: reshapes are not in kevin's op language yet"),

@@ -777,6 +777,43 @@ fn unsqueeze_and_squeeze_import_as_the_op_language_s() {
     );
 }
 
+#[test]
+fn a_view_that_only_adds_or_removes_unit_dims_imports_as_squeezes_and_unsqueezes() {
+    let consts = "N = 64\nM = 32";
+    // A per-column vector viewed as a row, as KernelBench broadcasts a parameter over channels.
+    let t = imported(
+        "level1/x.py",
+        &two_inputs("B - A.view(1, -1)", "M", "N, M", consts),
+    );
+    assert_eq!(body(&t), "Y = B - unsqueeze(A, axis=0)");
+    let t = imported(
+        "level1/x.py",
+        &two_inputs("B * A.reshape((1, M, 1)).squeeze(2)", "M", "N, M", consts),
+    );
+    assert_eq!(
+        body(&t),
+        "Y = B * squeeze(unsqueeze(unsqueeze(A, axis=0), axis=2), axis=2)"
+    );
+    // Unit dims removed, then put back elsewhere.
+    let t = imported(
+        "level1/x.py",
+        &two_inputs("B + A.unsqueeze(1).view(1, M)", "M", "N, M", consts),
+    );
+    assert_eq!(
+        body(&t),
+        "Y = B + unsqueeze(squeeze(unsqueeze(A, axis=1), axis=1), axis=0)"
+    );
+    // Any other reshape is refused, naming it.
+    let r = refused(&two_inputs("B.view(-1) * 2.0", "M", "N, M", consts));
+    assert!(
+        r.reason
+            .contains("`view` to [-1]: reshapes other than adding or removing extent-1 dims"),
+        "{r}"
+    );
+    let r = refused(&two_inputs("B.view(M, N)", "M", "N, M", consts));
+    assert!(r.reason.contains("`view` to [32, 64]"), "{r}");
+}
+
 /// A problem of inputs drawn by `draws` (Python lines of get_inputs ending in `return [...]`)
 /// whose forward(A, B) returns `ret`.
 fn drawn(ret: &str, draws: &str, consts: &str) -> String {
