@@ -2858,6 +2858,7 @@ impl Importer {
         }
         // forward's inputs come first, in its order; the layers' parameters after them.
         let params_first = std::mem::take(&mut self.inputs);
+        let forward_inputs = tensors.iter().filter(|d| matches!(d, Val::Draw(_))).count();
         for (n, d) in names.iter().zip(tensors) {
             let v = match d {
                 Val::Draw(d) => Val::Tensor(self.parameter(n, d)),
@@ -2933,6 +2934,20 @@ impl Importer {
             }
             None => out.text.clone(),
         };
+        // A parameter that forward never reads (an nn.Parameter made in __init__ and left
+        // unused) is no input of the task: it cannot change the output. forward's own inputs
+        // stay, in its order, as the cross-check passes them.
+        let mut used = BTreeSet::new();
+        for text in self.stmts.iter().chain(std::iter::once(&value)) {
+            for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                used.insert(word.to_string());
+            }
+        }
+        let mut i = 0;
+        self.inputs.retain(|(n, _, _)| {
+            i += 1;
+            i <= forward_inputs || used.contains(n)
+        });
         let mut program = String::new();
         for (n, dims, _) in &self.inputs {
             let _ = writeln!(program, "input {n}: f32[{}]", join_dims(dims));

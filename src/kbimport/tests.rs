@@ -226,6 +226,19 @@ fn pairs_scalars_math_and_several_axes() {
             std: 0.02
         }
     );
+    // One that forward never reads (KernelBench level 2 #26 makes a bias it never adds) is no
+    // input of the task.
+    let t = imported(
+        "level1/f.py",
+        &src(
+            "        return x * self.scale",
+            "        self.scale = nn.Parameter(torch.randn(N) * 0.02)\n        \
+             self.bias = nn.Parameter(torch.randn(N))",
+        ),
+    );
+    let names: Vec<&str> = t.program.inputs.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["x", "scale"]);
+    assert_eq!(t.inputs.len(), 2);
 }
 
 #[test]
