@@ -113,17 +113,18 @@ pub fn check_baseline(
             Some(ms[ms.len() / 2])
         }
     };
+    let mut check = BaselineCheck {
+        steps: bufs.plan.steps.len(),
+        cublas: h.blas_in_use(),
+        cudnn_convs,
+        median_ms,
+        max_error_ratio: 0.0,
+        first_failure: None,
+        reference_max_error_ratio: 0.0,
+        reference_first_failure: None,
+    };
     if time_only {
-        return Ok(BaselineCheck {
-            steps: bufs.plan.steps.len(),
-            cublas: h.blas_in_use(),
-            cudnn_convs,
-            median_ms,
-            max_error_ratio: 0.0,
-            first_failure: None,
-            reference_max_error_ratio: 0.0,
-            reference_first_failure: None,
-        });
+        return Ok(check);
     }
     let host_inputs = bufs.specs[..bufs.n_inputs]
         .iter()
@@ -135,12 +136,17 @@ pub fn check_baseline(
         .reference(preset, &host_inputs)
         .map_err(|e| format!("reference: {e}"))?;
     let tol = task.tolerance;
-    let (mut max_ratio, mut first_failure) = (0.0, None);
-    let (mut ref_ratio, mut ref_failure) = (0.0, None);
     let out_specs = &bufs.specs[bufs.n_inputs..];
     for ((spec, &p), want) in out_specs.iter().zip(&outputs).zip(&want) {
         let got = download_values(h, p, spec, None).map_err(e)?;
-        judge_all(spec, &got, want, tol, &mut max_ratio, &mut first_failure);
+        judge_all(
+            spec,
+            &got,
+            want,
+            tol,
+            &mut check.max_error_ratio,
+            &mut check.first_failure,
+        );
     }
     // The correctness protocol's reference, as it computes and stores it (inputs drawn
     // straight into f64, float outputs narrowed to f32, masked), unmasked here.
@@ -149,16 +155,14 @@ pub fn check_baseline(
     bufs.reference(h, seed, &refs, key).map_err(e)?;
     for ((spec, buf), want) in out_specs.iter().zip(&refs).zip(&want) {
         let got = download_values(h, buf.ptr(), spec, Some(key)).map_err(e)?;
-        judge_all(spec, &got, want, tol, &mut ref_ratio, &mut ref_failure);
+        judge_all(
+            spec,
+            &got,
+            want,
+            tol,
+            &mut check.reference_max_error_ratio,
+            &mut check.reference_first_failure,
+        );
     }
-    Ok(BaselineCheck {
-        steps: bufs.plan.steps.len(),
-        cublas: h.blas_in_use(),
-        cudnn_convs,
-        median_ms,
-        max_error_ratio: max_ratio,
-        first_failure,
-        reference_max_error_ratio: ref_ratio,
-        reference_first_failure: ref_failure,
-    })
+    Ok(check)
 }

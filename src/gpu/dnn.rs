@@ -221,6 +221,12 @@ fn shape_key(c: &Conv) -> String {
     )
 }
 
+/// Elements of one sample of `c`'s input and of its output.
+fn per_sample(c: &Conv) -> (usize, usize) {
+    let prod = |v: &[usize]| v.iter().product::<usize>();
+    (c.c * prod(&c.window.spatial), c.f * prod(&c.window.out))
+}
+
 /// Whether elements of `n` fit cuDNN's 32-bit indexing of one tensor.
 fn fits(n: usize) -> bool {
     n < i32::MAX as usize
@@ -275,22 +281,21 @@ impl Dnn {
     /// one sample's input and output and the weight within its 32-bit indexing (a batch beyond
     /// it runs in parts, as PyTorch splits it).
     pub fn takes(c: &Conv) -> bool {
-        let prod = |v: &[usize]| v.iter().product::<usize>();
+        let (x, y) = per_sample(c);
+        let taps: usize = c.window.kernel.iter().product();
         data_type(c.dtype).is_ok()
             && c.groups > 0
             && c.n > 0
-            && fits(c.c * prod(&c.window.spatial))
-            && fits(c.f * prod(&c.window.out))
-            && fits(c.c * c.f / c.groups * prod(&c.window.kernel))
+            && fits(x)
+            && fits(y)
+            && fits(c.c * c.f / c.groups * taps)
     }
 
     /// `c` as cuDNN runs it: one convolution, or consecutive parts of its batch whose tensors
     /// each fit 32-bit indexing (first sample of each part, and the part).
     fn parts(c: &Conv) -> Vec<(usize, Conv)> {
-        let prod = |v: &[usize]| v.iter().product::<usize>();
-        let per = (c.c * prod(&c.window.spatial))
-            .max(c.f * prod(&c.window.out))
-            .max(1);
+        let (x, y) = per_sample(c);
+        let per = x.max(y).max(1);
         let most = ((i32::MAX as usize - 1) / per).clamp(1, c.n.max(1));
         (0..c.n)
             .step_by(most)
@@ -495,12 +500,9 @@ impl Dnn {
         (x, w, bias, y): (u64, u64, Option<u64>, u64),
     ) -> Result<(), DnnError> {
         self.ready(gpu, c)?;
-        let prod = |v: &[usize]| v.iter().product::<usize>() as u64;
         let size = c.dtype.size_bytes() as u64;
-        let (x_per, y_per) = (
-            c.c as u64 * prod(&c.window.spatial) * size,
-            c.f as u64 * prod(&c.window.out) * size,
-        );
+        let (x_elems, y_elems) = per_sample(c);
+        let (x_per, y_per) = (x_elems as u64 * size, y_elems as u64 * size);
         for (start, part) in Self::parts(c) {
             let at = start as u64;
             self.conv_part(&part, (x + at * x_per, w, bias, y + at * y_per))?;

@@ -2012,26 +2012,12 @@ impl Importer {
         let mut cur = x;
         for a in (0..cur.shape.len()).rev() {
             if cur.shape[a] == Dim::Lit(1) {
-                let mut shape = cur.shape.clone();
-                shape.remove(a);
-                cur = Tensor {
-                    text: format!("squeeze({}, axis={a})", cur.text),
-                    prec: ATOM,
-                    shape,
-                    int: cur.int,
-                };
+                cur = squeeze(cur, a);
             }
         }
         for (a, n) in asked.iter().enumerate() {
             if *n == 1 {
-                let mut shape = cur.shape.clone();
-                shape.insert(a, Dim::Lit(1));
-                cur = Tensor {
-                    text: format!("unsqueeze({}, axis={a})", cur.text),
-                    prec: ATOM,
-                    shape,
-                    int: cur.int,
-                };
+                cur = unsqueeze(cur, a);
             }
         }
         Ok(Val::Tensor(cur))
@@ -2667,14 +2653,7 @@ impl Importer {
                 if !(0..=r).contains(&at) {
                     return refuse(line, format!("`unsqueeze({d})` of a tensor of rank {r}"));
                 }
-                let mut shape = x.shape.clone();
-                shape.insert(at as usize, Dim::Lit(1));
-                Val::Tensor(Tensor {
-                    text: format!("unsqueeze({}, axis={at})", x.text),
-                    prec: ATOM,
-                    shape,
-                    int: x.int,
-                })
+                Val::Tensor(unsqueeze(x, at as usize))
             }
             "squeeze" => {
                 // PyTorch removes the given dim (every dim without one) only where its extent
@@ -2704,14 +2683,7 @@ impl Importer {
                 };
                 let mut cur = x;
                 for &a in axes.iter().rev() {
-                    let mut shape = cur.shape.clone();
-                    shape.remove(a as usize);
-                    cur = Tensor {
-                        text: format!("squeeze({}, axis={a})", cur.text),
-                        prec: ATOM,
-                        shape,
-                        int: cur.int,
-                    };
+                    cur = squeeze(cur, a as usize);
                 }
                 Val::Tensor(cur)
             }
@@ -3027,6 +2999,30 @@ impl Importer {
             f.locals.insert(p.name.clone(), v);
         }
         Ok(())
+    }
+}
+
+/// `squeeze(x, axis=a)`: x without its axis `a`, of extent 1.
+fn squeeze(x: Tensor, a: usize) -> Tensor {
+    let mut shape = x.shape;
+    shape.remove(a);
+    Tensor {
+        text: format!("squeeze({}, axis={a})", x.text),
+        prec: ATOM,
+        shape,
+        int: x.int,
+    }
+}
+
+/// `unsqueeze(x, axis=a)`: x with an axis of extent 1 inserted at `a`.
+fn unsqueeze(x: Tensor, a: usize) -> Tensor {
+    let mut shape = x.shape;
+    shape.insert(a, Dim::Lit(1));
+    Tensor {
+        text: format!("unsqueeze({}, axis={a})", x.text),
+        prec: ATOM,
+        shape,
+        int: x.int,
     }
 }
 

@@ -25,21 +25,36 @@ pub fn baseline_ms(program: &Program, sizes: &Sizes) -> f64 {
     seconds * 1e3
 }
 
-/// (element count, dtype) of `e`; scalars count as zero bytes.
+/// The extents of `e` at `sizes` (an unbound one as 1) and its element type (None for a
+/// scalar), when it type-checks.
+fn extents(program: &Program, sizes: &Sizes, e: &Expr) -> Option<(Vec<f64>, Option<Dtype>)> {
+    let t = infer_expr(program, e).ok()?;
+    let dims = t
+        .shape
+        .iter()
+        .map(|d| d.resolve(sizes).unwrap_or(1) as f64)
+        .collect();
+    Some((dims, t.dtype))
+}
+
+/// Elements of `e` at `sizes` (0 when it does not type-check).
+fn elems(program: &Program, sizes: &Sizes, e: &Expr) -> f64 {
+    extents(program, sizes, e).map_or(0.0, |(d, _)| d.iter().product())
+}
+
+/// Bytes of `e` at `sizes`; scalars count as zero bytes.
 fn bytes(program: &Program, sizes: &Sizes, e: &Expr) -> f64 {
-    match infer_expr(program, e) {
-        Ok(t) => match t.dtype {
-            Some(d) => {
-                let n: f64 = t
-                    .shape
-                    .iter()
-                    .map(|d| d.resolve(sizes).unwrap_or(1) as f64)
-                    .product();
-                n * d.size_bytes() as f64
-            }
-            None => 0.0,
-        },
-        Err(_) => 0.0,
+    match extents(program, sizes, e) {
+        Some((dims, Some(d))) => dims.iter().product::<f64>() * d.size_bytes() as f64,
+        _ => 0.0,
+    }
+}
+
+/// FLOP/s of a product or convolution whose result is `e`: tensor-core rate in fp16/bf16.
+fn flop_rate(program: &Program, e: &Expr) -> f64 {
+    match infer_expr(program, e).ok().and_then(|t| t.dtype) {
+        Some(Dtype::F16 | Dtype::Bf16) => HALF_FLOPS,
+        _ => F32_FLOPS,
     }
 }
 
@@ -60,22 +75,10 @@ fn node(program: &Program, sizes: &Sizes, e: &Expr, seconds: &mut f64) {
         + bytes(program, sizes, e);
     let mut t = traffic / BYTES_PER_S;
     if let Expr::Binary(BinOp::MatMul, a, _) = e {
-        let k = infer_expr(program, a)
-            .ok()
-            .and_then(|t| t.shape.last().and_then(|d| d.resolve(sizes)))
-            .unwrap_or(1) as f64;
-        let out = infer_expr(program, e).ok();
-        let n_out: f64 = out.as_ref().map_or(0.0, |t| {
-            t.shape
-                .iter()
-                .map(|d| d.resolve(sizes).unwrap_or(1) as f64)
-                .product()
-        });
-        let rate = match out.and_then(|t| t.dtype) {
-            Some(Dtype::F16 | Dtype::Bf16) => HALF_FLOPS,
-            _ => F32_FLOPS,
-        };
-        t = t.max(2.0 * n_out * k / rate);
+        let k = extents(program, sizes, a)
+            .and_then(|(d, _)| d.last().copied())
+            .unwrap_or(1.0);
+        t = t.max(2.0 * elems(program, sizes, e) * k / flop_rate(program, e));
     }
     if let Expr::Call {
         op: crate::ops::Op::Conv { transposed, .. },
@@ -84,28 +87,18 @@ fn node(program: &Program, sizes: &Sizes, e: &Expr, seconds: &mut f64) {
     {
         // A convolution: 2 FLOPs per output (input, for a transposed one) element and weight
         // tap of its group: the weight's elements over its first extent.
-        let count = |x: &Expr| -> (f64, Vec<f64>) {
-            infer_expr(program, x).ok().map_or((0.0, Vec::new()), |t| {
-                let dims: Vec<f64> = t
-                    .shape
-                    .iter()
-                    .map(|d| d.resolve(sizes).unwrap_or(1) as f64)
-                    .collect();
-                (dims.iter().product(), dims)
-            })
-        };
-        let (w_elems, w_dims) = args.get(1).map_or((0.0, Vec::new()), count);
-        let taps = w_elems / w_dims.first().copied().unwrap_or(1.0).max(1.0);
-        let elems = if *transposed {
-            args.first().map_or(0.0, |x| count(x).0)
+        let taps = args.get(1).map_or(0.0, |w| {
+            let (elems, first) = extents(program, sizes, w).map_or((0.0, 1.0), |(d, _)| {
+                (d.iter().product(), d.first().copied().unwrap_or(1.0))
+            });
+            elems / first.max(1.0)
+        });
+        let each = if *transposed {
+            args.first().map_or(0.0, |x| elems(program, sizes, x))
         } else {
-            count(e).0
+            elems(program, sizes, e)
         };
-        let rate = match infer_expr(program, e).ok().and_then(|t| t.dtype) {
-            Some(Dtype::F16 | Dtype::Bf16) => HALF_FLOPS,
-            _ => F32_FLOPS,
-        };
-        t = t.max(2.0 * elems * taps / rate);
+        t = t.max(2.0 * each * taps / flop_rate(program, e));
     }
     *seconds += t;
 }

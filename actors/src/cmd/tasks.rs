@@ -122,16 +122,21 @@ pub enum TasksCommand {
     },
 }
 
+/// The preset of a `--preset` value (clap admits only "gpu" and "small").
+fn preset_named(name: &str) -> Preset {
+    if name == "small" {
+        Preset::Small
+    } else {
+        Preset::Gpu
+    }
+}
+
 /// Lists the suite or shows a prompt.
 pub fn run(args: Args) -> CmdResult {
     match args.show {
         None => list(&args.dir, args.json.as_deref()),
         Some(TasksCommand::Show { name, preset }) => {
-            let preset = if preset == "small" {
-                Preset::Small
-            } else {
-                Preset::Gpu
-            };
+            let preset = preset_named(&preset);
             show(&args.dir, &name, preset)
         }
         Some(TasksCommand::Generate {
@@ -175,11 +180,7 @@ pub fn run(args: Args) -> CmdResult {
             seed,
             out,
         }) => {
-            let preset = if preset == "gpu" {
-                Preset::Gpu
-            } else {
-                Preset::Small
-            };
+            let preset = preset_named(&preset);
             dump(&args.dir, &name, preset, seed, &out)
         }
         Some(TasksCommand::Baseline {
@@ -188,11 +189,7 @@ pub fn run(args: Args) -> CmdResult {
             reps,
             json,
         }) => {
-            let preset = if preset == "small" {
-                Preset::Small
-            } else {
-                Preset::Gpu
-            };
+            let preset = preset_named(&preset);
             time_baselines(&args.dir, &tasks, preset, reps, json.as_deref())
         }
         Some(TasksCommand::ImportKernelbench {

@@ -97,72 +97,30 @@ impl Ctx<'_> {
         if out.len() < 2 || x_shape.len() != out.len() || self.iteration_shape(e)? != out {
             return None;
         }
-        let operand = |i: usize| -> Option<(String, Vec<Dim>)> {
-            match args.get(i)? {
-                Expr::Var(v) => Some((v.clone(), self.shapes.get(v)?.clone())),
-                _ => None,
-            }
-        };
         match op {
-            Op::ChannelNorm {
-                sets,
-                eps,
-                weight,
-                bias,
-            } => {
-                if x_shape != out {
-                    return None;
-                }
-                let w = if *weight { Some(operand(1)?.0) } else { None };
-                let b = if *bias {
-                    Some(operand(1 + usize::from(*weight))?.0)
-                } else {
-                    None
-                };
-                self.channel_norm(e, call, x_e, *sets, *eps, w, b)
-            }
-            Op::Pool { .. } | Op::Conv { .. } => {
-                let spatial = out.len() - 2;
-                if x_shape[0] != out[0] {
-                    return None;
-                }
-                let (weight, bias) = match op {
-                    Op::Conv { bias, .. } => {
-                        let w = operand(1)?;
-                        if w.1.len() != out.len() {
-                            return None;
-                        }
-                        let b = if *bias { Some(operand(2)?.0) } else { None };
-                        (Some(w), b)
-                    }
-                    _ => {
-                        if x_shape[1] != out[1] {
-                            return None;
-                        }
-                        (None, None)
-                    }
-                };
-                if spatial == 0 {
-                    return None;
-                }
-                self.gather(e, call, op, x_e, &x_shape, weight, bias)
+            Op::ChannelNorm { .. } if x_shape == out => self.channel_norm(e, call),
+            Op::Pool { .. } | Op::Conv { .. } if out.len() > 2 && x_shape[0] == out[0] => {
+                self.gather(e, call, &x_shape)
             }
             _ => None,
         }
     }
 
-    /// A convolution or a pooling: a thread per output element walks its window.
-    #[allow(clippy::too_many_arguments)]
-    fn gather(
-        &self,
-        e: &Expr,
-        call: &Expr,
-        op: &Op,
-        x_e: &Expr,
-        x_shape: &[Dim],
-        weight: Option<(String, Vec<Dim>)>,
-        bias: Option<String>,
-    ) -> Option<Vec<Generated>> {
+    /// Operand `i` of `args` when it is a tensor: its name and shape.
+    fn tensor_arg(&self, args: &[Expr], i: usize) -> Option<(String, Vec<Dim>)> {
+        match args.get(i)? {
+            Expr::Var(v) => Some((v.clone(), self.shapes.get(v)?.clone())),
+            _ => None,
+        }
+    }
+
+    /// A convolution or a pooling (`call`, over `x: x_shape`) in `e`: a thread per output element
+    /// walks its window.
+    fn gather(&self, e: &Expr, call: &Expr, x_shape: &[Dim]) -> Option<Vec<Generated>> {
+        let Expr::Call { op, args } = call else {
+            return None;
+        };
+        let x_e = args.first()?;
         let out = self.out_shape().to_vec();
         let spatial: Vec<String> = x_shape[2..].iter().map(dim).collect();
         let c_in = dim(&x_shape[1]);
@@ -184,11 +142,19 @@ impl Ctx<'_> {
                 padding,
                 dilation,
                 groups,
+                bias,
                 ..
             } => {
-                let (w, w_shape) = weight?;
+                let (w, w_shape) = self.tensor_arg(args, 1)?;
+                if w_shape.len() != out.len() {
+                    return None;
+                }
+                let bias = if *bias {
+                    Some(self.tensor_arg(args, 2)?.0)
+                } else {
+                    None
+                };
                 let kernel: Vec<String> = w_shape[2..].iter().map(dim).collect();
-                // Channels per group, of the input and of the output.
                 // Channels per group, of the input and of the output; with one group the loop
                 // runs over the input channels themselves.
                 let (cpg, fpg) = (per_group(&x_shape[1], *groups), per_group(&out[1], *groups));
@@ -293,6 +259,10 @@ impl Ctx<'_> {
                 count_include_pad,
                 ..
             } => {
+                if x_shape[1] != out[1] {
+                    return None;
+                }
+                let window = list(kernel);
                 let kernel: Vec<String> = kernel.iter().map(|k| k.to_string()).collect();
                 let pos = |d: usize| plain(d, stride, padding, dilation);
                 let plane = format!("n * {c_in} + oc");
@@ -306,11 +276,10 @@ impl Ctx<'_> {
                         "        float t = m;\n".to_string(),
                     )
                 } else if *count_include_pad {
-                    let window = kernel.join(" * ");
                     (
                         "        float s = 0.0f;\n".to_string(),
                         format!("long long xi = {x_at};\ns += {v};"),
-                        format!("        float t = s / (float)({window});\n"),
+                        format!("        float t = s / (float)({});\n", kernel.join(" * ")),
                     )
                 } else {
                     (
@@ -324,7 +293,7 @@ impl Ctx<'_> {
                     "{} pooling (window {}, stride {}, padding {}): output position o covers input positions \
                      o * stride - padding + q * dilation, and the positions in the padding are skipped ({})",
                     if *max { "max" } else { "average" },
-                    list(&kernel.iter().map(|k| k.parse().unwrap_or(0)).collect::<Vec<_>>()),
+                    window,
                     list(stride),
                     list(padding),
                     if *max {
@@ -375,18 +344,34 @@ impl Ctx<'_> {
         }])
     }
 
-    /// A norm over channels: a block per set of elements that share statistics.
-    #[allow(clippy::too_many_arguments)]
-    fn channel_norm(
-        &self,
-        e: &Expr,
-        call: &Expr,
-        x_e: &Expr,
-        sets: NormSets,
-        eps: f64,
-        weight: Option<String>,
-        bias: Option<String>,
-    ) -> Option<Vec<Generated>> {
+    /// A norm over channels (`call`, over an input of the output's shape) in `e`: a thread or a
+    /// block per set of elements that share statistics.
+    fn channel_norm(&self, e: &Expr, call: &Expr) -> Option<Vec<Generated>> {
+        let Expr::Call {
+            op:
+                Op::ChannelNorm {
+                    sets,
+                    eps,
+                    weight,
+                    bias,
+                },
+            args,
+        } = call
+        else {
+            return None;
+        };
+        let (sets, eps) = (*sets, *eps);
+        let x_e = args.first()?;
+        let weight = if *weight {
+            Some(self.tensor_arg(args, 1)?.0)
+        } else {
+            None
+        };
+        let bias = if *bias {
+            Some(self.tensor_arg(args, 1 + usize::from(weight.is_some()))?.0)
+        } else {
+            None
+        };
         let out = self.out_shape().to_vec();
         let n = dim(&out[0]);
         let c = dim(&out[1]);
