@@ -58,6 +58,18 @@ pub struct Args {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Measure one mode only (`async` or `sync`), e.g. to give each mode a long window where
+    /// a machine is lent for a limited time; the ratio is then left to the reader.
+    #[arg(long, value_parser = parse_mode)]
+    pub only: Option<Mode>,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s {
+        "async" => Ok(Mode::Async),
+        "sync" => Ok(Mode::Sync),
+        other => Err(format!("{other}: expected async or sync")),
+    }
 }
 
 /// Runs the comparison with the flags.
@@ -154,6 +166,9 @@ pub fn run(args: &Args) -> Result<ModesReport, String> {
     }
     let mut modes = Vec::new();
     for (mode, staleness) in [(Mode::Async, async_staleness), (Mode::Sync, 0)] {
+        if args.only.is_some_and(|only| only != mode) {
+            continue;
+        }
         let dir = args.dir.join(mode_name(mode));
         let ended = train_for(&exe, args, &dir, mode, staleness, args.seconds)?;
         let result = measure(
@@ -170,8 +185,12 @@ pub fn run(args: &Args) -> Result<ModesReport, String> {
         );
         modes.push(result);
     }
-    let async_over_sync = (modes[1].trajectories_per_hour > 0.0)
-        .then(|| modes[0].trajectories_per_hour / modes[1].trajectories_per_hour);
+    let async_over_sync = match modes.as_slice() {
+        [a, s] if s.trajectories_per_hour > 0.0 => {
+            Some(a.trajectories_per_hour / s.trajectories_per_hour)
+        }
+        _ => None,
+    };
     // A group holds its slot until the learner consumes it: with no more slots than a batch,
     // generation waits for the learner in async mode too.
     let note = (file.rollout.max_inflight_groups <= file.replay.tasks_per_batch).then(|| {
@@ -403,6 +422,9 @@ pub fn markdown(r: &ModesReport) -> String {
     }
     s += &match r.async_over_sync {
         Some(x) => format!("\nasync / sync trajectories per hour: {x:.2}x\n"),
+        None if r.modes.len() < 2 => {
+            "\nasync / sync trajectories per hour: - (one mode run)\n".to_owned()
+        }
         None => "\nasync / sync trajectories per hour: - (sync finished no group)\n".to_owned(),
     };
     if let Some(n) = &r.note {
