@@ -3,7 +3,7 @@
 //!
 //! It holds the typed experiment configuration ([`config`]), the RL math ([`rl`]), the types that
 //! flow between actors (tasks, episodes, candidates, outcomes), the replay queue with its
-//! write-ahead log ([`replay`]), the run directory and its checkpoints ([`run_dir`]), telemetry
+//! write-ahead log ([`replay`], [`wal`]), the run directory and its checkpoints ([`run_dir`]), telemetry
 //! (trace file, metrics, inspection: [`telemetry`]), and the simulated components that let the
 //! whole system run before (and beside) the real policy and kernel environment ([`sim`]).
 //! Untrusted candidate code is handled only in worker child processes ([`worker`]: protocol,
@@ -54,4 +54,5 @@ pub mod tasks;
 pub mod telemetry;
 pub mod turn;
 pub mod verify;
+pub mod wal;
 pub mod worker;

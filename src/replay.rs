@@ -6,15 +6,13 @@
 //! record, as trained or as dropped-stale (see [`crate::run_dir`] for the record and recovery).
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::ReplaySection;
 use crate::episode::Group;
 use crate::rl;
+pub use crate::wal::Wal;
 
 /// A group with its per-turn returns and advantages, numbered by the queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,89 +78,6 @@ pub enum ReplayError {
         /// The harness's error.
         reason: String,
     },
-}
-
-/// One WAL line.
-#[derive(Serialize, Deserialize)]
-struct WalRecord {
-    seq: u64,
-    group: ScoredGroup,
-}
-
-/// Append-only JSON-lines log of accepted groups. A torn last line (the process died mid-write)
-/// is detected on open and cut off before new records are appended.
-#[derive(Debug)]
-pub struct Wal {
-    path: PathBuf,
-    file: File,
-}
-
-impl Wal {
-    /// Opens (creating) the log and returns every intact record in order.
-    pub fn open(path: &Path) -> Result<(Wal, Vec<ScoredGroup>), ReplayError> {
-        let err = |e: std::io::Error| ReplayError::Wal {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        };
-        let mut file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)
-            .map_err(err)?;
-        let mut groups = Vec::new();
-        let mut good_len: u64 = 0;
-        {
-            let mut reader = BufReader::new(&file);
-            let mut line = String::new();
-            loop {
-                line.clear();
-                let n = reader.read_line(&mut line).map_err(err)?;
-                if n == 0 || !line.ends_with('\n') {
-                    break;
-                }
-                match serde_json::from_str::<WalRecord>(&line) {
-                    Ok(rec) if rec.seq == rec.group.seq => {
-                        groups.push(rec.group);
-                        good_len += n as u64;
-                    }
-                    _ => break,
-                }
-            }
-        }
-        let len = file.metadata().map_err(err)?.len();
-        if len != good_len {
-            tracing::warn!(path = %path.display(), kept = good_len, cut = len - good_len, "cutting a torn tail off the write-ahead log");
-            file.set_len(good_len).map_err(err)?;
-            file.seek(SeekFrom::End(0)).map_err(err)?;
-        }
-        Ok((
-            Wal {
-                path: path.to_path_buf(),
-                file,
-            },
-            groups,
-        ))
-    }
-
-    /// Appends one group and fsyncs: when this returns Ok, the group survives kill -9.
-    pub fn append(&mut self, group: &ScoredGroup) -> Result<(), ReplayError> {
-        let mut line = serde_json::to_string(&WalRecord {
-            seq: group.seq,
-            group: group.clone(),
-        })
-        .map_err(|e| ReplayError::Wal {
-            path: self.path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        line.push('\n');
-        let err = |e: std::io::Error| ReplayError::Wal {
-            path: self.path.display().to_string(),
-            reason: e.to_string(),
-        };
-        self.file.write_all(line.as_bytes()).map_err(err)?;
-        self.file.sync_data().map_err(err)
-    }
 }
 
 /// A batch for the learner, with the groups dropped as stale since the previous batch.
@@ -321,12 +236,12 @@ impl ReplayBuffer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::episode::tests::turn;
     use crate::outcome::Outcome;
 
-    fn group(id: u64, version: u64) -> Group {
+    pub(crate) fn group(id: u64, version: u64) -> Group {
         let ok = Outcome::Correct {
             kernel_ms: 1.0,
             baseline_ms: 2.0,
@@ -397,32 +312,5 @@ mod tests {
         assert!(err.to_string().contains("out of memory"), "{err}");
         assert_eq!(q.accepted_total(), 0);
         assert!(q.take_batch(0).is_none());
-    }
-
-    #[test]
-    fn wal_survives_a_torn_tail() {
-        let dir = std::env::temp_dir().join(format!("kevin-wal-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("replay.wal");
-        std::fs::remove_file(&path).ok();
-        {
-            let (wal, got) = Wal::open(&path).unwrap();
-            assert!(got.is_empty());
-            let mut q = ReplayBuffer::new(ReplaySection::default(), Some(wal), Vec::new(), 0);
-            q.accept(group(0, 0)).unwrap();
-            q.accept(group(1, 0)).unwrap();
-        }
-        // Simulate a crash in the middle of the third append.
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(b"{\"seq\":2,\"group\":{\"seq\":2,\"gro")
-            .unwrap();
-        drop(f);
-        let (mut wal, got) = Wal::open(&path).unwrap();
-        assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![0, 1]);
-        wal.append(&score_group(2, group(2, 0), &ReplaySection::default()))
-            .unwrap();
-        let (_, got) = Wal::open(&path).unwrap();
-        assert_eq!(got.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Layout of `runs/<name>/`:
 //! - `config.toml`: the resolved configuration;
-//! - `replay.wal`: every accepted group (see [`crate::replay::Wal`]);
+//! - `wal/`: the write-ahead log of accepted groups, in segments deleted once a checkpoint covers
+//!   their training (see [`crate::wal`]);
 //! - `learner.jsonl`: the learner's record, one line per step: the version it produced and the
 //!   sequence numbers of the groups it trained on and dropped as stale;
 //! - `checkpoints/step-<version>/`: learner state, `state.json` (sampler, counters, pending
@@ -14,7 +15,9 @@
 //! was being written when the process died has no valid manifest and is skipped). Record lines
 //! past V are cut (those steps are redone, so no group counts as trained twice), and every group
 //! in the WAL that no remaining record line consumed goes back into the replay queue (so no
-//! accepted group is lost).
+//! accepted group is lost). The WAL's segments whose groups the remaining lines all consumed are
+//! then deleted, as after every checkpoint ([`RunDir::compact_wal`]), so a restart reads only
+//! what is still pending and its time does not grow with the run's length.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
@@ -25,8 +28,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigFile;
 use crate::learner::{Learner, TrainStats};
-use crate::replay::{ReplayError, ScoredGroup, Wal};
+use crate::replay::{ReplayError, ScoredGroup};
 use crate::sampler::SamplerState;
+use crate::wal::{self, Compaction, Wal};
 
 /// Checkpoints kept on disk; older ones are deleted after a new one is complete.
 pub const KEEP_CHECKPOINTS: usize = 3;
@@ -123,6 +127,10 @@ pub struct Recovery {
     pub wal: Wal,
     /// Record lines cut because they came after the checkpoint.
     pub record_lines_cut: usize,
+    /// WAL records read to find the pending ones (what recovery cost).
+    pub wal_records_read: usize,
+    /// WAL segments deleted because the checkpoint covers them.
+    pub wal_compaction: Compaction,
 }
 
 /// An open run directory, locked by this process until dropped.
@@ -286,8 +294,31 @@ impl RunDir {
         (scan.newest, skipped)
     }
 
-    /// Finds where the run stopped: see the module documentation.
-    pub fn recover(&self) -> Result<Recovery, RunDirError> {
+    /// The groups consumed (trained on or dropped) by the record lines at or before `version`.
+    fn consumed_by(&self, version: u64) -> Result<BTreeSet<u64>, RunDirError> {
+        Ok(self
+            .read_steps()?
+            .iter()
+            .filter(|s| s.version <= version)
+            .flat_map(|s| s.trained.iter().chain(&s.dropped))
+            .copied()
+            .collect())
+    }
+
+    /// Deletes the WAL segments whose groups the record lines up to `version` all consumed. Call
+    /// it only once a complete checkpoint at `version` is on disk (see [`crate::wal::compact`]).
+    pub fn compact_wal(&self, version: u64) -> Result<Compaction, RunDirError> {
+        let consumed = self.consumed_by(version)?;
+        Ok(wal::compact(
+            &self.root.join(wal::WAL_DIR),
+            &consumed,
+            None,
+        )?)
+    }
+
+    /// Finds where the run stopped (see the module documentation), opening the WAL with
+    /// segments of `segment_bytes`.
+    pub fn recover(&self, segment_bytes: u64) -> Result<Recovery, RunDirError> {
         let (checkpoint, skipped) = self.latest_checkpoint();
         // Set torn checkpoints aside (kept for forensics) so that pruning and later recoveries
         // never mistake them for the newest.
@@ -325,19 +356,17 @@ impl RunDir {
             .flat_map(|s| s.trained.iter().chain(&s.dropped))
             .copied()
             .collect();
-        let (wal, groups) = Wal::open(&self.root.join("replay.wal"))?;
-        let next_seq = groups.last().map_or(0, |g| g.seq + 1);
-        let pending = groups
-            .into_iter()
-            .filter(|g| !consumed.contains(&g.seq))
-            .collect();
+        let opened = Wal::open(&self.root, segment_bytes, &consumed)?;
+        let wal_compaction = wal::compact(opened.wal.dir(), &consumed, None)?;
         Ok(Recovery {
             checkpoint,
             skipped,
-            pending,
-            next_seq,
-            wal,
+            pending: opened.pending,
+            next_seq: opened.next_seq,
+            wal: opened.wal,
             record_lines_cut,
+            wal_records_read: opened.records_read,
+            wal_compaction,
         })
     }
 }
@@ -535,8 +564,9 @@ mod tests {
         use crate::replay::ReplayBuffer;
         let root = tmp_dir("recover");
         let rd = RunDir::open(&root).unwrap();
-        let (wal, _) = Wal::open(&root.join("replay.wal")).unwrap();
-        let mut q = ReplayBuffer::new(ReplaySection::default(), Some(wal), vec![], 0);
+        // One group per segment (1-byte segments), so that compaction has work.
+        let opened = Wal::open(&root, 1, &BTreeSet::new()).unwrap();
+        let mut q = ReplayBuffer::new(ReplaySection::default(), Some(opened.wal), vec![], 0);
         for id in 0..5 {
             let g = crate::episode::Group {
                 id,
@@ -556,7 +586,8 @@ mod tests {
             .unwrap();
         // Step 2 happened but its checkpoint did not: it must be redone.
         rd.append_step(&rec(2, vec![2, 3], vec![])).unwrap();
-        let r = rd.recover().unwrap();
+        drop(q);
+        let r = rd.recover(1).unwrap();
         assert_eq!(r.checkpoint.as_ref().unwrap().1.learner_version, 1);
         assert_eq!(r.record_lines_cut, 1);
         assert_eq!(
@@ -564,7 +595,23 @@ mod tests {
             vec![2, 3, 4]
         );
         assert_eq!(r.next_seq, 5);
+        assert_eq!(r.wal_records_read, 5);
         assert_eq!(rd.read_steps().unwrap().len(), 1);
+        // Groups 0 and 1 were consumed by step 1, which the checkpoint covers: their segments go.
+        assert_eq!(r.wal_compaction.deleted, 2);
+        drop(r);
+        let r = rd.recover(1).unwrap();
+        assert_eq!(r.wal_records_read, 3, "a restart reads only what is left");
+        assert_eq!(r.next_seq, 5);
+        drop(r);
+        // Step 2 redone and checkpointed: segments 2 and 3 go; 4 is pending, and active.
+        rd.append_step(&rec(2, vec![2, 3], vec![])).unwrap();
+        rd.write_checkpoint(&SimLearner::new(0.0), &state(2))
+            .unwrap();
+        assert_eq!(rd.compact_wal(2).unwrap().deleted, 2);
+        let r = rd.recover(1).unwrap();
+        assert_eq!(r.pending.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![4]);
+        assert_eq!((r.wal_records_read, r.next_seq), (1, 5));
         drop(rd);
         fs::remove_dir_all(&root).ok();
     }

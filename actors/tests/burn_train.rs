@@ -10,7 +10,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use common::{assert_ok, jsonl_strict, kevin, root};
+use common::{assert_ok, jsonl_strict, kevin, root, wal_records};
 
 fn train(run: &Path, max_steps: u64) -> Output {
     // From the repository root: the config's paths (tasks/, models/kevin-tiny) are relative.
@@ -56,7 +56,7 @@ fn tiny_cpu_config_trains_checkpoints_and_resumes() {
 
     // Every turn of the accepted groups (the write-ahead log keeps them whole): the policy's
     // tokens with one finite behaviour log-prob each; the text is what the tokens decode to.
-    let turns: Vec<Value> = jsonl_strict(&run.join("replay.wal"))
+    let turns: Vec<Value> = wal_records(&run)
         .iter()
         .flat_map(|r| {
             r["group"]["group"]["trajectories"]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::{assert_ok, cpu_backend_available, jsonl, kevin};
+use common::{assert_ok, cpu_backend_available, jsonl, kevin, wal_records};
 
 /// A fresh directory for one test, with a config file made of the fast base plus `extra`.
 fn setup(name: &str, extra: &str) -> (PathBuf, PathBuf) {
@@ -42,13 +42,13 @@ fn seqs(v: &Value, key: &str) -> Vec<u64> {
         .unwrap_or_default()
 }
 
-/// Every accepted group (in the WAL) is consumed exactly once by the learner's record or is
-/// still pending in the newest checkpoint; nothing is consumed twice.
+/// Every accepted group is consumed exactly once by the learner's record or is still pending in
+/// the newest checkpoint; nothing is consumed twice. Accepted groups are numbered 0, 1, ... with
+/// no gap, so what was accepted is 0..n, n from the newest checkpoint's counter (a clean stop
+/// checkpoints last); a pending group must still be in the write-ahead log, whose covered
+/// segments compaction deletes.
 fn check_no_loss_no_duplicates(run: &Path) {
-    let wal: Vec<u64> = jsonl(&run.join("replay.wal"))
-        .iter()
-        .map(|r| r["seq"].as_u64().unwrap())
-        .collect();
+    let wal: Vec<u64> = wal_seqs(run);
     let wal_set: BTreeSet<u64> = wal.iter().copied().collect();
     assert_eq!(wal.len(), wal_set.len(), "WAL sequence numbers are unique");
     let mut consumed: BTreeMap<u64, u32> = BTreeMap::new();
@@ -66,20 +66,40 @@ fn check_no_loss_no_duplicates(run: &Path) {
     let state: Value =
         serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json")).unwrap()).unwrap();
     let pending: BTreeSet<u64> = seqs(&state, "replay_pending").into_iter().collect();
-    for s in &wal_set {
-        let c = consumed.contains_key(s);
-        let p = pending.contains(s);
+    let accepted = state["counters"]["groups_accepted"].as_u64().unwrap();
+    for s in 0..accepted {
+        let c = consumed.contains_key(&s);
+        let p = pending.contains(&s);
         assert!(
             c ^ p,
             "group {s}: consumed={c} pending={p} (must be exactly one)"
         );
-    }
-    for s in consumed.keys() {
         assert!(
-            wal_set.contains(s),
-            "the learner consumed group {s}, which was never accepted"
+            !p || wal_set.contains(&s),
+            "group {s} is pending but not in the write-ahead log"
         );
     }
+    for s in consumed.keys().chain(&wal_set) {
+        assert!(
+            *s < accepted,
+            "group {s} is consumed or logged, but only {accepted} were accepted"
+        );
+    }
+}
+
+/// The sequence numbers in the run's write-ahead log, oldest first.
+fn wal_seqs(run: &Path) -> Vec<u64> {
+    wal_records(run)
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect()
+}
+
+/// The number of write-ahead log segments on disk.
+fn wal_segments(run: &Path) -> usize {
+    kevin::wal::segments(&run.join(kevin::wal::WAL_DIR))
+        .unwrap()
+        .len()
 }
 
 fn newest_checkpoint(run: &Path) -> PathBuf {
@@ -110,7 +130,7 @@ fn async_run_writes_everything_and_inspect_reads_it() {
         "metrics.jsonl",
         "episodes.jsonl",
         "trace-0001.json",
-        "replay.wal",
+        "wal",
         "learner.jsonl",
     ] {
         assert!(run.join(f).exists(), "{f} missing");
@@ -309,16 +329,23 @@ fn sigint_checkpoints_and_the_run_resumes() {
 
 #[test]
 fn kill_9_loses_no_accepted_group_and_trains_none_twice() {
+    // 1 KiB segments (a group each) and a checkpoint every 3 steps: compaction runs at every
+    // checkpoint, so the kill may land in it.
     let (run, config) = setup(
         "kill9",
-        "[run]\ncheckpoint_every = 3\n[policy.simulated]\nbatch_ms = 3.0\n",
+        "[run]\ncheckpoint_every = 3\n[replay]\nwal_segment_kb = 1\n[policy.simulated]\nbatch_ms = 3.0\n",
     );
     let mut child = spawn_train(&run, &config);
     wait_for_steps(&run, 5, &mut child);
     child.kill().unwrap(); // SIGKILL: no drain, no final checkpoint
     child.wait().unwrap();
     let steps_before = jsonl(&run.join("learner.jsonl")).len() as u64;
-    let accepted_before = jsonl(&run.join("replay.wal")).len();
+    let accepted_before = wal_seqs(&run).last().map_or(0, |s| s + 1);
+    assert!(
+        wal_segments(&run) < accepted_before as usize,
+        "segments the checkpoint covers are deleted ({} segments for {accepted_before} groups)",
+        wal_segments(&run)
+    );
     // Simulate a checkpoint torn by the kill: a newer checkpoint folder without its manifest.
     let torn = run
         .join("checkpoints")
@@ -342,9 +369,13 @@ fn kill_9_loses_no_accepted_group_and_trains_none_twice() {
         resumed <= steps_before && resumed >= 3,
         "resumed from the last complete checkpoint, not the torn one: {stdout}"
     );
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(newest_checkpoint(&run).join("state.json")).unwrap(),
+    )
+    .unwrap();
     assert!(
-        jsonl(&run.join("replay.wal")).len() >= accepted_before,
-        "accepted groups survive"
+        state["counters"]["groups_accepted"].as_u64().unwrap() >= accepted_before,
+        "accepted groups survive and are counted: {state}"
     );
     let versions: Vec<u64> = jsonl(&run.join("learner.jsonl"))
         .iter()
@@ -356,6 +387,41 @@ fn kill_9_loses_no_accepted_group_and_trains_none_twice() {
         "steps after the checkpoint were redone once"
     );
     check_no_loss_no_duplicates(&run);
+}
+
+#[test]
+fn repeated_kills_with_compaction_lose_nothing_and_restarts_stay_small() {
+    // A checkpoint and a compaction at every step, one group per segment; killed five times at
+    // different moments, then run to a clean stop.
+    let (run, config) = setup(
+        "kills",
+        "[run]\ncheckpoint_every = 1\n[replay]\nwal_segment_kb = 1\n[policy.simulated]\nbatch_ms = 2.0\n",
+    );
+    let mut steps = 0usize;
+    for round in 0..5u64 {
+        let mut child = spawn_train(&run, &config);
+        steps += 2 + round as usize % 2;
+        wait_for_steps(&run, steps, &mut child);
+        std::thread::sleep(Duration::from_millis(7 * round));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        steps = jsonl(&run.join("learner.jsonl")).len();
+    }
+    let out = train(&run, &config, steps as u64 + 2);
+    assert_ok(&out);
+    check_no_loss_no_duplicates(&run);
+    let accepted = wal_seqs(&run).last().map_or(0, |s| s + 1) as usize;
+    // What is left is what is pending, plus the active segment: not the run's history.
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(newest_checkpoint(&run).join("state.json")).unwrap(),
+    )
+    .unwrap();
+    let pending = seqs(&state, "replay_pending").len();
+    assert!(
+        wal_segments(&run) <= pending + 1,
+        "{} segments left for {pending} pending groups ({accepted} accepted)",
+        wal_segments(&run)
+    );
 }
 
 #[test]

@@ -513,6 +513,10 @@ pub struct ReplaySection {
     pub std_normalize: bool,
     /// Keep a write-ahead log so accepted groups survive a crash.
     pub wal: bool,
+    /// Size (KiB) at which the write-ahead log starts a new segment. Segments whose groups are
+    /// all trained on (or dropped) and covered by a checkpoint are deleted, so the log holds
+    /// about what is pending plus one segment. May change when a run resumes.
+    pub wal_segment_kb: u64,
 }
 
 impl Default for ReplaySection {
@@ -524,6 +528,7 @@ impl Default for ReplaySection {
             aggregation: ReturnAggregation::Sum,
             std_normalize: false,
             wal: true,
+            wal_segment_kb: crate::wal::DEFAULT_SEGMENT_BYTES >> 10,
         }
     }
 }

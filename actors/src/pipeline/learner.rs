@@ -337,9 +337,25 @@ async fn checkpoint(
             let l = learner
                 .lock()
                 .map_err(|_| "the learner is poisoned".to_string())?;
-            run_dir
+            let path = run_dir
                 .write_checkpoint(l.as_ref(), &state)
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            drop(l);
+            // The checkpoint is on disk: the log's segments it covers are no longer needed.
+            // Failing to delete them costs disk, not correctness.
+            match run_dir.compact_wal(state.learner_version) {
+                Ok(c) if c.deleted > 0 => tracing::info!(
+                    segments = c.deleted,
+                    bytes = c.bytes,
+                    kept = c.kept,
+                    "deleted write-ahead log segments the checkpoint covers"
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not delete covered write-ahead log segments")
+                }
+            }
+            Ok(path)
         })
         .await
     {

@@ -18,7 +18,7 @@ use kevin::config::{Config, ConfigFile, LearnerKind, PolicyKind, TaskSource};
 use kevin::env::{EnvSpec, KernelEnv};
 use kevin::episode::EpisodeTask;
 use kevin::replay::ReplayBuffer;
-use kevin::run_dir::{RunDir, RunDirError};
+use kevin::run_dir::{Counters, RunDir, RunDirError};
 use kevin::sampler::TaskSampler;
 use kevin::sim::{SimLearner, SimPolicy};
 use kevin::tasks::{Split, TaskSuite};
@@ -128,8 +128,11 @@ pub fn first_difference(a: &ConfigFile, b: &ConfigFile) -> Option<String> {
     }
     let mut a = a.clone();
     let mut b = b.clone();
-    a.run.max_steps = 0;
-    b.run.max_steps = 0;
+    // What may change when a run resumes: how far it goes, and how its log is cut in segments.
+    for c in [&mut a, &mut b] {
+        c.run.max_steps = 0;
+        c.replay.wal_segment_kb = 0;
+    }
     walk(
         &toml::Value::try_from(&a).ok()?,
         &toml::Value::try_from(&b).ok()?,
@@ -243,7 +246,14 @@ pub fn train(
         }
     }
     run_dir.write_config(&config.to_toml())?;
-    let recovery = run_dir.recover()?;
+    let recovery = run_dir.recover(config.replay.wal_segment_kb << 10)?;
+    if recovery.wal_compaction.deleted > 0 {
+        tracing::info!(
+            segments = recovery.wal_compaction.deleted,
+            bytes = recovery.wal_compaction.bytes,
+            "deleted write-ahead log segments the checkpoint covers"
+        );
+    }
     for skipped in &recovery.skipped {
         tracing::warn!(checkpoint = %skipped.display(), "skipped an incomplete checkpoint; using the previous one");
     }
@@ -281,10 +291,17 @@ pub fn train(
         }
         None => None,
     };
+    // Sequence numbers are given out from 0 without gaps, so the groups accepted before this
+    // session are exactly `next_seq`, including those accepted after the checkpoint (a kill -9
+    // leaves them in the log, uncounted by the checkpoint's counters).
+    let base_counters = Counters {
+        groups_accepted: recovery.next_seq,
+        ..base_counters
+    };
     tracing::info!(policy = %policy.describe(), env = %env.describe(), learner = %learner.describe(), "components");
     match resumed_from {
         Some(v) => {
-            tracing::info!(run_dir = %opts.run_dir.display(), version = v, recovered_groups = recovery.pending.len(), "resuming")
+            tracing::info!(run_dir = %opts.run_dir.display(), version = v, recovered_groups = recovery.pending.len(), wal_records_read = recovery.wal_records_read, "resuming")
         }
         None => tracing::info!(run_dir = %opts.run_dir.display(), "starting a new run"),
     }

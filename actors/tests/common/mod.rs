@@ -83,6 +83,16 @@ pub fn jsonl_strict(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// Every record of a run directory's write-ahead log (all its segments, oldest first); panics
+/// when a line does not parse.
+pub fn wal_records(run: &Path) -> Vec<Value> {
+    kevin::wal::segments(&run.join(kevin::wal::WAL_DIR))
+        .unwrap()
+        .iter()
+        .flat_map(|s| jsonl_strict(&s.path))
+        .collect()
+}
+
 /// True when a C++ compiler for the CPU backend is here; else says that the test is skipped.
 pub fn cpu_backend_available() -> bool {
     let ok = kevin::cpu::find_compiler().is_ok();
