@@ -425,6 +425,94 @@ fn repeated_kills_with_compaction_lose_nothing_and_restarts_stay_small() {
 }
 
 #[test]
+fn episodes_and_traces_rotate_gzipped_and_read_back_whole() {
+    // 8 KiB files: several archives of each in a short run.
+    let (run, config) = setup(
+        "rotate",
+        "[telemetry]\nrotate_kb = 8\n[policy.simulated]\nbatch_ms = 2.0\n",
+    );
+    assert_ok(&train(&run, &config, 8));
+    let names: Vec<String> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let count = |prefix: &str| {
+        names
+            .iter()
+            .filter(|n| n.starts_with(prefix) && n.ends_with(".gz"))
+            .count()
+    };
+    assert!(count("episodes.0") >= 2, "{names:?}");
+    assert!(count("trace-0001.p") >= 2, "{names:?}");
+    // Every turn of every accepted group is in episodes, across its archives.
+    let lines = kevin::telemetry::files::RotatingLog::read_all(&run, "episodes", "jsonl").unwrap();
+    let groups = wal_seqs(&run).len();
+    assert_eq!(
+        lines.len(),
+        groups * 4 * 3,
+        "4 trajectories x 3 turns a group"
+    );
+    // inspect reads the session's parts as one session.
+    let out = kevin()
+        .arg("inspect")
+        .arg(&run)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sessions"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["sessions"][0]["complete"], true);
+}
+
+#[test]
+fn a_disk_budget_removes_old_archives_and_a_full_disk_stops_cleanly() {
+    // A 400 KB budget with 4 KiB archives and a compacted log: archives go, oldest first, as
+    // new ones are made.
+    let (run, config) = setup(
+        "budget",
+        "[run]\nmax_disk_gb = 0.0004\n[replay]\nwal_segment_kb = 16\n[telemetry]\nrotate_kb = 4\n[policy.simulated]\nbatch_ms = 5.0\n",
+    );
+    let mut child = spawn_train(&run, &config);
+    wait_for_steps(&run, 6, &mut child);
+    // The budget is looked at every 2 s.
+    std::thread::sleep(Duration::from_millis(4500));
+    common::interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out);
+    let archives = kevin::telemetry::files::archives(&run).unwrap();
+    let names: Vec<String> = archives
+        .iter()
+        .map(|a| a.path.file_name().unwrap().to_str().unwrap().to_owned())
+        .collect();
+    for oldest in ["episodes.000001.jsonl.gz", "trace-0001.p0001.json.gz"] {
+        assert!(
+            !names.iter().any(|n| n == oldest),
+            "{oldest} is removed: {names:?}"
+        );
+    }
+    assert!(
+        names.iter().any(|n| n.starts_with("episodes.")),
+        "the newest archives stay: {names:?}"
+    );
+    let archived: u64 = archives.iter().map(|a| a.bytes).sum();
+    assert!(archived <= 400_000, "{archived} bytes of archives");
+    check_no_loss_no_duplicates(&run);
+
+    // Less free space than any disk has: the run stops at once, drained and checkpointed,
+    // exit 1 naming the key; the same command resumes.
+    let (full, config) = setup("diskfull", "[run]\nmin_free_disk_mb = 1000000000000\n");
+    let out = train(&full, &config, 50);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("run.min_free_disk_mb"), "{stderr}");
+    assert!(stderr.contains("MB free"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("the disk is nearly full"), "{stdout}");
+    assert!(newest_checkpoint(&full).join("COMPLETE").exists());
+}
+
+#[test]
 fn harness_errors_are_counted_logged_and_never_trained_on() {
     let (run, config) = setup("harness", "[env.simulated]\np_harness_error = 0.05\n");
     let out = train(&run, &config, 4);

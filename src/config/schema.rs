@@ -192,6 +192,14 @@ pub struct RunSection {
     pub checkpoint_every: u64,
     /// How long a shutdown waits for in-flight episodes before it abandons them (seconds).
     pub drain_timeout_s: f64,
+    /// Disk budget of the run directory (GB, 0: none). Over it, the oldest rotated episode and
+    /// trace archives are removed; the write-ahead log, checkpoints and metrics never are. May
+    /// change when a run resumes.
+    pub max_disk_gb: f64,
+    /// Below this much free space (MB) on the run directory's disk, the daemon stops cleanly
+    /// (drain, checkpoint, exit 1 naming the cause) before a write fails. May change when a run
+    /// resumes.
+    pub min_free_disk_mb: u64,
 }
 
 impl Default for RunSection {
@@ -204,6 +212,8 @@ impl Default for RunSection {
             max_steps: 0,
             checkpoint_every: 10,
             drain_timeout_s: 60.0,
+            max_disk_gb: 50.0,
+            min_free_disk_mb: 1024,
         }
     }
 }
@@ -604,6 +614,10 @@ pub struct TelemetrySection {
     pub trace: bool,
     /// Write episodes.jsonl (every turn's prompt, response, outcome and score).
     pub episodes: bool,
+    /// Size (KiB) at which episodes.jsonl and a session's trace file are closed, gzipped
+    /// (`episodes.NNNNNN.jsonl.gz`, `trace-NNNN.pNNNN.json.gz`) and started afresh (0: never).
+    /// May change when a run resumes.
+    pub rotate_kb: u64,
 }
 
 impl Default for TelemetrySection {
@@ -612,6 +626,7 @@ impl Default for TelemetrySection {
             log_level: "info".into(),
             trace: true,
             episodes: true,
+            rotate_kb: 256 << 10,
         }
     }
 }

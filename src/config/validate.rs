@@ -269,6 +269,7 @@ impl Config {
         check_range("env.simulated.median_speedup", s.median_speedup, 1e-3, 1e3)?;
         check_min("replay.tasks_per_batch", f.replay.tasks_per_batch.into(), 1)?;
         check_min("replay.wal_segment_kb", f.replay.wal_segment_kb, 1)?;
+        check_range("run.max_disk_gb", f.run.max_disk_gb, 0.0, 1e6)?;
         check_range("replay.gamma", f.replay.gamma, 0.0, 1.0)?;
         if f.run.mode == Mode::Sync && f.replay.max_staleness != 0 {
             return Err(invalid(

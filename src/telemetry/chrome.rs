@@ -12,6 +12,11 @@
 //! is killed leaves the array unterminated, which the trace-event format allows; the reader in
 //! [`super::reader`] accepts it, including a torn last line.
 //!
+//! With a size limit ([`chrome_layer_rotating`]), the writer closes the session's file when it
+//! reaches the limit (last event and `]`), renames it `trace-NNNN.pKKKK.json`, gzips it on a
+//! thread of its own ([`super::files::gzip_in_place`]) and starts the live file again with the
+//! same tracks; `kevin inspect` reads a session's parts as one.
+//!
 //! A span's event runs from its creation to its close (wall time, not busy time): the actors
 //! create a span when a message arrives and drop it when the work for that message ends, possibly
 //! on another thread, so this is the message's handling latency.
@@ -48,7 +53,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -354,16 +359,23 @@ impl Drop for TraceGuard {
 /// Creates the trace file at `path` (truncating it), starts its writer thread, and returns the
 /// layer to install plus the guard that closes the file.
 pub fn chrome_layer(path: &Path) -> io::Result<(ChromeLayer, TraceGuard)> {
-    chrome_layer_with_capacity(path, DEFAULT_CAPACITY)
+    chrome_layer_rotating(path, 0)
 }
 
-/// [`chrome_layer`] with a chosen channel capacity (records that may wait for the writer).
-pub fn chrome_layer_with_capacity(
+/// [`chrome_layer`] whose file is closed, gzipped and started again each time it reaches
+/// `rotate_bytes` (0: never).
+pub fn chrome_layer_rotating(
     path: &Path,
-    capacity: usize,
+    rotate_bytes: u64,
 ) -> io::Result<(ChromeLayer, TraceGuard)> {
-    let (layer, rx) = unstarted_layer(capacity);
-    let guard = start_writer(path, layer.tx.clone(), rx, layer.stats.clone())?;
+    let (layer, rx) = unstarted_layer(DEFAULT_CAPACITY);
+    let guard = start_writer(
+        path,
+        rotate_bytes,
+        layer.tx.clone(),
+        rx,
+        layer.stats.clone(),
+    )?;
     Ok((layer, guard))
 }
 
@@ -378,12 +390,24 @@ fn unstarted_layer(capacity: usize) -> (ChromeLayer, Receiver<Message>) {
 
 fn start_writer(
     path: &Path,
+    rotate_bytes: u64,
     tx: Sender<Message>,
     rx: Receiver<Message>,
     stats: Arc<TraceStats>,
 ) -> io::Result<TraceGuard> {
     let file = File::create(path)?;
-    let mut writer = TraceWriter::new(BufWriter::new(file), stats.clone());
+    let mut writer = TraceWriter {
+        out: BufWriter::new(file),
+        stats: stats.clone(),
+        tids: HashMap::new(),
+        events: 0,
+        last_ts_us: 0.0,
+        path: path.to_path_buf(),
+        rotate_bytes,
+        bytes: 0,
+        parts: 0,
+        compressing: Vec::new(),
+    };
     writer.begin()?;
     let handle = std::thread::Builder::new()
         .name("kevin-trace-writer".to_owned())
@@ -396,29 +420,31 @@ fn start_writer(
 }
 
 /// Serialises records into the file on its own thread.
-struct TraceWriter<W: Write> {
-    out: W,
+struct TraceWriter {
+    out: BufWriter<File>,
     stats: Arc<TraceStats>,
     /// Track id per actor, assigned in order of first appearance (1, 2, ...).
     tids: HashMap<Arc<str>, u64>,
     events: u64,
     last_ts_us: f64,
+    /// The live file.
+    path: PathBuf,
+    /// Size at which the live file is closed and archived (0: never).
+    rotate_bytes: u64,
+    /// Bytes in the live file.
+    bytes: u64,
+    /// Parts archived so far.
+    parts: u64,
+    /// Compressions of archived parts still running.
+    compressing: Vec<JoinHandle<io::Result<PathBuf>>>,
 }
 
-impl<W: Write> TraceWriter<W> {
-    fn new(out: W, stats: Arc<TraceStats>) -> Self {
-        TraceWriter {
-            out,
-            stats,
-            tids: HashMap::new(),
-            events: 0,
-            last_ts_us: 0.0,
-        }
-    }
-
+impl TraceWriter {
     fn line(&mut self, event: &Value) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, event)?;
-        self.out.write_all(b",\n")
+        let mut text = serde_json::to_vec(event)?;
+        text.extend_from_slice(b",\n");
+        self.bytes += text.len() as u64;
+        self.out.write_all(&text)
     }
 
     fn begin(&mut self) -> io::Result<()> {
@@ -433,18 +459,67 @@ impl<W: Write> TraceWriter<W> {
         self.out.flush()
     }
 
+    /// The last event (the drop counter) and the closing `]`.
+    fn close_array(&mut self) -> io::Result<u64> {
+        let dropped = self.stats.dropped();
+        let ts = round3(self.last_ts_us.max(self.stats.elapsed_us() as f64));
+        let last = json!({"name": DROPPED_COUNTER, "ph": "C", "ts": ts, "pid": 1,
+            "args": {"dropped": dropped}});
+        serde_json::to_writer(&mut self.out, &last)?;
+        self.out.write_all(b"\n]\n")?;
+        self.out.flush()?;
+        Ok(dropped)
+    }
+
+    /// Closes the live file as the next part, hands it to a compression thread, and starts the
+    /// live file again with the known tracks named.
+    fn rotate(&mut self) -> io::Result<()> {
+        self.close_array()?;
+        self.parts += 1;
+        let name = self
+            .path
+            .file_stem()
+            .and_then(|n| n.to_str())
+            .unwrap_or("trace");
+        let part = self
+            .path
+            .with_file_name(format!("{name}.p{:04}.json", self.parts));
+        std::fs::rename(&self.path, &part)?;
+        self.out = BufWriter::new(File::create(&self.path)?);
+        self.bytes = 0;
+        self.compressing.push(
+            std::thread::Builder::new()
+                .name("kevin-trace-gzip".to_owned())
+                .spawn(move || super::files::gzip_in_place(&part))?,
+        );
+        self.out.write_all(b"[\n")?;
+        let meta = json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "kevin"}});
+        self.line(&meta)?;
+        let mut tracks: Vec<(Arc<str>, u64)> =
+            self.tids.iter().map(|(a, t)| (a.clone(), *t)).collect();
+        tracks.sort_by_key(|(_, t)| *t);
+        for (actor, tid) in tracks {
+            self.track_names(&actor, tid)?;
+        }
+        Ok(())
+    }
+
+    fn track_names(&mut self, actor: &str, tid: u64) -> io::Result<()> {
+        let name = json!({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
+            "args": {"name": actor}});
+        self.line(&name)?;
+        let order = json!({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid,
+            "args": {"sort_index": tid}});
+        self.line(&order)
+    }
+
     fn tid(&mut self, actor: &Arc<str>) -> io::Result<u64> {
         if let Some(&tid) = self.tids.get(actor) {
             return Ok(tid);
         }
         let tid = self.tids.len() as u64 + 1;
         self.tids.insert(actor.clone(), tid);
-        let name = json!({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
-            "args": {"name": &**actor}});
-        self.line(&name)?;
-        let order = json!({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid,
-            "args": {"sort_index": tid}});
-        self.line(&order)?;
+        self.track_names(actor, tid)?;
         Ok(tid)
     }
 
@@ -490,6 +565,9 @@ impl<W: Write> TraceWriter<W> {
                 Ok(Message::Finish) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(msg) => {
                     self.write(msg)?;
+                    if self.rotate_bytes > 0 && self.bytes >= self.rotate_bytes {
+                        self.rotate()?;
+                    }
                     if rx.is_empty() || last_flush.elapsed() >= FLUSH_EVERY {
                         self.out.flush()?;
                         last_flush = Instant::now();
@@ -503,13 +581,11 @@ impl<W: Write> TraceWriter<W> {
             self.write(msg)?;
         }
         drop(rx);
-        let dropped = self.stats.dropped();
-        let ts = round3(self.last_ts_us.max(self.stats.elapsed_us() as f64));
-        let last = json!({"name": DROPPED_COUNTER, "ph": "C", "ts": ts, "pid": 1,
-            "args": {"dropped": dropped}});
-        serde_json::to_writer(&mut self.out, &last)?;
-        self.out.write_all(b"\n]\n")?;
-        self.out.flush()?;
+        let dropped = self.close_array()?;
+        for c in self.compressing.drain(..) {
+            c.join()
+                .unwrap_or_else(|_| Err(io::Error::other("trace compression thread panicked")))?;
+        }
         Ok(TraceSummary {
             events: self.events,
             dropped,

@@ -219,7 +219,7 @@ fn records_beyond_a_full_channel_are_dropped_and_counted() {
     // Drops are not messages lost to the live stats: those are counted before the hand-off.
     assert_eq!(stats.snapshot().tracks["Verifier"].handled, 10);
 
-    let guard = start_writer(&path, tx, rx, stats.clone()).unwrap();
+    let guard = start_writer(&path, 0, tx, rx, stats.clone()).unwrap();
     assert_eq!(
         guard.finish().unwrap(),
         TraceSummary {
@@ -241,5 +241,48 @@ fn records_beyond_a_full_channel_are_dropped_and_counted() {
         tracing::info_span!("late", actor = "Verifier").in_scope(|| {})
     });
     assert_eq!(stats.dropped(), 9);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_rotated_session_is_gzipped_in_parts_and_inspected_as_one() {
+    let dir = temp_dir("rotate");
+    let path = dir.join("trace-0002.json");
+    // About 200 bytes an event: a part every few events.
+    let (layer, guard) = chrome_layer_rotating(&path, 1000).unwrap();
+    let d = dispatch(layer);
+    dispatcher::with_default(&d, || {
+        for i in 0..60u64 {
+            let actor = if i % 2 == 0 { "Verifier" } else { "Compiler" };
+            tracing::info_span!("Work", actor, i).in_scope(|| {});
+        }
+    });
+    let summary = guard.finish().unwrap();
+    assert_eq!(summary.dropped, 0);
+    let mut parts: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "trace-0002.json")
+        .collect();
+    parts.sort();
+    assert!(parts.len() >= 5, "{parts:?}");
+    assert!(
+        parts.iter().all(|n| n.ends_with(".json.gz")),
+        "every closed part is compressed: {parts:?}"
+    );
+    assert_eq!(parts[0], "trace-0002.p0001.json.gz");
+    // Each part is a whole trace that names its tracks.
+    let first = read_trace(&dir.join(&parts[1])).unwrap();
+    assert!(first.complete);
+    assert!(first
+        .events
+        .iter()
+        .any(|e| matches!(e, TraceEvent::ThreadName { name, .. } if name == "Verifier")));
+    let report = crate::telemetry::inspect::inspect(&dir).unwrap();
+    assert_eq!(report.sessions.len(), 1, "{:?}", report.sessions);
+    assert_eq!(report.sessions[0].spans, 60);
+    assert!(report.sessions[0].complete);
+    let messages: u64 = report.actors.iter().map(|a| a.messages).sum();
+    assert_eq!(messages, 60);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,7 @@
 //! `kevin inspect RUN_DIR`: which actor is the bottleneck.
 //!
-//! Reads every trace file of a run (`trace.json` and `trace-*.json`, one per daemon session) and
+//! Reads every trace file of a run (`trace.json` and `trace-*.json`, one per daemon session, with
+//! the archived parts of a session, `trace-N.pK.json.gz`, read as one with it) and
 //! the mailbox high-water marks in `metrics.jsonl` (and in `mailbox.<actor>` counters), and reports per actor: the share of the traced
 //! wall-clock time it was busy (the union of its spans) and idle, its summed busy time and
 //! concurrency when its spans overlap (a pool of workers on one track), messages handled, exact
@@ -158,15 +159,21 @@ struct TrackSpans {
 
 /// Inspects the run directory `run_dir`; see the module docs.
 pub fn inspect(run_dir: &Path) -> Result<InspectReport, InspectError> {
-    let files = trace_names(run_dir)?
-        .iter()
-        .map(|n| read_trace(&run_dir.join(n)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let files = read_sessions(run_dir)?;
     let mut warnings = Vec::new();
     let mailbox = mailbox_high_water(&run_dir.join("metrics.jsonl"), &mut warnings);
     let mut out = report(run_dir, &files, mailbox, warnings);
     out.lease_wait_ms = lease_waits(&run_dir.join("metrics.jsonl"));
     Ok(out)
+}
+
+/// Every session's trace of the run directory, in the order they ran, its parts joined.
+fn read_sessions(run_dir: &Path) -> Result<Vec<TraceFile>, InspectError> {
+    let files = trace_names(run_dir)?
+        .iter()
+        .map(|n| read_trace(&run_dir.join(n)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(join_parts(files))
 }
 
 /// The run directory's trace files, in the order their sessions ran.
@@ -178,7 +185,11 @@ fn trace_names(run_dir: &Path) -> Result<Vec<String>, InspectError> {
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n == "trace.json" || (n.starts_with("trace-") && n.ends_with(".json")))
+        .filter(|n| {
+            n == "trace.json"
+                || (n.starts_with("trace-") && n.ends_with(".json"))
+                || super::session_part(n).is_some()
+        })
         .collect();
     if names.is_empty() {
         return Err(InspectError::NoTraceFiles {
@@ -186,15 +197,45 @@ fn trace_names(run_dir: &Path) -> Result<Vec<String>, InspectError> {
         });
     }
     // Sessions in the order they ran: `trace.json` first, then by number (trace-9 before
-    // trace-10), then any other `trace-*.json` by name.
-    names.sort_by_key(|n| {
-        let order = match n.as_str() {
-            "trace.json" => 0,
-            _ => super::session_number(n).unwrap_or(u64::MAX),
-        };
-        (order, n.clone())
-    });
+    // trace-10), then any other `trace-*.json` by name; a session's archived parts in order,
+    // then its live file.
+    names.sort_by_key(|n| session_key(n));
     Ok(names)
+}
+
+/// Where a trace file sorts: session, then part (the live file last).
+fn session_key(name: &str) -> (u64, u64, String) {
+    match (name, super::session_part(name)) {
+        ("trace.json", _) => (0, u64::MAX, name.to_owned()),
+        (_, Some((session, part))) => (session, part, name.to_owned()),
+        _ => (
+            super::session_number(name).unwrap_or(u64::MAX),
+            u64::MAX,
+            name.to_owned(),
+        ),
+    }
+}
+
+/// Joins each session's archived parts with the file after them (the live file, or the next
+/// part): one trace per session, as the writer wrote it before rotating.
+fn join_parts(files: Vec<TraceFile>) -> Vec<TraceFile> {
+    let mut out: Vec<TraceFile> = Vec::new();
+    let mut open_part: Option<u64> = None;
+    for file in files {
+        let name = file_name(&file.path);
+        let session = session_key(&name).0;
+        match out.last_mut() {
+            Some(prev) if open_part == Some(session) => {
+                prev.events.extend(file.events);
+                prev.path = file.path;
+                prev.complete = file.complete;
+                prev.torn = file.torn;
+            }
+            _ => out.push(file),
+        }
+        open_part = super::session_part(&name).map(|(s, _)| s);
+    }
+    out
 }
 
 /// Builds the report from files already read (and the mailbox marks already gathered).
@@ -396,8 +437,7 @@ pub fn window(
     count: &str,
     union_of: &[&str],
 ) -> Result<WindowReport, InspectError> {
-    let first = trace_names(run_dir)?.remove(0);
-    let file = read_trace(&run_dir.join(first))?;
+    let file = read_sessions(run_dir)?.remove(0);
     let mut tracks: BTreeMap<u64, &str> = BTreeMap::new();
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for event in &file.events {

@@ -29,6 +29,7 @@
 //! commands import it), so tracing, reading traces and `inspect` work on any run directory.
 
 pub mod chrome;
+pub mod files;
 pub mod inspect;
 pub mod reader;
 mod report_text;
@@ -38,8 +39,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub use chrome::{
-    chrome_layer, chrome_layer_with_capacity, ChromeLayer, TraceGuard, TraceSummary,
-    DEFAULT_CAPACITY,
+    chrome_layer, chrome_layer_rotating, ChromeLayer, TraceGuard, TraceSummary, DEFAULT_CAPACITY,
 };
 pub use inspect::{
     inspect, window, ActorReport, InspectError, InspectReport, SessionReport, SlowSpan,
@@ -92,6 +92,17 @@ fn session_number(file_name: &str) -> Option<u64> {
         .strip_suffix(".json")?
         .parse()
         .ok()
+}
+
+/// The session and part of an archived part of a session's trace, `trace-N.pK.json[.gz]`.
+fn session_part(file_name: &str) -> Option<(u64, u64)> {
+    let rest = file_name.strip_prefix("trace-")?;
+    let rest = rest
+        .strip_suffix(".gz")
+        .unwrap_or(rest)
+        .strip_suffix(".json")?;
+    let (session, part) = rest.split_once(".p")?;
+    Some((session.parse().ok()?, part.parse().ok()?))
 }
 
 #[cfg(test)]

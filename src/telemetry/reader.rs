@@ -65,7 +65,12 @@ pub struct TraceFile {
 
 /// Reads the trace file at `path`; see the module docs for what is tolerated.
 pub fn read_trace(path: &Path) -> Result<TraceFile, InspectError> {
-    let bytes = std::fs::read(path).map_err(|source| InspectError::Read {
+    let read = |path: &Path| -> std::io::Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut super::files::open_text(path)?, &mut bytes)?;
+        Ok(bytes)
+    };
+    let bytes = read(path).map_err(|source| InspectError::Read {
         path: path.to_owned(),
         source,
     })?;

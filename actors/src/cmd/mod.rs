@@ -154,11 +154,12 @@ pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), Stri
 }
 
 /// Sets up logging on stderr: `RUST_LOG` when set and valid, else `filter`; ANSI colour only
-/// when stderr is a terminal. With `trace_file`, also a Chrome trace of every kevin span,
-/// whatever the log level; its guard must be finished at the end of the run.
+/// when stderr is a terminal. With `trace_file` (a path and the size at which it rotates, 0:
+/// never), also a Chrome trace of every kevin span, whatever the log level; its guard must be
+/// finished at the end of the run.
 pub fn init_logging(
     filter: &str,
-    trace_file: Option<&Path>,
+    trace_file: Option<(&Path, u64)>,
 ) -> Result<Option<kevin::telemetry::TraceGuard>, String> {
     let env_filter = std::env::var("RUST_LOG")
         .ok()
@@ -173,8 +174,8 @@ pub fn init_logging(
         .with_target(false)
         .with_filter(env_filter);
     match trace_file {
-        Some(path) => {
-            let (chrome, guard) = kevin::telemetry::chrome_layer(path)
+        Some((path, rotate_bytes)) => {
+            let (chrome, guard) = kevin::telemetry::chrome_layer_rotating(path, rotate_bytes)
                 .map_err(|e| format!("trace file {}: {e}", path.display()))?;
             // Per-layer filter: the trace gets every kevin span and counter whatever the log level.
             let chrome = chrome.with_filter(filter_fn(|m| m.target().starts_with("kevin")));

@@ -86,7 +86,9 @@ pub fn run(args: Args, log: Option<&str>) -> CmdResult {
         None
     };
     let filter = log.map_or_else(|| config.telemetry.log_level.clone(), str::to_string);
-    let guard = init_logging(&filter, trace.as_deref()).map_err(usage)?;
+    let rotate_bytes = config.telemetry.rotate_kb.saturating_mul(1 << 10);
+    let guard =
+        init_logging(&filter, trace.as_deref().map(|p| (p, rotate_bytes))).map_err(usage)?;
     tracing::info!(config = %path.display(), layers = %config.sources.join(" < "), "config");
     let trace_stats = guard.as_ref().map(|g| g.stats());
     let result = system::train(
@@ -112,6 +114,7 @@ pub fn run(args: Args, log: Option<&str>) -> CmdResult {
             let why = match s.reason {
                 StopReason::MaxSteps => "max steps reached",
                 StopReason::Signal => "stopped by signal",
+                StopReason::DiskLow(_) => "stopped: the disk is nearly full",
             };
             println!(
                 "kevin train: {why}; learner version {} ({} steps this session{}), {} turns; run directory {}",
@@ -128,7 +131,12 @@ pub fn run(args: Args, log: Option<&str>) -> CmdResult {
                 "inspect it with: kevin inspect {0}; plot it with: kevin report {0}",
                 s.run_dir.display()
             );
-            Ok(ExitCode::SUCCESS)
+            match s.reason {
+                StopReason::DiskLow(why) => Err(failure(format!(
+                    "{why}; the run is checkpointed: free space (or lower run.min_free_disk_mb) and run the same command again to resume"
+                ))),
+                _ => Ok(ExitCode::SUCCESS),
+            }
         }
         Err(e @ system::TrainError::ConfigMismatch { .. }) => Err(usage(e)),
         Err(e) => Err(failure(e)),

@@ -55,6 +55,8 @@ pub enum StopReason {
     MaxSteps,
     /// The shutdown future resolved (SIGINT/SIGTERM).
     Signal,
+    /// The run directory's disk ran low (below `run.min_free_disk_mb`): what was measured.
+    DiskLow(String),
 }
 
 /// What a training session did.
@@ -128,10 +130,13 @@ pub fn first_difference(a: &ConfigFile, b: &ConfigFile) -> Option<String> {
     }
     let mut a = a.clone();
     let mut b = b.clone();
-    // What may change when a run resumes: how far it goes, and how its log is cut in segments.
+    // What may change when a run resumes: how far it goes, and how its files are kept.
     for c in [&mut a, &mut b] {
         c.run.max_steps = 0;
         c.replay.wal_segment_kb = 0;
+        c.run.max_disk_gb = 0.0;
+        c.run.min_free_disk_mb = 0;
+        c.telemetry.rotate_kb = 0;
     }
     walk(
         &toml::Value::try_from(&a).ok()?,
@@ -246,7 +251,7 @@ pub fn train(
         }
     }
     run_dir.write_config(&config.to_toml())?;
-    let recovery = run_dir.recover(config.replay.wal_segment_kb << 10)?;
+    let recovery = run_dir.recover(config.replay.wal_segment_kb.saturating_mul(1 << 10))?;
     if recovery.wal_compaction.deleted > 0 {
         tracing::info!(
             segments = recovery.wal_compaction.deleted,
@@ -334,7 +339,7 @@ pub fn train(
         // File I/O actors get their own arbiters (threads): their blocking writes stall nobody else.
         let io_arbiter = Arbiter::new();
         let replay_arbiter = Arbiter::new();
-        let telemetry = Telemetry::open(run_dir.path(), config.telemetry.episodes, mb_telemetry.capacity())
+        let telemetry = Telemetry::open(run_dir.path(), config.telemetry.episodes, config.telemetry.rotate_kb.saturating_mul(1 << 10), mb_telemetry.capacity())
             .map_err(|e| TrainError::Failed(format!("{}: {e}", run_dir.path().display())))?;
         let telemetry = Handle { addr: Telemetry::start_in_arbiter(&io_arbiter.handle(), |_| telemetry), mailbox: mb_telemetry };
 
@@ -420,8 +425,10 @@ pub fn train(
 
         // Run until the learner is done or we are told to stop.
         let mut failed = None;
+        let watch = watch_disk(run_dir.path().to_path_buf(), (config.run.max_disk_gb * 1e9) as u64, config.run.min_free_disk_mb.saturating_mul(1 << 20));
         let reason = tokio::select! {
             _ = shutdown => StopReason::Signal,
+            low = watch => StopReason::DiskLow(low),
             s = signal_rx => match s {
                 Ok(LearnerSignal::MaxSteps) => StopReason::MaxSteps,
                 Ok(LearnerSignal::Failed(e)) => { failed = Some(e); StopReason::Signal }
@@ -458,6 +465,61 @@ pub fn train(
         })
     });
     result
+}
+
+/// How often [`watch_disk`] looks.
+const DISK_CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// Keeps the run directory within `budget` bytes (0: none) by removing its oldest rotated
+/// archives, and resolves, naming what it measured, once the disk holding it has less than
+/// `min_free` bytes free: the run then stops as on a signal (drain, checkpoint) while there is
+/// still room to do so, and exits non-zero.
+async fn watch_disk(dir: PathBuf, budget: u64, min_free: u64) -> String {
+    use kevin::telemetry::files;
+    let mut warned_over = false;
+    loop {
+        let d = dir.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            let budget_check = (budget > 0).then(|| files::enforce_budget(&d, budget));
+            (budget_check, files::free_bytes(&d))
+        })
+        .await;
+        if let Ok((budget_check, free)) = checked {
+            match budget_check {
+                Some(Ok(c)) => {
+                    if !c.removed.is_empty() {
+                        tracing::info!(
+                            removed = c.removed.len(),
+                            bytes_before = c.before,
+                            bytes_after = c.after,
+                            "run directory over run.max_disk_gb: removed its oldest archives"
+                        );
+                    }
+                    if c.over(budget) && !warned_over {
+                        tracing::warn!(bytes = c.after, budget, "run directory over run.max_disk_gb with no archive left to remove (the write-ahead log, checkpoints and metrics stay)");
+                    }
+                    warned_over = c.over(budget);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "could not keep the run directory within run.max_disk_gb")
+                }
+                None => {}
+            }
+            match free {
+                Ok(free) if free < min_free => {
+                    return format!(
+                        "{} MB free on the disk of {}, below run.min_free_disk_mb ({} MB)",
+                        free >> 20,
+                        dir.display(),
+                        min_free >> 20
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not measure the free disk space"),
+            }
+        }
+        tokio::time::sleep(DISK_CHECK_EVERY).await;
+    }
 }
 
 #[cfg(test)]

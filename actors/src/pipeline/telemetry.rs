@@ -1,5 +1,6 @@
-//! The Telemetry actor: writes episodes.jsonl (every turn of every accepted group), metrics.jsonl
-//! (one line per learner step) and the best kernel per task (`best/<task>.cu`).
+//! The Telemetry actor: writes episodes.jsonl (every turn of every accepted group; rotated and
+//! gzipped by size, [`kevin::telemetry::files::RotatingLog`]), metrics.jsonl (one line per
+//! learner step) and the best kernel per task (`best/<task>.cu`).
 //!
 //! It runs on its own arbiter because it does file I/O. Spans do not pass through it: the
 //! tracing layer ([`kevin::telemetry`]) has its own writer thread, so tracing never waits on a
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use actix::prelude::*;
 use kevin::replay::ScoredGroup;
+use kevin::telemetry::files::RotatingLog;
 use serde_json::json;
 
 use crate::pipeline::mailbox::actix_capacity;
@@ -20,7 +22,7 @@ use crate::pipeline::messages::{Flush, RecordGroup, RecordMetrics};
 /// The Telemetry actor.
 pub struct Telemetry {
     metrics: BufWriter<File>,
-    episodes: Option<BufWriter<File>>,
+    episodes: Option<RotatingLog>,
     best_dir: PathBuf,
     best: HashMap<String, f64>,
     credits: usize,
@@ -46,8 +48,14 @@ fn best_score(path: &Path) -> Option<f64> {
 }
 
 impl Telemetry {
-    /// Opens (appending) the run directory's files.
-    pub fn open(run_dir: &Path, episodes: bool, credits: usize) -> std::io::Result<Telemetry> {
+    /// Opens (appending) the run directory's files; episodes.jsonl rotates at `rotate_bytes`
+    /// (0: never).
+    pub fn open(
+        run_dir: &Path,
+        episodes: bool,
+        rotate_bytes: u64,
+        credits: usize,
+    ) -> std::io::Result<Telemetry> {
         let best_dir = run_dir.join("best");
         std::fs::create_dir_all(&best_dir)?;
         let mut best = HashMap::new();
@@ -62,7 +70,12 @@ impl Telemetry {
         Ok(Telemetry {
             metrics: append(&run_dir.join("metrics.jsonl"))?,
             episodes: if episodes {
-                Some(append(&run_dir.join("episodes.jsonl"))?)
+                Some(RotatingLog::open(
+                    run_dir,
+                    "episodes",
+                    "jsonl",
+                    rotate_bytes,
+                )?)
             } else {
                 None
             },
@@ -89,8 +102,7 @@ impl Telemetry {
                         "generate_ms": turn.generate_ms, "evaluate_ms": turn.evaluate_ms,
                         "prompt": turn.prompt, "response": turn.response,
                     });
-                    serde_json::to_writer(&mut *out, &line)?;
-                    out.write_all(b"\n")?;
+                    out.write_line(&serde_json::to_vec(&line)?)?;
                 }
                 let best = self
                     .best
