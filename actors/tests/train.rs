@@ -786,3 +786,38 @@ fn bench_modes_trains_the_config_in_both_modes_for_the_same_wall_clock() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--seconds 0"));
     std::fs::remove_dir_all(&root).ok();
 }
+
+#[test]
+fn bench_soak_samples_a_run_and_times_its_restart() {
+    // Small files, so that a few seconds show segments compacted and archives rotated.
+    let (root, config) = setup(
+        "soak",
+        "[run]\ncheckpoint_every = 2\n[replay]\nwal_segment_kb = 8\n[telemetry]\nrotate_kb = 8\n",
+    );
+    let json = root.join("soak.json");
+    let out = kevin()
+        .args(["bench", "soak", "--turns", "3000", "--hours", "0.01"])
+        .args(["--sample-s", "0.2", "--config"])
+        .arg(&config)
+        .arg("--dir")
+        .arg(root.join("soak"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(r["turns"].as_u64().unwrap() >= 3000, "{r}");
+    assert_eq!(r["ended"], "stopped");
+    let samples = r["samples"].as_array().unwrap();
+    assert!(samples.len() >= 2, "{r}");
+    assert!(samples.iter().all(|s| s["rss_mb"].as_f64().unwrap() > 0.0));
+    assert!(r["restart_s"].as_f64().unwrap() > 0.0);
+    assert!(r["start_fresh_s"].as_f64().unwrap() > 0.0);
+    let line = r["restart_line"].as_str().unwrap();
+    assert!(line.contains("wal_records_read"), "{line}");
+    assert!(r["archives"].as_u64().unwrap() >= 1, "{r}");
+    // The log is compacted: fewer segments than the groups it took.
+    let groups = r["turns"].as_u64().unwrap() / 12;
+    assert!(r["wal_segments"].as_u64().unwrap() < groups, "{r}");
+}

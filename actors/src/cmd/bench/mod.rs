@@ -1,5 +1,5 @@
 //! `kevin bench ...`: the benchmarks, one module each (`pipeline`, `gpu`, `policy`, `modes`,
-//! `hacks`, `faults`), with the environment flags `hacks` and `faults` share ([`EnvArgs`]).
+//! `soak`, `hacks`, `faults`), with the environment flags `hacks` and `faults` share ([`EnvArgs`]).
 //!
 //! `hacks` and `faults` are pass/fail suites (exit 1 on a mismatch) but stay under `bench`: they
 //! also report measured figures (evaluation times, throughput, respawn latency), and external
@@ -15,6 +15,7 @@ pub mod hacks;
 pub mod modes;
 pub mod pipeline;
 pub mod policy;
+pub mod soak;
 
 use std::path::PathBuf;
 
@@ -62,6 +63,12 @@ pub enum BenchCommand {
     /// share of each actor and of the accelerator actors together (from the trace); then the
     /// async / sync ratio of trajectories per hour.
     Modes(modes::Args),
+    /// What a long run costs: a `kevin train` child (by default configs/soak.toml, the real actor
+    /// system with simulated components at a high rate) for --turns turns or --hours, sampled
+    /// every --sample-s for resident memory, run-directory and write-ahead-log size; then a
+    /// restart on the same directory. Reports turns/s, RSS growth after warm-up, disk against
+    /// the budget, and restart time before and after.
+    Soak(soak::Args),
 }
 
 /// Runs the benchmark.
@@ -73,6 +80,7 @@ pub fn run(args: Args) -> CmdResult {
         BenchCommand::Hacks(a) => hacks::run_cmd(&a),
         BenchCommand::Faults(a) => faults::run_cmd(&a),
         BenchCommand::Modes(a) => modes::run_cmd(&a),
+        BenchCommand::Soak(a) => soak::run_cmd(&a),
     }
 }
 

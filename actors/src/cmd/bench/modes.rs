@@ -289,16 +289,21 @@ fn train_for(
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
-    }
+    interrupt(&child);
     eprintln!("{}: stopping (drain, checkpoint)", mode_name(mode));
     Ok(wait_or_kill(&mut child, Duration::from_secs(600)))
 }
 
+/// Sends SIGINT to a child `kevin train`: it drains and checkpoints as on a user's Ctrl-C.
+pub(crate) fn interrupt(child: &Child) {
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+}
+
 /// A child that ended before its window: an error when it failed (with its log's tail).
-fn early_exit(status: ExitStatus, log: &Path) -> Result<String, String> {
+pub(crate) fn early_exit(status: ExitStatus, log: &Path) -> Result<String, String> {
     if status.success() {
         return Ok(format!("exited early: {status}"));
     }
@@ -312,7 +317,8 @@ fn early_exit(status: ExitStatus, log: &Path) -> Result<String, String> {
     ))
 }
 
-fn wait_or_kill(child: &mut Child, grace: Duration) -> String {
+/// Waits up to `grace` for a child to exit, then kills it; says which.
+pub(crate) fn wait_or_kill(child: &mut Child, grace: Duration) -> String {
     let t0 = Instant::now();
     while t0.elapsed() < grace {
         if let Ok(Some(_)) = child.try_wait() {
