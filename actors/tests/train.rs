@@ -796,8 +796,8 @@ fn bench_soak_samples_a_run_and_times_its_restart() {
     );
     let json = root.join("soak.json");
     let out = kevin()
-        .args(["bench", "soak", "--turns", "3000", "--hours", "0.01"])
-        .args(["--sample-s", "0.2", "--config"])
+        .args(["bench", "soak", "--turns", "9000", "--hours", "0.01"])
+        .args(["--sample-s", "0.2", "--early-s", "1", "--config"])
         .arg(&config)
         .arg("--dir")
         .arg(root.join("soak"))
@@ -807,12 +807,13 @@ fn bench_soak_samples_a_run_and_times_its_restart() {
         .unwrap();
     assert_ok(&out);
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert!(r["turns"].as_u64().unwrap() >= 3000, "{r}");
+    assert!(r["turns"].as_u64().unwrap() >= 9000, "{r}");
     assert_eq!(r["ended"], "stopped");
     let samples = r["samples"].as_array().unwrap();
     assert!(samples.len() >= 2, "{r}");
     assert!(samples.iter().all(|s| s["rss_mb"].as_f64().unwrap() > 0.0));
     assert!(r["restart_s"].as_f64().unwrap() > 0.0);
+    assert!(r["restart_early_s"].as_f64().unwrap() > 0.0);
     assert!(r["start_fresh_s"].as_f64().unwrap() > 0.0);
     let line = r["restart_line"].as_str().unwrap();
     assert!(line.contains("wal_records_read"), "{line}");

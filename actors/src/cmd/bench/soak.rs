@@ -8,12 +8,16 @@
 //! the turns done (accepted groups x trajectories x turns, from metrics.jsonl's last line).
 //!
 //! Restart time is the time from spawning `kevin train` to its "starting a new run" (the fresh
-//! run) or "resuming" (after the soak) log line: opening the run directory, recovering the WAL and
-//! loading the checkpoint. The restart after the soak is then stopped by SIGINT.
+//! run) or "resuming" log line: opening the run directory, recovering the WAL and loading the
+//! checkpoint. The first session is stopped after `--early-s` and restarted (the early restart);
+//! the restarted daemon runs the rest of the soak, so its memory is what is sampled; after the
+//! soak it is restarted once more (the late restart) and that one is stopped at once. A restart
+//! time that does not grow with the run's length has late / early near 1.
 //!
-//! Reports: turns per second; RSS after warm-up (`--warmup-frac` of the samples), at the end and
-//! at its highest after warm-up, and the growth; the run directory's size at the end, its highest
-//! and the budget (`run.max_disk_gb`); the WAL at the end; restart times before and after.
+//! Reports: turns per second; RSS after warm-up (`--warmup-frac` of the second session's
+//! samples), at the end and at its highest after warm-up, and the growth; the run directory's size
+//! at the end, its highest and the budget (`run.max_disk_gb`); the WAL at the end; the start and
+//! restart times.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -45,6 +49,9 @@ pub struct Args {
     /// Share of the samples that counts as warm-up for the memory growth.
     #[arg(long, default_value_t = 0.1)]
     pub warmup_frac: f64,
+    /// Seconds of the first session, stopped and restarted (the early restart) before the rest.
+    #[arg(long, default_value_t = 30.0)]
+    pub early_s: f64,
     /// Folder of the run directory (`run/`) and the logs (replaced if present).
     #[arg(long, default_value = "runs/bench-soak")]
     pub dir: PathBuf,
@@ -59,7 +66,7 @@ pub struct Args {
 /// One sample.
 #[derive(Clone, Debug, Serialize)]
 pub struct Sample {
-    /// Seconds since the daemon started.
+    /// Seconds since the soak started.
     pub t_s: f64,
     /// Turns done.
     pub turns: u64,
@@ -76,6 +83,8 @@ pub struct Sample {
 pub struct SoakReport {
     /// The config soaked.
     pub config: PathBuf,
+    /// Seconds of the first session (before the early restart).
+    pub early_s: f64,
     /// Turns done.
     pub turns: u64,
     /// Seconds the daemon ran before SIGINT.
@@ -104,9 +113,11 @@ pub struct SoakReport {
     pub archives: usize,
     /// Seconds to the "starting a new run" line of the fresh run.
     pub start_fresh_s: f64,
+    /// Seconds to the "resuming" line of the restart after `--early-s`.
+    pub restart_early_s: f64,
     /// Seconds to the "resuming" line of the restart after the soak.
     pub restart_s: f64,
-    /// The restart's log line (groups recovered, WAL records read).
+    /// The late restart's log line (groups recovered, WAL records read).
     pub restart_line: String,
     /// How the soak's daemon ended after SIGINT.
     pub ended: String,
@@ -199,7 +210,7 @@ fn wait_for_line(
                 log.display()
             ));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -230,15 +241,31 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
 
     let log = args.dir.join("train.log");
     let t0 = Instant::now();
-    let mut child = spawn(&exe, Some(&args.config), &run_dir, &log)?;
-    let (start_fresh_s, _) = wait_for_line(&mut child, &log, "starting a new run", t0)?;
+    let mut first = spawn(&exe, Some(&args.config), &run_dir, &log)?;
+    let (start_fresh_s, _) = wait_for_line(&mut first, &log, "starting a new run", t0)?;
     eprintln!(
-        "soak: {} turns or {} h, a sample every {} s, in {}",
+        "soak: {} turns or {} h, a sample every {} s, in {}; restarting after {} s",
         args.turns,
         args.hours,
         args.sample_s,
-        run_dir.display()
+        run_dir.display(),
+        args.early_s
     );
+    let early = Duration::from_secs_f64(args.early_s.max(0.0));
+    while t0.elapsed() < early {
+        if let Some(status) = first.try_wait().map_err(|e| e.to_string())? {
+            early_exit(status, &log)?;
+            return Err(format!("kevin train exited early; see {}", log.display()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    interrupt(&first);
+    wait_or_kill(&mut first, Duration::from_secs(600));
+    let log = args.dir.join("train-2.log");
+    let t1 = Instant::now();
+    let mut child = spawn(&exe, None, &run_dir, &log)?;
+    let (restart_early_s, _) = wait_for_line(&mut child, &log, "resuming", t1)?;
+
     let deadline = args.hours * 3600.0;
     let metrics = run_dir.join(crate::cmd::report::METRICS_FILE);
     let wal_dir = run_dir.join(kevin::wal::WAL_DIR);
@@ -269,10 +296,10 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
                     sample.t_s, sample.turns, sample.rss_mb, sample.run_dir_mb, sample.wal_mb
                 );
                 let _ = std::io::stderr().flush();
-                next_progress += 60.0;
+                next_progress = t + 60.0;
             }
             samples.push(sample);
-            next += args.sample_s;
+            next = t + args.sample_s;
             if turns >= args.turns || t >= deadline {
                 break;
             }
@@ -297,6 +324,7 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
     let rss_max_mb = samples[warm..].iter().map(|s| s.rss_mb).fold(0.0, f64::max);
     let report = SoakReport {
         config: args.config.clone(),
+        early_s: args.early_s,
         turns: last.turns,
         seconds,
         turns_per_s: last.turns as f64 / seconds,
@@ -315,6 +343,7 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
         wal_segments: kevin::wal::segments(&wal_dir).map(|s| s.len()).unwrap_or(0),
         archives: files::archives(&run_dir).map(|a| a.len()).unwrap_or(0),
         start_fresh_s,
+        restart_early_s,
         restart_s,
         restart_line: restart_line
             .split_once("resuming")
@@ -344,7 +373,7 @@ pub fn markdown(r: &SoakReport) -> String {
          | run directory at the end / highest sample / budget | {:.0} / {:.0} / {} MB |\n\
          | write-ahead log at the end | {:.1} MB in {} segments |\n\
          | rotated archives at the end | {} |\n\
-         | start of the fresh run / restart after the soak | {:.2} s / {:.2} s ({:.2}x) |\n\
+         | start of the fresh run / restart after {:.0} s / restart after the soak | {:.3} s / {:.3} s / {:.3} s (late / early {:.2}x) |\n\
          | the restart's recovery | {} |\n\n\
          | t (s) | turns | RSS (MB) | run directory (MB) | WAL (MB) |\n|---|---|---|---|---|\n",
         r.config.display(),
@@ -365,9 +394,11 @@ pub fn markdown(r: &SoakReport) -> String {
         r.wal_mb,
         r.wal_segments,
         r.archives,
+        r.early_s,
         r.start_fresh_s,
+        r.restart_early_s,
         r.restart_s,
-        r.restart_s / r.start_fresh_s.max(1e-9),
+        r.restart_s / r.restart_early_s.max(1e-9),
         r.restart_line,
     );
     let every = r.samples.len().div_ceil(20).max(1);
