@@ -822,3 +822,49 @@ fn bench_soak_samples_a_run_and_times_its_restart() {
     let groups = r["turns"].as_u64().unwrap() / 12;
     assert!(r["wal_segments"].as_u64().unwrap() < groups, "{r}");
 }
+
+#[test]
+fn a_signal_during_startup_stops_the_run_cleanly() {
+    // SIGINT as soon as the process catches it: the handler is installed first thing, so a
+    // signal while the daemon is still starting (loading, recovering) stops it cleanly. Before,
+    // the handler came only once every actor ran: until then SIGTERM killed the daemon without
+    // a checkpoint, and a SIGINT that a background shell had set to ignored was lost (a restart
+    // interrupted 80 ms in by `kevin bench soak` ran on).
+    let (run, config) = setup("early-signal", "");
+    let mut child = spawn_train(&run, &config);
+    let sigint_caught = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let mask = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("SigCgt:"))?
+                    .trim()
+                    .to_owned();
+                u64::from_str_radix(&mask, 16).ok()
+            })
+            .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
+    };
+    let t0 = Instant::now();
+    while !sigint_caught(child.id()) {
+        assert!(child.try_wait().unwrap().is_none(), "kevin exited early");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "SIGINT never caught"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    common::interrupt(&child);
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("a SIGINT during startup was lost: still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("stopped by signal"), "{stdout}");
+}

@@ -487,6 +487,16 @@ impl TraceWriter {
         std::fs::rename(&self.path, &part)?;
         self.out = BufWriter::new(File::create(&self.path)?);
         self.bytes = 0;
+        // Join the compressions already done: an unjoined thread keeps its stack, and a long run
+        // rotates many times.
+        let mut i = 0;
+        while i < self.compressing.len() {
+            if self.compressing[i].is_finished() {
+                join_compression(self.compressing.swap_remove(i))?;
+            } else {
+                i += 1;
+            }
+        }
         self.compressing.push(
             std::thread::Builder::new()
                 .name("kevin-trace-gzip".to_owned())
@@ -583,14 +593,21 @@ impl TraceWriter {
         drop(rx);
         let dropped = self.close_array()?;
         for c in self.compressing.drain(..) {
-            c.join()
-                .unwrap_or_else(|_| Err(io::Error::other("trace compression thread panicked")))?;
+            join_compression(c)?;
         }
         Ok(TraceSummary {
             events: self.events,
             dropped,
         })
     }
+}
+
+/// Waits for a compression of an archived part; its error, or the thread's panic, as an error.
+fn join_compression(handle: JoinHandle<io::Result<PathBuf>>) -> io::Result<()> {
+    handle
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("trace compression thread panicked")))
+        .map(|_| ())
 }
 
 /// Microseconds to nanosecond resolution: keeps the file short and the numbers readable.

@@ -25,6 +25,7 @@ pub mod inspect;
 pub mod policy;
 pub mod report;
 pub mod sft;
+pub mod signals;
 pub mod sweep;
 pub mod tasks;
 pub mod train;
@@ -145,6 +146,25 @@ pub fn cores() -> usize {
 /// "case").
 pub fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
     names.map(str::len).max().unwrap_or(4).max(4)
+}
+
+/// Prints a report's markdown `text`, and writes it to `out` and `value` as JSON to `json` where
+/// given (a benchmark's `--out` and `--json`).
+pub fn emit_report(
+    text: &str,
+    out: Option<&Path>,
+    json: Option<&Path>,
+    value: &impl serde::Serialize,
+) -> Result<(), String> {
+    println!("{text}");
+    if let Some(path) = out {
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = json {
+        let json = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+        std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// Writes `value` as pretty JSON to `path`; the error names the file.

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use kevin::config::Config;
 
-use super::{env_vars, failure, init_logging, usage, CmdResult, DEFAULT_CONFIG};
+use super::{env_vars, failure, init_logging, signals, usage, CmdResult, DEFAULT_CONFIG};
 use crate::pipeline::system::{self, StopReason, TrainOptions};
 
 /// Train a policy: a long-running daemon. Stop it with Ctrl-C (SIGINT) or SIGTERM; run the
@@ -27,25 +27,29 @@ pub struct Args {
 }
 
 /// Resolves SIGINT or SIGTERM.
+/// Resolves on the first SIGINT or SIGTERM since [`signals::install`] (at the start of
+/// [`run`], so a signal during startup counts too); a second one ends the process at once.
 async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+    while signals::received() == 0 {
+        tokio::time::sleep(SIGNAL_POLL).await;
     }
     eprintln!("kevin: stopping (drain, checkpoint); send the signal again only if you must abandon in-flight work");
+    std::thread::spawn(|| loop {
+        if signals::received() >= 2 {
+            eprintln!("kevin: second signal: exiting without draining; groups already accepted are in the write-ahead log, in-flight ones are lost");
+            std::process::exit(130);
+        }
+        std::thread::sleep(SIGNAL_POLL);
+    });
 }
+
+/// How often the daemon looks at the signal count.
+const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Runs the daemon; `log` is the global `--log` filter (default: the config's
 /// `telemetry.log_level`).
 pub fn run(args: Args, log: Option<&str>) -> CmdResult {
+    signals::install();
     let Args {
         config,
         run_dir,

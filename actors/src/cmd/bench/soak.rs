@@ -351,15 +351,12 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
         ended,
         samples,
     };
-    let text = markdown(&report);
-    println!("{text}");
-    if let Some(path) = &args.out {
-        std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
-    }
+    crate::cmd::emit_report(
+        &markdown(&report),
+        args.out.as_deref(),
+        args.json.as_deref(),
+        &report,
+    )?;
     Ok(report)
 }
 

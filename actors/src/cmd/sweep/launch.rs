@@ -18,7 +18,6 @@ use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::manifest::{progress, Manifest, Status, LOG_FILE};
@@ -30,26 +29,6 @@ const POLL: Duration = Duration::from_millis(100);
 const PROGRESS_EVERY: Duration = Duration::from_secs(60);
 /// Lines of a failed child's log quoted on stderr.
 const LOG_TAIL_LINES: usize = 5;
-
-/// SIGINTs and SIGTERMs this process received (see [`install_signal_handlers`]).
-static SIGNALS: AtomicUsize = AtomicUsize::new(0);
-
-extern "C" fn count_signal(_: libc::c_int) {
-    // An atomic add is async-signal-safe; everything else happens in the polling loop.
-    SIGNALS.fetch_add(1, Ordering::SeqCst);
-}
-
-/// Makes SIGINT and SIGTERM count in [`SIGNALS`] instead of ending the sweep, so it can stop its
-/// children in order.
-fn install_signal_handlers() {
-    let handler = count_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only does an atomic add, which is async-signal-safe; signal(2) on
-    // Linux (glibc) installs it with BSD semantics (not reset, system calls restarted).
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
-    }
-}
 
 /// What the sweep needs to start a child.
 pub struct Launcher<'a> {
@@ -85,7 +64,7 @@ impl Launcher<'_> {
     /// Trains every variant of `manifest` that is not finished, updating and rewriting the
     /// manifest as they start and end, until all ended or a signal stopped the sweep.
     pub fn run(&self, variants: &[Variant], manifest: &mut Manifest) -> Result<Ended, String> {
-        install_signal_handlers();
+        crate::cmd::signals::install();
         let mut queue: VecDeque<usize> = (0..variants.len())
             .filter(|i| manifest.variants[*i].status != Status::Finished)
             .collect();
@@ -97,7 +76,7 @@ impl Launcher<'_> {
         let mut signals_seen = 0;
         let mut next_progress = Instant::now() + PROGRESS_EVERY;
         loop {
-            let signals = SIGNALS.load(Ordering::SeqCst);
+            let signals = crate::cmd::signals::received();
             if signals > signals_seen {
                 self.forward(signals_seen == 0, &running, variants);
                 signals_seen = signals;
