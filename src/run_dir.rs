@@ -5,7 +5,9 @@
 //! - `wal/`: the write-ahead log of accepted groups, in segments deleted once a checkpoint covers
 //!   their training (see [`crate::wal`]);
 //! - `learner.jsonl`: the learner's record, one line per step: the version it produced and the
-//!   sequence numbers of the groups it trained on and dropped as stale;
+//!   sequence numbers of the groups it trained on and dropped as stale; lines that recovery can
+//!   no longer need (a checkpoint covers them and every group they name is in a deleted WAL
+//!   segment) move to `learner.NNNNNN.jsonl.gz` in batches ([`read_all_steps`] reads both);
 //! - `checkpoints/step-<version>/`: learner state, `state.json` (sampler, counters, pending
 //!   replay) and `COMPLETE`, a manifest of sizes and hashes written last;
 //! - `metrics.jsonl`, `episodes.jsonl`, `trace-<session>.json`, `best/<task>.cu`;
@@ -30,6 +32,7 @@ use crate::config::ConfigFile;
 use crate::learner::{Learner, TrainStats};
 use crate::replay::{ReplayError, ScoredGroup};
 use crate::sampler::SamplerState;
+use crate::telemetry::files;
 use crate::wal::{self, Compaction, Wal};
 
 /// Checkpoints kept on disk; older ones are deleted after a new one is complete.
@@ -305,15 +308,58 @@ impl RunDir {
             .collect())
     }
 
-    /// Deletes the WAL segments whose groups the record lines up to `version` all consumed. Call
-    /// it only once a complete checkpoint at `version` is on disk (see [`crate::wal::compact`]).
+    /// Deletes the WAL segments whose groups the record lines up to `version` all consumed, then
+    /// archives the record lines recovery can no longer need. Call it only once a complete
+    /// checkpoint at `version` is on disk (see [`crate::wal::compact`]).
     pub fn compact_wal(&self, version: u64) -> Result<Compaction, RunDirError> {
         let consumed = self.consumed_by(version)?;
-        Ok(wal::compact(
-            &self.root.join(wal::WAL_DIR),
-            &consumed,
-            None,
-        )?)
+        let dir = self.root.join(wal::WAL_DIR);
+        let c = wal::compact(&dir, &consumed, None)?;
+        self.archive_record(version, RECORD_ARCHIVE_LINES)?;
+        Ok(c)
+    }
+
+    /// Moves the record's leading lines that recovery can no longer need to an archive, when there
+    /// are at least `min_lines` of them: lines at or before `version` (a checkpoint covers them)
+    /// naming only groups below the oldest WAL segment left (deleted, so never pending again).
+    /// The archive is written and compressed first, then the record rewritten without those
+    /// lines; a crash in between leaves them in both, which [`read_all_steps`] reads once.
+    /// Returns the lines moved.
+    fn archive_record(&self, version: u64, min_lines: usize) -> Result<usize, RunDirError> {
+        let Some(oldest) = wal::segments(&self.root.join(wal::WAL_DIR))?
+            .first()
+            .map(|s| s.first)
+        else {
+            return Ok(0);
+        };
+        let steps = self.read_steps()?;
+        let n = steps
+            .iter()
+            .take_while(|s| {
+                s.version <= version && s.trained.iter().chain(&s.dropped).all(|q| *q < oldest)
+            })
+            .count();
+        if n == 0 || n < min_lines {
+            return Ok(0);
+        }
+        let lines = |steps: &[StepRecord]| {
+            let mut text = String::new();
+            for s in steps {
+                text.push_str(&serde_json::to_string(s).expect("record serialises"));
+                text.push('\n');
+            }
+            text
+        };
+        let number =
+            files::next_archive_number(&self.root, "learner").map_err(io_err(&self.root))?;
+        let archive = self.root.join(format!("learner.{number:06}.jsonl"));
+        write_atomic(&archive, lines(&steps[..n]).as_bytes())?;
+        files::gzip_in_place(&archive).map_err(io_err(&archive))?;
+        write_atomic(
+            &self.root.join("learner.jsonl"),
+            lines(&steps[n..]).as_bytes(),
+        )?;
+        Ok(n)
     }
 
     /// Finds where the run stopped (see the module documentation), opening the WAL with
@@ -358,6 +404,7 @@ impl RunDir {
             .collect();
         let opened = Wal::open(&self.root, segment_bytes, &consumed)?;
         let wal_compaction = wal::compact(opened.wal.dir(), &consumed, None)?;
+        self.archive_record(version, RECORD_ARCHIVE_LINES)?;
         Ok(Recovery {
             checkpoint,
             skipped,
@@ -378,6 +425,26 @@ impl Drop for RunDir {
             fs::remove_file(lock).ok();
         }
     }
+}
+
+/// Record lines moved to an archive at once (fewer wait for a later checkpoint): a restart parses
+/// at most about this many more lines than it needs.
+pub const RECORD_ARCHIVE_LINES: usize = 1000;
+
+/// The learner's whole record of the run directory `root`, oldest first: its archives, then
+/// `learner.jsonl`; each version once (a crash while archiving can leave a line in both).
+pub fn read_all_steps(root: &Path) -> Result<Vec<StepRecord>, RunDirError> {
+    let lines = files::RotatingLog::read_all(root, "learner", "jsonl").map_err(io_err(root))?;
+    let mut out: Vec<StepRecord> = Vec::new();
+    for line in lines {
+        let Ok(step) = serde_json::from_str::<StepRecord>(&line) else {
+            break; // a torn last line
+        };
+        if out.last().is_none_or(|l| step.version > l.version) {
+            out.push(step);
+        }
+    }
+    Ok(out)
 }
 
 /// The `checkpoints/step-*` folders of the run directory `root`, oldest first.
@@ -612,6 +679,24 @@ mod tests {
         let r = rd.recover(1).unwrap();
         assert_eq!(r.pending.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![4]);
         assert_eq!((r.wal_records_read, r.next_seq), (1, 5));
+        drop(r);
+        // Both record lines name only groups of deleted segments and a checkpoint covers them:
+        // they move to an archive, and the whole record still reads back.
+        assert_eq!(rd.archive_record(2, 1).unwrap(), 2);
+        assert!(rd.read_steps().unwrap().is_empty());
+        assert!(root.join("learner.000001.jsonl.gz").exists());
+        let all = read_all_steps(&root).unwrap();
+        assert_eq!(all.iter().map(|s| s.version).collect::<Vec<_>>(), [1, 2]);
+        // A crash between writing the archive and rewriting the record: lines in both are read
+        // once, and recovery still finds group 4 pending.
+        rd.append_step(&rec(3, vec![4], vec![])).unwrap();
+        let live = fs::read(root.join("learner.jsonl")).unwrap();
+        fs::write(root.join("learner.000002.jsonl"), &live).unwrap();
+        files::gzip_in_place(&root.join("learner.000002.jsonl")).unwrap();
+        let all = read_all_steps(&root).unwrap();
+        assert_eq!(all.iter().map(|s| s.version).collect::<Vec<_>>(), [1, 2, 3]);
+        let r = rd.recover(1).unwrap();
+        assert_eq!(r.pending.iter().map(|g| g.seq).collect::<Vec<_>>(), [4]);
         drop(rd);
         fs::remove_dir_all(&root).ok();
     }

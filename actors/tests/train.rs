@@ -52,11 +52,9 @@ fn check_no_loss_no_duplicates(run: &Path) {
     let wal_set: BTreeSet<u64> = wal.iter().copied().collect();
     assert_eq!(wal.len(), wal_set.len(), "WAL sequence numbers are unique");
     let mut consumed: BTreeMap<u64, u32> = BTreeMap::new();
-    for step in jsonl(&run.join("learner.jsonl")) {
-        for s in seqs(&step, "trained")
-            .into_iter()
-            .chain(seqs(&step, "dropped"))
-        {
+    // The whole record: archived lines too.
+    for step in kevin::run_dir::read_all_steps(run).unwrap() {
+        for &s in step.trained.iter().chain(&step.dropped) {
             *consumed.entry(s).or_default() += 1;
         }
     }

@@ -222,6 +222,24 @@ pub fn free_bytes(_path: &Path) -> io::Result<u64> {
     Ok(u64::MAX)
 }
 
+/// One more than the highest archive number of the log `stem` in `dir` (`<stem>.<N>.<ext>[.gz]`).
+pub fn next_archive_number(dir: &Path, stem: &str) -> io::Result<u64> {
+    let prefix = format!("{stem}.");
+    let mut last = 0;
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let n = name
+            .strip_prefix(&prefix)
+            .and_then(|r| r.split('.').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(n) = n {
+            last = last.max(n);
+        }
+    }
+    Ok(last + 1)
+}
+
 /// A JSON-lines file that rotates by size: `<stem>.<ext>` is written; at `max_bytes` it becomes
 /// `<stem>.<NNNNNN>.<ext>.gz` and a new `<stem>.<ext>` starts.
 #[derive(Debug)]
@@ -276,7 +294,7 @@ impl RotatingLog {
     /// Closes the live file as the next archive, compresses it, and starts a new one.
     pub fn rotate(&mut self) -> io::Result<PathBuf> {
         self.out.flush()?;
-        let next = self.next_number()?;
+        let next = next_archive_number(&self.dir, &self.stem)?;
         let live = self.path();
         let archive = self
             .dir
@@ -286,24 +304,6 @@ impl RotatingLog {
         self.out = BufWriter::new(file);
         self.len = 0;
         gzip_in_place(&archive)
-    }
-
-    /// One more than the highest archive number of this log.
-    fn next_number(&self) -> io::Result<u64> {
-        let prefix = format!("{}.", self.stem);
-        let mut last = 0;
-        for entry in fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let n = name
-                .strip_prefix(&prefix)
-                .and_then(|r| r.split('.').next())
-                .and_then(|n| n.parse::<u64>().ok());
-            if let Some(n) = n {
-                last = last.max(n);
-            }
-        }
-        Ok(last + 1)
     }
 
     /// Every line of the log, oldest first: its archives, then the live file.

@@ -320,10 +320,12 @@ impl Launcher<'_> {
     }
 }
 
-/// Learner steps recorded in a run directory so far (lines of learner.jsonl).
+/// Learner steps recorded in a run directory so far: the version of the record's last line
+/// (its archives included; versions count steps from 1).
 fn learner_steps(dir: &Path) -> usize {
-    std::fs::read_to_string(dir.join("learner.jsonl"))
-        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
+    kevin::run_dir::read_all_steps(dir)
+        .ok()
+        .and_then(|steps| steps.last().map(|s| s.version as usize))
         .unwrap_or(0)
 }
 
