@@ -97,8 +97,11 @@ pub struct SoakReport {
     pub rss_last_mb: f64,
     /// Highest RSS after warm-up (MB).
     pub rss_max_mb: f64,
-    /// `rss_max_mb / rss_warm_mb - 1`, in percent.
+    /// `rss_max_mb / rss_warm_mb - 1`, in percent: the highest point, working set included.
     pub rss_growth_pct: f64,
+    /// Mean RSS of the last quarter of the samples after warm-up over that of the first quarter,
+    /// minus 1, in percent: the trend, which a leak shows and a moving working set does not.
+    pub rss_trend_pct: f64,
     /// The run directory at the end (MB).
     pub run_dir_mb: f64,
     /// Its highest sample (MB).
@@ -322,6 +325,13 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
     let warm = ((samples.len() as f64 * args.warmup_frac) as usize).min(samples.len() - 1);
     let rss_warm_mb = samples[warm].rss_mb;
     let rss_max_mb = samples[warm..].iter().map(|s| s.rss_mb).fold(0.0, f64::max);
+    let after = &samples[warm..];
+    let quarter = (after.len() / 4).max(1);
+    let mean = |xs: &[Sample]| xs.iter().map(|s| s.rss_mb).sum::<f64>() / xs.len().max(1) as f64;
+    let (first_q, last_q) = (
+        mean(&after[..quarter]),
+        mean(&after[after.len() - quarter..]),
+    );
     let report = SoakReport {
         config: args.config.clone(),
         early_s: args.early_s,
@@ -333,6 +343,11 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
         rss_max_mb,
         rss_growth_pct: if rss_warm_mb > 0.0 {
             (rss_max_mb / rss_warm_mb - 1.0) * 100.0
+        } else {
+            0.0
+        },
+        rss_trend_pct: if first_q > 0.0 {
+            (last_q / first_q - 1.0) * 100.0
         } else {
             0.0
         },
@@ -367,6 +382,7 @@ pub fn markdown(r: &SoakReport) -> String {
          | measurement | value |\n|---|---|\n\
          | turns | {} in {:.0} s ({:.0} turns/s) |\n\
          | RSS after warm-up / last / highest after warm-up | {:.0} / {:.0} / {:.0} MB ({:+.1}%) |\n\
+         | RSS trend after warm-up (last quarter's mean over the first's) | {:+.1}% |\n\
          | run directory at the end / highest sample / budget | {:.0} / {:.0} / {} MB |\n\
          | write-ahead log at the end | {:.1} MB in {} segments |\n\
          | rotated archives at the end | {} |\n\
@@ -381,6 +397,7 @@ pub fn markdown(r: &SoakReport) -> String {
         r.rss_last_mb,
         r.rss_max_mb,
         r.rss_growth_pct,
+        r.rss_trend_pct,
         r.run_dir_mb,
         r.run_dir_max_mb,
         if r.budget_mb > 0.0 {
