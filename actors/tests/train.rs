@@ -815,6 +815,7 @@ fn bench_soak_samples_a_run_and_times_its_restart() {
     assert!(r["start_fresh_s"].as_f64().unwrap() > 0.0);
     let line = r["restart_line"].as_str().unwrap();
     assert!(line.contains("wal_records_read"), "{line}");
+    assert!(r["recovery_ms"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["archives"].as_u64().unwrap() >= 1, "{r}");
     // The log is compacted: fewer segments than the groups it took.
     let groups = r["turns"].as_u64().unwrap() / 12;

@@ -251,7 +251,9 @@ pub fn train(
         }
     }
     run_dir.write_config(&config.to_toml())?;
+    let recovery_started = Instant::now();
     let recovery = run_dir.recover(config.replay.wal_segment_kb.saturating_mul(1 << 10))?;
+    let recovery_ms = recovery_started.elapsed().as_secs_f64() * 1e3;
     if recovery.wal_compaction.deleted > 0 {
         tracing::info!(
             segments = recovery.wal_compaction.deleted,
@@ -306,7 +308,7 @@ pub fn train(
     tracing::info!(policy = %policy.describe(), env = %env.describe(), learner = %learner.describe(), "components");
     match resumed_from {
         Some(v) => {
-            tracing::info!(run_dir = %opts.run_dir.display(), version = v, recovered_groups = recovery.pending.len(), wal_records_read = recovery.wal_records_read, "resuming")
+            tracing::info!(run_dir = %opts.run_dir.display(), version = v, recovered_groups = recovery.pending.len(), wal_records_read = recovery.wal_records_read, recovery_ms = format_args!("{recovery_ms:.1}"), "resuming")
         }
         None => tracing::info!(run_dir = %opts.run_dir.display(), "starting a new run"),
     }

@@ -122,6 +122,11 @@ pub struct SoakReport {
     pub restart_s: f64,
     /// The late restart's log line (groups recovered, WAL records read).
     pub restart_line: String,
+    /// Milliseconds the early restart spent in recovery (the run directory's WAL, record and
+    /// checkpoint), as the daemon measured it: start-up without the process's own start.
+    pub recovery_early_ms: f64,
+    /// The same for the late restart.
+    pub recovery_ms: f64,
     /// How the soak's daemon ended after SIGINT.
     pub ended: String,
     /// Every sample.
@@ -217,6 +222,14 @@ fn wait_for_line(
     }
 }
 
+/// The `recovery_ms=` figure of a "resuming" line (0 when absent).
+fn recovery_ms(line: &str) -> f64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("recovery_ms="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Runs the soak; see the module docs.
 pub fn run(args: &Args) -> Result<SoakReport, String> {
     if !(args.sample_s.is_finite() && args.sample_s > 0.0) {
@@ -267,7 +280,7 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
     let log = args.dir.join("train-2.log");
     let t1 = Instant::now();
     let mut child = spawn(&exe, None, &run_dir, &log)?;
-    let (restart_early_s, _) = wait_for_line(&mut child, &log, "resuming", t1)?;
+    let (restart_early_s, early_line) = wait_for_line(&mut child, &log, "resuming", t1)?;
 
     let deadline = args.hours * 3600.0;
     let metrics = run_dir.join(crate::cmd::report::METRICS_FILE);
@@ -360,6 +373,8 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
         start_fresh_s,
         restart_early_s,
         restart_s,
+        recovery_early_ms: recovery_ms(&early_line),
+        recovery_ms: recovery_ms(&restart_line),
         restart_line: restart_line
             .split_once("resuming")
             .map_or(restart_line.clone(), |(_, rest)| rest.trim().to_owned()),
@@ -387,6 +402,7 @@ pub fn markdown(r: &SoakReport) -> String {
          | write-ahead log at the end | {:.1} MB in {} segments |\n\
          | rotated archives at the end | {} |\n\
          | start of the fresh run / restart after {:.0} s / restart after the soak | {:.3} s / {:.3} s / {:.3} s (late / early {:.2}x) |\n\
+         | recovery inside the daemon, after {:.0} s / after the soak | {:.1} ms / {:.1} ms |\n\
          | the restart's recovery | {} |\n\n\
          | t (s) | turns | RSS (MB) | run directory (MB) | WAL (MB) |\n|---|---|---|---|---|\n",
         r.config.display(),
@@ -413,6 +429,9 @@ pub fn markdown(r: &SoakReport) -> String {
         r.restart_early_s,
         r.restart_s,
         r.restart_s / r.restart_early_s.max(1e-9),
+        r.early_s,
+        r.recovery_early_ms,
+        r.recovery_ms,
         r.restart_line,
     );
     let every = r.samples.len().div_ceil(20).max(1);
