@@ -350,6 +350,8 @@ impl RunDir {
             }
             text
         };
+        // A plain archive a crash left is compressed first (only this writer makes them).
+        files::finish_pending(&self.root, "learner.").map_err(io_err(&self.root))?;
         let number =
             files::next_archive_number(&self.root, "learner").map_err(io_err(&self.root))?;
         let archive = self.root.join(format!("learner.{number:06}.jsonl"));

@@ -395,6 +395,11 @@ fn start_writer(
     rx: Receiver<Message>,
     stats: Arc<TraceStats>,
 ) -> io::Result<TraceGuard> {
+    // Parts of earlier sessions that a crash left uncompressed (best effort: a trace is not worth
+    // failing a start over).
+    if let Some(dir) = path.parent().filter(|_| rotate_bytes > 0) {
+        let _ = super::files::finish_pending(dir, "trace-");
+    }
     let file = File::create(path)?;
     let mut writer = TraceWriter {
         out: BufWriter::new(file),

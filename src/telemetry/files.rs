@@ -78,11 +78,14 @@ pub struct Archive {
 fn is_archive_name(name: &str) -> bool {
     let name = name.strip_suffix(GZ).unwrap_or(name);
     let mut parts = name.rsplitn(3, '.');
-    let (Some(_ext), Some(num), Some(_stem)) = (parts.next(), parts.next(), parts.next()) else {
+    let (Some(ext), Some(num), Some(_stem)) = (parts.next(), parts.next(), parts.next()) else {
         return false;
     };
     let digits = num.strip_prefix('p').unwrap_or(num);
-    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && !ext.is_empty()
+        && ext.bytes().all(|b| b.is_ascii_alphabetic())
 }
 
 /// The rotated files of `dir` (compressed or not yet), oldest first (by modification time, then
@@ -111,16 +114,22 @@ pub fn archives(dir: &Path) -> io::Result<Vec<Archive>> {
     Ok(out)
 }
 
-/// Compresses the archives a crash left plain and removes torn compressions (`*.gz.tmp`) in `dir`.
-pub fn finish_pending(dir: &Path) -> io::Result<usize> {
+/// Compresses the archives whose names start with `prefix` that a crash left plain, and removes
+/// their torn compressions (`*.gz.tmp`), in `dir`. Only the owner of those files may call it, and
+/// before it writes any: each writer finishes its own (episodes, a session's trace parts, the
+/// learner's record), so none touches a compression another is running.
+pub fn finish_pending(dir: &Path, prefix: &str) -> io::Result<usize> {
     let mut done = 0;
     for entry in fs::read_dir(dir)? {
         let path = entry?.path();
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
+        if !name.starts_with(prefix) {
+            continue;
+        }
         if name.ends_with(GZ_TMP) {
-            fs::remove_file(&path)?;
+            gone(fs::remove_file(&path))?;
         } else if is_archive_name(name) && !name.ends_with(GZ) {
             gzip_in_place(&path)?;
             done += 1;
@@ -256,7 +265,7 @@ impl RotatingLog {
     /// Opens (appending) `dir/<stem>.<ext>`, first compressing archives a crash left plain.
     /// `max_bytes` 0 never rotates.
     pub fn open(dir: &Path, stem: &str, ext: &str, max_bytes: u64) -> io::Result<RotatingLog> {
-        finish_pending(dir)?;
+        finish_pending(dir, &format!("{stem}."))?;
         let path = dir.join(format!("{stem}.{ext}"));
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         let len = file.metadata()?.len();
@@ -466,6 +475,7 @@ mod tests {
             "config.toml",
             "kevin.lock",
             "a.b.c",
+            "learner.000003.tmp-1234",
         ] {
             assert!(!is_archive_name(not), "{not}");
         }
