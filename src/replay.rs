@@ -12,7 +12,14 @@ use serde::{Deserialize, Serialize};
 use crate::config::ReplaySection;
 use crate::episode::Group;
 use crate::rl;
-pub use crate::wal::Wal;
+
+/// Where the queue logs each group before accepting it: the write-ahead log
+/// ([`crate::wal::Wal`]) implements it. A trait here, so the queue does not depend on the log's
+/// storage (which depends on the queue's types).
+pub trait GroupLog: std::fmt::Debug + Send {
+    /// Writes `group` durably: when this returns Ok, the group survives kill -9.
+    fn append(&mut self, group: &ScoredGroup) -> Result<(), ReplayError>;
+}
 
 /// A group with its per-turn returns and advantages, numbered by the queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,7 +109,7 @@ pub struct ReplayBuffer {
     dropped_since_batch: Vec<u64>,
     dropped_total: u64,
     accepted_total: u64,
-    wal: Option<Wal>,
+    wal: Option<Box<dyn GroupLog>>,
 }
 
 impl ReplayBuffer {
@@ -110,7 +117,7 @@ impl ReplayBuffer {
     /// sequence numbers continuing after `next_seq`.
     pub fn new(
         cfg: ReplaySection,
-        wal: Option<Wal>,
+        wal: Option<Box<dyn GroupLog>>,
         recovered: Vec<ScoredGroup>,
         next_seq: u64,
     ) -> Self {

@@ -635,7 +635,12 @@ mod tests {
         let rd = RunDir::open(&root).unwrap();
         // One group per segment (1-byte segments), so that compaction has work.
         let opened = Wal::open(&root, 1, &BTreeSet::new()).unwrap();
-        let mut q = ReplayBuffer::new(ReplaySection::default(), Some(opened.wal), vec![], 0);
+        let mut q = ReplayBuffer::new(
+            ReplaySection::default(),
+            Some(Box::new(opened.wal)),
+            vec![],
+            0,
+        );
         for id in 0..5 {
             let g = crate::episode::Group {
                 id,

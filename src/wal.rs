@@ -30,14 +30,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::replay::{ReplayError, ScoredGroup};
+use crate::replay::{GroupLog, ReplayError, ScoredGroup};
 
 /// The segments' folder inside the run directory.
 pub const WAL_DIR: &str = "wal";
 /// The single-file log of run directories from before segments.
 pub const LEGACY_WAL: &str = "replay.wal";
-/// Default size at which the active segment is closed (bytes).
-pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+/// Default size at which the active segment is closed (bytes): `replay.wal_segment_kb`'s default.
+pub const DEFAULT_SEGMENT_BYTES: u64 = crate::config::DEFAULT_WAL_SEGMENT_KB << 10;
 
 /// One WAL line.
 #[derive(Serialize, Deserialize)]
@@ -337,6 +337,12 @@ impl Wal {
         self.active = path;
         self.len = 0;
         Ok(())
+    }
+}
+
+impl GroupLog for Wal {
+    fn append(&mut self, group: &ScoredGroup) -> Result<(), ReplayError> {
+        Wal::append(self, group)
     }
 }
 

@@ -538,10 +538,13 @@ impl Default for ReplaySection {
             aggregation: ReturnAggregation::Sum,
             std_normalize: false,
             wal: true,
-            wal_segment_kb: crate::wal::DEFAULT_SEGMENT_BYTES >> 10,
+            wal_segment_kb: DEFAULT_WAL_SEGMENT_KB,
         }
     }
 }
+
+/// Default size of a write-ahead log segment (KiB): 64 MiB.
+pub const DEFAULT_WAL_SEGMENT_KB: u64 = 64 << 10;
 
 /// `[learner.simulated]`: the simulated learner's cost.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -315,7 +315,10 @@ pub fn train(
     let recovered_groups = recovery.pending.len();
     let buffer = ReplayBuffer::new(
         config.replay.clone(),
-        config.replay.wal.then_some(recovery.wal),
+        config
+            .replay
+            .wal
+            .then(|| Box::new(recovery.wal) as Box<dyn kevin::replay::GroupLog>),
         recovery.pending,
         recovery.next_seq,
     );
