@@ -297,25 +297,17 @@ impl RunDir {
         (scan.newest, skipped)
     }
 
-    /// The groups consumed (trained on or dropped) by the record lines at or before `version`.
-    fn consumed_by(&self, version: u64) -> Result<BTreeSet<u64>, RunDirError> {
-        Ok(self
-            .read_steps()?
-            .iter()
-            .filter(|s| s.version <= version)
-            .flat_map(|s| s.trained.iter().chain(&s.dropped))
-            .copied()
-            .collect())
-    }
-
     /// Deletes the WAL segments whose groups the record lines up to `version` all consumed, then
     /// archives the record lines recovery can no longer need. Call it only once a complete
     /// checkpoint at `version` is on disk (see [`crate::wal::compact`]).
     pub fn compact_wal(&self, version: u64) -> Result<Compaction, RunDirError> {
-        let consumed = self.consumed_by(version)?;
-        let dir = self.root.join(wal::WAL_DIR);
-        let c = wal::compact(&dir, &consumed, None)?;
-        self.archive_record(version, RECORD_ARCHIVE_LINES)?;
+        let steps = self.read_steps()?;
+        let c = wal::compact(
+            &self.root.join(wal::WAL_DIR),
+            &consumed_by(&steps, version),
+            None,
+        )?;
+        self.archive_record(&steps, version, RECORD_ARCHIVE_LINES)?;
         Ok(c)
     }
 
@@ -324,15 +316,19 @@ impl RunDir {
     /// naming only groups below the oldest WAL segment left (deleted, so never pending again).
     /// The archive is written and compressed first, then the record rewritten without those
     /// lines; a crash in between leaves them in both, which [`read_all_steps`] reads once.
-    /// Returns the lines moved.
-    fn archive_record(&self, version: u64, min_lines: usize) -> Result<usize, RunDirError> {
+    /// `steps` is the record as on disk. Returns the lines moved.
+    fn archive_record(
+        &self,
+        steps: &[StepRecord],
+        version: u64,
+        min_lines: usize,
+    ) -> Result<usize, RunDirError> {
         let Some(oldest) = wal::segments(&self.root.join(wal::WAL_DIR))?
             .first()
             .map(|s| s.first)
         else {
             return Ok(0);
         };
-        let steps = self.read_steps()?;
         let n = steps
             .iter()
             .take_while(|s| {
@@ -342,24 +338,16 @@ impl RunDir {
         if n == 0 || n < min_lines {
             return Ok(0);
         }
-        let lines = |steps: &[StepRecord]| {
-            let mut text = String::new();
-            for s in steps {
-                text.push_str(&serde_json::to_string(s).expect("record serialises"));
-                text.push('\n');
-            }
-            text
-        };
         // A plain archive a crash left is compressed first (only this writer makes them).
         files::finish_pending(&self.root, "learner.").map_err(io_err(&self.root))?;
         let number =
             files::next_archive_number(&self.root, "learner").map_err(io_err(&self.root))?;
         let archive = self.root.join(format!("learner.{number:06}.jsonl"));
-        write_atomic(&archive, lines(&steps[..n]).as_bytes())?;
+        write_atomic(&archive, record_text(&steps[..n]).as_bytes())?;
         files::gzip_in_place(&archive).map_err(io_err(&archive))?;
         write_atomic(
             &self.root.join("learner.jsonl"),
-            lines(&steps[n..]).as_bytes(),
+            record_text(&steps[n..]).as_bytes(),
         )?;
         Ok(n)
     }
@@ -389,24 +377,16 @@ impl RunDir {
         let record_lines_cut = total_lines - kept.len();
         // Rewrite the record only when it holds something to drop: lines past the checkpoint or a
         // torn tail (its length then differs from the intact lines'), not on every start.
-        let mut text = String::new();
-        for s in &kept {
-            text.push_str(&serde_json::to_string(s).expect("record serialises"));
-            text.push('\n');
-        }
+        let text = record_text(&kept);
         let record_path = self.root.join("learner.jsonl");
         let on_disk = fs::metadata(&record_path).map(|m| m.len()).ok();
         if on_disk.is_some_and(|len| len != text.len() as u64) {
             write_atomic(&record_path, text.as_bytes())?;
         }
-        let consumed: BTreeSet<u64> = kept
-            .iter()
-            .flat_map(|s| s.trained.iter().chain(&s.dropped))
-            .copied()
-            .collect();
+        let consumed = consumed_by(&kept, version);
         let opened = Wal::open(&self.root, segment_bytes, &consumed)?;
         let wal_compaction = wal::compact(opened.wal.dir(), &consumed, None)?;
-        self.archive_record(version, RECORD_ARCHIVE_LINES)?;
+        self.archive_record(&kept, version, RECORD_ARCHIVE_LINES)?;
         Ok(Recovery {
             checkpoint,
             skipped,
@@ -427,6 +407,26 @@ impl Drop for RunDir {
             fs::remove_file(lock).ok();
         }
     }
+}
+
+/// The groups consumed (trained on or dropped) by the record lines at or before `version`.
+fn consumed_by(steps: &[StepRecord], version: u64) -> BTreeSet<u64> {
+    steps
+        .iter()
+        .filter(|s| s.version <= version)
+        .flat_map(|s| s.trained.iter().chain(&s.dropped))
+        .copied()
+        .collect()
+}
+
+/// Record lines as `learner.jsonl` holds them.
+fn record_text(steps: &[StepRecord]) -> String {
+    let mut text = String::new();
+    for s in steps {
+        text.push_str(&serde_json::to_string(s).expect("record serialises"));
+        text.push('\n');
+    }
+    text
 }
 
 /// Record lines moved to an archive at once (fewer wait for a later checkpoint): a restart parses
@@ -689,7 +689,8 @@ mod tests {
         drop(r);
         // Both record lines name only groups of deleted segments and a checkpoint covers them:
         // they move to an archive, and the whole record still reads back.
-        assert_eq!(rd.archive_record(2, 1).unwrap(), 2);
+        let steps = rd.read_steps().unwrap();
+        assert_eq!(rd.archive_record(&steps, 2, 1).unwrap(), 2);
         assert!(rd.read_steps().unwrap().is_empty());
         assert!(root.join("learner.000001.jsonl.gz").exists());
         let all = read_all_steps(&root).unwrap();

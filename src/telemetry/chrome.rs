@@ -452,10 +452,16 @@ impl TraceWriter {
         self.out.write_all(&text)
     }
 
-    fn begin(&mut self) -> io::Result<()> {
+    /// The opening `[` and the process's name: how every file (and part) starts.
+    fn open_array(&mut self) -> io::Result<()> {
         self.out.write_all(b"[\n")?;
+        self.bytes += 2;
         let meta = json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "kevin"}});
-        self.line(&meta)?;
+        self.line(&meta)
+    }
+
+    fn begin(&mut self) -> io::Result<()> {
+        self.open_array()?;
         // A first sample at 0 starts the drop counter's track and marks the session's start, so
         // `inspect` counts the time before the first message as idle.
         let zero = json!({"name": DROPPED_COUNTER, "ph": "C", "ts": 0, "pid": 1,
@@ -507,9 +513,7 @@ impl TraceWriter {
                 .name("kevin-trace-gzip".to_owned())
                 .spawn(move || super::files::gzip_in_place(&part))?,
         );
-        self.out.write_all(b"[\n")?;
-        let meta = json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "kevin"}});
-        self.line(&meta)?;
+        self.open_array()?;
         let mut tracks: Vec<(Arc<str>, u64)> =
             self.tids.iter().map(|(a, t)| (a.clone(), *t)).collect();
         tracks.sort_by_key(|(_, t)| *t);

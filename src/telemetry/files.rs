@@ -233,20 +233,27 @@ pub fn free_bytes(_path: &Path) -> io::Result<u64> {
 
 /// One more than the highest archive number of the log `stem` in `dir` (`<stem>.<N>.<ext>[.gz]`).
 pub fn next_archive_number(dir: &Path, stem: &str) -> io::Result<u64> {
-    let prefix = format!("{stem}.");
     let mut last = 0;
     for entry in fs::read_dir(dir)? {
         let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let n = name
-            .strip_prefix(&prefix)
-            .and_then(|r| r.split('.').next())
-            .and_then(|n| n.parse::<u64>().ok());
-        if let Some(n) = n {
+        if let Some(n) = name.to_str().and_then(|n| archive_number(n, stem)) {
             last = last.max(n);
         }
     }
     Ok(last + 1)
+}
+
+/// The number of an archive of the log `stem` (`<stem>.<N>.<ext>[.gz]`), if `name` is one.
+fn archive_number(name: &str, stem: &str) -> Option<u64> {
+    if name.ends_with(GZ_TMP) || !is_archive_name(name) {
+        return None;
+    }
+    name.strip_prefix(stem)?
+        .strip_prefix('.')?
+        .split('.')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// A JSON-lines file that rotates by size: `<stem>.<ext>` is written; at `max_bytes` it becomes
@@ -317,20 +324,13 @@ impl RotatingLog {
 
     /// Every line of the log, oldest first: its archives, then the live file.
     pub fn read_all(dir: &Path, stem: &str, ext: &str) -> io::Result<Vec<String>> {
-        let prefix = format!("{stem}.");
         let mut parts: Vec<(u64, PathBuf)> = Vec::new();
         for entry in fs::read_dir(dir)? {
             let path = entry?.path();
-            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-                continue;
-            };
-            if name.ends_with(GZ_TMP) || !is_archive_name(name) {
-                continue;
-            }
-            let n = name
-                .strip_prefix(&prefix)
-                .and_then(|r| r.split('.').next())
-                .and_then(|n| n.parse::<u64>().ok());
+            let n = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| archive_number(n, stem));
             if let Some(n) = n {
                 parts.push((n, path));
             }
