@@ -46,6 +46,19 @@ struct WalRecord {
     group: ScoredGroup,
 }
 
+/// A WAL line's sequence numbers only: the rest of the line is checked to be whole JSON but not
+/// built (no strings, token ids or floats), so a consumed record costs a scan, not a parse.
+#[derive(Deserialize)]
+struct WalHead {
+    seq: u64,
+    group: GroupSeq,
+}
+
+#[derive(Deserialize)]
+struct GroupSeq {
+    seq: u64,
+}
+
 fn wal_err(path: &Path) -> impl Fn(std::io::Error) -> ReplayError + '_ {
     move |e| ReplayError::Wal {
         path: path.display().to_string(),
@@ -96,7 +109,7 @@ pub fn segments(dir: &Path) -> Result<Vec<Segment>, ReplayError> {
 pub fn recorded_seqs(dir: &Path) -> Result<Vec<u64>, ReplayError> {
     let mut out = Vec::new();
     for seg in segments(dir)? {
-        read_segment(&seg.path, |rec| out.push(rec.seq))?;
+        read_segment(&seg.path, |_| false, |seq, _| out.push(seq))?;
     }
     Ok(out)
 }
@@ -111,9 +124,14 @@ struct SegmentRead {
     lines: usize,
 }
 
-/// Reads the intact lines of a segment in order, handing each record to `f`; stops at the first
-/// line that is not a whole record.
-fn read_segment(path: &Path, mut f: impl FnMut(WalRecord)) -> Result<SegmentRead, ReplayError> {
+/// Reads the intact lines of a segment in order, handing each record's sequence number to `f`,
+/// with the group built when `want(seq)` says so (recovery wants only the pending ones); stops at
+/// the first line that is not a whole record.
+fn read_segment(
+    path: &Path,
+    mut want: impl FnMut(u64) -> bool,
+    mut f: impl FnMut(u64, Option<ScoredGroup>),
+) -> Result<SegmentRead, ReplayError> {
     let file = File::open(path).map_err(wal_err(path))?;
     let len = file.metadata().map_err(wal_err(path))?.len();
     let mut reader = BufReader::new(file);
@@ -125,14 +143,21 @@ fn read_segment(path: &Path, mut f: impl FnMut(WalRecord)) -> Result<SegmentRead
         if n == 0 || !line.ends_with('\n') {
             break;
         }
-        match serde_json::from_str::<WalRecord>(&line) {
-            Ok(rec) if rec.seq == rec.group.seq => {
-                f(rec);
-                good_len += n as u64;
-                lines += 1;
-            }
+        let seq = match serde_json::from_str::<WalHead>(&line) {
+            Ok(head) if head.seq == head.group.seq => head.seq,
             _ => break,
-        }
+        };
+        let group = if want(seq) {
+            match serde_json::from_str::<WalRecord>(&line) {
+                Ok(rec) => Some(rec.group),
+                Err(_) => break,
+            }
+        } else {
+            None
+        };
+        f(seq, group);
+        good_len += n as u64;
+        lines += 1;
     }
     Ok(SegmentRead {
         good_len,
@@ -210,24 +235,27 @@ impl Wal {
         for (i, seg) in segs.iter().enumerate() {
             let end = segs.get(i + 1).map(|s| s.first);
             let mut bad: Option<String> = None;
-            let read = read_segment(&seg.path, |rec| {
-                if bad.is_some() {
-                    return;
-                }
-                let seq = rec.seq;
-                if seq < seg.first.max(next_seq) || end.is_some_and(|e| seq >= e) {
-                    bad = Some(format!(
+            let read = read_segment(
+                &seg.path,
+                |seq| !consumed.contains(&seq),
+                |seq, group| {
+                    if bad.is_some() {
+                        return;
+                    }
+                    if seq < seg.first.max(next_seq) || end.is_some_and(|e| seq >= e) {
+                        bad = Some(format!(
                         "record {seq} is out of order (segment starts at {}, previous record {})",
                         seg.first,
                         next_seq.saturating_sub(1)
                     ));
-                    return;
-                }
-                next_seq = seq + 1;
-                if !consumed.contains(&seq) {
-                    pending.push(rec.group);
-                }
-            })?;
+                        return;
+                    }
+                    next_seq = seq + 1;
+                    if let Some(group) = group {
+                        pending.push(group);
+                    }
+                },
+            )?;
             if let Some(reason) = bad {
                 return Err(ReplayError::Wal {
                     path: seg.path.display().to_string(),
@@ -421,6 +449,31 @@ mod tests {
 
     fn seqs(groups: &[ScoredGroup]) -> Vec<u64> {
         groups.iter().map(|g| g.seq).collect()
+    }
+
+    #[test]
+    fn recovery_builds_only_the_pending_groups() {
+        // A consumed record is read for its sequence number alone: a line whose group could not
+        // be built (not a ScoredGroup) is passed over when consumed, and nothing is cut.
+        let root = tmp("heads");
+        let dir = root.join(WAL_DIR);
+        fs::create_dir_all(&dir).unwrap();
+        let seg = segment_path(&dir, 0);
+        fs::write(&seg, b"{\"seq\":0,\"group\":{\"seq\":0,\"turns\":\"not a group\"}}\n").unwrap();
+        let consumed = BTreeSet::from([0]);
+        {
+            let mut o = Wal::open(&root, DEFAULT_SEGMENT_BYTES, &consumed).unwrap();
+            assert!(o.pending.is_empty());
+            assert_eq!(o.next_seq, 1);
+            o.wal.append(&scored(1)).unwrap();
+            o.wal.append(&scored(2)).unwrap();
+        }
+        let o = Wal::open(&root, DEFAULT_SEGMENT_BYTES, &consumed).unwrap();
+        assert_eq!(seqs(&o.pending), vec![1, 2]);
+        assert_eq!(o.pending[1].group, scored(2).group);
+        assert_eq!((o.next_seq, o.records_read), (3, 3));
+        assert_eq!(fs::read_to_string(&seg).unwrap().lines().count(), 3);
+        fs::remove_dir_all(&root).ok();
     }
 
     #[test]
