@@ -459,7 +459,11 @@ mod tests {
         let dir = root.join(WAL_DIR);
         fs::create_dir_all(&dir).unwrap();
         let seg = segment_path(&dir, 0);
-        fs::write(&seg, b"{\"seq\":0,\"group\":{\"seq\":0,\"turns\":\"not a group\"}}\n").unwrap();
+        fs::write(
+            &seg,
+            b"{\"seq\":0,\"group\":{\"seq\":0,\"turns\":\"not a group\"}}\n",
+        )
+        .unwrap();
         let consumed = BTreeSet::from([0]);
         {
             let mut o = Wal::open(&root, DEFAULT_SEGMENT_BYTES, &consumed).unwrap();

@@ -124,6 +124,9 @@ pub struct BenchArgs {
     pub flash: bool,
     /// The learner's log-probabilities through [`crate::logprob`] on CUDA; false: burn's ops.
     pub logprobs: bool,
+    /// How kevin's own kernels and cuBLAS products are ordered against burn's on CUDA
+    /// ([`crate::stream`]).
+    pub order: crate::stream::Order,
 }
 
 impl BenchArgs {
@@ -145,6 +148,7 @@ impl BenchArgs {
             fused: true,
             flash: true,
             logprobs: true,
+            order: crate::stream::Order::Stream,
         }
     }
 }
@@ -475,11 +479,13 @@ pub fn run_named(
     crate::qwen2::fused::set_enabled(args.fused);
     crate::flash::set_enabled(args.flash);
     crate::logprob::set_enabled(args.logprobs);
+    crate::stream::set_order(args.order);
     let generate = if args.fused { "fused" } else { "burn" };
     let generate = format!(
-        "{generate}, attention {}, logprobs {}",
+        "{generate}, attention {}, logprobs {}, order {}",
         if args.flash { "flash" } else { "burn" },
-        if args.logprobs { "fused" } else { "burn" }
+        if args.logprobs { "fused" } else { "burn" },
+        args.order.name()
     );
     if device == "cuda" {
         crate::cuda_setup::require_gpu("--device cuda")?;

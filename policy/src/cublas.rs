@@ -9,11 +9,12 @@
 //! The plain-burn reference is `Tensor::matmul` (cubek's kernels; NdArray on the CPU), and a
 //! test compares the two ([`crate::burn_tests`] on the GPU).
 //!
-//! Streams: cubecl's CUDA streams are private, so the product runs on a stream of its own,
-//! fenced on both sides: the client is synchronised before the call (the operands are written)
-//! and the own stream after it (the output is written before cubecl's next kernel). Each fence
-//! costs a host round trip, so only products worth it go to cuBLAS ([`MIN_MNK`], [`TALL_ROWS`]);
-//! the rest stay with burn.
+//! Streams: the product is queued on cubecl's own stream for the calling stream id when
+//! [`crate::stream`] finds it (in order with burn's kernels, no host wait). Otherwise it runs on a
+//! stream of its own, fenced on both sides: the client is synchronised before the call (the
+//! operands are written) and the own stream after it (the output is written before cubecl's next
+//! kernel). A fence costs a host round trip, so only products worth it go to cuBLAS
+//! ([`MIN_MNK`], [`TALL_ROWS`]); the rest stay with burn.
 //!
 //! [`matmul`] is the entry point of the model's code, which is generic over its backend: it
 //! takes the cuBLAS path when the backend is burn's CUDA backend (`Cuda<f32>`, `Cuda<bf16>`, with
@@ -379,8 +380,6 @@ fn cube_matmul(
     };
     let (ra, rb, rc) = (res(&a)?, res(&b)?, res(&out)?);
     let (pa, pb, pc) = (ra.resource().ptr, rb.resource().ptr, rc.resource().ptr);
-    // Fence 1: every kernel that writes the operands has finished.
-    burn::cubecl::future::block_on(client.sync()).map_err(|e| format!("sync: {e:?}"))?;
     let call = GemmCall {
         g: &g,
         f64: false,
@@ -388,6 +387,23 @@ fn cube_matmul(
         b: pb,
         c: pc,
     };
+    if let Some(stream) = crate::stream::cubecl_stream(lhs) {
+        ON_CUBECL.with(|handles| -> Result<(), String> {
+            let mut handles = handles.borrow_mut();
+            let blas = match handles.entry(stream as usize) {
+                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    primary_context(lhs.device.index)?;
+                    v.insert(Blas::new(stream).map_err(|e| e.to_string())?)
+                }
+            };
+            blas.gemm_ld(&call, la.ld, lb.ld).map_err(|e| e.to_string())
+        })?;
+        drop((ra, rb, rc));
+        return Ok(out);
+    }
+    // Fence 1: every kernel that writes the operands has finished.
+    burn::cubecl::future::block_on(client.sync()).map_err(|e| format!("sync: {e:?}"))?;
     OWN.with(|own| -> Result<(), String> {
         let mut own = own.borrow_mut();
         if own.is_none() {
@@ -445,6 +461,9 @@ pub(crate) fn primary_context(device: usize) -> Result<drv::CUcontext, String> {
 
 thread_local! {
     static OWN: RefCell<Option<OwnStream>> = const { RefCell::new(None) };
+    /// The calling thread's cuBLAS handles on cubecl's streams, by stream.
+    static ON_CUBECL: RefCell<std::collections::BTreeMap<usize, Blas>> =
+        const { RefCell::new(std::collections::BTreeMap::new()) };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,10 +5,11 @@
 //! Each source is `cuda/prelude.cuh` (element loads and stores in f32 or bf16, a warp's sum)
 //! followed by its own file: [`crate::qwen2::fused`]'s generation pass, [`crate::flash`]'s
 //! attention and [`crate::logprob`]'s log-probabilities for the learner. The last two launch
-//! through an [`Engine`] (per thread, source and GPU) between the fences of [`fenced`], as fusion
-//! custom operations ([`custom_op`]).
+//! through an [`Engine`] (per thread, source and GPU) by [`fenced`], as fusion custom operations
+//! ([`custom_op`]): on cubecl's own stream where [`crate::stream`] finds it, between two host
+//! fences otherwise.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -109,7 +110,10 @@ pub fn launch(
 /// primary context, where burn's device addresses are valid).
 pub(crate) struct Engine {
     ctx: drv::CUcontext,
-    stream: drv::CUstream,
+    /// The engine's own stream.
+    own: drv::CUstream,
+    /// Where launches go now: [`Engine::own`], or cubecl's stream while [`fenced`] runs on it.
+    stream: Cell<drv::CUstream>,
     module: drv::CUmodule,
     /// Each kernel looked up so far, and the dynamic shared memory it was allowed.
     fns: RefCell<BTreeMap<String, (drv::CUfunction, u32)>>,
@@ -126,7 +130,8 @@ impl Engine {
         })?;
         Ok(Engine {
             ctx,
-            stream,
+            own: stream,
+            stream: Cell::new(stream),
             module,
             fns: RefCell::new(BTreeMap::new()),
         })
@@ -163,14 +168,14 @@ impl Engine {
             fns.insert(name.to_string(), (f, smem.max(allowed)));
             f
         };
-        launch(f, grid, block, smem, self.stream, args).map_err(|e| format!("{name}: {e}"))
+        launch(f, grid, block, smem, self.stream.get(), args).map_err(|e| format!("{name}: {e}"))
     }
 
     /// Sets `bytes` bytes from device address `ptr` to zero, in order on the engine's stream.
     pub(crate) fn zero(&self, ptr: u64, bytes: usize) -> Result<(), String> {
         // SAFETY: the callers pass the address and size of a live buffer of theirs, which they
         // keep until the stream has run (`fenced` synchronises it).
-        unsafe { cu::memset_d8_async(ptr, 0, bytes, self.stream) }
+        unsafe { cu::memset_d8_async(ptr, 0, bytes, self.stream.get()) }
             .map_err(|e| format!("cuMemsetD8Async: {e:?}"))
     }
 }
@@ -201,10 +206,11 @@ pub(crate) fn with_engine<R>(
     })
 }
 
-/// Runs `launch` with the tensors' device addresses on `source`'s engine, between two fences:
-/// the cubecl client is synchronised first (every kernel writing them has finished), the
-/// engine's stream after (the outputs are written before cubecl's next kernel). cubecl's
-/// streams are private, so nothing cheaper orders the two.
+/// Runs `launch` with the tensors' device addresses on `source`'s engine, in order with cubecl's
+/// kernels: queued on cubecl's stream when [`crate::stream::cubecl_stream`] finds it (no host
+/// wait), else between two fences: the cubecl client is synchronised first (every kernel writing
+/// them has finished), the engine's own stream after (the outputs are written before cubecl's
+/// next kernel).
 pub(crate) fn fenced(
     source: &Source,
     tensors: &[&CubeTensor<CudaRuntime>],
@@ -221,11 +227,21 @@ pub(crate) fn fenced(
         ptrs.push(r.resource().ptr);
         keep.push(r);
     }
+    if let Some(cubecl) = crate::stream::cubecl_stream(first) {
+        with_engine(source, first.device.index, |engine| {
+            engine.stream.set(cubecl);
+            let r = launch(engine, &ptrs);
+            engine.stream.set(engine.own);
+            r
+        })?;
+        drop(keep);
+        return Ok(());
+    }
     burn::cubecl::future::block_on(client.sync()).map_err(|e| format!("sync: {e:?}"))?;
     with_engine(source, first.device.index, |engine| {
         launch(engine, &ptrs)?;
         // SAFETY: the engine's stream, created by this thread.
-        unsafe { cu::stream::synchronize(engine.stream) }.map_err(|e| format!("sync: {e:?}"))
+        unsafe { cu::stream::synchronize(engine.own) }.map_err(|e| format!("sync: {e:?}"))
     })?;
     drop(keep);
     Ok(())

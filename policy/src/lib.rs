@@ -25,6 +25,7 @@ pub mod qwen2;
 pub mod runtime;
 pub mod sampler;
 pub mod sft;
+pub mod stream;
 pub mod testing;
 pub mod tokenizer;
 pub mod train;

@@ -65,6 +65,11 @@ pub struct Args {
     /// kernel per direction over the logits in place) or "burn" (burn's ops, the reference path).
     #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
     pub logprobs: String,
+    /// How kevin's own kernels and cuBLAS products are ordered against burn's kernels on CUDA:
+    /// "stream" (default: queued on cubecl's own stream, found once through CUPTI; fenced where it
+    /// cannot be found) or "fence" (a host synchronisation on each side, the reference).
+    #[arg(long, default_value = "stream", value_parser = ["stream", "fence"])]
+    pub order: String,
     /// The transformers peer's JSON (benches/hf_policy.py --json) to compare with.
     #[arg(long)]
     pub hf: Option<PathBuf>,
@@ -92,6 +97,7 @@ pub fn run(a: &Args) -> CmdResult {
         fused: a.generate == "fused",
         flash: a.attention == "flash",
         logprobs: a.logprobs == "fused",
+        order: kevin_policy::stream::parse_order(&a.order).map_err(usage)?,
     };
     if !(a.load_seconds.is_finite() && a.load_seconds >= 0.0) {
         return Err(usage(format!(

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One RL piece of issue 19 on the GPU, as `benches/results/rl-h200-2026-12-04b.md` ran it: from the
+# committed warm start, on the 47 hand-written training tasks and 240 generated ones, 8 trajectories
+# x 4 turns, 8 tasks a step, lr 3e-5, until STEPS learner steps (or SIGINT after MAX_S seconds,
+# which checkpoints and stops cleanly). The generated tasks are rebuilt here: `kevin tasks
+# generate --count 2000 --seed 1903`, of which 240 are drawn with Python's random.Random(DRAW)
+# over the sorted file names (the earlier pieces drew with seed 19).
+#
+#   KEVIN=target/release/kevin OUT=runs/rl-piece bash benches/rl-piece.sh
+#
+# Knobs (environment): INIT (models/kevin-sft-gen2-4m), STEPS (25), MAX_S (520), DRAW (19),
+# LR (3e-5), CONFIG (configs/gpu-burn.toml). Then evaluate the newest checkpoint on the held-out
+# split, twice for the spread:
+#
+#   kevin eval --checkpoint $OUT/run/checkpoints/step-N/learner --config configs/gpu-burn.toml \
+#       --samples 16 --turns 8 --seed S --backend cuda --device cuda --json eval-S.json
+set -euo pipefail
+KEVIN=${KEVIN:-target/release/kevin}
+OUT=${OUT:-runs/rl-piece}
+INIT=${INIT:-models/kevin-sft-gen2-4m}
+STEPS=${STEPS:-25}
+MAX_S=${MAX_S:-520}
+DRAW=${DRAW:-19}
+LR=${LR:-3e-5}
+CONFIG=${CONFIG:-configs/gpu-burn.toml}
+mkdir -p "$OUT"
+step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
+
+if [ ! -d "$OUT/gen240" ]; then
+    step "tasks: 2000 from seed 1903, 240 drawn with random.Random($DRAW)"
+    rm -rf "$OUT/gen2000" "$OUT/gen240.part"
+    "$KEVIN" tasks generate --count 2000 --seed 1903 --out "$OUT/gen2000" > "$OUT/generate.log"
+    mkdir -p "$OUT/gen240.part"
+    python3 - "$OUT/gen2000" "$OUT/gen240.part" "$DRAW" <<'EOF'
+import os, random, shutil, sys
+src, dst, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+names = sorted(n for n in os.listdir(src) if n.endswith(".toml"))
+for n in random.Random(seed).sample(names, 240):
+    shutil.copy(os.path.join(src, n), os.path.join(dst, n))
+EOF
+    mv "$OUT/gen240.part" "$OUT/gen240"
+fi
+
+step "train: $STEPS steps from $INIT (SIGINT after $MAX_S s at most)"
+KEVIN__POLICY__BURN__CHECKPOINT="$INIT" KEVIN__TASKS__DIR="tasks:$OUT/gen240" \
+KEVIN__ROLLOUT__TURNS=4 KEVIN__REPLAY__TASKS_PER_BATCH=8 KEVIN__ROLLOUT__MAX_INFLIGHT_GROUPS=16 \
+KEVIN__LEARNER__LR="$LR" \
+    "$KEVIN" train --config "$CONFIG" --run-dir "$OUT/run" --max-steps "$STEPS" > "$OUT/train.log" 2>&1 &
+pid=$!
+start=$(date +%s)
+while kill -0 "$pid" 2>/dev/null; do
+    if [ $(( $(date +%s) - start )) -ge "$MAX_S" ]; then
+        step "SIGINT after $MAX_S s"
+        kill -INT "$pid"
+        break
+    fi
+    sleep 2
+done
+rc=0
+wait "$pid" || rc=$?
+step "train exited $rc after $(( $(date +%s) - start )) s"
+ls "$OUT/run/checkpoints" >&2
+exit "$rc"
