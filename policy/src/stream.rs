@@ -194,8 +194,9 @@ unsafe impl Send for Cupti {}
 unsafe impl Sync for Cupti {}
 
 impl Cupti {
-    /// The library, loaded once: the loader's path first, then `$CUDA_PATH` and
-    /// `/usr/local/cuda`'s `extras/CUPTI/lib64`.
+    /// The library, loaded once: the loader's path first, then `$CUDA_PATH`'s and
+    /// `/usr/local/cuda`'s (`extras/CUPTI/lib64`, `lib64`, `targets/x86_64-linux/lib`), then the
+    /// `nvidia-cuda-cupti` pip wheel's (which torch installs).
     fn get() -> Result<&'static Cupti, String> {
         static LIB: OnceLock<Result<Cupti, String>> = OnceLock::new();
         LIB.get_or_init(Cupti::load).as_ref().map_err(Clone::clone)
@@ -212,7 +213,21 @@ impl Cupti {
         .into_iter()
         .flatten()
         {
-            candidates.push(format!("{root}/extras/CUPTI/lib64/libcupti.so"));
+            for dir in ["extras/CUPTI/lib64", "lib64", "targets/x86_64-linux/lib"] {
+                candidates.push(format!("{root}/{dir}/libcupti.so"));
+            }
+        }
+        // `nvidia.cuda_cupti` is a namespace package: its location is __path__[0].
+        if let Ok(out) = std::process::Command::new("python3")
+            .args(["-c", "import nvidia.cuda_cupti as m; print(m.__path__[0])"])
+            .stderr(std::process::Stdio::null())
+            .output()
+        {
+            if out.status.success() {
+                let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                candidates
+                    .extend(["libcupti.so.12", "libcupti.so.13"].map(|n| format!("{dir}/lib/{n}")));
+            }
         }
         let lib = candidates
             .iter()
