@@ -220,68 +220,53 @@ fn tiny_fixture_matches_transformers_with_cublas_products() {
 }
 
 /// A chain of 200 dependent products with burn's kernels between them (each product reads the
-/// previous step's output, whose memory is then freed and reused): any ordering slip between
-/// cuBLAS's stream and cubecl's shows up as a wrong value.
-#[test]
-fn cublas_products_stay_ordered_in_a_long_chain_on_cuda() {
+/// previous step's output, whose memory is then freed and reused), `x` of `dims`, `w` of
+/// `[1, k, k]` scaled by `w_scale` (a contraction), against NdArray: any ordering slip between
+/// the products and cubecl's kernels shows up as a wrong value. A constant added each step keeps
+/// the values of order one (without it the chain decays to zero, where a product read too early
+/// would differ by nothing measurable). Returns the max |diff| and the values' scale.
+fn product_chain(dims: [usize; 3], seed: u64, w_scale: f32) -> (f32, f32) {
     use burn::backend::NdArray;
     use burn::tensor::activation::relu;
     use kevin_policy::cublas::{matmul, set_mode, Mode};
-    if !gpu_tests() {
-        return;
-    }
     set_mode(Mode::All);
     let gpu = kevin_policy::cuda_setup::cuda_device(0);
     let cpu = Default::default();
-    let mut x = tensor::<Cuda<f32>, 3>([2, 64, 96], 21, &gpu);
-    let w = tensor::<Cuda<f32>, 3>([1, 96, 96], 22, &gpu) * 0.05;
-    let mut cx = tensor::<NdArray<f32>, 3>([2, 64, 96], 21, &cpu);
-    let cw = tensor::<NdArray<f32>, 3>([1, 96, 96], 22, &cpu) * 0.05;
+    let k = dims[2];
+    let mut x = tensor::<Cuda<f32>, 3>(dims, seed, &gpu);
+    let w = tensor::<Cuda<f32>, 3>([1, k, k], seed + 1, &gpu) * w_scale;
+    let mut cx = tensor::<NdArray<f32>, 3>(dims, seed, &cpu);
+    let cw = tensor::<NdArray<f32>, 3>([1, k, k], seed + 1, &cpu) * w_scale;
     for _ in 0..200 {
         let y = matmul(x.clone(), w.clone()).unwrap_or_else(|_| panic!("declined"));
         x = relu(y) * 0.5 + x * 0.5 + 0.25;
         cx = relu(cx.clone().matmul(cw.clone())) * 0.5 + cx * 0.5 + 0.25;
     }
-    // The constant keeps the values of order one: without it the chain decays to zero, where a
-    // product read too early would differ by nothing measurable.
     let cx = cx.into_data().to_vec::<f32>().unwrap();
     let scale = cx.iter().fold(0f32, |m, v| m.max(v.abs()));
     assert!(scale > 0.25, "the chain decayed to {scale}");
-    let d = max_diff(x, cx);
+    (max_diff(x, cx), scale)
+}
+
+#[test]
+fn cublas_products_stay_ordered_in_a_long_chain_on_cuda() {
+    if !gpu_tests() {
+        return;
+    }
+    let (d, scale) = product_chain([2, 64, 96], 21, 0.05);
     eprintln!("chain of 200: max |diff| {d:e} (values up to {scale})");
     assert!(d < 1e-4 * scale, "chain off by {d} at scale {scale}");
 }
 
 #[test]
 fn own_work_is_queued_on_cubecl_stream_on_cuda() {
-    // The chain above, with the products queued on cubecl's own stream (found through CUPTI)
-    // rather than fenced: no host wait anywhere in 200 products and 400 of burn's kernels, the
-    // products' outputs and operands freed and reused as they go.
-    use burn::backend::NdArray;
-    use burn::tensor::activation::relu;
-    use kevin_policy::cublas::{matmul, set_mode, Mode};
+    // The chain with the products queued on cubecl's own stream (found through CUPTI) rather
+    // than fenced: no host wait anywhere in 200 products and 400 of burn's kernels.
     use kevin_policy::stream::{order, streams_found, Order};
     if !gpu_tests() || order() == Order::Fence {
         return;
     }
-    set_mode(Mode::All);
-    let gpu = kevin_policy::cuda_setup::cuda_device(0);
-    let cpu = Default::default();
-    let mut x = tensor::<Cuda<f32>, 3>([4, 256, 512], 31, &gpu);
-    let w = tensor::<Cuda<f32>, 3>([1, 512, 512], 32, &gpu) * 0.02;
-    let mut cx = tensor::<NdArray<f32>, 3>([4, 256, 512], 31, &cpu);
-    let cw = tensor::<NdArray<f32>, 3>([1, 512, 512], 32, &cpu) * 0.02;
-    for _ in 0..200 {
-        let y = matmul(x.clone(), w.clone()).unwrap_or_else(|_| panic!("declined"));
-        x = relu(y) * 0.5 + x * 0.5 + 0.25;
-        cx = relu(cx.clone().matmul(cw.clone())) * 0.5 + cx * 0.5 + 0.25;
-    }
-    // The constant keeps the values of order one: without it the chain decays to zero, where a
-    // product read too early would differ by nothing measurable.
-    let cx = cx.into_data().to_vec::<f32>().unwrap();
-    let scale = cx.iter().fold(0f32, |m, v| m.max(v.abs()));
-    assert!(scale > 0.25, "the chain decayed to {scale}");
-    let d = max_diff(x, cx);
+    let (d, scale) = product_chain([4, 256, 512], 31, 0.02);
     let found = streams_found();
     eprintln!(
         "chain of 200 on cubecl's stream: max |diff| {d:e} (up to {scale}), streams found {found}"
