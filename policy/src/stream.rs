@@ -105,6 +105,10 @@ pub(crate) fn cubecl_stream(t: &CubeTensor<CudaRuntime>) -> Option<drv::CUstream
     // One search at a time: CUPTI takes one subscriber, and the launch to watch must be ours.
     static SEARCH: Mutex<()> = Mutex::new(());
     let _one = SEARCH.lock().ok()?;
+    if let Some(found) = known().lock().ok()?.get(&key) {
+        // Found by another thread of the same stream id while this one waited.
+        return found.map(|s| s as drv::CUstream);
+    }
     let found = match find(t) {
         Ok(s) => {
             tracing::debug!(
