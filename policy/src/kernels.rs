@@ -173,8 +173,9 @@ impl Engine {
 
     /// Sets `bytes` bytes from device address `ptr` to zero, in order on the engine's stream.
     pub(crate) fn zero(&self, ptr: u64, bytes: usize) -> Result<(), String> {
-        // SAFETY: the callers pass the address and size of a live buffer of theirs, which they
-        // keep until the stream has run (`fenced` synchronises it).
+        // SAFETY: the callers pass the address and size of a live buffer of theirs: a cubecl
+        // tensor, whose memory cubecl reuses only after the stream has run this (on cubecl's own
+        // stream), or kept until `fenced` synchronises the engine's own stream.
         unsafe { cu::memset_d8_async(ptr, 0, bytes, self.stream.get()) }
             .map_err(|e| format!("cuMemsetD8Async: {e:?}"))
     }
