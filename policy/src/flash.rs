@@ -19,8 +19,9 @@
 //! serve (no NVRTC; a head dimension other than 16, 32, 64 or 128; query heads not a multiple of
 //! the key/value heads). `qwen2_gpu.rs` compares the two, values and gradients.
 //!
-//! Streams: the kernels run on a stream of their own, fenced on both sides as
-//! [`crate::cublas`]'s products are ([`crate::kernels::fenced`]).
+//! Streams: the kernels are ordered against burn's as [`crate::cublas`]'s products are: on
+//! cubecl's own stream where it is found, fenced on both sides otherwise
+//! ([`crate::kernels::in_order`]).
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,7 +45,7 @@ use half::bf16;
 use kevin::gpu::device::ArgPack;
 
 use crate::cublas::{as_backend, from_backend};
-use crate::kernels::{fenced, with_engine, Engine, Source};
+use crate::kernels::{in_order, with_engine, Engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -325,7 +326,7 @@ fn cube_forward(q: Ct, k: Ct, v: Ct) -> Result<[Ct; 2], String> {
         return Ok([out, lse]);
     }
     let st = [&q, &k, &v].map(|t| t.meta.strides().to_vec());
-    fenced(&SOURCE, &[&q, &k, &v, &out, &lse], |e, p| {
+    in_order(&SOURCE, &[&q, &k, &v, &out, &lse], |e, p| {
         let mut a = ArgPack::default();
         p.iter().for_each(|&x| a.ptr(x));
         push_dims(&mut a, h, kd[1], t);
@@ -368,7 +369,7 @@ fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct;
     }
     let scale = (d as f32).powf(-0.5);
     let st = [&q, &k, &v].map(|t| t.meta.strides().to_vec());
-    fenced(
+    in_order(
         &SOURCE,
         &[&q, &k, &v, &out, &dout, &lse, &dd, &dq, &dk, &dv],
         |e, p| {

@@ -5,7 +5,7 @@
 //! Each source is `cuda/prelude.cuh` (element loads and stores in f32 or bf16, a warp's sum)
 //! followed by its own file: [`crate::qwen2::fused`]'s generation pass, [`crate::flash`]'s
 //! attention and [`crate::logprob`]'s log-probabilities for the learner. The last two launch
-//! through an [`Engine`] (per thread, source and GPU) by [`fenced`], as fusion custom operations
+//! through an [`Engine`] (per thread, source and GPU) by [`in_order`], as fusion custom operations
 //! ([`custom_op`]): on cubecl's own stream where [`crate::stream`] finds it, between two host
 //! fences otherwise.
 
@@ -112,7 +112,7 @@ pub(crate) struct Engine {
     ctx: drv::CUcontext,
     /// The engine's own stream.
     own: drv::CUstream,
-    /// Where launches go now: [`Engine::own`], or cubecl's stream while [`fenced`] runs on it.
+    /// Where launches go now: [`Engine::own`], or cubecl's stream while [`in_order`] runs on it.
     stream: Cell<drv::CUstream>,
     module: drv::CUmodule,
     /// Each kernel looked up so far, and the dynamic shared memory it was allowed.
@@ -175,7 +175,7 @@ impl Engine {
     pub(crate) fn zero(&self, ptr: u64, bytes: usize) -> Result<(), String> {
         // SAFETY: the callers pass the address and size of a live buffer of theirs: a cubecl
         // tensor, whose memory cubecl reuses only after the stream has run this (on cubecl's own
-        // stream), or kept until `fenced` synchronises the engine's own stream.
+        // stream), or kept until `in_order` synchronises the engine's own stream.
         unsafe { cu::memset_d8_async(ptr, 0, bytes, self.stream.get()) }
             .map_err(|e| format!("cuMemsetD8Async: {e:?}"))
     }
@@ -212,7 +212,7 @@ pub(crate) fn with_engine<R>(
 /// wait), else between two fences: the cubecl client is synchronised first (every kernel writing
 /// them has finished), the engine's own stream after (the outputs are written before cubecl's
 /// next kernel).
-pub(crate) fn fenced(
+pub(crate) fn in_order(
     source: &Source,
     tensors: &[&CubeTensor<CudaRuntime>],
     launch: impl FnOnce(&Engine, &[u64]) -> Result<(), String>,

@@ -35,7 +35,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use half::bf16;
 use kevin::gpu::device::ArgPack;
 
-use crate::kernels::{fenced, with_engine, Source};
+use crate::kernels::{in_order, with_engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -241,7 +241,7 @@ fn cube_forward(x: Ct, rows: Ct, targets: Ct) -> Result<[Ct; 2], String> {
     if n == 0 {
         return Ok([logp, lse]);
     }
-    fenced(&SOURCE, &[&x, &rows, &targets, &logp, &lse], |e, p| {
+    in_order(&SOURCE, &[&x, &rows, &targets, &logp, &lse], |e, p| {
         let mut a = ArgPack::default();
         p.iter().for_each(|&x| a.ptr(x));
         a.push(&(v as i32).to_ne_bytes());
@@ -270,7 +270,7 @@ fn cube_backward(x: Ct, rows: Ct, targets: Ct, lse: Ct, g: Ct) -> Result<Ct, Str
     if m * v == 0 {
         return Ok(dx);
     }
-    fenced(&SOURCE, &[&x, &rows, &targets, &lse, &g, &dx], |e, p| {
+    in_order(&SOURCE, &[&x, &rows, &targets, &lse, &g, &dx], |e, p| {
         // Zeros first, on the same stream: the rows no token is predicted from.
         e.zero(p[5], m * v * x.dtype.size())?;
         if n == 0 {

@@ -64,7 +64,7 @@ pub fn parse_order(s: &str) -> Result<Order, String> {
     }
 }
 
-/// 0: not set yet (the environment decides), 1: stream, 2: fence.
+/// 0: not decided yet (the environment decides on first use), 1: stream, 2: fence.
 static ORDER: AtomicU8 = AtomicU8::new(0);
 
 /// Sets the process-wide [`Order`].
@@ -76,15 +76,21 @@ pub fn set_order(order: Order) {
 }
 
 /// The process-wide [`Order`]: what [`set_order`] set, else `KEVIN_STREAM_ORDER` (`fence` or
-/// `stream`), else [`Order::Stream`].
+/// `stream`, read once), else [`Order::Stream`].
 pub fn order() -> Order {
     match ORDER.load(Ordering::Relaxed) {
         1 => Order::Stream,
         2 => Order::Fence,
-        _ => match std::env::var("KEVIN_STREAM_ORDER").as_deref() {
-            Ok("fence") => Order::Fence,
-            _ => Order::Stream,
-        },
+        _ => {
+            let order = match std::env::var("KEVIN_STREAM_ORDER").as_deref() {
+                Ok("fence") => Order::Fence,
+                _ => Order::Stream,
+            };
+            // Only where nothing was set meanwhile: an explicit set_order wins.
+            let code = if order == Order::Stream { 1 } else { 2 };
+            let _ = ORDER.compare_exchange(0, code, Ordering::Relaxed, Ordering::Relaxed);
+            order
+        }
     }
 }
 
@@ -221,17 +227,10 @@ impl Cupti {
                 candidates.push(format!("{root}/{dir}/libcupti.so"));
             }
         }
-        // `nvidia.cuda_cupti` is a namespace package: its location is __path__[0].
-        if let Ok(out) = std::process::Command::new("python3")
-            .args(["-c", "import nvidia.cuda_cupti as m; print(m.__path__[0])"])
-            .stderr(std::process::Stdio::null())
-            .output()
-        {
-            if out.status.success() {
-                let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-                candidates
-                    .extend(["libcupti.so.12", "libcupti.so.13"].map(|n| format!("{dir}/lib/{n}")));
-            }
+        if let Some(dir) = kevin::compile::nvrtc::pip_lib_dir("nvidia.cuda_cupti") {
+            candidates.extend(
+                ["libcupti.so.12", "libcupti.so.13"].map(|n| dir.join(n).display().to_string()),
+            );
         }
         let lib = candidates
             .iter()

@@ -110,16 +110,26 @@ pub fn probe_library(candidates: &[String]) -> Result<String, CompileError> {
 pub fn pip_nvrtc_lib_dir() -> Option<PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        // `nvidia.cuda_nvrtc` is a namespace package: its location is __path__[0], not __file__.
-        let out = std::process::Command::new("python3")
-            .args(["-c", "import nvidia.cuda_nvrtc as m; print(m.__path__[0])"])
-            .stderr(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
-        (out.status.success() && dir.join("libnvrtc.so.12").exists()).then_some(dir)
+        pip_lib_dir("nvidia.cuda_nvrtc").filter(|dir| dir.join("libnvrtc.so.12").exists())
     })
     .clone()
+}
+
+/// The `lib` folder of an NVIDIA pip wheel's package (`nvidia.cuda_nvrtc`, `nvidia.cuda_cupti`,
+/// ...), as `python3` on the PATH sees it; None when python3, the package or the folder is
+/// missing. Asks python each call: callers keep the answer.
+pub fn pip_lib_dir(package: &str) -> Option<PathBuf> {
+    // The `nvidia.*` packages are namespace packages: their location is __path__[0], not __file__.
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!("import {package} as m; print(m.__path__[0])"),
+        ])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
+    (out.status.success() && dir.is_dir()).then_some(dir)
 }
 
 /// Directories with the CUDA device headers (`cuda_fp16.h`, `cuda_bf16.h`, ...), in search order:
