@@ -37,6 +37,7 @@ pub mod machine;
 pub mod metrics;
 pub mod ops;
 pub mod outcome;
+pub mod packed;
 pub mod par;
 pub mod policy;
 pub mod policy_eval;

@@ -34,9 +34,12 @@ pub struct TurnRecord {
     pub score: f64,
     /// Learner version of the weights that sampled the response.
     pub policy_version: u64,
-    /// Token ids of the response.
+    /// Token ids of the response (in JSON: base64 of little-endian u32, see [`crate::packed`]).
+    #[serde(with = "crate::packed")]
     pub response_tokens: Vec<u32>,
-    /// Behaviour log-probability of each response token under the sampling policy.
+    /// Behaviour log-probability of each response token under the sampling policy (in JSON:
+    /// base64 of little-endian f32).
+    #[serde(with = "crate::packed")]
     pub behaviour_logprobs: Vec<f32>,
     /// Time spent generating (ms, including queueing at the generator).
     pub generate_ms: f64,

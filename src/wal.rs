@@ -39,11 +39,18 @@ pub const LEGACY_WAL: &str = "replay.wal";
 /// Default size at which the active segment is closed (bytes): `replay.wal_segment_kb`'s default.
 pub const DEFAULT_SEGMENT_BYTES: u64 = crate::config::DEFAULT_WAL_SEGMENT_KB << 10;
 
-/// One WAL line.
-#[derive(Serialize, Deserialize)]
+/// One WAL line, as read: its `seq` has been read already (and checked against the group's)
+/// by [`read_segment`].
+#[derive(Deserialize)]
 struct WalRecord {
-    seq: u64,
     group: ScoredGroup,
+}
+
+/// One WAL line, as written (the same fields, borrowed: an append copies nothing).
+#[derive(Serialize)]
+struct WalRecordRef<'a> {
+    seq: u64,
+    group: &'a ScoredGroup,
 }
 
 /// A WAL line's sequence numbers only: the rest of the line is checked to be whole JSON but not
@@ -188,16 +195,14 @@ fn build_groups(
     segs: &[Segment],
 ) -> Result<Vec<ScoredGroup>, ReplayError> {
     let build = |(seg, line, text): &(usize, usize, String)| {
-        serde_json::from_str::<WalRecord>(text)
-            .map(|rec| rec.group)
-            .map_err(|e| ReplayError::Wal {
-                path: segs[*seg].path.display().to_string(),
-                reason: format!(
-                    "line {line} is a record whose group cannot be read ({e}): the file is \
-                     corrupt, not torn by a crash; move the segment aside to resume without \
-                     its groups"
-                ),
-            })
+        let rec = serde_json::from_str::<WalRecord>(text);
+        rec.map(|rec| rec.group).map_err(|e| ReplayError::Wal {
+            path: segs[*seg].path.display().to_string(),
+            reason: format!(
+                "line {line} is a record whose group cannot be read ({e}): the file is corrupt, \
+                 not torn by a crash; move the segment aside to resume without its groups"
+            ),
+        })
     };
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -370,9 +375,9 @@ impl Wal {
     /// active segment is closed first when it has reached the segment size. A failed write is
     /// cut back so that the next append follows the last intact record.
     pub fn append(&mut self, group: &ScoredGroup) -> Result<(), ReplayError> {
-        let mut line = serde_json::to_string(&WalRecord {
+        let mut line = serde_json::to_string(&WalRecordRef {
             seq: group.seq,
-            group: group.clone(),
+            group,
         })
         .map_err(|e| ReplayError::Wal {
             path: self.active.display().to_string(),
@@ -508,9 +513,9 @@ mod tests {
 
     #[test]
     fn quick_seqs_read_the_logs_own_lines_and_nothing_else() {
-        let line = serde_json::to_string(&WalRecord {
+        let line = serde_json::to_string(&WalRecordRef {
             seq: 7,
-            group: scored(7),
+            group: &scored(7),
         })
         .unwrap()
             + "\n";
@@ -522,6 +527,39 @@ mod tests {
         assert_eq!(quick_seqs("{\"group\":{\"seq\":7},\"seq\":7}\n"), None);
         assert_eq!(quick_seqs(&line[..line.len() / 2]), None);
         assert_eq!(quick_seqs("{\"seq\":,\"group\":{\"seq\":7}}\n"), None);
+    }
+
+    #[test]
+    fn records_with_token_arrays_from_before_packing_recover_beside_packed_ones() {
+        let root = tmp("packed");
+        let dir = root.join(WAL_DIR);
+        fs::create_dir_all(&dir).unwrap();
+        // The line of an older kevin: token ids and log-probabilities as arrays of numbers.
+        let mut old = serde_json::to_value(WalRecordRef {
+            seq: 0,
+            group: &scored(0),
+        })
+        .unwrap();
+        for traj in old["group"]["group"]["trajectories"].as_array_mut().unwrap() {
+            for turn in traj.as_array_mut().unwrap() {
+                turn["response_tokens"] = serde_json::json!([1, 2, 3]);
+                turn["behaviour_logprobs"] = serde_json::json!([-0.5, -0.25, -1.0]);
+            }
+        }
+        fs::write(segment_path(&dir, 0), format!("{old}\n")).unwrap();
+        {
+            let mut o = Wal::open(&root, DEFAULT_SEGMENT_BYTES, &BTreeSet::new()).unwrap();
+            assert_eq!(o.pending, vec![scored(0)]);
+            o.wal.append(&scored(1)).unwrap();
+        }
+        let text = fs::read_to_string(segment_path(&dir, 0)).unwrap();
+        let new = text.lines().nth(1).unwrap();
+        // [1, 2, 3] as little-endian u32s, and [-0.5, -0.25, -1.0] as f32s.
+        assert!(new.contains("\"response_tokens\":\"AQAAAAIAAAADAAAA\""), "{new}");
+        assert!(new.contains("\"behaviour_logprobs\":\"AAAAvwAAgL4AAIC/\""), "{new}");
+        let o = Wal::open(&root, DEFAULT_SEGMENT_BYTES, &BTreeSet::new()).unwrap();
+        assert_eq!(o.pending, vec![scored(0), scored(1)]);
+        fs::remove_dir_all(&root).ok();
     }
 
     #[test]
