@@ -41,6 +41,7 @@ pub mod packed;
 pub mod par;
 pub mod policy;
 pub mod policy_eval;
+pub mod prometheus;
 pub mod prompt;
 pub mod replay;
 pub mod rl;

@@ -33,7 +33,10 @@ pub fn encode(bytes: &[u8]) -> String {
     match *chunks.remainder() {
         [a] => {
             let n = (a as u32) << 16;
-            out.extend([ALPHABET[(n >> 18) as usize], ALPHABET[(n >> 12 & 63) as usize]]);
+            out.extend([
+                ALPHABET[(n >> 18) as usize],
+                ALPHABET[(n >> 12 & 63) as usize],
+            ]);
             out.extend(b"==");
         }
         [a, b] => {
@@ -61,7 +64,10 @@ const DECODE: [u8; 256] = {
 pub fn decode(text: &str) -> Result<Vec<u8>, String> {
     let s = text.as_bytes();
     if s.len() % 4 != 0 {
-        return Err(format!("base64 of {} characters, not a multiple of 4", s.len()));
+        return Err(format!(
+            "base64 of {} characters, not a multiple of 4",
+            s.len()
+        ));
     }
     let pad = s.iter().rev().take_while(|&&b| b == b'=').count();
     if pad > 2 {
@@ -129,7 +135,11 @@ pub fn pack<T: Packed>(values: &[T]) -> String {
 pub fn unpack<T: Packed>(text: &str) -> Result<Vec<T>, String> {
     let bytes = decode(text)?;
     if bytes.len() % 4 != 0 {
-        return Err(format!("{} bytes of {}, not a multiple of 4", bytes.len(), T::NAME));
+        return Err(format!(
+            "{} bytes of {}, not a multiple of 4",
+            bytes.len(),
+            T::NAME
+        ));
     }
     Ok(bytes
         .chunks_exact(4)
@@ -203,14 +213,23 @@ mod tests {
         assert!(decode("Z===").unwrap_err().contains("more than two"));
         assert!(decode("Zm=v").unwrap_err().contains("not a base64"));
         // 3 bytes are not a whole f32.
-        assert!(unpack::<f32>("Zm9v").unwrap_err().contains("3 bytes of log-probabilities"));
+        assert!(unpack::<f32>("Zm9v")
+            .unwrap_err()
+            .contains("3 bytes of log-probabilities"));
     }
 
     #[test]
     fn values_round_trip_bit_for_bit_and_old_arrays_still_read() {
         let row = Row {
             ids: vec![0, 1, 151_643, u32::MAX],
-            lp: vec![-0.463_361_53, 0.0, -0.0, f32::MIN_POSITIVE, f32::NEG_INFINITY, f32::NAN],
+            lp: vec![
+                -0.463_361_53,
+                0.0,
+                -0.0,
+                f32::MIN_POSITIVE,
+                f32::NEG_INFINITY,
+                f32::NAN,
+            ],
         };
         let text = serde_json::to_string(&row).unwrap();
         assert!(text.starts_with("{\"ids\":\""), "{text}");
@@ -220,11 +239,23 @@ mod tests {
         assert_eq!(bits(&back.lp), bits(&row.lp));
 
         let old: Row = serde_json::from_str(r#"{"ids":[7,8],"lp":[-0.5,-1.25]}"#).unwrap();
-        assert_eq!(old, Row { ids: vec![7, 8], lp: vec![-0.5, -1.25] });
+        assert_eq!(
+            old,
+            Row {
+                ids: vec![7, 8],
+                lp: vec![-0.5, -1.25]
+            }
+        );
 
         let err = serde_json::from_str::<Row>(r#"{"ids":"Zm9v","lp":[]}"#).unwrap_err();
-        assert!(err.to_string().contains("token ids (u32): 3 bytes"), "{err}");
+        assert!(
+            err.to_string().contains("token ids (u32): 3 bytes"),
+            "{err}"
+        );
         let err = serde_json::from_str::<Row>(r#"{"ids":{"a":1},"lp":[]}"#).unwrap_err();
-        assert!(err.to_string().contains("base64 string or an array"), "{err}");
+        assert!(
+            err.to_string().contains("base64 string or an array"),
+            "{err}"
+        );
     }
 }

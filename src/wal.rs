@@ -540,7 +540,10 @@ mod tests {
             group: &scored(0),
         })
         .unwrap();
-        for traj in old["group"]["group"]["trajectories"].as_array_mut().unwrap() {
+        for traj in old["group"]["group"]["trajectories"]
+            .as_array_mut()
+            .unwrap()
+        {
             for turn in traj.as_array_mut().unwrap() {
                 turn["response_tokens"] = serde_json::json!([1, 2, 3]);
                 turn["behaviour_logprobs"] = serde_json::json!([-0.5, -0.25, -1.0]);
@@ -555,8 +558,14 @@ mod tests {
         let text = fs::read_to_string(segment_path(&dir, 0)).unwrap();
         let new = text.lines().nth(1).unwrap();
         // [1, 2, 3] as little-endian u32s, and [-0.5, -0.25, -1.0] as f32s.
-        assert!(new.contains("\"response_tokens\":\"AQAAAAIAAAADAAAA\""), "{new}");
-        assert!(new.contains("\"behaviour_logprobs\":\"AAAAvwAAgL4AAIC/\""), "{new}");
+        assert!(
+            new.contains("\"response_tokens\":\"AQAAAAIAAAADAAAA\""),
+            "{new}"
+        );
+        assert!(
+            new.contains("\"behaviour_logprobs\":\"AAAAvwAAgL4AAIC/\""),
+            "{new}"
+        );
         let o = Wal::open(&root, DEFAULT_SEGMENT_BYTES, &BTreeSet::new()).unwrap();
         assert_eq!(o.pending, vec![scored(0), scored(1)]);
         fs::remove_dir_all(&root).ok();

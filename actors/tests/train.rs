@@ -326,6 +326,62 @@ fn sigint_checkpoints_and_the_run_resumes() {
 }
 
 #[test]
+fn prometheus_scrapes_the_running_daemon_and_a_taken_port_stops_it_with_the_key() {
+    // A free port, then released: the daemon binds it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let (run, config) = setup(
+        "prometheus",
+        &format!("[policy.simulated]\nbatch_ms = 5.0\n[telemetry]\nprometheus = \"{addr}\"\n"),
+    );
+    let mut child = spawn_train(&run, &config);
+    wait_for_steps(&run, 3, &mut child);
+    let body = kevin::prometheus::scrape(&addr).unwrap();
+    let value = |series: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{body}"))
+    };
+    assert!(value("kevin_learner_version") >= 1.0);
+    assert!(value("kevin_groups_accepted_total") >= 1.0);
+    assert!(value("kevin_groups_recorded_total") >= 1.0);
+    assert!(body.contains("kevin_turns_total{outcome=\""), "{body}");
+    assert!(
+        body.contains("kevin_mailbox_high_water{actor=\"Generator\"}"),
+        "{body}"
+    );
+    assert!(
+        body.contains("# TYPE kevin_learner_tokens_total counter"),
+        "{body}"
+    );
+
+    // A second daemon asking for the same port is stopped before it starts, naming the key.
+    let (run2, config2) = setup(
+        "prometheus-taken",
+        &format!("[telemetry]\nprometheus = \"{addr}\"\n"),
+    );
+    let out = train(&run2, &config2, 2);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("telemetry.prometheus") && stderr.contains(&addr),
+        "{stderr}"
+    );
+
+    common::interrupt(&child);
+    assert_ok(&child.wait_with_output().unwrap());
+    assert!(
+        kevin::prometheus::scrape(&addr).is_err(),
+        "the endpoint ends with the daemon"
+    );
+    check_no_loss_no_duplicates(&run);
+}
+
+#[test]
 fn kill_9_loses_no_accepted_group_and_trains_none_twice() {
     // 1 KiB segments (a group each) and a checkpoint every 3 steps: compaction runs at every
     // checkpoint, so the kill may land in it.
@@ -592,6 +648,11 @@ fn bad_configs_exit_2_with_one_line_naming_the_key() {
         "",
         &[("KEVIN__SAMPLING__TEMPERATURE", "hot")],
         "config key `sampling.temperature` = \"hot\" is invalid",
+    );
+    check_config_error(
+        "[telemetry]\nprometheus = \"9464\"\n",
+        &[],
+        "config key `telemetry.prometheus` = \"9464\" is invalid: must be host:port",
     );
     check_config_error(
         "",

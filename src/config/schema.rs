@@ -621,6 +621,11 @@ pub struct TelemetrySection {
     /// (`episodes.NNNNNN.jsonl.gz`, `trace-NNNN.pNNNN.json.gz`) and started afresh (0: never).
     /// May change when a run resumes.
     pub rotate_kb: u64,
+    /// Where `kevin train` serves `/metrics` for Prometheus (`host:port`, e.g.
+    /// "127.0.0.1:9464"; "" for off, the default): the last step's metrics, turns by outcome,
+    /// the worker pools' counters (`kevin::prometheus` lists them). Bound at the daemon's start:
+    /// an address it cannot bind stops it with an error naming this key.
+    pub prometheus: String,
 }
 
 impl Default for TelemetrySection {
@@ -630,6 +635,7 @@ impl Default for TelemetrySection {
             trace: true,
             episodes: true,
             rotate_kb: 256 << 10,
+            prometheus: String::new(),
         }
     }
 }

@@ -329,6 +329,13 @@ impl Config {
             0.0,
             3.6e6,
         )?;
+        crate::prometheus::check_addr(&f.telemetry.prometheus).map_err(|rule| {
+            invalid(
+                "telemetry.prometheus",
+                format!("{:?}", f.telemetry.prometheus),
+                rule,
+            )
+        })?;
         Ok(Config {
             file,
             sources: vec!["defaults".into()],

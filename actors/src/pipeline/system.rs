@@ -313,6 +313,24 @@ pub fn train(
         None => tracing::info!(run_dir = %opts.run_dir.display(), "starting a new run"),
     }
     let recovered_groups = recovery.pending.len();
+    // `/metrics` for Prometheus, bound before any actor starts: an address that cannot be bound
+    // stops the daemon here, naming it. The server lives as long as this function.
+    let (exporter, _prometheus) = match config.telemetry.prometheus.as_str() {
+        "" => (None, None),
+        addr => {
+            let pools_env = env.clone();
+            let exporter = Arc::new(kevin::prometheus::Exporter::with_pools(Box::new(
+                move || pools_env.pool_stats(),
+            )));
+            let server = kevin::prometheus::Server::start(addr, exporter.clone()).map_err(|e| {
+                TrainError::Setup(format!(
+                    "telemetry.prometheus = {addr:?}: cannot listen there: {e}"
+                ))
+            })?;
+            tracing::info!(addr = %server.addr(), "serving Prometheus metrics at /metrics");
+            (Some(exporter), Some(server))
+        }
+    };
     let buffer = ReplayBuffer::new(
         config.replay.clone(),
         config
@@ -344,7 +362,7 @@ pub fn train(
         // File I/O actors get their own arbiters (threads): their blocking writes stall nobody else.
         let io_arbiter = Arbiter::new();
         let replay_arbiter = Arbiter::new();
-        let telemetry = Telemetry::open(run_dir.path(), config.telemetry.episodes, config.telemetry.rotate_kb.saturating_mul(1 << 10), mb_telemetry.capacity())
+        let telemetry = Telemetry::open(run_dir.path(), config.telemetry.episodes, config.telemetry.rotate_kb.saturating_mul(1 << 10), mb_telemetry.capacity(), exporter)
             .map_err(|e| TrainError::Failed(format!("{}: {e}", run_dir.path().display())))?;
         let telemetry = Handle { addr: Telemetry::start_in_arbiter(&io_arbiter.handle(), |_| telemetry), mailbox: mb_telemetry };
 

@@ -1,6 +1,7 @@
 //! The Telemetry actor: writes episodes.jsonl (every turn of every accepted group; rotated and
 //! gzipped by size, [`kevin::telemetry::files::RotatingLog`]), metrics.jsonl (one line per
-//! learner step) and the best kernel per task (`best/<task>.cu`).
+//! learner step) and the best kernel per task (`best/<task>.cu`), and keeps the Prometheus
+//! exporter's numbers ([`kevin::prometheus::Exporter`]) when `telemetry.prometheus` is set.
 //!
 //! It runs on its own arbiter because it does file I/O. Spans do not pass through it: the
 //! tracing layer ([`kevin::telemetry`]) has its own writer thread, so tracing never waits on a
@@ -10,8 +11,10 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use actix::prelude::*;
+use kevin::prometheus::Exporter;
 use kevin::replay::ScoredGroup;
 use kevin::telemetry::files::RotatingLog;
 use serde_json::json;
@@ -26,6 +29,7 @@ pub struct Telemetry {
     best_dir: PathBuf,
     best: HashMap<String, f64>,
     credits: usize,
+    exporter: Option<Arc<Exporter>>,
 }
 
 fn append(path: &Path) -> std::io::Result<BufWriter<File>> {
@@ -49,12 +53,13 @@ fn best_score(path: &Path) -> Option<f64> {
 
 impl Telemetry {
     /// Opens (appending) the run directory's files; episodes.jsonl rotates at `rotate_bytes`
-    /// (0: never).
+    /// (0: never). Every group and step is also recorded into `exporter` when there is one.
     pub fn open(
         run_dir: &Path,
         episodes: bool,
         rotate_bytes: u64,
         credits: usize,
+        exporter: Option<Arc<Exporter>>,
     ) -> std::io::Result<Telemetry> {
         let best_dir = run_dir.join("best");
         std::fs::create_dir_all(&best_dir)?;
@@ -82,6 +87,7 @@ impl Telemetry {
             best_dir,
             best,
             credits,
+            exporter,
         })
     }
 
@@ -150,6 +156,9 @@ impl Handler<RecordGroup> for Telemetry {
 
     fn handle(&mut self, msg: RecordGroup, _ctx: &mut Context<Self>) {
         let _span = tracing::info_span!("RecordGroup", actor = "Telemetry").entered();
+        if let Some(e) = &self.exporter {
+            e.record_group(&msg.group);
+        }
         if let Err(e) = self.record(&msg.group) {
             tracing::error!(actor = "Telemetry", error = %e, "could not write episodes.jsonl or a best kernel");
         }
@@ -161,6 +170,9 @@ impl Handler<RecordMetrics> for Telemetry {
 
     fn handle(&mut self, msg: RecordMetrics, _ctx: &mut Context<Self>) {
         let _span = tracing::info_span!("RecordMetrics", actor = "Telemetry").entered();
+        if let Some(e) = &self.exporter {
+            e.record_step(&msg.0);
+        }
         let written = serde_json::to_writer(&mut self.metrics, &msg.0)
             .map_err(std::io::Error::from)
             .and_then(|_| self.metrics.write_all(b"\n"))
