@@ -525,28 +525,33 @@ pub fn check_addr(addr: &str) -> Result<(), String> {
     }
 }
 
-/// Resolves `addr` for a scrape (tests, `kevin bench`).
-pub fn scrape(addr: &str) -> io::Result<String> {
+/// `GET path` from `addr` (`host:port`) over HTTP/1.0 (so no server answers in chunks): the
+/// body of a 200 answer, or an error naming the status. For scrapes ([`scrape`]) and tests that ask a Prometheus server.
+pub fn http_get(addr: &str, path: &str) -> io::Result<String> {
     let target = addr
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| io::Error::other(format!("{addr}: no address")))?;
     let mut conn = TcpStream::connect_timeout(&target, IO_TIMEOUT)?;
     conn.set_read_timeout(Some(IO_TIMEOUT))?;
-    write!(
-        conn,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
     let mut text = String::new();
     io::Read::read_to_string(&mut conn, &mut text)?;
     match text.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+        Some((head, body)) if head.split_whitespace().nth(1) == Some("200") => Ok(body.to_string()),
         Some((head, _)) => Err(io::Error::other(format!(
-            "{addr}: {}",
+            "{addr}{path}: {}",
             head.lines().next().unwrap_or("")
         ))),
-        None => Err(io::Error::other(format!("{addr}: not an HTTP answer"))),
+        None => Err(io::Error::other(format!(
+            "{addr}{path}: not an HTTP answer"
+        ))),
     }
+}
+
+/// The exposition text at `addr`'s `/metrics`.
+pub fn scrape(addr: &str) -> io::Result<String> {
+    http_get(addr, "/metrics")
 }
 
 #[cfg(test)]

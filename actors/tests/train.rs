@@ -327,13 +327,7 @@ fn sigint_checkpoints_and_the_run_resumes() {
 
 #[test]
 fn prometheus_scrapes_the_running_daemon_and_a_taken_port_stops_it_with_the_key() {
-    // A free port, then released: the daemon binds it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", free_port());
     let (run, config) = setup(
         "prometheus",
         &format!("[policy.simulated]\nbatch_ms = 5.0\n[telemetry]\nprometheus = \"{addr}\"\n"),
@@ -379,6 +373,122 @@ fn prometheus_scrapes_the_running_daemon_and_a_taken_port_stops_it_with_the_key(
         "the endpoint ends with the daemon"
     );
     check_no_loss_no_duplicates(&run);
+}
+
+/// A free loopback port (bound, then released for the process that takes it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Debian's `prometheus` and `promtool`, or a skip (a failure under
+/// `KEVIN_REQUIRE_PROMETHEUS=1`, which CI sets after installing them).
+fn prometheus_available() -> bool {
+    let found = ["prometheus", "promtool"].iter().all(|b| {
+        std::process::Command::new(b)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !found && std::env::var("KEVIN_REQUIRE_PROMETHEUS").as_deref() == Ok("1") {
+        panic!("KEVIN_REQUIRE_PROMETHEUS=1 but prometheus or promtool is not on PATH");
+    }
+    if !found {
+        eprintln!(
+            "skipping: prometheus and promtool are not installed (apt-get install prometheus)"
+        );
+    }
+    found
+}
+
+#[test]
+fn a_real_prometheus_scrapes_the_daemon_and_promtool_accepts_the_exposition() {
+    if !prometheus_available() {
+        return;
+    }
+    let addr = format!("127.0.0.1:{}", free_port());
+    let (run, config) = setup(
+        "prometheus-real",
+        &format!("[policy.simulated]\nbatch_ms = 5.0\n[telemetry]\nprometheus = \"{addr}\"\n"),
+    );
+    let mut child = spawn_train(&run, &config);
+    wait_for_steps(&run, 2, &mut child);
+
+    // promtool's linter: names, units, counters' _total, HELP and TYPE.
+    let body = kevin::prometheus::scrape(&addr).unwrap();
+    let mut lint = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let lint = lint.wait_with_output().unwrap();
+    assert!(
+        lint.status.success() && lint.stdout.is_empty() && lint.stderr.is_empty(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+
+    // A Prometheus server scraping it every second, asked through its HTTP API.
+    let dir = run.parent().unwrap().join("prometheus");
+    std::fs::create_dir_all(&dir).unwrap();
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n  - job_name: kevin\n    \
+             static_configs: [{{targets: [\"{addr}\"]}}]\n"
+        ),
+    )
+    .unwrap();
+    let mut prom = std::process::Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={prom_addr}"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let query = |q: &str| -> Option<f64> {
+        let body =
+            kevin::prometheus::http_get(&prom_addr, &format!("/api/v1/query?query={q}")).ok()?;
+        let v: Value = serde_json::from_str(&body).ok()?;
+        v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = None;
+    while Instant::now() < deadline {
+        if let (Some(up), Some(version)) = (query("up"), query("kevin_learner_version")) {
+            seen = Some((up, version));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let _ = prom.kill();
+    let _ = prom.wait();
+    common::interrupt(&child);
+    assert_ok(&child.wait_with_output().unwrap());
+    let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+    let (up, version) = seen.unwrap_or_else(|| panic!("Prometheus never scraped kevin:\n{log}"));
+    assert_eq!(up, 1.0, "the target is up");
+    assert!(version >= 1.0, "kevin_learner_version = {version}");
 }
 
 #[test]
