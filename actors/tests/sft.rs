@@ -479,6 +479,42 @@ fn new_constructs_verify_on_the_cpu_backend() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Tasks named with words that C++ or the headers a kernel is compiled against take (keywords,
+/// macros, names reserved for the implementation), which the naive writer renames in its
+/// kernels, and products whose operands are a triangle or a view of a tensor, computed in a
+/// stage of their own, in every float dtype: every form compiled and checked against its fp64
+/// reference by the CPU backend.
+#[test]
+fn header_names_and_product_operands_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kevin-names-{}", std::process::id()));
+    let tasks = dir.join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let programs: [(&str, &str, &[(&str, u32)]); 8] = [
+        ("cpp_keywords", "input new: f32[template, this]\ninput union: f32[this]\noutput delete: f32[template, this]\ndelete = relu(new) * union\n", &[("template", 37), ("this", 41)]),
+        ("macros_f16", "input NAN: f16[INFINITY, EOF]\noutput NULL: f16[INFINITY]\nNULL = sum(NAN, axis=1)\n", &[("INFINITY", 37), ("EOF", 41)]),
+        ("lower_macros_bf16", "input _x: bf16[errno, warpSize]\ninput W: bf16[warpSize, M_PI]\noutput stdout: bf16[errno, M_PI]\nstdout = _x @ W\n", &[("errno", 37), ("warpSize", 19), ("M_PI", 41)]),
+        ("alt_tokens", "input xor: f32[B, a__b]\noutput compl: f32[B, a__b]\ncompl = softmax(xor, axis=-1)\n", &[("B", 37), ("a__b", 41)]),
+        ("staged_names_f16", "input this: f16[N, N]\ninput W: f16[N, N]\noutput EOF: f16[N, N]\nEOF = softmax(this @ W, axis=-1) @ W\n", &[("N", 37)]),
+        ("triangle_operands", "input A: f32[N, N]\ninput B: f32[N, N]\noutput Y: f32[N, N]\nY = triu(A) @ tril(B, diagonal=-1)\n", &[("N", 37)]),
+        ("view_operand_bf16", "input A: bf16[M, K]\ninput v: bf16[K]\noutput Y: bf16[M, 1]\nY = A @ unsqueeze(v, axis=1)\n", &[("M", 37), ("K", 41)]),
+        ("batched_triangle_f16", "input A: f16[B, M, K]\ninput C: f16[B, K, N]\noutput Y: f16[B, M, N]\nY = A @ triu(C)\n", &[("B", 3), ("M", 37), ("K", 19), ("N", 41)]),
+    ];
+    for (name, program, sizes) in programs {
+        task_file(&tasks, name, program, sizes);
+    }
+    let (covered, stdout) = naive_kernels_verified(&tasks, &dir.join("names.jsonl"));
+    for (name, _, _) in programs {
+        assert!(
+            covered.contains(name),
+            "{name} has no verified kernel\n{stdout}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `kevin sft corpus` of the naive kernels alone (no breakages, no chains) over the tasks of
 /// `dir` into `out`, every one of them correct and no task without a kernel: the tasks covered,
 /// and the run's stdout.
@@ -712,5 +748,132 @@ __global__ void conv_pool(const float* x, const float* w, const float* b, float*
     assert!(right.is_correct(), "{right:?}");
     let wrong = kevin::env::evaluate(&env, task, &conv("0"));
     assert_eq!(wrong.kind(), "wrong", "{wrong:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Problems written for this test in KernelBench's format, one of each construct the importer
+/// learnt for the naive writer to cover: an einsum over sizes named like the writer's locals
+/// (`i`, `j`, `k`), a diagonal scaling through `unsqueeze`, `triu` of a product of triangular
+/// inputs, a LayerNorm over the last three dims, scaled dot product attention over 4-D
+/// tensors, a product pooled through `unsqueeze` / `squeeze` then summed, and sizes named like
+/// C++ keywords and macros (`this`, `EOF`, `errno`). Each imports, and gets naive kernels that
+/// the CPU backend compiles and checks against the fp64 reference.
+#[test]
+fn kernelbench_views_triangles_norms_attention_and_named_sizes_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kevin-kbnew-{}", std::process::id()));
+    let src = dir.join("KernelBench");
+    for l in ["level1", "level2"] {
+        std::fs::create_dir_all(src.join(l)).unwrap();
+    }
+    // (file, __init__'s parameters and body, forward's parameters and body, the sizes,
+    // get_inputs' body, get_init_inputs' list)
+    let problems: [(&str, &str, &str, &str, &str, &str); 7] = [
+        (
+            "level1/1_Einsum_Named_Sizes.py",
+            "",
+            "A, B):\n        return torch.einsum(\"bijl,lk->bijk\", A, B)",
+            "b = 2\ni = 48\nj = 40\nl = 64\nk = 96",
+            "A = torch.rand(b, i, j, l)\n    B = torch.rand(l, k)\n    return [A, B]",
+            "",
+        ),
+        (
+            "level1/2_Diagonal_Scaling.py",
+            "",
+            "A, B):\n        return A.unsqueeze(1) * B",
+            "N = 512\nM = 384",
+            "A = torch.rand(N)\n    B = torch.rand(N, M)\n    return [A, B]",
+            "",
+        ),
+        (
+            "level1/3_Triu_Of_Product.py",
+            "",
+            "A, B):\n        return torch.triu(torch.matmul(A, B))",
+            "N = 256",
+            "A = torch.triu(torch.rand(N, N))\n    B = torch.triu(torch.rand(N, N))\n    return [A, B]",
+            "",
+        ),
+        (
+            "level1/4_LayerNorm_Three_Dims.py",
+            "normalized_shape: tuple):\n        super(Model, self).__init__()\n        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)",
+            "x):\n        return self.ln(x)",
+            "batch_size = 4\nfeatures = 32\ndim1 = 48\ndim2 = 64",
+            "x = torch.rand(batch_size, features, dim1, dim2)\n    return [x]",
+            "(features, dim1, dim2)",
+        ),
+        (
+            "level1/5_Attention.py",
+            "",
+            "Q, K, V):\n        return torch.nn.functional.scaled_dot_product_attention(Q, K, V)",
+            "batch_size = 2\nnum_heads = 4\nsequence_length = 128\nembedding_dimension = 64",
+            "Q = torch.rand(batch_size, num_heads, sequence_length, embedding_dimension)\n    \
+             K = torch.rand(batch_size, num_heads, sequence_length, embedding_dimension)\n    \
+             V = torch.rand(batch_size, num_heads, sequence_length, embedding_dimension)\n    return [Q, K, V]",
+            "",
+        ),
+        (
+            "level2/1_Gemm_Pool_Sum.py",
+            "in_features, out_features, kernel_size, scale):\n        super(Model, self).__init__()\n        \
+             self.gemm = nn.Linear(in_features, out_features)\n        self.pool = nn.MaxPool1d(kernel_size)\n        \
+             self.scale = scale",
+            "x):\n        x = self.gemm(x)\n        x = self.pool(x.unsqueeze(1)).squeeze(1)\n        \
+             x = torch.sum(x, dim=1)\n        return x * self.scale",
+            "batch_size = 64\nin_features = 256\nout_features = 512\nkernel_size = 2\nscale = 0.5",
+            "return [torch.rand(batch_size, in_features)]",
+            "in_features, out_features, kernel_size, scale",
+        ),
+        (
+            "level2/2_Gemm_Keyword_Sizes.py",
+            "EOF, this):\n        super(Model, self).__init__()\n        self.gemm = nn.Linear(EOF, this)",
+            "x):\n        return torch.softmax(torch.relu(self.gemm(x)), dim=-1)",
+            "errno = 64\nEOF = 128\nthis = 96",
+            "return [torch.rand(errno, EOF)]",
+            "EOF, this",
+        ),
+    ];
+    for (file, init, forward, sizes, inputs, init_inputs) in problems {
+        let init = if init.is_empty() {
+            "):\n        super(Model, self).__init__()".to_string()
+        } else {
+            format!(", {init}")
+        };
+        let text = format!(
+            "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    \"\"\"A test problem.\"\"\"\n    \
+             def __init__(self{init}\n\n    def forward(self, {forward}\n\n{sizes}\n\n\
+             def get_inputs():\n    {inputs}\n\ndef get_init_inputs():\n    return [{init_inputs}]\n"
+        );
+        std::fs::write(src.join(file), text).unwrap();
+    }
+    let out = dir.join("tasks");
+    let stdout = succeeded(&kevin_at_root(&[
+        "tasks",
+        "import-kernelbench",
+        src.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--split",
+        "train",
+    ]));
+    assert!(
+        stdout.contains("level 1: imported 5 of 5 problems")
+            && stdout.contains("level 2: imported 2 of 2 problems"),
+        "{stdout}"
+    );
+    let (covered, stdout) = naive_kernels_verified(&out, &dir.join("kb.jsonl"));
+    assert_eq!(
+        covered.into_iter().collect::<Vec<_>>(),
+        [
+            "kb1_1_einsum_named_sizes",
+            "kb1_2_diagonal_scaling",
+            "kb1_3_triu_of_product",
+            "kb1_4_layernorm_three_dims",
+            "kb1_5_attention",
+            "kb2_1_gemm_pool_sum",
+            "kb2_2_gemm_keyword_sizes",
+        ],
+        "{stdout}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

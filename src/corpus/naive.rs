@@ -85,8 +85,9 @@ fn rename_outside(
 }
 
 /// The names of `program`'s tensors and sizes that a kernel cannot use as they are (a size `k`
-/// beside the writer's loop counter `k`), each with the C name it gets instead: the first of
-/// `k_`, `v0_k_`, `v1_k_`, ... that is free and not another of the program's names.
+/// beside the writer's loop counter `k`, a tensor `new`, a size `NAN`), each with the C name it
+/// gets instead: the first of `k_`, `v0_k_`, `v1_k_`, ... that is free and not another of the
+/// program's names.
 fn c_names(program: &crate::ops::Program) -> BTreeMap<String, String> {
     let decls = program.inputs.iter().chain(&program.outputs);
     let names: Vec<String> = decls
@@ -102,8 +103,16 @@ fn c_names(program: &crate::ops::Program) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for n in names.iter().filter(|n| !free_name(n)) {
         let taken = |c: &String| all.contains(c) || out.values().any(|v| v == c);
+        // After `k_`, names in lower case without a leading or doubled `_` (`NAN` is `v0_nan_`,
+        // `_x` is `v0_x_`), so that one is always free.
+        let lower = n
+            .to_ascii_lowercase()
+            .split('_')
+            .filter(|p| !p.is_empty())
+            .collect::<Vec<_>>()
+            .join("_");
         let c = std::iter::once(format!("{n}_"))
-            .chain((0..).map(|k| format!("v{k}_{n}_")))
+            .chain((0..).map(|k| format!("v{k}_{lower}_").replace("__", "_")))
             .find(|c| free_name(c) && !taken(c))
             .expect("an unbounded supply of names");
         out.insert(n.clone(), c);
@@ -421,15 +430,57 @@ const C_NAMES: [&str; 38] = [
     "void",
 ];
 
+/// Every keyword and alternative token of C++20, which no declaration may take (a tensor `new`
+/// or a size `xor` is a syntax error in any kernel).
+const CPP_KEYWORDS: [&str; 92] = [
+    "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break",
+    "case", "catch", "char", "char16_t", "char32_t", "char8_t", "class", "co_await", "co_return",
+    "co_yield", "compl", "concept", "const", "const_cast", "consteval", "constexpr", "constinit",
+    "continue", "decltype", "default", "delete", "do", "double", "dynamic_cast", "else", "enum",
+    "explicit", "export", "extern", "false", "float", "for", "friend", "goto", "if", "inline",
+    "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq", "nullptr",
+    "operator", "or", "or_eq", "private", "protected", "public", "register",
+    "reinterpret_cast", "requires", "return", "short", "signed", "sizeof", "static",
+    "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local",
+    "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using",
+    "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq",
+];
+
+/// Object-like macros spelt in lower case that the headers a kernel is compiled against define
+/// (the C library's, CUDA's, the CPU device model's): the preprocessor would replace a tensor or
+/// size of that name (a size `errno` became a function pointer, and the kernel crashed). Macros
+/// in capitals are refused by their spelling (see [`free_name`]).
+const LOWER_MACROS: [&str; 8] = [
+    "errno",
+    "linux",
+    "math_errhandling",
+    "stderr",
+    "stdin",
+    "stdout",
+    "unix",
+    "warpSize",
+];
+
 /// True when `name` may appear in a kernel next to the writer's own identifiers (locals, C++
-/// and CUDA words, helpers `*_f`, `*_f1` and `kevin_*`, kernels `*_kernel`).
+/// and CUDA words, helpers `*_f`, `*_f1` and `kevin_*`, kernels `*_kernel`) and the headers'
+/// (every C++ keyword; names C++ reserves for the implementation, with a leading `_` or a
+/// `__`; anything spelt like a macro: capitals, digits and `_` only, with two capitals or a `_`
+/// (`NAN`, `EOF`, `M_PI`, `KEVIN_CUDA_H`), and the macros spelt in lower case). A task name that
+/// is not free is renamed in the kernel (see [`generate`]).
 pub(crate) fn free_name(name: &str) -> bool {
     let helper = name
         .trim_end_matches(|c: char| c.is_ascii_digit())
         .ends_with("_f");
+    let capitals = name.chars().filter(char::is_ascii_uppercase).count();
+    let macro_like = !name.chars().any(|c| c.is_ascii_lowercase())
+        && (capitals >= 2 || name.contains('_'));
     !RESERVED.contains(&name)
         && !C_NAMES.contains(&name)
-        && !name.starts_with("__")
+        && !CPP_KEYWORDS.contains(&name)
+        && !LOWER_MACROS.contains(&name)
+        && !name.starts_with('_')
+        && !name.contains("__")
+        && !macro_like
         && !name.starts_with("kevin_")
         && !helper
         && !name.ends_with("_kernel")

@@ -672,7 +672,8 @@ fn chains_replay_real_failed_attempts_then_the_fix_and_add_no_evaluation() {
 }
 
 /// Every identifier in the kernels of `source` that is not one of the task's names (nor one
-/// renamed, `k_` for `k`), a scratch buffer (named apart from the task's names) or in a helper
+/// renamed, `k_` for `k`, `v0_nan_` for `NAN`), a scratch buffer (named apart from the task's
+/// names) or in a helper
 /// function (whose parameters no task name reaches).
 fn writer_identifiers(task: &crate::tasks::Task, source: &str) -> BTreeSet<String> {
     let p = &task.program;
@@ -683,9 +684,16 @@ fn writer_identifiers(task: &crate::tasks::Task, source: &str) -> BTreeSet<Strin
         .map(|d| d.name.clone())
         .chain(p.size_symbols())
         .collect();
+    // A renamed name: `k_` for `k`, or `v0_nan_` for `NAN`.
+    let renamed = |w: &str| {
+        w.strip_prefix('v')
+            .and_then(|r| r.split_once('_'))
+            .is_some_and(|(k, r)| k.parse::<u32>().is_ok() && r.ends_with('_'))
+    };
     let ours = |w: &str| {
         names.contains(w)
             || names.contains(w.trim_end_matches('_'))
+            || renamed(w)
             || w.strip_prefix("tmp")
                 .is_some_and(|d| d.parse::<u32>().is_ok())
     };
@@ -725,7 +733,7 @@ fn no_task_name_can_clash_with_the_writers_identifiers() {
     // `free_name` refuses, so a task with that name is renamed in the kernel, not shadowed.
     let suite = suite();
     let mut programs: Vec<crate::tasks::Task> = suite.tasks().to_vec();
-    for p in NEW_CONSTRUCTS {
+    for p in NEW_CONSTRUCTS.iter().chain(&HEADER_NAMES).chain(&PRODUCT_OPERANDS) {
         programs.push(program_task(p));
     }
     for task in &programs {
@@ -893,4 +901,108 @@ fn windowed_forms_pass_computed_sizes_as_expressions() {
             );
         }
     }
+}
+
+/// Programs named with words that C++ or the headers a kernel is compiled against take: keywords
+/// and alternative tokens, macros (in capitals, and the C library's and CUDA's in lower case),
+/// names C++ reserves for the implementation (a leading `_`, a `__`), in every float dtype and
+/// every kind of kernel. `actors/tests/sft.rs` verifies their kernels on the CPU backend.
+const HEADER_NAMES: [&str; 5] = [
+    "input new: f32[template, this]\ninput union: f32[this]\noutput delete: f32[template, this]\ndelete = relu(new) * union\n",
+    "input NAN: f16[INFINITY, EOF]\noutput NULL: f16[INFINITY]\nNULL = sum(NAN, axis=1)\n",
+    "input _x: bf16[errno, warpSize]\ninput W: bf16[warpSize, M_PI]\noutput stdout: bf16[errno, M_PI]\nstdout = _x @ W\n",
+    "input xor: f32[B, a__b]\noutput compl: f32[B, a__b]\ncompl = softmax(xor, axis=-1)\n",
+    "input this: f16[N, N]\ninput W: f16[N, N]\noutput EOF: f16[N, N]\nEOF = softmax(this @ W, axis=-1) @ W\n",
+];
+
+/// Products whose operands are a view or a triangle of a tensor (computed in a stage of their
+/// own, as any operand that is not a tensor or a matrix's transpose).
+const PRODUCT_OPERANDS: [&str; 3] = [
+    "input A: f32[N, N]\ninput B: f32[N, N]\noutput Y: f32[N, N]\nY = triu(A) @ tril(B, diagonal=-1)\n",
+    "input A: bf16[M, K]\ninput v: bf16[K]\noutput Y: bf16[M, 1]\nY = A @ unsqueeze(v, axis=1)\n",
+    "input A: f16[B, M, K]\ninput C: f16[B, K, N]\noutput Y: f16[B, M, N]\nY = A @ triu(C)\n",
+];
+
+#[test]
+fn names_that_cpp_or_the_headers_take_are_renamed_in_the_kernel() {
+    for n in [
+        "new", "this", "xor", "compl", "NAN", "EOF", "NULL", "INFINITY", "M_PI", "FLT_MAX",
+        "KEVIN_CUDA_H", "errno", "stdout", "warpSize", "_x", "_N", "a__b", "k", "acc",
+    ] {
+        assert!(!naive::free_name(n), "{n} is free");
+    }
+    for n in ["N", "K", "W", "D224", "x1", "Out", "batch_size", "in_features", "new_", "v0_nan_"] {
+        assert!(naive::free_name(n), "{n} is not free");
+    }
+    // Every task gets kernels; their C never names a tensor or size as the task does (each is
+    // renamed, `new_`, `v0_nan_`), while the lines the harness reads keep the task's names.
+    let renamed: [&[(&str, &str)]; 5] = [
+        &[("new", "new_"), ("template", "template_"), ("this", "this_"), ("union", "union_"), ("delete", "delete_")],
+        &[("NAN", "v0_nan_"), ("INFINITY", "v0_infinity_"), ("EOF", "v0_eof_"), ("NULL", "v0_null_")],
+        &[("_x", "v0_x_"), ("errno", "errno_"), ("warpSize", "warpSize_"), ("M_PI", "v0_m_pi_"), ("stdout", "stdout_")],
+        &[("xor", "xor_"), ("a__b", "v0_a_b_"), ("compl", "compl_")],
+        &[("this", "this_"), ("EOF", "v0_eof_")],
+    ];
+    for (program, names) in HEADER_NAMES.iter().zip(renamed) {
+        let task = program_task(program);
+        let forms = naive::generate(&task);
+        assert!(!forms.is_empty(), "{program}");
+        for g in &forms {
+            let (launch, code): (Vec<&str>, Vec<&str>) =
+                g.source.lines().partition(|l| l.starts_with("// kevin:"));
+            let words: BTreeSet<&str> = code
+                .iter()
+                .flat_map(|l| l.split(|c: char| !(c.is_alphanumeric() || c == '_')))
+                .collect();
+            for (n, c) in names {
+                assert!(!words.contains(n), "{}: `{n}` in the kernel\n{}", g.form, g.source);
+                assert!(words.contains(c), "{}: no `{c}`\n{}", g.form, g.source);
+                assert!(
+                    launch.iter().any(|l| l.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| w == *n)),
+                    "{}: `{n}` not in the launch lines\n{}",
+                    g.form,
+                    g.source
+                );
+            }
+        }
+    }
+    // `_x_` starts with `_`: the `k_` form is not free for it, so it is `v0_x_`.
+    let matmul = naive::generate(&program_task(HEADER_NAMES[2]));
+    assert!(matmul[0].source.contains("const __nv_bfloat16* __restrict__ v0_x_"), "{}", matmul[0].source);
+}
+
+#[test]
+fn product_operands_that_are_views_or_triangles_are_stages_of_their_own() {
+    let forms = |program: &str| -> Vec<String> {
+        naive::generate(&program_task(program))
+            .into_iter()
+            .map(|g| g.form)
+            .collect()
+    };
+    let expected: [&[&str]; 3] = [
+        &[
+            "staged_elementwise_b256+elementwise_b256+matmul_naive_16x16",
+            "staged_elementwise_grid_stride+elementwise_grid_stride+matmul_tiled16",
+        ],
+        &[
+            "staged_elementwise_b256+matmul_naive_16x16",
+            "staged_elementwise_grid_stride+matmul_tiled16",
+        ],
+        &[
+            "staged_elementwise_b256+bmm_naive",
+            "staged_elementwise_grid_stride+bmm_naive",
+        ],
+    ];
+    for (program, want) in PRODUCT_OPERANDS.iter().zip(expected) {
+        assert_eq!(forms(program), want, "{program}");
+    }
+    // The triangles are computed into scratch, and the product reads the scratch.
+    let tri = naive::generate(&program_task(PRODUCT_OPERANDS[0]));
+    let src = &tri[0].source;
+    assert!(
+        src.contains("tmp0[i] = (((i % N) - ((i / ((long long)N))) >= 0LL) ? A[i] : 0.0f);")
+            && src.contains("tmp1[i] = (((i % N) - ((i / ((long long)N))) <= -1LL) ? B[i] : 0.0f);")
+            && src.contains("acc += tmp0[(long long)row * N + k] * tmp1[(long long)k * N + col];"),
+        "{src}"
+    );
 }

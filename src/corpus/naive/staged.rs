@@ -293,13 +293,17 @@ impl Lowering<'_, '_> {
         }
         if let Expr::Binary(BinOp::MatMul, a, b) = &mut out {
             // A product reads tensors (a matrix's transpose in place, a batch's as a stage of
-            // its own): any other operand is computed first.
+            // its own): any other operand (a view or a triangle of a tensor too) is computed
+            // first.
             if !matches!(a.as_ref(), Expr::Var(_)) {
                 **a = self.stage((**a).clone())?;
             }
             let read_in_place = match b.as_ref() {
                 Expr::Var(_) => true,
-                Expr::Call { args, .. } => match args.as_slice() {
+                Expr::Call {
+                    op: Op::Transpose { .. },
+                    args,
+                } => match args.as_slice() {
                     [Expr::Var(w)] => self.shape_of(w).is_some_and(|s| s.len() == 2),
                     _ => false,
                 },
