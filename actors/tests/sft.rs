@@ -393,10 +393,12 @@ fn staged_kernels_verify_on_the_cpu_backend() {
         "input A: f16[M, K]\ninput W: f16[N, K]\ninput c: f16[N]\noutput Y: f16[M, N]\nY = tanh(elu(elu(A) @ transpose(W), alpha=1.5)) * c\n",
         &mkn,
     );
+    // Two outputs: outside the writer's shapes (a product of elements was, before it reduced
+    // like a sum).
     task_file(
         &tasks,
-        "prod_rows",
-        "input X: f32[M, N]\noutput Y: f32[M]\nY = prod(X, axis=1)\n",
+        "two_outputs",
+        "input X: f32[M, N]\noutput Y: f32[M, N]\noutput Z: f32[M, N]\nY = relu(X)\nZ = Y * 2.0\n",
         &[("M", 37), ("N", 11)],
     );
     let out = dir.join("staged.jsonl");
@@ -412,7 +414,7 @@ fn staged_kernels_verify_on_the_cpu_backend() {
         ],
     );
     assert!(
-        stdout.contains("tasks with no kernel to learn from (no reference, outside the naive writer's shapes): 1: prod_rows"),
+        stdout.contains("tasks with no kernel to learn from (no reference, outside the naive writer's shapes): 1: two_outputs"),
         "{stdout}"
     );
     let examples = read_jsonl(&out).unwrap();
@@ -438,7 +440,7 @@ fn staged_kernels_verify_on_the_cpu_backend() {
     }
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(record["unwritten"], serde_json::json!(["prod_rows"]));
+    assert_eq!(record["unwritten"], serde_json::json!(["two_outputs"]));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -481,18 +483,18 @@ fn new_constructs_verify_on_the_cpu_backend() {
 
 /// Tasks named with words that C++ or the headers a kernel is compiled against take (keywords,
 /// macros, names reserved for the implementation), which the naive writer renames in its
-/// kernels, and products whose operands are a triangle or a view of a tensor, computed in a
-/// stage of their own, in every float dtype: every form compiled and checked against its fp64
-/// reference by the CPU backend.
+/// kernels; products whose operands are a triangle or a view of a tensor, computed in a stage
+/// of their own; products of elements along one axis and several: in every float dtype, every
+/// form compiled and checked against its fp64 reference by the CPU backend.
 #[test]
-fn header_names_and_product_operands_verify_on_the_cpu_backend() {
+fn header_names_product_operands_and_prod_verify_on_the_cpu_backend() {
     if !cpu_backend_available() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("kevin-names-{}", std::process::id()));
     let tasks = dir.join("tasks");
     std::fs::create_dir_all(&tasks).unwrap();
-    let programs: [(&str, &str, &[(&str, u32)]); 8] = [
+    let programs: [(&str, &str, &[(&str, u32)]); 10] = [
         ("cpp_keywords", "input new: f32[template, this]\ninput union: f32[this]\noutput delete: f32[template, this]\ndelete = relu(new) * union\n", &[("template", 37), ("this", 41)]),
         ("macros_f16", "input NAN: f16[INFINITY, EOF]\noutput NULL: f16[INFINITY]\nNULL = sum(NAN, axis=1)\n", &[("INFINITY", 37), ("EOF", 41)]),
         ("lower_macros_bf16", "input _x: bf16[errno, warpSize]\ninput W: bf16[warpSize, M_PI]\noutput stdout: bf16[errno, M_PI]\nstdout = _x @ W\n", &[("errno", 37), ("warpSize", 19), ("M_PI", 41)]),
@@ -501,6 +503,8 @@ fn header_names_and_product_operands_verify_on_the_cpu_backend() {
         ("triangle_operands", "input A: f32[N, N]\ninput B: f32[N, N]\noutput Y: f32[N, N]\nY = triu(A) @ tril(B, diagonal=-1)\n", &[("N", 37)]),
         ("view_operand_bf16", "input A: bf16[M, K]\ninput v: bf16[K]\noutput Y: bf16[M, 1]\nY = A @ unsqueeze(v, axis=1)\n", &[("M", 37), ("K", 41)]),
         ("batched_triangle_f16", "input A: f16[B, M, K]\ninput C: f16[B, K, N]\noutput Y: f16[B, M, N]\nY = A @ triu(C)\n", &[("B", 3), ("M", 37), ("K", 19), ("N", 41)]),
+        ("prod_rows", "input X: f32[B, N]\noutput Y: f32[B]\nY = prod(X, axis=1)\n", &[("B", 37), ("N", 41)]),
+        ("prod_two_axes_bf16", "input X: bf16[B, C, H, W]\noutput Y: bf16[B, C]\nY = prod(prod(X, axis=3), axis=2) * 2.0\n", &[("B", 3), ("C", 5), ("H", 4), ("W", 6)]),
     ];
     for (name, program, sizes) in programs {
         task_file(&tasks, name, program, sizes);

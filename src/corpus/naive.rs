@@ -1157,10 +1157,10 @@ impl<'a> Ctx<'a> {
                 "acc".into(),
                 "minimum",
             ),
+            ReduceKind::Prod => ("1.0f", "acc *= val;", "acc".into(), "product"),
             ReduceKind::Argmax | ReduceKind::Argmin | ReduceKind::Logsumexp => {
                 ("", "", String::new(), "")
             }
-            ReduceKind::Prod => return None,
         };
 
         let kern = self.kernel("naive");
@@ -1281,7 +1281,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// The reduction `red` with the reductions directly nested in it that one loop computes
-    /// with it: of the same kind (a sum, mean, maximum or minimum of one of them is that of all),
+    /// with it: of the same kind (a sum, mean, maximum, minimum or product of one of them is that
+    /// of all),
     /// over axes that are adjacent in the innermost operand (`mean(mean(x, axis=3), axis=2)`
     /// over [B, C, H, W] is a mean over H*W contiguous elements). None when `red` is not a
     /// reduction.
@@ -1303,7 +1304,11 @@ impl<'a> Ctx<'a> {
             };
             let merges = matches!(
                 kind,
-                ReduceKind::Sum | ReduceKind::Mean | ReduceKind::Max | ReduceKind::Min
+                ReduceKind::Sum
+                    | ReduceKind::Mean
+                    | ReduceKind::Max
+                    | ReduceKind::Min
+                    | ReduceKind::Prod
             );
             if let Some((first, _, _)) = nest.first() {
                 if kind != first || !merges {
@@ -1661,6 +1666,7 @@ fn warp_reduce(kind: ReduceKind) -> Option<(String, String)> {
             "kevin_warp_min",
             "v = fminf(v, __shfl_xor_sync(0xffffffffu, v, o));",
         ),
+        ReduceKind::Prod => ("kevin_warp_prod", "v *= __shfl_xor_sync(0xffffffffu, v, o);"),
         _ => return None,
     };
     Some((
@@ -1713,6 +1719,7 @@ fn tree_step(kind: ReduceKind) -> Option<&'static str> {
         ReduceKind::Sum | ReduceKind::Mean => Some("buf[t] += buf[t + s];"),
         ReduceKind::Max => Some("buf[t] = fmaxf(buf[t], buf[t + s]);"),
         ReduceKind::Min => Some("buf[t] = fminf(buf[t], buf[t + s]);"),
+        ReduceKind::Prod => Some("buf[t] *= buf[t + s];"),
         _ => None,
     }
 }

@@ -343,9 +343,10 @@ fn naive_forms_cover_the_common_shapes() {
             "staged_transpose_elementwise+bmm_naive+rowwise_warp",
         ],
     );
-    // Outside the generator's shapes: no kernel rather than a doubtful one.
+    // Outside the generator's shapes (two outputs; a product of elements was, until
+    // `products_of_elements_reduce_like_sums`): no kernel rather than a doubtful one.
     assert!(naive::generate(&program_task(
-        "input X: f32[M, N]\noutput Y: f32[M]\nY = prod(X, axis=1)\n"
+        "input X: f32[M, N]\noutput Y: f32[M, N]\noutput Z: f32[M, N]\nY = relu(X)\nZ = Y * 2.0\n"
     ))
     .is_empty());
 }
@@ -1005,4 +1006,31 @@ fn product_operands_that_are_views_or_triangles_are_stages_of_their_own() {
             && src.contains("acc += tmp0[(long long)row * N + k] * tmp1[(long long)k * N + col];"),
         "{src}"
     );
+}
+
+#[test]
+fn products_of_elements_reduce_like_sums() {
+    let red = [
+        "reduce_thread_per_output",
+        "reduce_block_b256",
+        "reduce_block_b128",
+        "reduce_warp",
+    ];
+    for (program, len) in [
+        ("input X: f32[B, N]\noutput Y: f32[B]\nY = prod(X, axis=1)\n", "N"),
+        ("input X: bf16[B, C, N]\noutput Y: bf16[B]\nY = prod(prod(X, axis=2), axis=1)\n", "C*N"),
+    ] {
+        let got = naive::generate(&program_task(program));
+        let forms: Vec<&str> = got.iter().map(|g| g.form.as_str()).collect();
+        assert_eq!(forms, red, "{program}");
+        let one = &got[0].source;
+        assert!(
+            one.contains("float acc = 1.0f;")
+                && one.contains("acc *= val;")
+                && one.contains(&format!("r < {len};")),
+            "{one}"
+        );
+        assert!(got[1].source.contains("buf[t] *= buf[t + s];"), "{}", got[1].source);
+        assert!(got[3].source.contains("v *= __shfl_xor_sync(0xffffffffu, v, o);"), "{}", got[3].source);
+    }
 }
