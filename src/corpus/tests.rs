@@ -734,7 +734,11 @@ fn no_task_name_can_clash_with_the_writers_identifiers() {
     // `free_name` refuses, so a task with that name is renamed in the kernel, not shadowed.
     let suite = suite();
     let mut programs: Vec<crate::tasks::Task> = suite.tasks().to_vec();
-    for p in NEW_CONSTRUCTS.iter().chain(&HEADER_NAMES).chain(&PRODUCT_OPERANDS) {
+    for p in NEW_CONSTRUCTS
+        .iter()
+        .chain(&HEADER_NAMES)
+        .chain(&PRODUCT_OPERANDS)
+    {
         programs.push(program_task(p));
     }
     for task in &programs {
@@ -927,20 +931,65 @@ const PRODUCT_OPERANDS: [&str; 3] = [
 #[test]
 fn names_that_cpp_or_the_headers_take_are_renamed_in_the_kernel() {
     for n in [
-        "new", "this", "xor", "compl", "NAN", "EOF", "NULL", "INFINITY", "M_PI", "FLT_MAX",
-        "KEVIN_CUDA_H", "errno", "stdout", "warpSize", "_x", "_N", "a__b", "k", "acc",
+        "new",
+        "this",
+        "xor",
+        "compl",
+        "NAN",
+        "EOF",
+        "NULL",
+        "INFINITY",
+        "M_PI",
+        "FLT_MAX",
+        "KEVIN_CUDA_H",
+        "errno",
+        "stdout",
+        "warpSize",
+        "_x",
+        "_N",
+        "a__b",
+        "k",
+        "acc",
     ] {
         assert!(!naive::free_name(n), "{n} is free");
     }
-    for n in ["N", "K", "W", "D224", "x1", "Out", "batch_size", "in_features", "new_", "v0_nan_"] {
+    for n in [
+        "N",
+        "K",
+        "W",
+        "D224",
+        "x1",
+        "Out",
+        "batch_size",
+        "in_features",
+        "new_",
+        "v0_nan_",
+    ] {
         assert!(naive::free_name(n), "{n} is not free");
     }
     // Every task gets kernels; their C never names a tensor or size as the task does (each is
     // renamed, `new_`, `v0_nan_`), while the lines the harness reads keep the task's names.
     let renamed: [&[(&str, &str)]; 5] = [
-        &[("new", "new_"), ("template", "template_"), ("this", "this_"), ("union", "union_"), ("delete", "delete_")],
-        &[("NAN", "v0_nan_"), ("INFINITY", "v0_infinity_"), ("EOF", "v0_eof_"), ("NULL", "v0_null_")],
-        &[("_x", "v0_x_"), ("errno", "errno_"), ("warpSize", "warpSize_"), ("M_PI", "v0_m_pi_"), ("stdout", "stdout_")],
+        &[
+            ("new", "new_"),
+            ("template", "template_"),
+            ("this", "this_"),
+            ("union", "union_"),
+            ("delete", "delete_"),
+        ],
+        &[
+            ("NAN", "v0_nan_"),
+            ("INFINITY", "v0_infinity_"),
+            ("EOF", "v0_eof_"),
+            ("NULL", "v0_null_"),
+        ],
+        &[
+            ("_x", "v0_x_"),
+            ("errno", "errno_"),
+            ("warpSize", "warpSize_"),
+            ("M_PI", "v0_m_pi_"),
+            ("stdout", "stdout_"),
+        ],
         &[("xor", "xor_"), ("a__b", "v0_a_b_"), ("compl", "compl_")],
         &[("this", "this_"), ("EOF", "v0_eof_")],
     ];
@@ -956,10 +1005,17 @@ fn names_that_cpp_or_the_headers_take_are_renamed_in_the_kernel() {
                 .flat_map(|l| l.split(|c: char| !(c.is_alphanumeric() || c == '_')))
                 .collect();
             for (n, c) in names {
-                assert!(!words.contains(n), "{}: `{n}` in the kernel\n{}", g.form, g.source);
+                assert!(
+                    !words.contains(n),
+                    "{}: `{n}` in the kernel\n{}",
+                    g.form,
+                    g.source
+                );
                 assert!(words.contains(c), "{}: no `{c}`\n{}", g.form, g.source);
                 assert!(
-                    launch.iter().any(|l| l.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| w == *n)),
+                    launch.iter().any(|l| l
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .any(|w| w == *n)),
                     "{}: `{n}` not in the launch lines\n{}",
                     g.form,
                     g.source
@@ -969,7 +1025,13 @@ fn names_that_cpp_or_the_headers_take_are_renamed_in_the_kernel() {
     }
     // `_x_` starts with `_`: the `k_` form is not free for it, so it is `v0_x_`.
     let matmul = naive::generate(&program_task(HEADER_NAMES[2]));
-    assert!(matmul[0].source.contains("const __nv_bfloat16* __restrict__ v0_x_"), "{}", matmul[0].source);
+    assert!(
+        matmul[0]
+            .source
+            .contains("const __nv_bfloat16* __restrict__ v0_x_"),
+        "{}",
+        matmul[0].source
+    );
 }
 
 #[test]
@@ -1002,7 +1064,8 @@ fn product_operands_that_are_views_or_triangles_are_stages_of_their_own() {
     let src = &tri[0].source;
     assert!(
         src.contains("tmp0[i] = (((i % N) - ((i / ((long long)N))) >= 0LL) ? A[i] : 0.0f);")
-            && src.contains("tmp1[i] = (((i % N) - ((i / ((long long)N))) <= -1LL) ? B[i] : 0.0f);")
+            && src
+                .contains("tmp1[i] = (((i % N) - ((i / ((long long)N))) <= -1LL) ? B[i] : 0.0f);")
             && src.contains("acc += tmp0[(long long)row * N + k] * tmp1[(long long)k * N + col];"),
         "{src}"
     );
@@ -1017,8 +1080,14 @@ fn products_of_elements_reduce_like_sums() {
         "reduce_warp",
     ];
     for (program, len) in [
-        ("input X: f32[B, N]\noutput Y: f32[B]\nY = prod(X, axis=1)\n", "N"),
-        ("input X: bf16[B, C, N]\noutput Y: bf16[B]\nY = prod(prod(X, axis=2), axis=1)\n", "C*N"),
+        (
+            "input X: f32[B, N]\noutput Y: f32[B]\nY = prod(X, axis=1)\n",
+            "N",
+        ),
+        (
+            "input X: bf16[B, C, N]\noutput Y: bf16[B]\nY = prod(prod(X, axis=2), axis=1)\n",
+            "C*N",
+        ),
     ] {
         let got = naive::generate(&program_task(program));
         let forms: Vec<&str> = got.iter().map(|g| g.form.as_str()).collect();
@@ -1030,7 +1099,17 @@ fn products_of_elements_reduce_like_sums() {
                 && one.contains(&format!("r < {len};")),
             "{one}"
         );
-        assert!(got[1].source.contains("buf[t] *= buf[t + s];"), "{}", got[1].source);
-        assert!(got[3].source.contains("v *= __shfl_xor_sync(0xffffffffu, v, o);"), "{}", got[3].source);
+        assert!(
+            got[1].source.contains("buf[t] *= buf[t + s];"),
+            "{}",
+            got[1].source
+        );
+        assert!(
+            got[3]
+                .source
+                .contains("v *= __shfl_xor_sync(0xffffffffu, v, o);"),
+            "{}",
+            got[3].source
+        );
     }
 }
