@@ -590,12 +590,12 @@ fn repeated_kills_with_compaction_lose_nothing_and_restarts_stay_small() {
 
 #[test]
 fn episodes_and_traces_rotate_gzipped_and_read_back_whole() {
-    // 8 KiB files: several archives of each in a short run.
+    // 4 KiB files: several archives of each in a short run (metrics: about 1 KB a step).
     let (run, config) = setup(
         "rotate",
-        "[telemetry]\nrotate_kb = 8\n[policy.simulated]\nbatch_ms = 2.0\n",
+        "[telemetry]\nrotate_kb = 4\n[policy.simulated]\nbatch_ms = 2.0\n",
     );
-    assert_ok(&train(&run, &config, 8));
+    assert_ok(&train(&run, &config, 12));
     let names: Vec<String> = std::fs::read_dir(&run)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -608,6 +608,19 @@ fn episodes_and_traces_rotate_gzipped_and_read_back_whole() {
     };
     assert!(count("episodes.0") >= 2, "{names:?}");
     assert!(count("trace-0001.p") >= 2, "{names:?}");
+    assert!(count("metrics.0") >= 2, "{names:?}");
+    // kevin report reads every step, from the metrics' archives and the live file.
+    let json = run.parent().unwrap().join("report.json");
+    let out = kevin()
+        .arg("report")
+        .arg(&run)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["steps"], 12, "{report}");
     // Every turn of every accepted group is in episodes, across its archives.
     let lines = kevin::telemetry::files::RotatingLog::read_all(&run, "episodes", "jsonl").unwrap();
     let groups = wal_seqs(&run).len();

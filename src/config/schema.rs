@@ -617,8 +617,9 @@ pub struct TelemetrySection {
     pub trace: bool,
     /// Write episodes.jsonl (every turn's prompt, response, outcome and score).
     pub episodes: bool,
-    /// Size (KiB) at which episodes.jsonl and a session's trace file are closed, gzipped
-    /// (`episodes.NNNNNN.jsonl.gz`, `trace-NNNN.pNNNN.json.gz`) and started afresh (0: never).
+    /// Size (KiB) at which episodes.jsonl, metrics.jsonl and a session's trace file are closed,
+    /// gzipped (`episodes.NNNNNN.jsonl.gz`, `metrics.NNNNNN.jsonl.gz`, `trace-NNNN.pNNNN.json.gz`)
+    /// and started afresh (0: never).
     /// May change when a run resumes.
     pub rotate_kb: u64,
     /// Where `kevin train` serves `/metrics` for Prometheus (`host:port`, e.g.

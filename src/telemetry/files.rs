@@ -8,7 +8,7 @@
 //! nothing written is lost, and readers read either form ([`open_text`]).
 //!
 //! Archives are the only files the budget ever removes; the write-ahead log, the learner's record,
-//! checkpoints and `metrics.jsonl` are never touched.
+//! checkpoints and `metrics.jsonl` with its archives are never touched.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
@@ -185,7 +185,18 @@ impl BudgetCheck {
     }
 }
 
-/// Removes the oldest compressed archives of `dir` until the directory's size is within `budget`
+/// Logs whose archives the budget never removes: `metrics.jsonl` is the run's whole history for
+/// `kevin report` (about 1 KB a learner step, a fifth of that compressed).
+pub const KEPT_LOGS: &[&str] = &["metrics"];
+
+fn kept(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    KEPT_LOGS
+        .iter()
+        .any(|stem| archive_number(name, stem).is_some())
+}
+
+/// Removes the oldest compressed archives of `dir` (never those of [`KEPT_LOGS`]) until the directory's size is within `budget`
 /// bytes (or none is left). Plain archives are left for their compression to finish.
 pub fn enforce_budget(dir: &Path, budget: u64) -> io::Result<BudgetCheck> {
     let before = dir_bytes(dir)?;
@@ -201,7 +212,7 @@ pub fn enforce_budget(dir: &Path, budget: u64) -> io::Result<BudgetCheck> {
         if check.after <= budget {
             break;
         }
-        if !a.path.to_str().is_some_and(|p| p.ends_with(GZ)) {
+        if !a.path.to_str().is_some_and(|p| p.ends_with(GZ)) || kept(&a.path) {
             continue;
         }
         gone(fs::remove_file(&a.path))?;
@@ -324,21 +335,8 @@ impl RotatingLog {
 
     /// Every line of the log, oldest first: its archives, then the live file.
     pub fn read_all(dir: &Path, stem: &str, ext: &str) -> io::Result<Vec<String>> {
-        let mut parts: Vec<(u64, PathBuf)> = Vec::new();
-        for entry in fs::read_dir(dir)? {
-            let path = entry?.path();
-            let n = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| archive_number(n, stem));
-            if let Some(n) = n {
-                parts.push((n, path));
-            }
-        }
-        parts.sort();
-        let live = dir.join(format!("{stem}.{ext}"));
         let mut lines = Vec::new();
-        for path in parts.into_iter().map(|(_, p)| p).chain(Some(live)) {
+        for path in log_parts(dir, stem, ext)? {
             match open_text(&path) {
                 Ok(r) => {
                     for line in r.lines() {
@@ -351,6 +349,75 @@ impl RotatingLog {
         }
         Ok(lines)
     }
+}
+
+/// The files of the log `dir/<stem>.<ext>`, oldest first: its archives by number, then the live
+/// file (which may not exist).
+fn log_parts(dir: &Path, stem: &str, ext: &str) -> io::Result<Vec<PathBuf>> {
+    let mut parts: Vec<(u64, PathBuf)> = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let n = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| archive_number(n, stem));
+        if let Some(n) = n {
+            parts.push((n, path));
+        }
+    }
+    parts.sort();
+    let live = dir.join(format!("{stem}.{ext}"));
+    Ok(parts
+        .into_iter()
+        .map(|(_, p)| p)
+        .chain(Some(live))
+        .collect())
+}
+
+/// The whole text of the rotated log whose live file is `live` (`dir/<stem>.<ext>`): its
+/// archives, oldest first, then the live file, each ending in a newline (line numbers count
+/// through them all). NotFound when there is neither.
+pub fn read_rotated(live: &Path) -> io::Result<String> {
+    let (dir, name) = match (live.parent(), live.file_name().and_then(|n| n.to_str())) {
+        (Some(d), Some(n)) => (
+            if d.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                d
+            },
+            n,
+        ),
+        _ => return Err(io::Error::other(format!("{}: not a file", live.display()))),
+    };
+    let Some((stem, ext)) = name.split_once('.') else {
+        return read_text(live);
+    };
+    let mut text = String::new();
+    let mut found = false;
+    for path in log_parts(dir, stem, ext)? {
+        match open_text(&path) {
+            Ok(mut r) => {
+                found = true;
+                // Bytes that are not UTF-8 (a torn write) become U+FFFD: the line is then a bad
+                // line for the reader to report, not an unreadable file.
+                let mut bytes = Vec::new();
+                r.read_to_end(&mut bytes)?;
+                text.push_str(&String::from_utf8_lossy(&bytes));
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if !found {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{}: no such file, and no archives of it", live.display()),
+        ));
+    }
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -395,6 +462,42 @@ mod tests {
     }
 
     #[test]
+    fn a_rotated_log_reads_back_whole_through_its_live_path() {
+        let dir = tmp("rotated");
+        let live = dir.join("metrics.jsonl");
+        assert_eq!(
+            read_rotated(&live).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        let mut log = RotatingLog::open(&dir, "metrics", "jsonl", 30).unwrap();
+        for i in 0..10 {
+            log.write_line(format!("{{\"step\":{i},\"x\":\"0123456789\"}}").as_bytes())
+                .unwrap();
+        }
+        log.rotate().unwrap();
+        drop(log);
+        // Every line is in an archive now, the live file is empty; another log's archive and an
+        // unterminated live line do not get in the way.
+        fs::write(dir.join("episodes.000001.jsonl"), "{\"other\":1}\n").unwrap();
+        assert_eq!(fs::read_to_string(&live).unwrap(), "");
+        fs::write(&live, "{\"step\":10}").unwrap();
+        let text = read_rotated(&live).unwrap();
+        let steps: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(steps, (0..=10).collect::<Vec<_>>());
+        // Only archives, no live file: still read.
+        fs::remove_file(&live).unwrap();
+        assert_eq!(read_rotated(&live).unwrap().lines().count(), 10);
+        fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
     fn a_crash_mid_compression_loses_nothing() {
         let dir = tmp("crash");
         // A rotation renamed the file, then died while compressing it.
@@ -424,6 +527,7 @@ mod tests {
         )
         .unwrap();
         for (i, name) in [
+            "metrics.000001.jsonl",
             "episodes.000001.jsonl",
             "trace-0001.p0001.json",
             "episodes.000002.jsonl",
@@ -444,16 +548,18 @@ mod tests {
         }
         let sizes: Vec<u64> = archives(&dir).unwrap().iter().map(|a| a.bytes).collect();
         let total = dir_bytes(&dir).unwrap();
-        // Room for everything but the oldest archive.
-        let check = enforce_budget(&dir, total - sizes[0]).unwrap();
+        // Room for everything but the oldest archive that may go (the metrics' is older, and
+        // kept).
+        let check = enforce_budget(&dir, total - sizes[1]).unwrap();
         assert_eq!(check.removed, vec![dir.join("episodes.000001.jsonl.gz")]);
-        assert!(!check.over(total - sizes[0]));
+        assert!(!check.over(total - sizes[1]));
         // A budget below what may not be removed: every archive goes, the rest stays, and the
         // check says it is still over.
         let check = enforce_budget(&dir, 100).unwrap();
         assert_eq!(check.removed.len(), 2);
         assert!(check.over(100));
         assert!(dir.join("metrics.jsonl").exists());
+        assert!(dir.join("metrics.000001.jsonl.gz").exists());
         assert!(dir.join("wal").join("00000000000000000000.jsonl").exists());
         assert!(free_bytes(&dir).unwrap() > 0);
         fs::remove_dir_all(&dir).ok();

@@ -585,8 +585,8 @@ fn summarize(args: &Map<String, Value>) -> String {
 /// and advisory: trouble with it becomes a warning, and a cut last line is expected after a kill.
 fn mailbox_high_water(path: &Path, warnings: &mut Vec<String>) -> BTreeMap<String, u64> {
     let mut marks = BTreeMap::new();
-    let text = match std::fs::read(path) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+    let text = match super::files::read_rotated(path) {
+        Ok(text) => text,
         Err(e) => {
             warnings.push(format!(
                 "{}: {e}; no mailbox high-water marks",
@@ -628,12 +628,12 @@ fn mailbox_high_water(path: &Path, warnings: &mut Vec<String>) -> BTreeMap<Strin
 /// and the run's total is the sum of each session's last value. Unreadable lines are skipped
 /// (the mailbox reader already warned about them).
 fn lease_waits(path: &Path) -> BTreeMap<String, f64> {
-    let Ok(bytes) = std::fs::read(path) else {
+    let Ok(text) = super::files::read_rotated(path) else {
         return BTreeMap::new();
     };
     // party -> (closed sessions' sum, current session's last value)
     let mut acc: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for line in String::from_utf8_lossy(&bytes).lines() {
+    for line in text.lines() {
         let Ok(value) = serde_json::from_str::<Value>(line) else {
             continue;
         };

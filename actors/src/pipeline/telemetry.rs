@@ -1,6 +1,6 @@
-//! The Telemetry actor: writes episodes.jsonl (every turn of every accepted group; rotated and
-//! gzipped by size, [`kevin::telemetry::files::RotatingLog`]), metrics.jsonl (one line per
-//! learner step) and the best kernel per task (`best/<task>.cu`), and keeps the Prometheus
+//! The Telemetry actor: writes episodes.jsonl (every turn of every accepted group) and
+//! metrics.jsonl (one line per learner step), both rotated and gzipped by size
+//! ([`kevin::telemetry::files::RotatingLog`]; the budget never removes the metrics' archives) and the best kernel per task (`best/<task>.cu`), and keeps the Prometheus
 //! exporter's numbers ([`kevin::prometheus::Exporter`]) when `telemetry.prometheus` is set.
 //!
 //! It runs on its own arbiter because it does file I/O. Spans do not pass through it: the
@@ -8,8 +8,6 @@
 //! mailbox.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,18 +22,12 @@ use crate::pipeline::messages::{Flush, RecordGroup, RecordMetrics};
 
 /// The Telemetry actor.
 pub struct Telemetry {
-    metrics: BufWriter<File>,
+    metrics: RotatingLog,
     episodes: Option<RotatingLog>,
     best_dir: PathBuf,
     best: HashMap<String, f64>,
     credits: usize,
     exporter: Option<Arc<Exporter>>,
-}
-
-fn append(path: &Path) -> std::io::Result<BufWriter<File>> {
-    Ok(BufWriter::new(
-        OpenOptions::new().create(true).append(true).open(path)?,
-    ))
 }
 
 /// Score recorded in the first line of a best-kernel file.
@@ -52,8 +44,8 @@ fn best_score(path: &Path) -> Option<f64> {
 }
 
 impl Telemetry {
-    /// Opens (appending) the run directory's files; episodes.jsonl rotates at `rotate_bytes`
-    /// (0: never). Every group and step is also recorded into `exporter` when there is one.
+    /// Opens (appending) the run directory's files; episodes.jsonl and metrics.jsonl rotate at
+    /// `rotate_bytes` (0: never). Every group and step is also recorded into `exporter` when there is one.
     pub fn open(
         run_dir: &Path,
         episodes: bool,
@@ -73,7 +65,7 @@ impl Telemetry {
             }
         }
         Ok(Telemetry {
-            metrics: append(&run_dir.join("metrics.jsonl"))?,
+            metrics: RotatingLog::open(run_dir, "metrics", "jsonl", rotate_bytes)?,
             episodes: if episodes {
                 Some(RotatingLog::open(
                     run_dir,
@@ -173,9 +165,9 @@ impl Handler<RecordMetrics> for Telemetry {
         if let Some(e) = &self.exporter {
             e.record_step(&msg.0);
         }
-        let written = serde_json::to_writer(&mut self.metrics, &msg.0)
+        let written = serde_json::to_vec(&msg.0)
             .map_err(std::io::Error::from)
-            .and_then(|_| self.metrics.write_all(b"\n"))
+            .and_then(|line| self.metrics.write_line(&line))
             .and_then(|_| self.metrics.flush());
         if let Err(e) = written {
             tracing::error!(actor = "Telemetry", error = %e, "could not write metrics.jsonl");

@@ -43,7 +43,8 @@ impl MetricsLog {
     /// Reads `path`. Unreadable lines are skipped and listed; a file without any step is
     /// [`ReportError::Empty`].
     pub fn read(path: &Path) -> Result<MetricsLog, ReportError> {
-        let text = match std::fs::read_to_string(path) {
+        // The live file and its rotated, gzipped archives, oldest first.
+        let text = match kevin::telemetry::files::read_rotated(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(ReportError::NoMetrics(path.to_path_buf()))
