@@ -156,7 +156,8 @@ fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// `accepted_total` of metrics.jsonl's last complete line (read from the file's tail).
+/// `accepted_total` of metrics.jsonl's last complete line (read from the live file's tail; 0
+/// when it has none, as just after a rotation).
 fn accepted_groups(metrics: &Path) -> u64 {
     let Ok(mut f) = std::fs::File::open(metrics) else {
         return 0;
@@ -298,7 +299,9 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
         }
         let t = t0.elapsed().as_secs_f64();
         if t >= next {
-            let turns = accepted_groups(&metrics) * per_group;
+            // Just after metrics.jsonl rotates its live file has no line yet: keep the last count.
+            let last = samples.last().map_or(0, |s| s.turns);
+            let turns = (accepted_groups(&metrics) * per_group).max(last);
             let sample = Sample {
                 t_s: t,
                 turns,
