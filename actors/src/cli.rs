@@ -1,5 +1,5 @@
 //! The command line: `kevin train | sweep | eval | bench | inspect | report | tasks | sft |
-//! policy` (and the hidden `worker`). Each command's flags and behaviour live in its `crate::cmd`
+//! policy | worker-node` (and the hidden `worker`). Each command's flags and behaviour live in its `crate::cmd`
 //! module; this file holds only the command enum and the dispatch.
 //!
 //! Conventions shared by every command: results are printed, and also written as JSON with
@@ -81,6 +81,11 @@ pub enum Command {
     Sft(cmd::sft::Args),
     /// The burn policy's model: `init` writes a random-initialised checkpoint to start from.
     Policy(cmd::policy::Args),
+    /// Evaluate jobs for `env.kind = "remote"` daemons: pull them from a NATS JetStream queue,
+    /// compile, check and time each with this machine's cpu or cuda backend, publish the
+    /// outcome, then acknowledge the job. Runs until Ctrl-C (SIGINT) or SIGTERM, finishing the
+    /// jobs in hand. Exits 1 when the server cannot be reached or refuses the credentials.
+    WorkerNode(cmd::worker_node::Args),
     /// Serve as an evaluation worker process (internal: started by kevin itself).
     #[command(hide = true)]
     Worker {
@@ -122,6 +127,7 @@ pub fn main() -> ExitCode {
                 Command::Tasks(args) => cmd::tasks::run(args),
                 Command::Sft(args) => cmd::sft::run(args),
                 Command::Policy(args) => cmd::policy::run(args),
+                Command::WorkerNode(args) => cmd::worker_node::run(args),
                 Command::Train(_) | Command::Worker { .. } => unreachable!("matched above"),
             }
         }

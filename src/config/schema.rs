@@ -55,6 +55,11 @@ pub enum EnvKind {
     /// The GPU harness: NVRTC CUBINs checked and timed on the GPU(s) in `kevin worker --role
     /// cuda` processes against kevin's eager baseline.
     Cuda,
+    /// Remote evaluation: each candidate (as source) is a job on a NATS JetStream work queue
+    /// (`[env.remote]`); `kevin worker-node` processes on any machine compile, check and time
+    /// it with their own cpu or cuda environment and publish the outcome. Built by the actors
+    /// crate (the core has no NATS client).
+    Remote,
 }
 
 /// How the cuda environment times candidates on a GPU other kevin work may use (`env.timing`).
@@ -457,7 +462,7 @@ impl Default for SimEnvSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnvSection {
-    /// Which environment runs: "simulated", "nvrtc", "cpu" or "cuda".
+    /// Which environment runs: "simulated", "nvrtc", "cpu", "cuda" or "remote".
     pub kind: EnvKind,
     /// GPU ordinals the cuda environment evaluates on (one worker pool per GPU).
     pub gpus: Vec<u32>,
@@ -486,6 +491,77 @@ pub struct EnvSection {
     pub timing: GpuTiming,
     /// The simulated environment's parameters.
     pub simulated: SimEnvSection,
+    /// The remote environment's bus, queue and credentials (`kind = "remote"`).
+    pub remote: RemoteEnvSection,
+}
+
+/// `[env.remote]`: remote evaluation through NATS JetStream (`env.kind = "remote"`). The daemon
+/// publishes every evaluation as a job to the work-queue stream `<prefix>_JOBS`; worker nodes
+/// (`kevin worker-node`) pull jobs, evaluate them and publish the outcome to `<prefix>_RESULTS`
+/// before they acknowledge the job. A job whose node dies or stalls is handed to another node
+/// after `ack_wait_ms`; after `max_deliver` deliveries it is a harness error (not the
+/// candidate's fault). Secrets never go in this file: the password is read from the
+/// environment variable `password_env` names, an nkey seed or a credentials file from its file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RemoteEnvSection {
+    /// NATS server URL(s), comma-separated ("nats://10.0.0.5:4222,nats://10.0.0.6:4222"). A URL
+    /// must not carry a password (`user`/`password_env` do).
+    pub url: String,
+    /// Prefix of the stream, consumer, bucket and subject names; fleets sharing one server differ
+    /// by it. Letters, digits, `-` and `_`.
+    pub prefix: String,
+    /// Most jobs in flight: the daemon's concurrent evaluations and the job consumer's
+    /// max_ack_pending (jobs handed to nodes and not yet acknowledged, all nodes together).
+    pub max_inflight: u32,
+    /// How long a node may hold a job before JetStream hands it to another node (ms). Must
+    /// exceed `compile_timeout_ms + verify_timeout_ms + profile_timeout_ms`, which the node's
+    /// own environment enforces.
+    pub ack_wait_ms: u64,
+    /// Deliveries of one job (the first and the redeliveries) before it is given up: the
+    /// candidate then gets a harness error, which is never trained on.
+    pub max_deliver: u32,
+    /// How long the daemon waits for one job's outcome in all, queueing for a node included
+    /// (ms); then it is a harness error. At least `ack_wait_ms`.
+    pub job_timeout_ms: u64,
+    /// User name for user/password authentication ("": none).
+    pub user: String,
+    /// Name of the environment variable that holds the password of `user`.
+    pub password_env: String,
+    /// File holding an nkey seed (nkey authentication; "": none).
+    pub nkey_file: String,
+    /// A credentials file (JWT and nkey seed, `.creds`; "": none).
+    pub creds_file: String,
+    /// Require TLS (also implied by a `tls://` URL or any of the files below).
+    pub tls: bool,
+    /// PEM file of the certificate authority to trust for the server's certificate ("": the
+    /// system's roots).
+    pub tls_ca_file: String,
+    /// PEM client certificate for mutual TLS ("": none); needs `tls_key_file`.
+    pub tls_cert_file: String,
+    /// PEM private key of `tls_cert_file`.
+    pub tls_key_file: String,
+}
+
+impl Default for RemoteEnvSection {
+    fn default() -> Self {
+        RemoteEnvSection {
+            url: "nats://127.0.0.1:4222".into(),
+            prefix: "kevin".into(),
+            max_inflight: 64,
+            ack_wait_ms: 90_000,
+            max_deliver: 3,
+            job_timeout_ms: 600_000,
+            user: String::new(),
+            password_env: "KEVIN_NATS_PASSWORD".into(),
+            nkey_file: String::new(),
+            creds_file: String::new(),
+            tls: false,
+            tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+        }
+    }
 }
 
 impl Default for EnvSection {
@@ -503,6 +579,7 @@ impl Default for EnvSection {
             profile_timeout_ms: 30_000,
             timing: GpuTiming::Exclusive,
             simulated: SimEnvSection::default(),
+            remote: RemoteEnvSection::default(),
         }
     }
 }

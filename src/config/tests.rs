@@ -272,3 +272,46 @@ fn shared_timing_is_refused_on_the_policys_gpu() {
     assert!(GpuTiming::parse("fast").unwrap_err().contains("fast"));
     assert_eq!(GpuTiming::parse("shared"), Ok(GpuTiming::Shared));
 }
+
+#[test]
+fn remote_env_is_checked_key_by_key() {
+    let remote = "[tasks]\nsource = \"suite\"\n[env]\nkind = \"remote\"\n";
+    let c = load_str(remote, &[]).unwrap();
+    assert_eq!(c.env.kind, EnvKind::Remote);
+    assert_eq!(c.env.remote, RemoteEnvSection::default());
+    // A node must be able to finish a job before it is handed to another.
+    check_err(
+        &format!("{remote}[env.remote]\nack_wait_ms = 30000\n"),
+        &[],
+        "config key `env.remote.ack_wait_ms` = 30000 is invalid: must exceed",
+    );
+    // No credentials in a URL (it would be logged and stored): the value is not shown either.
+    let err = load_str(
+        &format!("{remote}[env.remote]\nurl = \"nats://kevin:hunter2@10.0.0.5:4222\"\n"),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.starts_with("config key `env.remote.url`"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    check_err(
+        &format!("{remote}[env.remote]\nprefix = \"a.b\"\n"),
+        &[],
+        "config key `env.remote.prefix` = \"a.b\" is invalid",
+    );
+    check_err(
+        &format!("{remote}[env.remote]\nuser = \"kevin\"\nnkey_file = \"seed.nk\"\n"),
+        &[],
+        "config key `env.remote.user`",
+    );
+    check_err(
+        &format!("{remote}[env.remote]\nmax_inflight = 0\n"),
+        &[],
+        "config key `env.remote.max_inflight` = 0 is invalid",
+    );
+    check_err(
+        &format!("{remote}[env.remote]\nfrobnicate = 1\n"),
+        &[],
+        "unknown config key",
+    );
+}

@@ -40,6 +40,79 @@ fn check_min(key: &str, v: u64, min: u64) -> Result<(), ConfigError> {
     }
 }
 
+/// `[env.remote]`: a queue JetStream can run, names NATS accepts, and deadlines that leave a node
+/// time to finish a job before it is handed to another.
+fn check_remote(f: &ConfigFile) -> Result<(), ConfigError> {
+    let r = &f.env.remote;
+    if f.env.kind != EnvKind::Remote {
+        return Ok(());
+    }
+    if r.url.trim().is_empty() {
+        return Err(invalid("env.remote.url", "\"\"", "must name a NATS server"));
+    }
+    // A password in the URL would be written to config.toml and the log: refuse it.
+    if r.url.split(',').any(|u| {
+        u.split_once("://")
+            .map_or(u, |(_, rest)| rest)
+            .split('/')
+            .next()
+            .is_some_and(|host| host.contains('@'))
+    }) {
+        return Err(invalid(
+            "env.remote.url",
+            "(not shown: it carries credentials)",
+            "must not carry credentials; use env.remote.user and env.remote.password_env, \
+             nkey_file or creds_file",
+        ));
+    }
+    if r.prefix.is_empty()
+        || !r
+            .prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(invalid(
+            "env.remote.prefix",
+            format!("{:?}", r.prefix),
+            "letters, digits, '-' and '_' (it names streams and subjects)",
+        ));
+    }
+    check_min("env.remote.max_inflight", r.max_inflight.into(), 1)?;
+    check_min("env.remote.max_deliver", r.max_deliver.into(), 1)?;
+    let stages = f.env.compile_timeout_ms + f.env.verify_timeout_ms + f.env.profile_timeout_ms;
+    if r.ack_wait_ms <= stages {
+        return Err(invalid(
+            "env.remote.ack_wait_ms",
+            r.ack_wait_ms,
+            format!(
+                "must exceed env.compile_timeout_ms + verify_timeout_ms + profile_timeout_ms \
+                 ({stages}), or a node still evaluating a job loses it to another"
+            ),
+        ));
+    }
+    check_min("env.remote.job_timeout_ms", r.job_timeout_ms, r.ack_wait_ms)?;
+    if r.tls_cert_file.is_empty() != r.tls_key_file.is_empty() {
+        return Err(invalid(
+            "env.remote.tls_cert_file",
+            format!("{:?}", r.tls_cert_file),
+            "a client certificate and env.remote.tls_key_file come together",
+        ));
+    }
+    let auths = [
+        !r.user.is_empty(),
+        !r.nkey_file.is_empty(),
+        !r.creds_file.is_empty(),
+    ];
+    if auths.iter().filter(|a| **a).count() > 1 {
+        return Err(invalid(
+            "env.remote.user",
+            format!("{:?}", r.user),
+            "one of user (with password_env), nkey_file and creds_file",
+        ));
+    }
+    Ok(())
+}
+
 /// `env.timing = "shared"` times candidates beside whatever runs on the GPU: refused where the
 /// burn policy (on GPU 0 whenever there is a GPU, which a cuda environment implies) generates
 /// and trains on one of the evaluation's GPUs.
@@ -241,6 +314,7 @@ impl Config {
             ));
         }
         check_timing(f)?;
+        check_remote(f)?;
         check_min("env.compile_timeout_ms", f.env.compile_timeout_ms, 1)?;
         check_min("env.verify_timeout_ms", f.env.verify_timeout_ms, 1)?;
         check_min("env.profile_timeout_ms", f.env.profile_timeout_ms, 1)?;

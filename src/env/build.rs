@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::{Config, CpuNvrtc, EnvKind, GpuTiming, SimEnvSection};
+use crate::config::{Config, CpuNvrtc, EnvKind, GpuTiming, RemoteEnvSection, SimEnvSection};
 use crate::env::{Deadlines, KernelEnv};
 use crate::tasks::{Preset, TaskSuite};
 
@@ -122,6 +122,16 @@ pub enum EnvSpec {
     },
     /// The GPU harness (`super::cuda::CudaEnv`).
     Cuda(CudaEnvConfig),
+    /// Remote evaluation through NATS JetStream: built by the actors crate (`kevin_actors::remote`),
+    /// since the core has no async runtime or NATS client; [`build`] refuses it.
+    Remote {
+        /// Size preset the nodes evaluate at.
+        preset: Preset,
+        /// Each stage's deadline, which the nodes' environments enforce.
+        deadlines: Deadlines,
+        /// The bus, the queue and the credentials.
+        remote: RemoteEnvSection,
+    },
 }
 
 impl EnvSpec {
@@ -161,6 +171,15 @@ impl EnvSpec {
                     verify_ms: env.verify_timeout_ms,
                     profile_ms: env.profile_timeout_ms,
                 },
+            },
+            EnvKind::Remote => EnvSpec::Remote {
+                preset: config.tasks.preset,
+                deadlines: Deadlines {
+                    compile_ms: env.compile_timeout_ms,
+                    verify_ms: env.verify_timeout_ms,
+                    profile_ms: env.profile_timeout_ms,
+                },
+                remote: env.remote.clone(),
             },
         }
     }
@@ -224,6 +243,7 @@ impl EnvSpec {
             EnvSpec::Nvrtc { .. } => "nvrtc",
             EnvSpec::Cpu { .. } => "cpu",
             EnvSpec::Cuda(_) => "cuda",
+            EnvSpec::Remote { .. } => "remote",
         }
     }
 }
@@ -239,13 +259,20 @@ pub fn build(
     if let EnvSpec::Simulated(sim) = spec {
         return Ok(Arc::new(super::sim::SimEnv::new(sim)));
     }
+    if let EnvSpec::Remote { .. } = spec {
+        return Err(
+            "env.kind = \"remote\" is built by the kevin binary's actors crate (remote \
+             evaluation needs its NATS client), not by kevin::env::build"
+                .into(),
+        );
+    }
     let suite = suite
         .ok_or_else(|| format!("env.kind = \"{}\" needs the task suite", spec.kind()))?
         .clone();
     // Workers are this very binary, started as `kevin worker --role <role>`.
     let exe = std::env::current_exe().map_err(|e| format!("locating the kevin binary: {e}"))?;
     match spec {
-        EnvSpec::Simulated(_) => unreachable!("built above"),
+        EnvSpec::Simulated(_) | EnvSpec::Remote { .. } => unreachable!("handled above"),
         EnvSpec::Nvrtc {
             preset,
             arch,

@@ -29,6 +29,7 @@ pub mod signals;
 pub mod sweep;
 pub mod tasks;
 pub mod train;
+pub mod worker_node;
 
 /// A progress line on stderr for long work: redrawn in place on a terminal; in a log (stderr
 /// not a terminal) one line at every tenth of the way, so logs stay readable.

@@ -226,12 +226,43 @@ fn build_env(
     config: &Config,
     suite: Option<&Arc<TaskSuite>>,
 ) -> Result<Arc<dyn KernelEnv>, TrainError> {
-    kevin::env::build(
-        EnvSpec::from_config(config),
-        suite,
-        std::path::Path::new(&config.tasks.dir),
-    )
-    .map_err(TrainError::Setup)
+    let tasks_dir = std::path::Path::new(&config.tasks.dir);
+    match EnvSpec::from_config(config) {
+        // The core has no NATS client: the remote environment is this crate's.
+        EnvSpec::Remote {
+            preset,
+            deadlines,
+            remote,
+        } => {
+            let suite = suite
+                .ok_or_else(|| {
+                    TrainError::Setup("env.kind = \"remote\" needs the task suite".into())
+                })?
+                .clone();
+            crate::remote::RemoteEnv::start(&remote, preset, deadlines, suite, tasks_dir)
+                .map(|env| Arc::new(env) as Arc<dyn KernelEnv>)
+                .map_err(TrainError::Setup)
+        }
+        spec => kevin::env::build(spec, suite, tasks_dir).map_err(TrainError::Setup),
+    }
+}
+
+/// The Compiler stage's concurrency and deadline. A remote environment's `compile` holds one job
+/// on the bus until its node's final outcome is back, so the stage runs `env.remote.max_inflight`
+/// of them at once and waits up to `env.remote.job_timeout_ms` (the environment answers a harness
+/// error by then itself).
+fn compile_stage(config: &Config) -> (usize, u64) {
+    if config.env.kind == kevin::config::EnvKind::Remote {
+        (
+            config.env.remote.max_inflight as usize,
+            config.env.remote.job_timeout_ms,
+        )
+    } else {
+        (
+            config.env.compile_workers as usize,
+            config.env.compile_timeout_ms,
+        )
+    }
 }
 
 /// Runs a training session until `max_steps` or `shutdown`. Blocks the calling thread (it runs
@@ -348,7 +379,8 @@ pub fn train(
         let inflight_groups = config.rollout.max_inflight_groups as usize;
         let mb_rollout = Mailbox::new("Rollout", 4);
         let mb_generator = Mailbox::new("Generator", inflight_groups * m);
-        let mb_compiler = Mailbox::new("Compiler", 2 * config.env.compile_workers as usize);
+        let (compile_threads, compile_limit_ms) = compile_stage(&config);
+        let mb_compiler = Mailbox::new("Compiler", 2 * compile_threads);
         let mb_verifier = Mailbox::new("Verifier", 2 * config.env.verify_workers as usize);
         let mb_profiler = Mailbox::new("Profiler", 2 * config.env.profile_workers as usize);
         let mb_replay = Mailbox::new("ReplayQueue", 8);
@@ -378,7 +410,7 @@ pub fn train(
         };
         let compiler = {
             let (env, f, v) = (env.clone(), failures.clone(), verifier.clone());
-            let (w, t, c) = (config.env.compile_workers as usize, config.env.compile_timeout_ms, mb_compiler.capacity());
+            let (w, t, c) = (compile_threads, compile_limit_ms, mb_compiler.capacity());
             Handle { addr: Supervisor::start(move |_| Compiler::new(env, w, v, t, c, f)), mailbox: mb_compiler }
         };
         let generator = Handle {

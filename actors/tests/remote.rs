@@ -1,0 +1,517 @@
+//! Remote evaluation with real parts: a real nats-server (JetStream, file storage in a temp
+//! folder, loopback, a free port), `kevin worker-node` processes, and the daemon's `RemoteEnv`
+//! driven directly or through `kevin train`. The outcomes match the local cpu pool's on the
+//! reference solutions and the protocol cases; a node killed mid-job loses nothing (the job is
+//! redelivered and done once); a job no node finishes in `max_deliver` deliveries is a harness
+//! error; wrong credentials are refused with a clear error that shows no secret.
+//!
+//! nats-server comes from Debian's `nats-server` package (`.ci/run` installs it). Without it a
+//! test is skipped with the reason printed, unless `KEVIN_REQUIRE_NATS=1` (set in CI), which
+//! turns the skip into a failure.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kevin::config::RemoteEnvSection;
+use kevin::env::{evaluate, Deadlines, KernelEnv};
+use kevin::outcome::Outcome;
+use kevin::tasks::{Preset, TaskSuite};
+use kevin_actors::remote::RemoteEnv;
+
+use common::{bin, cpu_backend_available, root};
+
+/// The password of the servers that ask for one (only ever in a child's environment).
+const PASSWORD: &str = "s3cret-for-tests";
+
+/// A nats-server of one test, stopped and its storage removed when dropped.
+struct NatsServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl NatsServer {
+    /// Starts nats-server with JetStream on a free loopback port (with `user` and [`PASSWORD`]
+    /// when `user` is given); None (skipped, the reason printed) when nats-server is missing,
+    /// unless KEVIN_REQUIRE_NATS=1.
+    fn start(test: &str, user: Option<&str>) -> Option<NatsServer> {
+        if Command::new("nats-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            if std::env::var("KEVIN_REQUIRE_NATS").as_deref() == Ok("1") {
+                panic!(
+                    "KEVIN_REQUIRE_NATS=1 but nats-server is not installed \
+                     (apt-get install nats-server)"
+                );
+            }
+            eprintln!("skipping: nats-server is not installed (apt-get install nats-server)");
+            return None;
+        }
+        if !cpu_backend_available() {
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("kevin-nats-{test}-{}", std::process::id()));
+        std::fs::remove_dir_all(&dir).ok();
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut conf = format!(
+            "listen: \"127.0.0.1:{port}\"\njetstream {{ store_dir: {:?} }}\n",
+            dir.join("js").display().to_string()
+        );
+        if let Some(user) = user {
+            conf.push_str(&format!(
+                "authorization {{ user: {user:?}, password: {PASSWORD:?} }}\n"
+            ));
+        }
+        std::fs::write(dir.join("nats.conf"), conf).unwrap();
+        let child = Command::new("nats-server")
+            .arg("-c")
+            .arg(dir.join("nats.conf"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("nats.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let server = NatsServer { child, port, dir };
+        let t0 = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "nats-server did not listen on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(server)
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `kevin worker-node` process, its stderr lines collected; killed when dropped.
+struct Node {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Node {
+    /// `kevin worker-node --nats URL --prefix PREFIX --backend cpu` with `args`, `env` in its
+    /// environment.
+    fn start(
+        server: &NatsServer,
+        prefix: &str,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Node {
+        let mut c = Command::new(bin());
+        c.args(["worker-node", "--nats", &server.url(), "--backend", "cpu"])
+            .args(["--prefix", prefix])
+            .args(["--name", name, "--workers", "1"])
+            .arg("--cache")
+            .arg(server.dir.join(format!("cache-{name}")))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("KEVIN_NATS_PASSWORD")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Node { child, lines }
+    }
+
+    /// Lines of its log containing `what`.
+    fn count(&self, what: &str) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(what))
+            .count()
+    }
+
+    /// Waits until its log has a line containing `what`.
+    fn wait_for(&self, what: &str, limit: Duration) {
+        let t0 = Instant::now();
+        while self.count(what) == 0 {
+            assert!(
+                t0.elapsed() < limit,
+                "no {what:?} in the node's log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Deadlines short enough that a redelivery comes within seconds.
+const DEADLINES: Deadlines = Deadlines {
+    compile_ms: 10_000,
+    verify_ms: 3_000,
+    profile_ms: 6_000,
+};
+
+/// `[env.remote]` for `server` under `prefix`, with ack_wait just above the deadlines.
+fn section(server: &NatsServer, prefix: &str, max_deliver: u32) -> RemoteEnvSection {
+    RemoteEnvSection {
+        url: server.url(),
+        prefix: prefix.into(),
+        max_inflight: 16,
+        ack_wait_ms: DEADLINES.compile_ms + DEADLINES.verify_ms + DEADLINES.profile_ms + 1_000,
+        max_deliver,
+        job_timeout_ms: 120_000,
+        ..RemoteEnvSection::default()
+    }
+}
+
+fn remote_env(server: &NatsServer, prefix: &str, max_deliver: u32) -> RemoteEnv {
+    let suite = Arc::new(TaskSuite::load(root().join("tasks")).unwrap());
+    RemoteEnv::start(
+        &section(server, prefix, max_deliver),
+        Preset::Small,
+        DEADLINES,
+        suite,
+        &root().join("tasks"),
+    )
+    .unwrap()
+}
+
+fn case(name: &str) -> (String, String) {
+    let source =
+        std::fs::read_to_string(root().join("tests/data/cpu").join(format!("{name}.cu"))).unwrap();
+    (name.split('.').next().unwrap().to_string(), source)
+}
+
+fn solution(task: &str) -> (String, String) {
+    let source =
+        std::fs::read_to_string(root().join("tasks/solutions").join(format!("{task}.cu"))).unwrap();
+    (task.to_string(), source)
+}
+
+/// Evaluates every (task, source) of `jobs` at once, each on its own thread.
+fn evaluate_all(env: &Arc<dyn KernelEnv>, jobs: &[(String, String)]) -> Vec<Outcome> {
+    let handles: Vec<_> = jobs
+        .iter()
+        .cloned()
+        .map(|(task, source)| {
+            let env = env.clone();
+            std::thread::spawn(move || evaluate(env.as_ref(), &task, &source))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn two_nodes_judge_like_the_local_cpu_pool() {
+    let Some(server) = NatsServer::start("match", None) else {
+        return;
+    };
+    let a = Node::start(&server, "match", "a", &["--jobs", "2"], &[]);
+    let b = Node::start(&server, "match", "b", &["--jobs", "2"], &[]);
+    let remote = Arc::new(remote_env(&server, "match", 3));
+    let env: Arc<dyn KernelEnv> = remote.clone();
+    let suite = TaskSuite::load(root().join("tasks")).unwrap();
+    let mut jobs: Vec<(String, String)> = [
+        "relu.correct",
+        "relu.wrong",
+        "relu.clobber",
+        "relu.out_of_bounds",
+        "relu.infinite_loop",
+        "relu_sum_rows.correct",
+    ]
+    .iter()
+    .map(|c| case(c))
+    .collect();
+    // A few reference solutions (every one of them: cpu_eval.rs); KEVIN_REMOTE_TASKS=all for all.
+    let all = std::env::var("KEVIN_REMOTE_TASKS").as_deref() == Ok("all");
+    let take = if all { usize::MAX } else { 6 };
+    jobs.extend(suite.tasks().iter().take(take).map(|t| solution(&t.name)));
+    // A format error never leaves the daemon.
+    jobs.push(("relu".into(), "no kernel here".into()));
+
+    let t0 = Instant::now();
+    let remote_outcomes = evaluate_all(&env, &jobs);
+    let remote_s = t0.elapsed().as_secs_f64();
+    let local: Arc<dyn KernelEnv> = Arc::new(
+        kevin::env::cpu::CpuEnv::new(
+            Arc::new(TaskSuite::load(root().join("tasks")).unwrap()),
+            &root().join("tasks"),
+            Preset::Small,
+            bin(),
+            2,
+            DEADLINES,
+        )
+        .unwrap(),
+    );
+    let t0 = Instant::now();
+    let local_outcomes = evaluate_all(&local, &jobs);
+    let local_s = t0.elapsed().as_secs_f64();
+    for ((job, r), l) in jobs.iter().zip(&remote_outcomes).zip(&local_outcomes) {
+        assert_eq!(
+            r.kind(),
+            l.kind(),
+            "{}: remote {r:?}, local {l:?}\nnode a:\n{}\nnode b:\n{}",
+            job.0,
+            a.log(),
+            b.log()
+        );
+        if let (Outcome::Correct { timing: rt, .. }, Outcome::Correct { timing: lt, .. }) = (r, l) {
+            assert_eq!(rt, lt);
+        }
+        assert!(!r.is_harness_error(), "{}: {r:?}", job.0);
+    }
+    let stats = remote.stats();
+    println!(
+        "{} evaluations: remote (2 nodes x 2 jobs) {remote_s:.1} s, local pool (2 workers) \
+         {local_s:.1} s; {stats:?}",
+        jobs.len()
+    );
+    assert_eq!(
+        stats.jobs,
+        jobs.len() as u64 - 1,
+        "the format error is not a job"
+    );
+    assert_eq!(stats.results, stats.jobs);
+    assert_eq!(stats.duplicates + stats.gave_up + stats.timed_out, 0);
+    let (on_a, on_b) = (a.count("job started"), b.count("job started"));
+    assert_eq!(
+        on_a + on_b,
+        stats.jobs as usize,
+        "a:\n{}\nb:\n{}",
+        a.log(),
+        b.log()
+    );
+    assert!(on_a > 0 && on_b > 0, "both nodes work: a {on_a}, b {on_b}");
+    // Each node fetched the suite once.
+    assert_eq!(a.count("task suite fetched"), 1, "{}", a.log());
+}
+
+#[test]
+fn a_node_killed_mid_job_loses_nothing() {
+    let Some(server) = NatsServer::start("kill", None) else {
+        return;
+    };
+    let mut a = Node::start(&server, "kill", "a", &["--jobs", "1"], &[]);
+    let remote = Arc::new(remote_env(&server, "kill", 3));
+    let env: Arc<dyn KernelEnv> = remote.clone();
+    let jobs = vec![case("relu.correct"), case("relu_sum_rows.correct")];
+    let runner = {
+        let (env, jobs) = (env.clone(), jobs.clone());
+        std::thread::spawn(move || evaluate_all(&env, &jobs))
+    };
+    // Node a has one job in hand (it takes one at a time): kill it there.
+    a.wait_for("job started", Duration::from_secs(60));
+    a.kill();
+    let killed_at = Instant::now();
+    let b = Node::start(&server, "kill", "b", &["--jobs", "2"], &[]);
+    let outcomes = runner.join().unwrap();
+    for (job, o) in jobs.iter().zip(&outcomes) {
+        assert!(o.is_correct(), "{}: {o:?}\nb:\n{}", job.0, b.log());
+    }
+    let stats = remote.stats();
+    println!(
+        "killed node a mid-job; all {} done {:.1} s later by b; {stats:?}",
+        jobs.len(),
+        killed_at.elapsed().as_secs_f64()
+    );
+    assert_eq!(stats.jobs, 2);
+    assert_eq!(stats.results, 2, "each job answered once");
+    assert_eq!(stats.gave_up + stats.timed_out, 0);
+    // The job a held came to b again after ack_wait.
+    assert_eq!(b.count("delivered=2"), 1, "{}", b.log());
+}
+
+#[test]
+fn a_job_no_node_finishes_is_a_harness_error() {
+    let Some(server) = NatsServer::start("maxdeliver", None) else {
+        return;
+    };
+    let mut a = Node::start(&server, "maxdeliver", "a", &["--jobs", "1"], &[]);
+    let remote = Arc::new(remote_env(&server, "maxdeliver", 1));
+    let env: Arc<dyn KernelEnv> = remote.clone();
+    let runner = {
+        let env = env.clone();
+        std::thread::spawn(move || evaluate_all(&env, &[case("relu.correct")]))
+    };
+    a.wait_for("job started", Duration::from_secs(60));
+    a.kill();
+    // JetStream gives up on a job when a node asks for one after ack_wait: b does.
+    let b = Node::start(&server, "maxdeliver", "b", &["--jobs", "1"], &[]);
+    let t0 = Instant::now();
+    let outcomes = runner.join().unwrap();
+    let Outcome::HarnessError { reason } = &outcomes[0] else {
+        panic!("{:?}", outcomes[0])
+    };
+    println!(
+        "given up {:.1} s after the kill: {reason}",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(reason.contains("max_deliver"), "{reason}");
+    assert_eq!(remote.stats().gave_up, 1);
+    assert_eq!(b.count("job started"), 0, "{}", b.log());
+}
+
+#[test]
+fn wrong_credentials_are_refused_with_a_clear_error() {
+    let Some(server) = NatsServer::start("auth", Some("kevin")) else {
+        return;
+    };
+    let wrong = "not-the-password-42";
+    let mut refused = Node::start(
+        &server,
+        "kevin",
+        "wrong",
+        &["--user", "kevin"],
+        &[("KEVIN_NATS_PASSWORD", wrong)],
+    );
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = refused.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", refused.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let log = refused.log();
+    println!("{log}");
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("refused the credentials"), "{log}");
+    assert!(log.contains("user \"kevin\""), "{log}");
+    assert!(
+        !log.contains(wrong),
+        "the password must not be shown: {log}"
+    );
+    // No password at all says which variable is missing.
+    let mut missing = Node::start(&server, "kevin", "missing", &["--user", "kevin"], &[]);
+    let status = missing.child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        missing.log().contains("$KEVIN_NATS_PASSWORD is not set"),
+        "{}",
+        missing.log()
+    );
+    // The right password connects.
+    let good = Node::start(
+        &server,
+        "kevin",
+        "good",
+        &["--user", "kevin"],
+        &[("KEVIN_NATS_PASSWORD", PASSWORD)],
+    );
+    good.wait_for("worker node connected", Duration::from_secs(20));
+}
+
+#[test]
+fn kevin_train_evaluates_on_worker_nodes() {
+    let Some(server) = NatsServer::start("train", Some("kevin")) else {
+        return;
+    };
+    let node = Node::start(
+        &server,
+        "trainfleet",
+        "a",
+        &["--user", "kevin", "--jobs", "2"],
+        &[("KEVIN_NATS_PASSWORD", PASSWORD)],
+    );
+    let dir = server.dir.join("run");
+    let config = server.dir.join("config.toml");
+    let extra = format!(
+        "[tasks]\nsource = \"suite\"\ndir = {:?}\npreset = \"small\"\n\
+         [env]\nkind = \"remote\"\ncompile_timeout_ms = 60000\n\
+         [env.remote]\nurl = {:?}\nprefix = \"trainfleet\"\nuser = \"kevin\"\nmax_inflight = 4\n\
+         ack_wait_ms = 120000\n\
+         [rollout]\ntrajectories = 2\nturns = 2\nmax_inflight_groups = 2\n[replay]\ntasks_per_batch = 1\n\
+         [policy.simulated]\ncorpus = {:?}\np_mutate = 0.5\np_format_error = 0.0\n",
+        root().join("tasks").display().to_string(),
+        server.url(),
+        root().join("tasks/solutions").display().to_string()
+    );
+    std::fs::write(&config, common::simulated_config(2.0, &extra)).unwrap();
+    let out = common::kevin()
+        .args(["train", "--config"])
+        .arg(&config)
+        .arg("--run-dir")
+        .arg(&dir)
+        .args(["--max-steps", "2"])
+        .env("KEVIN_NATS_PASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    common::assert_ok(&out);
+    assert!(
+        !common::stderr(&out).contains(PASSWORD),
+        "the password must not be logged"
+    );
+    let episodes = common::jsonl(&dir.join("episodes.jsonl"));
+    assert!(!episodes.is_empty());
+    let mut correct = 0;
+    for e in &episodes {
+        let o = &e["outcome"];
+        match o["kind"].as_str().unwrap() {
+            "correct" => {
+                assert_eq!(o["timing"], "cpu", "{o}");
+                correct += 1;
+            }
+            "compile_error" | "unsupported" | "wrong" | "crash" => {}
+            other => panic!("a reference solution or a broken one cannot get {other}: {o}"),
+        }
+    }
+    assert!(correct > 0, "{episodes:?}");
+    let started = node.count("job started");
+    assert!(
+        started > 0,
+        "the node evaluated the run's kernels: {}",
+        node.log()
+    );
+    println!(
+        "kevin train: {} episodes, {correct} correct; the node ran {started} jobs",
+        episodes.len()
+    );
+}
