@@ -515,3 +515,43 @@ fn kevin_train_evaluates_on_worker_nodes() {
         episodes.len()
     );
 }
+
+/// Rough figures (ignored: run with `--ignored --nocapture`): the latency a loopback bus adds to
+/// one evaluation, and throughput, one node (1 worker) against the local pool (1 worker), warm.
+#[test]
+#[ignore]
+fn loopback_latency_against_the_local_pool() {
+    let Some(server) = NatsServer::start("latency", None) else {
+        return;
+    };
+    let node = Node::start(&server, "latency", "a", &["--jobs", "4"], &[]);
+    let remote: Arc<dyn KernelEnv> = Arc::new(remote_env(&server, "latency", 3));
+    let local: Arc<dyn KernelEnv> = Arc::new(
+        kevin::env::cpu::CpuEnv::new(
+            Arc::new(TaskSuite::load(root().join("tasks")).unwrap()),
+            &root().join("tasks"),
+            Preset::Small,
+            bin(),
+            1,
+            DEADLINES,
+        )
+        .unwrap(),
+    );
+    let (task, source) = case("relu.correct");
+    let n = 10;
+    for (name, env) in [("remote", &remote), ("local", &local)] {
+        // Warm: the node's environment built, the suite fetched.
+        assert!(evaluate(env.as_ref(), &task, &source).is_correct());
+        let t0 = Instant::now();
+        for _ in 0..n {
+            assert!(evaluate(env.as_ref(), &task, &source).is_correct());
+        }
+        let one = t0.elapsed().as_secs_f64() / n as f64;
+        let jobs: Vec<_> = (0..n).map(|_| (task.clone(), source.clone())).collect();
+        let t0 = Instant::now();
+        evaluate_all(env, &jobs);
+        let rate = n as f64 / t0.elapsed().as_secs_f64();
+        println!("{name}: {:.1} ms per evaluation one at a time; {rate:.2} evaluations/s with {n} at once", one * 1e3);
+    }
+    drop(node);
+}
