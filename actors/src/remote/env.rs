@@ -449,3 +449,32 @@ impl KernelEnv for RemoteEnv {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(id: &str) -> JobResult {
+        JobResult {
+            id: id.into(),
+            node: "n".into(),
+            outcome: Outcome::HarnessError { reason: "x".into() },
+            ended: Ended::Compile,
+            compile_ms: 0.0,
+            eval_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_second_result_for_a_job_is_dropped() {
+        let shared = Shared::default();
+        let (tx, rx) = mpsc::sync_channel(1);
+        shared.pending.lock().unwrap().insert("d-1".into(), tx);
+        assert!(shared.deliver(result("d-1")));
+        // The redone job's result, and one for a job nobody waits for.
+        assert!(!shared.deliver(result("d-1")));
+        assert!(!shared.deliver(result("d-2")));
+        assert_eq!(rx.recv().unwrap().id, "d-1");
+        assert!(rx.try_recv().is_err());
+    }
+}
