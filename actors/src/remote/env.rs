@@ -434,8 +434,9 @@ impl KernelEnv for RemoteEnv {
         match compiled.artifact.downcast_ref::<RemoteArtifact>() {
             Some(a) if a.ended == Ended::Verify => Err(a.outcome.clone()),
             Some(_) => Ok(()),
-            None => Err(Outcome::Crash {
-                reason: "not a remote evaluation".into(),
+            // kevin's own mistake, never the candidate's.
+            None => Err(Outcome::HarnessError {
+                reason: "the remote environment got an artifact it did not make".into(),
             }),
         }
     }
@@ -443,8 +444,8 @@ impl KernelEnv for RemoteEnv {
     fn profile(&self, compiled: &Compiled) -> Outcome {
         match compiled.artifact.downcast_ref::<RemoteArtifact>() {
             Some(a) => a.outcome.clone(),
-            None => Outcome::Crash {
-                reason: "not a remote evaluation".into(),
+            None => Outcome::HarnessError {
+                reason: "the remote environment got an artifact it did not make".into(),
             },
         }
     }
