@@ -453,10 +453,7 @@ fn new_constructs_verify_on_the_cpu_backend() {
     if !cpu_backend_available() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("kevin-newops-{}", std::process::id()));
-    let tasks = dir.join("tasks");
-    std::fs::create_dir_all(&tasks).unwrap();
-    let programs: [(&str, &str, &[(&str, u32)]); 10] = [
+    let programs: [Program; 10] = [
         ("col_scale", "input A: f32[N]\ninput B: f32[N, M]\noutput Y: f32[N, M]\nY = unsqueeze(A, axis=1) * B\n", &[("N", 37), ("M", 41)]),
         ("squeeze_sum_f16", "input X: f16[B, N]\noutput Y: f16[B]\nY = squeeze(squeeze(sum(unsqueeze(X, axis=1), axis=2, keepdim=true), axis=2), axis=1) * 0.5\n", &[("B", 37), ("N", 41)]),
         ("mm_view_bias_bf16", "input A: bf16[M, K]\ninput W: bf16[K, N]\ninput c: bf16[1, N]\noutput Y: bf16[M, N]\nY = relu(A @ W + squeeze(unsqueeze(c, axis=0), axis=0))\n", &[("M", 37), ("K", 19), ("N", 41)]),
@@ -468,17 +465,7 @@ fn new_constructs_verify_on_the_cpu_backend() {
         ("attention_f16", "input Q: f16[B, H, S, D]\ninput K: f16[B, H, S, D]\ninput V: f16[B, H, S, D]\noutput Y: f16[B, H, S, D]\nY = softmax(Q @ transpose(K) * 0.125, axis=-1) @ V\n", &[("B", 2), ("H", 3), ("S", 17), ("D", 9)]),
         ("einsum_ijk_bf16", "input A: bf16[b, i, j, l]\ninput B: bf16[l, k]\noutput Y: bf16[b, i, j, k]\nY = A @ B\n", &[("b", 2), ("i", 3), ("j", 5), ("l", 19), ("k", 7)]),
     ];
-    for (name, program, sizes) in programs {
-        task_file(&tasks, name, program, sizes);
-    }
-    let (covered, stdout) = naive_kernels_verified(&tasks, &dir.join("new.jsonl"));
-    for (name, _, _) in programs {
-        assert!(
-            covered.contains(name),
-            "{name} has no verified kernel\n{stdout}"
-        );
-    }
-    std::fs::remove_dir_all(&dir).unwrap();
+    every_program_gets_verified_kernels("newops", &programs);
 }
 
 /// Tasks named with words that C++ or the headers a kernel is compiled against take (keywords,
@@ -491,10 +478,7 @@ fn header_names_product_operands_and_prod_verify_on_the_cpu_backend() {
     if !cpu_backend_available() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("kevin-names-{}", std::process::id()));
-    let tasks = dir.join("tasks");
-    std::fs::create_dir_all(&tasks).unwrap();
-    let programs: [(&str, &str, &[(&str, u32)]); 10] = [
+    let programs: [Program; 10] = [
         ("cpp_keywords", "input new: f32[template, this]\ninput union: f32[this]\noutput delete: f32[template, this]\ndelete = relu(new) * union\n", &[("template", 37), ("this", 41)]),
         ("macros_f16", "input NAN: f16[INFINITY, EOF]\noutput NULL: f16[INFINITY]\nNULL = sum(NAN, axis=1)\n", &[("INFINITY", 37), ("EOF", 41)]),
         ("lower_macros_bf16", "input _x: bf16[errno, warpSize]\ninput W: bf16[warpSize, M_PI]\noutput stdout: bf16[errno, M_PI]\nstdout = _x @ W\n", &[("errno", 37), ("warpSize", 19), ("M_PI", 41)]),
@@ -506,13 +490,25 @@ fn header_names_product_operands_and_prod_verify_on_the_cpu_backend() {
         ("prod_rows", "input X: f32[B, N]\noutput Y: f32[B]\nY = prod(X, axis=1)\n", &[("B", 37), ("N", 41)]),
         ("prod_two_axes_bf16", "input X: bf16[B, C, H, W]\noutput Y: bf16[B, C]\nY = prod(prod(X, axis=3), axis=2) * 2.0\n", &[("B", 3), ("C", 5), ("H", 4), ("W", 6)]),
     ];
+    every_program_gets_verified_kernels("names", &programs);
+}
+
+/// A task of the op language: its name, program and sizes.
+type Program<'a> = (&'a str, &'a str, &'a [(&'a str, u32)]);
+
+/// Writes `programs` as tasks of a fresh folder and checks that the naive writer gives every one
+/// of them kernels the CPU backend verifies.
+fn every_program_gets_verified_kernels(tag: &str, programs: &[Program]) {
+    let dir = std::env::temp_dir().join(format!("kevin-{tag}-{}", std::process::id()));
+    let tasks = dir.join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
     for (name, program, sizes) in programs {
         task_file(&tasks, name, program, sizes);
     }
-    let (covered, stdout) = naive_kernels_verified(&tasks, &dir.join("names.jsonl"));
+    let (covered, stdout) = naive_kernels_verified(&tasks, &dir.join(format!("{tag}.jsonl")));
     for (name, _, _) in programs {
         assert!(
-            covered.contains(name),
+            covered.contains(*name),
             "{name} has no verified kernel\n{stdout}"
         );
     }
