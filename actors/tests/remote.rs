@@ -12,8 +12,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +20,7 @@ use kevin::config::RemoteEnvSection;
 use kevin::env::{evaluate, Deadlines, KernelEnv};
 use kevin::outcome::Outcome;
 use kevin::tasks::{Preset, TaskSuite};
+use kevin_actors::remote::server::LocalNatsServer;
 use kevin_actors::remote::RemoteEnv;
 
 use common::{bin, cpu_backend_available, root};
@@ -29,83 +28,23 @@ use common::{bin, cpu_backend_available, root};
 /// The password of the servers that ask for one (only ever in a child's environment).
 const PASSWORD: &str = "s3cret-for-tests";
 
-/// A nats-server of one test, stopped and its storage removed when dropped.
-struct NatsServer {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl NatsServer {
-    /// Starts nats-server with JetStream on a free loopback port (with `user` and [`PASSWORD`]
-    /// when `user` is given); None (skipped, the reason printed) when nats-server is missing,
-    /// unless KEVIN_REQUIRE_NATS=1.
-    fn start(test: &str, user: Option<&str>) -> Option<NatsServer> {
-        if Command::new("nats-server")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            if std::env::var("KEVIN_REQUIRE_NATS").as_deref() == Ok("1") {
-                panic!(
-                    "KEVIN_REQUIRE_NATS=1 but nats-server is not installed \
-                     (apt-get install nats-server)"
-                );
-            }
-            eprintln!("skipping: nats-server is not installed (apt-get install nats-server)");
-            return None;
+/// The nats-server of one test ([`LocalNatsServer`]: stopped and its storage removed when
+/// dropped), with [`PASSWORD`] for `user` when given; None (skipped, the reason printed) when
+/// nats-server or the CPU backend is missing, unless KEVIN_REQUIRE_NATS=1.
+fn nats_server(test: &str, user: Option<&str>) -> Option<LocalNatsServer> {
+    if let Some(why) = kevin_actors::remote::server::missing() {
+        if std::env::var("KEVIN_REQUIRE_NATS").as_deref() == Ok("1") {
+            panic!("KEVIN_REQUIRE_NATS=1 but {why}");
         }
-        if !cpu_backend_available() {
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("kevin-nats-{test}-{}", std::process::id()));
-        std::fs::remove_dir_all(&dir).ok();
-        std::fs::create_dir_all(&dir).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut conf = format!(
-            "listen: \"127.0.0.1:{port}\"\njetstream {{ store_dir: {:?} }}\n",
-            dir.join("js").display().to_string()
-        );
-        if let Some(user) = user {
-            conf.push_str(&format!(
-                "authorization {{ user: {user:?}, password: {PASSWORD:?} }}\n"
-            ));
-        }
-        std::fs::write(dir.join("nats.conf"), conf).unwrap();
-        let child = Command::new("nats-server")
-            .arg("-c")
-            .arg(dir.join("nats.conf"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("nats.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let server = NatsServer { child, port, dir };
-        let t0 = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "nats-server did not listen on port {port}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Some(server)
+        eprintln!("skipping: {why}");
+        return None;
     }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+    if !cpu_backend_available() {
+        return None;
     }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    let dir = std::env::temp_dir().join(format!("kevin-nats-{test}-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    Some(LocalNatsServer::start(&dir, user.map(|u| (u, PASSWORD))).unwrap())
 }
 
 /// A `kevin worker-node` process, its stderr lines collected; killed when dropped.
@@ -118,7 +57,7 @@ impl Node {
     /// `kevin worker-node --nats URL --prefix PREFIX --backend cpu` with `args`, `env` in its
     /// environment.
     fn start(
-        server: &NatsServer,
+        server: &LocalNatsServer,
         prefix: &str,
         name: &str,
         args: &[&str],
@@ -129,7 +68,7 @@ impl Node {
             .args(["--prefix", prefix])
             .args(["--name", name, "--workers", "1"])
             .arg("--cache")
-            .arg(server.dir.join(format!("cache-{name}")))
+            .arg(server.dir().join(format!("cache-{name}")))
             .args(args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
@@ -198,7 +137,7 @@ const DEADLINES: Deadlines = Deadlines {
 };
 
 /// `[env.remote]` for `server` under `prefix`, with ack_wait just above the deadlines.
-fn section(server: &NatsServer, prefix: &str, max_deliver: u32) -> RemoteEnvSection {
+fn section(server: &LocalNatsServer, prefix: &str, max_deliver: u32) -> RemoteEnvSection {
     RemoteEnvSection {
         url: server.url(),
         prefix: prefix.into(),
@@ -210,7 +149,7 @@ fn section(server: &NatsServer, prefix: &str, max_deliver: u32) -> RemoteEnvSect
     }
 }
 
-fn remote_env(server: &NatsServer, prefix: &str, max_deliver: u32) -> RemoteEnv {
+fn remote_env(server: &LocalNatsServer, prefix: &str, max_deliver: u32) -> RemoteEnv {
     let suite = Arc::new(TaskSuite::load(root().join("tasks")).unwrap());
     RemoteEnv::start(
         &section(server, prefix, max_deliver),
@@ -249,7 +188,7 @@ fn evaluate_all(env: &Arc<dyn KernelEnv>, jobs: &[(String, String)]) -> Vec<Outc
 
 #[test]
 fn two_nodes_judge_like_the_local_cpu_pool() {
-    let Some(server) = NatsServer::start("match", None) else {
+    let Some(server) = nats_server("match", None) else {
         return;
     };
     let a = Node::start(&server, "match", "a", &["--jobs", "2"], &[]);
@@ -334,7 +273,7 @@ fn two_nodes_judge_like_the_local_cpu_pool() {
 
 #[test]
 fn a_node_killed_mid_job_loses_nothing() {
-    let Some(server) = NatsServer::start("kill", None) else {
+    let Some(server) = nats_server("kill", None) else {
         return;
     };
     let mut a = Node::start(&server, "kill", "a", &["--jobs", "1"], &[]);
@@ -369,7 +308,7 @@ fn a_node_killed_mid_job_loses_nothing() {
 
 #[test]
 fn a_job_no_node_finishes_is_a_harness_error() {
-    let Some(server) = NatsServer::start("maxdeliver", None) else {
+    let Some(server) = nats_server("maxdeliver", None) else {
         return;
     };
     let mut a = Node::start(&server, "maxdeliver", "a", &["--jobs", "1"], &[]);
@@ -399,7 +338,7 @@ fn a_job_no_node_finishes_is_a_harness_error() {
 
 #[test]
 fn wrong_credentials_are_refused_with_a_clear_error() {
-    let Some(server) = NatsServer::start("auth", Some("kevin")) else {
+    let Some(server) = nats_server("auth", Some("kevin")) else {
         return;
     };
     let wrong = "not-the-password-42";
@@ -451,7 +390,7 @@ fn wrong_credentials_are_refused_with_a_clear_error() {
 
 #[test]
 fn kevin_train_evaluates_on_worker_nodes() {
-    let Some(server) = NatsServer::start("train", Some("kevin")) else {
+    let Some(server) = nats_server("train", Some("kevin")) else {
         return;
     };
     let node = Node::start(
@@ -461,8 +400,8 @@ fn kevin_train_evaluates_on_worker_nodes() {
         &["--user", "kevin", "--jobs", "2"],
         &[("KEVIN_NATS_PASSWORD", PASSWORD)],
     );
-    let dir = server.dir.join("run");
-    let config = server.dir.join("config.toml");
+    let dir = server.dir().join("run");
+    let config = server.dir().join("config.toml");
     let extra = format!(
         "[tasks]\nsource = \"suite\"\ndir = {:?}\npreset = \"small\"\n\
          [env]\nkind = \"remote\"\ncompile_timeout_ms = 60000\n\
@@ -516,42 +455,71 @@ fn kevin_train_evaluates_on_worker_nodes() {
     );
 }
 
-/// Rough figures (ignored: run with `--ignored --nocapture`): the latency a loopback bus adds to
-/// one evaluation, and throughput, one node (1 worker) against the local pool (1 worker), warm.
+/// `kevin bench remote --backend sim` end to end: a nats-server of its own, a node process, the
+/// local pool and the bus side by side, every job answered once; the report's figures are there
+/// (their size is the benchmark's business, not a test's).
 #[test]
-#[ignore]
-fn loopback_latency_against_the_local_pool() {
-    let Some(server) = NatsServer::start("latency", None) else {
+fn bench_remote_measures_the_bus_against_the_local_pool() {
+    // The bench starts its own server; this only checks that one can run here.
+    let Some(server) = nats_server("bench", None) else {
         return;
     };
-    let node = Node::start(&server, "latency", "a", &["--jobs", "4"], &[]);
-    let remote: Arc<dyn KernelEnv> = Arc::new(remote_env(&server, "latency", 3));
-    let local: Arc<dyn KernelEnv> = Arc::new(
-        kevin::env::cpu::CpuEnv::new(
-            Arc::new(TaskSuite::load(root().join("tasks")).unwrap()),
-            &root().join("tasks"),
-            Preset::Small,
-            bin(),
-            1,
-            DEADLINES,
-        )
-        .unwrap(),
+    drop(server);
+    let json = std::env::temp_dir().join(format!("kevin-bench-remote-{}.json", std::process::id()));
+    let out = Command::new(bin())
+        .current_dir(root())
+        .args(["bench", "remote", "--backend", "sim", "--sequential", "20"])
+        .args([
+            "--jobs",
+            "60",
+            "--concurrency",
+            "4",
+            "--workers",
+            "2",
+            "--nodes",
+            "2",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
-    let (task, source) = case("relu.correct");
-    let n = 10;
-    for (name, env) in [("remote", &remote), ("local", &local)] {
-        // Warm: the node's environment built, the suite fetched.
-        assert!(evaluate(env.as_ref(), &task, &source).is_correct());
-        let t0 = Instant::now();
-        for _ in 0..n {
-            assert!(evaluate(env.as_ref(), &task, &source).is_correct());
-        }
-        let one = t0.elapsed().as_secs_f64() / n as f64;
-        let jobs: Vec<_> = (0..n).map(|_| (task.clone(), source.clone())).collect();
-        let t0 = Instant::now();
-        evaluate_all(env, &jobs);
-        let rate = n as f64 / t0.elapsed().as_secs_f64();
-        println!("{name}: {:.1} ms per evaluation one at a time; {rate:.2} evaluations/s with {n} at once", one * 1e3);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).ok();
+    for side in ["local", "remote"] {
+        assert!(r[side]["jobs_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r[side]["outcomes"].as_array().unwrap().len(), 20, "{r}");
     }
-    drop(node);
+    assert!(
+        r["remote"]["latency_median_ms"].as_f64().unwrap() > 0.0,
+        "{r}"
+    );
+    assert!(r["added_latency_ms"].as_f64().unwrap().is_finite(), "{r}");
+    let stats = r["remote_stats"].as_str().unwrap();
+    let jobs: u64 = stats
+        .split("jobs: ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(jobs >= 80, "warm-up, 20 and 60 jobs: {stats}");
+    assert!(
+        stats.contains(&format!("results: {jobs},")),
+        "each job answered once: {stats}"
+    );
+    assert!(
+        stats.contains("duplicates: 0, gave_up: 0, timed_out: 0"),
+        "{stats}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("| latency median (ms) |"));
 }

@@ -13,8 +13,10 @@ pub struct Args {
     /// NATS server URL(s), comma-separated (e.g. nats://10.0.0.5:4222). No password in it.
     #[arg(long, value_name = "URL")]
     pub nats: String,
-    /// Evaluation backend: "cpu" or "cuda" (default: cuda when nvidia-smi lists a GPU).
-    #[arg(long, value_parser = ["cpu", "cuda"])]
+    /// Evaluation backend: "cpu" or "cuda" (default: cuda when nvidia-smi lists a GPU); "sim"
+    /// answers every job at once with a simulated verdict, to measure the bus alone (`kevin bench
+    /// remote --backend sim`), never for training.
+    #[arg(long, value_parser = ["cpu", "cuda", "sim"])]
     pub backend: Option<String>,
     /// The fleet's prefix (the daemon's env.remote.prefix).
     #[arg(long, default_value = "kevin")]

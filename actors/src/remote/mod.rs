@@ -45,6 +45,7 @@ use kevin::tasks::Preset;
 
 mod env;
 pub mod node;
+pub mod server;
 
 pub use env::{RemoteEnv, RemoteStats};
 

@@ -16,6 +16,7 @@ use async_nats::jetstream::{self, consumer, message::PublishMessage, AckKind};
 use futures_util::StreamExt;
 use tokio::sync::{Mutex, Semaphore};
 
+use kevin::config::SimEnvSection;
 use kevin::env::{EnvSpec, KernelEnv};
 use kevin::outcome::Outcome;
 use kevin::tasks::TaskSuite;
@@ -29,7 +30,7 @@ pub struct NodeOptions {
     pub conn: Connection,
     /// The fleet's prefix.
     pub prefix: String,
-    /// "cpu" or "cuda" (None: the machine's default).
+    /// "cpu", "cuda" or "sim" (None: the machine's default).
     pub backend: Option<String>,
     /// Worker processes of the local environment.
     pub workers: usize,
@@ -42,6 +43,20 @@ pub struct NodeOptions {
 }
 
 type Envs = Mutex<HashMap<String, Arc<dyn KernelEnv>>>;
+
+/// `--backend sim`: simulated verdicts that cost nothing, so a node's answer time is the bus's.
+pub const SIM_NO_COST: SimEnvSection = SimEnvSection {
+    compile_ms: 0.0,
+    verify_ms: 0.0,
+    profile_ms: 0.0,
+    p_compile_error: 0.3,
+    p_wrong: 0.3,
+    p_crash: 0.02,
+    improve_per_turn: 0.7,
+    median_speedup: 0.8,
+    p_panic: 0.0,
+    p_harness_error: 0.0,
+};
 
 struct Node {
     opts: NodeOptions,
@@ -247,11 +262,10 @@ impl Node {
             return Ok(env.clone());
         }
         let dir = self.fetch_suite(&job.suite).await?;
-        let spec = EnvSpec::for_command(
-            self.opts.backend.as_deref(),
-            self.opts.workers,
-            job.deadlines,
-        )?;
+        let spec = match self.opts.backend.as_deref() {
+            Some("sim") => EnvSpec::Simulated(SIM_NO_COST),
+            backend => EnvSpec::for_command(backend, self.opts.workers, job.deadlines)?,
+        };
         let spec = match spec {
             EnvSpec::Cpu {
                 workers,

@@ -1,5 +1,5 @@
 //! `kevin bench ...`: the benchmarks, one module each (`pipeline`, `gpu`, `policy`, `modes`,
-//! `soak`, `hacks`, `faults`), with the environment flags `hacks` and `faults` share ([`EnvArgs`]).
+//! `soak`, `remote`, `hacks`, `faults`), with the environment flags `hacks` and `faults` share ([`EnvArgs`]).
 //!
 //! `hacks` and `faults` are pass/fail suites (exit 1 on a mismatch) but stay under `bench`: they
 //! also report measured figures (evaluation times, throughput, respawn latency), and external
@@ -15,6 +15,7 @@ pub mod hacks;
 pub mod modes;
 pub mod pipeline;
 pub mod policy;
+pub mod remote;
 pub mod soak;
 
 use std::path::PathBuf;
@@ -69,6 +70,11 @@ pub enum BenchCommand {
     /// restart on the same directory. Reports turns/s, RSS growth after warm-up, disk against
     /// the budget, and restart time before and after.
     Soak(soak::Args),
+    /// Remote evaluation through NATS JetStream against the local pool, side by side: the
+    /// latency of one evaluation and the throughput of many, with `kevin worker-node` processes on
+    /// this machine (`--backend sim`: the bus alone). Starts a nats-server of its own without
+    /// `--nats`.
+    Remote(remote::Args),
 }
 
 /// Runs the benchmark.
@@ -81,6 +87,7 @@ pub fn run(args: Args) -> CmdResult {
         BenchCommand::Faults(a) => faults::run_cmd(&a),
         BenchCommand::Modes(a) => modes::run_cmd(&a),
         BenchCommand::Soak(a) => soak::run_cmd(&a),
+        BenchCommand::Remote(a) => remote::run_cmd(&a),
     }
 }
 
