@@ -307,6 +307,48 @@ fn a_node_killed_mid_job_loses_nothing() {
 }
 
 #[test]
+fn a_nats_server_restarted_mid_run_loses_nothing() {
+    let Some(mut server) = nats_server("restart", None) else {
+        return;
+    };
+    let a = Node::start(&server, "restart", "a", &["--jobs", "2"], &[]);
+    let remote = Arc::new(remote_env(&server, "restart", 3));
+    let env: Arc<dyn KernelEnv> = remote.clone();
+    let jobs: Vec<_> = [
+        "relu",
+        "relu_sum_rows",
+        "softmax",
+        "gelu",
+        "l2_normalize",
+        "matmul",
+    ]
+    .iter()
+    .map(|t| solution(t))
+    .collect();
+    let runner = {
+        let (env, jobs) = (env.clone(), jobs.clone());
+        std::thread::spawn(move || evaluate_all(&env, &jobs))
+    };
+    // Jobs queued and one in hand: the server dies and comes back on its storage.
+    a.wait_for("job started", Duration::from_secs(60));
+    server.restart().unwrap();
+    let restarted_at = Instant::now();
+    let outcomes = runner.join().unwrap();
+    for (job, o) in jobs.iter().zip(&outcomes) {
+        assert!(o.is_correct(), "{}: {o:?}\na:\n{}", job.0, a.log());
+    }
+    let stats = remote.stats();
+    println!(
+        "nats-server restarted mid-run; all {} done {:.1} s later; {stats:?}",
+        jobs.len(),
+        restarted_at.elapsed().as_secs_f64()
+    );
+    assert_eq!(stats.jobs, jobs.len() as u64);
+    assert_eq!(stats.results, jobs.len() as u64, "each job answered once");
+    assert_eq!(stats.gave_up + stats.timed_out, 0);
+}
+
+#[test]
 fn a_job_no_node_finishes_is_a_harness_error() {
     let Some(server) = nats_server("maxdeliver", None) else {
         return;

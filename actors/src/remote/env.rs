@@ -21,6 +21,7 @@ use kevin::config::RemoteEnvSection;
 use kevin::env::{Compiled, Deadlines, KernelEnv};
 use kevin::outcome::Outcome;
 use kevin::tasks::{Preset, TaskSuite};
+use kevin::worker::PoolStats;
 
 use super::{
     declare_queue, now_unix_ms, read_suite_files, Connection, Ended, Job, JobResult, Names,
@@ -55,11 +56,13 @@ struct Shared {
 }
 
 impl Shared {
-    /// Hands `result` to the evaluation waiting for it; false when none is (a duplicate).
-    fn deliver(&self, result: JobResult) -> bool {
+    /// Hands `result` to the evaluation waiting for it, counting it in `counter` first (so the
+    /// count is there once the evaluation returns); false when none waits (a duplicate).
+    fn deliver(&self, result: JobResult, counter: &AtomicU64) -> bool {
         let waiting = self.pending.lock().unwrap().remove(&result.id);
         match waiting {
             Some(tx) => {
+                counter.fetch_add(1, Ordering::Relaxed);
                 let _ = tx.try_send(result);
                 true
             }
@@ -203,9 +206,7 @@ impl RemoteEnv {
                         match serde_json::from_slice::<JobResult>(&m.payload) {
                             Ok(r) => {
                                 let (id, node) = (r.id.clone(), r.node.clone());
-                                if listener.deliver(r) {
-                                    listener.results.fetch_add(1, Ordering::Relaxed);
-                                } else {
+                                if !listener.deliver(r, &listener.results) {
                                     listener.duplicates.fetch_add(1, Ordering::Relaxed);
                                     tracing::info!(job = %id, node = %node, "remote: dropped a duplicate result");
                                 }
@@ -233,22 +234,24 @@ impl RemoteEnv {
                         };
                         let id = listener.by_seq.lock().unwrap().remove(&seq);
                         let Some(id) = id else { continue };
-                        let given_up = listener.deliver(JobResult {
-                            id: id.clone(),
-                            node: String::new(),
-                            outcome: Outcome::HarnessError {
-                                reason: format!(
-                                    "no worker node finished the evaluation in {max_deliver} \
+                        let given_up = listener.deliver(
+                            JobResult {
+                                id: id.clone(),
+                                node: String::new(),
+                                outcome: Outcome::HarnessError {
+                                    reason: format!(
+                                        "no worker node finished the evaluation in {max_deliver} \
                                      deliveries (env.remote.max_deliver): the nodes died or \
                                      stalled on it"
-                                ),
+                                    ),
+                                },
+                                ended: Ended::Compile,
+                                compile_ms: 0.0,
+                                eval_ms: 0.0,
                             },
-                            ended: Ended::Compile,
-                            compile_ms: 0.0,
-                            eval_ms: 0.0,
-                        });
+                            &listener.gave_up,
+                        );
                         if given_up {
-                            listener.gave_up.fetch_add(1, Ordering::Relaxed);
                             tracing::warn!(job = %id, "remote: a job reached max_deliver; a harness error");
                         }
                         // It would stay in the work queue, undeliverable.
@@ -413,6 +416,23 @@ impl KernelEnv for RemoteEnv {
         self.describe.clone()
     }
 
+    /// The bus as one pool, "remote" (what Prometheus and the benches read): requests are the
+    /// jobs published, successes the results received, timeouts the jobs no node answered within
+    /// `job_timeout_ms`, crashes the jobs given up after `max_deliver` deliveries (their nodes
+    /// died or stalled); a duplicate result dropped is a protocol error.
+    fn pool_stats(&self) -> Vec<(String, PoolStats)> {
+        let s = self.stats();
+        let stats = PoolStats {
+            requests: s.jobs,
+            succeeded: s.results,
+            timeouts: s.timed_out,
+            crashes: s.gave_up,
+            protocol_errors: s.duplicates,
+            ..PoolStats::default()
+        };
+        vec![("remote".into(), stats)]
+    }
+
     fn compile(&self, task: &str, source: &str) -> Result<Compiled, Outcome> {
         // Cheap and local: a format or launch-plan error needs no node.
         kevin::env::admit_named(&self.suite, task, self.preset, &self.limits, source)?;
@@ -471,10 +491,11 @@ mod tests {
         let shared = Shared::default();
         let (tx, rx) = mpsc::sync_channel(1);
         shared.pending.lock().unwrap().insert("d-1".into(), tx);
-        assert!(shared.deliver(result("d-1")));
+        assert!(shared.deliver(result("d-1"), &shared.results));
         // The redone job's result, and one for a job nobody waits for.
-        assert!(!shared.deliver(result("d-1")));
-        assert!(!shared.deliver(result("d-2")));
+        assert!(!shared.deliver(result("d-1"), &shared.results));
+        assert!(!shared.deliver(result("d-2"), &shared.results));
+        assert_eq!(shared.results.load(Ordering::Relaxed), 1);
         assert_eq!(rx.recv().unwrap().id, "d-1");
         assert!(rx.try_recv().is_err());
     }

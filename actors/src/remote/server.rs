@@ -49,34 +49,20 @@ impl LocalNatsServer {
         }
         let conf_path = dir.join("nats.conf");
         std::fs::write(&conf_path, conf).map_err(|e| format!("{}: {e}", conf_path.display()))?;
-        let log = std::fs::File::create(dir.join("nats.log"))
-            .map_err(|e| format!("{}: {e}", dir.join("nats.log").display()))?;
-        let child = Command::new("nats-server")
-            .arg("-c")
-            .arg(&conf_path)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("starting nats-server: {e}"))?;
-        let mut server = LocalNatsServer {
+        let child = spawn(dir, port)?;
+        Ok(LocalNatsServer {
             child,
             port,
             dir: dir.to_path_buf(),
-        };
-        let t0 = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!(
-                    "nats-server exited ({status}); see {}",
-                    dir.join("nats.log").display()
-                ));
-            }
-            if t0.elapsed() > Duration::from_secs(10) {
-                return Err(format!("nats-server did not listen on port {port} in 10 s"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
+        })
+    }
+
+    /// Kills the server (as a crash would) and starts it again on the same port and storage.
+    pub fn restart(&mut self) -> Result<(), String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(&self.dir, self.port)?;
+        Ok(())
     }
 
     /// Its URL.
@@ -96,4 +82,38 @@ impl Drop for LocalNatsServer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Starts nats-server with `dir`'s config (its log appended to `dir/nats.log`) and waits until it
+/// listens on `port`.
+fn spawn(dir: &Path, port: u16) -> Result<Child, String> {
+    let log_path = dir.join("nats.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let mut child = Command::new("nats-server")
+        .arg("-c")
+        .arg(dir.join("nats.conf"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("starting nats-server: {e}"))?;
+    let t0 = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "nats-server exited ({status}); see {}",
+                log_path.display()
+            ));
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("nats-server did not listen on port {port} in 10 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(child)
 }
