@@ -32,6 +32,14 @@ const PASSWORD: &str = "s3cret-for-tests";
 /// dropped), with [`PASSWORD`] for `user` when given; None (skipped, the reason printed) when
 /// nats-server or the CPU backend is missing, unless KEVIN_REQUIRE_NATS=1.
 fn nats_server(test: &str, user: Option<&str>) -> Option<LocalNatsServer> {
+    let auth = user.map_or(String::new(), |u| {
+        format!("authorization {{ user: {u:?}, password: {PASSWORD:?} }}\n")
+    });
+    nats_server_conf(test, &auth)
+}
+
+/// [`nats_server`] with `extra` in its config.
+fn nats_server_conf(test: &str, extra: &str) -> Option<LocalNatsServer> {
     if let Some(why) = kevin_actors::remote::server::missing() {
         if std::env::var("KEVIN_REQUIRE_NATS").as_deref() == Ok("1") {
             panic!("KEVIN_REQUIRE_NATS=1 but {why}");
@@ -44,7 +52,7 @@ fn nats_server(test: &str, user: Option<&str>) -> Option<LocalNatsServer> {
     }
     let dir = std::env::temp_dir().join(format!("kevin-nats-{test}-{}", std::process::id()));
     std::fs::remove_dir_all(&dir).ok();
-    Some(LocalNatsServer::start(&dir, user.map(|u| (u, PASSWORD))).unwrap())
+    Some(LocalNatsServer::start(&dir, extra).unwrap())
 }
 
 /// A `kevin worker-node` process, its stderr lines collected; killed when dropped.
@@ -115,6 +123,21 @@ impl Node {
 
     fn log(&self) -> String {
         self.lines.lock().unwrap().join("\n")
+    }
+
+    /// Waits (at most 20 s) for the node to exit, as a refused one does: its status and log.
+    fn exit(&mut self) -> (std::process::ExitStatus, String) {
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "{}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // The last lines reach the collector.
+        std::thread::sleep(Duration::from_millis(100));
+        (status, self.log())
     }
 
     fn kill(&mut self) {
@@ -391,16 +414,7 @@ fn wrong_credentials_are_refused_with_a_clear_error() {
         &["--user", "kevin"],
         &[("KEVIN_NATS_PASSWORD", wrong)],
     );
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = refused.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20), "{}", refused.log());
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    std::thread::sleep(Duration::from_millis(100));
-    let log = refused.log();
+    let (status, log) = refused.exit();
     println!("{log}");
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("refused the credentials"), "{log}");
@@ -428,6 +442,163 @@ fn wrong_credentials_are_refused_with_a_clear_error() {
         &[("KEVIN_NATS_PASSWORD", PASSWORD)],
     );
     good.wait_for("worker node connected", Duration::from_secs(20));
+}
+
+/// A self-signed CA and a server certificate for 127.0.0.1 (openssl), in `dir`: the CA's PEM.
+fn test_certificates(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=kevin-test-ca",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+    dir.join("ca.pem")
+}
+
+#[test]
+fn nkeys_over_tls_are_admitted_and_a_wrong_seed_or_an_untrusted_server_refused() {
+    if Command::new("openssl").arg("version").output().is_err() {
+        if std::env::var("KEVIN_REQUIRE_NATS").as_deref() == Ok("1") {
+            panic!(
+                "KEVIN_REQUIRE_NATS=1 but openssl, which makes the test certificates, is missing"
+            );
+        }
+        eprintln!("skipping: no openssl to make test certificates");
+        return;
+    }
+    let certs = std::env::temp_dir().join(format!("kevin-nats-certs-{}", std::process::id()));
+    let ca = test_certificates(&certs);
+    let user = nkeys::KeyPair::new_user();
+    let seed_file = certs.join("user.nk");
+    std::fs::write(&seed_file, user.seed().unwrap()).unwrap();
+    let stranger = certs.join("stranger.nk");
+    std::fs::write(&stranger, nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
+    let conf = format!(
+        "authorization {{ users: [ {{ nkey: {:?} }} ] }}\n\
+         tls {{ cert_file: {:?}, key_file: {:?} }}\n",
+        user.public_key(),
+        certs.join("server.pem").display().to_string(),
+        certs.join("server.key").display().to_string(),
+    );
+    let Some(server) = nats_server_conf("tls", &conf) else {
+        return;
+    };
+    let (seed, ca_s, stranger_s) = (
+        seed_file.display().to_string(),
+        ca.display().to_string(),
+        stranger.display().to_string(),
+    );
+    // A seed the server does not know: refused, naming the file, never the seed.
+    let mut refused = Node::start(
+        &server,
+        "tls",
+        "stranger",
+        &["--nkey-file", &stranger_s, "--tls-ca-file", &ca_s],
+        &[],
+    );
+    let (status, log) = refused.exit();
+    println!("unknown seed: {}", log.lines().last().unwrap_or(""));
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("refused the credentials") && log.contains("stranger.nk"),
+        "{log}"
+    );
+    let stranger_seed = std::fs::read_to_string(&stranger).unwrap();
+    assert!(
+        !log.contains(stranger_seed.trim()),
+        "the seed must not be shown: {log}"
+    );
+    // The right seed, but the server's certificate from a CA the node does not trust.
+    let mut untrusted = Node::start(&server, "tls", "untrusted", &["--nkey-file", &seed], &[]);
+    let (status, log) = untrusted.exit();
+    println!("untrusted server: {}", log.lines().last().unwrap_or(""));
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("TLS with the NATS server") && log.contains("certificate"),
+        "{log}"
+    );
+    // Both right: a node and the daemon over TLS with the nkey judge a reference solution.
+    let node = Node::start(
+        &server,
+        "tls",
+        "good",
+        &["--nkey-file", &seed, "--tls-ca-file", &ca_s],
+        &[],
+    );
+    let section = RemoteEnvSection {
+        nkey_file: seed.to_string(),
+        tls_ca_file: ca_s.to_string(),
+        ..section(&server, "tls", 3)
+    };
+    let remote = RemoteEnv::start(
+        &section,
+        Preset::Small,
+        DEADLINES,
+        Arc::new(TaskSuite::load(root().join("tasks")).unwrap()),
+        &root().join("tasks"),
+    )
+    .unwrap();
+    assert!(remote.describe().contains("nkey seed from") && remote.describe().contains("TLS"));
+    let (task, source) = solution("relu");
+    let outcome = evaluate(&remote, &task, &source);
+    assert!(outcome.is_correct(), "{outcome:?}\n{}", node.log());
+    std::fs::remove_dir_all(&certs).ok();
 }
 
 #[test]

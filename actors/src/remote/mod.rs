@@ -276,7 +276,19 @@ impl Connection {
                     self.url,
                     self.auth_kind()
                 ),
-                K::Tls => format!("TLS with the NATS server at {} failed: {e}", self.url),
+                // A certificate the client does not trust comes back as an IO error.
+                _ if matches!(e.kind(), K::Tls) || e.to_string().contains("certificate") => {
+                    format!(
+                        "TLS with the NATS server at {} failed ({}): {e}",
+                        self.url,
+                        if self.tls_ca_file.is_empty() {
+                            "trusting the system's CAs; --tls-ca-file or tls_ca_file names another"
+                                .to_string()
+                        } else {
+                            format!("trusting {}", self.tls_ca_file)
+                        }
+                    )
+                }
                 _ => format!("cannot connect to the NATS server at {}: {e}", self.url),
             }
         })

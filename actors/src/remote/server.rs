@@ -31,8 +31,9 @@ pub fn missing() -> Option<String> {
 
 impl LocalNatsServer {
     /// Starts nats-server in `dir` (created; its config, log and JetStream storage go there),
-    /// asking for `user` and `password` when given, and waits until it listens.
-    pub fn start(dir: &Path, auth: Option<(&str, &str)>) -> Result<LocalNatsServer, String> {
+    /// with `extra` appended to its config (an `authorization` or `tls` block; "" for none), and
+    /// waits until it listens.
+    pub fn start(dir: &Path, extra: &str) -> Result<LocalNatsServer, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -42,11 +43,7 @@ impl LocalNatsServer {
             "listen: \"127.0.0.1:{port}\"\njetstream {{ store_dir: {:?} }}\n",
             dir.join("js").display().to_string()
         );
-        if let Some((user, password)) = auth {
-            conf.push_str(&format!(
-                "authorization {{ user: {user:?}, password: {password:?} }}\n"
-            ));
-        }
+        conf.push_str(extra);
         let conf_path = dir.join("nats.conf");
         std::fs::write(&conf_path, conf).map_err(|e| format!("{}: {e}", conf_path.display()))?;
         let child = spawn(dir, port)?;

@@ -199,7 +199,7 @@ pub fn run(args: &Args) -> Result<RemoteReport, String> {
             if let Some(why) = server::missing() {
                 return Err(format!("{why}; or give --nats URL"));
             }
-            local_nats = LocalNatsServer::start(&tmp.join("nats"), None)?;
+            local_nats = LocalNatsServer::start(&tmp.join("nats"), "")?;
             local_nats.url()
         }
     };
