@@ -143,16 +143,17 @@ fn read_segment(
     let file = File::open(path).map_err(wal_err(path))?;
     let len = file.metadata().map_err(wal_err(path))?.len();
     let mut reader = BufReader::new(file);
-    let mut line = String::new();
+    // Bytes, not text: a consumed record is never checked as UTF-8 or kept, only its head read.
+    let mut line = Vec::new();
     let (mut good_len, mut lines) = (0u64, 0usize);
     loop {
         line.clear();
-        let n = reader.read_line(&mut line).map_err(wal_err(path))?;
-        if n == 0 || !line.ends_with('\n') {
+        let n = reader.read_until(b'\n', &mut line).map_err(wal_err(path))?;
+        if n == 0 || line.last() != Some(&b'\n') {
             break;
         }
         let seqs = quick_seqs(&line).or_else(|| {
-            serde_json::from_str::<WalHead>(&line)
+            serde_json::from_slice::<WalHead>(&line)
                 .ok()
                 .map(|h| (h.seq, h.group.seq))
         });
@@ -160,7 +161,19 @@ fn read_segment(
             Some((seq, group_seq)) if seq == group_seq => seq,
             _ => break,
         };
-        let text = want(seq).then(|| std::mem::take(&mut line));
+        let text = match want(seq) {
+            false => None,
+            true => Some(String::from_utf8(std::mem::take(&mut line)).map_err(|_| {
+                ReplayError::Wal {
+                    path: path.display().to_string(),
+                    reason: format!(
+                        "line {} is not UTF-8: the file is corrupt, not torn by a crash; move \
+                         the segment aside to resume without its groups",
+                        lines + 1
+                    ),
+                }
+            })?),
+        };
         good_len += n as u64;
         lines += 1;
         f(seq, lines, text);
@@ -176,14 +189,17 @@ fn read_segment(
 /// first, the object closed at the end), read from its start without scanning the rest: a
 /// consumed record of hundreds of KB then costs next to nothing. `None` for any other shape
 /// (the caller then parses the line as JSON).
-fn quick_seqs(line: &str) -> Option<(u64, u64)> {
-    fn number(s: &str) -> Option<(u64, &str)> {
-        let end = s.find(|c: char| !c.is_ascii_digit())?;
-        Some((s[..end].parse().ok()?, &s[end..]))
+fn quick_seqs(line: &[u8]) -> Option<(u64, u64)> {
+    fn number(s: &[u8]) -> Option<(u64, &[u8])> {
+        let end = s.iter().position(|c| !c.is_ascii_digit())?;
+        let digits = std::str::from_utf8(&s[..end]).ok()?;
+        Some((digits.parse().ok()?, &s[end..]))
     }
-    let (seq, rest) = number(line.strip_prefix("{\"seq\":")?)?;
-    let (group_seq, _) = number(rest.strip_prefix(",\"group\":{\"seq\":")?)?;
-    line.trim_end().ends_with("}}").then_some((seq, group_seq))
+    let (seq, rest) = number(line.strip_prefix(b"{\"seq\":")?)?;
+    let (group_seq, _) = number(rest.strip_prefix(b",\"group\":{\"seq\":")?)?;
+    line.trim_ascii_end()
+        .ends_with(b"}}")
+        .then_some((seq, group_seq))
 }
 
 /// Builds the pending groups from their lines (segment index, line number, text), in order, on
@@ -519,14 +535,17 @@ mod tests {
         })
         .unwrap()
             + "\n";
-        assert_eq!(quick_seqs(&line), Some((7, 7)));
+        assert_eq!(quick_seqs(line.as_bytes()), Some((7, 7)));
         let head: WalHead = serde_json::from_str(&line).unwrap();
         assert_eq!((head.seq, head.group.seq), (7, 7));
         // Other shapes go to the JSON parser: spaces, another field order, a torn line.
-        assert_eq!(quick_seqs("{ \"seq\": 7, \"group\": {\"seq\": 7}}\n"), None);
-        assert_eq!(quick_seqs("{\"group\":{\"seq\":7},\"seq\":7}\n"), None);
-        assert_eq!(quick_seqs(&line[..line.len() / 2]), None);
-        assert_eq!(quick_seqs("{\"seq\":,\"group\":{\"seq\":7}}\n"), None);
+        assert_eq!(
+            quick_seqs(b"{ \"seq\": 7, \"group\": {\"seq\": 7}}\n"),
+            None
+        );
+        assert_eq!(quick_seqs(b"{\"group\":{\"seq\":7},\"seq\":7}\n"), None);
+        assert_eq!(quick_seqs(&line.as_bytes()[..line.len() / 2]), None);
+        assert_eq!(quick_seqs(b"{\"seq\":,\"group\":{\"seq\":7}}\n"), None);
     }
 
     #[test]
@@ -568,6 +587,27 @@ mod tests {
         );
         let o = Wal::open(&root, DEFAULT_SEGMENT_BYTES, &BTreeSet::new()).unwrap();
         assert_eq!(o.pending, vec![scored(0), scored(1)]);
+        fs::remove_dir_all(&root).ok();
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_passed_over_when_consumed_and_an_error_when_pending() {
+        let root = tmp("utf8");
+        let dir = root.join(WAL_DIR);
+        fs::create_dir_all(&dir).unwrap();
+        let seg = segment_path(&dir, 0);
+        let mut bytes = b"{\"seq\":0,\"group\":{\"seq\":0,\"x\":\"".to_vec();
+        bytes.extend_from_slice(&[0xff, 0xfe]);
+        bytes.extend_from_slice(b"\"}}\n");
+        fs::write(&seg, &bytes).unwrap();
+        let o = Wal::open(&root, DEFAULT_SEGMENT_BYTES, &BTreeSet::from([0])).unwrap();
+        assert_eq!((o.pending.len(), o.next_seq), (0, 1));
+        drop(o);
+        let msg = Wal::open(&root, DEFAULT_SEGMENT_BYTES, &BTreeSet::new())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("line 1 is not UTF-8"), "{msg}");
+        assert_eq!(fs::read(&seg).unwrap(), bytes, "nothing cut");
         fs::remove_dir_all(&root).ok();
     }
 
