@@ -45,18 +45,14 @@ pub struct NodeOptions {
 type Envs = Mutex<HashMap<String, Arc<dyn KernelEnv>>>;
 
 /// `--backend sim`: simulated verdicts that cost nothing, so a node's answer time is the bus's.
-pub const SIM_NO_COST: SimEnvSection = SimEnvSection {
-    compile_ms: 0.0,
-    verify_ms: 0.0,
-    profile_ms: 0.0,
-    p_compile_error: 0.3,
-    p_wrong: 0.3,
-    p_crash: 0.02,
-    improve_per_turn: 0.7,
-    median_speedup: 0.8,
-    p_panic: 0.0,
-    p_harness_error: 0.0,
-};
+pub fn sim_no_cost() -> SimEnvSection {
+    SimEnvSection {
+        compile_ms: 0.0,
+        verify_ms: 0.0,
+        profile_ms: 0.0,
+        ..SimEnvSection::default()
+    }
+}
 
 struct Node {
     opts: NodeOptions,
@@ -263,7 +259,7 @@ impl Node {
         }
         let dir = self.fetch_suite(&job.suite).await?;
         let spec = match self.opts.backend.as_deref() {
-            Some("sim") => EnvSpec::Simulated(SIM_NO_COST),
+            Some("sim") => EnvSpec::Simulated(sim_no_cost()),
             backend => EnvSpec::for_command(backend, self.opts.workers, job.deadlines)?,
         };
         let spec = match spec {

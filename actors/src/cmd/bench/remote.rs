@@ -23,7 +23,7 @@ use kevin::env::{evaluate, Deadlines, EnvSpec, KernelEnv};
 use kevin::tasks::{Preset, TaskSuite};
 
 use crate::cmd::{failure, workers_or_cores, CmdResult};
-use crate::remote::node::SIM_NO_COST;
+use crate::remote::node::sim_no_cost;
 use crate::remote::server::{self, LocalNatsServer};
 use crate::remote::RemoteEnv;
 
@@ -204,7 +204,7 @@ pub fn run(args: &Args) -> Result<RemoteReport, String> {
         }
     };
     let spec = match args.backend.as_str() {
-        "sim" => EnvSpec::Simulated(SIM_NO_COST),
+        "sim" => EnvSpec::Simulated(sim_no_cost()),
         b => EnvSpec::for_command(Some(b), workers, deadlines)?,
     };
     eprintln!(
