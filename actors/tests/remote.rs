@@ -606,13 +606,16 @@ fn kevin_train_evaluates_on_worker_nodes() {
     let Some(server) = nats_server("train", Some("kevin")) else {
         return;
     };
-    let node = Node::start(
-        &server,
-        "trainfleet",
-        "a",
-        &["--user", "kevin", "--jobs", "2"],
-        &[("KEVIN_NATS_PASSWORD", PASSWORD)],
-    );
+    // Two nodes of one slot each, with up to four evaluations in flight: both get work.
+    let nodes = ["a", "b"].map(|name| {
+        Node::start(
+            &server,
+            "trainfleet",
+            name,
+            &["--user", "kevin", "--jobs", "1"],
+            &[("KEVIN_NATS_PASSWORD", PASSWORD)],
+        )
+    });
     let dir = server.dir().join("run");
     let config = server.dir().join("config.toml");
     let extra = format!(
@@ -656,14 +659,22 @@ fn kevin_train_evaluates_on_worker_nodes() {
         }
     }
     assert!(correct > 0, "{episodes:?}");
-    let started = node.count("job started");
+    let started = nodes.each_ref().map(|n| n.count("job started"));
+    for (n, count) in nodes.iter().zip(started) {
+        assert!(
+            count > 0,
+            "each node evaluated some of the run's kernels: {}",
+            n.log()
+        );
+    }
+    // A turn whose launch lines the daemon refuses itself never becomes a job.
     assert!(
-        started > 0,
-        "the node evaluated the run's kernels: {}",
-        node.log()
+        started.iter().sum::<usize>() <= episodes.len(),
+        "no turn evaluated twice: {started:?} for {} turns",
+        episodes.len()
     );
     println!(
-        "kevin train: {} episodes, {correct} correct; the node ran {started} jobs",
+        "kevin train: {} episodes, {correct} correct; the nodes ran {started:?} jobs",
         episodes.len()
     );
 }
