@@ -513,18 +513,6 @@ fn answer(conn: TcpStream, exporter: &Exporter) -> io::Result<()> {
     conn.flush()
 }
 
-/// Checks a `telemetry.prometheus` value without resolving it: empty (off), or `host:port`
-/// with a port number. Binding it is the daemon's start.
-pub fn check_addr(addr: &str) -> Result<(), String> {
-    if addr.is_empty() || addr.parse::<SocketAddr>().is_ok() {
-        return Ok(());
-    }
-    match addr.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
-        _ => Err("must be host:port (e.g. \"127.0.0.1:9464\"), or \"\" for off".into()),
-    }
-}
-
 /// `GET path` from `addr` (`host:port`) over HTTP/1.0 (so no server answers in chunks): the
 /// body of a 200 answer, or an error naming the status. For scrapes ([`scrape`]) and tests that ask a Prometheus server.
 pub fn http_get(addr: &str, path: &str) -> io::Result<String> {
@@ -731,21 +719,5 @@ mod tests {
         );
         drop(server);
         assert!(scrape(&addr).is_err(), "stopped");
-    }
-
-    #[test]
-    fn addresses_are_checked_without_resolving() {
-        for ok in [
-            "",
-            "127.0.0.1:9464",
-            "[::1]:9464",
-            "localhost:9464",
-            "0.0.0.0:0",
-        ] {
-            assert!(check_addr(ok).is_ok(), "{ok}");
-        }
-        for bad in ["9464", "localhost", ":9464", "host:99999", "host:port"] {
-            assert!(check_addr(bad).unwrap_err().contains("host:port"), "{bad}");
-        }
     }
 }

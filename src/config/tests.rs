@@ -315,3 +315,22 @@ fn remote_env_is_checked_key_by_key() {
         "unknown config key",
     );
 }
+
+#[test]
+fn addresses_are_checked_without_resolving() {
+    for ok in [
+        "",
+        "127.0.0.1:9464",
+        "[::1]:9464",
+        "localhost:9464",
+        "0.0.0.0:0",
+    ] {
+        assert!(validate::check_addr(ok).is_ok(), "{ok}");
+    }
+    for bad in ["9464", "localhost", ":9464", "host:99999", "host:port"] {
+        assert!(
+            validate::check_addr(bad).unwrap_err().contains("host:port"),
+            "{bad}"
+        );
+    }
+}

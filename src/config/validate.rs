@@ -8,6 +8,18 @@ use super::schema::{
     BurnDevice, ConfigFile, EnvKind, GpuTiming, LearnerKind, Mode, PolicyKind, TaskSource,
 };
 
+/// Checks a `telemetry.prometheus` value without resolving it: empty (off), or `host:port`
+/// with a port number. Binding it is the daemon's start.
+pub(crate) fn check_addr(addr: &str) -> Result<(), String> {
+    if addr.is_empty() || addr.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err("must be host:port (e.g. \"127.0.0.1:9464\"), or \"\" for off".into()),
+    }
+}
+
 /// The validated runtime configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -403,7 +415,7 @@ impl Config {
             0.0,
             3.6e6,
         )?;
-        crate::prometheus::check_addr(&f.telemetry.prometheus).map_err(|rule| {
+        check_addr(&f.telemetry.prometheus).map_err(|rule| {
             invalid(
                 "telemetry.prometheus",
                 format!("{:?}", f.telemetry.prometheus),
