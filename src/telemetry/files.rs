@@ -335,19 +335,11 @@ impl RotatingLog {
 
     /// Every line of the log, oldest first: its archives, then the live file.
     pub fn read_all(dir: &Path, stem: &str, ext: &str) -> io::Result<Vec<String>> {
-        let mut lines = Vec::new();
-        for path in log_parts(dir, stem, ext)? {
-            match open_text(&path) {
-                Ok(r) => {
-                    for line in r.lines() {
-                        lines.push(line?);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
+        match read_rotated(&dir.join(format!("{stem}.{ext}"))) {
+            Ok(text) => Ok(text.lines().map(str::to_owned).collect()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
         }
-        Ok(lines)
     }
 }
 
