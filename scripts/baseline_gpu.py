@@ -68,6 +68,9 @@ class Plan:
             elif "Conv" in step:
                 self.calls.append(self.conv(step["Conv"]))
                 self.names.append("conv")
+            elif "BatchNorm" in step:
+                self.calls.append(self.batch_norm(step["BatchNorm"]))
+                self.names.append("batch_norm")
             else:
                 self.calls.append(self.gemm(step["Gemm"]))
                 self.names.append("gemm")
@@ -114,6 +117,17 @@ class Plan:
         if conv_out is not None:
             return lambda: conv_out(*args, out=y)
         return lambda: y.copy_(torch.ops.aten.convolution(*args))
+
+    def batch_norm(self, b):
+        """A training-mode batch norm as PyTorch eager runs it (cuDNN for these), into the plan's y."""
+        n, c, sp = b["n"], b["c"], b["s"]
+
+        def view(i, shape):
+            return self.buffers[i][: int(np.prod(shape))].view(*shape)
+
+        x, y = view(b["x"], [n, c, sp, 1]), view(b["y"], [n, c, sp, 1])
+        w, bias = view(b["w"], [c]), view(b["b"], [c])
+        return lambda: y.copy_(torch.batch_norm(x, w, bias, None, None, True, 0.1, b["eps"], True))
 
     def run(self):
         for c in self.calls:

@@ -683,15 +683,30 @@ struct LLogSoftmax {
     static KB_D A apply(A v, F2<A> p) { return v - p.a; }
 };
 
+// `separate_max`: the maximum in a pass of its own, then the sum of exponentials, then the map
+// (three reads of the row), as PyTorch's cunn_SoftMaxForward runs rows too long for its
+// shared-memory kernel; otherwise one online pass, then the map.
 template <class T, class L>
-KB_D void lanes_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n) {
+KB_D void lanes_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n, int separate_max) {
     typedef op_t<T> A;
     typedef RLse<A> R;
     KB_FOR_ROWS(r, rows) {
-        typename R::Acc a = R::init();
-        visit_row(x + r * n, n, [&](i64, A v) { a = R::push(a, v, 0); });
-        F2<A> p = L::prepare(row_reduce<R>(a));
-        map_row(x + r * n, y + r * n, n, [&](i64, A v) { return L::apply(v, p); });
+        const T* xr = x + r * n;
+        F2<A> st;
+        if (separate_max) {
+            A m = RMax<A>::init(), sum = (A)0;
+            visit_row(xr, n, [&](i64, A v) { m = RMax<A>::push(m, v, 0); });
+            m = row_reduce<RMax<A>>(m);
+            visit_row(xr, n, [&](i64, A v) { sum += m_exp(v - m); });
+            st.a = m;
+            st.b = row_reduce<RSum<A>>(sum);
+        } else {
+            typename R::Acc a = R::init();
+            visit_row(xr, n, [&](i64, A v) { a = R::push(a, v, 0); });
+            st = row_reduce<R>(a);
+        }
+        F2<A> p = L::prepare(st);
+        map_row(xr, y + r * n, n, [&](i64, A v) { return L::apply(v, p); });
     }
 }
 
@@ -738,30 +753,67 @@ KB_D void norm_rows(const T* __restrict__ x, const T* w, const T* b, T* __restri
 // Group, instance and batch norm of x [n, c, s]: one row (a warp or a block) per set. groups > 0:
 // set (i, j) holds channels j*c/groups.. of sample i, contiguous; groups == 0 (batch norm in
 // training mode): set ch holds channel ch of every sample. Welford statistics, biased variance.
-template <class T>
-KB_D void chan_norm(const T* __restrict__ x, const T* w, const T* b, T* __restrict__ y, i64 n, i64 c, i64 s,
-                    i64 groups, op_t<T> eps, int has_w, int has_b) {
+// A set is `segs` segments of s contiguous elements (its channels, or the channel in each sample),
+// `seg_stride` apart: when a segment is at least a row's width of threads, each is read and
+// written as a row (16-byte accesses, no division per element); otherwise element by element
+// over the whole set, in 32-bit index arithmetic where the set allows.
+template <class T, class I>
+KB_D void chan_norm_in(const T* __restrict__ x, const T* w, const T* b, T* __restrict__ y, i64 n, i64 c,
+                       i64 s, i64 groups, op_t<T> eps, int has_w, int has_b) {
     typedef op_t<T> A;
     typedef RWelford<A> R;
     const bool batch = groups == 0;
     const i64 sets = batch ? c : n * groups, cpg = batch ? 1 : c / groups;
     const i64 per = batch ? n * s : cpg * s;
+    const i64 segs = batch ? n : cpg, seg_stride = batch ? c * s : s;
+    const bool by_segment = s >= (i64)blockDim.x;
+    const I si = (I)s, cs = (I)(c * s);
     KB_FOR_ROWS(r, sets) {
-        const i64 base = batch ? r * s : ((r / groups) * c + (r % groups) * cpg) * s;
-        // Element k of the set: contiguous for a group; sample by sample for a channel.
-        auto at = [&](i64 k) -> i64 { return batch ? base + (k / s) * c * s + k % s : base + k; };
+        // Group (i, j) starts at ((i * c) + j * cpg) * s = r * per; channel r at r * s.
+        const i64 base = batch ? r * s : r * per;
+        const T* xs = x + base;
+        T* ys = y + base;
+        // Element k of the set, for the element-by-element form.
+        auto at = [&](I k) -> I { return batch ? (k / si) * cs + k % si : k; };
+        auto channel = [&](i64 q) -> i64 { return batch ? r : (r % groups) * cpg + q; };
         typename R::Acc a = R::init();
-        for (i64 k = threadIdx.x; k < per; k += blockDim.x) a = R::push(a, to_op(x[at(k)]), 0);
+        if (by_segment) {
+            for (i64 q = 0; q < segs; ++q)
+                visit_row(xs + q * seg_stride, s, [&](i64, A v) { a = R::push(a, v, 0); });
+        } else {
+            for (I k = threadIdx.x; k < (I)per; k += blockDim.x) a = R::push(a, to_op(xs[at(k)]), 0);
+        }
         a = row_reduce<R>(a);
         const A mean = a.mean, rstd = m_rsqrt(a.m2 / (A)per + eps);
-        for (i64 k = threadIdx.x; k < per; k += blockDim.x) {
-            const i64 i = at(k), ch = batch ? r : (r % groups) * cpg + k / s;
-            A o = (to_op(x[i]) - mean) * rstd;
+        auto norm = [&](A v, i64 ch) {
+            A o = (v - mean) * rstd;
             if (has_w) o *= to_op(w[ch]);
             if (has_b) o += to_op(b[ch]);
-            y[i] = from_op<T>(o);
+            return o;
+        };
+        if (by_segment) {
+            for (i64 q = 0; q < segs; ++q) {
+                const i64 ch = channel(q);
+                map_row(xs + q * seg_stride, ys + q * seg_stride, s, [&](i64, A v) { return norm(v, ch); });
+            }
+        } else {
+            for (I k = threadIdx.x; k < (I)per; k += blockDim.x) {
+                const I i = at(k);
+                ys[i] = from_op<T>(norm(to_op(xs[i]), channel(batch ? 0 : k / si)));
+            }
         }
     }
+}
+
+template <class T>
+KB_D void chan_norm(const T* __restrict__ x, const T* w, const T* b, T* __restrict__ y, i64 n, i64 c, i64 s,
+                    i64 groups, op_t<T> eps, int has_w, int has_b) {
+    // Offsets within a set: below n * c * s for a batch norm's channel, below its size for a group.
+    const i64 span = groups == 0 ? n * c * s : c / groups * s;
+    if (span + (i64)blockDim.x < 0x7fffffffLL)
+        chan_norm_in<T, int>(x, w, b, y, n, c, s, groups, eps, has_w, has_b);
+    else
+        chan_norm_in<T, i64>(x, w, b, y, n, c, s, groups, eps, has_w, has_b);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -904,15 +956,23 @@ KB_D void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__
 // leading axes): one thread per output element, grid-stride, as a direct loop over the window.
 
 // Geometry of a window sliding over [D, H, W]: extents, output extents, and the window's size,
-// stride, padding and dilation per axis.
-struct WinPos {
-    i64 rest, d, h, w;
+// stride, padding and dilation per axis, in index type I (pooling uses 32-bit indices where the
+// tensors allow, as PyTorch's pooling kernels do; a 64-bit division costs several 32-bit ones).
+template <class I>
+struct WinPosT {
+    I rest, d, h, w;
 };
-struct Win {
-    i64 d, h, w, kd, kh, kw, od, oh, ow, sd, sh, sw, pd, ph, pw, dd, dh, dw;
+template <class I>
+struct WinT {
+    I d, h, w, kd, kh, kw, od, oh, ow, sd, sh, sw, pd, ph, pw, dd, dh, dw;
+    template <class J>
+    KB_D WinT<J> as() const {
+        return WinT<J>{(J)d,  (J)h,  (J)w,  (J)kd, (J)kh, (J)kw, (J)od, (J)oh, (J)ow,
+                       (J)sd, (J)sh, (J)sw, (J)pd, (J)ph, (J)pw, (J)dd, (J)dh, (J)dw};
+    }
     // Output element i as its position (d, h, w) and the index over the leading dims.
-    KB_D WinPos pos(i64 i) const {
-        WinPos p;
+    KB_D WinPosT<I> pos(I i) const {
+        WinPosT<I> p;
         p.w = i % ow;
         i /= ow;
         p.h = i % oh;
@@ -922,19 +982,21 @@ struct Win {
         return p;
     }
 };
+typedef WinT<i64> Win;
+typedef WinPosT<i64> WinPos;
 
 // Calls f(input offset, window offset) for every window position of output position o that lies
 // inside the input (the padding reads nothing).
-template <class F>
-KB_D void visit_window(const Win& g, const WinPos& o, F f) {
-    for (i64 kd = 0; kd < g.kd; ++kd) {
-        const i64 id = o.d * g.sd - g.pd + kd * g.dd;
+template <class I, class F>
+KB_D void visit_window(const WinT<I>& g, const WinPosT<I>& o, F f) {
+    for (I kd = 0; kd < g.kd; ++kd) {
+        const I id = o.d * g.sd - g.pd + kd * g.dd;
         if (id < 0 || id >= g.d) continue;
-        for (i64 kh = 0; kh < g.kh; ++kh) {
-            const i64 ih = o.h * g.sh - g.ph + kh * g.dh;
+        for (I kh = 0; kh < g.kh; ++kh) {
+            const I ih = o.h * g.sh - g.ph + kh * g.dh;
             if (ih < 0 || ih >= g.h) continue;
-            for (i64 kw = 0; kw < g.kw; ++kw) {
-                const i64 iw = o.w * g.sw - g.pw + kw * g.dw;
+            for (I kw = 0; kw < g.kw; ++kw) {
+                const I iw = o.w * g.sw - g.pw + kw * g.dw;
                 if (iw < 0 || iw >= g.w) continue;
                 f((id * g.h + ih) * g.w + iw, (kd * g.kh + kh) * g.kw + kw);
             }
@@ -996,16 +1058,17 @@ KB_D void conv_t3(const T* __restrict__ x, const T* __restrict__ w, const T* b, 
 
 // MAX: the window's maximum (padding as -inf; NaN as the max reduction treats it); otherwise the
 // mean over the window clipped to the padded input (count_pad) or over its positions inside x.
-template <class T, bool MAX>
-KB_D void pool3(const T* __restrict__ x, T* __restrict__ y, i64 planes, Win g, int count_pad) {
+// Indices of type I throughout (see WinT).
+template <class T, bool MAX, class I>
+KB_D void pool3_in(const T* __restrict__ x, T* __restrict__ y, I planes, const WinT<I>& g, int count_pad) {
     typedef op_t<T> A;
-    const i64 outs = g.od * g.oh * g.ow, total = planes * outs, plane = g.d * g.h * g.w;
-    for (i64 i = gtid(); i < total; i += gstride()) {
-        const WinPos o = g.pos(i);
-        const T* xp = x + o.rest * plane;
+    const I outs = g.od * g.oh * g.ow, total = planes * outs, plane = g.d * g.h * g.w;
+    for (I i = (I)gtid(); i < total; i += (I)gstride()) {
+        const WinPosT<I> o = g.pos(i);
+        const T* xp = x + (i64)o.rest * plane;
         A best = -(A)KB_INF, sum = 0;
-        i64 inside = 0;
-        visit_window(g, o, [&](i64 xi, i64) {
+        I inside = 0;
+        visit_window(g, o, [&](I xi, I) {
             const A v = to_op(xp[xi]);
             if (MAX) best = red_max(best, v);
             else sum += v;
@@ -1014,15 +1077,28 @@ KB_D void pool3(const T* __restrict__ x, T* __restrict__ y, i64 planes, Win g, i
         if (MAX) {
             y[i] = from_op<T>(best);
         } else {
-            i64 count = inside;
+            I count = inside;
             if (count_pad) {
-                const i64 d0 = o.d * g.sd - g.pd, h0 = o.h * g.sh - g.ph, w0 = o.w * g.sw - g.pw;
+                const I d0 = o.d * g.sd - g.pd, h0 = o.h * g.sh - g.ph, w0 = o.w * g.sw - g.pw;
                 count = (min(d0 + g.kd, g.d + g.pd) - d0) * (min(h0 + g.kh, g.h + g.ph) - h0) *
                         (min(w0 + g.kw, g.w + g.pw) - w0);
             }
             y[i] = from_op<T>(sum / (A)count);
         }
     }
+}
+
+// 32-bit indices when every index of x and y, the grid's stride included, fits an int (a uniform
+// choice); 64-bit otherwise.
+template <class T, bool MAX>
+KB_D void pool3(const T* __restrict__ x, T* __restrict__ y, i64 planes, Win g, int count_pad) {
+    const i64 total = planes * g.od * g.oh * g.ow, in = planes * g.d * g.h * g.w;
+    const i64 padded = (g.d + 2 * g.pd) * (g.h + 2 * g.ph) * (g.w + 2 * g.pw);
+    const i64 limit = 0x7fffffffLL - gstride();
+    if (total < limit && in < limit && padded < limit)
+        pool3_in<T, MAX, int>(x, y, (int)planes, g.as<int>(), count_pad);
+    else
+        pool3_in<T, MAX, i64>(x, y, planes, g, count_pad);
 }
 
 }  // namespace kb
@@ -1115,8 +1191,8 @@ KB_EACH(KB_REDUCE_INDEX, argmax, RArgmax)
 KB_EACH(KB_REDUCE_INDEX, argmin, RArgmin)
 
 #define KB_LANES(dt, T, name, L)                                                                          \
-    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n) {                      \
-        kb::lanes_rows<T, kb::L>(x, y, rows, n);                                                          \
+    extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n, int separate_max) {    \
+        kb::lanes_rows<T, kb::L>(x, y, rows, n, separate_max);                                            \
     }                                                                                                     \
     extern "C" __global__ void name##_cols_##dt(const T* x, T* y, i64 outer, i64 n, i64 inner) {          \
         kb::lanes_cols<T, kb::L>(x, y, outer, n, inner);                                                  \

@@ -8,7 +8,7 @@
 
 use crate::ops::Dtype;
 
-use super::{Conv, Gemm, Precision, Step, StepArg, Window};
+use super::{BatchNorm, Conv, Gemm, Precision, Step, StepArg, Window};
 
 /// What a kernel's buffers hold: the task dtype in a native plan, f64 for every float buffer of
 /// an F64 plan (i64 stays i64). It names the kernel's dtype suffix, sizes its vector accesses
@@ -382,13 +382,33 @@ pub(super) fn reduce(kind: &str, e: Elem, x: usize, y: usize, dims: (usize, usiz
     }
 }
 
-/// softmax / log_softmax of `x` along the middle of (outer, n, inner).
-pub(super) fn lanes(name: &str, e: Elem, x: usize, y: usize, dims: (usize, usize, usize)) -> Step {
+/// Shared memory of a block that PyTorch's softmax may fill with a row (the device's default
+/// per-block limit).
+const SOFTMAX_SMEM_BYTES: usize = 48 << 10;
+/// Shared memory PyTorch's softmax keeps for its block reduction (a float per warp of up to 1024
+/// threads).
+const SOFTMAX_SMEM_SCRATCH: usize = 32 * 4;
+
+/// softmax / log_softmax of `x` (task dtype `d`, in a plan of `precision`) along the middle of
+/// (outer, n, inner).
+pub(super) fn lanes(
+    name: &str,
+    (d, precision): (Dtype, Precision),
+    x: usize,
+    y: usize,
+    dims: (usize, usize, usize),
+) -> Step {
+    let e = Elem::new(d, precision);
     let (outer, n, inner) = dims;
     let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
     if inner == 1 {
         let (grid, block) = row_launch(outer, n);
-        let args = vec![x, y, n64(outer), n64(n)];
+        // PyTorch keeps a row in shared memory (48 KiB a block, less its reduction's scratch)
+        // and reads it from global memory once; longer rows go through cunn_SoftMaxForward,
+        // which reads them three times (maximum, sum, map): so does the baseline. By the task's
+        // dtype, so that the fp64 reference plan has the same steps.
+        let separate_max = n * d.size_bytes() + SOFTMAX_SMEM_SCRATCH >= SOFTMAX_SMEM_BYTES;
+        let args = vec![x, y, n64(outer), n64(n), StepArg::I32(separate_max.into())];
         kernel(format!("{name}_rows_{}", e.name()), grid, block, args)
     } else {
         let (grid, block) = col_launch(outer, n, inner);
@@ -570,6 +590,18 @@ pub(super) fn chan_norm(
         flag(b),
     ];
     kernel(format!("chan_norm_{}", e.name()), grid, block, args)
+}
+
+/// The `chan_norm` launch that computes a [`BatchNorm`] step (an f32 one) in a plan of `precision`.
+pub(super) fn batch_norm_kernel(b: &BatchNorm, precision: Precision) -> Step {
+    let e = Elem::new(Dtype::F32, precision);
+    chan_norm(
+        e,
+        (b.x, Some(b.w), Some(b.b), b.y),
+        (b.n, b.c, b.s),
+        0,
+        b.eps,
+    )
 }
 
 /// Copies `nbytes` bytes from `x` to `y`.

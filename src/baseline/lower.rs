@@ -12,7 +12,7 @@ use crate::ops::{infer_expr, normalize_axis, BinOp, Dtype, Expr, Op, Program, Re
 
 use super::launch::{self, split, Elem, STRIDED_MAX_DIMS};
 use super::strides::{broadcast_dims, contiguous_strides, merge_dims};
-use super::{BaselineError, BufferDecl, Conv, EagerPlan, Gemm, Precision, Step, Window};
+use super::{BaselineError, BatchNorm, BufferDecl, Conv, EagerPlan, Gemm, Precision, Step, Window};
 
 /// A tensor value: a contiguous row-major buffer.
 #[derive(Clone, Debug)]
@@ -418,8 +418,13 @@ impl Lowerer<'_> {
         let lanes = |l: &mut Self, name: &str, axis: i64| {
             let dims = split(&x.shape, l.axis(&x, axis)?);
             let y = l.alloc(dest, x.dtype, &x.shape);
-            l.steps
-                .push(launch::lanes(name, l.elem(x.dtype), x.buf, y.buf, dims));
+            l.steps.push(launch::lanes(
+                name,
+                (x.dtype, l.precision),
+                x.buf,
+                y.buf,
+                dims,
+            ));
             Ok(y)
         };
         let scan = |l: &mut Self, name: &str, axis: i64| {
@@ -510,8 +515,25 @@ impl Lowerer<'_> {
                 let s = x.shape[2..].iter().product();
                 let groups = sets.groups(c);
                 let y = self.alloc(dest, dtype, &shape);
-                let bufs = (x.buf, w.map(|t| t.buf), b.map(|t| t.buf), y.buf);
-                let step = launch::chan_norm(self.elem(dtype), bufs, (n, c, s), groups, eps);
+                let library =
+                    groups == 0 && BatchNorm::cudnn_takes(dtype, x.shape.len(), (n, c, s), eps);
+                let (w, b) = (w.map(|t| t.buf), b.map(|t| t.buf));
+                let step = match (w, b) {
+                    (Some(w), Some(b)) if library => Step::BatchNorm(BatchNorm {
+                        x: x.buf,
+                        w,
+                        b,
+                        y: y.buf,
+                        n,
+                        c,
+                        s,
+                        eps,
+                    }),
+                    _ => {
+                        let bufs = (x.buf, w, b, y.buf);
+                        launch::chan_norm(self.elem(dtype), bufs, (n, c, s), groups, eps)
+                    }
+                };
                 self.steps.push(step);
                 Ok(y)
             }

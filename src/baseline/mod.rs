@@ -28,10 +28,15 @@
 //! but a matmul is copied first (PyTorch would read the view in the next op).
 //! `benches/results/baseline-h200-*.md` has the measured fidelity per task.
 //!
-//! Convolutions are [`Step::Conv`]: cuDNN on the GPU, as PyTorch eager calls it.
-//! [`EagerPlan::with_kernel_steps`] replaces the GEMM and convolution steps by launches of a
-//! plain tiled GEMM and a direct convolution of [`SOURCE`]: what the CPU device model runs, and
-//! the GPU fallback when cuBLAS or cuDNN cannot be loaded.
+//! Convolutions are [`Step::Conv`]: cuDNN on the GPU, as PyTorch eager calls it; so are the
+//! training-mode batch norms PyTorch sends to cuDNN ([`Step::BatchNorm`]: f32 with weight and
+//! bias). [`EagerPlan::with_kernel_steps`] replaces the GEMM and cuDNN steps by launches of a
+//! plain tiled GEMM, a direct convolution and `chan_norm` of [`SOURCE`]: what the CPU device
+//! model runs, and the GPU fallback when cuBLAS or cuDNN cannot be loaded.
+//!
+//! Rows of softmax and log_softmax longer than PyTorch keeps in shared memory are read three
+//! times (maximum, sum of exponentials, map) as its `cunn_SoftMaxForward` reads them; shorter
+//! ones once online, then mapped.
 //!
 //! [`lower_f64`] lowers the same program as a [`Precision::F64`] plan: the correctness
 //! protocol's reference on the GPU, where the fp64 interpreter is too slow and the fp32 baseline
@@ -137,6 +142,50 @@ pub enum Step {
     /// added by `cudnnAddTensor`); the direct `conv_<dtype>` / `conv_transpose_<dtype>` kernel of
     /// [`SOURCE`] in an F64 plan, on the CPU device model and where cuDNN is missing.
     Conv(Conv),
+    /// A training-mode batch norm as PyTorch eager runs it where it calls cuDNN (f32, weight and
+    /// bias present, x of rank 3 or more, fewer than 2^31 elements, at most 880,801 samples,
+    /// eps of at least cuDNN's minimum): `cudnnBatchNormalizationForwardTraining` in spatial
+    /// mode in a native plan where the worker loads libcudnn; the `chan_norm_<dtype>` kernel of
+    /// [`SOURCE`] in an F64 plan, on the CPU device model and where cuDNN is missing. Every
+    /// other batch norm is that kernel from the start, as PyTorch's own kernel runs it.
+    BatchNorm(BatchNorm),
+}
+
+/// A batch-norm step; see [`Step::BatchNorm`]. x and y are `[n, c, s]` (s: the spatial extents'
+/// product); w and b are `[c]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchNorm {
+    /// Buffer index of x.
+    pub x: usize,
+    /// Buffer index of the weight.
+    pub w: usize,
+    /// Buffer index of the bias.
+    pub b: usize,
+    /// Buffer index of y.
+    pub y: usize,
+    /// Batch.
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Elements of one channel of one sample.
+    pub s: usize,
+    /// The variance's epsilon.
+    pub eps: f64,
+}
+
+impl BatchNorm {
+    /// The smallest epsilon cuDNN's batch norm takes (`CUDNN_BN_MIN_EPSILON` of cuDNN 8; PyTorch
+    /// sends a smaller one to its own kernel).
+    pub const MIN_EPS: f64 = 1e-5;
+    /// Where PyTorch (2.11, `_select_batch_norm_backend`) calls cuDNN for a training-mode batch
+    /// norm of x `[n, c, *spatial]` (`rank` axes) of dtype `d` with weight and bias present.
+    pub fn cudnn_takes(d: Dtype, rank: usize, (n, c, s): (usize, usize, usize), eps: f64) -> bool {
+        d == Dtype::F32
+            && rank >= 3
+            && n <= 880_801
+            && n.saturating_mul(c).saturating_mul(s) < i32::MAX as usize
+            && eps >= Self::MIN_EPS
+    }
 }
 
 /// A convolution step; see [`Step::Conv`].
@@ -288,16 +337,17 @@ pub fn lower_f64(task: &Task, preset: Preset) -> Result<EagerPlan, BaselineError
 impl EagerPlan {
     /// The same plan with its library steps replaced by kevin's own kernels of [`SOURCE`]:
     /// every [`Step::Gemm`] (if `gemm`) by one launch of the tiled `gemm_<dtype>` kernel
-    /// (`gemm_f64` in an F64 plan), every [`Step::Conv`] (if `conv`) by one launch of the direct
-    /// convolution kernel. Both: what the CPU device model runs; either: the GPU's fallback
-    /// without cuBLAS or cuDNN.
-    pub fn with_kernel_steps(&self, gemm: bool, conv: bool) -> EagerPlan {
+    /// (`gemm_f64` in an F64 plan), every cuDNN step (if `dnn`) by one launch of kevin's kernel:
+    /// the direct convolution for a [`Step::Conv`], `chan_norm` for a [`Step::BatchNorm`]. Both:
+    /// what the CPU device model runs; either: the GPU's fallback without cuBLAS or cuDNN.
+    pub fn with_kernel_steps(&self, gemm: bool, dnn: bool) -> EagerPlan {
         let steps = self
             .steps
             .iter()
             .map(|s| match s {
                 Step::Gemm(g) if gemm => launch::gemm_kernel(g, self.precision),
-                Step::Conv(c) if conv => launch::conv_kernel(c, self.precision),
+                Step::Conv(c) if dnn => launch::conv_kernel(c, self.precision),
+                Step::BatchNorm(b) if dnn => launch::batch_norm_kernel(b, self.precision),
                 other => other.clone(),
             })
             .collect();

@@ -19,7 +19,7 @@ fn plan_in(src: &str, sizes: &[(&str, usize)], precision: Precision) -> EagerPla
     lower::lower_program("test", &program, &sizes, precision).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Each step as its kernel name, "gemm" or "conv".
+/// Each step as its kernel name, "gemm", "conv" or "batch_norm".
 fn kinds(p: &EagerPlan) -> Vec<String> {
     p.steps
         .iter()
@@ -27,6 +27,7 @@ fn kinds(p: &EagerPlan) -> Vec<String> {
             Step::Kernel { kernel, .. } => kernel.clone(),
             Step::Gemm(_) => "gemm".into(),
             Step::Conv(_) => "conv".into(),
+            Step::BatchNorm(_) => "batch_norm".into(),
         })
         .collect()
 }
@@ -270,6 +271,57 @@ fn norms_pass_absent_operands_as_flags() {
     assert_eq!(a[6], StepArg::I32(0));
 }
 
+/// A batch norm goes to cuDNN exactly where PyTorch sends it there (f32, weight and bias, rank 3
+/// or more, eps of at least 1e-5); the kernel form is `chan_norm` in batch mode (groups 0).
+#[test]
+fn batch_norms_take_cudnn_where_pytorch_does() {
+    let src = "input X: f32[N, C, L]\ninput H: f16[N, C, L]\ninput P: f32[N, C]\n\
+               input g: f32[C]\ninput b: f32[C]\ninput gh: f16[C]\ninput bh: f16[C]\n\
+               output A: f32[N, C, L]\noutput B: f32[N, C, L]\noutput D: f16[N, C, L]\n\
+               output E: f32[N, C]\noutput G: f32[N, C, L]\n\
+               A = batch_norm(X, g, b)\nB = batch_norm(X, g)\nD = batch_norm(H, gh, bh)\n\
+               E = batch_norm(P, g, b)\nG = batch_norm(X, g, b, eps=1e-6)";
+    let sizes = [("N", 4), ("C", 3), ("L", 50)];
+    let p = plan(src, &sizes);
+    assert_eq!(
+        kinds(&p),
+        [
+            "batch_norm",
+            "chan_norm_f32",
+            "chan_norm_f16",
+            "chan_norm_f32",
+            "chan_norm_f32"
+        ],
+        "only the f32 rank-3 norm with weight, bias and eps >= 1e-5 is cuDNN's"
+    );
+    let Step::BatchNorm(bn) = &p.steps[0] else {
+        panic!("not a batch norm step")
+    };
+    assert_eq!((bn.x, bn.w, bn.b), (0, 3, 4));
+    assert_eq!((bn.n, bn.c, bn.s, bn.eps), (4, 3, 50, 1e-5));
+    // Its kernel form is the same chan_norm launch the others get, in both precisions.
+    let k = p.with_kernel_steps(false, true);
+    assert_eq!(kinds(&k)[0], "chan_norm_f32");
+    assert_eq!(args(&k, 0)[7], StepArg::I64(0), "groups 0: batch mode");
+    let f64 = plan_in(src, &sizes, Precision::F64);
+    assert!(
+        matches!(f64.steps[0], Step::BatchNorm(_)),
+        "the F64 plan mirrors it"
+    );
+    assert_eq!(
+        kinds(&f64.with_kernel_steps(true, true))[0],
+        "chan_norm_f64"
+    );
+    assert!(
+        !BatchNorm::cudnn_takes(Dtype::F32, 4, (1 << 16, 1 << 8, 1 << 8), 1e-5),
+        "2^32 elements"
+    );
+    assert!(
+        !BatchNorm::cudnn_takes(Dtype::F32, 3, (880_802, 1, 1), 1e-5),
+        "too many samples"
+    );
+}
+
 /// The magic numbers of the strided kernels divide exactly (the kernel's 32-bit arithmetic,
 /// replayed in 64 bits), against plain division.
 #[test]
@@ -443,8 +495,11 @@ fn assert_f64_mirrors_native(native: &EagerPlan, f64: &EagerPlan, what: &str) {
             },
         ) = (n, f)
         else {
-            assert_eq!(n, f, "{at}: GEMMs and convolutions keep their description");
-            assert!(matches!(n, Step::Gemm(_) | Step::Conv(_)), "{at}");
+            assert_eq!(n, f, "{at}: library steps keep their description");
+            assert!(
+                matches!(n, Step::Gemm(_) | Step::Conv(_) | Step::BatchNorm(_)),
+                "{at}"
+            );
             continue;
         };
         assert_eq!(an.len(), af.len(), "{at}");

@@ -95,7 +95,12 @@ pub fn check_baseline(
         .plan
         .steps
         .iter()
-        .filter(|s| matches!(s, crate::baseline::Step::Conv(_)))
+        .filter(|s| {
+            matches!(
+                s,
+                crate::baseline::Step::Conv(_) | crate::baseline::Step::BatchNorm(_)
+            )
+        })
         .count();
     let median_ms = match time_reps {
         0 => None,

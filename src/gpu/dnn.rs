@@ -12,6 +12,10 @@
 //!
 //! Descriptors and the chosen algorithm are made once per convolution shape and kept; the
 //! workspace is one device buffer per worker, grown to the largest algorithm's need.
+//!
+//! Training-mode batch norms that PyTorch sends to cuDNN (see `Step::BatchNorm`) run through
+//! `cudnnBatchNormalizationForwardTraining` in spatial mode, as `cudnn_batch_norm` calls it for
+//! an NCHW tensor.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
@@ -19,7 +23,7 @@ use std::ffi::{c_int, c_void, CStr};
 use cudarc::cudnn::sys as dn;
 use cudarc::driver::sys as drv;
 
-use crate::baseline::{Conv, Window};
+use crate::baseline::{BatchNorm, Conv, Window};
 use crate::ops::Dtype;
 
 use super::device::{DevBuf, Gpu};
@@ -94,16 +98,38 @@ impl Drop for Prepared {
     }
 }
 
+/// The descriptors of one batch-norm shape: x and y as `[n, c, s, 1]`, and the per-channel
+/// descriptor cuDNN derives for weight and bias.
+struct NormPrepared {
+    x: dn::cudnnTensorDescriptor_t,
+    bn: dn::cudnnTensorDescriptor_t,
+}
+
+impl Drop for NormPrepared {
+    fn drop(&mut self) {
+        // SAFETY: each non-null descriptor was created by `make_norm` and is destroyed once, here.
+        unsafe {
+            for t in [self.x, self.bn] {
+                if !t.is_null() {
+                    dn::cudnnDestroyTensorDescriptor(t);
+                }
+            }
+        }
+    }
+}
+
 /// A cuDNN handle bound to one stream, with the shapes it has prepared.
 pub struct Dnn {
     handle: dn::cudnnHandle_t,
     prepared: HashMap<String, Prepared>,
+    norms: HashMap<(usize, usize, usize), NormPrepared>,
     workspace: Option<DevBuf>,
 }
 
 impl Drop for Dnn {
     fn drop(&mut self) {
         self.prepared.clear();
+        self.norms.clear();
         // SAFETY: the handle was created in `new` and is destroyed once, after its descriptors.
         unsafe { dn::cudnnDestroy(self.handle) };
     }
@@ -273,6 +299,7 @@ impl Dnn {
         Ok(Dnn {
             handle,
             prepared: HashMap::new(),
+            norms: HashMap::new(),
             workspace: None,
         })
     }
@@ -508,6 +535,105 @@ impl Dnn {
             self.conv_part(&part, (x + at * x_per, w, bias, y + at * y_per))?;
         }
         Ok(())
+    }
+
+    /// Makes the descriptors of batch norm `b`'s shape (when the plan is made, as for a
+    /// convolution).
+    pub fn ready_norm(&mut self, b: &BatchNorm) -> Result<(), DnnError> {
+        let key = (b.n, b.c, b.s);
+        if !self.norms.contains_key(&key) {
+            let p = Self::make_norm(b)?;
+            self.norms.insert(key, p);
+        }
+        Ok(())
+    }
+
+    fn make_norm(b: &BatchNorm) -> Result<NormPrepared, DnnError> {
+        let dims = [
+            int(b.n, "batch")?,
+            int(b.c, "channels")?,
+            int(b.s, "extent")?,
+            1,
+        ];
+        let mut p = NormPrepared {
+            x: std::ptr::null_mut(),
+            bn: std::ptr::null_mut(),
+        };
+        // SAFETY: pointers to live locals of the lengths given; the descriptors are owned by `p`
+        // (destroyed by its Drop, also on an early return).
+        unsafe {
+            status(
+                "cudnnCreateTensorDescriptor",
+                dn::cudnnCreateTensorDescriptor(&mut p.x),
+            )?;
+            status(
+                "cudnnSetTensorNdDescriptor",
+                dn::cudnnSetTensorNdDescriptor(
+                    p.x,
+                    dn::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                    4,
+                    dims.as_ptr(),
+                    packed(&dims).as_ptr(),
+                ),
+            )?;
+            status(
+                "cudnnCreateTensorDescriptor",
+                dn::cudnnCreateTensorDescriptor(&mut p.bn),
+            )?;
+            status(
+                "cudnnDeriveBNTensorDescriptor",
+                dn::cudnnDeriveBNTensorDescriptor(
+                    p.bn,
+                    p.x,
+                    dn::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL,
+                ),
+            )?;
+        }
+        Ok(p)
+    }
+
+    /// Enqueues batch norm `b` (training mode: the batch's statistics, biased variance) at
+    /// device addresses `x`, `w`, `b` and `y`, as PyTorch's `cudnn_batch_norm` calls cuDNN for an
+    /// NCHW tensor (spatial mode). The running statistics and the saved mean and inverse
+    /// deviation are not asked for (cuDNN takes null for each pair): a few floats per channel.
+    pub fn batch_norm(
+        &mut self,
+        b: &BatchNorm,
+        (x, w, bias, y): (u64, u64, u64, u64),
+    ) -> Result<(), DnnError> {
+        self.ready_norm(b)?;
+        let p = &self.norms[&(b.n, b.c, b.s)];
+        let (one, zero) = (1.0f32, 0.0f32);
+        let alpha = (&one as *const f32).cast::<c_void>();
+        let beta = (&zero as *const f32).cast::<c_void>();
+        let ptr = |a: u64| a as usize as *mut c_void;
+        let null = std::ptr::null_mut();
+        // SAFETY: the descriptors describe the plan's f32 buffers at these addresses (x and y
+        // [n, c, s], w and bias [c]); null running and saved statistics are allowed in pairs.
+        unsafe {
+            status(
+                "cudnnBatchNormalizationForwardTraining",
+                dn::cudnnBatchNormalizationForwardTraining(
+                    self.handle,
+                    dn::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL,
+                    alpha,
+                    beta,
+                    p.x,
+                    ptr(x),
+                    p.x,
+                    ptr(y),
+                    p.bn,
+                    ptr(w),
+                    ptr(bias),
+                    0.1,
+                    null,
+                    null,
+                    b.eps,
+                    null,
+                    null,
+                ),
+            )
+        }
     }
 
     /// One part of a convolution, prepared by [`Dnn::ready`].

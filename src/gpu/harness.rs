@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use cudarc::driver::sys::CUfunction;
 
-use crate::baseline::{Conv, EagerPlan, Precision, Step, StepArg};
+use crate::baseline::{BatchNorm, Conv, EagerPlan, Precision, Step, StepArg};
 use crate::ops::round::{bf16_from_bits, f16_from_bits};
 use crate::ops::Dtype;
 use crate::tasks::InputDist;
@@ -470,6 +470,19 @@ impl Harness {
                     };
                     dnn.conv(gpu, c, at).map_err(|e| fail(e.to_string()))?;
                 }
+                Step::BatchNorm(b) => {
+                    let ptr = |i: usize| {
+                        ptrs.get(i)
+                            .copied()
+                            .ok_or_else(|| fail(format!("buffer {i} out of range")))
+                    };
+                    let at = (ptr(b.x)?, ptr(b.w)?, ptr(b.b)?, ptr(b.y)?);
+                    let dnn = match self.dnn.as_mut() {
+                        Some(Ok(d)) => d,
+                        _ => return Err(fail("a cuDNN step without cuDNN loaded".into())),
+                    };
+                    dnn.batch_norm(b, at).map_err(|e| fail(e.to_string()))?;
+                }
             }
         }
         Ok(())
@@ -487,7 +500,8 @@ impl Harness {
 
     /// A lowered plan as this worker runs it: GEMMs through cuBLAS when it loads, else kevin's
     /// own GEMM kernel; a native plan's convolutions through cuDNN when it loads and takes them,
-    /// else (and in the fp64 reference plan) kevin's direct convolution kernel.
+    /// else (and in the fp64 reference plan) kevin's direct convolution kernel; the same for its
+    /// batch norms that PyTorch sends to cuDNN (else kevin's `chan_norm`).
     pub(super) fn runnable(
         &mut self,
         lowered: Result<EagerPlan, crate::baseline::BaselineError>,
@@ -502,15 +516,24 @@ impl Harness {
                 _ => None,
             })
             .collect();
-        let conv_kernel = plan.precision == Precision::F64
+        let norms: Vec<&BatchNorm> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::BatchNorm(b) => Some(b),
+                _ => None,
+            })
+            .collect();
+        let dnn_kernels = plan.precision == Precision::F64
             || convs.iter().any(|c| !Dnn::takes(c))
-            || (!convs.is_empty() && !self.dnn_ready(&convs));
-        Ok(plan.with_kernel_steps(gemm_kernel, conv_kernel))
+            || ((!convs.is_empty() || !norms.is_empty()) && !self.dnn_ready(&convs, &norms));
+        Ok(plan.with_kernel_steps(gemm_kernel, dnn_kernels))
     }
 
-    /// Whether cuDNN is in use and has every convolution of `convs` ready (descriptors,
-    /// algorithm, workspace); one it cannot take sends the plan's convolutions to kevin's kernel.
-    fn dnn_ready(&mut self, convs: &[&Conv]) -> bool {
+    /// Whether cuDNN is in use and has every convolution of `convs` and batch norm of `norms`
+    /// ready (descriptors, algorithm, workspace); one it cannot take sends the plan's cuDNN steps
+    /// to kevin's kernels.
+    fn dnn_ready(&mut self, convs: &[&Conv], norms: &[&BatchNorm]) -> bool {
         if !self.dnn_in_use() {
             return false;
         }
@@ -519,6 +542,7 @@ impl Harness {
             return false;
         };
         convs.iter().all(|c| dnn.ready(gpu, c).is_ok())
+            && norms.iter().all(|b| dnn.ready_norm(b).is_ok())
     }
 }
 
