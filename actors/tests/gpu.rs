@@ -121,10 +121,10 @@ fn check_baselines(env: &CudaEnv, jobs: &[(String, Preset)], workers: usize) -> 
                 let r = env.check_baseline(task, *preset, 7 + i as u64);
                 let line = match &r {
                     Ok(c) => format!(
-                        "{task:28} {preset:?}: {} steps, cublas {}, cudnn convs {}, max error/tolerance {:.3}, fp64 reference {:.1e}{}{}",
+                        "{task:28} {preset:?}: {} steps, cublas {}, cudnn steps {}, max error/tolerance {:.3}, fp64 reference {:.1e}{}{}",
                         c.steps,
                         c.cublas,
-                        c.cudnn_convs,
+                        c.cudnn_steps,
                         c.max_error_ratio,
                         c.reference_max_error_ratio,
                         c.reference_first_failure

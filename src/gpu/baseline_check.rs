@@ -91,7 +91,7 @@ pub fn check_baseline(
     let ptrs = bufs.baseline_ptrs(&inputs, &outputs);
     h.run_baseline(&bufs.plan, &ptrs).map_err(e)?;
     h.gpu.sync().map_err(e)?;
-    let cudnn_convs = bufs
+    let cudnn_steps = bufs
         .plan
         .steps
         .iter()
@@ -121,7 +121,7 @@ pub fn check_baseline(
     let mut check = BaselineCheck {
         steps: bufs.plan.steps.len(),
         cublas: h.blas_in_use(),
-        cudnn_convs,
+        cudnn_steps,
         median_ms,
         max_error_ratio: 0.0,
         first_failure: None,

@@ -96,9 +96,10 @@ pub struct BaselineCheck {
     pub steps: usize,
     /// Whether GEMMs went through cuBLAS.
     pub cublas: bool,
-    /// Convolutions of the plan that went through cuDNN (the rest ran kevin's direct kernel).
-    #[serde(default)]
-    pub cudnn_convs: usize,
+    /// Steps of the plan that went through cuDNN: convolutions and batch norms (the rest ran
+    /// kevin's kernels).
+    #[serde(default, alias = "cudnn_convs")]
+    pub cudnn_steps: usize,
     /// Median milliseconds of the timed runs, when some were asked for.
     #[serde(default)]
     pub median_ms: Option<f64>,

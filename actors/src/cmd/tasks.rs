@@ -80,9 +80,12 @@ pub enum TasksCommand {
         out: PathBuf,
     },
     /// Time each task's eager baseline (what candidates are timed against) on GPU 0 through the
-    /// cuda workers: cuBLAS GEMMs, cuDNN convolutions, kevin's kernels for the rest; the median
-    /// of `--reps` runs, L2 flushed before each, one task at a time. For comparing the baseline
-    /// with PyTorch eager (scripts/baseline_gpu.py --time-only writes eager's times).
+    /// cuda workers: cuBLAS GEMMs, cuDNN convolutions and batch norms, kevin's kernels for the
+    /// rest; the median of `--reps` runs, L2 flushed before each, one task at a time. For
+    /// comparing the baseline with PyTorch eager (scripts/baseline_gpu.py --time-only writes
+    /// eager's times). With --check, first compares the baseline and its fp64 reference plan
+    /// with the fp64 interpreter on one input set (use --preset small: the interpreter is slow
+    /// at the gpu sizes) and fails if either is outside the task's tolerance.
     Baseline {
         /// Tasks to time, comma-separated (default: all).
         #[arg(long, value_delimiter = ',')]
@@ -93,6 +96,9 @@ pub enum TasksCommand {
         /// Timed runs per task (at least 1).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
         reps: u32,
+        /// Also check each baseline and its fp64 reference plan against the fp64 interpreter.
+        #[arg(long)]
+        check: bool,
         /// Also write the times as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -187,10 +193,11 @@ pub fn run(args: Args) -> CmdResult {
             tasks,
             preset,
             reps,
+            check,
             json,
         }) => {
             let preset = preset_named(&preset);
-            time_baselines(&args.dir, &tasks, preset, reps, json.as_deref())
+            time_baselines(&args.dir, &tasks, preset, (reps, check), json.as_deref())
         }
         Some(TasksCommand::ImportKernelbench {
             src,
@@ -641,7 +648,7 @@ fn time_baselines(
     dir: &Path,
     only: &[String],
     preset: Preset,
-    reps: u32,
+    (reps, check): (u32, bool),
     json: Option<&Path>,
 ) -> Result<(), String> {
     use kevin::env::cuda::CudaEnv;
@@ -668,29 +675,63 @@ fn time_baselines(
     };
     let env = CudaEnv::new(Arc::new(suite.clone()), dir, exe, &cfg)?;
     eprintln!(
-        "kevin tasks baseline: {} tasks, {preset:?} preset, median of {reps} runs: {}",
+        "kevin tasks baseline: {} tasks, {preset:?} preset, median of {reps} runs{}: {}",
         names.len(),
+        if check {
+            ", checked against the fp64 interpreter"
+        } else {
+            ""
+        },
         env.describe()
     );
     let width = name_width(names.iter().map(String::as_str));
     let mut rows = Vec::new();
     let mut failed = 0;
     for (i, name) in names.iter().enumerate() {
-        match env.time_baseline(name, preset, reps) {
-            Ok(c) => {
+        let checked = if check {
+            env.check_baseline(name, preset, 7).map(Some)
+        } else {
+            Ok(None)
+        };
+        match checked.and_then(|c| Ok((c, env.time_baseline(name, preset, reps)?))) {
+            Ok((checked, c)) => {
                 let ms = c.median_ms.unwrap_or(f64::NAN);
+                let verdict = match &checked {
+                    None => String::new(),
+                    Some(k) => match (&k.first_failure, &k.reference_first_failure) {
+                        (None, None) => format!(
+                            "  ok: error/tolerance {:.3}, reference {:.3}",
+                            k.max_error_ratio, k.reference_max_error_ratio
+                        ),
+                        (f, r) => {
+                            failed += 1;
+                            format!(
+                                "  WRONG: baseline {}, reference {}",
+                                f.as_deref().unwrap_or("within tolerance"),
+                                r.as_deref().unwrap_or("within tolerance")
+                            )
+                        }
+                    },
+                };
                 println!(
-                    "{name:width$}  {ms:10.4} ms  {:3} steps  cublas {}  cudnn convs {}   [{}/{}]",
+                    "{name:width$}  {ms:10.4} ms  {:3} steps  cublas {}  cudnn steps {}{verdict}   [{}/{}]",
                     c.steps,
                     c.cublas,
-                    c.cudnn_convs,
+                    c.cudnn_steps,
                     i + 1,
                     names.len()
                 );
-                rows.push(
-                    json!({"task": name, "median_ms": c.median_ms, "steps": c.steps,
-                    "cublas": c.cublas, "cudnn_convs": c.cudnn_convs}),
-                );
+                let mut row = json!({"task": name, "median_ms": c.median_ms, "steps": c.steps,
+                    "cublas": c.cublas, "cudnn_steps": c.cudnn_steps});
+                if let Some(k) = checked {
+                    row["check"] = json!({
+                        "max_error_ratio": k.max_error_ratio,
+                        "first_failure": k.first_failure,
+                        "reference_max_error_ratio": k.reference_max_error_ratio,
+                        "reference_first_failure": k.reference_first_failure,
+                    });
+                }
+                rows.push(row);
             }
             Err(e) => {
                 failed += 1;
@@ -699,17 +740,24 @@ fn time_baselines(
             }
         }
     }
-    println!("{} timed, {failed} failed", names.len() - failed);
+    let what = if check {
+        "could not be timed or are wrong"
+    } else {
+        "could not be timed"
+    };
+    println!(
+        "{} of {} timed{}, {failed} {what}",
+        names.len() - failed,
+        names.len(),
+        if check { " and right" } else { "" }
+    );
     if let Some(path) = json {
         let doc = json!({"preset": format!("{preset:?}").to_lowercase(), "reps": reps,
-            "device": env.describe(), "tasks": rows});
+            "checked": check, "device": env.describe(), "tasks": rows});
         write_json(path, &doc)?;
     }
     if failed > 0 {
-        return Err(format!(
-            "{failed} of {} baselines could not be timed",
-            names.len()
-        ));
+        return Err(format!("{failed} of {} baselines {what}", names.len()));
     }
     Ok(())
 }
