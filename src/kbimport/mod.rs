@@ -466,9 +466,14 @@ struct Importer {
     /// Size symbols that must equal a dim written otherwise (`nn.LayerNorm(out_channels)` on a
     /// last dim `2*W`): equal at the file's sizes, kept equal in the small preset.
     ties: Vec<(String, Dim)>,
-    /// Size symbols written as the file's numbers: the channels of a grouped convolution. A
-    /// pass that pins a symbol and then fails runs again with it pinned from the start.
+    /// Size symbols written as the file's numbers: the channels of a grouped convolution, and
+    /// every size written as a number in `__init__` (a layer's `in_channels=3`: the model's own,
+    /// which no preset may change, since a cross-check builds the model with the preset's
+    /// `get_init_inputs` and loads the task's parameters into it). A pass that pins a symbol
+    /// and then fails runs again with it pinned from the start.
     pinned: BTreeSet<String>,
+    /// Running `__init__`: a number that becomes a dim there is pinned.
+    in_init: bool,
     /// Size symbols written as another dim: two sizes that PyTorch broadcasts together because
     /// they are equal at the file's sizes (`D32` and `2*D`), one written as the other so that
     /// every preset keeps them equal.
@@ -1101,6 +1106,15 @@ impl Importer {
                 Val::Int(1, _) => out.push(Dim::Lit(1)),
                 Val::Int(n, sym) if *n > 1 => {
                     let s = sym.clone().unwrap_or_else(|| format!("D{n}"));
+                    if self.in_init && sym.is_none() && self.pinned.insert(s.clone()) {
+                        if self.sizes.contains_key(&s) {
+                            // Used as a symbol before this pass pinned it: run again.
+                            return refuse(
+                                line,
+                                format!("the size `{s}` is pinned (a number in __init__)"),
+                            );
+                        }
+                    }
                     if self.pinned.contains(&s) {
                         out.push(Dim::Lit(*n as usize));
                         continue;
@@ -2790,7 +2804,10 @@ impl Importer {
         let mut frame = Frame::default();
         if let Some((params, body, line)) = self.methods.get("__init__").cloned() {
             self.bind(&mut frame, &params, init_args, line, "__init__")?;
-            self.run(&mut frame, &body)?;
+            self.in_init = true;
+            let ran = self.run(&mut frame, &body);
+            self.in_init = false;
+            ran?;
         }
         let Some((params, body, line)) = self.methods.get("forward").cloned() else {
             return refuse(self.model_line, "Model has no forward");

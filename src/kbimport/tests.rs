@@ -484,6 +484,54 @@ fn norms_over_channels_import_in_training_mode_with_their_groups() {
     }
 }
 
+/// A size written as a number in `__init__` (AlexNet's first layer: `in_channels=3`,
+/// `out_channels=96`) is the model's own: literal in the program, the same at every preset, so
+/// that the model built from the file takes the task's parameters at the small preset too. The
+/// input's matching dim follows it; a size that only get_inputs writes stays a symbol.
+#[test]
+fn numbers_in_init_are_the_models_own_sizes() {
+    let src = "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    \
+               def __init__(self, num_classes=1000):\n        super(Model, self).__init__()\n        \
+               self.conv1 = nn.Conv2d(in_channels=3, out_channels=96, kernel_size=11, stride=4, padding=2)\n\n    \
+               def forward(self, x):\n        return self.conv1(x)\n\nbatch_size = 16\nnum_classes = 1000\n\n\
+               def get_inputs():\n    return [torch.rand(batch_size, 3, 224, 224)]\n\n\
+               def get_init_inputs():\n    return [num_classes]\n";
+    let t = imported("level1/50_conv_standard_2D.py", src);
+    let shapes: Vec<String> = t
+        .program
+        .inputs
+        .iter()
+        .map(|d| {
+            format!(
+                "{}: {:?}",
+                d.name,
+                d.ty.shape.iter().map(|x| x.to_string()).collect::<Vec<_>>()
+            )
+        })
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            "x: [\"batch_size\", \"3\", \"D224\", \"D224\"]",
+            "conv1_weight: [\"96\", \"3\", \"11\", \"11\"]",
+            "conv1_bias: [\"96\"]"
+        ],
+        "{}",
+        t.source
+    );
+    for preset in [Preset::Gpu, Preset::Small] {
+        let sizes = t.sizes(preset);
+        assert!(
+            !sizes.contains_key("D3") && !sizes.contains_key("D96"),
+            "{sizes:?}"
+        );
+        assert!(
+            sizes.contains_key("D224"),
+            "{preset:?}: the input's own size stays a symbol"
+        );
+    }
+}
+
 #[test]
 fn constant_tensors_are_draws_without_spread() {
     let src = GEMM.replace(
