@@ -979,7 +979,15 @@ fn bench_soak_samples_a_run_and_times_its_restart() {
     let json = root.join("soak.json");
     let out = kevin()
         .args(["bench", "soak", "--turns", "9000", "--hours", "0.01"])
-        .args(["--sample-s", "0.2", "--early-s", "1", "--config"])
+        .args([
+            "--sample-s",
+            "0.2",
+            "--early-s",
+            "1",
+            "--restart-pairs",
+            "2",
+            "--config",
+        ])
         .arg(&config)
         .arg("--dir")
         .arg(root.join("soak"))
@@ -1000,6 +1008,18 @@ fn bench_soak_samples_a_run_and_times_its_restart() {
     let line = r["restart_line"].as_str().unwrap();
     assert!(line.contains("wal_records_read"), "{line}");
     assert!(r["recovery_ms"].as_f64().unwrap() > 0.0, "{r}");
+    // The alternating pairs: each fresh start and restart timed, their medians reported.
+    let pairs = r["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2, "{r}");
+    assert!(pairs
+        .iter()
+        .flat_map(|p| p.as_array().unwrap())
+        .all(|t| t.as_f64().unwrap() > 0.0));
+    assert!(r["pairs_ratio"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(
+        !root.join("soak/fresh").exists(),
+        "the pairs' fresh run directory is removed"
+    );
     assert!(r["archives"].as_u64().unwrap() >= 1, "{r}");
     // The log is compacted: fewer segments than the groups it took.
     let groups = r["turns"].as_u64().unwrap() / 12;

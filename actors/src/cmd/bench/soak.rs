@@ -14,6 +14,11 @@
 //! soak it is restarted once more (the late restart) and that one is stopped at once. A restart
 //! time that does not grow with the run's length has late / early near 1.
 //!
+//! Those single restarts are noisy at a few milliseconds, so the bench then times
+//! `--restart-pairs` alternating pairs on the stopped run directory: a fresh start (a new run
+//! directory, to "starting a new run") and a restart (to "resuming"), each killed at its line
+//! (a kill -9 loses nothing: the crash tests prove it), and reports their medians and ratio.
+//!
 //! Reports: turns per second; RSS after warm-up (`--warmup-frac` of the second session's
 //! samples), at the end and at its highest after warm-up, and the growth; the run directory's size
 //! at the end, its highest and the budget (`run.max_disk_gb`); the WAL at the end; the start and
@@ -52,6 +57,9 @@ pub struct Args {
     /// Seconds of the first session, stopped and restarted (the early restart) before the rest.
     #[arg(long, default_value_t = 30.0)]
     pub early_s: f64,
+    /// Alternating fresh starts and restarts timed after the soak (medians reported).
+    #[arg(long, default_value_t = 9)]
+    pub restart_pairs: usize,
     /// Folder of the run directory (`run/`) and the logs (replaced if present).
     #[arg(long, default_value = "runs/bench-soak")]
     pub dir: PathBuf,
@@ -127,6 +135,14 @@ pub struct SoakReport {
     pub recovery_early_ms: f64,
     /// The same for the late restart.
     pub recovery_ms: f64,
+    /// Medians of the `--restart-pairs` fresh starts and restarts (s), and restart / fresh.
+    pub pairs_fresh_s: f64,
+    /// See `pairs_fresh_s`.
+    pub pairs_restart_s: f64,
+    /// See `pairs_fresh_s`.
+    pub pairs_ratio: f64,
+    /// Every pair's (fresh, restart) seconds.
+    pub pairs: Vec<(f64, f64)>,
     /// How the soak's daemon ended after SIGINT.
     pub ended: String,
     /// Every sample.
@@ -229,6 +245,68 @@ fn recovery_ms(line: &str) -> f64 {
         .find_map(|w| w.strip_prefix("recovery_ms="))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// Seconds from spawning `kevin train` to the line `needle`; the process is then killed.
+fn time_start(
+    exe: &Path,
+    config: Option<&Path>,
+    run_dir: &Path,
+    log: &Path,
+    needle: &str,
+) -> Result<f64, String> {
+    let t = Instant::now();
+    let mut child = spawn(exe, config, run_dir, log)?;
+    let got = wait_for_line(&mut child, log, needle, t);
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(got?.0)
+}
+
+/// `pairs` alternating (fresh start, restart) times: the fresh one on a new run directory beside
+/// the logs, the restart on `run_dir`.
+fn restart_pairs(
+    exe: &Path,
+    config: &Path,
+    run_dir: &Path,
+    dir: &Path,
+    pairs: usize,
+) -> Result<Vec<(f64, f64)>, String> {
+    let fresh_dir = dir.join("fresh");
+    let mut out = Vec::with_capacity(pairs);
+    for _ in 0..pairs {
+        if fresh_dir.exists() {
+            std::fs::remove_dir_all(&fresh_dir)
+                .map_err(|e| format!("{}: {e}", fresh_dir.display()))?;
+        }
+        let fresh = time_start(
+            exe,
+            Some(config),
+            &fresh_dir,
+            &dir.join("pair-fresh.log"),
+            "starting a new run",
+        )?;
+        let restart = time_start(
+            exe,
+            None,
+            run_dir,
+            &dir.join("pair-restart.log"),
+            "resuming",
+        )?;
+        out.push((fresh, restart));
+    }
+    let _ = std::fs::remove_dir_all(&fresh_dir);
+    Ok(out)
+}
+
+/// The median of `xs` (0 when empty).
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    match xs.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    }
 }
 
 /// Runs the soak; see the module docs.
@@ -336,6 +414,15 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
     let (restart_s, restart_line) = wait_for_line(&mut again, &relog, "resuming", t1)?;
     interrupt(&again);
     wait_or_kill(&mut again, Duration::from_secs(600));
+    if args.restart_pairs > 0 {
+        eprintln!(
+            "soak: timing {} alternating fresh starts and restarts",
+            args.restart_pairs
+        );
+    }
+    let pairs = restart_pairs(&exe, &args.config, &run_dir, &args.dir, args.restart_pairs)?;
+    let pairs_fresh_s = median(pairs.iter().map(|p| p.0).collect());
+    let pairs_restart_s = median(pairs.iter().map(|p| p.1).collect());
 
     let last = samples.last().cloned().ok_or("no sample was taken")?;
     let warm = ((samples.len() as f64 * args.warmup_frac) as usize).min(samples.len() - 1);
@@ -381,6 +468,10 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
         restart_line: restart_line
             .split_once("resuming")
             .map_or(restart_line.clone(), |(_, rest)| rest.trim().to_owned()),
+        pairs_fresh_s,
+        pairs_restart_s,
+        pairs_ratio: pairs_restart_s / pairs_fresh_s.max(1e-9),
+        pairs,
         ended,
         samples,
     };
@@ -406,7 +497,8 @@ pub fn markdown(r: &SoakReport) -> String {
          | rotated archives at the end | {} |\n\
          | start of the fresh run / restart after {:.0} s / restart after the soak | {:.3} s / {:.3} s / {:.3} s (late / early {:.2}x) |\n\
          | recovery inside the daemon, after {:.0} s / after the soak | {:.1} ms / {:.1} ms |\n\
-         | the restart's recovery | {} |\n\n\
+         | the restart's recovery | {} |\n\
+         | {} alternating fresh starts / restarts (medians) | {:.4} s / {:.4} s (restart / fresh {:.2}x) |\n\n\
          | t (s) | turns | RSS (MB) | run directory (MB) | WAL (MB) |\n|---|---|---|---|---|\n",
         r.config.display(),
         r.turns,
@@ -436,6 +528,10 @@ pub fn markdown(r: &SoakReport) -> String {
         r.recovery_early_ms,
         r.recovery_ms,
         r.restart_line,
+        r.pairs.len(),
+        r.pairs_fresh_s,
+        r.pairs_restart_s,
+        r.pairs_ratio,
     );
     let every = r.samples.len().div_ceil(20).max(1);
     for (i, x) in r.samples.iter().enumerate() {
