@@ -181,6 +181,17 @@ enum Layer {
     },
     /// A layer without parameters that applies a function: its name and keyword arguments.
     Func(String, Vec<(String, Val)>),
+    /// `nn.BatchNorm1d/2d/3d` with its affine parameters (PyTorch's default): the function and
+    /// its keyword arguments as [`Layer::Func`], the channels, and (once `forward` runs) the
+    /// weight and bias inputs, drawn as PyTorch initialises them (ones and zeros). They are
+    /// kept, not folded away, because their presence is what sends a batch norm to cuDNN in
+    /// PyTorch eager, so the baseline times the module as PyTorch runs it.
+    AffineNorm {
+        func: String,
+        kws: Vec<(String, Val)>,
+        channels: Dim,
+        params: Option<(Tensor, Tensor)>,
+    },
 }
 
 /// A convolution's per-axis stride, padding and dilation.
@@ -1757,9 +1768,10 @@ impl Importer {
                 };
                 Ok(Val::Layer(Layer::Func(f, named_args(names, pos, kw))))
             }
-            // PyTorch initialises the affine parameters to ones and zeros: until trained the
-            // norms are without them, as nn.LayerNorm. A module is in training mode: batch
-            // norm normalises with the batch's statistics.
+            // PyTorch initialises the affine parameters to ones and zeros: until trained group
+            // and instance norms are without them, as nn.LayerNorm; a batch norm keeps them as
+            // inputs (Layer::AffineNorm). A module is in training mode: batch norm normalises
+            // with the batch's statistics.
             "GroupNorm" => {
                 let Some(groups) = arg(0, "num_groups") else {
                     return refuse(line, "nn.GroupNorm without num_groups");
@@ -1774,13 +1786,27 @@ impl Importer {
             | "InstanceNorm3d" => {
                 let eps = arg(1, "eps").unwrap_or(Val::Float(1e-5));
                 let mut kws = vec![("eps".to_string(), eps)];
-                let f = if name.starts_with("Batch") {
-                    kws.push(("training".into(), Val::Bool(true)));
-                    "batch_norm"
-                } else {
-                    "instance_norm"
+                if !name.starts_with("Batch") {
+                    return Ok(Val::Layer(Layer::Func("instance_norm".into(), kws)));
+                }
+                kws.push(("training".into(), Val::Bool(true)));
+                let affine = !matches!(arg(3, "affine"), Some(Val::Bool(false)));
+                if !affine {
+                    return Ok(Val::Layer(Layer::Func("batch_norm".into(), kws)));
+                }
+                let Some(features) = arg(0, "num_features") else {
+                    return refuse(line, format!("nn.{name} without num_features"));
                 };
-                Ok(Val::Layer(Layer::Func(f.into(), kws)))
+                let channels = match self.dims(&[features], line)?.as_slice() {
+                    [d] => d.clone(),
+                    _ => return refuse(line, format!("nn.{name} with num_features not one size")),
+                };
+                Ok(Val::Layer(Layer::AffineNorm {
+                    func: "batch_norm".into(),
+                    kws,
+                    channels,
+                    params: None,
+                }))
             }
             "Dropout" => match arg(0, "p").and_then(|v| v.num()) {
                 Some(p) if p == 0.0 => Ok(Val::Layer(Layer::Func("identity".into(), Vec::new()))),
@@ -1980,6 +2006,19 @@ impl Importer {
                 all_kw.extend(kw);
                 self.function(&name, pos, all_kw, line)
             }
+            Layer::AffineNorm {
+                func,
+                kws,
+                params: Some((w, b)),
+                ..
+            } => {
+                let mut all_kw = kws;
+                all_kw.extend(kw);
+                all_kw.push(("weight".into(), Val::Tensor(w)));
+                all_kw.push(("bias".into(), Val::Tensor(b)));
+                self.function(&func, pos, all_kw, line)
+            }
+            Layer::AffineNorm { .. } => refuse(line, "a batch norm called outside forward"),
         }
     }
 
@@ -2893,6 +2932,29 @@ impl Importer {
                         bias,
                         window,
                         params: Some(params),
+                    }
+                }
+                Val::Layer(Layer::AffineNorm {
+                    func,
+                    kws,
+                    channels,
+                    ..
+                }) => {
+                    let constant = |value: f64| Draw {
+                        dims: vec![channels.clone()],
+                        dist: InputDist::Normal {
+                            mean: value,
+                            std: 0.0,
+                        },
+                        ..Draw::default()
+                    };
+                    let w = self.parameter(&format!("{attr}_weight"), constant(1.0));
+                    let b = self.parameter(&format!("{attr}_bias"), constant(0.0));
+                    Layer::AffineNorm {
+                        func,
+                        kws,
+                        channels,
+                        params: Some((w, b)),
                     }
                 }
                 _ => continue,

@@ -473,11 +473,23 @@ fn norms_over_channels_import_in_training_mode_with_their_groups() {
     let t = imported("level2/3_Conv2d_GroupNorm_BatchNorm.py", &src);
     assert!(
         body(&t).ends_with(
-            "Y = instance_norm(batch_norm(group_norm(x1, 4, eps=1e-5), eps=1e-5), eps=0.001)"
+            "Y = instance_norm(batch_norm(group_norm(x1, 4, eps=1e-5), weight=bn_weight, \
+             bias=bn_bias, eps=1e-5), eps=0.001)"
         ),
         "{}",
         body(&t)
     );
+    // The batch norm's affine parameters are inputs, ones and zeros as PyTorch initialises
+    // them: their presence is what sends it to cuDNN in PyTorch eager.
+    for (name, mean) in [("bn_weight", 1.0), ("bn_bias", 0.0)] {
+        let i = t
+            .program
+            .inputs
+            .iter()
+            .position(|d| d.name == name)
+            .unwrap_or_else(|| panic!("{}", t.source));
+        assert_eq!(t.inputs[i], InputDist::Normal { mean, std: 0.0 }, "{name}");
+    }
     // The small preset keeps the channels a multiple of the groups.
     for preset in [Preset::Gpu, Preset::Small] {
         assert_eq!(t.sizes(preset)["out_channels"] % 4, 0, "{preset:?}");
