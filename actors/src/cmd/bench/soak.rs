@@ -51,7 +51,8 @@ pub struct Args {
     /// Seconds between samples.
     #[arg(long, default_value_t = 10.0)]
     pub sample_s: f64,
-    /// Share of the samples that counts as warm-up for the memory growth.
+    /// Share of the samples that counts as warm-up for the memory growth (at least the first,
+    /// taken as the restarted daemon starts).
     #[arg(long, default_value_t = 0.1)]
     pub warmup_frac: f64,
     /// Seconds of the first session, stopped and restarted (the early restart) before the rest.
@@ -425,7 +426,11 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
     let pairs_restart_s = median(pairs.iter().map(|p| p.1).collect());
 
     let last = samples.last().cloned().ok_or("no sample was taken")?;
-    let warm = ((samples.len() as f64 * args.warmup_frac) as usize).min(samples.len() - 1);
+    // The first sample is taken as the restarted daemon logs "resuming", before it has done any
+    // work: warm-up always excludes it.
+    let warm = ((samples.len() as f64 * args.warmup_frac) as usize)
+        .max(1)
+        .min(samples.len() - 1);
     let rss_warm_mb = samples[warm].rss_mb;
     let rss_max_mb = samples[warm..].iter().map(|s| s.rss_mb).fold(0.0, f64::max);
     let after = &samples[warm..];
