@@ -1056,26 +1056,35 @@ KB_D void conv_t3(const T* __restrict__ x, const T* __restrict__ w, const T* b, 
     }
 }
 
-// MAX: the window's maximum (padding as -inf; NaN as the max reduction treats it); otherwise the
-// mean over the window clipped to the padded input (count_pad) or over its positions inside x.
-// Indices of type I throughout (see WinT).
+// MAX: the window's maximum (padding as -inf; NaN as the max reduction treats it), and in `idx`
+// the position in the input plane it came from (the first maximum, or the first NaN), as
+// PyTorch's CUDA max pooling always writes it (max_pool*d runs max_pool*d_with_indices there);
+// otherwise the mean over the window clipped to the padded input (count_pad) or over its
+// positions inside x. Indices of type I throughout (see WinT).
 template <class T, bool MAX, class I>
-KB_D void pool3_in(const T* __restrict__ x, T* __restrict__ y, I planes, const WinT<I>& g, int count_pad) {
+KB_D void pool3_in(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__ idx, I planes,
+                   const WinT<I>& g, int count_pad) {
     typedef op_t<T> A;
     const I outs = g.od * g.oh * g.ow, total = planes * outs, plane = g.d * g.h * g.w;
     for (I i = (I)gtid(); i < total; i += (I)gstride()) {
         const WinPosT<I> o = g.pos(i);
         const T* xp = x + (i64)o.rest * plane;
         A best = -(A)KB_INF, sum = 0;
-        I inside = 0;
+        I inside = 0, at = -1;
         visit_window(g, o, [&](I xi, I) {
             const A v = to_op(xp[xi]);
-            if (MAX) best = red_max(best, v);
-            else sum += v;
+            if (MAX) {
+                const A m = red_max(best, v);
+                if (at < 0 || (m != best && !(m != m && best != best))) at = xi;
+                best = m;
+            } else {
+                sum += v;
+            }
             ++inside;
         });
         if (MAX) {
             y[i] = from_op<T>(best);
+            idx[i] = (i64)at;
         } else {
             I count = inside;
             if (count_pad) {
@@ -1091,14 +1100,14 @@ KB_D void pool3_in(const T* __restrict__ x, T* __restrict__ y, I planes, const W
 // 32-bit indices when every index of x and y, the grid's stride included, fits an int (a uniform
 // choice); 64-bit otherwise.
 template <class T, bool MAX>
-KB_D void pool3(const T* __restrict__ x, T* __restrict__ y, i64 planes, Win g, int count_pad) {
+KB_D void pool3(const T* __restrict__ x, T* __restrict__ y, i64* idx, i64 planes, Win g, int count_pad) {
     const i64 total = planes * g.od * g.oh * g.ow, in = planes * g.d * g.h * g.w;
     const i64 padded = (g.d + 2 * g.pd) * (g.h + 2 * g.ph) * (g.w + 2 * g.pw);
     const i64 limit = 0x7fffffffLL - gstride();
     if (total < limit && in < limit && padded < limit)
-        pool3_in<T, MAX, int>(x, y, (int)planes, g.as<int>(), count_pad);
+        pool3_in<T, MAX, int>(x, y, idx, (int)planes, g.as<int>(), count_pad);
     else
-        pool3_in<T, MAX, i64>(x, y, planes, g, count_pad);
+        pool3_in<T, MAX, i64>(x, y, idx, planes, g, count_pad);
 }
 
 }  // namespace kb
@@ -1243,11 +1252,12 @@ KB_EACH(KB_NORMS, 0)
                                                    i64 f, i64 groups, KB_WIN_PARAMS, int has_b) {         \
         kb::conv_t3<T>(x, wt, b, y, n, c, f, groups, KB_WIN, has_b);                                      \
     }                                                                                                     \
-    extern "C" __global__ void max_pool_##dt(const T* x, T* y, i64 planes, KB_WIN_PARAMS, int unused1) {  \
-        kb::pool3<T, true>(x, y, planes, KB_WIN, 0);                                                      \
+    extern "C" __global__ void max_pool_##dt(const T* x, T* y, i64* idx, i64 planes, KB_WIN_PARAMS,       \
+                                             int unused1) {                                               \
+        kb::pool3<T, true>(x, y, idx, planes, KB_WIN, 0);                                                 \
     }                                                                                                     \
     extern "C" __global__ void avg_pool_##dt(const T* x, T* y, i64 planes, KB_WIN_PARAMS, int count_pad) { \
-        kb::pool3<T, false>(x, y, planes, KB_WIN, count_pad);                                             \
+        kb::pool3<T, false>(x, y, nullptr, planes, KB_WIN, count_pad);                                    \
     }
 KB_EACH(KB_WINDOWED, 0)
 

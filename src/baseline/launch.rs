@@ -534,19 +534,22 @@ pub(super) fn conv_kernel(c: &Conv, precision: Precision) -> Step {
     )
 }
 
-/// Max or average pooling over `planes` planes (N x C): one thread per output element.
+/// Max pooling (with `indices`: the i64 buffer its argmax positions go to, as PyTorch's CUDA max
+/// pooling writes them) or average pooling (`indices` None) over `planes` planes (N x C): one
+/// thread per output element.
 pub(super) fn pool(
-    max: bool,
     e: Elem,
-    x: usize,
-    y: usize,
+    (x, y, indices): (usize, usize, Option<usize>),
     planes: usize,
     win: &Window,
     count_include_pad: bool,
 ) -> Step {
+    let max = indices.is_some();
     let total = (planes * win.outputs()) as u64;
     let grid = blocks(total, EW_THREADS as u64, EW_MAX_BLOCKS);
-    let mut args = vec![StepArg::Buffer(x), StepArg::Buffer(y), n64(planes)];
+    let mut args = vec![StepArg::Buffer(x), StepArg::Buffer(y)];
+    args.extend(indices.map(StepArg::Buffer));
+    args.push(n64(planes));
     args.extend(win.args());
     args.push(StepArg::I32(count_include_pad.into()));
     let name = if max { "max_pool" } else { "avg_pool" };

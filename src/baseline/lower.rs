@@ -556,9 +556,13 @@ impl Lowerer<'_> {
                     dilation: dilation.clone(),
                 };
                 let y = self.alloc(dest, dtype, &shape);
+                // PyTorch's CUDA max pooling always writes the argmax indices too (i64, one per
+                // output) and drops them: so does the baseline, into a buffer of its own.
+                let indices = max.then(|| self.alloc(None, Dtype::I64, &shape).buf);
                 let planes = x.shape[0] * x.shape[1];
                 let e = self.elem(dtype);
-                let step = launch::pool(max, e, x.buf, y.buf, planes, &win, count_include_pad);
+                let bufs = (x.buf, y.buf, indices);
+                let step = launch::pool(e, bufs, planes, &win, count_include_pad);
                 self.steps.push(step);
                 Ok(y)
             }

@@ -271,6 +271,24 @@ fn norms_pass_absent_operands_as_flags() {
     assert_eq!(a[6], StepArg::I32(0));
 }
 
+/// Max pooling writes its argmax positions too, into an i64 buffer of its own, as PyTorch's CUDA
+/// max pooling does (max_pool*d runs max_pool*d_with_indices there); average pooling has none.
+#[test]
+fn max_pooling_writes_indices_as_pytorch_does() {
+    let src = "input X: f32[N, C, H, W]\noutput M: f32[N, C, H - 1, W - 1]\n\
+               output A: f32[N, C, H - 1, W - 1]\n\
+               M = max_pool2d(X, 2, stride=1)\nA = avg_pool2d(X, 2, stride=1)";
+    let p = plan(src, &[("N", 2), ("C", 3), ("H", 8), ("W", 9)]);
+    assert_eq!(kinds(&p), ["max_pool_f32", "avg_pool_f32"]);
+    let idx = p.buffers.len() - 1;
+    assert_eq!(p.buffers[idx].dtype, Dtype::I64, "{:?}", p.buffers);
+    assert_eq!(p.buffers[idx].elems, 2 * 3 * 7 * 8);
+    assert_eq!(args(&p, 0)[..3], [0, 1, idx].map(StepArg::Buffer));
+    assert_eq!(args(&p, 0)[3], StepArg::I64(6), "planes after the buffers");
+    assert_eq!(args(&p, 1)[..2], [0, 2].map(StepArg::Buffer));
+    assert_eq!(args(&p, 1)[2], StepArg::I64(6), "no index buffer");
+}
+
 /// A batch norm goes to cuDNN exactly where PyTorch sends it there (f32, weight and bias, rank 3
 /// or more, eps of at least 1e-5); the kernel form is `chan_norm` in batch mode (groups 0).
 #[test]
