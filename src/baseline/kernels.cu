@@ -1056,8 +1056,13 @@ KB_D void conv_t3(const T* __restrict__ x, const T* __restrict__ w, const T* b, 
     }
 }
 
+// Whether v replaces the window's maximum so far: PyTorch's `val > maxval || isnan(val)` in float
+// (a NaN wins, the last one), the interpreter's max in double (a NaN never wins).
+KB_D bool pool_beats(float v, float best) { return v > best || v != v; }
+KB_D bool pool_beats(double v, double best) { return v > best; }
+
 // MAX: the window's maximum (padding as -inf; NaN as the max reduction treats it), and in `idx`
-// the position in the input plane it came from (the first maximum, or the first NaN), as
+// the position in the input plane it came from (the first maximum, or the last NaN), as
 // PyTorch's CUDA max pooling always writes it (max_pool*d runs max_pool*d_with_indices there);
 // otherwise the mean over the window clipped to the padded input (count_pad) or over its
 // positions inside x. Indices of type I throughout (see WinT).
@@ -1074,9 +1079,11 @@ KB_D void pool3_in(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__
         visit_window(g, o, [&](I xi, I) {
             const A v = to_op(xp[xi]);
             if (MAX) {
-                const A m = red_max(best, v);
-                if (at < 0 || (m != best && !(m != m && best != best))) at = xi;
-                best = m;
+                // PyTorch's select (a NaN wins in float); the interpreter's in double.
+                if (pool_beats(v, best)) {
+                    best = v;
+                    at = xi;
+                }
             } else {
                 sum += v;
             }
