@@ -148,6 +148,10 @@ pub struct TaskSignature {
     pub tensors: Vec<TensorParam>,
     /// Size symbols and their values (`M` -> 512).
     pub sizes: BTreeMap<String, i64>,
+    /// Bytes of the intermediates PyTorch eager allocates for the task's program (0 when
+    /// unknown): a candidate may always use that much scratch.
+    #[serde(default)]
+    pub eager_intermediate_bytes: u64,
 }
 
 impl TaskSignature {
@@ -213,12 +217,15 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The scratch cap for `sig`: `clamp(factor * tensor bytes, min, max)`.
+    /// The scratch cap for `sig`: `clamp(factor * tensor bytes, min, max)`, and never less than
+    /// the intermediates PyTorch eager allocates for the same program (a kernel computed in
+    /// stages may hold what eager holds between its ops, at KernelBench's sizes gigabytes).
     pub fn scratch_cap(&self, sig: &TaskSignature) -> u64 {
         sig.tensor_bytes()
             .saturating_mul(self.scratch_factor)
             .max(self.min_scratch_bytes)
             .min(self.max_scratch_bytes)
+            .max(sig.eager_intermediate_bytes)
     }
 }
 

@@ -40,6 +40,7 @@ fn plan_for(src: &str, tensors: Vec<TensorParam>) -> ResolvedPlan {
     let sig = TaskSignature {
         tensors,
         sizes: BTreeMap::from([("N".to_string(), 4096)]),
+        eager_intermediate_bytes: 0,
     };
     candidate::validate(&cand, &sig, &Limits::default()).expect("valid")
 }

@@ -542,6 +542,12 @@ fn numbers_in_init_are_the_models_own_sizes() {
             "{preset:?}: the input's own size stays a symbol"
         );
     }
+    // Judged as KernelBench judges it.
+    assert_eq!(t.tolerance, KERNELBENCH_TOLERANCE);
+    assert_eq!(
+        (KERNELBENCH_TOLERANCE.atol, KERNELBENCH_TOLERANCE.rtol),
+        (1e-2, 1e-2)
+    );
 }
 
 #[test]

@@ -409,6 +409,7 @@ fn task_file(name: &str, d: &Draft, p: &Program, gpu: &Sizes, small: &Sizes) -> 
         gpu,
         small,
         inputs: &inputs,
+        tolerance: None,
     })
 }
 

@@ -25,6 +25,32 @@ pub fn baseline_ms(program: &Program, sizes: &Sizes) -> f64 {
     seconds * 1e3
 }
 
+/// Bytes of the intermediates that PyTorch eager allocates running `program` op by op at `sizes`:
+/// the result of every operator node, except a statement's root that is an output (it is
+/// written in place). A candidate may use as much scratch (see `Limits::scratch_cap`).
+pub fn intermediate_bytes(program: &Program, sizes: &Sizes) -> u64 {
+    fn walk(program: &Program, sizes: &Sizes, e: &Expr, root: bool, total: &mut f64) {
+        let operands: Vec<&Expr> = match e {
+            Expr::Num(_) | Expr::Var(_) => return,
+            Expr::Neg(a) => vec![a],
+            Expr::Binary(_, a, b) => vec![a, b],
+            Expr::Call { args, .. } => args.iter().collect(),
+        };
+        for a in operands {
+            walk(program, sizes, a, false, total);
+        }
+        if !root {
+            *total += bytes(program, sizes, e);
+        }
+    }
+    let mut total = 0.0;
+    for s in &program.stmts {
+        let to_output = program.outputs.iter().any(|d| d.name == s.target);
+        walk(program, sizes, &s.expr, to_output, &mut total);
+    }
+    total.min(u64::MAX as f64) as u64
+}
+
 /// The extents of `e` at `sizes` (an unbound one as 1) and its element type (None for a
 /// scalar), when it type-checks.
 fn extents(program: &Program, sizes: &Sizes, e: &Expr) -> Option<(Vec<f64>, Option<Dtype>)> {

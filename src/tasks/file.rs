@@ -195,6 +195,8 @@ pub struct TaskFileText<'a> {
     pub small: &'a Sizes,
     /// Inputs with a distribution other than the default standard normal (others skipped).
     pub inputs: &'a [(String, InputDist)],
+    /// A tolerance other than the dtype's default (`[tolerance]`), if any.
+    pub tolerance: Option<Tolerance>,
 }
 
 /// The text of a task file that [`parse_task`] reads back as the same task.
@@ -248,6 +250,9 @@ pub fn write_task_file(t: &TaskFileText<'_>) -> String {
             }
         };
         let _ = writeln!(s, "\n[inputs.{name}]\n{body}");
+    }
+    if let Some(t) = t.tolerance {
+        let _ = writeln!(s, "\n[tolerance]\natol = {:?}\nrtol = {:?}", t.atol, t.rtol);
     }
     s
 }

@@ -336,3 +336,21 @@ fn a_constant_input_renders_as_torch_full() {
         Some("torch.full((N,), 1.0, dtype=torch.float16)")
     );
 }
+
+/// The candidate's scratch allowance follows what PyTorch eager allocates between the program's
+/// ops: every operator node's result but the roots written into outputs.
+#[test]
+fn eager_intermediates_count_every_node_but_the_outputs() {
+    let program = crate::ops::Program::parse(
+        "input X: f32[M, N]\ninput w: f32[N]\noutput Y: f32[M]\n\
+         T = relu(X * w)\nY = sum(T + 1.0, axis=1)",
+    )
+    .unwrap();
+    let sizes: crate::ops::Sizes = [("M".to_string(), 100), ("N".to_string(), 1000)].into();
+    // X * w and relu(..) (the statement T), then T + 1.0: three [M, N] f32 tensors; the sum
+    // is written into Y.
+    assert_eq!(
+        estimate::intermediate_bytes(&program, &sizes),
+        3 * 100 * 1000 * 4
+    );
+}

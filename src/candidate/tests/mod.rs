@@ -62,5 +62,6 @@ pub(super) fn gemm_task() -> TaskSignature {
             ("N".to_string(), 32),
             ("K".to_string(), 16),
         ]),
+        eager_intermediate_bytes: 0,
     }
 }

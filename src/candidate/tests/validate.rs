@@ -41,6 +41,7 @@ fn task() -> TaskSignature {
             t("idx", Dtype::I64, false),
         ],
         sizes: BTreeMap::from([("N".to_string(), 1024), ("M".to_string(), 3)]),
+        eager_intermediate_bytes: 0,
     }
 }
 
@@ -393,6 +394,10 @@ fn scratch_cap_scales_with_the_task() {
     );
     sig.tensors[0].elems = u64::MAX;
     assert_eq!(limits.scratch_cap(&sig), 1 << 30);
+    // Never below what PyTorch eager holds between the program's ops, past the 1 GiB cap too.
+    sig.tensors[0].elems = 1024;
+    sig.eager_intermediate_bytes = 5 << 30;
+    assert_eq!(limits.scratch_cap(&sig), 5 << 30);
 }
 
 #[test]
