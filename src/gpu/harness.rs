@@ -508,22 +508,14 @@ impl Harness {
     ) -> Result<EagerPlan, String> {
         let plan = lowered.map_err(|e| e.to_string())?;
         let gemm_kernel = !self.blas_in_use();
-        let convs: Vec<&Conv> = plan
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Conv(c) => Some(c),
-                _ => None,
-            })
-            .collect();
-        let norms: Vec<&BatchNorm> = plan
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::BatchNorm(b) => Some(b),
-                _ => None,
-            })
-            .collect();
+        let (mut convs, mut norms): (Vec<&Conv>, Vec<&BatchNorm>) = (Vec::new(), Vec::new());
+        for step in &plan.steps {
+            match step {
+                Step::Conv(c) => convs.push(c),
+                Step::BatchNorm(b) => norms.push(b),
+                _ => {}
+            }
+        }
         let dnn_kernels = plan.precision == Precision::F64
             || convs.iter().any(|c| !Dnn::takes(c))
             || ((!convs.is_empty() || !norms.is_empty()) && !self.dnn_ready(&convs, &norms));
