@@ -379,14 +379,16 @@ impl CudaEnv {
     }
 
     /// Times the baseline of `task` at `preset` (`reps` runs, L2 flushed before each; the
-    /// median in [`BaselineCheck::median_ms`]) without checking it: `kevin tasks baseline`.
+    /// median in [`BaselineCheck::median_ms`]) and, with `check`, also compares it and its fp64
+    /// reference plan with the interpreter, in one request: `kevin tasks baseline`.
     pub fn time_baseline(
         &self,
         task: &str,
         preset: Preset,
         reps: u32,
+        check: bool,
     ) -> Result<BaselineCheck, String> {
-        self.baseline_request(task, preset, 7, reps.max(1), true)
+        self.baseline_request(task, preset, 7, reps.max(1), !check)
     }
 
     fn baseline_request(

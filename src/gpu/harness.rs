@@ -400,6 +400,12 @@ impl Harness {
             desc: String::new(),
             code: 0,
         };
+        let ptr = |i: usize| {
+            ptrs.get(i)
+                .copied()
+                .ok_or_else(|| fail(format!("buffer {i} out of range")))
+        };
+        let no_dnn = || fail("a cuDNN step without cuDNN loaded".into());
         for step in &plan.steps {
             match step {
                 Step::Kernel {
@@ -415,11 +421,7 @@ impl Harness {
                     let mut pack = ArgPack::default();
                     for a in args {
                         match a {
-                            StepArg::Buffer(i) => pack.ptr(
-                                *ptrs
-                                    .get(*i)
-                                    .ok_or_else(|| fail(format!("buffer {i} out of range")))?,
-                            ),
+                            StepArg::Buffer(i) => pack.ptr(ptr(*i)?),
                             StepArg::I32(v) => pack.push(&v.to_ne_bytes()),
                             StepArg::I64(v) => pack.push(&v.to_ne_bytes()),
                             StepArg::F32(v) => pack.push(&v.to_ne_bytes()),
@@ -434,11 +436,6 @@ impl Harness {
                     };
                 }
                 Step::Gemm(g) => {
-                    let ptr = |i: usize| {
-                        ptrs.get(i)
-                            .copied()
-                            .ok_or_else(|| fail(format!("buffer {i} out of range")))
-                    };
                     let call = GemmCall {
                         g,
                         f64: plan.precision == Precision::F64,
@@ -452,34 +449,22 @@ impl Harness {
                         .map_err(|e| fail(e.to_string()))?;
                 }
                 Step::Conv(c) => {
-                    let ptr = |i: usize| {
-                        ptrs.get(i)
-                            .copied()
-                            .ok_or_else(|| fail(format!("buffer {i} out of range")))
-                    };
                     let at = (
                         ptr(c.x)?,
                         ptr(c.w)?,
                         c.bias.map(ptr).transpose()?,
                         ptr(c.y)?,
                     );
-                    let gpu = &self.gpu;
-                    let dnn = match self.dnn.as_mut() {
-                        Some(Ok(d)) => d,
-                        _ => return Err(fail("a cuDNN step without cuDNN loaded".into())),
+                    let Some(Ok(dnn)) = self.dnn.as_mut() else {
+                        return Err(no_dnn());
                     };
-                    dnn.conv(gpu, c, at).map_err(|e| fail(e.to_string()))?;
+                    dnn.conv(&self.gpu, c, at)
+                        .map_err(|e| fail(e.to_string()))?;
                 }
                 Step::BatchNorm(b) => {
-                    let ptr = |i: usize| {
-                        ptrs.get(i)
-                            .copied()
-                            .ok_or_else(|| fail(format!("buffer {i} out of range")))
-                    };
                     let at = (ptr(b.x)?, ptr(b.w)?, ptr(b.b)?, ptr(b.y)?);
-                    let dnn = match self.dnn.as_mut() {
-                        Some(Ok(d)) => d,
-                        _ => return Err(fail("a cuDNN step without cuDNN loaded".into())),
+                    let Some(Ok(dnn)) = self.dnn.as_mut() else {
+                        return Err(no_dnn());
                     };
                     dnn.batch_norm(b, at).map_err(|e| fail(e.to_string()))?;
                 }

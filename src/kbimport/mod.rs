@@ -165,6 +165,21 @@ struct Draw {
     transposed: bool,
 }
 
+impl Draw {
+    /// A constant tensor (`torch.ones`, a parameter initialised to zeros): a draw without
+    /// spread, every value `value`.
+    fn constant(dims: Vec<Dim>, value: f64) -> Draw {
+        Draw {
+            dims,
+            dist: InputDist::Normal {
+                mean: value,
+                std: 0.0,
+            },
+            ..Draw::default()
+        }
+    }
+}
+
 /// A layer built by `__init__`.
 #[derive(Clone, Debug)]
 enum Layer {
@@ -189,13 +204,12 @@ enum Layer {
     },
     /// A layer without parameters that applies a function: its name and keyword arguments.
     Func(String, Vec<(String, Val)>),
-    /// `nn.BatchNorm1d/2d/3d` with its affine parameters (PyTorch's default): the function and
-    /// its keyword arguments as [`Layer::Func`], the channels, and (once `forward` runs) the
-    /// weight and bias inputs, drawn as PyTorch initialises them (ones and zeros). They are
+    /// `nn.BatchNorm1d/2d/3d` with its affine parameters (PyTorch's default): `batch_norm`'s
+    /// keyword arguments as [`Layer::Func`] holds them, the channels, and (once `forward` runs)
+    /// the weight and bias inputs, drawn as PyTorch initialises them (ones and zeros). They are
     /// kept, not folded away, because their presence is what sends a batch norm to cuDNN in
     /// PyTorch eager, so the baseline times the module as PyTorch runs it.
     AffineNorm {
-        func: String,
         kws: Vec<(String, Val)>,
         channels: Dim,
         params: Option<(Tensor, Tensor)>,
@@ -1606,14 +1620,7 @@ impl Importer {
                 }) {
                     return refuse(line, "an input that is not float32");
                 }
-                Ok(Val::Draw(Draw {
-                    dims,
-                    dist: InputDist::Normal {
-                        mean: value,
-                        std: 0.0,
-                    },
-                    ..Draw::default()
-                }))
+                Ok(Val::Draw(Draw::constant(dims, value)))
             }
             "randperm" | "eye" | "arange" | "tensor" | "empty" => refuse(
                 line,
@@ -1810,7 +1817,6 @@ impl Importer {
                     _ => return refuse(line, format!("nn.{name} with num_features not one size")),
                 };
                 Ok(Val::Layer(Layer::AffineNorm {
-                    func: "batch_norm".into(),
                     kws,
                     channels,
                     params: None,
@@ -2015,7 +2021,6 @@ impl Importer {
                 self.function(&name, pos, all_kw, line)
             }
             Layer::AffineNorm {
-                func,
                 kws,
                 params: Some((w, b)),
                 ..
@@ -2024,7 +2029,7 @@ impl Importer {
                 all_kw.extend(kw);
                 all_kw.push(("weight".into(), Val::Tensor(w)));
                 all_kw.push(("bias".into(), Val::Tensor(b)));
-                self.function(&func, pos, all_kw, line)
+                self.function("batch_norm", pos, all_kw, line)
             }
             Layer::AffineNorm { .. } => refuse(line, "a batch norm called outside forward"),
         }
@@ -2942,24 +2947,11 @@ impl Importer {
                         params: Some(params),
                     }
                 }
-                Val::Layer(Layer::AffineNorm {
-                    func,
-                    kws,
-                    channels,
-                    ..
-                }) => {
-                    let constant = |value: f64| Draw {
-                        dims: vec![channels.clone()],
-                        dist: InputDist::Normal {
-                            mean: value,
-                            std: 0.0,
-                        },
-                        ..Draw::default()
-                    };
+                Val::Layer(Layer::AffineNorm { kws, channels, .. }) => {
+                    let constant = |value| Draw::constant(vec![channels.clone()], value);
                     let w = self.parameter(&format!("{attr}_weight"), constant(1.0));
                     let b = self.parameter(&format!("{attr}_bias"), constant(0.0));
                     Layer::AffineNorm {
-                        func,
                         kws,
                         channels,
                         params: Some((w, b)),

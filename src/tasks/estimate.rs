@@ -30,11 +30,8 @@ pub fn baseline_ms(program: &Program, sizes: &Sizes) -> f64 {
 /// written in place). A candidate may use as much scratch (see `Limits::scratch_cap`).
 pub fn intermediate_bytes(program: &Program, sizes: &Sizes) -> u64 {
     fn walk(program: &Program, sizes: &Sizes, e: &Expr, root: bool, total: &mut f64) {
-        let operands: Vec<&Expr> = match e {
-            Expr::Num(_) | Expr::Var(_) => return,
-            Expr::Neg(a) => vec![a],
-            Expr::Binary(_, a, b) => vec![a, b],
-            Expr::Call { args, .. } => args.iter().collect(),
+        let Some(operands) = operands(e) else {
+            return;
         };
         for a in operands {
             walk(program, sizes, a, false, total);
@@ -49,6 +46,16 @@ pub fn intermediate_bytes(program: &Program, sizes: &Sizes) -> u64 {
         walk(program, sizes, &s.expr, to_output, &mut total);
     }
     total.min(u64::MAX as f64) as u64
+}
+
+/// The operands of operator node `e`; None for a leaf (a number or a name), which is no node.
+fn operands(e: &Expr) -> Option<Vec<&Expr>> {
+    match e {
+        Expr::Num(_) | Expr::Var(_) => None,
+        Expr::Neg(a) => Some(vec![a]),
+        Expr::Binary(_, a, b) => Some(vec![a, b]),
+        Expr::Call { args, .. } => Some(args.iter().collect()),
+    }
 }
 
 /// The extents of `e` at `sizes` (an unbound one as 1) and its element type (None for a
@@ -85,11 +92,8 @@ fn flop_rate(program: &Program, e: &Expr) -> f64 {
 }
 
 fn node(program: &Program, sizes: &Sizes, e: &Expr, seconds: &mut f64) {
-    let operands: Vec<&Expr> = match e {
-        Expr::Num(_) | Expr::Var(_) => return,
-        Expr::Neg(a) => vec![a],
-        Expr::Binary(_, a, b) => vec![a, b],
-        Expr::Call { args, .. } => args.iter().collect(),
+    let Some(operands) = operands(e) else {
+        return;
     };
     for a in &operands {
         node(program, sizes, a, seconds);

@@ -150,7 +150,6 @@ impl Task {
     pub fn candidate_signature(&self, preset: Preset) -> crate::candidate::TaskSignature {
         use crate::candidate::{Dtype as C, TaskSignature, TensorParam};
         let sig = self.signature(preset);
-        let sig_sizes = self.sizes(preset).clone();
         TaskSignature {
             tensors: sig
                 .tensors
@@ -167,7 +166,10 @@ impl Task {
                     is_output: t.role == Role::Output,
                 })
                 .collect(),
-            eager_intermediate_bytes: estimate::intermediate_bytes(&self.program, &sig_sizes),
+            eager_intermediate_bytes: estimate::intermediate_bytes(
+                &self.program,
+                self.sizes(preset),
+            ),
             sizes: sig.sizes.into_iter().map(|(k, v)| (k, v as i64)).collect(),
         }
     }

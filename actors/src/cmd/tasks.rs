@@ -688,30 +688,23 @@ fn time_baselines(
     let mut rows = Vec::new();
     let mut failed = 0;
     for (i, name) in names.iter().enumerate() {
-        let checked = if check {
-            env.check_baseline(name, preset, 7).map(Some)
-        } else {
-            Ok(None)
-        };
-        match checked.and_then(|c| Ok((c, env.time_baseline(name, preset, reps)?))) {
-            Ok((checked, c)) => {
+        match env.time_baseline(name, preset, reps, check) {
+            Ok(c) => {
                 let ms = c.median_ms.unwrap_or(f64::NAN);
-                let verdict = match &checked {
-                    None => String::new(),
-                    Some(k) => match (&k.first_failure, &k.reference_first_failure) {
-                        (None, None) => format!(
-                            "  ok: error/tolerance {:.3}, reference {:.3}",
-                            k.max_error_ratio, k.reference_max_error_ratio
-                        ),
-                        (f, r) => {
-                            failed += 1;
-                            format!(
-                                "  WRONG: baseline {}, reference {}",
-                                f.as_deref().unwrap_or("within tolerance"),
-                                r.as_deref().unwrap_or("within tolerance")
-                            )
-                        }
-                    },
+                let verdict = match (&c.first_failure, &c.reference_first_failure) {
+                    _ if !check => String::new(),
+                    (None, None) => format!(
+                        "  ok: error/tolerance {:.3}, reference {:.3}",
+                        c.max_error_ratio, c.reference_max_error_ratio
+                    ),
+                    (f, r) => {
+                        failed += 1;
+                        format!(
+                            "  WRONG: baseline {}, reference {}",
+                            f.as_deref().unwrap_or("within tolerance"),
+                            r.as_deref().unwrap_or("within tolerance")
+                        )
+                    }
                 };
                 println!(
                     "{name:width$}  {ms:10.4} ms  {:3} steps  cublas {}  cudnn steps {}{verdict}   [{}/{}]",
@@ -723,12 +716,12 @@ fn time_baselines(
                 );
                 let mut row = json!({"task": name, "median_ms": c.median_ms, "steps": c.steps,
                     "cublas": c.cublas, "cudnn_steps": c.cudnn_steps});
-                if let Some(k) = checked {
+                if check {
                     row["check"] = json!({
-                        "max_error_ratio": k.max_error_ratio,
-                        "first_failure": k.first_failure,
-                        "reference_max_error_ratio": k.reference_max_error_ratio,
-                        "reference_first_failure": k.reference_first_failure,
+                        "max_error_ratio": c.max_error_ratio,
+                        "first_failure": c.first_failure,
+                        "reference_max_error_ratio": c.reference_max_error_ratio,
+                        "reference_first_failure": c.reference_first_failure,
                     });
                 }
                 rows.push(row);

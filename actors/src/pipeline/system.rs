@@ -287,14 +287,15 @@ pub fn train(
     // restart then costs about what the longer of the two costs, not their sum. Its errors come
     // first, as when it ran alone.
     let segment_bytes = config.replay.wal_segment_kb.saturating_mul(1 << 10);
+    let recover = || {
+        let started = Instant::now();
+        let recovery = run_dir.recover(segment_bytes);
+        (recovery, started.elapsed().as_secs_f64() * 1e3)
+    };
     let (recovered, setup) = std::thread::scope(|scope| {
         let recovering = std::thread::Builder::new()
             .name("recovery".into())
-            .spawn_scoped(scope, || {
-                let started = Instant::now();
-                let recovery = run_dir.recover(segment_bytes);
-                (recovery, started.elapsed().as_secs_f64() * 1e3)
-            });
+            .spawn_scoped(scope, recover);
         let setup = (|| {
             let suite = load_suite(&config)?;
             let tasks = build_tasks(&config, suite.as_deref())?;
@@ -312,11 +313,7 @@ pub fn train(
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
             // No thread to be had: recover on this one.
-            Err(_) => {
-                let started = Instant::now();
-                let recovery = run_dir.recover(segment_bytes);
-                (recovery, started.elapsed().as_secs_f64() * 1e3)
-            }
+            Err(_) => recover(),
         };
         (recovered, setup)
     });

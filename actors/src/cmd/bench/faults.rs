@@ -31,6 +31,7 @@ use kevin::worker::PoolStats;
 use serde::Serialize;
 
 use super::hacks::reference_source;
+use super::median;
 use super::EnvArgs;
 use crate::cmd::{failure, passed, usage, write_json, CmdResult};
 
@@ -259,15 +260,6 @@ fn jobs(count: usize, share: f64, n_faulty: usize, n_valid: usize, seed: u64) ->
         jobs.swap(i, j);
     }
     jobs
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(v[n / 2]),
-        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
 }
 
 fn respawns(pools: &[(String, PoolStats)]) -> u64 {
@@ -728,12 +720,5 @@ mod tests {
         assert_eq!(a, jobs(100, 0.5, 19, 3, 1));
         assert_ne!(a, jobs(100, 0.5, 19, 3, 2));
         assert_ne!(a[..10], (0..10).collect::<Vec<_>>()[..], "not shuffled");
-    }
-
-    #[test]
-    fn median_of_even_and_odd() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median(&mut []), None);
     }
 }

@@ -300,16 +300,6 @@ fn restart_pairs(
     Ok(out)
 }
 
-/// The median of `xs` (0 when empty).
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    match xs.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => xs[n / 2],
-        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
-    }
-}
-
 /// Runs the soak; see the module docs.
 pub fn run(args: &Args) -> Result<SoakReport, String> {
     if !(args.sample_s.is_finite() && args.sample_s > 0.0) {
@@ -422,8 +412,10 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
         );
     }
     let pairs = restart_pairs(&exe, &args.config, &run_dir, &args.dir, args.restart_pairs)?;
-    let pairs_fresh_s = median(pairs.iter().map(|p| p.0).collect());
-    let pairs_restart_s = median(pairs.iter().map(|p| p.1).collect());
+    let median_of = |pick: fn(&(f64, f64)) -> f64| {
+        super::median(&mut pairs.iter().map(pick).collect::<Vec<_>>()).unwrap_or(0.0)
+    };
+    let (pairs_fresh_s, pairs_restart_s) = (median_of(|p| p.0), median_of(|p| p.1));
 
     let last = samples.last().cloned().ok_or("no sample was taken")?;
     // The first sample is taken as the restarted daemon logs "resuming", before it has done any
