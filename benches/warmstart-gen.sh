@@ -10,7 +10,9 @@
 # for the corpus's CPU workers), EPOCHS (3), MAX_LEN (4096: the evaluation's context, so the
 # corpus's multi-turn chains train whole), SHAPE (extra `kevin sft train` flags, e.g.
 # "--hidden 384 --layers 8 --heads 6 --intermediate 1152"), K and N (16 x 8, the paper's),
-# EVAL_SEEDS ("0 1"), DEVICE (cuda), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
+# EVAL_SEEDS ("0 1"), DEVICE (cuda), FAMILIES (the generator's, comma-separated; default all
+# six, convolutions included; kevin-sft-gen2-4m was built on
+# "elementwise,reduce,row,matmul,transpose", the default of its time), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
 # and their .json records, e.g. benches/data/warmstart: the committed corpus is used instead of
 # building one; it predates the multi-turn chains and the generator's varied names). Needs a GPU for training and evaluation as configured; the corpus runs on the
 # CPU backend and needs a C++ compiler.
@@ -27,6 +29,7 @@ K=${K:-16}
 N=${N:-8}
 EVAL_SEEDS=${EVAL_SEEDS:-0 1}
 DEVICE=${DEVICE:-cuda}
+FAMILIES=${FAMILIES:-}
 CONFIG=configs/gpu-burn.toml
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
@@ -42,7 +45,8 @@ fi
 if [ ! -e "$OUT/gen.json" ] && [ ! -e "$OUT/tasks/generated.json" ]; then
     step "tasks: $COUNT from seed $SEED"
     rm -rf "$OUT/tasks"
-    "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --out "$OUT/tasks"
+    "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --out "$OUT/tasks" \
+        ${FAMILIES:+--families "$FAMILIES"}
 fi
 # The prompts at the preset the evaluation uses (the config's); breakages capped per generated
 # task (thousands of programs), every breakage of the 47 hand-written tasks.

@@ -493,6 +493,48 @@ fn header_names_product_operands_and_prod_verify_on_the_cpu_backend() {
     every_program_gets_verified_kernels("names", &programs);
 }
 
+/// Reductions of few outputs over long rows at the GPU preset (a loss over a whole tensor, a
+/// norm over all of it, a column minimum), which the naive writer also gives a split form: a
+/// grid of blocks per row into partials, then a block per output. The small sizes make rows of
+/// several 8192-element chunks, the last one partial, so the partials are combined for real;
+/// every form compiled and checked against its fp64 reference by the CPU backend.
+#[test]
+fn split_reductions_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let programs: [Program; 4] = [
+        ("mse_loss", "input P: f32[B, N]\ninput T: f32[B, N]\noutput Y: f32[]\nY = mean(mean(pow(P - T, 2.0), axis=1), axis=0)\n", &[("B", 3), ("N", 6001)]),
+        ("frobenius_f16", "input X: f16[B, C, N]\noutput Y: f16[B, C, N]\nY = X / sqrt(sum(sum(sum(square(X), axis=2), axis=1), axis=0))\n", &[("B", 2), ("C", 3), ("N", 3001)]),
+        ("column_min_bf16", "input X: bf16[N, D]\noutput Y: bf16[D]\nY = min(X, axis=0) + 1.0\n", &[("N", 20001), ("D", 5)]),
+        ("row_mean_sigmoid", "input X: f32[B, N]\noutput Y: f32[B, 1]\nY = sigmoid(mean(X, axis=1, keepdim=true))\n", &[("B", 3), ("N", 17001)]),
+    ];
+    let dir = std::env::temp_dir().join(format!("kevin-split-{}", std::process::id()));
+    let tasks = dir.join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
+    for (name, program, sizes) in &programs {
+        task_file(&tasks, name, program, sizes);
+    }
+    let (covered, stdout) = naive_kernels_verified(&tasks, &dir.join("split.jsonl"));
+    let split: std::collections::BTreeSet<String> = read_jsonl(&dir.join("split.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.form.contains("reduce_split"))
+        .map(|e| e.task)
+        .collect();
+    for (name, _, _) in &programs {
+        assert!(
+            covered.contains(*name),
+            "{name} has no verified kernel\n{stdout}"
+        );
+        assert!(
+            split.contains(*name),
+            "{name} has no verified split form\n{stdout}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A task of the op language: its name, program and sizes.
 type Program<'a> = (&'a str, &'a str, &'a [(&'a str, u32)]);
 
@@ -684,6 +726,57 @@ fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
     ]);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds 3 task files"));
+    // `kevin tasks naive` writes every problem's naive kernel (held-out tasks too), and `kevin
+    // eval --kernels` finds each one correct on the CPU backend.
+    let naive = dir.join("naive");
+    let naive_run = |form: &str| {
+        kevin_at_root(&[
+            "tasks",
+            "--dir",
+            out.to_str().unwrap(),
+            "naive",
+            "--out",
+            naive.to_str().unwrap(),
+            "--form",
+            form,
+        ])
+    };
+    let stdout = succeeded(&naive_run("fast"));
+    assert!(stdout.contains("wrote 3 of 3 kernels"), "{stdout}");
+    assert!(stdout.contains("kb1_3_conv2d_maxpool  staged_"), "{stdout}");
+    let again = naive_run("simple");
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds 3 .cu files"));
+    let results = dir.join("naive.json");
+    succeeded(&kevin_at_root(&[
+        "eval",
+        "--kernels",
+        naive.to_str().unwrap(),
+        "--dir",
+        out.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--json",
+        results.to_str().unwrap(),
+    ]));
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let outcomes: Vec<(&str, &str)> = record["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap(),
+                r["outcome"]["kind"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(outcomes.len(), 3, "{outcomes:?}");
+    assert!(
+        outcomes.iter().all(|(_, k)| *k == "correct"),
+        "{outcomes:?}"
+    );
     // The imported tasks run end to end: naive kernels compiled and verified against their
     // fp64 references by the CPU backend.
     let corpus = dir.join("kb.jsonl");

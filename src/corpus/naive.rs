@@ -227,6 +227,30 @@ fn kernel_name(prefix: &str, role: &str) -> String {
     format!("{prefix}{role}_kernel")
 }
 
+/// Elements of a row one block of the split reduction form reduces ([`Ctx::split_reduction`]).
+const SPLIT_CHUNK: u32 = 8192;
+/// The split form is written for fewer outputs than this at the GPU preset (a thread per output
+/// then fills under 8 of the H200's 132 SMs' 64 warps each)...
+const SPLIT_MAX_OUTPUTS: u64 = 1024;
+/// ... of rows at least this long (8 chunks).
+const SPLIT_MIN_LEN: u64 = 8 * SPLIT_CHUNK as u64;
+
+/// What the split reduction form is written from: the operand's iteration shape and reduced
+/// axes, the element value at `idx`, the reduction's C (initial value, step on `val`, tree
+/// step, final value of `acc`), the output's store of `red` at `o` and the helpers both need.
+struct SplitParts<'s> {
+    shape: &'s [Dim],
+    axes: (usize, usize),
+    value: &'s str,
+    init: &'s str,
+    step: &'s str,
+    tree: &'s str,
+    fin: &'s str,
+    store: &'s str,
+    helpers: &'s str,
+    kind_name: &'s str,
+}
+
 /// Reductions nested in one another that one loop computes (see [`Ctx::reduce_chain`]).
 struct ReduceChain<'e> {
     /// The kind they share.
@@ -379,12 +403,13 @@ fn store_fn(d: Dtype) -> &'static str {
 /// Identifiers the kernels declare themselves (locals, macros, shared arrays). A program name
 /// equal to one would be shadowed by it or redeclared (the first KernelBench import had `k` as a
 /// size and `for (int k = 0; k < k; ++k)` as a loop), so such a name is renamed in the kernel.
-const RESERVED: [&str; 70] = [
+const RESERVED: [&str; 72] = [
     "As", "BLOCK", "TILE", "Ws", "a0", "acc", "base", "best", "best_r", "buf", "bz", "c0", "c1",
-    "c2", "c3", "c4", "c5", "cg", "ch", "cnt", "col", "dv", "grp", "i", "ic", "idx", "in", "inv",
-    "j", "k", "k0", "kk", "lane", "len", "m", "mean", "mx", "n", "o", "o0", "o1", "o2", "oc",
-    "outer", "p0", "p1", "p2", "q0", "q1", "q2", "r", "red", "rem", "row", "run", "s", "set",
-    "src", "ss", "stride", "sum", "t", "total", "tx", "ty", "val", "var", "w0", "xi", "xv",
+    "c2", "c3", "c4", "c5", "cg", "ch", "chunks", "cnt", "col", "dv", "end", "grp", "i", "ic",
+    "idx", "in", "inv", "j", "k", "k0", "kk", "lane", "len", "m", "mean", "mx", "n", "o", "o0",
+    "o1", "o2", "oc", "outer", "p0", "p1", "p2", "q0", "q1", "q2", "r", "red", "rem", "row", "run",
+    "s", "set", "src", "ss", "stride", "sum", "t", "total", "tx", "ty", "val", "var", "w0", "xi",
+    "xv",
 ];
 
 /// Words of C++ and CUDA that the kernels use (identifiers beginning with `__`, the intrinsics
@@ -1358,7 +1383,153 @@ impl<'a> Ctx<'a> {
                 });
             }
         }
+        // Few outputs of long rows (a loss, a norm over a whole tensor) at the problem's own
+        // sizes, where a thread, a warp or a block per output leaves most of the GPU idle: a grid
+        // of blocks per output row, then a block per output combining the row's partials. Last,
+        // so it is a staged program's fast form. (With many outputs it would only add a
+        // launch, and across an inner axis break the coalescing a thread per output has.)
+        let few_long = self
+            .gpu_elems(&shape[..a0])
+            .zip(self.gpu_elems(&shape[a1 + 1..]))
+            .zip(self.gpu_elems(&shape[a0..=a1]))
+            .is_some_and(|((o, i), l)| o * i < SPLIT_MAX_OUTPUTS && l >= SPLIT_MIN_LEN);
+        if let (true, Some(tree), Some((store_s, _))) = (few_long, tree_op, post("o", &r)) {
+            let split = self.split_reduction(SplitParts {
+                shape: &shape,
+                axes: (a0, a1),
+                value: &v,
+                init,
+                step,
+                tree,
+                fin: &fin,
+                store: &store_s,
+                helpers: &helpers,
+                kind_name,
+            });
+            out.push(split);
+        }
         Some(out)
+    }
+
+    /// The elements of `shape` at the GPU preset's sizes (its computed sizes evaluated there);
+    /// None where a size is unknown.
+    fn gpu_elems(&self, shape: &[Dim]) -> Option<u64> {
+        let mut sizes = self.task.gpu_sizes.clone();
+        for (q, name) in &self.aliases {
+            let v = q.eval(&self.task.gpu_sizes)?;
+            sizes.insert(name.clone(), usize::try_from(v).ok()?);
+        }
+        shape
+            .iter()
+            .try_fold(1u64, |acc, d| acc.checked_mul(d.resolve(&sizes)? as u64))
+    }
+
+    /// Two kernels for a reduction with few outputs of long rows: `SPLIT_CHUNK`-element
+    /// chunks of each row a 256-thread block each, their partial results into a scratch
+    /// buffer, then a block per output reduces its row's partials and stores the result.
+    fn split_reduction(&self, p: SplitParts<'_>) -> Generated {
+        let SplitParts {
+            shape,
+            axes: (a0, a1),
+            value,
+            init,
+            step,
+            tree,
+            fin,
+            store,
+            helpers,
+            kind_name,
+        } = p;
+        let outer = product_or_one(&shape[..a0]);
+        let len = product(&shape[a0..=a1]);
+        let inner = product_or_one(&shape[a1 + 1..]);
+        let long_len = long_product(&shape[a0..=a1]);
+        let part = format!("kevin_{}part", self.prefix);
+        let chunks = format!("cdiv({len}, {SPLIT_CHUNK})");
+        let first = self.kernel("split_partial");
+        let second = self.kernel("split_final");
+        let launch = |k: &str, grid: &str| {
+            format!(
+                "// kevin: launch {k} grid=({grid}) block=(256) args=({}, {part})",
+                self.args
+            )
+        };
+        let sig = |k: &str| {
+            format!(
+                "__global__ void {k}({}, float* __restrict__ {part})",
+                self.params
+            )
+        };
+        let y = &self.out;
+        let fin_b = fin.replace("acc", "buf[0]");
+        let what = self.program_text();
+        let source = format!(
+            "// kevin: scratch {part} f32[{outer}*{inner}*{chunks}]
+{l1}
+{l2}
+{helpers}             {s1} {{
+    __shared__ float buf[256];
+    const long long chunks = ({long_len} + {SPLIT_CHUNK} - 1) / {SPLIT_CHUNK};
+                 long long o = blockIdx.x / chunks, ch = blockIdx.x % chunks;
+                 long long outer = o / {pi}, in = o % {pi};
+    int t = threadIdx.x;
+                 long long end = ch * {SPLIT_CHUNK} + {SPLIT_CHUNK};
+    if (end > {long_len}) end = {long_len};
+                 float acc = {init};
+    for (long long r = ch * {SPLIT_CHUNK} + t; r < end; r += 256) {{
+                     long long idx = (outer * {long_len} + r) * {inner} + in;
+        float val = {value};
+        {step}
+    }}
+                 buf[t] = acc;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {{
+        if (t < s) {tree}
+        __syncthreads();
+    }}
+                 if (t == 0) {part}[blockIdx.x] = buf[0];
+}}
+             {s2} {{
+    __shared__ float buf[256];
+    const long long chunks = ({long_len} + {SPLIT_CHUNK} - 1) / {SPLIT_CHUNK};
+                 long long o = blockIdx.x;
+    int t = threadIdx.x;
+    float acc = {init};
+                 for (long long ch = t; ch < chunks; ch += 256) {{
+        float val = {part}[o * chunks + ch];
+        {combine}
+    }}
+                 buf[t] = acc;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {{
+        if (t < s) {tree}
+        __syncthreads();
+    }}
+                 if (t == 0) {{
+        float red = {fin_b};
+        {y}[o] = {store};
+    }}
+}}
+",
+            l1 = launch(&first, &format!("{outer}*{inner}*{chunks}")),
+            l2 = launch(&second, &format!("{outer}*{inner}")),
+            s1 = sig(&first),
+            s2 = sig(&second),
+            pi = paren(&inner),
+            // A product's partials multiply, a sum's (and a mean's) add: the step with its
+            // operand already a partial result.
+            combine = step,
+        );
+        Generated {
+            form: "reduce_split".into(),
+            source,
+            reasoning: format!(
+                "`{what}` reduces ({kind_name}) rows of {len} elements to {outer}*{inner} values. With few                  outputs and long rows, a thread, a warp or even a block per output leaves most of the GPU's                  SMs idle, so split every row into chunks of {SPLIT_CHUNK} elements and give each chunk a                  256-thread block ({outer}*{inner}*{chunks} blocks): its threads stride through the chunk,                  and a shared-memory tree combines their partials into one value per chunk, written to a                  scratch buffer. A second kernel, launched after the first on the same stream so it reads                  every partial, gives each output a block that combines its row's {chunks} partials the same                  way and stores the result."
+            ),
+            summary: format!(
+                "Two kernels: {outer}*{inner}*{chunks} blocks of 256 threads reduce {SPLIT_CHUNK}-element                  chunks into f32 partials in scratch (strided loads, a shared-memory tree with a barrier                  after every level), then a block per output reduces its row's partials and thread 0 stores                  the result."
+            ),
+        }
     }
 
     /// The reduction `red` with the reductions directly nested in it that one loop computes

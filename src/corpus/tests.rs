@@ -800,7 +800,7 @@ fn naive_forms_cover_views_triangles_multi_axis_reductions_and_batch_dims() {
         &red,
         &[
             "staged_reduce_thread_per_output+elementwise_b256+elementwise_b256+reduce_thread_per_output+elementwise_b256",
-            "staged_reduce_warp+elementwise_grid_stride+elementwise_grid_stride+reduce_warp+elementwise_grid_stride",
+            "staged_reduce_split+elementwise_grid_stride+elementwise_grid_stride+reduce_split+elementwise_grid_stride",
         ],
         &red,
         &[

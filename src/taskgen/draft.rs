@@ -28,8 +28,42 @@ pub enum SymRole {
     Inner,
     /// Channels of a convolution's input or output.
     Channels,
-    /// A spatial extent (length, height, width) of a convolution's input.
+    /// A spatial extent (length, height, width) of a 1-D or 2-D convolution's input.
     Spatial,
+    /// A side of a 3-D convolution's input volume (depth, height, width): smaller, as the
+    /// volume grows with its cube.
+    Volume,
+}
+
+/// The small preset's range of a [`SymRole::Spatial`] size.
+pub const SPATIAL_SMALL: (usize, usize) = (5, 24);
+/// The small preset's range of a [`SymRole::Volume`] size.
+pub const VOLUME_SMALL: (usize, usize) = (5, 9);
+
+/// Weights of the conv family's channel operations: instance norm, batch norm, group norm, max
+/// pooling, average pooling, per-channel scale, global average pooling, softmax over channels,
+/// a reduction over channels.
+const CHANNEL_OP_WEIGHTS: [f64; 9] = [1.0, 1.0, 1.5, 1.0, 1.0, 1.5, 0.8, 0.6, 0.8];
+/// The channel operations after which no other may follow: global average pooling and a
+/// reduction over channels.
+const CHANNEL_OP_TERMINAL: [usize; 2] = [6, 8];
+
+/// `, padding=P` where P is not 0.
+fn pad_arg(p: usize) -> String {
+    if p > 0 {
+        format!(", padding={p}")
+    } else {
+        String::new()
+    }
+}
+
+/// An extent as an operand of `//`: parenthesised unless a symbol or a number.
+fn paren_dim(e: &str) -> String {
+    if e.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        e.to_string()
+    } else {
+        format!("({e})")
+    }
 }
 
 /// A program family.
@@ -46,25 +80,18 @@ pub enum Family {
     Matmul,
     /// A transpose between elementwise chains.
     Transpose,
-    /// A 1-D or 2-D convolution (or a transposed one) keeping its input's extent, with a bias
-    /// sometimes, then a channel norm, a same-size pooling or a per-channel scale, and an
-    /// elementwise chain: KernelBench level 2's shape. Not in the default set, so the seeds of
-    /// the committed corpora still give the same tasks: ask for it with `--families`.
+    /// A 1-D, 2-D or 3-D convolution (plain, strided, dilated, unpadded, grouped, depthwise or
+    /// transposed), with a bias sometimes, then up to two channel operations (norms, pooling,
+    /// scales, global pooling, softmax or reductions over channels) and an elementwise chain:
+    /// KernelBench level 2's shape.
     Conv,
 }
 
 impl Family {
-    /// The default families (what `kevin tasks generate` draws without `--families`).
-    pub const ALL: [Family; 5] = [
-        Family::Elementwise,
-        Family::Reduce,
-        Family::Row,
-        Family::Matmul,
-        Family::Transpose,
-    ];
-
-    /// Every family, the opt-in ones included.
-    pub const EVERY: [Family; 6] = [
+    /// Every family: what `kevin tasks generate` draws without `--families`. (Before the conv
+    /// family joined them, the default was the first five: `--families
+    /// elementwise,reduce,row,matmul,transpose` gives a seed's tasks of that time.)
+    pub const ALL: [Family; 6] = [
         Family::Elementwise,
         Family::Reduce,
         Family::Row,
@@ -87,7 +114,7 @@ impl Family {
 
     /// The family called `name`.
     pub fn from_name(name: &str) -> Option<Family> {
-        Self::EVERY.into_iter().find(|f| f.name() == name)
+        Self::ALL.into_iter().find(|f| f.name() == name)
     }
 
     /// How often the generator draws it.
@@ -957,34 +984,96 @@ impl Drafter<'_> {
         self.chain(out, post)
     }
 
-    /// A convolution that keeps its input's extent (stride 1, padding half the odd window;
-    /// transposed sometimes), maybe with a bias, then maybe a channel operation (instance or
-    /// batch norm, a 3-wide max or average pooling of stride 1, a per-channel scale), then an
-    /// elementwise chain.
+    /// A convolution, then up to two channel operations, then an elementwise chain: KernelBench
+    /// level 2's shape. The convolution is 1-D, 2-D or 3-D, plain or transposed; it keeps its
+    /// input's extent, strides it by 2, dilates its window, or pads nothing; grouped and
+    /// depthwise ones have literal channel counts (as KernelBench's files write them), as has a
+    /// convolution a group norm follows. The channel operations: instance, batch or group norm,
+    /// max or average pooling (3-wide of stride 1, or 2-wide of stride 2), a per-channel scale,
+    /// a global average pooling, a softmax over channels, or a minimum / maximum / sum over
+    /// channels.
     fn conv(&mut self, ops: usize) -> Val {
-        let dims = 1 + self.rng.weighted(&[1.0, 3.0]);
+        let dims = 1 + self.rng.weighted(&[1.0, 3.0, 1.0]);
         let n = self.sym("N", SymRole::Batch);
-        let c = self.sym("C", SymRole::Channels);
-        let f = self.sym("K", SymRole::Channels);
-        let spatial: Vec<String> = if dims == 1 {
-            vec![self.sym("L", SymRole::Spatial)]
-        } else {
-            vec![
+        let spatial: Vec<String> = match dims {
+            1 => vec![self.sym("L", SymRole::Spatial)],
+            2 => vec![
                 self.sym("H", SymRole::Spatial),
                 self.sym("W", SymRole::Spatial),
-            ]
+            ],
+            _ => vec![
+                self.sym("D", SymRole::Volume),
+                self.sym("H", SymRole::Volume),
+                self.sym("W", SymRole::Volume),
+            ],
+        };
+        // The smallest extent the small preset may give a spatial axis, followed through the
+        // operations so that none leaves an axis empty.
+        let mut min_ext = if dims == 3 {
+            VOLUME_SMALL.0
+        } else {
+            SPATIAL_SMALL.0
+        };
+        let mut rest = ops.saturating_sub(1);
+        // The channel operations, drawn first: a group norm needs channels it divides.
+        let mut posts = Vec::new();
+        while rest > posts.len() && posts.len() < 2 && self.chance(0.55) {
+            posts.push(self.rng.weighted(&CHANNEL_OP_WEIGHTS));
+        }
+        // A global pooling or a reduction over channels leaves no extent (or no channels) for
+        // another channel operation: it comes last, and only one of them.
+        let terminal = |op: &usize| CHANNEL_OP_TERMINAL.contains(op);
+        if posts.iter().filter(|op| terminal(op)).count() > 1 {
+            posts.pop();
+        }
+        posts.sort_by_key(terminal);
+        rest -= posts.len();
+        let transposed = self.chance(0.15);
+        // 0 same extent, 1 stride 2, 2 dilation 2, 3 no padding, 4 grouped, 5 depthwise.
+        let kind = if transposed {
+            self.rng.weighted(&[3.0, 1.5])
+        } else {
+            self.rng.weighted(&[3.0, 1.5, 1.0, 1.0, 1.0, 1.0])
+        };
+        let literal = kind >= 4 || posts.contains(&2);
+        let (c, f, groups) = if literal {
+            let c: usize = self.pick(&[8, 16, 24, 32, 48, 64]);
+            match kind {
+                4 => {
+                    let g: usize = self.pick(&[2, 4, 8]);
+                    let f = g * self.pick(&[2, 4, 8]);
+                    (c.to_string(), f.to_string(), g)
+                }
+                5 => (c.to_string(), (c * self.pick(&[1, 1, 2])).to_string(), c),
+                _ => (c.to_string(), self.pick(&[16, 32, 64]).to_string(), 1),
+            }
+        } else {
+            (
+                self.sym("C", SymRole::Channels),
+                self.sym("K", SymRole::Channels),
+                1,
+            )
         };
         let mut xs = vec![n.clone(), c.clone()];
         xs.extend(spatial.iter().cloned());
         let dist = self.primary_dist();
         let x = self.input(&["x", "X"], xs, dist);
-        let k: usize = self.pick(&[1, 3, 3, 5]);
-        let transposed = k > 1 && self.chance(0.15);
+        let k: usize = match kind {
+            1 | 3 => self.pick(&[3, 3, 5]),
+            2 => 3,
+            _ => self.pick(&[1, 3, 3, 5]),
+        };
         let std = self.pick(&[0.02, 0.03, 0.05]);
+        let per_group = |ch: &str| -> String {
+            match ch.parse::<usize>() {
+                Ok(v) => (v / groups).to_string(),
+                Err(_) => ch.to_string(),
+            }
+        };
         let mut ws = if transposed {
             vec![c.clone(), f.clone()]
         } else {
-            vec![f.clone(), c.clone()]
+            vec![f.clone(), per_group(&c)]
         };
         ws.extend(std::iter::repeat_n(k.to_string(), dims));
         let w = self.input(&["weight", "W"], ws, InputDist::Normal { mean: 0.0, std });
@@ -1001,69 +1090,188 @@ impl Drafter<'_> {
         } else {
             String::new()
         };
-        let pad = if k > 1 {
-            format!(", padding={}", k / 2)
-        } else {
-            String::new()
-        };
+        // Its arguments, its output extent from an input extent `e`, and its words.
+        let half = k / 2;
+        let (args, out_ext, how): (String, fn(&str, usize) -> String, String) =
+            match (transposed, kind) {
+                (true, 1) => (
+                    format!(", stride=2, padding={half}, output_padding=1"),
+                    |e, _| format!("2*{e}"),
+                    "stride 2".into(),
+                ),
+                (_, 1) => (
+                    format!(", stride=2, padding={half}"),
+                    |e, _| format!("({e} - 1) // 2 + 1"),
+                    "stride 2".into(),
+                ),
+                (_, 2) => (
+                    format!(", padding={}, dilation=2", k - 1),
+                    |e, _| e.to_string(),
+                    "dilation 2".into(),
+                ),
+                (_, 3) => (
+                    String::new(),
+                    |e, k| format!("{e} - {}", k - 1),
+                    "no padding".into(),
+                ),
+                (_, 4) => (
+                    pad_arg(half) + &format!(", groups={groups}"),
+                    |e, _| e.to_string(),
+                    format!("{groups} groups"),
+                ),
+                (_, 5) => (
+                    pad_arg(half) + &format!(", groups={groups}"),
+                    |e, _| e.to_string(),
+                    "depthwise".into(),
+                ),
+                _ => (pad_arg(half), |e, _| e.to_string(), "same extent".into()),
+            };
+        if kind == 3 {
+            min_ext -= k - 1;
+        } else if kind == 1 && !transposed {
+            min_ext = (min_ext - 1) / 2 + 1;
+        }
         let name = if transposed { "conv_transpose" } else { "conv" };
-        let text = format!("{name}{dims}d({}, {}{bias}{pad})", x.text, w.text);
+        let text = format!("{name}{dims}d({}, {}{bias}{args})", x.text, w.text);
         let mut shape = vec![n, f.clone()];
-        shape.extend(spatial);
+        shape.extend(spatial.iter().map(|e| out_ext(e, k)));
         let word = format!(
-            "{}{dims}-D convolution, window {k}",
+            "{}{dims}-D convolution, window {k}, {how}",
             if transposed { "transposed " } else { "" }
         );
         let mut v = self.done(Val::call(text, shape, -4.0, 4.0), word);
-        let mut rest = ops.saturating_sub(1);
-        if rest > 0 && self.chance(0.5) {
-            rest -= 1;
-            let ones = vec!["1".to_string(); dims];
-            let (text, lo, hi, word) = match self.rng.weighted(&[1.0, 1.0, 1.0, 1.0, 1.5]) {
-                0 => (
-                    format!("instance_norm({})", v.text),
-                    -4.0,
-                    4.0,
-                    "instance norm".to_string(),
-                ),
-                1 => (
-                    format!("batch_norm({})", v.text),
-                    -4.0,
-                    4.0,
-                    "batch norm (training statistics)".to_string(),
-                ),
-                2 => (
-                    format!(
-                        "max_pool{dims}d({}, kernel_size=3, stride=1, padding=1)",
-                        v.text
-                    ),
-                    v.lo,
-                    v.hi,
-                    "3-wide max pooling".to_string(),
-                ),
-                3 => (
-                    format!(
-                        "avg_pool{dims}d({}, kernel_size=3, stride=1, padding=1)",
-                        v.text
-                    ),
-                    v.lo,
-                    v.hi,
-                    "3-wide average pooling".to_string(),
-                ),
-                _ => {
-                    let mut ss = vec![f];
-                    ss.extend(ones);
-                    let s =
-                        self.input(&["scale", "s"], ss, InputDist::Uniform { lo: 0.5, hi: 2.0 });
-                    let text = format!("{} * {}", v.operand(), s.text);
-                    let out = Val::infix(text, v.shape.clone(), 2.0 * v.lo, 2.0 * v.hi);
-                    v = self.done(out, "per-channel scale".into());
-                    return self.chain(v, rest);
-                }
-            };
-            v = self.done(Val::call(text, v.shape.clone(), lo, hi), word);
+        for op in posts {
+            v = self.channel_op(v, op, dims, &f, &mut min_ext);
         }
         self.chain(v, rest)
+    }
+
+    /// Channel operation `op` (an index of [`CHANNEL_OP_WEIGHTS`]) on `v`, a `[N, F, *spatial]`
+    /// value of `dims` spatial axes with `f` channels whose spatial extents are at least
+    /// `min_ext` at the small preset.
+    fn channel_op(&mut self, v: Val, op: usize, dims: usize, f: &str, min_ext: &mut usize) -> Val {
+        let rank = v.shape.len();
+        let same =
+            |text: String, lo: f64, hi: f64, v: &Val| Val::call(text, v.shape.clone(), lo, hi);
+        let (out, word) = match op {
+            0 => (
+                same(format!("instance_norm({})", v.text), -4.0, 4.0, &v),
+                "instance norm".to_string(),
+            ),
+            1 => (
+                same(format!("batch_norm({})", v.text), -4.0, 4.0, &v),
+                "batch norm (training statistics)".to_string(),
+            ),
+            2 => match f.parse::<usize>() {
+                Ok(ch) => {
+                    let divisors: Vec<usize> =
+                        [2, 4, 8, 16].into_iter().filter(|g| ch % g == 0).collect();
+                    let g = self.pick(&divisors);
+                    (
+                        same(format!("group_norm({}, {g})", v.text), -4.0, 4.0, &v),
+                        format!("group norm of {g} groups"),
+                    )
+                }
+                // Channels that are a size symbol: an instance norm (groups of one channel).
+                Err(_) => (
+                    same(format!("instance_norm({})", v.text), -4.0, 4.0, &v),
+                    "instance norm".to_string(),
+                ),
+            },
+            3 | 4 => {
+                let pool = if op == 3 { "max" } else { "avg" };
+                if *min_ext >= 2 && self.chance(0.5) {
+                    *min_ext /= 2;
+                    let mut shape = v.shape[..2].to_vec();
+                    shape.extend(
+                        v.shape[2..]
+                            .iter()
+                            .map(|e| format!("{} // 2", paren_dim(e))),
+                    );
+                    (
+                        Val::call(
+                            format!("{pool}_pool{dims}d({}, 2)", v.text),
+                            shape,
+                            v.lo,
+                            v.hi,
+                        ),
+                        format!("2-wide {pool} pooling of stride 2"),
+                    )
+                } else {
+                    (
+                        same(
+                            format!(
+                                "{pool}_pool{dims}d({}, kernel_size=3, stride=1, padding=1)",
+                                v.text
+                            ),
+                            v.lo,
+                            v.hi,
+                            &v,
+                        ),
+                        format!("3-wide {pool} pooling"),
+                    )
+                }
+            }
+            5 => {
+                let mut ss = vec![f.to_string()];
+                ss.extend(std::iter::repeat_n("1".to_string(), dims));
+                let s = self.input(&["scale", "s"], ss, InputDist::Uniform { lo: 0.5, hi: 2.0 });
+                let text = format!("{} * {}", v.operand(), s.text);
+                (
+                    Val::infix(
+                        text,
+                        v.shape.clone(),
+                        2.0 * v.lo.min(0.0),
+                        2.0 * v.hi.max(0.0),
+                    ),
+                    "per-channel scale".to_string(),
+                )
+            }
+            6 => {
+                // Global average pooling: a mean over every spatial axis, kept as extents of 1.
+                let mut text = v.text.clone();
+                for axis in (2..rank).rev() {
+                    text = format!("mean({text}, axis={axis}, keepdim=true)");
+                }
+                let mut shape = v.shape[..2].to_vec();
+                shape.extend(std::iter::repeat_n("1".to_string(), dims));
+                (
+                    Val::call(text, shape, v.lo, v.hi),
+                    "global average pooling".to_string(),
+                )
+            }
+            7 => (
+                same(format!("softmax({}, axis=1)", v.text), 0.0, 1.0, &v),
+                "softmax over channels".to_string(),
+            ),
+            _ => {
+                let (red, word) =
+                    self.pick(&[("min", "minimum"), ("max", "maximum"), ("sum", "sum")]);
+                let keep = self.chance(0.5);
+                let mut shape = v.shape.clone();
+                if keep {
+                    shape[1] = "1".to_string();
+                } else {
+                    shape.remove(1);
+                }
+                let ch = f.parse::<f64>().unwrap_or(16.0);
+                let (lo, hi) = if red == "sum" {
+                    (v.lo * ch.sqrt(), v.hi * ch.sqrt())
+                } else {
+                    (v.lo, v.hi)
+                };
+                let text = if keep {
+                    format!("{red}({}, axis=1, keepdim=true)", v.text)
+                } else {
+                    format!("{red}({}, axis=1)", v.text)
+                };
+                (
+                    Val::call(text, shape, lo, hi),
+                    format!("{word} over channels"),
+                )
+            }
+        };
+        self.done(out, word)
     }
 
     fn finish(mut self, family: Family, out: Val) -> Draft {

@@ -421,7 +421,10 @@ fn small_sizes(rng: &mut SplitMix64, p: &Program, roles: &BTreeMap<String, SymRo
             Some(SymRole::Batch) => (2, 4),
             Some(SymRole::Inner) => (5, 64),
             Some(SymRole::Channels) => (2, 12),
-            Some(SymRole::Spatial) => (5, 24),
+            Some(SymRole::Spatial) => {
+                (draft::SPATIAL_SMALL.0 as u64, draft::SPATIAL_SMALL.1 as u64)
+            }
+            Some(SymRole::Volume) => (draft::VOLUME_SMALL.0 as u64, draft::VOLUME_SMALL.1 as u64),
             _ => (5, 96),
         };
         let v = loop {
@@ -453,6 +456,7 @@ fn gpu_sizes(
             SymRole::Inner => (&[256, 512, 1024, 2048], 8192),
             SymRole::Channels => (&[16, 32, 64], 512),
             SymRole::Spatial => (&[32, 64, 128], 2048),
+            SymRole::Volume => (&[8, 16, 32], 256),
         }
     };
     let mut sizes = Sizes::new();

@@ -52,9 +52,10 @@ pub enum TasksCommand {
         /// Most operations in a program (1 to 6 by default).
         #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=12))]
         max_ops: u64,
-        /// Families to draw from, comma-separated (default: elementwise, reduce, row, matmul,
-        /// transpose); `conv` (convolutions with norms, pooling and epilogues, KernelBench
-        /// level 2's shape) is drawn only when named, so a seed's default tasks stay the same.
+        /// Families to draw from, comma-separated (default: all of elementwise, reduce, row,
+        /// matmul, transpose and conv: convolutions with norms, pooling and epilogues,
+        /// KernelBench level 2's shape). The default was the first five before conv joined
+        /// it: name them to get a seed's tasks of that time.
         #[arg(long, value_delimiter = ',')]
         families: Vec<String>,
         /// Most device memory (GiB) a task's evaluation on a cuda worker may need.
@@ -102,6 +103,22 @@ pub enum TasksCommand {
         /// Also write the times as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+    },
+    /// Write the naive writer's kernel for each task as `OUT/<task>.cu`, for `kevin eval
+    /// --kernels OUT`: a simple correct kernel per problem (unverified here: the evaluation
+    /// compiles, checks and times it). A task the writer does not take gets a line saying so.
+    Naive {
+        /// The folder to write (new or without `.cu` files).
+        #[arg(long)]
+        out: PathBuf,
+        /// Tasks, comma-separated (default: all, both splits).
+        #[arg(long, value_delimiter = ',')]
+        tasks: Vec<String>,
+        /// Which of the writer's forms: "fast" (its last: tiled products, block, warp or split
+        /// reductions, chosen by the GPU preset's sizes) or "simple" (its first: a thread per
+        /// output everywhere).
+        #[arg(long, default_value = "fast", value_parser = ["fast", "simple"])]
+        form: String,
     },
     /// Import KernelBench problem files as kevin tasks (held out by default): every `*.py` of
     /// SRC's `level1/`, `level2/` ... folders (or of SRC itself, at `--level`). A problem that
@@ -160,7 +177,7 @@ pub fn run(args: Args) -> CmdResult {
                 .iter()
                 .map(|f| {
                     kevin::taskgen::Family::from_name(f.trim()).ok_or_else(|| {
-                        let all: Vec<&str> = kevin::taskgen::Family::EVERY
+                        let all: Vec<&str> = kevin::taskgen::Family::ALL
                             .iter()
                             .map(|f| f.name())
                             .collect();
@@ -198,6 +215,9 @@ pub fn run(args: Args) -> CmdResult {
         }) => {
             let preset = preset_named(&preset);
             time_baselines(&args.dir, &tasks, preset, (reps, check), json.as_deref())
+        }
+        Some(TasksCommand::Naive { out, tasks, form }) => {
+            naive_kernels(&args.dir, &out, &tasks, form == "fast")
         }
         Some(TasksCommand::ImportKernelbench {
             src,
@@ -514,6 +534,65 @@ fn kernelbench_files(
 
 /// `kevin tasks import-kernelbench`: imports every problem file, writes the tasks and
 /// `imported.json`, prints a line per refusal and the totals.
+/// `kevin tasks naive`: the naive writer's fast (or simple) form of every task in `tasks` (all
+/// when empty) into `out/<task>.cu`; one line per task (the form, or why none).
+fn naive_kernels(dir: &Path, out: &Path, tasks: &[String], fast: bool) -> Result<(), String> {
+    let suite = TaskSuite::load(dir).map_err(|e| e.to_string())?;
+    let chosen: Vec<&kevin::tasks::Task> = if tasks.is_empty() {
+        suite.tasks().iter().collect()
+    } else {
+        tasks
+            .iter()
+            .map(|n| {
+                suite
+                    .get(n)
+                    .ok_or_else(|| format!("--tasks: no task `{n}` in {}", dir.display()))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if out.is_dir() {
+        let existing = std::fs::read_dir(out)
+            .map_err(|e| format!("{}: {e}", out.display()))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cu"))
+            .count();
+        if existing > 0 {
+            return Err(format!(
+                "--out {} already holds {existing} .cu files: write into a new or empty folder",
+                out.display()
+            ));
+        }
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let width = name_width(chosen.iter().map(|t| t.name.as_str()));
+    let mut written = 0;
+    for t in &chosen {
+        let forms = kevin::corpus::naive::generate(t);
+        let pick = if fast { forms.last() } else { forms.first() };
+        match pick {
+            Some(g) => {
+                let path = out.join(format!("{}.cu", t.name));
+                std::fs::write(&path, &g.source).map_err(|e| format!("{}: {e}", path.display()))?;
+                println!("{:width$}  {}", t.name, g.form);
+                written += 1;
+            }
+            None => println!(
+                "{:width$}  no naive kernel: the writer does not take this program",
+                t.name
+            ),
+        }
+    }
+    println!(
+        "wrote {written} of {} kernels to {} ({} forms); check and time them with `kevin eval --kernels {} --dir {}`",
+        chosen.len(),
+        out.display(),
+        if fast { "fast" } else { "simple" },
+        out.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
 fn import_kernelbench(
     src: &Path,
     out: &Path,
