@@ -1023,6 +1023,59 @@ KB_D void conv3(const T* __restrict__ x, const T* __restrict__ w, const T* b, T*
     }
 }
 
+// A depthwise convolution (groups = C > 1, F a multiple of C) as PyTorch's own CUDA kernels run
+// it where it does not call cuDNN (conv_depthwise2d / 3d: every f32 and bf16 one): a thread per
+// output element, output channel oc reading input channel oc / (F / C), the window's loops fixed
+// at compile time for a 1x1 or 3x3 plane window (KS), indices of type I.
+template <class T, class I, int KS>
+KB_D void depthwise_in(const T* __restrict__ x, const T* __restrict__ w, const T* b, T* __restrict__ y,
+                       I n, I c, I f, const WinT<I>& g, int has_b) {
+    typedef op_t<T> A;
+    const I kd_n = KS ? 1 : g.kd, kh_n = KS ? KS : g.kh, kw_n = KS ? KS : g.kw;
+    const I mult = f / c, total = n * f * g.od * g.oh * g.ow, plane = g.d * g.h * g.w;
+    for (I i = (I)gtid(); i < total; i += (I)gstride()) {
+        const WinPosT<I> o = g.pos(i);
+        const I oc = o.rest % f, b0 = o.rest / f;
+        const T* xp = x + ((i64)b0 * c + oc / mult) * plane;
+        const T* wp = w + (i64)oc * kd_n * kh_n * kw_n;
+        A acc = has_b ? to_op(b[oc]) : (A)0;
+        for (I kd = 0; kd < kd_n; ++kd) {
+            const I id = o.d * g.sd - g.pd + kd * g.dd;
+            if (id < 0 || id >= g.d) continue;
+#pragma unroll
+            for (I kh = 0; kh < kh_n; ++kh) {
+                const I ih = o.h * g.sh - g.ph + kh * g.dh;
+#pragma unroll
+                for (I kw = 0; kw < kw_n; ++kw) {
+                    const I iw = o.w * g.sw - g.pw + kw * g.dw;
+                    if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w)
+                        acc += to_op(wp[(kd * kh_n + kh) * kw_n + kw]) * to_op(xp[(id * g.h + ih) * g.w + iw]);
+                }
+            }
+        }
+        y[i] = from_op<T>(acc);
+    }
+}
+
+// 32-bit indices when x's and y's do (as PyTorch's canUse32BitIndexMath), with the 1x1 and 3x3
+// plane windows unrolled; 64-bit indices and the general window otherwise.
+template <class T>
+KB_D void depthwise(const T* __restrict__ x, const T* __restrict__ w, const T* b, T* __restrict__ y, i64 n,
+                    i64 c, i64 f, Win g, int has_b) {
+    const i64 limit = 0x7fffffffLL - gstride();
+    if (n * f * g.od * g.oh * g.ow < limit && n * c * g.d * g.h * g.w < limit) {
+        const WinT<int> gi = g.as<int>();
+        if (g.kd == 1 && g.kh == 3 && g.kw == 3)
+            depthwise_in<T, int, 3>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
+        else if (g.kd == 1 && g.kh == 1 && g.kw == 1)
+            depthwise_in<T, int, 1>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
+        else
+            depthwise_in<T, int, 0>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
+    } else {
+        depthwise_in<T, i64, 0>(x, w, b, y, n, c, f, g, has_b);
+    }
+}
+
 // The transposed convolution as a gather: output position o reads input position
 // (o + padding - k*dilation) / stride where that divides exactly; weight [C, F/groups, kernel].
 template <class T>
@@ -1254,6 +1307,10 @@ KB_EACH(KB_NORMS, 0)
     extern "C" __global__ void conv_##dt(const T* x, const T* wt, const T* b, T* y, i64 n, i64 c, i64 f,  \
                                          i64 groups, KB_WIN_PARAMS, int has_b) {                          \
         kb::conv3<T>(x, wt, b, y, n, c, f, groups, KB_WIN, has_b);                                        \
+    }                                                                                                     \
+    extern "C" __global__ void conv_depthwise_##dt(const T* x, const T* wt, const T* b, T* y, i64 n, i64 c, \
+                                                   i64 f, i64 groups, KB_WIN_PARAMS, int has_b) {         \
+        kb::depthwise<T>(x, wt, b, y, n, c, f, KB_WIN, has_b);                                            \
     }                                                                                                     \
     extern "C" __global__ void conv_transpose_##dt(const T* x, const T* wt, const T* b, T* y, i64 n, i64 c, \
                                                    i64 f, i64 groups, KB_WIN_PARAMS, int has_b) {         \

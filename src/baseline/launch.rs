@@ -130,6 +130,7 @@ pub fn kernel_names() -> Vec<String> {
         }
         out.push(format!("conv_{d}"));
         out.push(format!("conv_transpose_{d}"));
+        out.push(format!("conv_depthwise_{d}"));
         out.push(format!("max_pool_{d}"));
         out.push(format!("avg_pool_{d}"));
         out.push(format!("layer_norm_{d}"));
@@ -522,6 +523,8 @@ pub(super) fn conv_kernel(c: &Conv, precision: Precision) -> Step {
     args.push(StepArg::I32(c.bias.is_some().into()));
     let name = if c.transposed {
         "conv_transpose"
+    } else if c.torch_native_depthwise() {
+        "conv_depthwise"
     } else {
         "conv"
     };

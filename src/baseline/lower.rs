@@ -481,7 +481,7 @@ impl Lowerer<'_> {
                 let w = self.cast(w, dtype);
                 let b = b.map(|b| self.cast(b, dtype));
                 let y = self.alloc(dest, dtype, &shape);
-                self.steps.push(Step::Conv(Conv {
+                let conv = Conv {
                     dtype,
                     transposed,
                     x: x.buf,
@@ -500,7 +500,14 @@ impl Lowerer<'_> {
                         padding: padding.clone(),
                         dilation: dilation.clone(),
                     },
-                }));
+                };
+                // A depthwise convolution PyTorch runs with its own kernel is kevin's kernel
+                // of that form, not cuDNN.
+                self.steps.push(if conv.torch_native_depthwise() {
+                    launch::conv_kernel(&conv, self.precision)
+                } else {
+                    Step::Conv(conv)
+                });
                 Ok(y)
             }
             Op::ChannelNorm {

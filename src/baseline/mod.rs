@@ -28,7 +28,9 @@
 //! but a matmul is copied first (PyTorch would read the view in the next op).
 //! `benches/results/baseline-h200-*.md` has the measured fidelity per task.
 //!
-//! Convolutions are [`Step::Conv`]: cuDNN on the GPU, as PyTorch eager calls it; so are the
+//! Convolutions are [`Step::Conv`]: cuDNN on the GPU, as PyTorch eager calls it, except the
+//! depthwise ones PyTorch runs with its own kernel (every f32 and bf16 one:
+//! [`Conv::torch_native_depthwise`]), which are kevin's `conv_depthwise` kernel; so are the
 //! training-mode batch norms PyTorch sends to cuDNN ([`Step::BatchNorm`]: f32 with weight and
 //! bias). [`EagerPlan::with_kernel_steps`] replaces the GEMM and cuDNN steps by launches of a
 //! plain tiled GEMM, a direct convolution and `chan_norm` of [`SOURCE`]: what the CPU device
@@ -216,6 +218,26 @@ pub struct Conv {
     /// Extents, window, stride, padding and dilation.
     #[serde(flatten)]
     pub window: Window,
+}
+
+impl Conv {
+    /// A depthwise convolution that PyTorch eager runs with its own CUDA kernel
+    /// (`conv_depthwise2d` / `3d`), not cuDNN: not transposed, groups = C > 1, F a multiple of
+    /// C, and not f16 on a plane with at least 32 channels, no dilation and equal strides (those
+    /// it may send to cuDNN, after a workload check kevin does not copy). The baseline then runs
+    /// kevin's kernel of the same form (`conv_depthwise`) in place of cuDNN.
+    pub fn torch_native_depthwise(&self) -> bool {
+        let depthwise =
+            !self.transposed && self.groups > 1 && self.groups == self.c && self.f % self.c == 0;
+        let w = &self.window;
+        let plane = w.spatial.len() <= 2;
+        let cudnn_f16 = self.dtype == Dtype::F16
+            && plane
+            && self.c >= 32
+            && w.dilation.iter().all(|&d| d == 1)
+            && (w.stride.windows(2).all(|s| s[0] == s[1]) || w.spatial.len() == 1);
+        depthwise && !cudnn_f16
+    }
 }
 
 /// A window over one to three spatial axes (a convolution's or a pooling's), one entry per

@@ -340,6 +340,37 @@ fn batch_norms_take_cudnn_where_pytorch_does() {
     );
 }
 
+#[test]
+fn depthwise_convolutions_take_pytorchs_own_kernel_where_it_does() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
+    let task = fixtures.get("depthwise").expect("the depthwise fixture");
+    let p = lower(task, Preset::Gpu).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        kinds(&p),
+        [
+            "conv_depthwise_f32",
+            "conv_depthwise_f32",
+            "conv_depthwise_f32",
+            "conv_depthwise_bf16",
+            "conv_depthwise_bf16",
+            "conv",
+            "conv_depthwise_f16"
+        ],
+        "f16 on a plane of 32 channels, no dilation, equal strides: cuDNN"
+    );
+    // Not depthwise: one group, groups below the channels, or transposed.
+    let src = "input X: f32[N, 4, L]\ninput A: f32[4, 4, 3]\ninput B: f32[4, 2, 3]\n\
+               input T: f32[4, 1, 3]\noutput P: f32[N, 4, L - 2]\noutput Q: f32[N, 4, L - 2]\n\
+               output R: f32[N, 4, L + 2]\nP = conv1d(X, A)\nQ = conv1d(X, B, groups=2)\n\
+               R = conv_transpose1d(X, T, groups=4)";
+    let p = plan(src, &[("N", 2), ("L", 40)]);
+    assert_eq!(kinds(&p), ["conv", "conv", "conv"]);
+    // The F64 plan runs the same kernel in f64.
+    let f64 = lower_f64(task, Preset::Small).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(kinds(&f64)[0], "conv_depthwise_f64");
+}
+
 /// The magic numbers of the strided kernels divide exactly (the kernel's 32-bit arithmetic,
 /// replayed in 64 bits), against plain division.
 #[test]
