@@ -1461,56 +1461,32 @@ impl<'a> Ctx<'a> {
             )
         };
         let y = &self.out;
-        let fin_b = fin.replace("acc", "buf[0]");
+        // A mean divides by the row's length as a 64-bit product (rows this form takes are long).
+        let fin_b = fin.replace("acc", "buf[0]").replace(
+            &format!("(float){}", paren(&len)),
+            &format!("(float)({long_len})"),
+        );
         let what = self.program_text();
         let source = format!(
-            "// kevin: scratch {part} f32[{outer}*{inner}*{chunks}]
-{l1}
-{l2}
-{helpers}             {s1} {{
-    __shared__ float buf[256];
-    const long long chunks = ({long_len} + {SPLIT_CHUNK} - 1) / {SPLIT_CHUNK};
-                 long long o = blockIdx.x / chunks, ch = blockIdx.x % chunks;
-                 long long outer = o / {pi}, in = o % {pi};
-    int t = threadIdx.x;
-                 long long end = ch * {SPLIT_CHUNK} + {SPLIT_CHUNK};
-    if (end > {long_len}) end = {long_len};
-                 float acc = {init};
-    for (long long r = ch * {SPLIT_CHUNK} + t; r < end; r += 256) {{
-                     long long idx = (outer * {long_len} + r) * {inner} + in;
-        float val = {value};
-        {step}
-    }}
-                 buf[t] = acc;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {{
-        if (t < s) {tree}
-        __syncthreads();
-    }}
-                 if (t == 0) {part}[blockIdx.x] = buf[0];
-}}
-             {s2} {{
-    __shared__ float buf[256];
-    const long long chunks = ({long_len} + {SPLIT_CHUNK} - 1) / {SPLIT_CHUNK};
-                 long long o = blockIdx.x;
-    int t = threadIdx.x;
-    float acc = {init};
-                 for (long long ch = t; ch < chunks; ch += 256) {{
-        float val = {part}[o * chunks + ch];
-        {combine}
-    }}
-                 buf[t] = acc;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {{
-        if (t < s) {tree}
-        __syncthreads();
-    }}
-                 if (t == 0) {{
-        float red = {fin_b};
-        {y}[o] = {store};
-    }}
-}}
-",
+            "// kevin: scratch {part} f32[{outer}*{inner}*{chunks}]\n{l1}\n{l2}\n{helpers}\
+             {s1} {{\n    __shared__ float buf[256];\n    \
+             const long long chunks = ({long_len} + {SPLIT_CHUNK} - 1) / {SPLIT_CHUNK};\n    \
+             long long o = blockIdx.x / chunks, ch = blockIdx.x % chunks;\n    \
+             long long outer = o / {pi}, in = o % {pi};\n    int t = threadIdx.x;\n    \
+             long long end = ch * {SPLIT_CHUNK} + {SPLIT_CHUNK};\n    \
+             if (end > {long_len}) end = {long_len};\n    float acc = {init};\n    \
+             for (long long r = ch * {SPLIT_CHUNK} + t; r < end; r += 256) {{\n        \
+             long long idx = (outer * {long_len} + r) * {inner} + in;\n        \
+             float val = {value};\n        {step}\n    }}\n    buf[t] = acc;\n    __syncthreads();\n    \
+             for (int s = 128; s > 0; s >>= 1) {{\n        if (t < s) {tree}\n        __syncthreads();\n    }}\n    \
+             if (t == 0) {part}[blockIdx.x] = buf[0];\n}}\n\
+             {s2} {{\n    __shared__ float buf[256];\n    \
+             const long long chunks = ({long_len} + {SPLIT_CHUNK} - 1) / {SPLIT_CHUNK};\n    \
+             long long o = blockIdx.x;\n    int t = threadIdx.x;\n    float acc = {init};\n    \
+             for (long long ch = t; ch < chunks; ch += 256) {{\n        \
+             float val = {part}[o * chunks + ch];\n        {combine}\n    }}\n    buf[t] = acc;\n    __syncthreads();\n    \
+             for (int s = 128; s > 0; s >>= 1) {{\n        if (t < s) {tree}\n        __syncthreads();\n    }}\n    \
+             if (t == 0) {{\n        float red = {fin_b};\n        {y}[o] = {store};\n    }}\n}}\n",
             l1 = launch(&first, &format!("{outer}*{inner}*{chunks}")),
             l2 = launch(&second, &format!("{outer}*{inner}")),
             s1 = sig(&first),
@@ -1524,10 +1500,20 @@ impl<'a> Ctx<'a> {
             form: "reduce_split".into(),
             source,
             reasoning: format!(
-                "`{what}` reduces ({kind_name}) rows of {len} elements to {outer}*{inner} values. With few                  outputs and long rows, a thread, a warp or even a block per output leaves most of the GPU's                  SMs idle, so split every row into chunks of {SPLIT_CHUNK} elements and give each chunk a                  256-thread block ({outer}*{inner}*{chunks} blocks): its threads stride through the chunk,                  and a shared-memory tree combines their partials into one value per chunk, written to a                  scratch buffer. A second kernel, launched after the first on the same stream so it reads                  every partial, gives each output a block that combines its row's {chunks} partials the same                  way and stores the result."
+                "`{what}` reduces ({kind_name}) rows of {len} elements to {outer}*{inner} values. With few \
+                 outputs and long rows, a thread, a warp or even a block per output leaves most of the \
+                 GPU's SMs idle, so split every row into chunks of {SPLIT_CHUNK} elements and give each chunk \
+                 a 256-thread block ({outer}*{inner}*{chunks} blocks): its threads stride through the \
+                 chunk, and a shared-memory tree combines their partials into one value per chunk, written \
+                 to a scratch buffer. A second kernel, launched after the first on the same stream so it \
+                 reads every partial, gives each output a block that combines its row's {chunks} partials \
+                 the same way and stores the result."
             ),
             summary: format!(
-                "Two kernels: {outer}*{inner}*{chunks} blocks of 256 threads reduce {SPLIT_CHUNK}-element                  chunks into f32 partials in scratch (strided loads, a shared-memory tree with a barrier                  after every level), then a block per output reduces its row's partials and thread 0 stores                  the result."
+                "Two kernels: {outer}*{inner}*{chunks} blocks of 256 threads reduce {SPLIT_CHUNK}-element \
+                 chunks into f32 partials in scratch (strided loads, a shared-memory tree with a barrier \
+                 after every level), then a block per output reduces its row's partials and thread 0 stores \
+                 the result."
             ),
         }
     }
