@@ -1023,51 +1023,76 @@ KB_D void conv3(const T* __restrict__ x, const T* __restrict__ w, const T* b, T*
     }
 }
 
+// The window positions k < n of one axis whose input position start + k * dil lies in [0, len):
+// [lo, hi), computed once instead of tested per position.
+template <class I>
+KB_D void window_span(I start, I dil, I len, I n, I& lo, I& hi) {
+    lo = start < 0 ? (-start + dil - 1) / dil : 0;
+    const I last = len - 1 - start;
+    hi = last < 0 ? 0 : min(n, last / dil + 1);
+}
+
 // A depthwise convolution (groups = C > 1, F a multiple of C) as PyTorch's own CUDA kernels run
 // it where it does not call cuDNN (conv_depthwise2d / 3d: every f32 and bf16 one): a thread per
-// output element, output channel oc reading input channel oc / (F / C), the window's loops fixed
-// at compile time for a 1x1 or 3x3 plane window (KS), indices of type I.
+// output element, output channel oc reading input channel oc / (F / C). A 1x1, 3x3 or 5x5 plane
+// window (KS) has its loops fixed at compile time and tests each position; any other has its
+// span on each axis computed first. Indices of type I.
 template <class T, class I, int KS>
 KB_D void depthwise_in(const T* __restrict__ x, const T* __restrict__ w, const T* b, T* __restrict__ y,
                        I n, I c, I f, const WinT<I>& g, int has_b) {
     typedef op_t<T> A;
-    const I kd_n = KS ? 1 : g.kd, kh_n = KS ? KS : g.kh, kw_n = KS ? KS : g.kw;
     const I mult = f / c, total = n * f * g.od * g.oh * g.ow, plane = g.d * g.h * g.w;
-    for (I i = (I)gtid(); i < total; i += (I)gstride()) {
+    const I ks = g.kd * g.kh * g.kw;
+    // The loop counter in 64 bits (the last stride may pass 2^31), the indices in I.
+    for (i64 li = gtid(); li < (i64)total; li += gstride()) {
+        const I i = (I)li;
         const WinPosT<I> o = g.pos(i);
         const I oc = o.rest % f, b0 = o.rest / f;
         const T* xp = x + ((i64)b0 * c + oc / mult) * plane;
-        const T* wp = w + (i64)oc * kd_n * kh_n * kw_n;
+        const T* wp = w + (i64)oc * ks;
+        const I d0 = o.d * g.sd - g.pd, h0 = o.h * g.sh - g.ph, w0 = o.w * g.sw - g.pw;
         A acc = has_b ? to_op(b[oc]) : (A)0;
-        for (I kd = 0; kd < kd_n; ++kd) {
-            const I id = o.d * g.sd - g.pd + kd * g.dd;
-            if (id < 0 || id >= g.d) continue;
+        if (KS) {
 #pragma unroll
-            for (I kh = 0; kh < kh_n; ++kh) {
-                const I ih = o.h * g.sh - g.ph + kh * g.dh;
+            for (int kh = 0; kh < KS; ++kh) {
+                const I ih = h0 + kh * g.dh;
 #pragma unroll
-                for (I kw = 0; kw < kw_n; ++kw) {
-                    const I iw = o.w * g.sw - g.pw + kw * g.dw;
+                for (int kw = 0; kw < KS; ++kw) {
+                    const I iw = w0 + kw * g.dw;
                     if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w)
-                        acc += to_op(wp[(kd * kh_n + kh) * kw_n + kw]) * to_op(xp[(id * g.h + ih) * g.w + iw]);
+                        acc += to_op(wp[kh * KS + kw]) * to_op(xp[ih * g.w + iw]);
                 }
             }
+        } else {
+            I dlo, dhi, hlo, hhi, wlo, whi;
+            window_span(d0, g.dd, g.d, g.kd, dlo, dhi);
+            window_span(h0, g.dh, g.h, g.kh, hlo, hhi);
+            window_span(w0, g.dw, g.w, g.kw, wlo, whi);
+            for (I kd = dlo; kd < dhi; ++kd)
+                for (I kh = hlo; kh < hhi; ++kh) {
+                    const I row = ((d0 + kd * g.dd) * g.h + h0 + kh * g.dh) * g.w + w0;
+                    const T* wr = wp + (kd * g.kh + kh) * g.kw;
+                    for (I kw = wlo; kw < whi; ++kw) acc += to_op(wr[kw]) * to_op(xp[row + kw * g.dw]);
+                }
         }
         y[i] = from_op<T>(acc);
     }
 }
 
-// 32-bit indices when x's and y's do (as PyTorch's canUse32BitIndexMath), with the 1x1 and 3x3
+// 32-bit indices when x's and y's do (PyTorch's kernels take no other), with the 1x1, 3x3 and 5x5
 // plane windows unrolled; 64-bit indices and the general window otherwise.
 template <class T>
 KB_D void depthwise(const T* __restrict__ x, const T* __restrict__ w, const T* b, T* __restrict__ y, i64 n,
                     i64 c, i64 f, Win g, int has_b) {
-    const i64 limit = 0x7fffffffLL - gstride();
-    if (n * f * g.od * g.oh * g.ow < limit && n * c * g.d * g.h * g.w < limit) {
+    const i64 limit = 0x7fffffffLL;
+    if (n * f * g.od * g.oh * g.ow <= limit && n * c * g.d * g.h * g.w <= limit) {
         const WinT<int> gi = g.as<int>();
-        if (g.kd == 1 && g.kh == 3 && g.kw == 3)
+        const bool square = g.kd == 1 && g.kh == g.kw;
+        if (square && g.kw == 3)
             depthwise_in<T, int, 3>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
-        else if (g.kd == 1 && g.kh == 1 && g.kw == 1)
+        else if (square && g.kw == 5)
+            depthwise_in<T, int, 5>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
+        else if (square && g.kw == 1)
             depthwise_in<T, int, 1>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
         else
             depthwise_in<T, int, 0>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);

@@ -103,6 +103,8 @@ const STORED: [&str; 4] = ["f32", "f16", "bf16", "f64"];
 const EW_THREADS: u32 = 256;
 /// Most blocks of an elementwise launch; beyond that, threads loop.
 const EW_MAX_BLOCKS: u64 = 1 << 16;
+/// Threads per block of the depthwise convolution (PyTorch's `CUDA_NUM_THREADS`).
+const DEPTHWISE_THREADS: u32 = 128;
 /// Most blocks of a row or column launch; beyond that, blocks loop.
 const MAX_BLOCKS: u64 = (1 << 31) - 1;
 /// Rows up to this long get one warp each; longer rows get a block.
@@ -508,7 +510,14 @@ impl Window {
 pub(super) fn conv_kernel(c: &Conv, precision: Precision) -> Step {
     let win = &c.window;
     let total = (c.n * c.f * win.outputs()) as u64;
-    let grid = blocks(total, EW_THREADS as u64, EW_MAX_BLOCKS);
+    let depthwise = c.torch_native_depthwise();
+    // PyTorch's depthwise kernels: a thread per output, blocks of 128, no grid-stride cap.
+    let (threads, max_blocks) = if depthwise {
+        (DEPTHWISE_THREADS, MAX_BLOCKS)
+    } else {
+        (EW_THREADS, EW_MAX_BLOCKS)
+    };
+    let grid = blocks(total, threads as u64, max_blocks);
     let mut args = vec![
         StepArg::Buffer(c.x),
         StepArg::Buffer(c.w),
@@ -523,7 +532,7 @@ pub(super) fn conv_kernel(c: &Conv, precision: Precision) -> Step {
     args.push(StepArg::I32(c.bias.is_some().into()));
     let name = if c.transposed {
         "conv_transpose"
-    } else if c.torch_native_depthwise() {
+    } else if depthwise {
         "conv_depthwise"
     } else {
         "conv"
@@ -532,7 +541,7 @@ pub(super) fn conv_kernel(c: &Conv, precision: Precision) -> Step {
     kernel(
         format!("{name}_{}", e.name()),
         [grid, 1, 1],
-        [EW_THREADS, 1, 1],
+        [threads, 1, 1],
         args,
     )
 }

@@ -355,7 +355,9 @@ fn depthwise_convolutions_take_pytorchs_own_kernel_where_it_does() {
             "conv_depthwise_bf16",
             "conv_depthwise_bf16",
             "conv",
-            "conv_depthwise_f16"
+            "conv_depthwise_f16",
+            "conv_depthwise_f32",
+            "conv_depthwise_f32"
         ],
         "f16 on a plane of 32 channels, no dilation, equal strides: cuDNN"
     );

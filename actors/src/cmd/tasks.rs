@@ -534,6 +534,27 @@ fn kernelbench_files(
 
 /// `kevin tasks import-kernelbench`: imports every problem file, writes the tasks and
 /// `imported.json`, prints a line per refusal and the totals.
+/// An error when the folder `out` already holds files ending in `.{ext}` (`what`, for the
+/// message): the commands that write such files `verb` into a new or empty folder only, so
+/// nothing of an earlier run is overwritten or mixed in.
+fn refuse_written(out: &Path, ext: &str, what: &str, verb: &str) -> Result<(), String> {
+    if !out.is_dir() {
+        return Ok(());
+    }
+    let existing = std::fs::read_dir(out)
+        .map_err(|e| format!("{}: {e}", out.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
+        .count();
+    if existing > 0 {
+        return Err(format!(
+            "--out {} already holds {existing} {what}: {verb} into a new or empty folder",
+            out.display()
+        ));
+    }
+    Ok(())
+}
+
 /// `kevin tasks naive`: the naive writer's fast (or simple) form of every task in `tasks` (all
 /// when empty) into `out/<task>.cu`; one line per task (the form, or why none).
 fn naive_kernels(dir: &Path, out: &Path, tasks: &[String], fast: bool) -> Result<(), String> {
@@ -550,19 +571,7 @@ fn naive_kernels(dir: &Path, out: &Path, tasks: &[String], fast: bool) -> Result
             })
             .collect::<Result<_, _>>()?
     };
-    if out.is_dir() {
-        let existing = std::fs::read_dir(out)
-            .map_err(|e| format!("{}: {e}", out.display()))?
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().extension().is_some_and(|x| x == "cu"))
-            .count();
-        if existing > 0 {
-            return Err(format!(
-                "--out {} already holds {existing} .cu files: write into a new or empty folder",
-                out.display()
-            ));
-        }
-    }
+    refuse_written(out, "cu", ".cu files", "write")?;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let width = name_width(chosen.iter().map(|t| t.name.as_str()));
     let mut written = 0;
@@ -602,19 +611,7 @@ fn import_kernelbench(
     json_path: Option<&Path>,
 ) -> Result<(), String> {
     let files = kernelbench_files(src, levels, level)?;
-    if out.is_dir() {
-        let existing = std::fs::read_dir(out)
-            .map_err(|e| format!("{}: {e}", out.display()))?
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().extension().is_some_and(|x| x == "toml"))
-            .count();
-        if existing > 0 {
-            return Err(format!(
-                "--out {} already holds {existing} task files: import into a new or empty folder",
-                out.display()
-            ));
-        }
-    }
+    refuse_written(out, "toml", "task files", "import")?;
     let mut imported = Vec::new();
     let mut refused = Vec::new();
     let mut per_level: std::collections::BTreeMap<u8, (usize, usize)> = Default::default();
