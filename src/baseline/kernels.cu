@@ -308,10 +308,70 @@ KB_D void binary_scalar_impl(const T* __restrict__ a, op_t<T> s, T* __restrict__
     for (i64 i = tail + start; i < n; i += stride) y[i] = from_op<T>(FIRST ? f(s, to_op(a[i])) : f(to_op(a[i]), s));
 }
 
+template <class F>
+struct ScalarOp {
+    template <class T>
+    static KB_D void run(const T* a, op_t<T> s, T* y, i64 n, int scalar_first) {
+        if (scalar_first) binary_scalar_impl<T, F, true>(a, s, y, n);
+        else binary_scalar_impl<T, F, false>(a, s, y, n);
+    }
+};
+
+// x ** s as PyTorch's pow with a scalar exponent computes it: 1 for 0 and x for 1 (a fill and a
+// copy there), x*x for 2, x*x*x for 3, 1/(x*x) for -2, sqrt, rsqrt and the reciprocal for 0.5,
+// -0.5 and -1 (kernels of their own there), pow otherwise; s ** x is pow.
+struct PowOne {
+    template <class A>
+    KB_D A operator()(A, A) const { return (A)1; }
+};
+struct PowIdentity {
+    template <class A>
+    KB_D A operator()(A a, A) const { return a; }
+};
+struct PowSquare {
+    template <class A>
+    KB_D A operator()(A a, A) const { return a * a; }
+};
+struct PowCube {
+    template <class A>
+    KB_D A operator()(A a, A) const { return a * a * a; }
+};
+struct PowInvSquare {
+    template <class A>
+    KB_D A operator()(A a, A) const { return (A)1 / (a * a); }
+};
+struct PowSqrt {
+    template <class A>
+    KB_D A operator()(A a, A) const { return m_sqrt(a); }
+};
+struct PowRsqrt {
+    KB_D float operator()(float a, float) const { return rsqrtf(a); }
+    KB_D double operator()(double a, double) const { return 1.0 / sqrt(a); }
+};
+struct PowRecip {
+    template <class A>
+    KB_D A operator()(A a, A) const { return (A)1 / a; }
+};
+template <>
+struct ScalarOp<Pow> {
+    template <class T>
+    static KB_D void run(const T* a, op_t<T> s, T* y, i64 n, int scalar_first) {
+        if (scalar_first) binary_scalar_impl<T, Pow, true>(a, s, y, n);
+        else if (s == 0) binary_scalar_impl<T, PowOne, false>(a, s, y, n);
+        else if (s == 1) binary_scalar_impl<T, PowIdentity, false>(a, s, y, n);
+        else if (s == 2) binary_scalar_impl<T, PowSquare, false>(a, s, y, n);
+        else if (s == 3) binary_scalar_impl<T, PowCube, false>(a, s, y, n);
+        else if (s == -2) binary_scalar_impl<T, PowInvSquare, false>(a, s, y, n);
+        else if (s == (op_t<T>)0.5) binary_scalar_impl<T, PowSqrt, false>(a, s, y, n);
+        else if (s == (op_t<T>)-0.5) binary_scalar_impl<T, PowRsqrt, false>(a, s, y, n);
+        else if (s == -1) binary_scalar_impl<T, PowRecip, false>(a, s, y, n);
+        else binary_scalar_impl<T, Pow, false>(a, s, y, n);
+    }
+};
+
 template <class T, class F>
 KB_D void binary_scalar(const T* a, op_t<T> s, T* y, i64 n, int scalar_first) {
-    if (scalar_first) binary_scalar_impl<T, F, true>(a, s, y, n);
-    else binary_scalar_impl<T, F, false>(a, s, y, n);
+    ScalarOp<F>::template run<T>(a, s, y, n, scalar_first);
 }
 
 // Strided access, as PyTorch's TensorIterator does it for broadcasts and non-contiguous copies:
@@ -578,42 +638,52 @@ KB_D typename R::Acc col_reduce(typename R::Acc a) {
     return r;
 }
 
-// Calls f(i, x[i]) for the elements of a row this thread owns (16-byte loads when aligned).
+// Elements before p's first 16-byte boundary (p is element-aligned): a row's head.
+template <class T>
+KB_D i64 head16(const T* p) {
+    return (i64)((16 - (reinterpret_cast<unsigned long long>(p) & 15ull)) & 15ull) / (i64)sizeof(T);
+}
+
+// Calls f(i, x[i]) for the elements of a row this thread owns: the head up to the row's first
+// 16-byte boundary one at a time, then 16-byte loads, then the tail, as PyTorch's vectorised
+// reductions shift a row that does not start aligned (a row of odd length starts so every
+// other time).
 template <class T, class F>
 KB_D void visit_row(const T* row, i64 n, F&& f) {
     constexpr int V = 16 / sizeof(T);
-    i64 t = threadIdx.x, s = blockDim.x, tail = 0;
-    if (aligned16(row)) {
-        i64 nv = n / V;
-        const Pack<T>* p = reinterpret_cast<const Pack<T>*>(row);
-        for (i64 c = t; c < nv; c += s) {
-            Pack<T> q = p[c];
+    const i64 t = threadIdx.x, s = blockDim.x, head = min(head16(row), n);
+    for (i64 i = t; i < head; i += s) f(i, to_op(row[i]));
+    const i64 nv = (n - head) / V, tail = head + nv * V;
+    const Pack<T>* p = reinterpret_cast<const Pack<T>*>(row + head);
+    for (i64 c = t; c < nv; c += s) {
+        Pack<T> q = p[c];
 #pragma unroll
-            for (int j = 0; j < V; ++j) f(c * V + j, to_op(q.v[j]));
-        }
-        tail = nv * V;
+        for (int j = 0; j < V; ++j) f(head + c * V + j, to_op(q.v[j]));
     }
     for (i64 i = tail + t; i < n; i += s) f(i, to_op(row[i]));
 }
 
-// yr[i] = f(i, xr[i]) for the elements of a row this thread owns.
+// yr[i] = f(i, xr[i]) for the elements of a row this thread owns; vectorised as visit_row where
+// xr and yr are as far from a 16-byte boundary, one at a time otherwise.
 template <class T, class F>
 KB_D void map_row(const T* xr, T* yr, i64 n, F&& f) {
     constexpr int V = 16 / sizeof(T);
-    i64 t = threadIdx.x, s = blockDim.x, tail = 0;
-    if (aligned16(xr) && aligned16(yr)) {
-        i64 nv = n / V;
-        const Pack<T>* p = reinterpret_cast<const Pack<T>*>(xr);
-        Pack<T>* o = reinterpret_cast<Pack<T>*>(yr);
-        for (i64 c = t; c < nv; c += s) {
-            Pack<T> q = p[c], r;
-#pragma unroll
-            for (int j = 0; j < V; ++j) r.v[j] = from_op<T>(f(c * V + j, to_op(q.v[j])));
-            o[c] = r;
-        }
-        tail = nv * V;
+    const i64 t = threadIdx.x, s = blockDim.x;
+    i64 head = n, nv = 0;
+    if (head16(xr) == head16(yr)) {
+        head = min(head16(xr), n);
+        nv = (n - head) / V;
     }
-    for (i64 i = tail + t; i < n; i += s) yr[i] = from_op<T>(f(i, to_op(xr[i])));
+    for (i64 i = t; i < head; i += s) yr[i] = from_op<T>(f(i, to_op(xr[i])));
+    const Pack<T>* p = reinterpret_cast<const Pack<T>*>(xr + head);
+    Pack<T>* o = reinterpret_cast<Pack<T>*>(yr + head);
+    for (i64 c = t; c < nv; c += s) {
+        Pack<T> q = p[c], r;
+#pragma unroll
+        for (int j = 0; j < V; ++j) r.v[j] = from_op<T>(f(head + c * V + j, to_op(q.v[j])));
+        o[c] = r;
+    }
+    for (i64 i = head + nv * V + t; i < n; i += s) yr[i] = from_op<T>(f(i, to_op(xr[i])));
 }
 
 #define KB_FOR_ROWS(r, rows) \
@@ -655,13 +725,61 @@ KB_D typename R::Acc push_column(typename R::Acc a, const T* xc, i64 n, i64 inne
 }
 
 template <class T, class O, class R>
-KB_D void reduce_cols(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
+KB_D void reduce_cols_one(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
     KB_FOR_COLS(o, c, outer, inner) {
         typename R::Acc a = R::init();
         if (c < inner) a = push_column<T, R>(a, x + o * n * inner + c, n, inner);
         a = col_reduce<R>(a);
         if (threadIdx.y == 0 && c < inner) put(y + o * inner + c, R::finish(a, n));
     }
+}
+
+template <class T, int V>
+struct alignas(sizeof(T) * V) Vec {
+    T v[V];
+};
+
+// V adjacent columns a thread (one V-wide load per element of the axis), as PyTorch's reduce
+// kernel vectorises the outputs of a reduction over a strided axis: block (32, ty) covers 32 * V
+// columns of one outer index, its ty rows splitting the axis. inner is a multiple of V and x and
+// y are V-element aligned.
+template <class T, class O, class R, int V>
+KB_D void reduce_cols_vec(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
+    const i64 groups = inner / V, cb = (groups + 31) / 32;
+    for (i64 b = blockIdx.x; b < outer * cb; b += gridDim.x) {
+        const i64 o = b / cb, g = (b % cb) * 32 + threadIdx.x;
+        typename R::Acc a[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[j] = R::init();
+        if (g < groups) {
+            const Vec<T, V>* xc = reinterpret_cast<const Vec<T, V>*>(x + o * n * inner) + g;
+            for (i64 k = threadIdx.y; k < n; k += blockDim.y) {
+                const Vec<T, V> q = xc[k * groups];
+#pragma unroll
+                for (int j = 0; j < V; ++j) a[j] = R::push(a[j], to_op(q.v[j]), (int)k);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[j] = col_reduce<R>(a[j]);
+        if (threadIdx.y == 0 && g < groups) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) put(y + o * inner + g * V + j, R::finish(a[j], n));
+        }
+    }
+}
+
+// The launch sets the block for the width this picks (launch.rs col_launch): V = 4, else 2,
+// where inner divides by it and the buffers are aligned to it, for reductions whose outputs are
+// values (VEC); one column a thread otherwise.
+template <class T, class O, class R, bool VEC>
+KB_D void reduce_cols(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
+    const unsigned long long at = reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(y);
+    if (VEC && inner % 4 == 0 && at % (4 * sizeof(T)) == 0 && at % (4 * sizeof(O)) == 0)
+        reduce_cols_vec<T, O, R, 4>(x, y, outer, n, inner);
+    else if (VEC && inner % 2 == 0 && at % (2 * sizeof(T)) == 0 && at % (2 * sizeof(O)) == 0)
+        reduce_cols_vec<T, O, R, 2>(x, y, outer, n, inner);
+    else
+        reduce_cols_one<T, O, R>(x, y, outer, n, inner);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1266,15 +1384,15 @@ KB_BINARY_ALL(maximum, Maximum)
 KB_BINARY_ALL(minimum, Minimum)
 KB_BINARY_ALL(pow, Pow)
 
-#define KB_REDUCE(dt, T, name, O, R)                                                                      \
+#define KB_REDUCE(dt, T, name, O, R, VEC)                                                                 \
     extern "C" __global__ void reduce_##name##_rows_##dt(const T* x, O* y, i64 rows, i64 n) {             \
         kb::reduce_rows<T, O, kb::R<kb::op_t<T>>>(x, y, rows, n);                                         \
     }                                                                                                     \
     extern "C" __global__ void reduce_##name##_cols_##dt(const T* x, O* y, i64 outer, i64 n, i64 inner) { \
-        kb::reduce_cols<T, O, kb::R<kb::op_t<T>>>(x, y, outer, n, inner);                                 \
+        kb::reduce_cols<T, O, kb::R<kb::op_t<T>>, VEC>(x, y, outer, n, inner);                            \
     }
-#define KB_REDUCE_SAME(dt, T, name, R) KB_REDUCE(dt, T, name, T, R)
-#define KB_REDUCE_INDEX(dt, T, name, R) KB_REDUCE(dt, T, name, i64, R)
+#define KB_REDUCE_SAME(dt, T, name, R) KB_REDUCE(dt, T, name, T, R, true)
+#define KB_REDUCE_INDEX(dt, T, name, R) KB_REDUCE(dt, T, name, i64, R, false)
 KB_EACH(KB_REDUCE_SAME, sum, RSum)
 KB_EACH(KB_REDUCE_SAME, mean, RMean)
 KB_EACH(KB_REDUCE_SAME, max, RMax)

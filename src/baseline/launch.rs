@@ -353,6 +353,23 @@ fn col_launch(outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
     ([blocks(work, 1, MAX_BLOCKS), 1, 1], [32, ty, 1])
 }
 
+/// Grid and block of a column reduction. PyTorch's reduce kernel gives a thread V = 4 (else 2)
+/// adjacent outputs where the columns divide by it, and a block at most 512 / V threads: (32,
+/// ty), ty splitting the axis, the largest power of two within both n and 512 / V / 32. The
+/// kernel picks the same V (`reduce_cols`; alignment permitting, else one column a thread,
+/// still right under this launch). Index outputs (`vec` false) and odd columns: [`col_launch`].
+fn reduce_col_launch(vec: bool, outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
+    let v = match (vec, inner % 4, inner % 2) {
+        (true, 0, _) => 4,
+        (true, _, 0) => 2,
+        _ => return col_launch(outer, n, inner),
+    };
+    let floor_pow2 = 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
+    let ty = floor_pow2.min(512 / v / 32) as u32;
+    let work = outer as u64 * (inner / v).div_ceil(32) as u64;
+    ([blocks(work, 1, MAX_BLOCKS), 1, 1], [32, ty, 1])
+}
+
 /// Splits `shape` around `axis` into (outer, extent, inner).
 pub(super) fn split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     let outer = shape[..axis].iter().product();
@@ -374,7 +391,7 @@ pub(super) fn reduce(kind: &str, e: Elem, x: usize, y: usize, dims: (usize, usiz
             args,
         )
     } else {
-        let (grid, block) = col_launch(outer, n, inner);
+        let (grid, block) = reduce_col_launch(!kind.starts_with("arg"), outer, n, inner);
         let args = vec![x, y, n64(outer), n64(n), n64(inner)];
         kernel(
             format!("reduce_{kind}_cols_{}", e.name()),

@@ -340,6 +340,49 @@ fn batch_norms_take_cudnn_where_pytorch_does() {
     );
 }
 
+/// Reductions over a strided axis give a thread 4 (or 2) adjacent outputs where the columns
+/// divide by it, in blocks of at most 512 / V threads, as PyTorch's reduce kernel; index
+/// reductions and odd columns keep one column a thread.
+#[test]
+fn column_reductions_vectorise_their_outputs_as_pytorch_does() {
+    let src = "input X: f32[B, M, N]\ninput Y: f32[B, M, K]\ninput Z: f32[B, M, L]\n\
+               output S: f32[B, N]\noutput E: f32[B, K]\noutput O: f32[B, L]\n\
+               output A: i64[B, N]\n\
+               S = sum(X, axis=1)\nE = mean(Y, axis=1)\nO = max(Z, axis=1)\n\
+               A = argmax(X, axis=1)";
+    let p = plan(
+        src,
+        &[("B", 8), ("M", 64), ("N", 1024), ("K", 1022), ("L", 1023)],
+    );
+    let blocks: Vec<(String, [u32; 3])> = p
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Kernel { kernel, block, .. } => (kernel.clone(), *block),
+            s => panic!("not a kernel: {s:?}"),
+        })
+        .collect();
+    assert_eq!(
+        blocks,
+        [
+            ("reduce_sum_cols_f32".to_string(), [32, 4, 1]),
+            ("reduce_mean_cols_f32".to_string(), [32, 8, 1]),
+            // 256 blocks would not fill the H200: 32 rows split the axis.
+            ("reduce_max_cols_f32".to_string(), [32, 32, 1]),
+            ("reduce_argmax_cols_f32".to_string(), [32, 32, 1]),
+        ]
+    );
+    // A short axis: ty is the largest power of two within it.
+    let p = plan(
+        "input X: f32[B, M, N]\noutput S: f32[B, N]\nS = sum(X, axis=1)",
+        &[("B", 2), ("M", 3), ("N", 64)],
+    );
+    let Step::Kernel { block, .. } = &p.steps[0] else {
+        panic!("not a kernel")
+    };
+    assert_eq!(*block, [32, 2, 1]);
+}
+
 #[test]
 fn depthwise_convolutions_take_pytorchs_own_kernel_where_it_does() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
