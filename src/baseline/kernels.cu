@@ -740,14 +740,15 @@ struct alignas(sizeof(T) * V) Vec {
 };
 
 // V adjacent columns a thread (one V-wide load per element of the axis), as PyTorch's reduce
-// kernel vectorises the outputs of a reduction over a strided axis: block (32, ty) covers 32 * V
-// columns of one outer index, its ty rows splitting the axis. inner is a multiple of V and x and
-// y are V-element aligned.
+// kernel vectorises the outputs of a reduction over a strided axis. A block covers blockDim.x * V
+// columns of one outer index; its blockDim.y rows split the axis (then blockDim.x <= 32, for
+// col_reduce) or, with one row, each thread reduces its columns whole. inner is a multiple of V
+// and x and y are V-element aligned.
 template <class T, class O, class R, int V>
 KB_D void reduce_cols_vec(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
-    const i64 groups = inner / V, cb = (groups + 31) / 32;
+    const i64 groups = inner / V, per = blockDim.x, cb = (groups + per - 1) / per;
     for (i64 b = blockIdx.x; b < outer * cb; b += gridDim.x) {
-        const i64 o = b / cb, g = (b % cb) * 32 + threadIdx.x;
+        const i64 o = b / cb, g = (b % cb) * per + threadIdx.x;
         typename R::Acc a[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) a[j] = R::init();
@@ -759,8 +760,10 @@ KB_D void reduce_cols_vec(const T* __restrict__ x, O* __restrict__ y, i64 outer,
                 for (int j = 0; j < V; ++j) a[j] = R::push(a[j], to_op(q.v[j]), (int)k);
             }
         }
+        if (blockDim.y > 1) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) a[j] = col_reduce<R>(a[j]);
+            for (int j = 0; j < V; ++j) a[j] = col_reduce<R>(a[j]);
+        }
         if (threadIdx.y == 0 && g < groups) {
 #pragma unroll
             for (int j = 0; j < V; ++j) put(y + o * inner + g * V + j, R::finish(a[j], n));
@@ -768,18 +771,21 @@ KB_D void reduce_cols_vec(const T* __restrict__ x, O* __restrict__ y, i64 outer,
     }
 }
 
-// The launch sets the block for the width this picks (launch.rs col_launch): V = 4, else 2,
-// where inner divides by it and the buffers are aligned to it, for reductions whose outputs are
-// values (VEC); one column a thread otherwise.
+// Reductions whose outputs are values (VEC) take the width the launch set the block for
+// (launch.rs reduce_col_launch): 4, else 2, where inner divides by it (a narrower one where the
+// buffers are not aligned to it: right under the same launch), else 1. Index reductions: one
+// column a thread, 32 columns a block.
 template <class T, class O, class R, bool VEC>
 KB_D void reduce_cols(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
     const unsigned long long at = reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(y);
-    if (VEC && inner % 4 == 0 && at % (4 * sizeof(T)) == 0 && at % (4 * sizeof(O)) == 0)
+    if (!VEC)
+        reduce_cols_one<T, O, R>(x, y, outer, n, inner);
+    else if (inner % 4 == 0 && at % (4 * sizeof(T)) == 0 && at % (4 * sizeof(O)) == 0)
         reduce_cols_vec<T, O, R, 4>(x, y, outer, n, inner);
-    else if (VEC && inner % 2 == 0 && at % (2 * sizeof(T)) == 0 && at % (2 * sizeof(O)) == 0)
+    else if (inner % 2 == 0 && at % (2 * sizeof(T)) == 0 && at % (2 * sizeof(O)) == 0)
         reduce_cols_vec<T, O, R, 2>(x, y, outer, n, inner);
     else
-        reduce_cols_one<T, O, R>(x, y, outer, n, inner);
+        reduce_cols_vec<T, O, R, 1>(x, y, outer, n, inner);
 }
 
 // ---------------------------------------------------------------------------------------------

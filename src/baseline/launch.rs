@@ -353,21 +353,49 @@ fn col_launch(outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
     ([blocks(work, 1, MAX_BLOCKS), 1, 1], [32, ty, 1])
 }
 
-/// Grid and block of a column reduction. PyTorch's reduce kernel gives a thread V = 4 (else 2)
-/// adjacent outputs where the columns divide by it, and a block at most 512 / V threads: (32,
-/// ty), ty splitting the axis, the largest power of two within both n and 512 / V / 32. The
-/// kernel picks the same V (`reduce_cols`; alignment permitting, else one column a thread,
-/// still right under this launch). Index outputs (`vec` false) and odd columns: [`col_launch`].
+/// Grid and block of a column reduction, as PyTorch's reduce kernel sets them: a thread takes V =
+/// 4 (else 2, else 1) adjacent outputs where the columns divide by it, a block at most 512 / V
+/// threads, bw x bh of them (bw up to a warp across columns, bh the rest, both powers of two
+/// within the columns and the axis). The bh rows split the axis when that leaves each thread 16
+/// elements or the axis is 256 long; otherwise every thread reduces its columns whole and the
+/// block is bw * bh columns wide. The kernel picks the same V (`reduce_cols`). Index outputs
+/// (`vec` false), and an axis split one column a thread: [`col_launch`].
 fn reduce_col_launch(vec: bool, outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
-    let v = match (vec, inner % 4, inner % 2) {
-        (true, 0, _) => 4,
-        (true, _, 0) => 2,
-        _ => return col_launch(outer, n, inner),
+    if !vec {
+        return col_launch(outer, n, inner);
+    }
+    let v = if inner % 4 == 0 {
+        4
+    } else if inner % 2 == 0 {
+        2
+    } else {
+        1
     };
-    let floor_pow2 = 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
-    let ty = floor_pow2.min(512 / v / 32) as u32;
-    let work = outer as u64 * (inner / v).div_ceil(32) as u64;
-    ([blocks(work, 1, MAX_BLOCKS), 1, 1], [32, ty, 1])
+    let floor_pow2 = |x: usize| 1usize << (usize::BITS - 1 - x.max(1).leading_zeros());
+    let max_threads = 512 / v;
+    let groups = inner / v;
+    let (d0, d1) = (
+        floor_pow2(groups).min(max_threads),
+        floor_pow2(n).min(max_threads),
+    );
+    let bw = d0.min(32);
+    let bh = d1.min(max_threads / bw);
+    let bw = d0.min(max_threads / bh);
+    if n >= bh * 16 || n >= 256 {
+        if v == 1 {
+            return col_launch(outer, n, inner);
+        }
+        // The kernel combines at most 32 rows (col_reduce's shared tile).
+        let bh = bh.min(32);
+        let work = outer as u64 * groups.div_ceil(bw) as u64;
+        return (
+            [blocks(work, 1, MAX_BLOCKS), 1, 1],
+            [bw as u32, bh as u32, 1],
+        );
+    }
+    let wide = bw * bh;
+    let work = outer as u64 * groups.div_ceil(wide) as u64;
+    ([blocks(work, 1, MAX_BLOCKS), 1, 1], [wide as u32, 1, 1])
 }
 
 /// Splits `shape` around `axis` into (outer, extent, inner).

@@ -341,8 +341,8 @@ fn batch_norms_take_cudnn_where_pytorch_does() {
 }
 
 /// Reductions over a strided axis give a thread 4 (or 2) adjacent outputs where the columns
-/// divide by it, in blocks of at most 512 / V threads, as PyTorch's reduce kernel; index
-/// reductions and odd columns keep one column a thread.
+/// divide by it, in blocks of at most 512 / V threads, whose rows split the axis only when
+/// each keeps 16 elements, as PyTorch's reduce kernel; index reductions keep kevin's split.
 #[test]
 fn column_reductions_vectorise_their_outputs_as_pytorch_does() {
     let src = "input X: f32[B, M, N]\ninput Y: f32[B, M, K]\ninput Z: f32[B, M, L]\n\
@@ -365,14 +365,18 @@ fn column_reductions_vectorise_their_outputs_as_pytorch_does() {
     assert_eq!(
         blocks,
         [
+            // V = 4: 128 threads, 4 rows of 16 elements each.
             ("reduce_sum_cols_f32".to_string(), [32, 4, 1]),
-            ("reduce_mean_cols_f32".to_string(), [32, 8, 1]),
+            // V = 2: 8 rows would keep 8 elements each: 256 columns, the axis whole.
+            ("reduce_mean_cols_f32".to_string(), [256, 1, 1]),
+            // V = 1: 512 columns, the axis whole.
+            ("reduce_max_cols_f32".to_string(), [512, 1, 1]),
             // 256 blocks would not fill the H200: 32 rows split the axis.
-            ("reduce_max_cols_f32".to_string(), [32, 32, 1]),
             ("reduce_argmax_cols_f32".to_string(), [32, 32, 1]),
         ]
     );
-    // A short axis: ty is the largest power of two within it.
+    // A short axis: 16 groups of 4 columns by the 2 rows the axis allows, as 32 threads
+    // that each reduce their columns whole.
     let p = plan(
         "input X: f32[B, M, N]\noutput S: f32[B, N]\nS = sum(X, axis=1)",
         &[("B", 2), ("M", 3), ("N", 64)],
@@ -380,7 +384,26 @@ fn column_reductions_vectorise_their_outputs_as_pytorch_does() {
     let Step::Kernel { block, .. } = &p.steps[0] else {
         panic!("not a kernel")
     };
-    assert_eq!(*block, [32, 2, 1]);
+    assert_eq!(*block, [32, 1, 1]);
+    // A long axis split over rows, one column a thread: kevin's column launch.
+    let p = plan(
+        "input X: f32[B, M, N]\noutput S: f32[B, N]\nS = sum(X, axis=1)",
+        &[("B", 128), ("M", 4096), ("N", 4095)],
+    );
+    let Step::Kernel { block, .. } = &p.steps[0] else {
+        panic!("not a kernel")
+    };
+    assert_eq!(*block, [32, 16, 1]);
+    // A long axis over few columns: their 2 groups of 4 by 32 rows (at most what the kernel's
+    // shared tile combines).
+    let p = plan(
+        "input Z: f32[L, 8]\noutput S: f32[8]\nS = sum(Z, axis=0)",
+        &[("L", 300)],
+    );
+    let Step::Kernel { block, .. } = &p.steps[0] else {
+        panic!("not a kernel")
+    };
+    assert_eq!(*block, [2, 32, 1]);
 }
 
 #[test]
