@@ -629,6 +629,7 @@ KB_D typename R::Acc row_reduce(typename R::Acc a) {
 // the result, combined in the same order.
 template <class R>
 KB_D typename R::Acc col_reduce(typename R::Acc a) {
+    if (blockDim.y == 1) return a;  // a column a thread: nothing to combine
     __shared__ typename R::Acc part[32][32];
     part[threadIdx.y][threadIdx.x] = a;
     __syncthreads();
@@ -689,12 +690,12 @@ KB_D void map_row(const T* xr, T* yr, i64 n, F&& f) {
 #define KB_FOR_ROWS(r, rows) \
     for (i64 r = (i64)blockIdx.x * blockDim.y + threadIdx.y; r < (rows); r += (i64)gridDim.x * blockDim.y)
 
-// Columns: block (32, ty) handles 32 adjacent columns of one outer index; its threads along y
-// split the reduced axis.
-#define KB_FOR_COLS(o, c, outer, inner)                                              \
-    for (i64 kb_cb = ((inner) + 31) / 32, kb_b = blockIdx.x; kb_b < (outer) * kb_cb; \
-         kb_b += gridDim.x)                                                          \
-        for (i64 o = kb_b / kb_cb, c = (kb_b % kb_cb) * 32 + threadIdx.x, kb_once = 0; kb_once < 1; ++kb_once)
+// Columns: block (w, ty) handles w adjacent columns of one outer index (w <= 32 where ty > 1,
+// for col_reduce); its threads along y split the reduced axis.
+#define KB_FOR_COLS(o, c, outer, inner)                                                              \
+    for (i64 kb_w = blockDim.x, kb_cb = ((inner) + kb_w - 1) / kb_w, kb_b = blockIdx.x; kb_b < (outer) * kb_cb; \
+         kb_b += gridDim.x)                                                                          \
+        for (i64 o = kb_b / kb_cb, c = (kb_b % kb_cb) * kb_w + threadIdx.x, kb_once = 0; kb_once < 1; ++kb_once)
 
 template <class T, class O, class R>
 KB_D void reduce_rows(const T* __restrict__ x, O* __restrict__ y, i64 rows, i64 n) {
@@ -946,63 +947,46 @@ KB_D void chan_norm(const T* __restrict__ x, const T* w, const T* b, T* __restri
 template <bool PROD, class A>
 KB_D A scan_op(A a, A b) { return PROD ? a * b : a + b; }
 
-// Exclusive scan of one value per thread over the block (blockDim.x a multiple of 32, y == 1);
-// also returns the block's total.
-template <bool PROD, class A>
-KB_D void block_scan(A v, A& excl, A& total) {
-    __shared__ A wsum[32];
-    const A id = PROD ? (A)1 : (A)0;
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    A incl = v;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        A t = __shfl_up_sync(KB_FULL, incl, d);
-        if (lane >= d) incl = scan_op<PROD>(t, incl);
-    }
-    if (lane == 31) wsum[w] = incl;
-    __syncthreads();
-    if (w == 0) {
-        A s = lane < nw ? wsum[lane] : id;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            A t = __shfl_up_sync(KB_FULL, s, d);
-            if (lane >= d) s = scan_op<PROD>(t, s);
-        }
-        if (lane < nw) wsum[lane] = s;
-    }
-    __syncthreads();
-    A before = w > 0 ? wsum[w - 1] : id;
-    A prev = __shfl_up_sync(KB_FULL, incl, 1);
-    excl = scan_op<PROD>(before, lane > 0 ? prev : id);
-    total = wsum[nw - 1];
-    __syncthreads();  // `wsum` is reused by the next chunk
-}
-
-// One block per row; the row goes through in chunks of 4 * blockDim.x elements, 4 consecutive
-// elements per thread.
+// Rows as PyTorch's tensor_kernel_scan_innermost_dim scans them: blockDim.y rows a block,
+// blockDim.x (a power of two; x * y = 512) threads a row, each row in chunks of 2 * blockDim.x
+// elements through shared memory: the chunk's first element takes the total of the chunks before
+// it, then a Sklansky tree of log2(blockDim.x) + 1 levels, a barrier after each. Accumulated in
+// the opmath type (PyTorch scans half in half).
 template <class T, bool PROD>
 KB_D void scan_rows(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 n) {
     typedef op_t<T> A;
+    __shared__ A buf[1024];
     const A id = PROD ? (A)1 : (A)0;
-    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const T* xr = x + r * n;
-        T* yr = y + r * n;
-        A carry = id;
-        for (i64 base = 0; base < n; base += 4 * (i64)blockDim.x) {
-            i64 i0 = base + 4 * (i64)threadIdx.x;
-            A v[4], acc = id;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                acc = scan_op<PROD>(acc, i0 + j < n ? to_op(xr[i0 + j]) : id);
-                v[j] = acc;
+    const unsigned tx = threadIdx.x, nx = blockDim.x;
+    int lx = 0;
+    while ((1u << lx) < nx) ++lx;
+    A* rb = buf + threadIdx.y * 2 * nx;
+    for (i64 first = (i64)blockIdx.x * blockDim.y; first < rows; first += (i64)blockDim.y * gridDim.x) {
+        const i64 r = first + threadIdx.y;
+        const bool live = r < rows;
+        A total = id;
+        for (i64 c0 = 0; c0 < n; c0 += 2 * (i64)nx) {
+            const i64 c1 = c0 + tx, c2 = c0 + nx + tx;
+            if (live) {
+                rb[tx] = c1 < n ? to_op(x[r * n + c1]) : id;
+                rb[nx + tx] = c2 < n ? to_op(x[r * n + c2]) : id;
+                if (tx == 0) rb[0] = scan_op<PROD>(rb[0], total);
             }
-            A excl, total;
-            block_scan<PROD, A>(acc, excl, total);
-            A pre = scan_op<PROD>(carry, excl);
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                if (i0 + j < n) yr[i0 + j] = from_op<T>(scan_op<PROD>(pre, v[j]));
-            carry = scan_op<PROD>(carry, total);
+            __syncthreads();
+            for (int m = 0; m <= lx; ++m) {
+                if (live) {
+                    const unsigned s = 1u << m, a = ((tx >> m) << (m + 1)) | s;
+                    const unsigned ti = a + (tx % s), si = a - 1;
+                    rb[ti] = scan_op<PROD>(rb[ti], rb[si]);
+                }
+                __syncthreads();
+            }
+            if (live) {
+                if (c1 < n) y[r * n + c1] = from_op<T>(rb[tx]);
+                if (c2 < n) y[r * n + c2] = from_op<T>(rb[nx + tx]);
+                total = rb[2 * nx - 1];
+            }
+            __syncthreads();
         }
     }
 }

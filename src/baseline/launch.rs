@@ -459,10 +459,24 @@ pub(super) fn lanes(
         let args = vec![x, y, n64(outer), n64(n), StepArg::I32(separate_max.into())];
         kernel(format!("{name}_rows_{}", e.name()), grid, block, args)
     } else {
-        let (grid, block) = col_launch(outer, n, inner);
+        let (grid, block) = lanes_col_launch(outer, n, inner);
         let args = vec![x, y, n64(outer), n64(n), n64(inner)];
         kernel(format!("{name}_cols_{}", e.name()), grid, block, args)
     }
+}
+
+/// Grid and block of softmax / log_softmax over a strided axis, as PyTorch's
+/// `SpatialSoftMax_getBlockSize` sets them: up to 1024 columns a block, a thread each reducing
+/// and mapping its column whole, unless the columns are at most 64 and the axis at least 64
+/// long, where threads along the axis split it too (then kevin's 32 columns a block and its
+/// split: [`col_launch`]).
+fn lanes_col_launch(outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
+    let wide = inner.min(1024);
+    if wide <= 64 && n >= 64 {
+        return col_launch(outer, n, inner);
+    }
+    let work = outer as u64 * inner.div_ceil(wide) as u64;
+    ([blocks(work, 1, MAX_BLOCKS), 1, 1], [wide as u32, 1, 1])
 }
 
 /// cumsum / cumprod of `x` along the middle of (outer, n, inner).
@@ -470,21 +484,30 @@ pub(super) fn scan(name: &str, e: Elem, x: usize, y: usize, dims: (usize, usize,
     let (outer, n, inner) = dims;
     let (x, y) = (StepArg::Buffer(x), StepArg::Buffer(y));
     if inner == 1 {
-        // One block per row, 4 elements per thread and chunk.
-        let threads = n.div_ceil(4).next_power_of_two().clamp(32, 256) as u32;
-        let grid = [blocks(outer as u64, 1, MAX_BLOCKS), 1, 1];
+        let tx = 1u32 << scan_log_threads_x(outer, n);
+        let ty = 512 / tx;
+        let grid = [blocks(outer as u64, ty as u64, MAX_BLOCKS), 1, 1];
         let args = vec![x, y, n64(outer), n64(n)];
-        kernel(
-            format!("{name}_rows_{}", e.name()),
-            grid,
-            [threads, 1, 1],
-            args,
-        )
+        kernel(format!("{name}_rows_{}", e.name()), grid, [tx, ty, 1], args)
     } else {
         let (grid, block) = col_launch(outer, n, inner);
         let args = vec![x, y, n64(outer), n64(n), n64(inner)];
         kernel(format!("{name}_cols_{}", e.name()), grid, block, args)
     }
+}
+
+/// log2 of the threads a row of a row scan gets, of 512 a block, as PyTorch's
+/// `get_log_num_threads_x_inner_scan` sets it: 9 plus the difference of the row's and the row
+/// count's ceil-log2, halved, within 4..=9 (many short rows: 16 threads a row, 32 rows a block).
+pub(super) fn scan_log_threads_x(rows: usize, n: usize) -> u32 {
+    let ceil_log2 = |v: usize| {
+        let mut l = 0i64;
+        while (1u64 << l) < v as u64 {
+            l += 1;
+        }
+        l
+    };
+    ((9 + ceil_log2(n) - ceil_log2(rows)) / 2).clamp(4, 9) as u32
 }
 
 /// layer_norm (`rms == false`) or rms_norm over rows of `n`; an absent weight or bias is passed

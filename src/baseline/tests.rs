@@ -407,6 +407,49 @@ fn column_reductions_vectorise_their_outputs_as_pytorch_does() {
 }
 
 #[test]
+fn row_scans_split_their_threads_between_rows_and_columns_as_pytorch_does() {
+    use super::launch::scan_log_threads_x;
+    // As many rows as elements a row: 16 threads a row, 32 rows a block (kb1_89's cumsum).
+    assert_eq!(scan_log_threads_x(32768, 32768), 4);
+    // Many short rows stay at 16 threads a row; one long row takes the whole block.
+    assert_eq!(scan_log_threads_x(4096, 8), 4);
+    assert_eq!(scan_log_threads_x(95760, 8), 4);
+    assert_eq!(scan_log_threads_x(1, 1000), 9);
+    assert_eq!(scan_log_threads_x(64, 4096), 7);
+    let p = plan(
+        "input X: f32[R, N]\noutput Y: f32[R, N]\nY = cumsum(X, axis=1)",
+        &[("R", 64), ("N", 4096)],
+    );
+    let Step::Kernel { grid, block, .. } = &p.steps[0] else {
+        panic!("not a kernel")
+    };
+    assert_eq!((*grid, *block), ([16, 1, 1], [128, 4, 1]));
+}
+
+/// Softmax over a strided axis: a thread reduces and maps its column whole, up to 1024 columns
+/// a block, unless the columns are few (<= 64) and the axis long (>= 64), as PyTorch's
+/// SpatialSoftMax sets its blocks.
+#[test]
+fn softmax_over_strided_axes_takes_pytorchs_blocks() {
+    let block = |inner: usize, n: usize| {
+        let src = "input X: f32[B, C, S]\noutput Y: f32[B, C, S]\nY = softmax(X, axis=1)";
+        let p = plan(src, &[("B", 4), ("C", n), ("S", inner)]);
+        match &p.steps[0] {
+            Step::Kernel { kernel, block, .. } => {
+                assert_eq!(kernel, "softmax_cols_f32");
+                *block
+            }
+            s => panic!("not a kernel: {s:?}"),
+        }
+    };
+    assert_eq!(block(12600, 16), [1024, 1, 1]);
+    assert_eq!(block(100, 64), [100, 1, 1]);
+    assert_eq!(block(48, 16), [48, 1, 1]);
+    // (8 blocks would not fill the H200: 32 rows split the axis.)
+    assert_eq!(block(48, 300), [32, 32, 1]);
+}
+
+#[test]
 fn depthwise_convolutions_take_pytorchs_own_kernel_where_it_does() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let fixtures = TaskSuite::load(root.join("tests/data/baseline")).expect("fixtures");
