@@ -1247,56 +1247,88 @@ KB_D void conv_t3(const T* __restrict__ x, const T* __restrict__ w, const T* b, 
 KB_D bool pool_beats(float v, float best) { return v > best || v != v; }
 KB_D bool pool_beats(double v, double best) { return v > best; }
 
-// MAX: the window's maximum (padding as -inf; NaN as the max reduction treats it), and in `idx`
-// the position in the input plane it came from (the first maximum, or the last NaN), as
-// PyTorch's CUDA max pooling always writes it (max_pool*d runs max_pool*d_with_indices there);
-// otherwise the mean over the window clipped to the padded input (count_pad) or over its
-// positions inside x. Indices of type I throughout (see WinT).
+// One output of a pooling at position (d, h, w) of plane `plane` (index `i`), as PyTorch's
+// pooling kernels compute it. MAX: the window's positions inside x, stepped by the dilation from
+// the first one inside, the maximum (the first, or the last NaN: `val > max || isnan(val)` in
+// float) and its position in the plane into `idx` (the first position inside when no value
+// beats -inf), as max_pool*d_with_indices writes it. Otherwise the mean of the window clipped to
+// the input, divided by the window clipped to the padded input (count_pad) or to x.
 template <class T, bool MAX, class I>
-KB_D void pool3_in(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__ idx, I planes,
-                   const WinT<I>& g, int count_pad) {
+KB_D void pool_one(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__ idx, I plane, I d, I h,
+                   I w, I i, const WinT<I>& g, int count_pad) {
     typedef op_t<T> A;
-    const I outs = g.od * g.oh * g.ow, total = planes * outs, plane = g.d * g.h * g.w;
-    for (I i = (I)gtid(); i < total; i += (I)gstride()) {
-        const WinPosT<I> o = g.pos(i);
-        const T* xp = x + (i64)o.rest * plane;
-        A best = -(A)KB_INF, sum = 0;
-        I inside = 0, at = -1;
-        visit_window(g, o, [&](I xi, I) {
-            const A v = to_op(xp[xi]);
-            if (MAX) {
-                // PyTorch's select (a NaN wins in float); the interpreter's in double.
-                if (pool_beats(v, best)) {
-                    best = v;
-                    at = xi;
+    const T* xp = x + (i64)plane * (g.d * g.h * g.w);
+    I d0 = d * g.sd - g.pd, h0 = h * g.sh - g.ph, w0 = w * g.sw - g.pw;
+    if (MAX) {
+        const I d1 = min(d0 + (g.kd - 1) * g.dd + 1, g.d), h1 = min(h0 + (g.kh - 1) * g.dh + 1, g.h);
+        const I w1 = min(w0 + (g.kw - 1) * g.dw + 1, g.w);
+        while (d0 < 0) d0 += g.dd;
+        while (h0 < 0) h0 += g.dh;
+        while (w0 < 0) w0 += g.dw;
+        A best = -(A)KB_INF;
+        I at = (d0 * g.h + h0) * g.w + w0;
+        for (I a = d0; a < d1; a += g.dd)
+            for (I b = h0; b < h1; b += g.dh)
+                for (I c = w0; c < w1; c += g.dw) {
+                    const I xi = (a * g.h + b) * g.w + c;
+                    const A v = to_op(xp[xi]);
+                    if (pool_beats(v, best)) {
+                        best = v;
+                        at = xi;
+                    }
                 }
-            } else {
-                sum += v;
-            }
-            ++inside;
-        });
-        if (MAX) {
-            y[i] = from_op<T>(best);
-            idx[i] = (i64)at;
-        } else {
-            I count = inside;
-            if (count_pad) {
-                const I d0 = o.d * g.sd - g.pd, h0 = o.h * g.sh - g.ph, w0 = o.w * g.sw - g.pw;
-                count = (min(d0 + g.kd, g.d + g.pd) - d0) * (min(h0 + g.kh, g.h + g.ph) - h0) *
-                        (min(w0 + g.kw, g.w + g.pw) - w0);
-            }
-            y[i] = from_op<T>(sum / (A)count);
+        y[i] = from_op<T>(best);
+        idx[i] = (i64)at;
+    } else {
+        I d1 = min(d0 + g.kd, g.d + g.pd), h1 = min(h0 + g.kh, g.h + g.ph), w1 = min(w0 + g.kw, g.w + g.pw);
+        const I padded = (d1 - d0) * (h1 - h0) * (w1 - w0);
+        d0 = max(d0, (I)0), h0 = max(h0, (I)0), w0 = max(w0, (I)0);
+        d1 = min(d1, g.d), h1 = min(h1, g.h), w1 = min(w1, g.w);
+        if (d0 >= d1 || h0 >= h1 || w0 >= w1) {
+            y[i] = from_op<T>((A)0);
+            return;
         }
+        A sum = 0;
+        for (I a = d0; a < d1; ++a)
+            for (I b = h0; b < h1; ++b)
+                for (I c = w0; c < w1; ++c) sum += to_op(xp[(a * g.h + b) * g.w + c]);
+        const I count = count_pad ? padded : (d1 - d0) * (h1 - h0) * (w1 - w0);
+        y[i] = from_op<T>(sum / (A)count);
     }
 }
 
-// 32-bit indices when every index of x and y, the grid's stride included, fits an int (a uniform
-// choice); 64-bit otherwise.
+// A pooling over planes of one or two axes as PyTorch's max_pool_forward_nchw and
+// avg_pool2d_out_cuda_frame run it: a thread per output on a 1-D grid (the launch sets blocks of
+// 256 or 1024); over three axes as its max_pool3d / avg_pool3d kernels: blocks of (32, 8) over the
+// output's width and height, planes and depths along the grid's z. Either way every output is
+// visited whatever the launch (strided loops), in indices of type I.
+template <class T, bool MAX, class I>
+KB_D void pool3_in(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__ idx, I planes,
+                   const WinT<I>& g, int count_pad) {
+    if (gridDim.y == 1 && gridDim.z == 1 && blockDim.y == 1) {
+        const I total = planes * g.od * g.oh * g.ow;
+        for (i64 li = gtid(); li < (i64)total; li += gstride()) {
+            const I i = (I)li;
+            const WinPosT<I> o = g.pos(i);
+            pool_one<T, MAX, I>(x, y, idx, o.rest, o.d, o.h, o.w, i, g, count_pad);
+        }
+        return;
+    }
+    const I frames = planes * g.od;
+    for (I z = blockIdx.z; z < frames; z += gridDim.z) {
+        const I plane = z / g.od, d = z % g.od;
+        for (I h = blockIdx.y * blockDim.y + threadIdx.y; h < g.oh; h += gridDim.y * blockDim.y)
+            for (I w = blockIdx.x * blockDim.x + threadIdx.x; w < g.ow; w += gridDim.x * blockDim.x)
+                pool_one<T, MAX, I>(x, y, idx, plane, d, h, w, (z * g.oh + h) * g.ow + w, g, count_pad);
+    }
+}
+
+// 32-bit indices when every index of x and y fits an int (a uniform choice); 64-bit otherwise.
 template <class T, bool MAX>
 KB_D void pool3(const T* __restrict__ x, T* __restrict__ y, i64* idx, i64 planes, Win g, int count_pad) {
     const i64 total = planes * g.od * g.oh * g.ow, in = planes * g.d * g.h * g.w;
-    const i64 padded = (g.d + 2 * g.pd) * (g.h + 2 * g.ph) * (g.w + 2 * g.pw);
-    const i64 limit = 0x7fffffffLL - gstride();
+    const i64 padded = planes * (g.d + 2 * g.pd) * (g.h + 2 * g.ph) * (g.w + 2 * g.pw);
+    const i64 limit = 0x7fffffffLL;
     if (total < limit && in < limit && padded < limit)
         pool3_in<T, MAX, int>(x, y, idx, (int)planes, g.as<int>(), count_pad);
     else

@@ -616,7 +616,7 @@ pub(super) fn conv_kernel(c: &Conv, precision: Precision) -> Step {
 
 /// Max pooling (with `indices`: the i64 buffer its argmax positions go to, as PyTorch's CUDA max
 /// pooling writes them) or average pooling (`indices` None) over `planes` planes (N x C): one
-/// thread per output element.
+/// thread per output element, launched as PyTorch launches its pooling kernels.
 pub(super) fn pool(
     e: Elem,
     (x, y, indices): (usize, usize, Option<usize>),
@@ -626,19 +626,31 @@ pub(super) fn pool(
 ) -> Step {
     let max = indices.is_some();
     let total = (planes * win.outputs()) as u64;
-    let grid = blocks(total, EW_THREADS as u64, EW_MAX_BLOCKS);
+    let (grid, block) = if win.spatial.len() <= 2 {
+        // max_pool_forward_nchw's blocks of 256, avg_pool2d_out_cuda_frame's of 1024: a thread
+        // an output, every block launched.
+        let threads = if max { 256 } else { 1024 };
+        (
+            [blocks(total, threads as u64, MAX_BLOCKS), 1, 1],
+            [threads, 1, 1],
+        )
+    } else {
+        // max_pool3d / avg_pool3d: (32, 8) over the output's width and height, the frames
+        // (planes x depths) along z, at most 65535 of them a launch (the kernel loops).
+        let (d, h, w) = (win.out[0], win.out[1], win.out[2]);
+        let z = (planes * d).clamp(1, 65535) as u32;
+        (
+            [w.div_ceil(32).max(1) as u32, h.div_ceil(8).max(1) as u32, z],
+            [32, 8, 1],
+        )
+    };
     let mut args = vec![StepArg::Buffer(x), StepArg::Buffer(y)];
     args.extend(indices.map(StepArg::Buffer));
     args.push(n64(planes));
     args.extend(win.args());
     args.push(StepArg::I32(count_include_pad.into()));
     let name = if max { "max_pool" } else { "avg_pool" };
-    kernel(
-        format!("{name}_{}", e.name()),
-        [grid, 1, 1],
-        [EW_THREADS, 1, 1],
-        args,
-    )
+    kernel(format!("{name}_{}", e.name()), grid, block, args)
 }
 
 /// Group, instance (`groups = c`) or batch (`groups = 0`) norm of `x: [n, c, s]`: a warp or a
