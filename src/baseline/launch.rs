@@ -636,13 +636,11 @@ pub(super) fn pool(
         )
     } else {
         // max_pool3d / avg_pool3d: (32, 8) over the output's width and height, the frames
-        // (planes x depths) along z, at most 65535 of them a launch (the kernel loops).
+        // (planes x depths) along z; y and z at most 65535 (the kernel loops over the rest).
         let (d, h, w) = (win.out[0], win.out[1], win.out[2]);
         let z = (planes * d).clamp(1, 65535) as u32;
-        (
-            [w.div_ceil(32).max(1) as u32, h.div_ceil(8).max(1) as u32, z],
-            [32, 8, 1],
-        )
+        let y = h.div_ceil(8).clamp(1, 65535) as u32;
+        ([w.div_ceil(32).max(1) as u32, y, z], [32, 8, 1])
     };
     let mut args = vec![StepArg::Buffer(x), StepArg::Buffer(y)];
     args.extend(indices.map(StepArg::Buffer));
