@@ -375,35 +375,31 @@ fn column_reductions_vectorise_their_outputs_as_pytorch_does() {
             ("reduce_argmax_cols_f32".to_string(), [32, 32, 1]),
         ]
     );
+    let sum_block = |src: &str, sizes: &[(&str, usize)]| match &plan(src, sizes).steps[0] {
+        Step::Kernel { block, .. } => *block,
+        s => panic!("not a kernel: {s:?}"),
+    };
+    let over_m = "input X: f32[B, M, N]\noutput S: f32[B, N]\nS = sum(X, axis=1)";
     // A short axis: 16 groups of 4 columns by the 2 rows the axis allows, as 32 threads
     // that each reduce their columns whole.
-    let p = plan(
-        "input X: f32[B, M, N]\noutput S: f32[B, N]\nS = sum(X, axis=1)",
-        &[("B", 2), ("M", 3), ("N", 64)],
+    assert_eq!(
+        sum_block(over_m, &[("B", 2), ("M", 3), ("N", 64)]),
+        [32, 1, 1]
     );
-    let Step::Kernel { block, .. } = &p.steps[0] else {
-        panic!("not a kernel")
-    };
-    assert_eq!(*block, [32, 1, 1]);
     // A long axis split over rows, one column a thread: kevin's column launch.
-    let p = plan(
-        "input X: f32[B, M, N]\noutput S: f32[B, N]\nS = sum(X, axis=1)",
-        &[("B", 128), ("M", 4096), ("N", 4095)],
+    assert_eq!(
+        sum_block(over_m, &[("B", 128), ("M", 4096), ("N", 4095)]),
+        [32, 16, 1]
     );
-    let Step::Kernel { block, .. } = &p.steps[0] else {
-        panic!("not a kernel")
-    };
-    assert_eq!(*block, [32, 16, 1]);
     // A long axis over few columns: their 2 groups of 4 by 32 rows (at most what the kernel's
     // shared tile combines).
-    let p = plan(
-        "input Z: f32[L, 8]\noutput S: f32[8]\nS = sum(Z, axis=0)",
-        &[("L", 300)],
+    assert_eq!(
+        sum_block(
+            "input Z: f32[L, 8]\noutput S: f32[8]\nS = sum(Z, axis=0)",
+            &[("L", 300)]
+        ),
+        [2, 32, 1]
     );
-    let Step::Kernel { block, .. } = &p.steps[0] else {
-        panic!("not a kernel")
-    };
-    assert_eq!(*block, [2, 32, 1]);
 }
 
 #[test]
