@@ -725,26 +725,16 @@ KB_D typename R::Acc push_column(typename R::Acc a, const T* xc, i64 n, i64 inne
     return a;
 }
 
-template <class T, class O, class R>
-KB_D void reduce_cols_one(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
-    KB_FOR_COLS(o, c, outer, inner) {
-        typename R::Acc a = R::init();
-        if (c < inner) a = push_column<T, R>(a, x + o * n * inner + c, n, inner);
-        a = col_reduce<R>(a);
-        if (threadIdx.y == 0 && c < inner) put(y + o * inner + c, R::finish(a, n));
-    }
-}
-
 template <class T, int V>
 struct alignas(sizeof(T) * V) Vec {
     T v[V];
 };
 
-// V adjacent columns a thread (one V-wide load per element of the axis), as PyTorch's reduce
-// kernel vectorises the outputs of a reduction over a strided axis. A block covers blockDim.x * V
-// columns of one outer index; its blockDim.y rows split the axis (then blockDim.x <= 32, for
-// col_reduce) or, with one row, each thread reduces its columns whole. inner is a multiple of V
-// and x and y are V-element aligned.
+// V adjacent columns a thread (one V-wide load per element of the axis; V = 1: push_column's
+// four loads in flight), as PyTorch's reduce kernel vectorises the outputs of a reduction over a
+// strided axis. A block covers blockDim.x * V columns of one outer index; its blockDim.y rows
+// split the axis (then blockDim.x <= 32, for col_reduce) or, with one row, each thread reduces
+// its columns whole. inner is a multiple of V and x and y are V-element aligned.
 template <class T, class O, class R, int V>
 KB_D void reduce_cols_vec(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
     const i64 groups = inner / V, per = blockDim.x, cb = (groups + per - 1) / per;
@@ -753,7 +743,9 @@ KB_D void reduce_cols_vec(const T* __restrict__ x, O* __restrict__ y, i64 outer,
         typename R::Acc a[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) a[j] = R::init();
-        if (g < groups) {
+        if (g < groups && V == 1) {
+            a[0] = push_column<T, R>(a[0], x + o * n * inner + g, n, inner);
+        } else if (g < groups) {
             const Vec<T, V>* xc = reinterpret_cast<const Vec<T, V>*>(x + o * n * inner) + g;
             for (i64 k = threadIdx.y; k < n; k += blockDim.y) {
                 const Vec<T, V> q = xc[k * groups];
@@ -761,10 +753,8 @@ KB_D void reduce_cols_vec(const T* __restrict__ x, O* __restrict__ y, i64 outer,
                 for (int j = 0; j < V; ++j) a[j] = R::push(a[j], to_op(q.v[j]), (int)k);
             }
         }
-        if (blockDim.y > 1) {
 #pragma unroll
-            for (int j = 0; j < V; ++j) a[j] = col_reduce<R>(a[j]);
-        }
+        for (int j = 0; j < V; ++j) a[j] = col_reduce<R>(a[j]);
         if (threadIdx.y == 0 && g < groups) {
 #pragma unroll
             for (int j = 0; j < V; ++j) put(y + o * inner + g * V + j, R::finish(a[j], n));
@@ -775,15 +765,13 @@ KB_D void reduce_cols_vec(const T* __restrict__ x, O* __restrict__ y, i64 outer,
 // Reductions whose outputs are values (VEC) take the width the launch set the block for
 // (launch.rs reduce_col_launch): 4, else 2, where inner divides by it (a narrower one where the
 // buffers are not aligned to it: right under the same launch), else 1. Index reductions: one
-// column a thread, 32 columns a block.
+// column a thread.
 template <class T, class O, class R, bool VEC>
 KB_D void reduce_cols(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
     const unsigned long long at = reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(y);
-    if (!VEC)
-        reduce_cols_one<T, O, R>(x, y, outer, n, inner);
-    else if (inner % 4 == 0 && at % (4 * sizeof(T)) == 0 && at % (4 * sizeof(O)) == 0)
+    if (VEC && inner % 4 == 0 && at % (4 * sizeof(T)) == 0 && at % (4 * sizeof(O)) == 0)
         reduce_cols_vec<T, O, R, 4>(x, y, outer, n, inner);
-    else if (inner % 2 == 0 && at % (2 * sizeof(T)) == 0 && at % (2 * sizeof(O)) == 0)
+    else if (VEC && inner % 2 == 0 && at % (2 * sizeof(T)) == 0 && at % (2 * sizeof(O)) == 0)
         reduce_cols_vec<T, O, R, 2>(x, y, outer, n, inner);
     else
         reduce_cols_vec<T, O, R, 1>(x, y, outer, n, inner);

@@ -371,7 +371,7 @@ fn reduce_col_launch(vec: bool, outer: usize, n: usize, inner: usize) -> ([u32; 
     } else {
         1
     };
-    let floor_pow2 = |x: usize| 1usize << (usize::BITS - 1 - x.max(1).leading_zeros());
+    let floor_pow2 = |x: usize| 1usize << x.max(1).ilog2();
     let max_threads = 512 / v;
     let groups = inner / v;
     let (d0, d1) = (
@@ -500,13 +500,7 @@ pub(super) fn scan(name: &str, e: Elem, x: usize, y: usize, dims: (usize, usize,
 /// `get_log_num_threads_x_inner_scan` sets it: 9 plus the difference of the row's and the row
 /// count's ceil-log2, halved, within 4..=9 (many short rows: 16 threads a row, 32 rows a block).
 pub(super) fn scan_log_threads_x(rows: usize, n: usize) -> u32 {
-    let ceil_log2 = |v: usize| {
-        let mut l = 0i64;
-        while (1u64 << l) < v as u64 {
-            l += 1;
-        }
-        l
-    };
+    let ceil_log2 = |v: usize| i64::from(v.max(1).next_power_of_two().trailing_zeros());
     ((9 + ceil_log2(n) - ceil_log2(rows)) / 2).clamp(4, 9) as u32
 }
 

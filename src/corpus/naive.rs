@@ -237,7 +237,8 @@ const SPLIT_MIN_LEN: u64 = 8 * SPLIT_CHUNK as u64;
 
 /// What the split reduction form is written from: the operand's iteration shape and reduced
 /// axes, the element value at `idx`, the reduction's C (initial value, step on `val`, tree
-/// step, final value of `acc`), the output's store of `red` at `o` and the helpers both need.
+/// step; `mean`: the result divided by the row's length), the output's store of `red` at `o`
+/// and the helpers both need.
 struct SplitParts<'s> {
     shape: &'s [Dim],
     axes: (usize, usize),
@@ -245,7 +246,7 @@ struct SplitParts<'s> {
     init: &'s str,
     step: &'s str,
     tree: &'s str,
-    fin: &'s str,
+    mean: bool,
     store: &'s str,
     helpers: &'s str,
     kind_name: &'s str,
@@ -1388,11 +1389,18 @@ impl<'a> Ctx<'a> {
         // of blocks per output row, then a block per output combining the row's partials. Last,
         // so it is a staged program's fast form. (With many outputs it would only add a
         // launch, and across an inner axis break the coalescing a thread per output has.)
-        let few_long = self
-            .gpu_elems(&shape[..a0])
-            .zip(self.gpu_elems(&shape[a1 + 1..]))
-            .zip(self.gpu_elems(&shape[a0..=a1]))
-            .is_some_and(|((o, i), l)| o * i < SPLIT_MAX_OUTPUTS && l >= SPLIT_MIN_LEN);
+        let few_long = self.gpu_sizes().is_some_and(|sizes| {
+            let elems = |dims: &[Dim]| -> Option<u64> {
+                dims.iter()
+                    .try_fold(1u64, |acc, d| acc.checked_mul(d.resolve(&sizes)? as u64))
+            };
+            let outputs = elems(&shape[..a0]).zip(elems(&shape[a1 + 1..]));
+            outputs
+                .zip(elems(&shape[a0..=a1]))
+                .is_some_and(|((o, i), l)| {
+                    o.saturating_mul(i) < SPLIT_MAX_OUTPUTS && l >= SPLIT_MIN_LEN
+                })
+        });
         if let (true, Some(tree), Some((store_s, _))) = (few_long, tree_op, post("o", &r)) {
             let split = self.split_reduction(SplitParts {
                 shape: &shape,
@@ -1401,7 +1409,7 @@ impl<'a> Ctx<'a> {
                 init,
                 step,
                 tree,
-                fin: &fin,
+                mean: *kind == ReduceKind::Mean,
                 store: &store_s,
                 helpers: &helpers,
                 kind_name,
@@ -1411,17 +1419,15 @@ impl<'a> Ctx<'a> {
         Some(out)
     }
 
-    /// The elements of `shape` at the GPU preset's sizes (its computed sizes evaluated there);
-    /// None where a size is unknown.
-    fn gpu_elems(&self, shape: &[Dim]) -> Option<u64> {
+    /// The GPU preset's sizes with every computed size's kernel name bound to its value there;
+    /// None where one does not evaluate.
+    fn gpu_sizes(&self) -> Option<crate::ops::Sizes> {
         let mut sizes = self.task.gpu_sizes.clone();
         for (q, name) in &self.aliases {
             let v = q.eval(&self.task.gpu_sizes)?;
             sizes.insert(name.clone(), usize::try_from(v).ok()?);
         }
-        shape
-            .iter()
-            .try_fold(1u64, |acc, d| acc.checked_mul(d.resolve(&sizes)? as u64))
+        Some(sizes)
     }
 
     /// Two kernels for a reduction with few outputs of long rows: `SPLIT_CHUNK`-element
@@ -1435,7 +1441,7 @@ impl<'a> Ctx<'a> {
             init,
             step,
             tree,
-            fin,
+            mean,
             store,
             helpers,
             kind_name,
@@ -1462,39 +1468,43 @@ impl<'a> Ctx<'a> {
         };
         let y = &self.out;
         // A mean divides by the row's length as a 64-bit product (rows this form takes are long).
-        let fin_b = fin.replace("acc", "buf[0]").replace(
-            &format!("(float){}", paren(&len)),
-            &format!("(float)({long_len})"),
+        let fin_b = if mean {
+            format!("buf[0] / (float)({long_len})")
+        } else {
+            "buf[0]".to_string()
+        };
+        // What both kernels begin with, and the shared-memory tree that ends each.
+        let head = format!(
+            " {{\n    __shared__ float buf[256];\n    \
+             const long long chunks = ({long_len} + {SPLIT_CHUNK} - 1) / {SPLIT_CHUNK};\n    \
+             int t = threadIdx.x;\n    float acc = {init};\n"
+        );
+        let tree_loop = format!(
+            "    buf[t] = acc;\n    __syncthreads();\n    for (int s = 128; s > 0; s >>= 1) {{\n        \
+             if (t < s) {tree}\n        __syncthreads();\n    }}\n"
         );
         let what = self.program_text();
+        // The second kernel's step combines partial results: a product's partials multiply, a
+        // sum's (and a mean's) add, as the elements do.
         let source = format!(
             "// kevin: scratch {part} f32[{outer}*{inner}*{chunks}]\n{l1}\n{l2}\n{helpers}\
-             {s1} {{\n    __shared__ float buf[256];\n    \
-             const long long chunks = ({long_len} + {SPLIT_CHUNK} - 1) / {SPLIT_CHUNK};\n    \
-             long long o = blockIdx.x / chunks, ch = blockIdx.x % chunks;\n    \
-             long long outer = o / {pi}, in = o % {pi};\n    int t = threadIdx.x;\n    \
+             {s1}{head}    long long o = blockIdx.x / chunks, ch = blockIdx.x % chunks;\n    \
+             long long outer = o / {pi}, in = o % {pi};\n    \
              long long end = ch * {SPLIT_CHUNK} + {SPLIT_CHUNK};\n    \
-             if (end > {long_len}) end = {long_len};\n    float acc = {init};\n    \
+             if (end > {long_len}) end = {long_len};\n    \
              for (long long r = ch * {SPLIT_CHUNK} + t; r < end; r += 256) {{\n        \
              long long idx = (outer * {long_len} + r) * {inner} + in;\n        \
-             float val = {value};\n        {step}\n    }}\n    buf[t] = acc;\n    __syncthreads();\n    \
-             for (int s = 128; s > 0; s >>= 1) {{\n        if (t < s) {tree}\n        __syncthreads();\n    }}\n    \
+             float val = {value};\n        {step}\n    }}\n{tree_loop}    \
              if (t == 0) {part}[blockIdx.x] = buf[0];\n}}\n\
-             {s2} {{\n    __shared__ float buf[256];\n    \
-             const long long chunks = ({long_len} + {SPLIT_CHUNK} - 1) / {SPLIT_CHUNK};\n    \
-             long long o = blockIdx.x;\n    int t = threadIdx.x;\n    float acc = {init};\n    \
+             {s2}{head}    long long o = blockIdx.x;\n    \
              for (long long ch = t; ch < chunks; ch += 256) {{\n        \
-             float val = {part}[o * chunks + ch];\n        {combine}\n    }}\n    buf[t] = acc;\n    __syncthreads();\n    \
-             for (int s = 128; s > 0; s >>= 1) {{\n        if (t < s) {tree}\n        __syncthreads();\n    }}\n    \
+             float val = {part}[o * chunks + ch];\n        {step}\n    }}\n{tree_loop}    \
              if (t == 0) {{\n        float red = {fin_b};\n        {y}[o] = {store};\n    }}\n}}\n",
             l1 = launch(&first, &format!("{outer}*{inner}*{chunks}")),
             l2 = launch(&second, &format!("{outer}*{inner}")),
             s1 = sig(&first),
             s2 = sig(&second),
             pi = paren(&inner),
-            // A product's partials multiply, a sum's (and a mean's) add: the step with its
-            // operand already a partial result.
-            combine = step,
         );
         Generated {
             form: "reduce_split".into(),

@@ -40,13 +40,67 @@ pub const SPATIAL_SMALL: (usize, usize) = (5, 24);
 /// The small preset's range of a [`SymRole::Volume`] size.
 pub const VOLUME_SMALL: (usize, usize) = (5, 9);
 
-/// Weights of the conv family's channel operations: instance norm, batch norm, group norm, max
-/// pooling, average pooling, per-channel scale, global average pooling, softmax over channels,
-/// a reduction over channels.
-const CHANNEL_OP_WEIGHTS: [f64; 9] = [1.0, 1.0, 1.5, 1.0, 1.0, 1.5, 0.8, 0.6, 0.8];
-/// The channel operations after which no other may follow: global average pooling and a
-/// reduction over channels.
-const CHANNEL_OP_TERMINAL: [usize; 2] = [6, 8];
+/// An operation of the conv family after its convolution, over the channels of `[N, F, *spatial]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum ChannelOp {
+    InstanceNorm,
+    BatchNorm,
+    /// A group norm where the channels are a literal (else an instance norm).
+    GroupNorm,
+    MaxPool,
+    AvgPool,
+    Scale,
+    GlobalAvgPool,
+    Softmax,
+    /// A minimum, maximum or sum over the channels.
+    Reduce,
+}
+
+impl ChannelOp {
+    /// Every one with how often it is drawn.
+    const DRAWS: [(ChannelOp, f64); 9] = [
+        (ChannelOp::InstanceNorm, 1.0),
+        (ChannelOp::BatchNorm, 1.0),
+        (ChannelOp::GroupNorm, 1.5),
+        (ChannelOp::MaxPool, 1.0),
+        (ChannelOp::AvgPool, 1.0),
+        (ChannelOp::Scale, 1.5),
+        (ChannelOp::GlobalAvgPool, 0.8),
+        (ChannelOp::Softmax, 0.6),
+        (ChannelOp::Reduce, 0.8),
+    ];
+
+    /// No channel operation may follow it: it leaves no extent (global pooling) or no channels.
+    fn terminal(self) -> bool {
+        matches!(self, ChannelOp::GlobalAvgPool | ChannelOp::Reduce)
+    }
+}
+
+/// How the conv family's convolution treats its input's extent and channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConvKind {
+    /// Stride 1, half the odd window as padding.
+    Same,
+    Stride2,
+    Dilated,
+    Unpadded,
+    /// Literal channels in 2, 4 or 8 groups.
+    Grouped,
+    /// Literal channels, a group each.
+    Depthwise,
+}
+
+impl ConvKind {
+    /// Every one with how often a convolution draws it (a transposed one: the first two).
+    const DRAWS: [(ConvKind, f64); 6] = [
+        (ConvKind::Same, 3.0),
+        (ConvKind::Stride2, 1.5),
+        (ConvKind::Dilated, 1.0),
+        (ConvKind::Unpadded, 1.0),
+        (ConvKind::Grouped, 1.0),
+        (ConvKind::Depthwise, 1.0),
+    ];
+}
 
 /// `, padding=P` where P is not 0.
 fn pad_arg(p: usize) -> String {
@@ -1017,34 +1071,36 @@ impl Drafter<'_> {
         let mut rest = ops.saturating_sub(1);
         // The channel operations, drawn first: a group norm needs channels it divides.
         let mut posts = Vec::new();
+        let op_weights = ChannelOp::DRAWS.map(|(_, w)| w);
         while rest > posts.len() && posts.len() < 2 && self.chance(0.55) {
-            posts.push(self.rng.weighted(&CHANNEL_OP_WEIGHTS));
+            posts.push(ChannelOp::DRAWS[self.rng.weighted(&op_weights)].0);
         }
         // A global pooling or a reduction over channels leaves no extent (or no channels) for
         // another channel operation: it comes last, and only one of them.
-        let terminal = |op: &usize| CHANNEL_OP_TERMINAL.contains(op);
-        if posts.iter().filter(|op| terminal(op)).count() > 1 {
+        if posts.iter().filter(|op| op.terminal()).count() > 1 {
             posts.pop();
         }
-        posts.sort_by_key(terminal);
+        posts.sort_by_key(|op| op.terminal());
         rest -= posts.len();
         let transposed = self.chance(0.15);
-        // 0 same extent, 1 stride 2, 2 dilation 2, 3 no padding, 4 grouped, 5 depthwise.
-        let kind = if transposed {
-            self.rng.weighted(&[3.0, 1.5])
+        let kinds = if transposed {
+            &ConvKind::DRAWS[..2]
         } else {
-            self.rng.weighted(&[3.0, 1.5, 1.0, 1.0, 1.0, 1.0])
+            &ConvKind::DRAWS[..]
         };
-        let literal = kind >= 4 || posts.contains(&2);
+        let kind_weights: Vec<f64> = kinds.iter().map(|(_, w)| *w).collect();
+        let kind = kinds[self.rng.weighted(&kind_weights)].0;
+        let literal = matches!(kind, ConvKind::Grouped | ConvKind::Depthwise)
+            || posts.contains(&ChannelOp::GroupNorm);
         let (c, f, groups) = if literal {
             let c: usize = self.pick(&[8, 16, 24, 32, 48, 64]);
             match kind {
-                4 => {
+                ConvKind::Grouped => {
                     let g: usize = self.pick(&[2, 4, 8]);
                     let f = g * self.pick(&[2, 4, 8]);
                     (c.to_string(), f.to_string(), g)
                 }
-                5 => (c.to_string(), (c * self.pick(&[1, 1, 2])).to_string(), c),
+                ConvKind::Depthwise => (c.to_string(), (c * self.pick(&[1, 1, 2])).to_string(), c),
                 _ => (c.to_string(), self.pick(&[16, 32, 64]).to_string(), 1),
             }
         } else {
@@ -1059,8 +1115,8 @@ impl Drafter<'_> {
         let dist = self.primary_dist();
         let x = self.input(&["x", "X"], xs, dist);
         let k: usize = match kind {
-            1 | 3 => self.pick(&[3, 3, 5]),
-            2 => 3,
+            ConvKind::Stride2 | ConvKind::Unpadded => self.pick(&[3, 3, 5]),
+            ConvKind::Dilated => 3,
             _ => self.pick(&[1, 3, 3, 5]),
         };
         let std = self.pick(&[0.02, 0.03, 0.05]);
@@ -1094,42 +1150,41 @@ impl Drafter<'_> {
         let half = k / 2;
         let (args, out_ext, how): (String, fn(&str, usize) -> String, String) =
             match (transposed, kind) {
-                (true, 1) => (
+                (true, ConvKind::Stride2) => (
                     format!(", stride=2, padding={half}, output_padding=1"),
                     |e, _| format!("2*{e}"),
                     "stride 2".into(),
                 ),
-                (_, 1) => (
+                (_, ConvKind::Stride2) => (
                     format!(", stride=2, padding={half}"),
                     |e, _| format!("({e} - 1) // 2 + 1"),
                     "stride 2".into(),
                 ),
-                (_, 2) => (
+                (_, ConvKind::Dilated) => (
                     format!(", padding={}, dilation=2", k - 1),
                     |e, _| e.to_string(),
                     "dilation 2".into(),
                 ),
-                (_, 3) => (
+                (_, ConvKind::Unpadded) => (
                     String::new(),
                     |e, k| format!("{e} - {}", k - 1),
                     "no padding".into(),
                 ),
-                (_, 4) => (
+                (_, ConvKind::Grouped | ConvKind::Depthwise) => (
                     pad_arg(half) + &format!(", groups={groups}"),
                     |e, _| e.to_string(),
-                    format!("{groups} groups"),
+                    if kind == ConvKind::Depthwise {
+                        "depthwise".into()
+                    } else {
+                        format!("{groups} groups")
+                    },
                 ),
-                (_, 5) => (
-                    pad_arg(half) + &format!(", groups={groups}"),
-                    |e, _| e.to_string(),
-                    "depthwise".into(),
-                ),
-                _ => (pad_arg(half), |e, _| e.to_string(), "same extent".into()),
+                (_, ConvKind::Same) => (pad_arg(half), |e, _| e.to_string(), "same extent".into()),
             };
-        if kind == 3 {
-            min_ext -= k - 1;
-        } else if kind == 1 && !transposed {
-            min_ext = (min_ext - 1) / 2 + 1;
+        match (kind, transposed) {
+            (ConvKind::Unpadded, _) => min_ext -= k - 1,
+            (ConvKind::Stride2, false) => min_ext = (min_ext - 1) / 2 + 1,
+            _ => {}
         }
         let name = if transposed { "conv_transpose" } else { "conv" };
         let text = format!("{name}{dims}d({}, {}{bias}{args})", x.text, w.text);
@@ -1146,23 +1201,29 @@ impl Drafter<'_> {
         self.chain(v, rest)
     }
 
-    /// Channel operation `op` (an index of [`CHANNEL_OP_WEIGHTS`]) on `v`, a `[N, F, *spatial]`
-    /// value of `dims` spatial axes with `f` channels whose spatial extents are at least
-    /// `min_ext` at the small preset.
-    fn channel_op(&mut self, v: Val, op: usize, dims: usize, f: &str, min_ext: &mut usize) -> Val {
+    /// Channel operation `op` on `v`, a `[N, F, *spatial]` value of `dims` spatial axes with `f`
+    /// channels whose spatial extents are at least `min_ext` at the small preset.
+    fn channel_op(
+        &mut self,
+        v: Val,
+        op: ChannelOp,
+        dims: usize,
+        f: &str,
+        min_ext: &mut usize,
+    ) -> Val {
         let rank = v.shape.len();
         let same =
             |text: String, lo: f64, hi: f64, v: &Val| Val::call(text, v.shape.clone(), lo, hi);
         let (out, word) = match op {
-            0 => (
+            ChannelOp::InstanceNorm => (
                 same(format!("instance_norm({})", v.text), -4.0, 4.0, &v),
                 "instance norm".to_string(),
             ),
-            1 => (
+            ChannelOp::BatchNorm => (
                 same(format!("batch_norm({})", v.text), -4.0, 4.0, &v),
                 "batch norm (training statistics)".to_string(),
             ),
-            2 => match f.parse::<usize>() {
+            ChannelOp::GroupNorm => match f.parse::<usize>() {
                 Ok(ch) => {
                     let divisors: Vec<usize> =
                         [2, 4, 8, 16].into_iter().filter(|g| ch % g == 0).collect();
@@ -1178,8 +1239,12 @@ impl Drafter<'_> {
                     "instance norm".to_string(),
                 ),
             },
-            3 | 4 => {
-                let pool = if op == 3 { "max" } else { "avg" };
+            ChannelOp::MaxPool | ChannelOp::AvgPool => {
+                let pool = if op == ChannelOp::MaxPool {
+                    "max"
+                } else {
+                    "avg"
+                };
                 if *min_ext >= 2 && self.chance(0.5) {
                     *min_ext /= 2;
                     let mut shape = v.shape[..2].to_vec();
@@ -1212,7 +1277,7 @@ impl Drafter<'_> {
                     )
                 }
             }
-            5 => {
+            ChannelOp::Scale => {
                 let mut ss = vec![f.to_string()];
                 ss.extend(std::iter::repeat_n("1".to_string(), dims));
                 let s = self.input(&["scale", "s"], ss, InputDist::Uniform { lo: 0.5, hi: 2.0 });
@@ -1227,7 +1292,7 @@ impl Drafter<'_> {
                     "per-channel scale".to_string(),
                 )
             }
-            6 => {
+            ChannelOp::GlobalAvgPool => {
                 // Global average pooling: a mean over every spatial axis, kept as extents of 1.
                 let mut text = v.text.clone();
                 for axis in (2..rank).rev() {
@@ -1240,11 +1305,11 @@ impl Drafter<'_> {
                     "global average pooling".to_string(),
                 )
             }
-            7 => (
+            ChannelOp::Softmax => (
                 same(format!("softmax({}, axis=1)", v.text), 0.0, 1.0, &v),
                 "softmax over channels".to_string(),
             ),
-            _ => {
+            ChannelOp::Reduce => {
                 let (red, word) =
                     self.pick(&[("min", "minimum"), ("max", "maximum"), ("sum", "sum")]);
                 let keep = self.chance(0.5);
