@@ -493,6 +493,26 @@ fn header_names_product_operands_and_prod_verify_on_the_cpu_backend() {
     every_program_gets_verified_kernels("names", &programs);
 }
 
+/// Flips (read at the mirrored index; around a row operation or a product, a stage of their
+/// own) and reshapes (views: the same flat index), in every float dtype: every form compiled
+/// and checked against its fp64 reference by the CPU backend.
+#[test]
+fn flips_and_reshapes_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let programs: [Program; 7] = [
+        ("cumsum_reverse", "input X: f32[B, N]\noutput Y: f32[B, N]\nY = flip(cumsum(flip(X, axis=1), axis=1), axis=1)\n", &[("B", 37), ("N", 41)]),
+        ("flip_bias_f16", "input X: f16[B, M, N]\ninput b: f16[N]\noutput Y: f16[B, M, N]\nY = flip(X + b, axis=1) * 2.0 + flip(b, axis=0)\n", &[("B", 3), ("M", 37), ("N", 41)]),
+        ("flip_product_bf16", "input A: bf16[M, K]\ninput W: bf16[K, N]\noutput Y: bf16[M, N]\nY = relu(flip(A @ W, axis=0))\n", &[("M", 37), ("K", 19), ("N", 41)]),
+        ("spatial_softmax", "input X: f32[B, C, H, W]\ninput s: f32[1, C, 1, 1]\noutput Y: f32[B, C, H, W]\nY = reshape(softmax(reshape(X, (B, C, H*W)), axis=2), (B, C, H, W)) * s\n", &[("B", 3), ("C", 5), ("H", 7), ("W", 9)]),
+        ("flatten_sum_bf16", "input X: bf16[B, C, H]\noutput Y: bf16[B]\nY = sum(reshape(X, (B, C*H)), axis=1)\n", &[("B", 37), ("C", 5), ("H", 9)]),
+        ("split_axis_f16", "input X: f16[B, C*H]\ninput c: f16[C, 1]\noutput Y: f16[B, C, H]\nY = reshape(X, (B, C, H)) * c\n", &[("B", 37), ("C", 5), ("H", 9)]),
+        ("flattened_product", "input A: f32[M, K]\ninput W: f32[K, N]\noutput Y: f32[M*N]\nY = relu(reshape(A @ W, (M*N,)))\n", &[("M", 37), ("K", 19), ("N", 41)]),
+    ];
+    every_program_gets_verified_kernels("flips", &programs);
+}
+
 /// Reductions of few outputs over long rows at the GPU preset (a loss over a whole tensor, a
 /// norm over all of it, a column minimum), which the naive writer also gives a split form: a
 /// grid of blocks per row into partials, then a block per output. The small sizes make rows of

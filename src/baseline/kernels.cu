@@ -440,6 +440,44 @@ KB_D void strided_copy_loop(const T* __restrict__ x, T* __restrict__ y, I n, con
     }
 }
 
+// n / d: by the magic number `m` of `d` (launch.rs's div_magic) in 32 bits, else dividing.
+template <class I>
+KB_D I div_by(I n, I d, i64 m) {
+    if (sizeof(I) == 4) {
+        unsigned mg = (unsigned)m, sh = (unsigned)(m >> 32);
+        return (I)((__umulhi((unsigned)n, mg) + (unsigned)n) >> sh);
+    }
+    return n / d;
+}
+
+// flip: y[i] = x at i with its coordinate a along the axis (`extent` long, `inner` elements
+// after it) replaced by extent - 1 - a; as PyTorch's flip kernel copies, 128 threads of 4
+// elements each.
+template <class T, class I>
+KB_D void flip_loop(const T* __restrict__ x, T* __restrict__ y, I n, I inner, I extent,
+                    i64 m_inner, i64 m_extent) {
+    for (I base = (I)blockIdx.x * 512 + threadIdx.x; base < n; base += (I)gridDim.x * 512) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            I i = base + k * 128;
+            if (i < n) {
+                I q = div_by<I>(i, inner, m_inner);
+                I a = q - div_by<I>(q, extent, m_extent) * extent;
+                y[i] = x[i - a * inner + (extent - 1 - a) * inner];
+            }
+        }
+    }
+}
+
+template <class T>
+KB_D void flip(const T* x, T* y, i64 n, i64 inner, i64 extent, i64 m_inner, i64 m_extent) {
+    if (n < 0x7fffffffll)
+        flip_loop<T, unsigned>(x, y, (unsigned)n, (unsigned)inner, (unsigned)extent, m_inner, m_extent);
+    else
+        flip_loop<T, unsigned long long>(x, y, (unsigned long long)n, (unsigned long long)inner,
+                                         (unsigned long long)extent, 0, 0);
+}
+
 template <class T>
 KB_D void strided_copy(const T* x, T* y, i64 n, const Strided& d) {
     if (n < 0x7fffffffll) strided_copy_loop<T, unsigned>(x, y, (unsigned)n, d);
@@ -1495,6 +1533,15 @@ KB_CONVERT(__nv_bfloat16, bf16, __half, f16)
 KB_STRIDED_COPY(unsigned short, 16)
 KB_STRIDED_COPY(unsigned int, 32)
 KB_STRIDED_COPY(unsigned long long, 64)
+
+#define KB_FLIP(T, bits)                                                                                 \
+    extern "C" __global__ void copy_flip_b##bits(const T* x, T* y, i64 n, i64 inner, i64 extent, i64 m_inner, \
+                                                 i64 m_extent) {                                         \
+        kb::flip<T>(x, y, n, inner, extent, m_inner, m_extent);                                           \
+    }
+KB_FLIP(unsigned short, 16)
+KB_FLIP(unsigned int, 32)
+KB_FLIP(unsigned long long, 64)
 
 // triu / tril: y = x where col - row is at least (upper) or at most `diag`, else zero, over the
 // rows x cols matrices of the last two axes.

@@ -150,6 +150,7 @@ pub fn kernel_names() -> Vec<String> {
     for bits in [16, 32, 64] {
         out.push(format!("copy_strided_b{bits}"));
         out.push(format!("copy_triangle_b{bits}"));
+        out.push(format!("copy_flip_b{bits}"));
     }
     out.push("copy_bytes".into());
     out
@@ -305,6 +306,34 @@ pub(super) fn strided_copy(
     args.extend(strided_args(dims));
     let name = format!("copy_strided_b{}", elem_bytes * 8);
     kernel(name, strided_grid(n), [STRIDED_THREADS, 1, 1], args)
+}
+
+/// `flip` of `x` into `y` along an axis of `extent` with `inner` elements after it, as
+/// PyTorch's flip kernel launches: 128 threads, 4 elements each.
+pub(super) fn flip(
+    elem_bytes: usize,
+    x: usize,
+    y: usize,
+    n: usize,
+    inner: usize,
+    extent: usize,
+) -> Step {
+    let args = vec![
+        StepArg::Buffer(x),
+        StepArg::Buffer(y),
+        n64(n),
+        n64(inner),
+        n64(extent),
+        StepArg::I64(div_magic(inner as u64)),
+        StepArg::I64(div_magic(extent as u64)),
+    ];
+    let grid = [
+        blocks(n as u64, 4 * STRIDED_THREADS as u64, i32::MAX as u64),
+        1,
+        1,
+    ];
+    let name = format!("copy_flip_b{}", elem_bytes * 8);
+    kernel(name, grid, [STRIDED_THREADS, 1, 1], args)
 }
 
 /// `triu` (`upper`) or `tril` of the `rows x cols` matrices of `x` into `y`: zero bits where the

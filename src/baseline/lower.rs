@@ -589,7 +589,17 @@ impl Lowerer<'_> {
                 ));
                 Ok(y)
             }
-            Op::Unsqueeze { .. } | Op::Squeeze { .. } => {
+            Op::Flip { axis } => {
+                let at = normalize_axis(axis, x.shape.len())
+                    .ok_or_else(|| self.err(format!("flip axis {axis} out of range")))?;
+                let y = self.alloc(dest, x.dtype, &x.shape);
+                let bytes = self.elem(x.dtype).size_bytes();
+                let inner = x.shape[at + 1..].iter().product();
+                let step = launch::flip(bytes, x.buf, y.buf, x.numel(), inner, x.shape[at]);
+                self.steps.push(step);
+                Ok(y)
+            }
+            Op::Unsqueeze { .. } | Op::Squeeze { .. } | Op::Reshape { .. } => {
                 // A view, as in PyTorch: the same buffer under the new shape; copied only where
                 // the result must land in a buffer of its own (an output, a named statement).
                 let (_, shape) = self.tensor_type(e)?;

@@ -683,7 +683,7 @@ fn assert_f64_mirrors_native(native: &EagerPlan, f64: &EagerPlan, what: &str) {
                 panic!("{at}")
             };
             assert_eq!(bf, bn * k as i64, "{at}");
-        } else if let Some(stem) = ["copy_strided_", "copy_triangle_"]
+        } else if let Some(stem) = ["copy_strided_", "copy_triangle_", "copy_flip_"]
             .into_iter()
             .find(|s| kn.starts_with(s))
         {

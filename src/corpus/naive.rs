@@ -345,7 +345,7 @@ fn aliased(aliases: &BTreeMap<Poly, String>, shape: &[Dim]) -> Option<Vec<Dim>> 
 
 /// The shape of `e` over `shapes` whose computed sizes go by their kernel names in `aliases`:
 /// inferred over the sizes themselves, then named again.
-fn aliased_shape_over(
+pub(super) fn aliased_shape_over(
     e: &Expr,
     shapes: &BTreeMap<String, Vec<Dim>>,
     consts: &BTreeMap<String, f64>,
@@ -664,6 +664,18 @@ impl<'a> Ctx<'a> {
         })
     }
 
+    /// A renderer of elementwise work at the flat `index` over `shape`.
+    fn render(&self, shape: &[Dim], index: &str) -> Render<'_> {
+        Render::new(
+            &self.shapes,
+            &self.consts,
+            &self.loads,
+            &self.aliases,
+            shape,
+            index,
+        )
+    }
+
     /// `shape` with its computed sizes given their kernel names (None for one not known).
     fn aliased(&self, shape: &[Dim]) -> Option<Vec<Dim>> {
         aliased(&self.aliases, shape)
@@ -755,7 +767,7 @@ impl<'a> Ctx<'a> {
 
     fn elementwise(&self, e: &Expr) -> Option<Vec<Generated>> {
         let shape = self.out_shape().to_vec();
-        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
+        let mut r = self.render(&shape, "i");
         let value = self.st(&r.scalar(e)?);
         let helpers = r.helpers();
         let n = product(&shape);
@@ -902,7 +914,7 @@ impl<'a> Ctx<'a> {
             dim(&wsh[1])
         };
         let shape = self.out_shape().to_vec();
-        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
+        let mut r = self.render(&shape, "i");
         r.matmul = Some((*mm).clone());
         let value = self.st(&r.scalar(e)?);
         let helpers = r.helpers();
@@ -1016,7 +1028,7 @@ impl<'a> Ctx<'a> {
         };
         let n = dim(wsh.last()?);
         let shape = self.out_shape().to_vec();
-        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
+        let mut r = self.render(&shape, "i");
         r.matmul = Some(mm.clone());
         let value = self.st(&r.scalar(e)?);
         let helpers = r.helpers();
@@ -1078,7 +1090,7 @@ impl<'a> Ctx<'a> {
         what: &str,
     ) -> Option<Vec<Generated>> {
         let shape = self.out_shape().to_vec();
-        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
+        let mut r = self.render(&shape, "i");
         r.matmul = Some((*mm).clone());
         let value = self.st(&r.scalar(e)?);
         let helpers = r.helpers();
@@ -1142,9 +1154,9 @@ impl<'a> Ctx<'a> {
         if self.iteration_shape(x_e)? != pre_shape {
             return None;
         }
-        let mut pre = Render::new(&self.shapes, &self.consts, &self.loads, &pre_shape, "src");
+        let mut pre = self.render(&pre_shape, "src");
         let t = pre.scalar(x_e)?;
-        let mut post = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "i");
+        let mut post = self.render(&shape, "i");
         post.inherit_helpers(&pre);
         post.row_value = Some(((*tr).clone(), "t".into()));
         let value = self.st(&post.scalar(e)?);
@@ -1215,13 +1227,7 @@ impl<'a> Ctx<'a> {
         // The output element from the reduced value `red`, at output index `index`, with the
         // helpers of `before` (so one name never means two functions) and its own.
         let post = |index: &'static str, before: &Render| -> Option<(String, String)> {
-            let mut r = Render::new(
-                &self.shapes,
-                &self.consts,
-                &self.loads,
-                self.out_shape(),
-                index,
-            );
+            let mut r = self.render(self.out_shape(), index);
             r.inherit_helpers(before);
             r.row_value = Some(((*red).clone(), "red".into()));
             let v = r.scalar(e)?;
@@ -1239,7 +1245,7 @@ impl<'a> Ctx<'a> {
         let outer = product_or_one(&shape[..a0]);
         let len = product(&shape[a0..=a1]);
         let inner = product_or_one(&shape[a1 + 1..]);
-        let mut r = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
+        let mut r = self.render(&shape, "idx");
         let v = r.scalar(inner_e)?;
         let (store_o, helpers) = post("o", &r)?;
         let y = &self.out;
@@ -1636,7 +1642,7 @@ impl<'a> Ctx<'a> {
         } else {
             format!("{outer} * {inner}")
         };
-        let mut pre = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
+        let mut pre = self.render(&shape, "idx");
         let v = pre.scalar(x_e)?;
         let param = |i: usize| -> Option<String> {
             match args.get(i)? {
@@ -1752,7 +1758,7 @@ impl<'a> Ctx<'a> {
         };
         let each_seq = format!("for (int j = 0; j < {n}; ++j)");
         let (stats, t, words) = stats_for(&each_seq, &|_, _| String::new())?;
-        let mut post = Render::new(&self.shapes, &self.consts, &self.loads, &shape, "idx");
+        let mut post = self.render(&shape, "idx");
         post.inherit_helpers(&pre);
         post.row_value = Some(((*row_op).clone(), "t".into()));
         let value = self.st(&post.scalar(e)?);

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::ops::ast::{BinOp, Dim, Expr, Op, UnaryFn};
+use crate::ops::ast::{BinOp, Dim, Expr, Op, Poly, UnaryFn};
 
 /// A float literal in C (`0.5f`, `1e-05f`).
 pub(super) fn float_lit(v: f64) -> String {
@@ -46,6 +46,8 @@ pub(super) struct Render<'c> {
     consts: &'c BTreeMap<String, f64>,
     /// The conversion of each tensor's elements to float ("" when they are float).
     loads: &'c BTreeMap<String, &'static str>,
+    /// The kernel names of computed sizes (`kevin_d0` for `C*H*W`), in which `shapes` are.
+    aliases: &'c BTreeMap<Poly, String>,
     /// The shape the flat index runs over.
     shape: Vec<Dim>,
     /// The flat index as a C expression (a local's name, or an index computed from it inside a
@@ -68,6 +70,7 @@ impl<'c> Render<'c> {
         shapes: &'c BTreeMap<String, Vec<Dim>>,
         consts: &'c BTreeMap<String, f64>,
         loads: &'c BTreeMap<String, &'static str>,
+        aliases: &'c BTreeMap<Poly, String>,
         shape: &[Dim],
         index: &str,
     ) -> Self {
@@ -75,6 +78,7 @@ impl<'c> Render<'c> {
             shapes,
             consts,
             loads,
+            aliases,
             shape: shape.to_vec(),
             index: index.to_string(),
             matmul: None,
@@ -206,7 +210,7 @@ impl<'c> Render<'c> {
 
     /// The shape of `e` (None when it reads a name this renderer does not know).
     fn shape_of(&self, e: &Expr) -> Option<Vec<Dim>> {
-        shape_over(e, self.shapes, self.consts)
+        super::naive::aliased_shape_over(e, self.shapes, self.consts, self.aliases)
     }
 
     /// `unsqueeze(x)` or `squeeze(x)` (`view`, of shape `vs`): the same elements in the same
@@ -223,6 +227,35 @@ impl<'c> Render<'c> {
         };
         let shape = std::mem::replace(&mut self.shape, xs);
         let index = std::mem::replace(&mut self.index, index);
+        let v = self.scalar(x);
+        self.shape = shape;
+        self.index = index;
+        v
+    }
+
+    /// `flip(x, axis)`: `x` read at the flat index whose coordinate `a` along the axis is
+    /// `extent - 1 - a`. Only an elementwise `x`: a product or row operation inside is a
+    /// value at this index alone, so the staged writer computes it first.
+    fn flip(&mut self, flip: &Expr, x: &Expr, axis: i64) -> Option<String> {
+        let inside = |v: &Option<Expr>| v.as_ref().is_some_and(|m| contains(x, m));
+        if inside(&self.matmul) || inside(&self.row_value.as_ref().map(|(r, _)| r.clone())) {
+            return None;
+        }
+        let fs = self.shape_of(flip)?;
+        let at = crate::ops::normalize_axis(axis, fs.len())?;
+        let base = if fs == self.shape {
+            self.index.clone()
+        } else {
+            format!("({})", self.broadcast_index(&fs)?)
+        };
+        let shape = std::mem::replace(&mut self.shape, fs);
+        let index = std::mem::replace(&mut self.index, base);
+        let a = self.coord(at);
+        let inner = long_product(&self.shape[at + 1..]);
+        self.index = format!(
+            "({} + ((long long){} - 1 - 2 * ({a})) * {inner})",
+            self.index, self.shape[at]
+        );
         let v = self.scalar(x);
         self.shape = shape;
         self.index = index;
@@ -333,10 +366,13 @@ impl<'c> Render<'c> {
                     return None;
                 };
                 match op {
-                    Op::Unsqueeze { .. } | Op::Squeeze { .. } => return self.view(e, x),
+                    Op::Unsqueeze { .. } | Op::Squeeze { .. } | Op::Reshape { .. } => {
+                        return self.view(e, x)
+                    }
                     Op::Triangle { upper, diagonal } => {
                         return self.triangle(e, x, *upper, *diagonal)
                     }
+                    Op::Flip { axis } => return self.flip(e, x, *axis),
                     _ => {}
                 }
                 let x = self.scalar(x)?;
@@ -396,6 +432,17 @@ pub(super) fn shape_over(
         return None;
     }
     crate::ops::expr_shape(e, &|n| shapes.get(n).cloned()).ok()
+}
+
+/// True when `sub` occurs in `e`.
+fn contains(e: &Expr, sub: &Expr) -> bool {
+    e == sub
+        || match e {
+            Expr::Neg(a) => contains(a, sub),
+            Expr::Binary(_, a, b) => contains(a, sub) || contains(b, sub),
+            Expr::Call { args, .. } => args.iter().any(|a| contains(a, sub)),
+            _ => false,
+        }
 }
 
 /// `s` without its extents of 1: the shapes a view (unsqueeze, squeeze) moves between.

@@ -27,7 +27,7 @@ use std::fmt::Write as _;
 use py::{Arg, Expr, Stmt};
 
 use crate::ops::torch::per_axis;
-use crate::ops::{transposed_out, window_out, Dim, Program, Sizes};
+use crate::ops::{transposed_out, window_out, Dim, Poly, Program, Sizes};
 use crate::tasks::file::{write_task_file, TaskFileText};
 use crate::tasks::{InputDist, Split, Tolerance};
 
@@ -285,8 +285,9 @@ fn axes_arg(
 
 #[derive(Clone, Debug)]
 enum Val {
-    /// An integer and the size symbol it is the value of (a module-level name).
-    Int(i64, Option<String>),
+    /// An integer and the size it is the value of: a module-level name, or sizes combined by
+    /// `+`, `-`, `*` and `//` (`D * stride` is `2*D` once `D` is a tensor's dim).
+    Int(i64, Option<Poly>),
     Float(f64),
     Bool(bool),
     Str(String),
@@ -414,8 +415,11 @@ const UNARY: [&str; 14] = [
 ];
 
 /// The other functions and methods [`Importer::function`] translates (on a tensor).
-const KNOWN: [&str; 61] = [
+const KNOWN: [&str; 64] = [
     "identity",
+    "flip",
+    "flatten",
+    "reshape",
     "triu",
     "tril",
     "mse_loss",
@@ -734,9 +738,11 @@ impl Importer {
                 Dim::Lit(v) => Val::Int(*v as i64, None),
                 Dim::Sym(s) => Val::Int(
                     self.sizes.get(s).copied().unwrap_or(0) as i64,
-                    Some(s.clone()),
+                    Some(Poly::sym(s)),
                 ),
-                Dim::Expr(_) => Val::Int(d.resolve(&self.sizes).unwrap_or(0) as i64, None),
+                Dim::Expr(p) => {
+                    Val::Int(d.resolve(&self.sizes).unwrap_or(0) as i64, Some(p.clone()))
+                }
             })
             .collect()
     }
@@ -782,9 +788,15 @@ impl Importer {
     /// they are equal but written otherwise, the two are tied so that the small preset keeps
     /// them equal.
     fn tie_dim(&mut self, shape: &[Dim], at: usize, n: Val, line: usize) -> Result<(), Refusal> {
-        let (Some(last), Val::Int(n, name)) = (shape.get(at), n) else {
+        let (Some(last), Val::Int(n, size)) = (shape.get(at), n) else {
             return refuse(line, "nn.LayerNorm without an integer normalized_shape");
         };
+        let name = size.as_ref().and_then(|p| p.as_sym().map(str::to_string));
+        if let (Some(p), None) = (&size, &name) {
+            if *last == Dim::from_poly(p.clone()) {
+                return Ok(());
+            }
+        }
         let which = if at + 1 == shape.len() {
             "last dim".to_string()
         } else {
@@ -1108,8 +1120,11 @@ impl Importer {
                     format!("nn.{layer}: {n} channels are not divisible by groups {groups}"),
                 );
             }
-            self.pinned
-                .insert(sym.clone().unwrap_or_else(|| format!("D{n}")));
+            self.pinned.insert(
+                sym.as_ref()
+                    .and_then(|p| p.as_sym().map(str::to_string))
+                    .unwrap_or_else(|| format!("D{n}")),
+            );
         }
         Ok(())
     }
@@ -1138,6 +1153,11 @@ impl Importer {
                 Val::Seq(inner) => out.extend(self.dims(inner, line)?),
                 Val::Int(1, _) => out.push(Dim::Lit(1)),
                 Val::Int(n, sym) if *n > 1 => {
+                    if let Some(d) = self.expr_dim(sym.as_ref(), *n) {
+                        out.push(d);
+                        continue;
+                    }
+                    let sym = sym.as_ref().and_then(|p| p.as_sym().map(str::to_string));
                     let s = sym.clone().unwrap_or_else(|| format!("D{n}"));
                     if self.in_init && sym.is_none() && self.pinned.insert(s.clone()) {
                         if self.sizes.contains_key(&s) {
@@ -1170,6 +1190,40 @@ impl Importer {
             }
         }
         Ok(out)
+    }
+
+    /// An integer's size as an operand of size arithmetic: a tensor's dim symbol stays a
+    /// symbol (and so do sums and products of them); any other number (a stride, a kernel
+    /// size, a name never used as a dim) is its value.
+    fn size_poly(&self, v: &Val) -> Poly {
+        match v {
+            Val::Int(n, Some(p)) => {
+                let mut syms = Vec::new();
+                p.symbols(&mut syms);
+                let known = syms.iter().all(|s| {
+                    self.sizes.contains_key(s)
+                        && !self.pinned.contains(s)
+                        && !self.aliases.contains_key(s)
+                });
+                if known && !syms.is_empty() {
+                    p.clone()
+                } else {
+                    Poly::lit(*n)
+                }
+            }
+            v => Poly::lit(v.num().map_or(0, |x| x as i64)),
+        }
+    }
+
+    /// The dim of an integer computed from a tensor's dims (`D * stride`, `2 * H`), when it
+    /// is one: an expression over size symbols that still holds at the file's sizes.
+    fn expr_dim(&self, size: Option<&Poly>, n: i64) -> Option<Dim> {
+        let p = size?;
+        if p.as_sym().is_some() {
+            return None;
+        }
+        let p = self.size_poly(&Val::Int(n, Some(p.clone())));
+        (p.constant().is_none() && p.eval(&self.sizes) == Some(n)).then(|| Dim::from_poly(p))
     }
 
     fn eval(&mut self, f: &mut Frame, e: &Expr, line: usize) -> Result<Val, Refusal> {
@@ -1288,11 +1342,16 @@ impl Importer {
         // Numbers.
         if let (Some(x), Some(y)) = (a.num(), b.num()) {
             let ints = matches!((&a, &b), (Val::Int(..), Val::Int(..)));
+            let (pa, pb) = (self.size_poly(&a), self.size_poly(&b));
+            let sized = |v: i64, p: Option<Poly>| Val::Int(v, p.filter(|p| p.constant().is_none()));
             return Ok(match op {
-                "+" if ints => Val::Int(x as i64 + y as i64, None),
-                "-" if ints => Val::Int(x as i64 - y as i64, None),
-                "*" if ints => Val::Int(x as i64 * y as i64, None),
-                "//" if ints && y != 0.0 => Val::Int((x / y).floor() as i64, None),
+                "+" if ints => sized(x as i64 + y as i64, Some(pa.add(&pb))),
+                "-" if ints => sized(x as i64 - y as i64, Some(pa.sub(&pb))),
+                "*" if ints => sized(x as i64 * y as i64, Some(pa.mul(&pb))),
+                "//" if ints && y != 0.0 => sized(
+                    (x / y).floor() as i64,
+                    pb.constant().filter(|&k| k > 0).map(|k| pa.floor_div(k)),
+                ),
                 "%" if ints && y != 0.0 => Val::Int((x as i64).rem_euclid(y as i64), None),
                 "**" if ints && y >= 0.0 => Val::Int((x as i64).pow(y as u32), None),
                 "+" => Val::Float(x + y),
@@ -1851,6 +1910,14 @@ impl Importer {
                     vec![("eps".into(), Val::Float(eps)), ("normalized".into(), size)],
                 )))
             }
+            "Flatten" => {
+                // nn.Flatten flattens from dim 1 unless told otherwise (torch.flatten from 0).
+                let mut args = named_args(&["start_dim", "end_dim"], pos, kw);
+                if !args.iter().any(|(k, _)| k == "start_dim") {
+                    args.push(("start_dim".into(), Val::Int(1, None)));
+                }
+                Ok(Val::Layer(Layer::Func("flatten".into(), args)))
+            }
             _ => {
                 let Some((_, f, names)) = FUNC_LAYERS.iter().find(|(n, _, _)| *n == name) else {
                     return refuse(line, format!("nn.{name} is not in kevin's op language"));
@@ -2038,7 +2105,7 @@ impl Importer {
     /// `x.view(shape)` or `x.reshape(shape)` that only inserts or removes extent-1 dims (a
     /// parameter `[C]` viewed as `[1, C, 1, 1, 1]`): squeezes, then unsqueezes, which keep the
     /// elements in order as the view does. The other dims must be x's, in order, at the file's
-    /// sizes (one may be `-1`). Any other reshape is refused.
+    /// sizes (one may be `-1`). Any other is the op language's `reshape` ([`Self::reshape`]).
     fn unit_view(&self, name: &str, x: Tensor, args: &[Val], line: usize) -> Result<Val, Refusal> {
         let items = match args {
             [Val::Seq(items)] => items.as_slice(),
@@ -2051,15 +2118,7 @@ impl Importer {
                 v => return refuse(line, format!("`{name}` to a shape holding {}", v.what())),
             }
         }
-        let other = || {
-            refuse(
-                line,
-                format!(
-                    "`{name}` to {asked:?}: reshapes other than adding or removing extent-1 dims \
-                     are not in kevin's op language yet"
-                ),
-            )
-        };
+        let other = || self.reshape(name, x.clone(), items, line);
         let kept: Vec<Dim> = x
             .shape
             .iter()
@@ -2087,6 +2146,99 @@ impl Importer {
             }
         }
         Ok(Val::Tensor(cur))
+    }
+
+    /// `view` or `reshape` of `x` to the dims `items` (one may be -1) as the op language's
+    /// `reshape`: each dim a tensor's dim symbol, a size computed from them, or an integer; an
+    /// integer equal at the file's sizes to a dim of `x` not matched otherwise is that dim (so
+    /// every preset keeps the element count); -1 is the product of the dims of `x` the others
+    /// do not match.
+    fn reshape(&self, name: &str, x: Tensor, items: &[Val], line: usize) -> Result<Val, Refusal> {
+        let asked: Vec<String> = items
+            .iter()
+            .map(|v| v.num().map_or("?".into(), |n| n.to_string()))
+            .collect();
+        let cannot = |why: &str| refuse(line, format!("`{name}` to [{}]: {why}", asked.join(", ")));
+        let mut left: Vec<Dim> = x
+            .shape
+            .iter()
+            .filter(|d| **d != Dim::Lit(1))
+            .cloned()
+            .collect();
+        let mut dims: Vec<Option<Dim>> = Vec::new();
+        for v in items {
+            let d = match v {
+                Val::Int(-1, _) if !dims.contains(&None) => None,
+                Val::Int(n, _) if *n >= 1 => {
+                    let d = Dim::from_poly(self.size_poly(v));
+                    let same = left.iter().position(|l| *l == d).or_else(|| {
+                        // A literal that is a dim of x at the file's sizes.
+                        matches!(d, Dim::Lit(k) if k > 1)
+                            .then(|| {
+                                left.iter().position(|l| {
+                                    l.resolve(&self.sizes) == Some(*n as usize)
+                                        && !matches!(l, Dim::Lit(_))
+                                })
+                            })
+                            .flatten()
+                    });
+                    Some(match same {
+                        Some(i) => left.remove(i),
+                        None => d,
+                    })
+                }
+                v => return cannot(&format!("a dim that is {}", v.what())),
+            };
+            dims.push(d);
+        }
+        let product = |s: &[Dim]| s.iter().fold(Poly::lit(1), |p, d| p.mul(&d.to_poly()));
+        let rest = product(&left);
+        let shape: Vec<Dim> = dims
+            .into_iter()
+            .map(|d| d.unwrap_or_else(|| Dim::from_poly(rest.clone())))
+            .collect();
+        if product(&shape) != product(&x.shape) {
+            return cannot(
+                "not the same number of elements at every size (a dim of the input is split)",
+            );
+        }
+        Ok(Val::Tensor(Tensor {
+            text: format!(
+                "reshape({}, {})",
+                x.text,
+                crate::ops::ast::shape_tuple(&shape)
+            ),
+            prec: ATOM,
+            shape,
+            int: x.int,
+        }))
+    }
+
+    /// `torch.flatten(x, start_dim, end_dim)`: dims `start..=end` as their product.
+    fn flatten(&self, x: Tensor, start: i64, end: i64, line: usize) -> Result<Val, Refusal> {
+        let r = x.shape.len() as i64;
+        let at = |d: i64| if d < 0 { d + r.max(1) } else { d };
+        let (s, e) = (at(start), at(end));
+        if r == 0 || !(0..r).contains(&s) || !(0..r).contains(&e) || s > e {
+            return refuse(
+                line,
+                format!("`flatten({start}, {end})` of a tensor of rank {r}"),
+            );
+        }
+        if s == e {
+            return Ok(Val::Tensor(x));
+        }
+        let (s, e) = (s as usize, e as usize);
+        let merged = x.shape[s..=e]
+            .iter()
+            .fold(Poly::lit(1), |p, d| p.mul(&d.to_poly()));
+        let mut items = self.dim_vals(&x.shape[..s]);
+        items.push(Val::Int(
+            merged.eval(&self.sizes).unwrap_or(0),
+            Some(merged),
+        ));
+        items.extend(self.dim_vals(&x.shape[e + 1..]));
+        self.reshape("flatten", x, &items, line)
     }
 
     /// A torch function (or tensor method, or functional layer) on values.
@@ -2754,7 +2906,16 @@ impl Importer {
                 Val::Tensor(cur)
             }
             "view" | "reshape" => return self.unit_view(name, x, &pos[1..], line),
-            "flatten" | "permute" | "expand" | "repeat" | "unfold" | "view_as" => {
+            "flatten" => {
+                let int = |i: usize, key: &str, default: i64| match get(i, key) {
+                    None | Some(Val::None) => Ok(default),
+                    Some(Val::Int(d, _)) => Ok(d),
+                    Some(v) => refuse(line, format!("`flatten`'s {key} is {}", v.what())),
+                };
+                let (s, e) = (int(1, "start_dim", 0)?, int(2, "end_dim", -1)?);
+                return self.flatten(x, s, e, line);
+            }
+            "permute" | "expand" | "repeat" | "unfold" | "view_as" => {
                 return refuse(
                     line,
                     format!("`{name}`: reshapes are not in kevin's op language yet"),
@@ -2778,8 +2939,35 @@ impl Importer {
                     format!("{name}({}, diagonal={d})", x.text)
                 })
             }
-            "diag" | "flip" | "where" | "gather" | "masked_fill" | "cat" | "stack" | "split"
-            | "chunk" => {
+            "flip" => {
+                // `torch.flip(x, dims)`, `x.flip(dims)` and `x.flip(d0, d1, ...)`: one flip
+                // per axis (the same elements; PyTorch flips them all in one kernel).
+                let dims: Vec<Val> = match (kw.iter().find(|(k, _)| k == "dims"), &pos[1..]) {
+                    (Some((_, Val::Seq(v))), _) => v.clone(),
+                    (Some((_, v)), _) => vec![v.clone()],
+                    (None, [Val::Seq(v)]) => v.clone(),
+                    (None, v) => v.to_vec(),
+                };
+                if dims.is_empty() {
+                    return refuse(line, "`flip` without dims");
+                }
+                let r = x.shape.len() as i64;
+                let mut text = x.text.clone();
+                let mut seen = Vec::new();
+                for d in dims {
+                    let Val::Int(d, _) = d else {
+                        return refuse(line, format!("`flip` over {}", d.what()));
+                    };
+                    let at = if d < 0 { d + r } else { d };
+                    if !(0..r).contains(&at) || seen.contains(&at) {
+                        return refuse(line, format!("`flip({d})` of a tensor of rank {r}"));
+                    }
+                    seen.push(at);
+                    text = format!("flip({text}, axis={at})");
+                }
+                same(text)
+            }
+            "diag" | "where" | "gather" | "masked_fill" | "cat" | "stack" | "split" | "chunk" => {
                 return refuse(
                     line,
                     format!("`torch.{name}` is not in kevin's op language yet"),
@@ -3110,7 +3298,7 @@ fn unsqueeze(x: Tensor, a: usize) -> Tensor {
 /// inside a tuple).
 fn name_ints(v: Val, n: &str) -> Val {
     match v {
-        Val::Int(x, None) => Val::Int(x, Some(n.to_string())),
+        Val::Int(x, None) => Val::Int(x, Some(Poly::sym(n))),
         Val::Seq(items) if items.len() == 1 => Val::Seq(vec![name_ints(items[0].clone(), n)]),
         Val::Seq(items) => Val::Seq(
             items

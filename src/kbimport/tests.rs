@@ -250,7 +250,7 @@ fn refusals_name_the_construct_and_its_line() {
     };
     assert_eq!(r.line, 8);
     assert!(r.reason.contains("nn.Dropout with p > 0"), "{r}");
-    let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "x.view(-1)"));
+    let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "x.permute(1, 0)"));
     assert!(r.reason.contains("reshapes"), "{r}");
     let r = refused(&SOFTMAX.replace(
         "torch.rand(batch_size, dim)",
@@ -262,8 +262,8 @@ fn refusals_name_the_construct_and_its_line() {
         "        if x is None:\n            return x\n        return x",
     ));
     assert!(r.reason.contains("`if` statement"), "{r}");
-    let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "torch.flip(x, dims=(1,))"));
-    assert!(r.reason.contains("torch.flip"), "{r}");
+    let r = refused(&SOFTMAX.replace("torch.softmax(x, dim=1)", "torch.diag(x)"));
+    assert!(r.reason.contains("torch.diag"), "{r}");
     let r = refused("x = (\n");
     assert!(r.reason.contains("Python"), "{r}");
     let r = refused("batch = 3\n");
@@ -857,6 +857,44 @@ fn unsqueeze_and_squeeze_import_as_the_op_language_s() {
 }
 
 #[test]
+fn flips_import_an_axis_at_a_time() {
+    let consts = "N = 64\nM = 32";
+    let t = imported(
+        "level1/91_cumsum_reverse.py",
+        &two_inputs(
+            "torch.cumsum(A.flip(1), dim=1).flip(-1) + B",
+            "N, M",
+            "N, M",
+            consts,
+        ),
+    );
+    assert_eq!(
+        body(&t),
+        "Y = flip(cumsum(flip(A, axis=1), axis=1), axis=1) + B"
+    );
+    // `torch.flip(x, dims)` with several dims, and the method's varargs.
+    for call in [
+        "torch.flip(A, dims=(0, -1))",
+        "A.flip(0, 1)",
+        "torch.flip(A, [0, 1])",
+    ] {
+        let t = imported(
+            "level1/x.py",
+            &two_inputs(&format!("{call} - B"), "N, M", "N, M", consts),
+        );
+        assert_eq!(body(&t), "Y = flip(flip(A, axis=0), axis=1) - B", "{call}");
+    }
+    for (call, why) in [
+        ("A.flip(2)", "`flip(2)` of a tensor of rank 2"),
+        ("A.flip(1, -1)", "`flip(-1)` of a tensor of rank 2"),
+        ("torch.flip(A, dims=())", "`flip` without dims"),
+    ] {
+        let r = refused(&two_inputs(call, "N, M", "N, M", consts));
+        assert!(r.reason.contains(why), "{call}: {r}");
+    }
+}
+
+#[test]
 fn a_view_that_only_adds_or_removes_unit_dims_imports_as_squeezes_and_unsqueezes() {
     let consts = "N = 64\nM = 32";
     // A per-column vector viewed as a row, as KernelBench broadcasts a parameter over channels.
@@ -882,15 +920,68 @@ fn a_view_that_only_adds_or_removes_unit_dims_imports_as_squeezes_and_unsqueezes
         body(&t),
         "Y = B + unsqueeze(squeeze(unsqueeze(A, axis=1), axis=1), axis=0)"
     );
-    // Any other reshape is refused, naming it.
-    let r = refused(&two_inputs("B.view(-1) * 2.0", "M", "N, M", consts));
+}
+
+#[test]
+fn other_views_and_flattens_are_reshapes_of_the_same_elements() {
+    let consts = "N = 64\nM = 32";
+    let t = imported(
+        "level1/x.py",
+        &two_inputs("B.view(-1) * A.sum()", "M", "N, M", consts),
+    );
+    assert_eq!(body(&t), "Y = reshape(B, (M*N,)) * sum(A, axis=0)");
+    // A softmax over the spatial dims of a 4-D tensor, and the shape back from x.shape.
+    let ret = "torch.softmax(A.view(b, c, -1), dim=2).view(b, c, h, w) + B";
+    let t = imported(
+        "level2/x.py",
+        &two_inputs(ret, "N, M, 8, 12", "N, M, 8, 12", consts).replace(
+            "    def forward(self, A, B):\n",
+            "    def forward(self, A, B):\n        b, c, h, w = A.shape\n",
+        ),
+    );
+    let x = "reshape(A, (N, M, D12*D8))";
+    assert_eq!(
+        body(&t),
+        format!("Y = reshape(softmax({x}, axis=2), (N, M, D8, D12)) + B")
+    );
+    // An integer the file writes is the input's dim of that size; flatten and nn.Flatten.
+    let t = imported(
+        "level1/x.py",
+        &two_inputs("B.reshape(64, 32) + A", "M", "N, M", consts),
+    );
+    assert_eq!(body(&t), "Y = B + A");
+    let t = imported(
+        "level1/x.py",
+        &two_inputs("B.reshape(32, 64) * A.sum()", "M", "N, M", consts),
+    );
+    assert_eq!(body(&t), "Y = reshape(B, (M, N)) * sum(A, axis=0)");
+    let t = imported(
+        "level1/x.py",
+        &two_inputs("torch.flatten(B) * 2.0 + A.sum()", "M", "N, M", consts),
+    );
+    assert_eq!(body(&t), "Y = reshape(B, (M*N,)) * 2.0 + sum(A, axis=0)");
+    let flat = two_inputs("self.f(B) * 2.0", "M", "N, M, 3", consts)
+        .replace(
+            "super(Model, self).__init__()",
+            "super(Model, self).__init__()\n        self.f = nn.Flatten()",
+        )
+        .replace("return [A, B]", "return [B]")
+        .replace("def forward(self, A, B)", "def forward(self, B)")
+        .replace("    A = torch.rand(M)\n", "");
+    let t = imported("level1/x.py", &flat);
+    assert_eq!(body(&t), "Y = reshape(B, (N, D3*M)) * 2.0");
+    // A dim that is no product of the input's: refused, naming the shape.
+    let r = refused(&two_inputs("B.view(16, 128)", "M", "N, M", consts));
     assert!(
         r.reason
-            .contains("`view` to [-1]: reshapes other than adding or removing extent-1 dims"),
+            .contains("`view` to [16, 128]: not the same number of elements"),
         "{r}"
     );
-    let r = refused(&two_inputs("B.view(M, N)", "M", "N, M", consts));
-    assert!(r.reason.contains("`view` to [32, 64]"), "{r}");
+    let r = refused(&two_inputs("B.flatten(0, 2)", "M", "N, M", consts));
+    assert!(
+        r.reason.contains("`flatten(0, 2)` of a tensor of rank 2"),
+        "{r}"
+    );
 }
 
 /// A problem of inputs drawn by `draws` (Python lines of get_inputs ending in `return [...]`)
@@ -993,6 +1084,49 @@ fn dims_equal_only_at_the_file_s_sizes_broadcast_as_one_size() {
         "    return [torch.rand(batch, n), torch.rand(batch)]",
         "batch = 64\nn = 32",
     ));
+    assert!(r.reason.contains("do not broadcast"), "{r}");
+}
+
+#[test]
+fn sizes_computed_from_dims_keep_their_expressions() {
+    // KernelBench's `torch.rand(b, c, D*stride, H*stride)` added to a stride-2 transposed
+    // convolution's output, with D == H in the file: each dim keeps its own symbol (`2*D`,
+    // `2*H`), so the small preset may draw them apart.
+    let src = |second: &str| {
+        format!(
+            "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    \
+             def __init__(self, cin, cout, stride):\n        super(Model, self).__init__()\n        \
+             self.up = nn.ConvTranspose2d(cin, cout, 4, stride=stride, padding=1)\n\n    \
+             def forward(self, x, y):\n        return self.up(x) + y\n\n\
+             batch = 8\ncin = 16\ncout = 32\nD, H = 24, 24\nstride = 2\n\n\
+             def get_inputs():\n    return [torch.rand(batch, cin, D, H), torch.rand({second})]\n\n\
+             def get_init_inputs():\n    return [cin, cout, stride]\n"
+        )
+    };
+    let t = imported("level2/x.py", &src("batch, cout, D * stride, stride * H"));
+    assert_eq!(
+        t.program.inputs[1].ty.to_string(),
+        "f32[batch, cout, 2*D, 2*H]",
+        "{}",
+        t.source
+    );
+    let small = t.sizes(Preset::Small);
+    assert_ne!(small["D"], small["H"], "{small:?}");
+    // A number computed from no tensor's dim is a size of its own, tied to the dim it
+    // broadcasts against only because the two are equal at the file's sizes.
+    let t = imported(
+        "level2/x.py",
+        &src("batch, cout, 2 * stride * 12, stride * H"),
+    );
+    assert_eq!(
+        t.program.inputs[1].ty.to_string(),
+        "f32[batch, cout, 2*D, 2*H]",
+        "{}",
+        t.source
+    );
+    let r = refused(
+        &src("batch, cout, 2 * stride * 12, stride * H").replace("D, H = 24, 24", "D, H = 20, 24"),
+    );
     assert!(r.reason.contains("do not broadcast"), "{r}");
 }
 

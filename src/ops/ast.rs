@@ -133,11 +133,24 @@ pub struct TensorType {
 impl TensorType {
     /// The concrete shape under `sizes`, or the first unbound symbol.
     pub fn concrete_shape(&self, sizes: &Sizes) -> Result<Vec<usize>, String> {
-        self.shape
-            .iter()
-            .map(|d| d.resolve(sizes).ok_or_else(|| d.to_string()))
-            .collect()
+        concrete(&self.shape, sizes)
     }
+}
+
+/// `dims` as a tuple, in the op language and in Python alike: `(N, C*H*W)`, `(N,)`.
+pub fn shape_tuple(dims: &[Dim]) -> String {
+    let items: Vec<String> = dims.iter().map(Dim::to_string).collect();
+    match items.as_slice() {
+        [one] => format!("({one},)"),
+        _ => format!("({})", items.join(", ")),
+    }
+}
+
+/// The extents of `dims` under `sizes`, or the first dim that has none.
+pub fn concrete(dims: &[Dim], sizes: &Sizes) -> Result<Vec<usize>, String> {
+    dims.iter()
+        .map(|d| d.resolve(sizes).ok_or_else(|| d.to_string()))
+        .collect()
 }
 
 impl fmt::Display for TensorType {
@@ -467,6 +480,18 @@ pub enum Op {
         upper: bool,
         /// Offset of the diagonal: 0 the main one, positive above it.
         diagonal: i64,
+    },
+    /// `reshape(x, (d0, d1, ...))`: the same elements in the same order under another shape of
+    /// as many elements (PyTorch's `reshape` / `view` of a contiguous tensor); each dim a size
+    /// symbol, an integer, or a sum or product of them (`C*H*W`).
+    Reshape {
+        /// The new shape.
+        shape: Vec<Dim>,
+    },
+    /// `flip(x, axis)`: the elements in reverse order along `axis` (PyTorch's `flip(x, [axis])`).
+    Flip {
+        /// Axis reversed.
+        axis: i64,
     },
     /// `squeeze(x, axis)`: removes `axis`, whose extent must be 1 (PyTorch's `squeeze(dim)`
     /// leaves other extents alone, which no program relies on here).

@@ -2,7 +2,7 @@
 //! parameters with their defaults) and how a call binds its positional and keyword arguments into
 //! an [`Expr`]. The parser calls [`bind`]; the module doc of [`crate::ops`] lists the same table.
 
-use super::ast::{BinOp, Expr, NormSets, Op, ReduceKind, UnaryFn};
+use super::ast::{BinOp, Dim, Expr, NormSets, Op, Poly, ReduceKind, UnaryFn};
 
 /// One formal parameter.
 #[derive(Clone, Copy)]
@@ -22,6 +22,8 @@ enum P {
     Axes(&'static str, Option<i64>),
     /// A per-axis parameter that may be left out (a pooling's stride: its window).
     OptAxes(&'static str),
+    /// A shape: a tuple of dims (size symbols, integers, sums and products of them).
+    Shape(&'static str),
 }
 
 /// An argument as written: an expression, or a tuple `(a, b)` (per-axis integer parameters).
@@ -31,13 +33,16 @@ pub enum Arg {
     Expr(Expr),
     /// A parenthesised list with a comma.
     Tuple(Vec<Expr>),
+    /// A shape: size expressions, as in a declaration (the parser reads a shape parameter's
+    /// argument so, see [`is_shape_param`]).
+    Shape(Vec<Poly>),
 }
 
 impl P {
     fn name(self) -> &'static str {
         match self {
             P::T(n) | P::OptT(n) | P::F(n, _) | P::I(n, _) | P::B(n, _) => n,
-            P::Axes(n, _) | P::OptAxes(n) => n,
+            P::Axes(n, _) | P::OptAxes(n) | P::Shape(n) => n,
         }
     }
 }
@@ -52,6 +57,8 @@ enum V {
     B(bool),
     /// Per-axis integers (one value broadcasts later); empty when left out.
     Axes(Vec<i64>),
+    /// A shape.
+    Shape(Vec<Dim>),
 }
 
 /// The spatial axes of a windowed built-in (`conv2d` -> 2), and whether it is a convolution, a
@@ -150,10 +157,24 @@ fn signature(name: &str) -> Option<Vec<P>> {
             vec![T("x"), OptT("weight"), OptT("bias"), F("eps", Some(1e-5))]
         }
         "transpose" => vec![T("x"), I("a", Some(-2)), I("b", Some(-1))],
-        "unsqueeze" | "squeeze" => vec![T("x"), I("axis", None)],
+        "unsqueeze" | "squeeze" | "flip" => vec![T("x"), I("axis", None)],
         "triu" | "tril" => vec![T("x"), I("diagonal", Some(0))],
+        "reshape" => vec![T("x"), Shape("shape")],
         _ => return None,
     })
+}
+
+/// True when the argument of `name` at `position` (keyword `kw`) is a shape, which the parser
+/// reads as size expressions (`(N, C*H*W, (L + 1) // 2)`).
+pub fn is_shape_param(name: &str, position: usize, kw: Option<&str>) -> bool {
+    let Some(params) = signature(name) else {
+        return false;
+    };
+    let p = match kw {
+        Some(k) => params.iter().find(|p| p.name() == k),
+        None => params.get(position),
+    };
+    matches!(p, Some(P::Shape(_)))
 }
 
 /// True when `name` is a built-in function (such names cannot name tensors).
@@ -218,6 +239,19 @@ pub fn bind(
     let mut vals = Vec::with_capacity(params.len());
     for (p, slot) in params.iter().zip(slots) {
         let slot = match (p, slot) {
+            (P::Shape(_), Some(Arg::Shape(dims))) => {
+                if let Some(bad) = dims.iter().find(|d| d.constant().is_some_and(|c| c < 1)) {
+                    return Err(format!(
+                        "dimension `{bad}` of `{name}` is not a positive integer"
+                    ));
+                }
+                vals.push(V::Shape(dims.into_iter().map(Dim::from_poly).collect()));
+                continue;
+            }
+            (P::Shape(n), None) => return Err(format!("`{name}` needs argument `{n}`")),
+            (_, Some(Arg::Shape(_))) => {
+                unreachable!("the parser reads shapes for shape parameters")
+            }
             (P::Axes(n, _) | P::OptAxes(n), Some(Arg::Tuple(items))) => {
                 let v = items
                     .iter()
@@ -266,7 +300,9 @@ pub fn bind(
                 _ => return Err(format!("parameter `{n}` of `{name}` must be true or false")),
             },
             (p, None) => return Err(format!("`{name}` needs argument `{}`", p.name())),
-            (P::Axes(..) | P::OptAxes(_), Some(_)) => unreachable!("handled above"),
+            (P::Axes(..) | P::OptAxes(_) | P::Shape(_), Some(_)) => {
+                unreachable!("handled above")
+            }
         };
         vals.push(v);
     }
@@ -296,7 +332,7 @@ fn build_windowed(name: &str, dims: usize, kind: &str, vals: Vec<V>) -> Result<E
             V::Axes(a) => axes.push(a),
             V::I(i) => ints.push(i),
             V::B(b) => bools.push(b),
-            V::F(_) => {}
+            V::F(_) | V::Shape(_) => {}
         }
     }
     let per_axis = |what: &str, v: &[i64], min: i64| -> Result<Vec<usize>, String> {
@@ -395,6 +431,7 @@ fn build(name: &str, vals: Vec<V>) -> Expr {
     let (mut floats, mut ints, mut bools) = (Vec::new(), Vec::new(), Vec::new());
     // Which optional tensor operands were given, in parameter order.
     let mut present = Vec::new();
+    let mut shape = Vec::new();
     for v in vals {
         match v {
             V::Tensor(e) => {
@@ -408,6 +445,7 @@ fn build(name: &str, vals: Vec<V>) -> Expr {
             V::I(i) => ints.push(i),
             V::B(b) => bools.push(b),
             V::Axes(_) => {}
+            V::Shape(s) => shape = s,
         }
     }
     let f = |i: usize| floats.get(i).copied().unwrap_or(0.0);
@@ -484,6 +522,8 @@ fn build(name: &str, vals: Vec<V>) -> Expr {
         },
         "unsqueeze" => Op::Unsqueeze { axis: n(0) },
         "squeeze" => Op::Squeeze { axis: n(0) },
+        "flip" => Op::Flip { axis: n(0) },
+        "reshape" => Op::Reshape { shape },
         "triu" | "tril" => Op::Triangle {
             upper: name == "triu",
             diagonal: n(0),

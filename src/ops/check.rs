@@ -59,6 +59,8 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::Transpose { .. } => "transpose",
         Op::Unsqueeze { .. } => "unsqueeze",
         Op::Squeeze { .. } => "squeeze",
+        Op::Flip { .. } => "flip",
+        Op::Reshape { .. } => "reshape",
         Op::Triangle { upper: true, .. } => "triu",
         Op::Triangle { .. } => "tril",
         Op::ChannelNorm { sets, .. } => match sets {
@@ -494,6 +496,7 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                 | Op::LogSoftmax { axis }
                 | Op::Cumsum { axis }
                 | Op::Cumprod { axis }
+                | Op::Flip { axis }
                 | Op::L2Norm { axis, .. } => {
                     axis_of(*axis)?;
                     Ok(x)
@@ -541,6 +544,22 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                     Ok(ExprType {
                         dtype: x.dtype,
                         shape,
+                    })
+                }
+                Op::Reshape { shape } => {
+                    // As many elements, in every preset: the products agree as polynomials.
+                    let count = |s: &[Dim]| s.iter().fold(Poly::lit(1), |p, d| p.mul(&d.to_poly()));
+                    if count(&x.shape) != count(shape) {
+                        let dims: Vec<String> = shape.iter().map(Dim::to_string).collect();
+                        return Err(format!(
+                            "`reshape` of {} to ({}): not the same number of elements at every size",
+                            x.describe(),
+                            dims.join(", ")
+                        ));
+                    }
+                    Ok(ExprType {
+                        dtype: x.dtype,
+                        shape: shape.clone(),
                     })
                 }
                 Op::Unsqueeze { axis } => {

@@ -136,7 +136,7 @@ fn run_with(
             message,
         };
         let eager = eager.then_some(program);
-        let value = eval(&s.expr, &env, eager).map_err(fail)?;
+        let value = eval(&s.expr, &env, eager, sizes).map_err(fail)?;
         if let Some(ty) = program.types.get(&s.target) {
             let want = ty.concrete_shape(sizes).map_err(InterpError::MissingSize)?;
             if want != value.shape {
@@ -174,8 +174,9 @@ fn eval(
     e: &Expr,
     env: &BTreeMap<String, Tensor>,
     eager: Option<&Program>,
+    sizes: &Sizes,
 ) -> Result<Tensor, String> {
-    let mut t = eval_node(e, env, eager)?;
+    let mut t = eval_node(e, env, eager, sizes)?;
     if let (Some(p), Expr::Neg(_) | Expr::Binary(..) | Expr::Call { .. }) = (eager, e) {
         if let Some(d) = infer_expr(p, e)?.dtype.filter(|d| d.is_float()) {
             t.data.iter_mut().for_each(|v| *v = round_to(d, *v));
@@ -188,6 +189,7 @@ fn eval_node(
     e: &Expr,
     env: &BTreeMap<String, Tensor>,
     eager: Option<&Program>,
+    sizes: &Sizes,
 ) -> Result<Tensor, String> {
     Ok(match e {
         Expr::Num(v) => Tensor::scalar(*v),
@@ -196,18 +198,22 @@ fn eval_node(
             .cloned()
             .ok_or_else(|| format!("unknown name `{n}`"))?,
         Expr::Neg(a) => {
-            let mut t = eval(a, env, eager)?;
+            let mut t = eval(a, env, eager, sizes)?;
             t.data.iter_mut().for_each(|v| *v = -*v);
             t
         }
         Expr::Binary(BinOp::MatMul, a, b) => {
-            k::matmul(&eval(a, env, eager)?, &eval(b, env, eager)?)?
+            k::matmul(&eval(a, env, eager, sizes)?, &eval(b, env, eager, sizes)?)?
         }
-        Expr::Binary(op, a, b) => k::broadcast(*op, &eval(a, env, eager)?, &eval(b, env, eager)?)?,
+        Expr::Binary(op, a, b) => k::broadcast(
+            *op,
+            &eval(a, env, eager, sizes)?,
+            &eval(b, env, eager, sizes)?,
+        )?,
         Expr::Call { op, args } => {
             let mut vals = Vec::with_capacity(args.len());
             for a in args {
-                vals.push(eval(a, env, eager)?);
+                vals.push(eval(a, env, eager, sizes)?);
             }
             let mut it = vals.into_iter();
             let mut x = it.next().ok_or("call without operands")?;
@@ -265,6 +271,28 @@ fn eval_node(
                         let off = (k % cols) as i64 - ((k / cols) % rows) as i64;
                         if (upper && off < diagonal) || (!upper && off > diagonal) {
                             *v = 0.0;
+                        }
+                    }
+                }
+                Op::Reshape { ref shape } => {
+                    let shape = super::ast::concrete(shape, sizes)
+                        .map_err(|d| format!("reshape to a dim {d} without a value"))?;
+                    if shape.iter().product::<usize>() != x.data.len() {
+                        return Err(format!("reshape of {} elements to {shape:?}", x.data.len()));
+                    }
+                    x.shape = shape;
+                }
+                Op::Flip { axis: a } => {
+                    let at = axis(&x, a)?;
+                    let inner: usize = x.shape[at + 1..].iter().product();
+                    let outer = x.shape[at] * inner;
+                    if outer > 0 {
+                        for block in x.data.chunks_mut(outer) {
+                            let rows: Vec<f64> = block.to_vec();
+                            for (k, v) in block.iter_mut().enumerate() {
+                                let (a, j) = (k / inner, k % inner);
+                                *v = rows[(x.shape[at] - 1 - a) * inner + j];
+                            }
                         }
                     }
                 }

@@ -368,6 +368,49 @@ fn transposes() {
 }
 
 #[test]
+fn flips_reverse_one_axis() {
+    // A23 = [[1, -2, 3], [4, 5, -6]].
+    let src =
+        |axis: &str| format!("input A: f32[M, N]\noutput Y: f32[M, N]\nY = flip(A, {axis})\n");
+    let sz = [("M", 2), ("N", 3)];
+    check(&src("0"), &sz, &[A23], &[&[4.0, 5.0, -6.0, 1.0, -2.0, 3.0]]);
+    check(
+        &src("axis=-1"),
+        &sz,
+        &[A23],
+        &[&[3.0, -2.0, 1.0, -6.0, 5.0, 4.0]],
+    );
+    // The middle axis of [2, 2, 2]; a reversed cumulative sum.
+    let a: Vec<f64> = (0..8).map(f64::from).collect();
+    let src = "input A: f32[B, M, N]\noutput Y: f32[B, M, N]\nY = flip(A, 1)\n";
+    let sz = [("B", 2), ("M", 2), ("N", 2)];
+    check(
+        src,
+        &sz,
+        &[&a],
+        &[&[2.0, 3.0, 0.0, 1.0, 6.0, 7.0, 4.0, 5.0]],
+    );
+    let src = "input X: f32[N]\noutput Y: f32[N]\nY = flip(cumsum(flip(X, 0)), 0)\n";
+    check(src, &[("N", 3)], &[XS], &[&[1.5, 2.5, 2.0]]);
+}
+
+#[test]
+fn reshapes_keep_the_elements_in_order() {
+    // A softmax over two axes at once: flattened, then the old shape back.
+    let src = "input A: f32[M, N]\noutput Y: f32[M, N]\n\
+               Y = reshape(softmax(reshape(A, (M*N,))), (M, N))\n";
+    let e: Vec<f64> = A23.iter().map(|v| v.exp()).collect();
+    let total: f64 = e.iter().sum();
+    let want: Vec<f64> = e.iter().map(|v| v / total).collect();
+    check(src, &[("M", 2), ("N", 3)], &[A23], &[&want]);
+    let src =
+        "input A: f32[B, M, N]\noutput Y: f32[B, N, M]\nY = reshape(A, shape=(B, N, M)) * 2.0\n";
+    let a: Vec<f64> = (0..12).map(f64::from).collect();
+    let want: Vec<f64> = a.iter().map(|v| v * 2.0).collect();
+    check(src, &[("B", 2), ("M", 2), ("N", 3)], &[&a], &[&want]);
+}
+
+#[test]
 fn intermediates_constants_and_several_outputs() {
     let src = "input X: f32[N]\nconst a = -2\noutput Y: f32[N]\noutput Z: f32[]\n\
                T = X * a   # scaled\nY = relu(T)\nZ = sum(Y, axis=0)\n";
@@ -411,6 +454,19 @@ fn type_errors_name_the_statement() {
     check_err(
         "input A: f32[M, N]\noutput Y: f32[M, N]\nY = softmax(A, axis=2)\n",
         "type error: line 3, statement `Y`: axis 2 of `softmax` is out of range for f32[M, N]",
+    );
+    check_err(
+        "input A: f32[M, N]\noutput Y: f32[M, N]\nY = flip(A, axis=2)\n",
+        "type error: line 3, statement `Y`: axis 2 of `flip` is out of range for f32[M, N]",
+    );
+    check_err(
+        "input A: f32[M, N]\noutput Y: f32[M, M]\nY = reshape(A, (M, M))\n",
+        "type error: line 3, statement `Y`: `reshape` of f32[M, N] to (M, M): not the same \
+         number of elements at every size",
+    );
+    check_err(
+        "input A: f32[M, N]\noutput Y: f32[M, N]\nY = reshape(A, (M, N / 2))\n",
+        "syntax error: line 3, column 22: a dim divides with `//` (floor division)",
     );
     check_err(
         "input A: f32[N]\noutput Y: f32[N]\nY = triu(A)\n",

@@ -54,7 +54,8 @@
 //!   `[M,K]@[K]`;
 //!   `transpose(x, a=-2, b=-1)`; `unsqueeze(x, axis)` and `squeeze(x, axis)` (an axis of extent 1;
 //!   the elements unchanged); `triu(x, diagonal=0)`, `tril(x, diagonal=0)` (zeros below / above
-//!   the diagonal of every matrix of the last two axes);
+//!   the diagonal of every matrix of the last two axes); `flip(x, axis)` (the elements in
+//!   reverse order along `axis`);
 //! - windowed over `x: [N, C, *spatial]` (1 to 3 spatial axes; a per-axis parameter is one
 //!   integer or a tuple of one per axis): `conv1d/conv2d/conv3d(x, weight, bias?, stride=1,
 //!   padding=0, dilation=1, groups=1)` with `weight: [F, C/groups, *kernel]`,

@@ -509,6 +509,33 @@ impl Parser {
         Ok(items)
     }
 
+    /// A shape argument: `(d0, d1, ...)` of size expressions (a trailing comma allowed), or
+    /// one size expression.
+    fn shape_arg(&mut self) -> Result<Vec<Poly>, ParseError> {
+        if self.peek().tok != Tok::Punct('(') || !self.at_tuple() {
+            return Ok(vec![self.size_expr()?]);
+        }
+        self.bump();
+        let mut dims = Vec::new();
+        loop {
+            if self.peek().tok == Tok::Punct(')') {
+                self.bump();
+                break;
+            }
+            dims.push(self.size_expr()?);
+            let t = self.bump();
+            match &t.tok {
+                Tok::Punct(',') => continue,
+                Tok::Punct(')') => break,
+                other => {
+                    let msg = format!("expected ',' or ')' in a shape, found {}", other.describe());
+                    return Err(err(&t, msg));
+                }
+            }
+        }
+        Ok(dims)
+    }
+
     fn args(&mut self, func: &str) -> Result<Vec<(Option<String>, builtins::Arg)>, ParseError> {
         let mut args = Vec::new();
         if self.peek().tok == Tok::Punct(')') {
@@ -523,7 +550,9 @@ impl Parser {
             if kw.is_some() {
                 self.pos += 2;
             }
-            let value = if self.at_tuple() {
+            let value = if builtins::is_shape_param(func, args.len(), kw.as_deref()) {
+                builtins::Arg::Shape(self.shape_arg()?)
+            } else if self.at_tuple() {
                 builtins::Arg::Tuple(self.tuple()?)
             } else {
                 builtins::Arg::Expr(self.expr()?)

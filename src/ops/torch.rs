@@ -297,6 +297,10 @@ impl Renderer<'_> {
             Op::Transpose { a, b } => format!("torch.transpose({x}, {a}, {b})"),
             Op::Unsqueeze { axis } => format!("torch.unsqueeze({x}, {axis})"),
             Op::Squeeze { axis } => format!("torch.squeeze({x}, {axis})"),
+            Op::Flip { axis } => format!("torch.flip({x}, ({axis},))"),
+            Op::Reshape { ref shape } => {
+                format!("torch.reshape({x}, {})", super::ast::shape_tuple(shape))
+            }
             Op::Triangle { upper, diagonal } => {
                 format!("torch.{}({x}, {diagonal})", if upper { "triu" } else { "tril" })
             }

@@ -188,8 +188,13 @@ impl Renderer<'_> {
                     | Op::LogSoftmax { axis: a }
                     | Op::Cumsum { axis: a }
                     | Op::Cumprod { axis: a }
-                    | Op::Squeeze { axis: a } => axis(a).to_string(),
+                    | Op::Squeeze { axis: a }
+                    | Op::Flip { axis: a } => axis(a).to_string(),
                     Op::Triangle { upper, diagonal } => format!("{upper},{diagonal}"),
+                    Op::Reshape { ref shape } => {
+                        let dims: Vec<String> = shape.iter().map(Dim::to_string).collect();
+                        dims.join(",")
+                    }
                     // An axis of the result, one rank more.
                     Op::Unsqueeze { axis: a } => normalize_axis(a, rank + 1)
                         .map_or(a, |v| v as i64)

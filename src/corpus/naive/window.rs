@@ -11,7 +11,7 @@
 //! kernel as size parameters, so the loops read like the definition.
 
 use super::{dim, paren, product, product_or_one, tree_fn, Ctx, Generated};
-use crate::corpus::scalar::{float_lit, long_product, Render};
+use crate::corpus::scalar::{float_lit, long_product};
 use crate::ops::ast::{Dim, Expr, NormSets, Op, ReduceKind};
 
 /// True for the operations this writer takes: convolutions, poolings and norms over channels.
@@ -124,7 +124,7 @@ impl Ctx<'_> {
         let out = self.out_shape().to_vec();
         let spatial: Vec<String> = x_shape[2..].iter().map(dim).collect();
         let c_in = dim(&x_shape[1]);
-        let mut pre = Render::new(&self.shapes, &self.consts, &self.loads, x_shape, "xi");
+        let mut pre = self.render(x_shape, "xi");
         let v = pre.scalar(x_e)?;
         let plain = |d: usize, stride: &[usize], padding: &[usize], dilation: &[usize]| {
             format!(
@@ -308,7 +308,7 @@ impl Ctx<'_> {
             }
             _ => return None,
         };
-        let mut post = Render::new(&self.shapes, &self.consts, &self.loads, &out, "i");
+        let mut post = self.render(&out, "i");
         post.inherit_helpers(&pre);
         post.row_value = Some((call.clone(), "t".into()));
         let value = self.st(&post.scalar(e)?);
@@ -416,9 +416,9 @@ impl Ctx<'_> {
                 )
             }
         };
-        let mut pre = Render::new(&self.shapes, &self.consts, &self.loads, &out, "idx");
+        let mut pre = self.render(&out, "idx");
         let v = pre.scalar(x_e)?;
-        let mut post = Render::new(&self.shapes, &self.consts, &self.loads, &out, "idx");
+        let mut post = self.render(&out, "idx");
         post.inherit_helpers(&pre);
         post.row_value = Some((call.clone(), "t".into()));
         let value = self.st(&post.scalar(e)?);
