@@ -52,13 +52,15 @@ enum ChannelOp {
     Scale,
     GlobalAvgPool,
     Softmax,
+    /// A softmax over the flattened spatial axes of each channel (a reshape there and back).
+    SpatialSoftmax,
     /// A minimum, maximum or sum over the channels.
     Reduce,
 }
 
 impl ChannelOp {
     /// Every one with how often it is drawn.
-    const DRAWS: [(ChannelOp, f64); 9] = [
+    const DRAWS: [(ChannelOp, f64); 10] = [
         (ChannelOp::InstanceNorm, 1.0),
         (ChannelOp::BatchNorm, 1.0),
         (ChannelOp::GroupNorm, 1.5),
@@ -67,6 +69,7 @@ impl ChannelOp {
         (ChannelOp::Scale, 1.5),
         (ChannelOp::GlobalAvgPool, 0.8),
         (ChannelOp::Softmax, 0.6),
+        (ChannelOp::SpatialSoftmax, 0.4),
         (ChannelOp::Reduce, 0.8),
     ];
 
@@ -127,7 +130,8 @@ pub enum Family {
     Elementwise,
     /// A reduction along one axis between elementwise chains.
     Reduce,
-    /// A row operation (softmax, log_softmax, norms, cumsum, l2norm) between elementwise chains.
+    /// A row operation (softmax, log_softmax, norms, cumsum (also reversed: a flip each side),
+    /// l2norm) between elementwise chains.
     Row,
     /// A matrix product (plain, batched, transposed operand, matrix-vector) with an epilogue,
     /// sometimes a row operation after it or an operation on its left operand before it.
@@ -816,6 +820,16 @@ impl Drafter<'_> {
                 -(hi - lo) - 10.0,
                 0.0,
             ),
+            // A reversed cumulative sum (from the end of the axis) one time in four.
+            2 if self.chance(0.25) => Val::call(
+                format!(
+                    "flip(cumsum(flip({}, axis={axis}), axis={axis}), axis={axis})",
+                    v.text
+                ),
+                shape,
+                -64.0 * mag,
+                64.0 * mag,
+            ),
             2 => Val::call(
                 format!("cumsum({}{axis_text})", v.text),
                 shape,
@@ -1309,6 +1323,23 @@ impl Drafter<'_> {
                 same(format!("softmax({}, axis=1)", v.text), 0.0, 1.0, &v),
                 "softmax over channels".to_string(),
             ),
+            ChannelOp::SpatialSoftmax => {
+                let spatial: Vec<String> = v.shape[2..].iter().map(|e| paren_dim(e)).collect();
+                let flat = format!("({}, {}, {})", v.shape[0], v.shape[1], spatial.join("*"));
+                let back = format!("({})", v.shape.join(", "));
+                (
+                    same(
+                        format!(
+                            "reshape(softmax(reshape({}, {flat}), axis=2), {back})",
+                            v.text
+                        ),
+                        0.0,
+                        1.0,
+                        &v,
+                    ),
+                    "softmax over each channel's positions".to_string(),
+                )
+            }
             ChannelOp::Reduce => {
                 let (red, word) =
                     self.pick(&[("min", "minimum"), ("max", "maximum"), ("sum", "sum")]);

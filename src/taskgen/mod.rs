@@ -3,7 +3,8 @@
 //! more programs than anyone writes by hand (`kevin tasks generate`).
 //!
 //! Families ([`Family`]): elementwise chains with broadcasts; a reduction along any axis;
-//! a row operation (softmax, log_softmax, layer and RMS norm, l2norm, cumsum; logsumexp,
+//! a row operation (softmax, log_softmax, layer and RMS norm, l2norm, cumsum and reversed
+//! cumsum through `flip`; logsumexp,
 //! argmax and argmin as reductions); matrix products (plain, batched, with a shared or a
 //! transposed weight, matrix-vector) with epilogues, sometimes a row operation after them, and
 //! sometimes an operation on the left operand first (elementwise, or a row operation, so the
@@ -317,7 +318,9 @@ fn float_dtype(t: &Task) -> &'static str {
 }
 
 /// Operations of a program: calls and binary operations on tensors. A transpose feeding a
-/// matrix product is part of the product (a transposed operand, as cuBLAS and PyTorch take it).
+/// matrix product is part of the product (a transposed operand, as cuBLAS and PyTorch take it);
+/// a flip or a reshape is layout, no operation (a reversed cumulative sum is one, as
+/// KernelBench's level 1 counts it).
 pub fn op_count(p: &Program) -> usize {
     fn count(p: &Program, e: &Expr) -> usize {
         match e {
@@ -337,7 +340,10 @@ pub fn op_count(p: &Program) -> usize {
                 let tensor = infer_expr(p, e).is_ok_and(|t| t.dtype.is_some());
                 usize::from(tensor) + count(p, a) + count(p, b)
             }
-            Expr::Call { args, .. } => 1 + args.iter().map(|a| count(p, a)).sum::<usize>(),
+            Expr::Call { op, args } => {
+                let layout = matches!(op, Op::Flip { .. } | Op::Reshape { .. });
+                usize::from(!layout) + args.iter().map(|a| count(p, a)).sum::<usize>()
+            }
         }
     }
     p.stmts.iter().map(|s| count(p, &s.expr)).sum()
