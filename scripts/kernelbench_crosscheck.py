@@ -108,7 +108,9 @@ def check(path, d):
     torch.manual_seed(0)
     model = ns["Model"](*ns["get_init_inputs"]()).double()
     theirs = ns["get_inputs"]()
-    ins = {t["name"]: torch.tensor(t["data"], dtype=torch.float64).reshape(t["shape"]) for t in d["inputs"]}
+    # An i64 input (labels, indices) stays integers, as get_inputs() draws it.
+    dtype = lambda t: torch.int64 if t.get("dtype") == "i64" else torch.float64  # noqa: E731
+    ins = {t["name"]: torch.tensor(t["data"], dtype=dtype(t)).reshape(t["shape"]) for t in d["inputs"]}
     order = [t["name"] for t in d["inputs"]]
     # forward's tensors are kevin's first inputs, in order; numbers stay as get_inputs() gives them.
     args, k = [], 0

@@ -513,6 +513,42 @@ fn flips_and_reshapes_verify_on_the_cpu_backend() {
     every_program_gets_verified_kernels("flips", &programs);
 }
 
+/// Gathers by i64 indices (labels drawn below the classes): a cross-entropy loss (its
+/// log_softmax a stage of its own), along the last and a middle axis, in every float dtype;
+/// every form compiled and checked against its fp64 reference by the CPU backend.
+#[test]
+fn gathers_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let programs: [(Program, &str); 4] = [
+        (("cross_entropy", "input X: f32[B, 10]\ninput t: i64[B]\noutput Y: f32[]\nY = neg(mean(squeeze(gather(log_softmax(X, axis=1), unsqueeze(t, axis=1), axis=1), axis=1), axis=0))\n", &[("B", 37)]), "t"),
+        (("gather_cols_f16", "input X: f16[B, 10]\ninput I: i64[B, 3]\noutput Y: f16[B, 3]\nY = gather(X, I, axis=1) * 2.0\n", &[("B", 37)]), "I"),
+        (("gather_mid_bf16", "input H: bf16[B, 10, N]\ninput J: i64[B, 2, N]\noutput Y: bf16[B, 2, N]\nY = relu(gather(H, J, 1))\n", &[("B", 5), ("N", 41)]), "J"),
+        (("nll_none", "input X: f32[B, 10]\ninput t: i64[B, 1]\noutput Y: f32[B]\nY = squeeze(gather(X, t, axis=1), axis=1) - 1.0\n", &[("B", 37)]), "t"),
+    ];
+    let dir = std::env::temp_dir().join(format!("kevin-gathers-{}", std::process::id()));
+    let tasks = dir.join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
+    for ((name, program, sizes), index) in &programs {
+        task_file(&tasks, name, program, sizes);
+        let path = tasks.join(format!("{name}.toml"));
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(&format!(
+            "\n[inputs.{index}]\ndist = \"grid\"\nlo = 0.0\nstep = 1.0\ncount = 10\n"
+        ));
+        std::fs::write(&path, text).unwrap();
+    }
+    let (covered, stdout) = naive_kernels_verified(&tasks, &dir.join("gathers.jsonl"));
+    for ((name, _, _), _) in &programs {
+        assert!(
+            covered.contains(*name),
+            "{name} has no verified kernel\n{stdout}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Reductions of few outputs over long rows at the GPU preset (a loss over a whole tensor, a
 /// norm over all of it, a column minimum), which the naive writer also gives a split form: a
 /// grid of blocks per row into partials, then a block per output. The small sizes make rows of

@@ -478,6 +478,24 @@ KB_D void flip(const T* x, T* y, i64 n, i64 inner, i64 extent, i64 m_inner, i64 
                                          (unsigned long long)extent, 0, 0);
 }
 
+// gather along an axis: y[i] = x with i's coordinate a along the axis (`ka` long in the index,
+// `kx` in x, `inner` elements after it) replaced by idx[i]; NaN for an index outside 0 .. kx
+// (PyTorch stops at a device assertion). 128 threads of 4 elements, as PyTorch's gather kernel.
+template <class T>
+KB_D void gather(const T* __restrict__ x, const long long* __restrict__ idx, T* __restrict__ y, i64 n, i64 ka,
+                 i64 kx, i64 inner) {
+    for (i64 base = (i64)blockIdx.x * 512 + threadIdx.x; base < n; base += (i64)gridDim.x * 512) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            i64 i = base + k * 128;
+            if (i < n) {
+                i64 v = idx[i], o = i / (ka * inner), j = i % inner;
+                y[i] = (v >= 0 && v < kx) ? x[(o * kx + v) * inner + j] : (T)(0.0f * KB_INF);
+            }
+        }
+    }
+}
+
 template <class T>
 KB_D void strided_copy(const T* x, T* y, i64 n, const Strided& d) {
     if (n < 0x7fffffffll) strided_copy_loop<T, unsigned>(x, y, (unsigned)n, d);
@@ -1459,6 +1477,13 @@ KB_EACH(KB_REDUCE_INDEX, argmin, RArgmin)
     }
 KB_EACH(KB_LANES, softmax, LSoftmax)
 KB_EACH(KB_LANES, log_softmax, LLogSoftmax)
+
+#define KB_GATHER(dt, T, unused)                                                                          \
+    extern "C" __global__ void gather_##dt(const T* x, const long long* idx, T* y, i64 n, i64 ka, i64 kx,    \
+                                           i64 inner) {                                                   \
+        kb::gather<T>(x, idx, y, n, ka, kx, inner);                                                       \
+    }
+KB_EACH(KB_GATHER, 0)
 
 #define KB_SCAN(dt, T, name, PROD)                                                                        \
     extern "C" __global__ void name##_rows_##dt(const T* x, T* y, i64 rows, i64 n) {                      \

@@ -139,6 +139,7 @@ pub fn kernel_names() -> Vec<String> {
         out.push(format!("chan_norm_{d}"));
         out.push(format!("rms_norm_{d}"));
         out.push(format!("gemm_{d}"));
+        out.push(format!("gather_{d}"));
     }
     for from in FLOATS.map(Dtype::name) {
         for to in FLOATS.map(Dtype::name) {
@@ -334,6 +335,37 @@ pub(super) fn flip(
     ];
     let name = format!("copy_flip_b{}", elem_bytes * 8);
     kernel(name, grid, [STRIDED_THREADS, 1, 1], args)
+}
+
+/// `gather` of `x` by the i64 `idx` into `y` (`n` elements, the index's): along an axis `ka`
+/// long in the index and `kx` in `x`, with `inner` elements after it; as PyTorch's gather
+/// kernel launches, 128 threads of 4 elements.
+pub(super) fn gather(
+    e: Elem,
+    [x, idx, y]: [usize; 3],
+    n: usize,
+    [ka, kx, inner]: [usize; 3],
+) -> Step {
+    let args = vec![
+        StepArg::Buffer(x),
+        StepArg::Buffer(idx),
+        StepArg::Buffer(y),
+        n64(n),
+        n64(ka),
+        n64(kx),
+        n64(inner),
+    ];
+    let grid = [
+        blocks(n as u64, 4 * STRIDED_THREADS as u64, i32::MAX as u64),
+        1,
+        1,
+    ];
+    kernel(
+        format!("gather_{}", e.name()),
+        grid,
+        [STRIDED_THREADS, 1, 1],
+        args,
+    )
 }
 
 /// `triu` (`upper`) or `tril` of the `rows x cols` matrices of `x` into `y`: zero bits where the

@@ -589,6 +589,17 @@ impl Lowerer<'_> {
                 ));
                 Ok(y)
             }
+            Op::Gather { axis } => {
+                let at = self.axis(&x, axis)?;
+                let idx = self.tensor(&args[1])?;
+                let y = self.alloc(dest, x.dtype, &idx.shape);
+                let inner = idx.shape[at + 1..].iter().product();
+                let dims = [idx.shape[at], x.shape[at], inner];
+                let bufs = [x.buf, idx.buf, y.buf];
+                let step = launch::gather(self.elem(x.dtype), bufs, idx.numel(), dims);
+                self.steps.push(step);
+                Ok(y)
+            }
             Op::Flip { axis } => {
                 let at = normalize_axis(axis, x.shape.len())
                     .ok_or_else(|| self.err(format!("flip axis {axis} out of range")))?;

@@ -604,9 +604,8 @@ impl<'a> Ctx<'a> {
             return None;
         }
         let out = &p.outputs[0];
-        if p.inputs.iter().any(|d| d.ty.dtype == Dtype::I64) {
-            return None;
-        }
+        // An i64 input can only be an index (the type rules let it into views and gathers
+        // alone): read as it is (`long long`, no conversion).
         // A size computed from others (`(H + 1) // 2`, a strided convolution's output) is a
         // size parameter of its own in the kernels, `kevin_d0`, ...; the launch lines pass the
         // expression (see `computed_sizes`).

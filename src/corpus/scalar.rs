@@ -262,6 +262,41 @@ impl<'c> Render<'c> {
         v
     }
 
+    /// `gather(x, index, axis)` of a tensor `x`: `x` read where the flat index's coordinate
+    /// along the axis is the index's element there (an i64, read as it is).
+    fn gather(&mut self, g: &Expr, args: &[Expr], axis: i64) -> Option<String> {
+        let [Expr::Var(x), index] = args else {
+            return None;
+        };
+        let (gs, xs) = (self.shape_of(g)?, self.shapes.get(x)?.clone());
+        if squeezed(&gs) != squeezed(&self.shape) {
+            return None;
+        }
+        let at = crate::ops::normalize_axis(axis, gs.len())?;
+        let shape = std::mem::replace(&mut self.shape, gs);
+        let v = self.scalar(index).map(|v| {
+            let (i, ka, kx) = (&self.index, &self.shape[at], &xs[at]);
+            let inner = &self.shape[at + 1..];
+            let outer = match (inner.is_empty(), *ka == Dim::Lit(1)) {
+                (true, true) => i.to_string(),
+                (true, false) => format!("({i} / {ka})"),
+                (false, _) => format!("({i} / ({} * {ka}))", long_product(inner)),
+            };
+            if inner.is_empty() {
+                format!("{outer} * {kx} + {v}")
+            } else {
+                let n = long_product(inner);
+                format!("({outer} * {kx} + {v}) * {n} + {i} % ({n})")
+            }
+        });
+        self.shape = shape;
+        let at = v?;
+        Some(match self.loads.get(x).copied().unwrap_or("") {
+            "" => format!("{x}[{at}]"),
+            f => format!("{f}({x}[{at}])"),
+        })
+    }
+
     /// `triu(x)` / `tril(x)`: `x` where the column of the element in its matrix minus its row
     /// is at least (at most) `diagonal`, else 0. Row and column are the iteration's coordinates
     /// along the matrix's two axes (0 along an axis of extent 1 that broadcasts).
@@ -361,6 +396,10 @@ impl<'c> Render<'c> {
                     BinOp::MatMul => return None,
                 }
             }
+            Expr::Call {
+                op: Op::Gather { axis },
+                args,
+            } => return self.gather(e, args, *axis),
             Expr::Call { op, args } => {
                 let [x] = args.as_slice() else {
                     return None;

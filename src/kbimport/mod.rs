@@ -347,7 +347,30 @@ fn refuse<T>(line: usize, reason: impl Into<String>) -> Result<T, Refusal> {
 
 /// The layer classes of `torch.nn` that apply a function without parameters: the functional
 /// name and the names of their positional arguments.
-const FUNC_LAYERS: [(&str, &str, &[&str]); 22] = [
+const FUNC_LAYERS: [(&str, &str, &[&str]); 24] = [
+    (
+        "CrossEntropyLoss",
+        "cross_entropy",
+        &[
+            "weight",
+            "size_average",
+            "ignore_index",
+            "reduce",
+            "reduction",
+            "label_smoothing",
+        ],
+    ),
+    (
+        "NLLLoss",
+        "nll_loss",
+        &[
+            "weight",
+            "size_average",
+            "ignore_index",
+            "reduce",
+            "reduction",
+        ],
+    ),
     (
         "MSELoss",
         "mse_loss",
@@ -415,8 +438,11 @@ const UNARY: [&str; 14] = [
 ];
 
 /// The other functions and methods [`Importer::function`] translates (on a tensor).
-const KNOWN: [&str; 64] = [
+const KNOWN: [&str; 67] = [
     "identity",
+    "cross_entropy",
+    "nll_loss",
+    "gather",
     "flip",
     "flatten",
     "reshape",
@@ -495,6 +521,8 @@ struct Importer {
     doc: Option<String>,
     /// The program: inputs (name, dims, distribution) and statements.
     inputs: Vec<(String, Vec<Dim>, InputDist)>,
+    /// Inputs drawn as integers (`torch.randint` left as it is): i64, indices alone.
+    int_inputs: BTreeSet<String>,
     stmts: Vec<String>,
     /// Values of the size symbols (the file's sizes).
     sizes: Sizes,
@@ -751,11 +779,14 @@ impl Importer {
     fn parameter(&mut self, name: &str, d: Draw) -> Tensor {
         let name = self.fresh_input(name);
         self.inputs.push((name.clone(), d.dims.clone(), d.dist));
+        if d.int {
+            self.int_inputs.insert(name.clone());
+        }
         Tensor {
             text: name,
             prec: ATOM,
             shape: d.dims,
-            int: false,
+            int: d.int,
         }
     }
 
@@ -1013,7 +1044,21 @@ impl Importer {
                 ),
             ),
         };
-        let each = if name == "triplet_margin_loss" {
+        let each = if name == "cross_entropy" || name == "nll_loss" {
+            let target = match tensor_arg(1, "target")? {
+                Val::Tensor(t) => t,
+                _ => unreachable!("tensor_arg gives tensors"),
+            };
+            self.class_loss(
+                name,
+                x,
+                target,
+                key("weight"),
+                num("ignore_index", -100.0)?,
+                num("label_smoothing", 0.0)?,
+                line,
+            )?
+        } else if name == "triplet_margin_loss" {
             if num("p", 2.0)? != 2.0 || matches!(key("swap"), Some(Val::Bool(true))) {
                 return refuse(line, "`triplet_margin_loss` other than p=2 without swap");
             }
@@ -1096,6 +1141,89 @@ impl Importer {
         let each = self.operand(&each, line)?;
         let kind = if reduction == "sum" { "sum" } else { "mean" };
         self.reduce(kind, each, None, false, line)
+    }
+
+    /// `cross_entropy` (`log_softmax` first) or `nll_loss` of `x: [batch, classes]` and i64
+    /// labels `[batch]`, per sample: `-x[i, target[i]]` as a gather. The classes are pinned to
+    /// the file's number (a pass that pins them runs again), so that every preset draws the
+    /// labels below it; labels drawn outside `0 .. classes` are refused.
+    #[allow(clippy::too_many_arguments)]
+    fn class_loss(
+        &mut self,
+        name: &str,
+        x: Tensor,
+        target: Tensor,
+        weight: Option<Val>,
+        ignore_index: f64,
+        smoothing: f64,
+        line: usize,
+    ) -> Result<Val, Refusal> {
+        if !matches!(weight, None | Some(Val::None)) || smoothing != 0.0 {
+            return refuse(
+                line,
+                format!("`{name}` with class weights or label smoothing"),
+            );
+        }
+        if x.shape.len() != 2 || target.shape.len() != 1 || !target.int {
+            return refuse(
+                line,
+                format!(
+                    "`{name}` of {} by {} (kevin takes [batch, classes] scores and i64 labels [batch])",
+                    show(&x.shape),
+                    show(&target.shape)
+                ),
+            );
+        }
+        let classes = match &x.shape[1] {
+            Dim::Lit(n) => *n,
+            Dim::Sym(s) if !self.pinned.contains(s) => {
+                self.pinned.insert(s.clone());
+                return refuse(
+                    line,
+                    format!("the classes `{s}` are pinned (labels are drawn below them)"),
+                );
+            }
+            d => return refuse(line, format!("`{name}` over {d} classes")),
+        };
+        let drawn = self
+            .inputs
+            .iter()
+            .find(|(n, _, _)| *n == target.text)
+            .map(|(_, _, d)| *d);
+        let in_range = match drawn {
+            Some(InputDist::Grid { lo, step, count }) => {
+                let hi = lo + step * f64::from(count.max(1) - 1);
+                lo.min(hi) >= 0.0 && lo.max(hi) < classes as f64 && ignore_index < 0.0
+            }
+            _ => false,
+        };
+        if !in_range {
+            return refuse(
+                line,
+                format!("`{name}`'s labels are not drawn in 0 .. {classes} (or an ignore_index is among them)"),
+            );
+        }
+        let scores = if name == "cross_entropy" {
+            self.named(
+                "logp",
+                Tensor {
+                    text: format!("log_softmax({}, axis=1)", x.text),
+                    prec: ATOM,
+                    ..x
+                },
+            )
+        } else {
+            self.named("logp", x)
+        };
+        Ok(Val::Tensor(Tensor {
+            text: format!(
+                "neg(squeeze(gather({}, unsqueeze({}, axis=1), axis=1), axis=1))",
+                scores.text, target.text
+            ),
+            prec: ATOM,
+            shape: target.shape,
+            int: false,
+        }))
     }
 
     /// A grouped convolution's input and output channels (`Val::Int`s) are pinned to the file's
@@ -1368,6 +1496,12 @@ impl Importer {
             return refuse(
                 line,
                 "arithmetic on integers drawn by torch.randint (convert them with .float() first)",
+            );
+        }
+        if matches!((&a, &b), (Val::Tensor(t), _) | (_, Val::Tensor(t)) if t.int) {
+            return refuse(
+                line,
+                format!("`{op}` on integers (a torch.randint input or an argmax): kevin's i64 tensors are indices only"),
             );
         }
         let affine = match (&a, &b) {
@@ -2309,6 +2443,29 @@ impl Importer {
             return self.einsum(pos, line);
         }
         let x = match pos.first() {
+            // Integers (labels, an argmax) go through views and gathers alone.
+            Some(Val::Tensor(t)) if t.int => {
+                const INDEX_OPS: [&str; 11] = [
+                    "unsqueeze",
+                    "squeeze",
+                    "view",
+                    "reshape",
+                    "flatten",
+                    "flip",
+                    "contiguous",
+                    "clone",
+                    "detach",
+                    "size",
+                    "long",
+                ];
+                if !INDEX_OPS.contains(&name) {
+                    return refuse(
+                        line,
+                        format!("`{name}` of integers (a torch.randint input or an argmax): kevin's i64 tensors are indices only"),
+                    );
+                }
+                Some(t.clone())
+            }
             Some(v @ Val::Tensor(_)) => self.operand(v, line).ok(),
             _ => None,
         };
@@ -2354,6 +2511,7 @@ impl Importer {
         let keepdim = matches!(get(2, "keepdim"), Some(Val::Bool(true)));
         Ok(match name {
             "identity" | "contiguous" | "float" | "clone" | "detach" => Val::Tensor(x),
+            "long" if x.int => Val::Tensor(x),
             "size" => {
                 let dims = self.shape_vals(&x);
                 match get(1, "dim") {
@@ -2531,7 +2689,13 @@ impl Importer {
                 let v = self.operand(&v, line)?;
                 return self.matmul(probs, v, line);
             }
-            "mse_loss" | "l1_loss" | "smooth_l1_loss" | "huber_loss" | "triplet_margin_loss" => {
+            "mse_loss"
+            | "l1_loss"
+            | "smooth_l1_loss"
+            | "huber_loss"
+            | "triplet_margin_loss"
+            | "cross_entropy"
+            | "nll_loss" => {
                 return self.loss(name, x, &pos, &kw, line);
             }
             "normalize" => {
@@ -2967,7 +3131,29 @@ impl Importer {
                 }
                 same(text)
             }
-            "diag" | "where" | "gather" | "masked_fill" | "cat" | "stack" | "split" | "chunk" => {
+            "gather" => {
+                // torch.gather(x, dim, index), x.gather(dim, index).
+                let (Some(Val::Int(d, _)), Some(Val::Tensor(index))) =
+                    (get(1, "dim"), get(2, "index"))
+                else {
+                    return refuse(line, "`gather` without an integer dim and an index tensor");
+                };
+                if !index.int {
+                    return refuse(line, "`gather` by an index that is no integer tensor");
+                }
+                let r = x.shape.len() as i64;
+                let at = if d < 0 { d + r } else { d };
+                if !(0..r).contains(&at) {
+                    return refuse(line, format!("`gather({d})` of a tensor of rank {r}"));
+                }
+                Val::Tensor(Tensor {
+                    text: format!("gather({}, {}, axis={at})", x.text, index.text),
+                    prec: ATOM,
+                    shape: index.shape,
+                    int: false,
+                })
+            }
+            "diag" | "where" | "masked_fill" | "cat" | "stack" | "split" | "chunk" => {
                 return refuse(
                     line,
                     format!("`torch.{name}` is not in kevin's op language yet"),
@@ -3055,13 +3241,8 @@ impl Importer {
         let mut tensors = Vec::new();
         for (i, d) in draws.into_iter().enumerate() {
             match d {
-                Val::Draw(Draw { int: true, .. }) => {
-                    return refuse(
-                        line,
-                        format!("input {i} of get_inputs() is integers (torch.randint): kevin's inputs are floats"),
-                    )
-                }
-                // A number passed to forward is a constant of the task.
+                // A number passed to forward is a constant of the task; integers drawn by
+                // torch.randint an i64 input (an index: labels, gather positions).
                 Val::Draw(_) | Val::Int(..) | Val::Float(_) => tensors.push(d),
                 d => {
                     return refuse(
@@ -3189,7 +3370,12 @@ impl Importer {
         });
         let mut program = String::new();
         for (n, dims, _) in &self.inputs {
-            let _ = writeln!(program, "input {n}: f32[{}]", join_dims(dims));
+            let dtype = if self.int_inputs.contains(n) {
+                "i64"
+            } else {
+                "f32"
+            };
+            let _ = writeln!(program, "input {n}: {dtype}[{}]", join_dims(dims));
         }
         let dtype = if out.int { "i64" } else { "f32" };
         let _ = writeln!(program, "output {y}: {dtype}[{}]", join_dims(&out.shape));

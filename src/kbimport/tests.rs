@@ -895,6 +895,76 @@ fn flips_import_an_axis_at_a_time() {
 }
 
 #[test]
+fn cross_entropy_takes_integer_labels_through_a_gather() {
+    let consts = "batch = 64\nclasses = 10";
+    let src = |ret: &str, labels: &str| {
+        drawn(
+            ret,
+            &format!("    return [torch.rand(batch, classes), {labels}]"),
+            consts,
+        )
+    };
+    let t = imported(
+        "level1/95_CrossEntropyLoss.py",
+        &src(
+            "torch.nn.functional.cross_entropy(A, B)",
+            "torch.randint(0, classes, (batch,))",
+        ),
+    );
+    // The classes are the file's number in every preset, so the labels stay below them.
+    assert_eq!(t.program.inputs[0].ty.to_string(), "f32[batch, 10]");
+    assert_eq!(t.program.inputs[1].ty.to_string(), "i64[batch]");
+    assert_eq!(
+        body(&t),
+        "logp1 = log_softmax(A, axis=1)\n\
+         Y = mean(neg(squeeze(gather(logp1, unsqueeze(B, axis=1), axis=1), axis=1)), axis=0)"
+    );
+    assert_eq!(
+        t.inputs[1],
+        InputDist::Grid {
+            lo: 0.0,
+            step: 1.0,
+            count: 10
+        }
+    );
+    // nll_loss summed, and torch.gather itself.
+    let t = imported(
+        "level1/x.py",
+        &src(
+            "F.nll_loss(A, B, reduction='sum')",
+            "torch.randint(0, classes, (batch,))",
+        )
+        .replace(
+            "import torch.nn as nn",
+            "import torch.nn as nn\nimport torch.nn.functional as F",
+        ),
+    );
+    assert_eq!(
+        body(&t),
+        "Y = sum(neg(squeeze(gather(A, unsqueeze(B, axis=1), axis=1), axis=1)), axis=0)"
+    );
+    let t = imported(
+        "level1/x.py",
+        &src(
+            "torch.gather(A, 1, B) * 2.0",
+            "torch.randint(0, classes, (batch, 3))",
+        ),
+    );
+    assert_eq!(body(&t), "Y = gather(A, B, axis=1) * 2.0");
+    // Labels that can reach past the classes, and integers used as numbers, are refused.
+    let r = refused(&src(
+        "torch.nn.functional.cross_entropy(A, B)",
+        "torch.randint(0, 2 * classes, (batch,))",
+    ));
+    assert!(r.reason.contains("labels are not drawn in 0 .. 10"), "{r}");
+    let r = refused(&src(
+        "A * B.unsqueeze(1)",
+        "torch.randint(0, classes, (batch,))",
+    ));
+    assert!(r.reason.contains("i64 tensors are indices only"), "{r}");
+}
+
+#[test]
 fn a_view_that_only_adds_or_removes_unit_dims_imports_as_squeezes_and_unsqueezes() {
     let consts = "N = 64\nM = 32";
     // A per-column vector viewed as a row, as KernelBench broadcasts a parameter over channels.
@@ -1051,7 +1121,10 @@ fn integer_draws_become_grids_and_a_random_factor_a_scaled_uniform() {
         "    return [torch.rand(batch, n), torch.randint(0, 10, (batch, n))]",
         consts,
     ));
-    assert!(r.reason.contains("is integers (torch.randint)"), "{r}");
+    assert!(
+        r.reason.contains("on integers (a torch.randint input"),
+        "{r}"
+    );
     let r = refused(&drawn(
         "A + B",
         "    return [torch.rand(batch, n), torch.randint(0, 10, (batch, n)) * 2]",

@@ -488,6 +488,14 @@ pub enum Op {
         /// The new shape.
         shape: Vec<Dim>,
     },
+    /// `gather(x, index, axis)`: PyTorch's `torch.gather(x, axis, index)`. The result has the
+    /// shape of the i64 `index`, whose other dims are those of `x`; element `[.., j, ..]` is
+    /// `x[.., index[.., j, ..], ..]` along `axis` (an index outside `0 .. x.shape[axis]` is an
+    /// error).
+    Gather {
+        /// Axis the indices pick along.
+        axis: i64,
+    },
     /// `flip(x, axis)`: the elements in reverse order along `axis` (PyTorch's `flip(x, [axis])`).
     Flip {
         /// Axis reversed.

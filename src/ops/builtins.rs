@@ -160,6 +160,7 @@ fn signature(name: &str) -> Option<Vec<P>> {
         "unsqueeze" | "squeeze" | "flip" => vec![T("x"), I("axis", None)],
         "triu" | "tril" => vec![T("x"), I("diagonal", Some(0))],
         "reshape" => vec![T("x"), Shape("shape")],
+        "gather" => vec![T("x"), T("index"), I("axis", None)],
         _ => return None,
     })
 }
@@ -524,6 +525,7 @@ fn build(name: &str, vals: Vec<V>) -> Expr {
         "squeeze" => Op::Squeeze { axis: n(0) },
         "flip" => Op::Flip { axis: n(0) },
         "reshape" => Op::Reshape { shape },
+        "gather" => Op::Gather { axis: n(0) },
         "triu" | "tril" => Op::Triangle {
             upper: name == "triu",
             diagonal: n(0),

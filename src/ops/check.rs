@@ -61,6 +61,7 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::Squeeze { .. } => "squeeze",
         Op::Flip { .. } => "flip",
         Op::Reshape { .. } => "reshape",
+        Op::Gather { .. } => "gather",
         Op::Triangle { upper: true, .. } => "triu",
         Op::Triangle { .. } => "tril",
         Op::ChannelNorm { sets, .. } => match sets {
@@ -327,7 +328,7 @@ pub fn infer_expr(program: &Program, expr: &Expr) -> Result<ExprType, String> {
             Err(format!("unknown name `{n}`"))
         }
     };
-    infer(expr, &lookup)
+    infer(expr, &lookup, false)
 }
 
 /// The shape of `expr` over names that need not be a program's: `shape_of` gives each tensor's
@@ -349,7 +350,7 @@ pub fn expr_shape(
             },
         })
     };
-    infer(expr, &lookup).map(|t| t.shape)
+    infer(expr, &lookup, true).map(|t| t.shape)
 }
 
 fn join_dtype(a: Option<Dtype>, b: Option<Dtype>, what: &str) -> Result<Option<Dtype>, String> {
@@ -395,7 +396,13 @@ fn float_tensor(t: &ExprType, what: &str) -> Result<(), String> {
     }
 }
 
-fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<ExprType, String> {
+/// The type of `e`. `shapes_only`: every name's dtype is a stand-in (f32), so rules on dtypes
+/// that the shapes do not need (a gather's i64 index) are not checked.
+fn infer(
+    e: &Expr,
+    lookup: &dyn Fn(&str) -> Result<ExprType, String>,
+    shapes_only: bool,
+) -> Result<ExprType, String> {
     match e {
         Expr::Num(_) => Ok(ExprType {
             dtype: None,
@@ -403,7 +410,7 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
         }),
         Expr::Var(n) => lookup(n),
         Expr::Neg(inner) => {
-            let t = infer(inner, lookup)?;
+            let t = infer(inner, lookup, shapes_only)?;
             if t.dtype == Some(Dtype::I64) {
                 return Err(format!(
                     "unary minus needs a floating-point operand, got {}",
@@ -413,7 +420,10 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
             Ok(t)
         }
         Expr::Binary(BinOp::MatMul, a, b) => {
-            let (ta, tb) = (infer(a, lookup)?, infer(b, lookup)?);
+            let (ta, tb) = (
+                infer(a, lookup, shapes_only)?,
+                infer(b, lookup, shapes_only)?,
+            );
             float_tensor(&ta, "@")?;
             float_tensor(&tb, "@")?;
             let dtype = join_dtype(ta.dtype, tb.dtype, "@")?;
@@ -429,7 +439,10 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
             Ok(ExprType { dtype, shape })
         }
         Expr::Binary(op, a, b) => {
-            let (ta, tb) = (infer(a, lookup)?, infer(b, lookup)?);
+            let (ta, tb) = (
+                infer(a, lookup, shapes_only)?,
+                infer(b, lookup, shapes_only)?,
+            );
             let what = match op {
                 BinOp::Add => "+",
                 BinOp::Sub => "-",
@@ -450,7 +463,7 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
             let name = op_name(op);
             let mut types = Vec::with_capacity(args.len());
             for a in args {
-                types.push(infer(a, lookup)?);
+                types.push(infer(a, lookup, shapes_only)?);
             }
             let Some(x) = types.first().cloned() else {
                 return Err(format!("`{name}` has no operand"));
@@ -464,7 +477,14 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                 }
                 return Ok(x);
             }
-            float_tensor(&x, name)?;
+            // Views keep any element type (an i64 index unsqueezed for a gather).
+            let view = matches!(
+                op,
+                Op::Unsqueeze { .. } | Op::Squeeze { .. } | Op::Reshape { .. }
+            );
+            if !view {
+                float_tensor(&x, name)?;
+            }
             let axis_of = |axis: i64| {
                 normalize_axis(axis, x.shape.len()).ok_or_else(|| {
                     format!(
@@ -544,6 +564,25 @@ fn infer(e: &Expr, lookup: &dyn Fn(&str) -> Result<ExprType, String>) -> Result<
                     Ok(ExprType {
                         dtype: x.dtype,
                         shape,
+                    })
+                }
+                Op::Gather { axis } => {
+                    let at = axis_of(*axis)?;
+                    let index = &types[1];
+                    let ok = (shapes_only || index.dtype == Some(Dtype::I64))
+                        && index.shape.len() == x.shape.len()
+                        && (0..x.shape.len()).all(|d| d == at || index.shape[d] == x.shape[d]);
+                    if !ok {
+                        return Err(format!(
+                            "`gather` along axis {axis} of {} needs an i64 index of the same rank \
+                             and the same dims but that one, got {}",
+                            x.describe(),
+                            index.describe()
+                        ));
+                    }
+                    Ok(ExprType {
+                        dtype: x.dtype,
+                        shape: index.shape.clone(),
                     })
                 }
                 Op::Reshape { shape } => {
@@ -707,7 +746,7 @@ pub fn check(program: &mut Program) -> Result<(), CheckError> {
                 Err(format!("unknown name `{n}`"))
             }
         };
-        let t = infer(&s.expr, &lookup).map_err(err)?;
+        let t = infer(&s.expr, &lookup, false).map_err(err)?;
         collect_vars(&s.expr, &mut used);
         let Some(dtype) = t.dtype else {
             return Err(err(

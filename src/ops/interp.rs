@@ -282,6 +282,26 @@ fn eval_node(
                     }
                     x.shape = shape;
                 }
+                Op::Gather { axis: a } => {
+                    let at = axis(&x, a)?;
+                    let index = it.next().ok_or("gather without an index")?;
+                    let inner: usize = index.shape[at + 1..].iter().product();
+                    let (ka, kx) = (index.shape[at], x.shape[at]);
+                    let mut data = Vec::with_capacity(index.data.len());
+                    for (i, &v) in index.data.iter().enumerate() {
+                        if !(v >= 0.0 && v < kx as f64) {
+                            return Err(format!(
+                                "gather index {v} at element {i} is outside 0 .. {kx}"
+                            ));
+                        }
+                        let (outer, j) = (i / (ka * inner), i % inner);
+                        data.push(x.data[(outer * kx + v as usize) * inner + j]);
+                    }
+                    x = Tensor {
+                        shape: index.shape,
+                        data,
+                    };
+                }
                 Op::Flip { axis: a } => {
                     let at = axis(&x, a)?;
                     let inner: usize = x.shape[at + 1..].iter().product();

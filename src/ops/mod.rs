@@ -55,7 +55,11 @@
 //!   `transpose(x, a=-2, b=-1)`; `unsqueeze(x, axis)` and `squeeze(x, axis)` (an axis of extent 1;
 //!   the elements unchanged); `triu(x, diagonal=0)`, `tril(x, diagonal=0)` (zeros below / above
 //!   the diagonal of every matrix of the last two axes); `flip(x, axis)` (the elements in
-//!   reverse order along `axis`);
+//!   reverse order along `axis`); `reshape(x, (d0, d1, ...))` (dims are size expressions, as
+//!   many elements: the same elements in order); `gather(x, index, axis)` (PyTorch's
+//!   `torch.gather`: an i64 `index` of x's rank and dims but along `axis`; an i64 tensor is an
+//!   input or an argmax, and goes only into views (`unsqueeze`, `squeeze`, `reshape`), gathers
+//!   and outputs);
 //! - windowed over `x: [N, C, *spatial]` (1 to 3 spatial axes; a per-axis parameter is one
 //!   integer or a tuple of one per axis): `conv1d/conv2d/conv3d(x, weight, bias?, stride=1,
 //!   padding=0, dilation=1, groups=1)` with `weight: [F, C/groups, *kernel]`,

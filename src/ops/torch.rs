@@ -298,6 +298,7 @@ impl Renderer<'_> {
             Op::Unsqueeze { axis } => format!("torch.unsqueeze({x}, {axis})"),
             Op::Squeeze { axis } => format!("torch.squeeze({x}, {axis})"),
             Op::Flip { axis } => format!("torch.flip({x}, ({axis},))"),
+            Op::Gather { axis } => format!("torch.gather({x}, {axis}, {})", rest[0]),
             Op::Reshape { ref shape } => {
                 format!("torch.reshape({x}, {})", super::ast::shape_tuple(shape))
             }

@@ -189,7 +189,8 @@ impl Renderer<'_> {
                     | Op::Cumsum { axis: a }
                     | Op::Cumprod { axis: a }
                     | Op::Squeeze { axis: a }
-                    | Op::Flip { axis: a } => axis(a).to_string(),
+                    | Op::Flip { axis: a }
+                    | Op::Gather { axis: a } => axis(a).to_string(),
                     Op::Triangle { upper, diagonal } => format!("{upper},{diagonal}"),
                     Op::Reshape { ref shape } => {
                         let dims: Vec<String> = shape.iter().map(Dim::to_string).collect();

@@ -168,6 +168,12 @@ impl InputDist {
             InputDist::Positive { min, std } => {
                 Some(format!("{}.abs() * {std:?} + {min:?}", r("randn")))
             }
+            // Integers (labels, indices) stay integers: no float step or offset.
+            InputDist::Grid { lo, step, count } if dtype == "torch.int64" => Some(format!(
+                "torch.randint(0, {count}, ({dims},)) * {} + {}",
+                step.round() as i64,
+                lo.round() as i64
+            )),
             InputDist::Grid { lo, step, count } => Some(format!(
                 "torch.randint(0, {count}, ({dims},)).to({dtype}) * {step:?} + {lo:?}"
             )),

@@ -335,6 +335,20 @@ fn a_constant_input_renders_as_torch_full() {
         d.torch_expr("N", "torch.float16").as_deref(),
         Some("torch.full((N,), 1.0, dtype=torch.float16)")
     );
+    // Labels of an i64 input stay integers; a float grid is scaled as floats.
+    let labels = InputDist::Grid {
+        lo: 0.0,
+        step: 1.0,
+        count: 10,
+    };
+    assert_eq!(
+        labels.torch_expr("N", "torch.int64").as_deref(),
+        Some("torch.randint(0, 10, (N,)) * 1 + 0")
+    );
+    assert_eq!(
+        labels.torch_expr("N", "torch.float32").as_deref(),
+        Some("torch.randint(0, 10, (N,)).to(torch.float32) * 1.0 + 0.0")
+    );
 }
 
 /// The candidate's scratch allowance follows what PyTorch eager allocates between the program's
