@@ -450,23 +450,27 @@ KB_D I div_by(I n, I d, i64 m) {
     return n / d;
 }
 
+// f(i) for every i < n, as PyTorch's index kernels (flip, gather) launch: 128 threads, each
+// 4 elements 128 apart, a block 512 elements.
+template <class I, class F>
+KB_D void each_4x128(I n, F f) {
+    for (I base = (I)blockIdx.x * 512 + threadIdx.x; base < n; base += (I)gridDim.x * 512) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (base + k * 128 < n) f(base + k * 128);
+    }
+}
+
 // flip: y[i] = x at i with its coordinate a along the axis (`extent` long, `inner` elements
-// after it) replaced by extent - 1 - a; as PyTorch's flip kernel copies, 128 threads of 4
-// elements each.
+// after it) replaced by extent - 1 - a.
 template <class T, class I>
 KB_D void flip_loop(const T* __restrict__ x, T* __restrict__ y, I n, I inner, I extent,
                     i64 m_inner, i64 m_extent) {
-    for (I base = (I)blockIdx.x * 512 + threadIdx.x; base < n; base += (I)gridDim.x * 512) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            I i = base + k * 128;
-            if (i < n) {
-                I q = div_by<I>(i, inner, m_inner);
-                I a = q - div_by<I>(q, extent, m_extent) * extent;
-                y[i] = x[i - a * inner + (extent - 1 - a) * inner];
-            }
-        }
-    }
+    each_4x128<I>(n, [&](I i) {
+        I q = div_by<I>(i, inner, m_inner);
+        I a = q - div_by<I>(q, extent, m_extent) * extent;
+        y[i] = x[i - a * inner + (extent - 1 - a) * inner];
+    });
 }
 
 template <class T>
@@ -480,20 +484,14 @@ KB_D void flip(const T* x, T* y, i64 n, i64 inner, i64 extent, i64 m_inner, i64 
 
 // gather along an axis: y[i] = x with i's coordinate a along the axis (`ka` long in the index,
 // `kx` in x, `inner` elements after it) replaced by idx[i]; NaN for an index outside 0 .. kx
-// (PyTorch stops at a device assertion). 128 threads of 4 elements, as PyTorch's gather kernel.
+// (PyTorch stops at a device assertion).
 template <class T>
 KB_D void gather(const T* __restrict__ x, const long long* __restrict__ idx, T* __restrict__ y, i64 n, i64 ka,
                  i64 kx, i64 inner) {
-    for (i64 base = (i64)blockIdx.x * 512 + threadIdx.x; base < n; base += (i64)gridDim.x * 512) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            i64 i = base + k * 128;
-            if (i < n) {
-                i64 v = idx[i], o = i / (ka * inner), j = i % inner;
-                y[i] = (v >= 0 && v < kx) ? x[(o * kx + v) * inner + j] : (T)(0.0f * KB_INF);
-            }
-        }
-    }
+    each_4x128<i64>(n, [&](i64 i) {
+        i64 v = idx[i], o = i / (ka * inner), j = i % inner;
+        y[i] = (v >= 0 && v < kx) ? x[(o * kx + v) * inner + j] : (T)(0.0f * KB_INF);
+    });
 }
 
 template <class T>

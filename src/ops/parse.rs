@@ -486,8 +486,13 @@ impl Parser {
         false
     }
 
-    /// `(a, b, ...)` as a whole argument value (per-axis integer parameters).
-    fn tuple(&mut self) -> Result<Vec<Expr>, ParseError> {
+    /// `(a, b, ...)` (a trailing comma allowed) of items read by `item`, at the `(`; `what`
+    /// names the list in an error.
+    fn paren_list<T>(
+        &mut self,
+        what: &str,
+        item: fn(&mut Self) -> Result<T, ParseError>,
+    ) -> Result<Vec<T>, ParseError> {
         self.bump();
         let mut items = Vec::new();
         loop {
@@ -495,18 +500,26 @@ impl Parser {
                 self.bump();
                 break;
             }
-            items.push(self.expr()?);
+            items.push(item(self)?);
             let t = self.bump();
             match &t.tok {
                 Tok::Punct(',') => continue,
                 Tok::Punct(')') => break,
                 other => {
-                    let msg = format!("expected ',' or ')' in a tuple, found {}", other.describe());
+                    let msg = format!(
+                        "expected ',' or ')' in a {what}, found {}",
+                        other.describe()
+                    );
                     return Err(err(&t, msg));
                 }
             }
         }
         Ok(items)
+    }
+
+    /// `(a, b, ...)` as a whole argument value (per-axis integer parameters).
+    fn tuple(&mut self) -> Result<Vec<Expr>, ParseError> {
+        self.paren_list("tuple", Self::expr)
     }
 
     /// A shape argument: `(d0, d1, ...)` of size expressions (a trailing comma allowed), or
@@ -515,25 +528,7 @@ impl Parser {
         if self.peek().tok != Tok::Punct('(') || !self.at_tuple() {
             return Ok(vec![self.size_expr()?]);
         }
-        self.bump();
-        let mut dims = Vec::new();
-        loop {
-            if self.peek().tok == Tok::Punct(')') {
-                self.bump();
-                break;
-            }
-            dims.push(self.size_expr()?);
-            let t = self.bump();
-            match &t.tok {
-                Tok::Punct(',') => continue,
-                Tok::Punct(')') => break,
-                other => {
-                    let msg = format!("expected ',' or ')' in a shape, found {}", other.describe());
-                    return Err(err(&t, msg));
-                }
-            }
-        }
-        Ok(dims)
+        self.paren_list("shape", Self::size_expr)
     }
 
     fn args(&mut self, func: &str) -> Result<Vec<(Option<String>, builtins::Arg)>, ParseError> {
