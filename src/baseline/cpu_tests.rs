@@ -159,9 +159,15 @@ fn launch_all(module: &Module, plan: &EagerPlan, ptrs: &[*mut c_void]) {
 /// from the reference (empty when all match).
 fn check_task(module: &Module, task: &Task) -> Vec<String> {
     let plan = lower(task, Preset::Small).unwrap_or_else(|e| panic!("{e}"));
+    check_plan(module, task, &plan)
+}
+
+/// Runs `plan` of `task` (at the small preset) and returns one line per output that differs
+/// from the reference.
+fn check_plan(module: &Module, task: &Task, plan: &EagerPlan) -> Vec<String> {
     let inputs = task.generate_inputs(Preset::Small, 7);
     let want = task.reference(Preset::Small, &inputs).expect("reference");
-    let bufs = run(module, &plan, &inputs);
+    let bufs = run(module, plan, &inputs);
     let mut bad = Vec::new();
     for (j, want) in want.iter().enumerate() {
         let out = &bufs[inputs.len() + j];
@@ -286,6 +292,42 @@ fn every_task_in_f64_matches_the_interpreter_to_1e_9() {
 #[test]
 fn op_coverage_fixtures_in_f64_match_the_interpreter_to_1e_9() {
     check_suite_f64(&repo("tests/data/baseline"));
+}
+
+/// The depthwise and pooling kernels' forms that the launch picks only for other windows or for
+/// tensors past 2^31 elements compute what the picked ones do: the windowed fixtures with each
+/// such step swapped for the 64-bit form, and each depthwise step for the general windows'.
+#[test]
+fn every_form_of_the_window_kernels_matches_the_interpreter() {
+    let Some(module) = module() else {
+        return;
+    };
+    let fixtures = TaskSuite::load(repo("tests/data/baseline")).expect("fixtures");
+    let mut swapped = 0;
+    for name in ["depthwise", "pooling", "windowed"] {
+        let task = fixtures.get(name).expect("fixture");
+        for to in ["_wide", "_vol"] {
+            let mut plan = lower(task, Preset::Small).unwrap_or_else(|e| panic!("{e}"));
+            for step in &mut plan.steps {
+                let Step::Kernel { kernel, .. } = step else {
+                    continue;
+                };
+                let Some((family, dtype)) = kernel.rsplit_once('_') else {
+                    continue;
+                };
+                let base = ["conv_depthwise", "max_pool", "avg_pool"]
+                    .into_iter()
+                    .find(|b| family.starts_with(b));
+                if let Some(base) = base.filter(|b| to == "_wide" || b.starts_with("conv")) {
+                    *kernel = format!("{base}{to}_{dtype}");
+                    swapped += 1;
+                }
+            }
+            let bad = check_plan(module, task, &plan);
+            assert!(bad.is_empty(), "{name} with {to} forms: {bad:#?}");
+        }
+    }
+    assert!(swapped >= 20, "only {swapped} steps swapped");
 }
 
 /// The check above can fail: a plan with a wrong scalar gives a mismatch.

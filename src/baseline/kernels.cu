@@ -1174,20 +1174,23 @@ KB_D void conv3(const T* __restrict__ x, const T* __restrict__ w, const T* b, T*
 }
 
 // The window positions k < n of one axis whose input position start + k * dil lies in [0, len):
-// [lo, hi), computed once instead of tested per position.
+// [lo, hi), computed once instead of tested per position; a division only at an edge, as
+// PyTorch's conv_depthwise2d_forward_kernel_generic bounds its loops.
 template <class I>
 KB_D void window_span(I start, I dil, I len, I n, I& lo, I& hi) {
     lo = start < 0 ? (-start + dil - 1) / dil : 0;
-    const I last = len - 1 - start;
-    hi = last < 0 ? 0 : min(n, last / dil + 1);
+    const I over = start + (n - 1) * dil - len + 1;
+    hi = over > 0 ? n - (over + dil - 1) / dil : n;
 }
 
 // A depthwise convolution (groups = C > 1, F a multiple of C) as PyTorch's own CUDA kernels run
 // it where it does not call cuDNN (conv_depthwise2d / 3d: every f32 and bf16 one): a thread per
-// output element, output channel oc reading input channel oc / (F / C). A 1x1, 3x3 or 5x5 plane
-// window (KS) has its loops fixed at compile time and tests each position; any other has its
-// span on each axis computed first. Indices of type I.
-template <class T, class I, int KS>
+// output element, output channel oc reading input channel oc / (F / C) (no division when F = C).
+// A 1x1, 3x3 or 5x5 window over a plane (KS) has its loops fixed at compile time, its position
+// found by three divisions, and tests each position; any other window has its span on each axis
+// computed first. Indices of type I. Each form is its own kernel (the launch picks it, as
+// PyTorch's templates are picked on the host), so none pays the registers of the others.
+template <class T, class I, int KS, bool PLANE = KS != 0>
 KB_D void depthwise_in(const T* __restrict__ x, const T* __restrict__ w, const T* b, T* __restrict__ y,
                        I n, I c, I f, const WinT<I>& g, int has_b) {
     typedef op_t<T> A;
@@ -1196,9 +1199,19 @@ KB_D void depthwise_in(const T* __restrict__ x, const T* __restrict__ w, const T
     // The loop counter in 64 bits (the last stride may pass 2^31), the indices in I.
     for (i64 li = gtid(); li < (i64)total; li += gstride()) {
         const I i = (I)li;
-        const WinPosT<I> o = g.pos(i);
-        const I oc = o.rest % f, b0 = o.rest / f;
-        const T* xp = x + ((i64)b0 * c + oc / mult) * plane;
+        WinPosT<I> o;
+        if (PLANE) {
+            o.w = i % g.ow;
+            o.rest = i / g.ow;
+            o.h = o.rest % g.oh;
+            o.rest /= g.oh;
+            o.d = 0;
+        } else {
+            o = g.pos(i);
+        }
+        const I oc = o.rest % f;
+        const I xc = mult == 1 ? o.rest : o.rest / f * c + oc / mult;
+        const T* xp = x + (i64)xc * plane;
         const T* wp = w + (i64)oc * ks;
         const I d0 = o.d * g.sd - g.pd, h0 = o.h * g.sh - g.ph, w0 = o.w * g.sw - g.pw;
         A acc = has_b ? to_op(b[oc]) : (A)0;
@@ -1214,8 +1227,8 @@ KB_D void depthwise_in(const T* __restrict__ x, const T* __restrict__ w, const T
                 }
             }
         } else {
-            I dlo, dhi, hlo, hhi, wlo, whi;
-            window_span(d0, g.dd, g.d, g.kd, dlo, dhi);
+            I dlo = 0, dhi = 1, hlo, hhi, wlo, whi;
+            if (!PLANE) window_span(d0, g.dd, g.d, g.kd, dlo, dhi);
             window_span(h0, g.dh, g.h, g.kh, hlo, hhi);
             window_span(w0, g.dw, g.w, g.kw, wlo, whi);
             for (I kd = dlo; kd < dhi; ++kd)
@@ -1229,26 +1242,12 @@ KB_D void depthwise_in(const T* __restrict__ x, const T* __restrict__ w, const T
     }
 }
 
-// 32-bit indices when x's and y's do (PyTorch's kernels take no other), with the 1x1, 3x3 and 5x5
-// plane windows unrolled; 64-bit indices and the general window otherwise.
-template <class T>
+// The 32-bit forms (the launch checks that x's and y's indices fit an int, as PyTorch's kernels
+// require): KS 1, 3 or 5 for a square window over a plane, 0 for any other.
+template <class T, int KS, bool PLANE>
 KB_D void depthwise(const T* __restrict__ x, const T* __restrict__ w, const T* b, T* __restrict__ y, i64 n,
                     i64 c, i64 f, Win g, int has_b) {
-    const i64 limit = 0x7fffffffLL;
-    if (n * f * g.od * g.oh * g.ow <= limit && n * c * g.d * g.h * g.w <= limit) {
-        const WinT<int> gi = g.as<int>();
-        const bool square = g.kd == 1 && g.kh == g.kw;
-        if (square && g.kw == 3)
-            depthwise_in<T, int, 3>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
-        else if (square && g.kw == 5)
-            depthwise_in<T, int, 5>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
-        else if (square && g.kw == 1)
-            depthwise_in<T, int, 1>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
-        else
-            depthwise_in<T, int, 0>(x, w, b, y, (int)n, (int)c, (int)f, gi, has_b);
-    } else {
-        depthwise_in<T, i64, 0>(x, w, b, y, n, c, f, g, has_b);
-    }
+    depthwise_in<T, int, KS, PLANE>(x, w, b, y, (int)n, (int)c, (int)f, g.as<int>(), has_b);
 }
 
 // The transposed convolution as a gather: output position o reads input position
@@ -1341,21 +1340,23 @@ KB_D void pool_one(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__
 
 // A pooling over planes of one or two axes as PyTorch's max_pool_forward_nchw and
 // avg_pool2d_out_cuda_frame run it: a thread per output on a 1-D grid (the launch sets blocks of
-// 256 or 1024); over three axes as its max_pool3d / avg_pool3d kernels: blocks of (32, 8) over the
-// output's width and height, planes and depths along the grid's z. Either way every output is
-// visited whatever the launch (strided loops), in indices of type I.
+// 256 or 1024), every output visited whatever the launch (a strided loop), in indices of type I.
 template <class T, bool MAX, class I>
-KB_D void pool3_in(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__ idx, I planes,
-                   const WinT<I>& g, int count_pad) {
-    if (gridDim.y == 1 && gridDim.z == 1 && blockDim.y == 1) {
-        const I total = planes * g.od * g.oh * g.ow;
-        for (i64 li = gtid(); li < (i64)total; li += gstride()) {
-            const I i = (I)li;
-            const WinPosT<I> o = g.pos(i);
-            pool_one<T, MAX, I>(x, y, idx, o.rest, o.d, o.h, o.w, i, g, count_pad);
-        }
-        return;
+KB_D void pool_planes(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__ idx, I planes,
+                      const WinT<I>& g, int count_pad) {
+    const I total = planes * g.od * g.oh * g.ow;
+    for (i64 li = gtid(); li < (i64)total; li += gstride()) {
+        const I i = (I)li;
+        const WinPosT<I> o = g.pos(i);
+        pool_one<T, MAX, I>(x, y, idx, o.rest, o.d, o.h, o.w, i, g, count_pad);
     }
+}
+
+// A pooling over three axes as PyTorch's max_pool3d / avg_pool3d kernels run it: blocks of
+// (32, 8) over the output's width and height, planes and depths along the grid's z.
+template <class T, bool MAX, class I>
+KB_D void pool_volume(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__ idx, I planes,
+                      const WinT<I>& g, int count_pad) {
     const I frames = planes * g.od;
     for (I z = blockIdx.z; z < frames; z += gridDim.z) {
         const I plane = z / g.od, d = z % g.od;
@@ -1365,16 +1366,23 @@ KB_D void pool3_in(const T* __restrict__ x, T* __restrict__ y, i64* __restrict__
     }
 }
 
-// 32-bit indices when every index of x and y fits an int (a uniform choice); 64-bit otherwise.
+// The pooling kernels' three forms, each its own kernel (the launch picks it, so none pays the
+// registers of the others): planes or volumes in 32-bit indices (the launch checks that every
+// index of x and y fits an int), and either in 64-bit indices by the launch's shape.
 template <class T, bool MAX>
-KB_D void pool3(const T* __restrict__ x, T* __restrict__ y, i64* idx, i64 planes, Win g, int count_pad) {
-    const i64 total = planes * g.od * g.oh * g.ow, in = planes * g.d * g.h * g.w;
-    const i64 padded = planes * (g.d + 2 * g.pd) * (g.h + 2 * g.ph) * (g.w + 2 * g.pw);
-    const i64 limit = 0x7fffffffLL;
-    if (total < limit && in < limit && padded < limit)
-        pool3_in<T, MAX, int>(x, y, idx, (int)planes, g.as<int>(), count_pad);
+KB_D void pool_plane32(const T* __restrict__ x, T* __restrict__ y, i64* idx, i64 planes, Win g, int count_pad) {
+    pool_planes<T, MAX, int>(x, y, idx, (int)planes, g.as<int>(), count_pad);
+}
+template <class T, bool MAX>
+KB_D void pool_volume32(const T* __restrict__ x, T* __restrict__ y, i64* idx, i64 planes, Win g, int count_pad) {
+    pool_volume<T, MAX, int>(x, y, idx, (int)planes, g.as<int>(), count_pad);
+}
+template <class T, bool MAX>
+KB_D void pool_wide(const T* __restrict__ x, T* __restrict__ y, i64* idx, i64 planes, Win g, int count_pad) {
+    if (gridDim.y == 1 && gridDim.z == 1 && blockDim.y == 1)
+        pool_planes<T, MAX, i64>(x, y, idx, planes, g, count_pad);
     else
-        pool3_in<T, MAX, i64>(x, y, idx, planes, g, count_pad);
+        pool_volume<T, MAX, i64>(x, y, idx, planes, g, count_pad);
 }
 
 }  // namespace kb
@@ -1517,26 +1525,38 @@ KB_EACH(KB_NORMS, 0)
         i64 ph, i64 pw, i64 dd, i64 dh, i64 dw
 #define KB_WIN                                                                                            \
     kb::Win { d, h, w, kd, kh, kw, od, oh, ow, sd, sh, sw, pd, ph, pw, dd, dh, dw }
+#define KB_DEPTHWISE(dt, T, form, F)                                                                      \
+    extern "C" __global__ void conv_depthwise##form##_##dt(const T* x, const T* wt, const T* b, T* y, i64 n,  \
+                                                          i64 c, i64 f, i64 groups, KB_WIN_PARAMS, int has_b) { \
+        F(x, wt, b, y, n, c, f, KB_WIN, has_b);                                                           \
+    }
+#define KB_POOL(dt, T, form, F)                                                                           \
+    extern "C" __global__ void max_pool##form##_##dt(const T* x, T* y, i64* idx, i64 planes, KB_WIN_PARAMS, \
+                                                    int unused1) {                                        \
+        kb::F<T, true>(x, y, idx, planes, KB_WIN, 0);                                                     \
+    }                                                                                                     \
+    extern "C" __global__ void avg_pool##form##_##dt(const T* x, T* y, i64 planes, KB_WIN_PARAMS,           \
+                                                    int count_pad) {                                      \
+        kb::F<T, false>(x, y, nullptr, planes, KB_WIN, count_pad);                                        \
+    }
 #define KB_WINDOWED(dt, T, unused)                                                                        \
     extern "C" __global__ void conv_##dt(const T* x, const T* wt, const T* b, T* y, i64 n, i64 c, i64 f,  \
                                          i64 groups, KB_WIN_PARAMS, int has_b) {                          \
         kb::conv3<T>(x, wt, b, y, n, c, f, groups, KB_WIN, has_b);                                        \
     }                                                                                                     \
-    extern "C" __global__ void conv_depthwise_##dt(const T* x, const T* wt, const T* b, T* y, i64 n, i64 c, \
-                                                   i64 f, i64 groups, KB_WIN_PARAMS, int has_b) {         \
-        kb::depthwise<T>(x, wt, b, y, n, c, f, KB_WIN, has_b);                                            \
-    }                                                                                                     \
+    KB_DEPTHWISE(dt, T, , (kb::depthwise<T, 0, true>))                                                 \
+    KB_DEPTHWISE(dt, T, _vol, (kb::depthwise<T, 0, false>))                                            \
+    KB_DEPTHWISE(dt, T, _k1, (kb::depthwise<T, 1, true>))                                              \
+    KB_DEPTHWISE(dt, T, _k3, (kb::depthwise<T, 3, true>))                                              \
+    KB_DEPTHWISE(dt, T, _k5, (kb::depthwise<T, 5, true>))                                              \
+    KB_DEPTHWISE(dt, T, _wide, (kb::depthwise_in<T, i64, 0>))                                          \
     extern "C" __global__ void conv_transpose_##dt(const T* x, const T* wt, const T* b, T* y, i64 n, i64 c, \
                                                    i64 f, i64 groups, KB_WIN_PARAMS, int has_b) {         \
         kb::conv_t3<T>(x, wt, b, y, n, c, f, groups, KB_WIN, has_b);                                      \
     }                                                                                                     \
-    extern "C" __global__ void max_pool_##dt(const T* x, T* y, i64* idx, i64 planes, KB_WIN_PARAMS,       \
-                                             int unused1) {                                               \
-        kb::pool3<T, true>(x, y, idx, planes, KB_WIN, 0);                                                 \
-    }                                                                                                     \
-    extern "C" __global__ void avg_pool_##dt(const T* x, T* y, i64 planes, KB_WIN_PARAMS, int count_pad) { \
-        kb::pool3<T, false>(x, y, nullptr, planes, KB_WIN, count_pad);                                    \
-    }
+    KB_POOL(dt, T, , pool_plane32)                                                                     \
+    KB_POOL(dt, T, _vol, pool_volume32)                                                                \
+    KB_POOL(dt, T, _wide, pool_wide)
 KB_EACH(KB_WINDOWED, 0)
 
 #define KB_CONVERT(S, SN, D, DN)                                                                          \

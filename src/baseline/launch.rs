@@ -105,6 +105,11 @@ const EW_THREADS: u32 = 256;
 const EW_MAX_BLOCKS: u64 = 1 << 16;
 /// Threads per block of the depthwise convolution (PyTorch's `CUDA_NUM_THREADS`).
 const DEPTHWISE_THREADS: u32 = 128;
+/// The depthwise convolution's kernels: a plane's general window, a volume's, square windows of
+/// 1, 3 and 5 over a plane (all in 32-bit indices), and any window in 64-bit indices.
+const DEPTHWISE_FORMS: [&str; 6] = ["", "_vol", "_k1", "_k3", "_k5", "_wide"];
+/// The pooling kernels: planes, volumes (32-bit indices), either in 64-bit indices.
+const POOL_FORMS: [&str; 3] = ["", "_vol", "_wide"];
 /// Most blocks of a row or column launch; beyond that, blocks loop.
 const MAX_BLOCKS: u64 = (1 << 31) - 1;
 /// Rows up to this long get one warp each; longer rows get a block.
@@ -132,9 +137,13 @@ pub fn kernel_names() -> Vec<String> {
         }
         out.push(format!("conv_{d}"));
         out.push(format!("conv_transpose_{d}"));
-        out.push(format!("conv_depthwise_{d}"));
-        out.push(format!("max_pool_{d}"));
-        out.push(format!("avg_pool_{d}"));
+        for form in DEPTHWISE_FORMS {
+            out.push(format!("conv_depthwise{form}_{d}"));
+        }
+        for form in POOL_FORMS {
+            out.push(format!("max_pool{form}_{d}"));
+            out.push(format!("avg_pool{form}_{d}"));
+        }
         out.push(format!("layer_norm_{d}"));
         out.push(format!("chan_norm_{d}"));
         out.push(format!("rms_norm_{d}"));
@@ -600,6 +609,33 @@ pub(super) fn norm(
     kernel(format!("{name}_{}", e.name()), grid, block, args)
 }
 
+/// Whether every index of tensors of these element counts fits a 32-bit int (the kernels' 32-bit
+/// forms, as PyTorch's `canUse32BitIndexMath`).
+fn fits_i32(counts: &[usize]) -> bool {
+    counts.iter().all(|&n| n <= i32::MAX as usize)
+}
+
+/// The form of the depthwise kernel that runs `c`, as PyTorch picks its templates on the host:
+/// 64-bit indices where x's or y's need them, else a square 1x1, 3x3 or 5x5 window over a plane
+/// unrolled, else the general window over a plane or a volume.
+fn depthwise_form(c: &Conv) -> &'static str {
+    let w = &c.window;
+    let input = c.n * c.c * w.spatial.iter().product::<usize>();
+    if !fits_i32(&[c.n * c.f * w.outputs(), input]) {
+        return "_wide";
+    }
+    let plane = w.spatial.len() <= 2;
+    let k = &w.kernel;
+    let square = k.len() == 2 && k[0] == k[1] || k.len() == 1 && k[0] == 1;
+    match k.last() {
+        Some(1) if plane && square => "_k1",
+        Some(3) if plane && square => "_k3",
+        Some(5) if plane && square => "_k5",
+        _ if plane => "",
+        _ => "_vol",
+    }
+}
+
 /// The window as the kernels take it: 1-D and 2-D padded to 3-D with leading unit axes (extent
 /// 1, window 1, stride 1, no padding, dilation 1).
 impl Window {
@@ -654,11 +690,11 @@ pub(super) fn conv_kernel(c: &Conv, precision: Precision) -> Step {
     args.extend(win.args());
     args.push(StepArg::I32(c.bias.is_some().into()));
     let name = if c.transposed {
-        "conv_transpose"
+        "conv_transpose".to_string()
     } else if depthwise {
-        "conv_depthwise"
+        format!("conv_depthwise{}", depthwise_form(c))
     } else {
-        "conv"
+        "conv".to_string()
     };
     let e = Elem::new(c.dtype, precision);
     kernel(
@@ -703,7 +739,18 @@ pub(super) fn pool(
     args.extend(win.args());
     args.push(StepArg::I32(count_include_pad.into()));
     let name = if max { "max_pool" } else { "avg_pool" };
-    kernel(format!("{name}_{}", e.name()), grid, block, args)
+    let padded: usize = (win.spatial.iter().zip(&win.padding))
+        .map(|(s, p)| s + 2 * p)
+        .product();
+    let input = planes * win.spatial.iter().product::<usize>();
+    let form = if !fits_i32(&[total as usize, input, planes * padded]) {
+        "_wide"
+    } else if win.spatial.len() <= 2 {
+        ""
+    } else {
+        "_vol"
+    };
+    kernel(format!("{name}{form}_{}", e.name()), grid, block, args)
 }
 
 /// Group, instance (`groups = c`) or batch (`groups = 0`) norm of `x: [n, c, s]`: a warp or a

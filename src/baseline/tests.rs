@@ -445,6 +445,29 @@ fn softmax_over_strided_axes_takes_pytorchs_blocks() {
     assert_eq!(block(48, 300), [32, 32, 1]);
 }
 
+/// The windowed kernels' forms are picked on the host, as PyTorch picks its templates: 64-bit
+/// indices only past 2^31 elements, volumes apart from planes.
+#[test]
+fn window_kernel_forms_follow_sizes_and_axes() {
+    let dw = "input X: f32[N, 256, H, W]\ninput K: f32[256, 1, 3, 3]\n\
+              output Y: f32[N, 256, H - 2, W - 2]\nY = conv2d(X, K, groups=256)";
+    let sizes = |n| [("N", n), ("H", 512), ("W", 512)];
+    assert_eq!(kinds(&plan(dw, &sizes(8))), ["conv_depthwise_k3_f32"]);
+    assert_eq!(kinds(&plan(dw, &sizes(64))), ["conv_depthwise_wide_f32"]);
+    let pool = "input X: f32[N, C, D, H, W]\noutput M: f32[N, C, D - 1, H - 1, W - 1]\n\
+                output A: f32[N, C, D - 1, H - 1, W - 1]\n\
+                M = max_pool3d(X, 2, stride=1)\nA = avg_pool3d(X, 2, stride=1)";
+    let sizes = |n| [("N", n), ("C", 64), ("D", 64), ("H", 64), ("W", 64)];
+    assert_eq!(
+        kinds(&plan(pool, &sizes(2))),
+        ["max_pool_vol_f32", "avg_pool_vol_f32"]
+    );
+    assert_eq!(
+        kinds(&plan(pool, &sizes(128))),
+        ["max_pool_wide_f32", "avg_pool_wide_f32"]
+    );
+}
+
 #[test]
 fn depthwise_convolutions_take_pytorchs_own_kernel_where_it_does() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -454,14 +477,14 @@ fn depthwise_convolutions_take_pytorchs_own_kernel_where_it_does() {
     assert_eq!(
         kinds(&p),
         [
-            "conv_depthwise_f32",
-            "conv_depthwise_f32",
+            "conv_depthwise_k3_f32",
+            "conv_depthwise_k1_f32",
             "conv_depthwise_f32",
             "conv_depthwise_bf16",
-            "conv_depthwise_bf16",
+            "conv_depthwise_vol_bf16",
             "conv",
-            "conv_depthwise_f16",
-            "conv_depthwise_f32",
+            "conv_depthwise_k3_f16",
+            "conv_depthwise_k5_f32",
             "conv_depthwise_f32"
         ],
         "f16 on a plane of 32 channels, no dilation, equal strides: cuDNN"
@@ -475,7 +498,7 @@ fn depthwise_convolutions_take_pytorchs_own_kernel_where_it_does() {
     assert_eq!(kinds(&p), ["conv", "conv", "conv"]);
     // The F64 plan runs the same kernel in f64.
     let f64 = lower_f64(task, Preset::Small).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(kinds(&f64)[0], "conv_depthwise_f64");
+    assert_eq!(kinds(&f64)[0], "conv_depthwise_k3_f64");
 }
 
 /// The magic numbers of the strided kernels divide exactly (the kernel's 32-bit arithmetic,

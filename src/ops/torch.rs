@@ -139,6 +139,32 @@ impl Renderer<'_> {
         self.expr(e).0
     }
 
+    fn dtype(&self, e: &Expr) -> Option<Dtype> {
+        infer_expr(self.program, e).ok().and_then(|t| t.dtype)
+    }
+
+    /// The operands of an operation that PyTorch runs in one dtype (matmul, convolutions, norms),
+    /// each cast to the dtype the program gives the result where it differs: kevin joins mixed
+    /// float operands to f32 (as PyTorch promotes `+`), where torch.matmul or F.layer_norm would
+    /// refuse them.
+    fn operands(&self, args: &[Expr]) -> Vec<String> {
+        let dtypes: Vec<Option<Dtype>> = args.iter().map(|a| self.dtype(a)).collect();
+        let mut known = dtypes.iter().flatten();
+        let first = known.next().copied();
+        let joined = first
+            .filter(|&d| known.all(|&x| x == d))
+            .or(first.map(|_| Dtype::F32));
+        args.iter()
+            .zip(&dtypes)
+            .map(|(a, d)| match (d, joined) {
+                (Some(d), Some(j)) if *d != j => {
+                    format!("{}.to({})", self.paren(a, ATOM), torch_dtype(j))
+                }
+                _ => self.atom(a),
+            })
+            .collect()
+    }
+
     /// The rendered text and its binding strength.
     fn expr(&self, e: &Expr) -> (String, u8) {
         match e {
@@ -175,10 +201,15 @@ impl Renderer<'_> {
             BinOp::Sub => infix("-", ADD),
             BinOp::Mul => infix("*", MUL),
             BinOp::Div => infix("/", MUL),
-            BinOp::MatMul if self.rank(a) == 3 && self.rank(b) == 3 => {
-                call(format!("torch.bmm({}, {})", self.atom(a), self.atom(b)))
+            BinOp::MatMul => {
+                let ops = self.operands(&[a.clone(), b.clone()]);
+                let f = if self.rank(a) == 3 && self.rank(b) == 3 {
+                    "bmm"
+                } else {
+                    "matmul"
+                };
+                call(format!("torch.{f}({}, {})", ops[0], ops[1]))
             }
-            BinOp::MatMul => call(format!("torch.matmul({}, {})", self.atom(a), self.atom(b))),
             BinOp::Max | BinOp::Min => {
                 let (torch_fn, py_fn, bound) = if op == BinOp::Max {
                     ("maximum", "max", "min")
@@ -214,8 +245,17 @@ impl Renderer<'_> {
     }
 
     fn call(&self, op: &Op, args: &[Expr]) -> String {
-        let x = args.first().map(|a| self.atom(a)).unwrap_or_default();
-        let rest: Vec<String> = args.iter().skip(1).map(|a| self.atom(a)).collect();
+        let joins = matches!(
+            op,
+            Op::Conv { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::ChannelNorm { .. }
+        );
+        let mut rendered = if joins {
+            self.operands(args)
+        } else {
+            args.iter().map(|a| self.atom(a)).collect()
+        };
+        let rest = rendered.split_off(rendered.len().min(1));
+        let x = rendered.pop().unwrap_or_default();
         let kd = |k: bool| if k { "True" } else { "False" };
         match *op {
             Op::Unary(u) => {

@@ -167,3 +167,28 @@ fn convolutions_and_pooling_render_as_torch_functional_calls() {
         "{got}"
     );
 }
+
+/// Operands of mixed float dtypes: kevin joins them to f32 where PyTorch's matmul, convolutions
+/// and norms would refuse them, so the rendering casts the others to the result's dtype (and a
+/// scalar, or operands of one dtype, are left as they are).
+#[test]
+fn mixed_dtype_operands_are_cast_to_the_result() {
+    let src = "input A: f32[M, K]\ninput Wh: f16[K, M]\ninput X: f16[M, M]\ninput g: f32[M]\n\
+               input Xb: bf16[M, M]\ninput gb: bf16[M]\n\
+               output C: f32[M, M]\noutput L: f32[M, M]\noutput R: bf16[M, M]\noutput S: f32[M, M]\n\
+               C = A @ Wh\nL = layer_norm(X * 2.0, g, g)\nR = rms_norm(Xb, gb)\nS = Xb @ X\n";
+    let p = Program::parse(src).unwrap_or_else(|e| panic!("{e}"));
+    let sizes: Sizes = [("M", 8), ("K", 4)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+    let got = render_module(&p, &sizes).unwrap();
+    for line in [
+        "C = torch.matmul(A, Wh.to(torch.float32))",
+        "L = F.layer_norm((X * 2.0).to(torch.float32), (M,), weight=g, bias=g, eps=1e-5)",
+        "R = F.rms_norm(Xb, (M,), weight=gb, eps=",
+        "S = torch.matmul(Xb.to(torch.float32), X.to(torch.float32))",
+    ] {
+        assert!(got.contains(line), "no `{line}` in\n{got}");
+    }
+}
