@@ -816,21 +816,6 @@ KB_D void reduce_cols_vec(const T* __restrict__ x, O* __restrict__ y, i64 outer,
     }
 }
 
-// Reductions whose outputs are values (VEC) take the width the launch set the block for
-// (launch.rs reduce_col_launch): 4, else 2, where inner divides by it (a narrower one where the
-// buffers are not aligned to it: right under the same launch), else 1. Index reductions: one
-// column a thread.
-template <class T, class O, class R, bool VEC>
-KB_D void reduce_cols(const T* __restrict__ x, O* __restrict__ y, i64 outer, i64 n, i64 inner) {
-    const unsigned long long at = reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(y);
-    if (VEC && inner % 4 == 0 && at % (4 * sizeof(T)) == 0 && at % (4 * sizeof(O)) == 0)
-        reduce_cols_vec<T, O, R, 4>(x, y, outer, n, inner);
-    else if (VEC && inner % 2 == 0 && at % (2 * sizeof(T)) == 0 && at % (2 * sizeof(O)) == 0)
-        reduce_cols_vec<T, O, R, 2>(x, y, outer, n, inner);
-    else
-        reduce_cols_vec<T, O, R, 1>(x, y, outer, n, inner);
-}
-
 // ---------------------------------------------------------------------------------------------
 // softmax and log_softmax along an axis: the lane's maximum and sum of exponentials in one
 // online pass, then the map.
@@ -1456,15 +1441,24 @@ KB_BINARY_ALL(maximum, Maximum)
 KB_BINARY_ALL(minimum, Minimum)
 KB_BINARY_ALL(pow, Pow)
 
-#define KB_REDUCE(dt, T, name, O, R, VEC)                                                                 \
+#define KB_REDUCE(dt, T, name, O, R)                                                                      \
     extern "C" __global__ void reduce_##name##_rows_##dt(const T* x, O* y, i64 rows, i64 n) {             \
         kb::reduce_rows<T, O, kb::R<kb::op_t<T>>>(x, y, rows, n);                                         \
     }                                                                                                     \
-    extern "C" __global__ void reduce_##name##_cols_##dt(const T* x, O* y, i64 outer, i64 n, i64 inner) { \
-        kb::reduce_cols<T, O, kb::R<kb::op_t<T>>, VEC>(x, y, outer, n, inner);                            \
+    KB_REDUCE_COLS(dt, T, name, O, R, , 1)
+// A column reduction V columns a thread, each width its own kernel (the launch picks it: V
+// divides the columns; buffers are whole allocations, so the V-wide loads are aligned), so the
+// one-column form keeps its registers (40 with the wider forms in one kernel, against 28).
+#define KB_REDUCE_COLS(dt, T, name, O, R, form, V)                                                        \
+    extern "C" __global__ void reduce_##name##_cols##form##_##dt(const T* x, O* y, i64 outer, i64 n,       \
+                                                                 i64 inner) {                              \
+        kb::reduce_cols_vec<T, O, kb::R<kb::op_t<T>>, V>(x, y, outer, n, inner);                          \
     }
-#define KB_REDUCE_SAME(dt, T, name, R) KB_REDUCE(dt, T, name, T, R, true)
-#define KB_REDUCE_INDEX(dt, T, name, R) KB_REDUCE(dt, T, name, i64, R, false)
+#define KB_REDUCE_SAME(dt, T, name, R)                                                                    \
+    KB_REDUCE(dt, T, name, T, R)                                                                          \
+    KB_REDUCE_COLS(dt, T, name, T, R, _v2, 2)                                                             \
+    KB_REDUCE_COLS(dt, T, name, T, R, _v4, 4)
+#define KB_REDUCE_INDEX(dt, T, name, R) KB_REDUCE(dt, T, name, i64, R)
 KB_EACH(KB_REDUCE_SAME, sum, RSum)
 KB_EACH(KB_REDUCE_SAME, mean, RMean)
 KB_EACH(KB_REDUCE_SAME, max, RMax)

@@ -85,7 +85,7 @@ pub(super) const UNARY: [&str; 23] = [
 ];
 /// Binary operators: `binary_<op>_<dt>`, `binary_<op>_scalar_<dt>`, `binary_<op>_bcast_<dt>`.
 pub(super) const BINARY: [&str; 7] = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"];
-/// Reductions: `reduce_<kind>_rows_<dt>`, `reduce_<kind>_cols_<dt>`; `norm` is the 2-norm of
+/// Reductions: `reduce_<kind>_rows_<dt>`, `reduce_<kind>_cols[_v2|_v4]_<dt>`; `norm` is the 2-norm of
 /// PyTorch's `F.normalize`.
 pub(super) const REDUCE: [&str; 8] = [
     "sum", "mean", "max", "min", "prod", "argmax", "argmin", "norm",
@@ -130,6 +130,10 @@ pub fn kernel_names() -> Vec<String> {
         for r in REDUCE {
             out.push(format!("reduce_{r}_rows_{d}"));
             out.push(format!("reduce_{r}_cols_{d}"));
+            if !r.starts_with("arg") {
+                out.push(format!("reduce_{r}_cols_v2_{d}"));
+                out.push(format!("reduce_{r}_cols_v4_{d}"));
+            }
         }
         for l in LANES.iter().chain(&SCANS) {
             out.push(format!("{l}_rows_{d}"));
@@ -423,24 +427,30 @@ fn col_launch(outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
     ([blocks(work, 1, MAX_BLOCKS), 1, 1], [32, ty, 1])
 }
 
-/// Grid and block of a column reduction, as PyTorch's reduce kernel sets them: a thread takes V =
-/// 4 (else 2, else 1) adjacent outputs where the columns divide by it, a block at most 512 / V
-/// threads, bw x bh of them (bw up to a warp across columns, bh the rest, both powers of two
-/// within the columns and the axis). The bh rows split the axis when that leaves each thread 16
-/// elements or the axis is 256 long; otherwise every thread reduces its columns whole and the
-/// block is bw * bh columns wide. The kernel picks the same V (`reduce_cols`). Index outputs
-/// (`vec` false), and an axis split one column a thread: [`col_launch`].
-fn reduce_col_launch(vec: bool, outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
-    if !vec {
-        return col_launch(outer, n, inner);
-    }
-    let v = if inner % 4 == 0 {
+/// Adjacent outputs a thread of a column reduction over `inner` columns, as PyTorch's reduce kernel
+/// vectorises them: 4 where the columns divide by 4, else 2, else 1; each width is a kernel of its
+/// own (`reduce_<kind>_cols_v4`, `_v2`, and the plain one).
+fn col_width(inner: usize) -> usize {
+    if inner % 4 == 0 {
         4
     } else if inner % 2 == 0 {
         2
     } else {
         1
-    };
+    }
+}
+
+/// Grid and block of a column reduction, as PyTorch's reduce kernel sets them: a thread takes V =
+/// 4 (else 2, else 1) adjacent outputs where the columns divide by it, a block at most 512 / V
+/// threads, bw x bh of them (bw up to a warp across columns, bh the rest, both powers of two
+/// within the columns and the axis). The bh rows split the axis when that leaves each thread 16
+/// elements or the axis is 256 long; otherwise every thread reduces its columns whole and the
+/// block is bw * bh columns wide. `v` is [`col_width`]'s; index outputs (`v` 0), and an axis
+/// split one column a thread: [`col_launch`].
+fn reduce_col_launch(v: usize, outer: usize, n: usize, inner: usize) -> ([u32; 3], [u32; 3]) {
+    if v == 0 {
+        return col_launch(outer, n, inner);
+    }
     let floor_pow2 = |x: usize| 1usize << x.max(1).ilog2();
     let max_threads = 512 / v;
     let groups = inner / v;
@@ -489,10 +499,20 @@ pub(super) fn reduce(kind: &str, e: Elem, x: usize, y: usize, dims: (usize, usiz
             args,
         )
     } else {
-        let (grid, block) = reduce_col_launch(!kind.starts_with("arg"), outer, n, inner);
+        let v = if kind.starts_with("arg") {
+            0
+        } else {
+            col_width(inner)
+        };
+        let (grid, block) = reduce_col_launch(v, outer, n, inner);
         let args = vec![x, y, n64(outer), n64(n), n64(inner)];
+        let form = match v {
+            4 => "_v4",
+            2 => "_v2",
+            _ => "",
+        };
         kernel(
-            format!("reduce_{kind}_cols_{}", e.name()),
+            format!("reduce_{kind}_cols{form}_{}", e.name()),
             grid,
             block,
             args,
