@@ -3,9 +3,10 @@
 against PyTorch eager. Needs python3 with numpy, cupy and torch (CUDA); no cargo.
 
 The plans come from the Rust lowering (src/baseline/):
-    KEVIN_BASELINE_DUMP_DIR=DIR cargo test -p kevin --lib baseline::tests::dump_plans
-writes one JSON per task and preset (tasks/ and tests/data/baseline/) plus kernels.cu. For every
-plan asked for, this script
+    kevin tasks [--dir TASKS] baseline --plans DIR [--tasks a,b]
+writes one JSON per task and preset plus kernels.cu (no GPU needed; the test
+`KEVIN_BASELINE_DUMP_DIR=DIR cargo test -p kevin --lib baseline::tests::dump_plans` writes the
+same for tasks/ and tests/data/baseline/). For every plan asked for, this script
 
   * compiles kernels.cu once with CuPy's NVRTC and allocates the plan's buffers with torch;
   * draws inputs with the task's PyTorch module (`get_inputs`, on the GPU), fills every other
@@ -28,8 +29,9 @@ float64 convolutions would take minutes; the small preset still checks the same 
 --budget-s caps each side's timed runs per task: a plan whose warm-up run takes longer than
 budget / reps gets fewer repetitions (at least 3), and the count is reported.
 
-Plans of other task folders (e.g. a `kevin tasks import-kernelbench` output) are dumped with
-KEVIN_BASELINE_DUMP_TASKS=FOLDER next to KEVIN_BASELINE_DUMP_DIR.
+Plans of other task folders (e.g. a `kevin tasks import-kernelbench` output): `kevin tasks --dir
+FOLDER baseline --plans DIR` (or KEVIN_BASELINE_DUMP_TASKS=FOLDER next to KEVIN_BASELINE_DUMP_DIR).
+benches/kernelbench-gpu.sh runs the whole KernelBench comparison with it.
 """
 
 import argparse

@@ -803,6 +803,37 @@ fn kernelbench_problems_import_and_verify_on_the_cpu_backend() {
     let again = naive_run("simple");
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds 3 .cu files"));
+    // `kevin tasks baseline --plans` writes the eager plans for scripts/baseline_gpu.py, no GPU
+    // needed: both presets of each task, the module PyTorch runs, and the kernels' source.
+    let plans = dir.join("plans");
+    let plans_run = || {
+        kevin_at_root(&[
+            "tasks",
+            "--dir",
+            out.to_str().unwrap(),
+            "baseline",
+            "--plans",
+            plans.to_str().unwrap(),
+        ])
+    };
+    let stdout = succeeded(&plans_run());
+    assert!(
+        stdout.contains("wrote the plans of 3 of 3 tasks"),
+        "{stdout}"
+    );
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(plans.join("kb1_3_conv2d_maxpool.gpu.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["preset"], "gpu");
+    assert!(record["module"].as_str().unwrap().contains("class Model"));
+    assert!(!record["plan"]["steps"].as_array().unwrap().is_empty());
+    assert!(std::fs::read_to_string(plans.join("kernels.cu"))
+        .unwrap()
+        .contains("conv_depthwise"));
+    let again = plans_run();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--plans"));
     let results = dir.join("naive.json");
     succeeded(&kevin_at_root(&[
         "eval",

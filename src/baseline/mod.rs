@@ -330,6 +330,28 @@ pub enum BaselineError {
     },
 }
 
+/// `task`'s plan at `preset` as `scripts/baseline_gpu.py` reads it: the plan, the task's PyTorch
+/// module, its tolerance, its number of inputs and its outputs' names (`kevin tasks baseline
+/// --plans`, which also writes [`SOURCE`] as `kernels.cu` beside them).
+pub fn plan_record(task: &Task, preset: Preset) -> Result<serde_json::Value, String> {
+    let plan = lower(task, preset).map_err(|e| format!("{}: {e}", task.name))?;
+    let module = task
+        .torch_module(preset)
+        .map_err(|e| format!("{}: {e}", task.name))?;
+    Ok(serde_json::json!({
+        "task": task.name,
+        "preset": match preset {
+            Preset::Gpu => "gpu",
+            Preset::Small => "small",
+        },
+        "plan": plan,
+        "module": module,
+        "tolerance": {"atol": task.tolerance.atol, "rtol": task.tolerance.rtol},
+        "inputs": task.program.inputs.len(),
+        "outputs": task.program.outputs.iter().map(|d| &d.name).collect::<Vec<_>>(),
+    }))
+}
+
 /// Lowers `task` at `preset` into its eager plan (the timing baseline, [`Precision::Native`]).
 pub fn lower(task: &Task, preset: Preset) -> Result<EagerPlan, BaselineError> {
     lower::lower_program(

@@ -888,15 +888,7 @@ fn dump_plans() {
     for task in &plan_tasks() {
         for (preset, name) in [(Preset::Small, "small"), (Preset::Gpu, "gpu")] {
             let plan = lower(task, preset).unwrap_or_else(|e| panic!("{e}"));
-            let j = serde_json::json!({
-                "task": task.name,
-                "preset": name,
-                "plan": plan,
-                "module": task.torch_module(preset).unwrap(),
-                "tolerance": {"atol": task.tolerance.atol, "rtol": task.tolerance.rtol},
-                "inputs": task.program.inputs.len(),
-                "outputs": task.program.outputs.iter().map(|d| &d.name).collect::<Vec<_>>(),
-            });
+            let j = plan_record(task, preset).unwrap_or_else(|e| panic!("{e}"));
             let text = j.to_string();
             let back: serde_json::Value = serde_json::from_str(&text).unwrap();
             let back: EagerPlan = serde_json::from_value(back["plan"].clone()).unwrap();

@@ -103,6 +103,12 @@ pub enum TasksCommand {
         /// Also write the times as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Time nothing: write each task's plans at both presets (`<task>.<preset>.json`: the
+        /// plan, its PyTorch module, tolerance, inputs and outputs) and `kernels.cu` into this
+        /// folder (new or without `.json` files), for `scripts/baseline_gpu.py` (checks the plans
+        /// against PyTorch in float64 and times them against eager). Needs no GPU.
+        #[arg(long, conflicts_with_all = ["check", "json"])]
+        plans: Option<PathBuf>,
     },
     /// Write the naive writer's kernel for each task as `OUT/<task>.cu`, for `kevin eval
     /// --kernels OUT`: a simple correct kernel per problem (unverified here: the evaluation
@@ -212,10 +218,16 @@ pub fn run(args: Args) -> CmdResult {
             reps,
             check,
             json,
+            plans: None,
         }) => {
             let preset = preset_named(&preset);
             time_baselines(&args.dir, &tasks, preset, (reps, check), json.as_deref())
         }
+        Some(TasksCommand::Baseline {
+            tasks,
+            plans: Some(out),
+            ..
+        }) => write_plans(&args.dir, &out, &tasks),
         Some(TasksCommand::Naive { out, tasks, form }) => {
             naive_kernels(&args.dir, &out, &tasks, form == "fast")
         }
@@ -537,7 +549,7 @@ fn kernelbench_files(
 /// An error when the folder `out` already holds files ending in `.{ext}` (`what`, for the
 /// message): the commands that write such files `verb` into a new or empty folder only, so
 /// nothing of an earlier run is overwritten or mixed in.
-fn refuse_written(out: &Path, ext: &str, what: &str, verb: &str) -> Result<(), String> {
+fn refuse_written(flag: &str, out: &Path, ext: &str, what: &str, verb: &str) -> Result<(), String> {
     if !out.is_dir() {
         return Ok(());
     }
@@ -548,30 +560,76 @@ fn refuse_written(out: &Path, ext: &str, what: &str, verb: &str) -> Result<(), S
         .count();
     if existing > 0 {
         return Err(format!(
-            "--out {} already holds {existing} {what}: {verb} into a new or empty folder",
+            "{flag} {} already holds {existing} {what}: {verb} into a new or empty folder",
             out.display()
         ));
     }
     Ok(())
 }
 
+/// The tasks named by `--tasks` (all when none), each checked to be in the suite.
+fn chosen_tasks<'a>(
+    suite: &'a TaskSuite,
+    dir: &Path,
+    tasks: &[String],
+) -> Result<Vec<&'a kevin::tasks::Task>, String> {
+    if tasks.is_empty() {
+        return Ok(suite.tasks().iter().collect());
+    }
+    tasks
+        .iter()
+        .map(|n| {
+            suite
+                .get(n)
+                .ok_or_else(|| format!("--tasks: no task `{n}` in {}", dir.display()))
+        })
+        .collect()
+}
+
+/// `kevin tasks baseline --plans OUT`: every chosen task's plans at both presets and the
+/// kernels' source, for scripts/baseline_gpu.py.
+fn write_plans(dir: &Path, out: &Path, tasks: &[String]) -> Result<(), String> {
+    let suite = TaskSuite::load(dir).map_err(|e| e.to_string())?;
+    let chosen = chosen_tasks(&suite, dir, tasks)?;
+    refuse_written("--plans", out, "json", "plans", "write")?;
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let write = |name: &str, text: &str| {
+        let path = out.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    write("kernels.cu", kevin::baseline::SOURCE)?;
+    let mut failed = Vec::new();
+    for t in &chosen {
+        for (preset, name) in [(Preset::Small, "small"), (Preset::Gpu, "gpu")] {
+            match kevin::baseline::plan_record(t, preset) {
+                Ok(record) => write(&format!("{}.{name}.json", t.name), &record.to_string())?,
+                Err(e) => {
+                    println!("{}  {name}: no plan: {e}", t.name);
+                    failed.push(t.name.clone());
+                }
+            }
+        }
+    }
+    println!(
+        "wrote the plans of {} of {} tasks and kernels.cu to {}; run them with `python3 scripts/baseline_gpu.py {}`",
+        chosen.len() - failed.len(),
+        chosen.len(),
+        out.display(),
+        out.display()
+    );
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} tasks have no plan", failed.len()))
+    }
+}
+
 /// `kevin tasks naive`: the naive writer's fast (or simple) form of every task in `tasks` (all
 /// when empty) into `out/<task>.cu`; one line per task (the form, or why none).
 fn naive_kernels(dir: &Path, out: &Path, tasks: &[String], fast: bool) -> Result<(), String> {
     let suite = TaskSuite::load(dir).map_err(|e| e.to_string())?;
-    let chosen: Vec<&kevin::tasks::Task> = if tasks.is_empty() {
-        suite.tasks().iter().collect()
-    } else {
-        tasks
-            .iter()
-            .map(|n| {
-                suite
-                    .get(n)
-                    .ok_or_else(|| format!("--tasks: no task `{n}` in {}", dir.display()))
-            })
-            .collect::<Result<_, _>>()?
-    };
-    refuse_written(out, "cu", ".cu files", "write")?;
+    let chosen = chosen_tasks(&suite, dir, tasks)?;
+    refuse_written("--out", out, "cu", ".cu files", "write")?;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let width = name_width(chosen.iter().map(|t| t.name.as_str()));
     let mut written = 0;
@@ -611,7 +669,7 @@ fn import_kernelbench(
     json_path: Option<&Path>,
 ) -> Result<(), String> {
     let files = kernelbench_files(src, levels, level)?;
-    refuse_written(out, "toml", "task files", "import")?;
+    refuse_written("--out", out, "toml", "task files", "import")?;
     let mut imported = Vec::new();
     let mut refused = Vec::new();
     let mut per_level: std::collections::BTreeMap<u8, (usize, usize)> = Default::default();
