@@ -54,8 +54,9 @@ if has naive; then
     rm -rf "$OUT/naive"
     "$KEVIN" tasks --dir "$OUT/tasks" naive --out "$OUT/naive" "${only[@]}" > "$OUT/naive-write.txt"
     "$KEVIN" eval --kernels "$OUT/naive" --dir "$OUT/tasks" --backend cuda "${only[@]}" \
-        --json "$OUT/naive.json" > "$OUT/naive.txt" 2>&1
-    summary+=("naive kernels: $(grep -iE 'correct' "$OUT/naive.txt" | tail -1)")
+        --json "$OUT/naive.json" > "$OUT/naive.txt" 2>&1 \
+        && summary+=("naive kernels: $(grep -iE 'correct' "$OUT/naive.txt" | tail -1)") \
+        || summary+=("naive kernels: FAILED: $(tail -1 "$OUT/naive.txt")")
 fi
 
 if has crosscheck; then
