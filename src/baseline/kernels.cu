@@ -1116,6 +1116,16 @@ struct WinT {
         p.rest = i / od;
         return p;
     }
+    // The same over a plane (od == 1): two divisions, d = 0.
+    KB_D WinPosT<I> plane_pos(I i) const {
+        WinPosT<I> p;
+        p.w = i % ow;
+        i /= ow;
+        p.h = i % oh;
+        p.rest = i / oh;
+        p.d = 0;
+        return p;
+    }
 };
 typedef WinT<i64> Win;
 typedef WinPosT<i64> WinPos;
@@ -1184,16 +1194,7 @@ KB_D void depthwise_in(const T* __restrict__ x, const T* __restrict__ w, const T
     // The loop counter in 64 bits (the last stride may pass 2^31), the indices in I.
     for (i64 li = gtid(); li < (i64)total; li += gstride()) {
         const I i = (I)li;
-        WinPosT<I> o;
-        if (PLANE) {
-            o.w = i % g.ow;
-            o.rest = i / g.ow;
-            o.h = o.rest % g.oh;
-            o.rest /= g.oh;
-            o.d = 0;
-        } else {
-            o = g.pos(i);
-        }
+        const WinPosT<I> o = PLANE ? g.plane_pos(i) : g.pos(i);
         const I oc = o.rest % f;
         const I xc = mult == 1 ? o.rest : o.rest / f * c + oc / mult;
         const T* xp = x + (i64)xc * plane;

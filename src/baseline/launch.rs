@@ -110,6 +110,18 @@ const DEPTHWISE_THREADS: u32 = 128;
 const DEPTHWISE_FORMS: [&str; 6] = ["", "_vol", "_k1", "_k3", "_k5", "_wide"];
 /// The pooling kernels: planes, volumes (32-bit indices), either in 64-bit indices.
 const POOL_FORMS: [&str; 3] = ["", "_vol", "_wide"];
+/// A value reduction over columns: 1, 2 or 4 adjacent outputs a thread ([`col_width`]).
+const COL_FORMS: [&str; 3] = ["", "_v2", "_v4"];
+
+/// `kernel` without the form its sizes picked (`conv_depthwise_k3_f32` is `conv_depthwise_f32`):
+/// the kernel family, the same at every preset.
+#[cfg(test)]
+pub(super) fn family(kernel: &str) -> String {
+    let forms = DEPTHWISE_FORMS.iter().chain(&POOL_FORMS).chain(&COL_FORMS);
+    forms
+        .filter(|f| !f.is_empty())
+        .fold(kernel.to_string(), |k, f| k.replace(&format!("{f}_"), "_"))
+}
 /// Most blocks of a row or column launch; beyond that, blocks loop.
 const MAX_BLOCKS: u64 = (1 << 31) - 1;
 /// Rows up to this long get one warp each; longer rows get a block.
@@ -129,10 +141,13 @@ pub fn kernel_names() -> Vec<String> {
         }
         for r in REDUCE {
             out.push(format!("reduce_{r}_rows_{d}"));
-            out.push(format!("reduce_{r}_cols_{d}"));
-            if !r.starts_with("arg") {
-                out.push(format!("reduce_{r}_cols_v2_{d}"));
-                out.push(format!("reduce_{r}_cols_v4_{d}"));
+            let widths = if r.starts_with("arg") {
+                1
+            } else {
+                COL_FORMS.len()
+            };
+            for form in &COL_FORMS[..widths] {
+                out.push(format!("reduce_{r}_cols{form}_{d}"));
             }
         }
         for l in LANES.iter().chain(&SCANS) {
@@ -322,6 +337,16 @@ pub(super) fn strided_copy(
     kernel(name, strided_grid(n), [STRIDED_THREADS, 1, 1], args)
 }
 
+/// The grid of PyTorch's index kernels (flip, gather) over `n` elements: 128 threads of 4
+/// elements a block (`each_4x128` in kernels.cu).
+fn index_grid(n: usize) -> [u32; 3] {
+    [
+        blocks(n as u64, 4 * STRIDED_THREADS as u64, i32::MAX as u64),
+        1,
+        1,
+    ]
+}
+
 /// `flip` of `x` into `y` along an axis of `extent` with `inner` elements after it, as
 /// PyTorch's flip kernel launches: 128 threads, 4 elements each.
 pub(super) fn flip(
@@ -341,13 +366,8 @@ pub(super) fn flip(
         StepArg::I64(div_magic(inner as u64)),
         StepArg::I64(div_magic(extent as u64)),
     ];
-    let grid = [
-        blocks(n as u64, 4 * STRIDED_THREADS as u64, i32::MAX as u64),
-        1,
-        1,
-    ];
     let name = format!("copy_flip_b{}", elem_bytes * 8);
-    kernel(name, grid, [STRIDED_THREADS, 1, 1], args)
+    kernel(name, index_grid(n), [STRIDED_THREADS, 1, 1], args)
 }
 
 /// `gather` of `x` by the i64 `idx` into `y` (`n` elements, the index's): along an axis `ka`
@@ -368,14 +388,9 @@ pub(super) fn gather(
         n64(kx),
         n64(inner),
     ];
-    let grid = [
-        blocks(n as u64, 4 * STRIDED_THREADS as u64, i32::MAX as u64),
-        1,
-        1,
-    ];
     kernel(
         format!("gather_{}", e.name()),
-        grid,
+        index_grid(n),
         [STRIDED_THREADS, 1, 1],
         args,
     )
@@ -506,11 +521,8 @@ pub(super) fn reduce(kind: &str, e: Elem, x: usize, y: usize, dims: (usize, usiz
         };
         let (grid, block) = reduce_col_launch(v, outer, n, inner);
         let args = vec![x, y, n64(outer), n64(n), n64(inner)];
-        let form = match v {
-            4 => "_v4",
-            2 => "_v2",
-            _ => "",
-        };
+        // COL_FORMS by width: 1 (and an index reduction's 0), 2, 4.
+        let form = COL_FORMS[v.max(1).ilog2() as usize];
         kernel(
             format!("reduce_{kind}_cols{form}_{}", e.name()),
             grid,

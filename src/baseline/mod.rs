@@ -340,10 +340,7 @@ pub fn plan_record(task: &Task, preset: Preset) -> Result<serde_json::Value, Str
         .map_err(|e| format!("{}: {e}", task.name))?;
     Ok(serde_json::json!({
         "task": task.name,
-        "preset": match preset {
-            Preset::Gpu => "gpu",
-            Preset::Small => "small",
-        },
+        "preset": preset.name(),
         "plan": plan,
         "module": module,
         "tolerance": {"atol": task.tolerance.atol, "rtol": task.tolerance.rtol},

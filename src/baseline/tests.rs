@@ -586,14 +586,7 @@ fn every_task_lowers_at_both_presets_with_known_kernels() {
         // The same kernels, up to the form that the sizes pick (a column reduction's width,
         // a depthwise window's or pooling's 64-bit form).
         let family = |p: &EagerPlan| -> Vec<String> {
-            kinds(p)
-                .iter()
-                .map(|k| {
-                    ["_v2_", "_v4_", "_k1_", "_k3_", "_k5_", "_vol_", "_wide_"]
-                        .iter()
-                        .fold(k.clone(), |k, form| k.replace(form, "_"))
-                })
-                .collect()
+            kinds(p).iter().map(|k| super::launch::family(k)).collect()
         };
         assert_eq!(family(&gpu), family(&small), "{}", task.name);
         let sig = task.signature(Preset::Gpu);
@@ -886,7 +879,7 @@ fn dump_plans() {
         std::fs::write(format!("{d}/kernels.cu"), SOURCE).unwrap();
     }
     for task in &plan_tasks() {
-        for (preset, name) in [(Preset::Small, "small"), (Preset::Gpu, "gpu")] {
+        for preset in Preset::ALL {
             let plan = lower(task, preset).unwrap_or_else(|e| panic!("{e}"));
             let j = plan_record(task, preset).unwrap_or_else(|e| panic!("{e}"));
             let text = j.to_string();
@@ -894,6 +887,7 @@ fn dump_plans() {
             let back: EagerPlan = serde_json::from_value(back["plan"].clone()).unwrap();
             assert_eq!(back, plan, "{}", task.name);
             if let Some(d) = &dir {
+                let name = preset.name();
                 std::fs::write(format!("{d}/{}.{name}.json", task.name), text).unwrap();
             }
         }

@@ -237,8 +237,8 @@ impl<'c> Render<'c> {
     /// `extent - 1 - a`. Only an elementwise `x`: a product or row operation inside is a
     /// value at this index alone, so the staged writer computes it first.
     fn flip(&mut self, flip: &Expr, x: &Expr, axis: i64) -> Option<String> {
-        let inside = |v: &Option<Expr>| v.as_ref().is_some_and(|m| contains(x, m));
-        if inside(&self.matmul) || inside(&self.row_value.as_ref().map(|(r, _)| r.clone())) {
+        let inside = |v: Option<&Expr>| v.is_some_and(|m| contains(x, m));
+        if inside(self.matmul.as_ref()) || inside(self.row_value.as_ref().map(|(r, _)| r)) {
             return None;
         }
         let fs = self.shape_of(flip)?;

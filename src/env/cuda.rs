@@ -70,14 +70,6 @@ pub struct CudaEnv {
     peak: AtomicU64,
 }
 
-/// "gpu" or "small", as configs spell a preset.
-fn preset_name(preset: Preset) -> &'static str {
-    match preset {
-        Preset::Gpu => "gpu",
-        Preset::Small => "small",
-    }
-}
-
 /// The tasks of `suite` at `preset` whose need ([`crate::gpu::buffers::memory_need`]) exceeds
 /// `available` bytes on GPU `gpu`, with a message naming the task, the preset and the bytes.
 pub fn oversized_tasks(
@@ -95,7 +87,7 @@ pub fn oversized_tasks(
                  profile {:.2} GiB, worker {:.2} GiB) but GPU {gpu} has {} bytes ({:.2} GiB) available \
                  for one request: it is not evaluated",
                 task.name,
-                preset_name(preset),
+                preset.name(),
                 need.peak(),
                 gib(need.peak()),
                 gib(need.verify),
@@ -108,7 +100,7 @@ pub fn oversized_tasks(
             Err(e) => format!(
                 "task `{}` at preset `{}`: its device-memory need cannot be computed: {e}",
                 task.name,
-                preset_name(preset)
+                preset.name()
             ),
         };
         out.insert(task.name.clone(), reason);

@@ -26,6 +26,7 @@ use std::fmt::Write as _;
 
 use py::{Arg, Expr, Stmt};
 
+use crate::ops::ast::{dims_product, shape_tuple};
 use crate::ops::torch::per_axis;
 use crate::ops::{transposed_out, window_out, Dim, Poly, Program, Sizes};
 use crate::tasks::file::{write_task_file, TaskFileText};
@@ -822,7 +823,7 @@ impl Importer {
         let (Some(last), Val::Int(n, size)) = (shape.get(at), n) else {
             return refuse(line, "nn.LayerNorm without an integer normalized_shape");
         };
-        let name = size.as_ref().and_then(|p| p.as_sym().map(str::to_string));
+        let name = sym_name(&size);
         if let (Some(p), None) = (&size, &name) {
             if *last == Dim::from_poly(p.clone()) {
                 return Ok(());
@@ -1248,11 +1249,8 @@ impl Importer {
                     format!("nn.{layer}: {n} channels are not divisible by groups {groups}"),
                 );
             }
-            self.pinned.insert(
-                sym.as_ref()
-                    .and_then(|p| p.as_sym().map(str::to_string))
-                    .unwrap_or_else(|| format!("D{n}")),
-            );
+            self.pinned
+                .insert(sym_name(sym).unwrap_or_else(|| format!("D{n}")));
         }
         Ok(())
     }
@@ -1285,7 +1283,7 @@ impl Importer {
                         out.push(d);
                         continue;
                     }
-                    let sym = sym.as_ref().and_then(|p| p.as_sym().map(str::to_string));
+                    let sym = sym_name(sym);
                     let s = sym.clone().unwrap_or_else(|| format!("D{n}"));
                     if self.in_init && sym.is_none() && self.pinned.insert(s.clone()) {
                         if self.sizes.contains_key(&s) {
@@ -2325,23 +2323,18 @@ impl Importer {
             };
             dims.push(d);
         }
-        let product = |s: &[Dim]| s.iter().fold(Poly::lit(1), |p, d| p.mul(&d.to_poly()));
-        let rest = product(&left);
+        let rest = dims_product(&left);
         let shape: Vec<Dim> = dims
             .into_iter()
             .map(|d| d.unwrap_or_else(|| Dim::from_poly(rest.clone())))
             .collect();
-        if product(&shape) != product(&x.shape) {
+        if dims_product(&shape) != dims_product(&x.shape) {
             return cannot(
                 "not the same number of elements at every size (a dim of the input is split)",
             );
         }
         Ok(Val::Tensor(Tensor {
-            text: format!(
-                "reshape({}, {})",
-                x.text,
-                crate::ops::ast::shape_tuple(&shape)
-            ),
+            text: format!("reshape({}, {})", x.text, shape_tuple(&shape)),
             prec: ATOM,
             shape,
             int: x.int,
@@ -2363,9 +2356,7 @@ impl Importer {
             return Ok(Val::Tensor(x));
         }
         let (s, e) = (s as usize, e as usize);
-        let merged = x.shape[s..=e]
-            .iter()
-            .fold(Poly::lit(1), |p, d| p.mul(&d.to_poly()));
+        let merged = dims_product(&x.shape[s..=e]);
         let mut items = self.dim_vals(&x.shape[..s]);
         items.push(Val::Int(
             merged.eval(&self.sizes).unwrap_or(0),
@@ -3571,6 +3562,11 @@ fn named_args(names: &[&str], pos: Vec<Val>, kw: Vec<(String, Val)>) -> Vec<(Str
         .collect();
     args.extend(kw);
     args
+}
+
+/// The size symbol an integer is the value of, when it is one symbol (not a sum or product).
+fn sym_name(size: &Option<Poly>) -> Option<String> {
+    size.as_ref().and_then(|p| p.as_sym().map(str::to_string))
 }
 
 /// Whether the size symbol `s` appears in `d`.

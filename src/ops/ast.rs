@@ -146,6 +146,11 @@ pub fn shape_tuple(dims: &[Dim]) -> String {
     }
 }
 
+/// The number of elements of a tensor of `dims`, as a polynomial in the size symbols.
+pub fn dims_product(dims: &[Dim]) -> Poly {
+    dims.iter().fold(Poly::lit(1), |p, d| p.mul(&d.to_poly()))
+}
+
 /// The extents of `dims` under `sizes`, or the first dim that has none.
 pub fn concrete(dims: &[Dim], sizes: &Sizes) -> Result<Vec<usize>, String> {
     dims.iter()

@@ -6,7 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ast::{
-    collect_vars, BinOp, Dim, Dtype, Expr, NormSets, Op, Poly, Program, ReduceKind, TensorType,
+    collect_vars, dims_product, shape_tuple, BinOp, Dim, Dtype, Expr, NormSets, Op, Poly, Program,
+    ReduceKind, TensorType,
 };
 use super::CheckError;
 
@@ -353,7 +354,13 @@ pub fn expr_shape(
     infer(expr, &lookup, true).map(|t| t.shape)
 }
 
-fn join_dtype(a: Option<Dtype>, b: Option<Dtype>, what: &str) -> Result<Option<Dtype>, String> {
+/// The dtype of an operation on operands of dtypes `a` and `b` (None: a scalar): the same, or
+/// f32 for two float types; i64 operands are an error naming `what`.
+pub(super) fn join_dtype(
+    a: Option<Dtype>,
+    b: Option<Dtype>,
+    what: &str,
+) -> Result<Option<Dtype>, String> {
     Ok(match (a, b) {
         (Some(Dtype::I64), _) | (_, Some(Dtype::I64)) => {
             return Err(format!("{what} needs floating-point operands, got i64"))
@@ -587,13 +594,11 @@ fn infer(
                 }
                 Op::Reshape { shape } => {
                     // As many elements, in every preset: the products agree as polynomials.
-                    let count = |s: &[Dim]| s.iter().fold(Poly::lit(1), |p, d| p.mul(&d.to_poly()));
-                    if count(&x.shape) != count(shape) {
-                        let dims: Vec<String> = shape.iter().map(Dim::to_string).collect();
+                    if dims_product(&x.shape) != dims_product(shape) {
                         return Err(format!(
-                            "`reshape` of {} to ({}): not the same number of elements at every size",
+                            "`reshape` of {} to {}: not the same number of elements at every size",
                             x.describe(),
-                            dims.join(", ")
+                            shape_tuple(shape)
                         ));
                     }
                     Ok(ExprType {

@@ -147,13 +147,14 @@ impl Renderer<'_> {
     /// each cast to the dtype the program gives the result where it differs: kevin joins mixed
     /// float operands to f32 (as PyTorch promotes `+`), where torch.matmul or F.layer_norm would
     /// refuse them.
-    fn operands(&self, args: &[Expr]) -> Vec<String> {
+    fn operands<'e>(&self, args: impl IntoIterator<Item = &'e Expr>) -> Vec<String> {
+        let args: Vec<&Expr> = args.into_iter().collect();
         let dtypes: Vec<Option<Dtype>> = args.iter().map(|a| self.dtype(a)).collect();
-        let mut known = dtypes.iter().flatten();
-        let first = known.next().copied();
-        let joined = first
-            .filter(|&d| known.all(|&x| x == d))
-            .or(first.map(|_| Dtype::F32));
+        let joined = dtypes
+            .iter()
+            .try_fold(None, |j, &d| super::check::join_dtype(j, d, ""))
+            .ok()
+            .flatten();
         args.iter()
             .zip(&dtypes)
             .map(|(a, d)| match (d, joined) {
@@ -202,7 +203,7 @@ impl Renderer<'_> {
             BinOp::Mul => infix("*", MUL),
             BinOp::Div => infix("/", MUL),
             BinOp::MatMul => {
-                let ops = self.operands(&[a.clone(), b.clone()]);
+                let ops = self.operands([a, b]);
                 let f = if self.rank(a) == 3 && self.rank(b) == 3 {
                     "bmm"
                 } else {

@@ -49,6 +49,19 @@ pub enum Preset {
     Small,
 }
 
+impl Preset {
+    /// Both presets, the small one first.
+    pub const ALL: [Preset; 2] = [Preset::Small, Preset::Gpu];
+
+    /// "gpu" or "small", as configs and file names spell a preset.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Gpu => "gpu",
+            Preset::Small => "small",
+        }
+    }
+}
+
 /// Comparison tolerance: `|got - want| <= atol + rtol * |want|`.
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -598,29 +598,32 @@ fn write_plans(dir: &Path, out: &Path, tasks: &[String]) -> Result<(), String> {
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
     };
     write("kernels.cu", kevin::baseline::SOURCE)?;
-    let mut failed = Vec::new();
+    let mut failed = 0;
     for t in &chosen {
-        for (preset, name) in [(Preset::Small, "small"), (Preset::Gpu, "gpu")] {
+        let mut ok = true;
+        for preset in Preset::ALL {
+            let name = preset.name();
             match kevin::baseline::plan_record(t, preset) {
                 Ok(record) => write(&format!("{}.{name}.json", t.name), &record.to_string())?,
                 Err(e) => {
                     println!("{}  {name}: no plan: {e}", t.name);
-                    failed.push(t.name.clone());
+                    ok = false;
                 }
             }
         }
+        failed += usize::from(!ok);
     }
     println!(
         "wrote the plans of {} of {} tasks and kernels.cu to {}; run them with `python3 scripts/baseline_gpu.py {}`",
-        chosen.len() - failed.len(),
+        chosen.len() - failed,
         chosen.len(),
         out.display(),
         out.display()
     );
-    if failed.is_empty() {
+    if failed == 0 {
         Ok(())
     } else {
-        Err(format!("{} tasks have no plan", failed.len()))
+        Err(format!("{failed} tasks have no plan"))
     }
 }
 
@@ -790,16 +793,10 @@ fn time_baselines(
     use std::sync::Arc;
 
     let suite = TaskSuite::load(dir).map_err(|e| format!("task suite: {e}"))?;
-    let names: Vec<String> = if only.is_empty() {
-        suite.tasks().iter().map(|t| t.name.clone()).collect()
-    } else {
-        for n in only {
-            if suite.get(n).is_none() {
-                return Err(format!("--tasks: no task `{n}` in {}", dir.display()));
-            }
-        }
-        only.to_vec()
-    };
+    let names: Vec<String> = chosen_tasks(&suite, dir, only)?
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     let exe = std::env::current_exe().map_err(|e| format!("locating the kevin binary: {e}"))?;
     let cfg = CudaEnvConfig {
         workers_per_gpu: 1,
