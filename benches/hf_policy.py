@@ -7,8 +7,10 @@ timed with transformers on the same GPU in the same device call.
 - learner: forward + backward + AdamW step on 8 x 1024 tokens (causal LM loss), tokens/s over the
   median step, and the learner's peak GPU memory (torch's allocator: allocated and reserved).
 
-Prints one JSON object (and writes it with --json FILE). Default shape: Qwen2-0.5B (hidden 896,
-24 layers, 14 heads, 2 KV heads, intermediate 4864, vocab 151936), bf16.
+Prints one JSON object (and writes it with --json FILE). Shapes (--shape, as `kevin bench policy
+--shape` names them): qwen2-0.5b (the default: hidden 896, 24 layers, 14 heads, 2 KV heads,
+intermediate 4864, vocab 151936) and qwen2.5-1.5b (Qwen2.5-1.5B's config.json: hidden 1536, 28
+layers, 12 heads, 2 KV heads, intermediate 8960), bf16 by default.
 """
 import argparse
 import json
@@ -19,11 +21,18 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 
-def qwen2_05b(vocab):
+SHAPES = {
+    "qwen2-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                       num_attention_heads=14, num_key_value_heads=2),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2),
+}
+
+
+def qwen2_config(shape, vocab):
     return Qwen2Config(
-        vocab_size=vocab, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        vocab_size=vocab, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, **SHAPES[shape],
     )
 
 
@@ -64,6 +73,7 @@ def learner_tokens_per_s(model, batch, seq, vocab, steps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen2-0.5b", choices=sorted(SHAPES))
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--prompt", type=int, default=256)
@@ -77,9 +87,10 @@ def main():
     a = ap.parse_args()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
-    cfg = qwen2_05b(a.vocab)
+    cfg = qwen2_config(a.shape, a.vocab)
     model = Qwen2ForCausalLM(cfg).to("cuda", dtype=dtype).eval()
     res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "dtype": a.dtype,
+           "shape": a.shape,
            "params": sum(p.numel() for p in model.parameters()), "generate": {}}
     with torch.no_grad():
         for b in [int(x) for x in a.batches.split(",")]:

@@ -124,6 +124,9 @@ pub struct BenchArgs {
     pub flash: bool,
     /// The learner's log-probabilities through [`crate::logprob`] on CUDA; false: burn's ops.
     pub logprobs: bool,
+    /// The learner's RMSNorm and bias additions through [`crate::norm`] on CUDA; false: burn's
+    /// ops.
+    pub norms: bool,
     /// How kevin's own kernels and cuBLAS products are ordered against burn's on CUDA
     /// ([`crate::stream`]).
     pub order: crate::stream::Order,
@@ -148,6 +151,7 @@ impl BenchArgs {
             fused: true,
             flash: true,
             logprobs: true,
+            norms: true,
             order: crate::stream::Order::Stream,
         }
     }
@@ -479,12 +483,14 @@ pub fn run_named(
     crate::qwen2::fused::set_enabled(args.fused);
     crate::flash::set_enabled(args.flash);
     crate::logprob::set_enabled(args.logprobs);
+    crate::norm::set_enabled(args.norms);
     crate::stream::set_order(args.order);
     let generate = if args.fused { "fused" } else { "burn" };
     let generate = format!(
-        "{generate}, attention {}, logprobs {}, order {}",
+        "{generate}, attention {}, logprobs {}, norms {}, order {}",
         if args.flash { "flash" } else { "burn" },
         if args.logprobs { "fused" } else { "burn" },
+        if args.norms { "fused" } else { "burn" },
         args.order.name()
     );
     if device == "cuda" {

@@ -23,14 +23,12 @@
 //! cubecl's own stream where it is found, fenced on both sides otherwise
 //! ([`crate::kernels::in_order`]).
 
-use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::cuda::CudaDevice;
 use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::{Autodiff, Cuda};
 use burn::cubecl::cuda::CudaRuntime;
@@ -45,7 +43,7 @@ use half::bf16;
 use kevin::gpu::device::ArgPack;
 
 use crate::cublas::{as_backend, from_backend};
-use crate::kernels::{in_order, with_engine, Engine, Source};
+use crate::kernels::{empty, in_order, suffix, Engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -173,20 +171,7 @@ fn serves<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>, v: &Tensor<B, 4>) -> b
     if k.dims() != v.dims() || unsupported(q.dims(), k.dims()).is_some() {
         return false;
     }
-    let device = q.device();
-    let Some(device) = (&device as &dyn Any).downcast_ref::<CudaDevice>() else {
-        return false;
-    };
-    match with_engine(&SOURCE, device.index, |_| Ok(())) {
-        Ok(()) => true,
-        Err(why) => {
-            static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| {
-                tracing::warn!("flash attention unavailable, burn's attention is used: {why}");
-            });
-            false
-        }
-    }
+    crate::kernels::usable(&SOURCE, &q.device(), "flash attention")
 }
 
 fn through<B: Backend, X: FlashAttention>(
@@ -284,24 +269,6 @@ fn last_packed(t: Ct) -> Ct {
 fn dims4(t: &Ct) -> Result<[usize; 4], String> {
     let s = t.meta.shape();
     <[usize; 4]>::try_from(&s[..]).map_err(|_| format!("shape {s:?} is not 4-d"))
-}
-
-fn empty(like: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
-    burn_cubecl::ops::numeric::empty_device_contiguous_dtype(
-        like.client.clone(),
-        like.device.clone(),
-        Shape::from(shape),
-        dtype,
-    )
-}
-
-/// The kernel suffix of a tensor's dtype.
-fn suffix(t: &Ct) -> Result<&'static str, String> {
-    match t.dtype {
-        DType::F32 => Ok("f32"),
-        DType::BF16 => Ok("bf16"),
-        other => Err(format!("dtype {other:?} (f32 or bf16)")),
-    }
 }
 
 /// The strides the kernels take for q, k, v: (batch, head, row) of each.

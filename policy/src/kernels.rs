@@ -9,9 +9,12 @@
 //! ([`custom_op`]): on cubecl's own stream where [`crate::stream`] finds it, between two host
 //! fences otherwise.
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+
+use burn::backend::cuda::CudaDevice;
 
 use burn::backend::ir::{CustomOpIr, OperationIr, OperationOutput, TensorIr};
 use burn::cubecl::cuda::CudaRuntime;
@@ -246,6 +249,56 @@ pub(crate) fn in_order(
     })?;
     drop(keep);
     Ok(())
+}
+
+/// Whether `source`'s kernels can run on `device` (a burn CUDA device whose engine could be
+/// made); the first refusal per source is logged once, naming `what` falls back to burn's ops.
+pub(crate) fn usable(source: &Source, device: &dyn Any, what: &str) -> bool {
+    let Some(device) = device.downcast_ref::<CudaDevice>() else {
+        return false;
+    };
+    match with_engine(source, device.index, |_| Ok(())) {
+        Ok(()) => true,
+        Err(why) => {
+            static WARNED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+            if WARNED.lock().is_ok_and(|mut w| w.insert(source.name)) {
+                tracing::warn!("{what} unavailable, burn's ops are used: {why}");
+            }
+            false
+        }
+    }
+}
+
+type Ct = CubeTensor<CudaRuntime>;
+
+/// `t` packed row-major (a copy when it is not).
+pub(crate) fn packed(t: Ct) -> Ct {
+    let s = t.meta.shape().to_vec();
+    let packed: Vec<usize> = (0..s.len()).map(|i| s[i + 1..].iter().product()).collect();
+    if t.meta.strides()[..] == packed[..] {
+        t
+    } else {
+        burn_cubecl::kernel::into_contiguous(t)
+    }
+}
+
+/// The kernel suffix of a tensor's dtype (the sources instantiate f32 and bf16).
+pub(crate) fn suffix(t: &Ct) -> Result<&'static str, String> {
+    match t.dtype {
+        DType::F32 => Ok("f32"),
+        DType::BF16 => Ok("bf16"),
+        other => Err(format!("dtype {other:?} (f32 or bf16)")),
+    }
+}
+
+/// A packed tensor of `shape` and `dtype` on `like`'s device, uninitialised.
+pub(crate) fn empty(like: &Ct, shape: Vec<usize>, dtype: DType) -> Ct {
+    burn_cubecl::ops::numeric::empty_device_contiguous_dtype(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(shape),
+        dtype,
+    )
 }
 
 /// Registers a fusion custom operation named `name` (never fused: it closes the fusion block

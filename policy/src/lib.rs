@@ -19,6 +19,7 @@ pub mod kernels;
 pub mod learner_testing;
 pub mod logprob;
 pub mod loss;
+pub mod norm;
 pub mod optim;
 pub mod parity;
 pub mod qwen2;

@@ -21,7 +21,6 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::cuda::CudaDevice;
 use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::{Autodiff, Cuda};
 use burn::cubecl::cuda::CudaRuntime;
@@ -35,7 +34,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use half::bf16;
 use kevin::gpu::device::ArgPack;
 
-use crate::kernels::{in_order, with_engine, Source};
+use crate::kernels::{empty, in_order, packed, suffix, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -113,20 +112,7 @@ fn serves<B: Backend, const D: usize>(
     {
         return false;
     }
-    let device = logits.device();
-    let Some(device) = (&device as &dyn Any).downcast_ref::<CudaDevice>() else {
-        return false;
-    };
-    match with_engine(&SOURCE, device.index, |_| Ok(())) {
-        Ok(()) => true,
-        Err(why) => {
-            static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| {
-                tracing::warn!("fused log-probabilities unavailable, burn's ops are used: {why}");
-            });
-            false
-        }
-    }
+    crate::kernels::usable(&SOURCE, &logits.device(), "fused log-probabilities")
 }
 
 /// `t`'s int primitive as backend `X`'s, when `B` is `X`.
@@ -186,24 +172,6 @@ pub trait ChosenLogprobs: Backend {
 
 type Ct = CubeTensor<CudaRuntime>;
 
-fn packed(t: Ct) -> Ct {
-    let s = t.meta.shape().to_vec();
-    let packed: Vec<usize> = (0..s.len()).map(|i| s[i + 1..].iter().product()).collect();
-    if t.meta.strides()[..] == packed[..] {
-        t
-    } else {
-        burn_cubecl::kernel::into_contiguous(t)
-    }
-}
-
-fn suffix(t: &Ct) -> Result<&'static str, String> {
-    match t.dtype {
-        DType::F32 => Ok("f32"),
-        DType::BF16 => Ok("bf16"),
-        other => Err(format!("logits of dtype {other:?} (f32 or bf16)")),
-    }
-}
-
 fn index_checks(x: &Ct, rows: &Ct, targets: &Ct) -> Result<(usize, usize, usize), String> {
     let (xs, n) = (x.meta.shape(), rows.meta.shape()[0]);
     if xs.len() < 2 || rows.dtype != DType::I32 || targets.dtype != DType::I32 {
@@ -229,15 +197,10 @@ fn cube_forward(x: Ct, rows: Ct, targets: Ct) -> Result<[Ct; 2], String> {
     let (x, rows, targets) = (packed(x), packed(rows), packed(targets));
     let (_, v, n) = index_checks(&x, &rows, &targets)?;
     let s = suffix(&x)?;
-    let empty = |len: usize| {
-        burn_cubecl::ops::numeric::empty_device_contiguous_dtype(
-            x.client.clone(),
-            x.device.clone(),
-            Shape::from(vec![len]),
-            DType::F32,
-        )
-    };
-    let (logp, lse) = (empty(n), empty(n));
+    let (logp, lse) = (
+        empty(&x, vec![n], DType::F32),
+        empty(&x, vec![n], DType::F32),
+    );
     if n == 0 {
         return Ok([logp, lse]);
     }
@@ -261,12 +224,7 @@ fn cube_backward(x: Ct, rows: Ct, targets: Ct, lse: Ct, g: Ct) -> Result<Ct, Str
     if g.dtype != DType::F32 {
         g = burn_cubecl::kernel::cast(g, DType::F32);
     }
-    let dx = burn_cubecl::ops::numeric::empty_device_contiguous_dtype(
-        x.client.clone(),
-        x.device.clone(),
-        x.meta.shape().clone(),
-        x.dtype,
-    );
+    let dx = empty(&x, x.meta.shape().to_vec(), x.dtype);
     if m * v == 0 {
         return Ok(dx);
     }

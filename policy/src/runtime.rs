@@ -49,7 +49,8 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
 /// `policy.burn.matmul`: which products go to cuBLAS on CUDA ([`crate::cublas`]).
 /// And `policy.burn.generate`: the fused generation path on CUDA ([`crate::qwen2::fused`]) or not;
 /// `policy.burn.attention`: the learner's attention through [`crate::flash`] or burn's ops;
-/// `policy.burn.logprobs`: its log-probabilities through [`crate::logprob`] or burn's ops.
+/// `policy.burn.logprobs`: its log-probabilities through [`crate::logprob`] or burn's ops;
+/// `policy.burn.norms`: RMSNorm and the bias additions through [`crate::norm`] or burn's ops.
 fn set_matmul(config: &Config) {
     crate::cublas::set_mode(match config.policy.burn.matmul {
         kevin::config::BurnMatmul::Burn => crate::cublas::Mode::Off,
@@ -60,6 +61,7 @@ fn set_matmul(config: &Config) {
     );
     crate::flash::set_enabled(config.policy.burn.attention == kevin::config::BurnAttention::Flash);
     crate::logprob::set_enabled(config.policy.burn.logprobs == kevin::config::BurnLogprobs::Fused);
+    crate::norm::set_enabled(config.policy.burn.norms == kevin::config::BurnNorms::Fused);
 }
 
 /// The burn policy and learner of `config` (`policy.kind = "burn"`), starting from the same

@@ -771,6 +771,179 @@ fn chosen_logprobs_and_their_gradient_match_the_cpu_on_cuda() {
     }
 }
 
+/// RMSNorm and a bias addition through `kevin_policy::norm` (own kernels, forward and backward)
+/// against NdArray's autodiff of the same formula in f32 on the same values: the output and the
+/// gradients of the input, the norm's weight and the bias, relative to each one's largest value;
+/// f32 within 1e-4, bf16 within 1e-2. The shapes cover Qwen2's widths, rows that do not fill the
+/// backward's blocks of 16 or the column sums' blocks of 256, and a single row.
+#[test]
+fn rms_norm_and_bias_gradients_match_the_cpu_on_cuda() {
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::backend::Backend;
+    use burn::tensor::{DType, Tensor, TensorData};
+    if !gpu_tests() {
+        return;
+    }
+    fn run<G: Backend + burn::tensor::backend::AutodiffBackend>(
+        [a, b, n]: [usize; 3],
+        bf16: bool,
+        gpu: &G::Device,
+    ) -> [f32; 4] {
+        type C = Autodiff<NdArray<f32>>;
+        let eps = 1e-6;
+        let round = |v: Vec<f32>| -> Vec<f32> {
+            if bf16 {
+                v.into_iter()
+                    .map(|x| half::bf16::from_f32(x).to_f32())
+                    .collect()
+            } else {
+                v
+            }
+        };
+        let x = round(values(a * b * n, 11).into_iter().map(|v| v * 3.0).collect());
+        let w = round(values(n, 12).into_iter().map(|v| 1.0 + 0.5 * v).collect());
+        let bias = round(values(n, 13));
+        let c = round(values(a * b * n, 14));
+        let dt = |t: Tensor<G, 3>| {
+            if bf16 {
+                t.cast(burn::tensor::FloatDType::BF16)
+            } else {
+                t
+            }
+        };
+        let dt1 = |t: Tensor<G, 1>| {
+            if bf16 {
+                t.cast(burn::tensor::FloatDType::BF16)
+            } else {
+                t
+            }
+        };
+
+        let gx = dt(Tensor::from_data(
+            TensorData::new(x.clone(), [a, b, n]),
+            gpu,
+        ))
+        .require_grad();
+        let gw = dt1(Tensor::from_data(TensorData::new(w.clone(), [n]), gpu)).require_grad();
+        let gb = dt1(Tensor::from_data(TensorData::new(bias.clone(), [n]), gpu)).require_grad();
+        let gc = dt(Tensor::from_data(
+            TensorData::new(c.clone(), [a, b, n]),
+            gpu,
+        ));
+        let y = kevin_policy::norm::rms_norm(gx.clone(), gw.clone(), eps)
+            .unwrap_or_else(|_| panic!("the fused RMSNorm declined {a}x{b}x{n}"));
+        let z = kevin_policy::norm::add_bias(y, gb.clone())
+            .unwrap_or_else(|_| panic!("the fused bias addition declined {a}x{b}x{n}"));
+        assert_eq!(z.dtype(), if bf16 { DType::BF16 } else { DType::F32 });
+        let grads = (z.clone() * gc).sum().backward();
+        let (dx, dw, db) = (
+            gx.grad(&grads).unwrap(),
+            gw.grad(&grads).unwrap(),
+            gb.grad(&grads).unwrap(),
+        );
+
+        // The reference in f32: transformers' RMSNorm, the normalised row rounded to the dtype
+        // before the weight's product (a no-op in f32; in bf16 the CPU's f32 product stands in).
+        let cpu = Default::default();
+        let cx = Tensor::<C, 3>::from_data(TensorData::new(x, [a, b, n]), &cpu).require_grad();
+        let cw = Tensor::<C, 1>::from_data(TensorData::new(w, [n]), &cpu).require_grad();
+        let cb = Tensor::<C, 1>::from_data(TensorData::new(bias, [n]), &cpu).require_grad();
+        let cc = Tensor::<C, 3>::from_data(TensorData::new(c, [a, b, n]), &cpu);
+        let inv = (cx.clone().square().mean_dim(2) + eps).sqrt().recip();
+        let want = cx.clone() * inv * cw.clone().unsqueeze::<3>() + cb.clone().unsqueeze::<3>();
+        let cgrads = (want.clone() * cc).sum().backward();
+        let (cdx, cdw, cdb) = (
+            cx.grad(&cgrads).unwrap(),
+            cw.grad(&cgrads).unwrap(),
+            cb.grad(&cgrads).unwrap(),
+        );
+
+        let rel = |g: TensorData, w: TensorData| {
+            let g = g.convert::<f32>().to_vec::<f32>().unwrap();
+            let w = w.convert::<f32>().to_vec::<f32>().unwrap();
+            assert_eq!(g.len(), w.len());
+            let scale = w.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+            g.iter()
+                .zip(&w)
+                .fold(0f32, |m, (p, q)| m.max((p - q).abs()))
+                / scale
+        };
+        [
+            rel(z.inner().into_data(), want.inner().into_data()),
+            rel(dx.into_data(), cdx.into_data()),
+            rel(dw.into_data(), cdw.into_data()),
+            rel(db.into_data(), cdb.into_data()),
+        ]
+    }
+    let gpu = kevin_policy::cuda_setup::cuda_device(0);
+    for shape in [[2, 37, 896], [4, 301, 128], [1, 1, 4864], [3, 5, 1536]] {
+        let f = run::<Autodiff<Cuda<f32>>>(shape, false, &gpu);
+        let h = run::<Autodiff<Cuda<half::bf16>>>(shape, true, &gpu);
+        eprintln!("{shape:?}: f32 y/dx/dw/db {f:?}, bf16 {h:?}");
+        assert!(f.iter().all(|&d| d < 1e-4), "{shape:?} f32 {f:?}");
+        assert!(h.iter().all(|&d| d < 1e-2), "{shape:?} bf16 {h:?}");
+    }
+}
+
+/// The global gradient norm's sum of squares through `kevin_policy::norm::squared_sum` (a kernel
+/// launch per tensor into one f32 sum) against the same sum in f64 on the host: tensors of one
+/// to three dimensions, one of them larger than the kernel's grid covers in a pass (so the
+/// grid-stride loop runs), in f32 (within 1e-5 relative) and bf16 (the values rounded first;
+/// within 1e-4: the sum is f32 either way).
+#[test]
+fn squared_sum_of_many_tensors_matches_the_cpu_on_cuda() {
+    use burn::tensor::{Tensor, TensorData};
+    if !gpu_tests() {
+        return;
+    }
+    fn run<G: burn::tensor::backend::Backend>(bf16: bool, gpu: &G::Device) -> f64 {
+        let shapes: [&[usize]; 5] = [&[896], &[151, 37], &[3, 5, 7], &[5_000_003], &[1]];
+        let mut want = 0f64;
+        let mut prims = Vec::new();
+        for (k, shape) in shapes.iter().enumerate() {
+            let n: usize = shape.iter().product();
+            let v: Vec<f32> = values(n, 30 + k as u64)
+                .into_iter()
+                .map(|x| {
+                    if bf16 {
+                        half::bf16::from_f32(x).to_f32()
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            want += v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>();
+            let t = Tensor::<G, 1>::from_data(TensorData::new(v, [n]), gpu);
+            let t = if bf16 {
+                t.cast(burn::tensor::FloatDType::BF16)
+            } else {
+                t
+            };
+            let t = match shape.len() {
+                1 => t.into_primitive().tensor(),
+                2 => t.reshape([shape[0], shape[1]]).into_primitive().tensor(),
+                _ => t
+                    .reshape([shape[0], shape[1], shape[2]])
+                    .into_primitive()
+                    .tensor(),
+            };
+            prims.push(t);
+        }
+        let got = kevin_policy::norm::squared_sum::<G>(prims)
+            .unwrap_or_else(|_| panic!("the fused sum of squares declined"))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        (got[0] as f64 - want).abs() / want
+    }
+    let gpu = kevin_policy::cuda_setup::cuda_device(0);
+    let f = run::<Cuda<f32>>(false, &gpu);
+    let h = run::<Cuda<half::bf16>>(true, &gpu);
+    eprintln!("sum of squares, relative difference: f32 {f:e}, bf16 {h:e}");
+    assert!(f < 1e-5 && h < 1e-4, "f32 {f:e}, bf16 {h:e}");
+}
+
 /// Whole learner steps on CUDA through the benchmark's learner (the model's forward with flash
 /// attention, the fused log-probabilities, the RL loss, backward, clipping, AdamW) in f32 and
 /// bf16, for the tiny, the 4M and the Qwen2-0.5B shapes. burn's fusion (0.21) can fail to

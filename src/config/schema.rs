@@ -159,6 +159,16 @@ pub enum BurnLogprobs {
     Burn,
 }
 
+/// How the burn learner's RMSNorm and bias additions run on CUDA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BurnNorms {
+    /// Own kernels: RMSNorm in one pass per row each way, the sums over rows in one kernel.
+    Fused,
+    /// burn's ops (the reference).
+    Burn,
+}
+
 /// Where tasks come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -343,6 +353,10 @@ pub struct BurnPolicySection {
     /// direction over the logits in place (nothing of the vocabulary's size kept besides the
     /// logits and their gradient); "burn": burn's ops (the reference path). Ignored on the CPU.
     pub logprobs: BurnLogprobs,
+    /// "fused" (default): RMSNorm (forward and backward) and the bias additions' gradients on
+    /// CUDA as own kernels (one pass per row; the weight's and bias's sums over rows in one
+    /// kernel); "burn": burn's ops (the reference path). Ignored on the CPU.
+    pub norms: BurnNorms,
 }
 
 impl Default for BurnPolicySection {
@@ -356,6 +370,7 @@ impl Default for BurnPolicySection {
             generate: BurnGenerate::Fused,
             attention: BurnAttention::Flash,
             logprobs: BurnLogprobs::Fused,
+            norms: BurnNorms::Fused,
         }
     }
 }

@@ -189,6 +189,10 @@ fn burn_policy_and_learner_are_checked() {
             format!("{burn}[policy.burn]\nlogprobs = \"triton\"\n"),
             "config key `policy.burn.logprobs` = \"triton\" is invalid",
         ),
+        (
+            format!("{burn}[policy.burn]\nnorms = \"apex\"\n"),
+            "config key `policy.burn.norms` = \"apex\" is invalid",
+        ),
     ] {
         check_err(&text, &[], expected);
     }
@@ -199,6 +203,7 @@ fn burn_policy_and_learner_are_checked() {
     assert_eq!(c.policy.burn.generate, BurnGenerate::Fused);
     assert_eq!(c.policy.burn.attention, BurnAttention::Flash);
     assert_eq!(c.policy.burn.logprobs, BurnLogprobs::Fused);
+    assert_eq!(c.policy.burn.norms, BurnNorms::Fused);
     let c = load_str(&format!("{burn}[policy.burn]\ngenerate = \"burn\"\n"), &[]).unwrap();
     assert_eq!(c.policy.burn.generate, BurnGenerate::Burn);
 }

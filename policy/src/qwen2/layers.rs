@@ -58,7 +58,10 @@ pub(super) fn lin<B: Backend, const D: usize>(
     }
     let y = mm(x, w.unsqueeze::<D>(), split);
     match &layer.bias {
-        Some(bias) => y + bias.val().unsqueeze::<D>(),
+        Some(bias) => match crate::norm::add_bias(y, bias.val()) {
+            Ok(out) => out,
+            Err((y, b)) => y + b.unsqueeze::<D>(),
+        },
         None => y,
     }
 }
@@ -70,7 +73,8 @@ pub(super) fn weight_dims<const D: usize>(kn: [usize; 2]) -> Vec<usize> {
     dims
 }
 
-/// RMSNorm as transformers computes it: in f32, scaled after casting back.
+/// RMSNorm as transformers computes it: in f32, scaled after casting back ([`crate::norm`]'s
+/// kernels on CUDA).
 #[derive(Module, Debug)]
 pub struct RmsNorm<B: Backend> {
     pub(super) weight: Param<Tensor<B, 1>>,
@@ -101,6 +105,10 @@ impl<B: Backend> RmsNorm<B> {
 
     /// `[.., hidden] -> [.., hidden]`
     pub(super) fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let x = match crate::norm::rms_norm(x, self.weight.val(), self.eps) {
+            Ok(y) => return y,
+            Err((x, _)) => x,
+        };
         let dtype = x.dtype();
         let x = to_f32(x);
         let inv_rms = (x.clone().square().mean_dim(D - 1) + self.eps)

@@ -65,6 +65,11 @@ pub struct Args {
     /// kernel per direction over the logits in place) or "burn" (burn's ops, the reference path).
     #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
     pub logprobs: String,
+    /// How the learner's RMSNorm and bias additions run on CUDA: "fused" (default: own kernels,
+    /// one pass per row each way, the weight's and bias's sums over rows in one kernel) or "burn"
+    /// (burn's ops, the reference path).
+    #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
+    pub norms: String,
     /// How kevin's own kernels and cuBLAS products are ordered against burn's kernels on CUDA:
     /// "stream" (default: queued on cubecl's own stream, found once through CUPTI; fenced where it
     /// cannot be found) or "fence" (a host synchronisation on each side, the reference).
@@ -97,6 +102,7 @@ pub fn run(a: &Args) -> CmdResult {
         fused: a.generate == "fused",
         flash: a.attention == "flash",
         logprobs: a.logprobs == "fused",
+        norms: a.norms == "fused",
         order: kevin_policy::stream::parse_order(&a.order).map_err(usage)?,
     };
     if !(a.load_seconds.is_finite() && a.load_seconds >= 0.0) {
@@ -109,7 +115,15 @@ pub fn run(a: &Args) -> CmdResult {
         .device
         .clone()
         .unwrap_or_else(|| kevin::machine::default_backend().to_string());
-    bench(&args, &device, &a.dtype, a.hf.as_deref(), a.json.as_deref()).map_err(failure)?;
+    bench(
+        &args,
+        &a.shape,
+        &device,
+        &a.dtype,
+        a.hf.as_deref(),
+        a.json.as_deref(),
+    )
+    .map_err(failure)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -171,9 +185,11 @@ fn table(report: &BenchReport, hf: Option<&serde_json::Value>) -> String {
     out
 }
 
-/// Runs the benchmark and reports it.
+/// Runs the benchmark of the shape named `shape` and reports it; a peer measured on another
+/// shape (its `"shape"`, written by benches/hf_policy.py) is refused before anything runs.
 pub fn bench(
     args: &BenchArgs,
+    shape: &str,
     device: &str,
     dtype: &str,
     hf: Option<&Path>,
@@ -189,6 +205,15 @@ pub fn bench(
         }
         None => None,
     };
+    if let (Some(p), Some(theirs)) = (hf, peer.as_ref().and_then(|v| v["shape"].as_str())) {
+        if theirs != shape {
+            return Err(format!(
+                "{}: the transformers peer ran shape {theirs}, this run is {shape} (run \
+                 benches/hf_policy.py --shape {shape})",
+                p.display()
+            ));
+        }
+    }
     let report = run_named(args, device, dtype, &|line| eprintln!("{line}"))?;
     let text = table(&report, peer.as_ref());
     println!("{text}");

@@ -1,0 +1,113 @@
+// The learner's RMSNorm and bias gradients (policy/src/norm.rs), in f32 arithmetic over f32 or
+// bf16 tensors of `rows` rows of `n` values:
+//   kevin_rms_fwd:  r = rsqrt(mean(x^2) + eps) per row; y = rnd(rnd(x * r) * w), rounded as
+//                   transformers' RMSNorm rounds (the normalised row cast to T, then scaled in T);
+//   kevin_rms_bwd:  dx = r * (dy * w) - x * r^3 * mean((dy * w) * x), and dw += the column sums
+//                   of dy * rnd(x * r) (f32 atomics into a zeroed [n]);
+//   kevin_col_sum:  out += the column sums of dy (a bias's gradient; f32 atomics, zeroed [n]);
+//   kevin_sq_sum:   out[0] += the sum of x's n squares (the global gradient norm's, a tensor per
+//                   launch; f32 atomics, one per block, into a zeroed [1]).
+
+#define NORM_THREADS 256
+#define NORM_ROWS 16
+#define COL_ROWS 256
+
+// The sum of `v` over the block (every thread gets it); `red` holds NORM_THREADS / 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    v = warp_sum(v);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = lane < NORM_THREADS / 32 ? red[lane] : 0.0f;
+    return warp_sum(s);
+}
+
+// A block per row.
+template <typename T>
+__device__ void rms_fwd(const T* x, const T* w, T* y, float* r, long long n, float eps) {
+    __shared__ float red[NORM_THREADS / 32];
+    long long row = blockIdx.x, off = row * n;
+    float ss = 0.0f;
+    for (long long j = threadIdx.x; j < n; j += NORM_THREADS) {
+        float v = ld(x, off + j);
+        ss += v * v;
+    }
+    float inv = rsqrtf(block_sum(ss, red) / (float)n + eps);
+    if (threadIdx.x == 0) r[row] = inv;
+    for (long long j = threadIdx.x; j < n; j += NORM_THREADS)
+        st(y, off + j, rnd<T>(ld(x, off + j) * inv) * ld(w, j));
+}
+
+// A block per NORM_ROWS rows; each thread keeps its columns' dw sums in shared memory (n floats).
+template <typename T>
+__device__ void rms_bwd(const T* x, const T* w, const float* r, const T* dy, T* dx, float* dw,
+                        long long rows, long long n) {
+    __shared__ float red[NORM_THREADS / 32];
+    extern __shared__ float acc[];
+    for (long long j = threadIdx.x; j < n; j += NORM_THREADS) acc[j] = 0.0f;
+    long long first = (long long)blockIdx.x * NORM_ROWS;
+    long long last = min(first + NORM_ROWS, rows);
+    for (long long row = first; row < last; row++) {
+        long long off = row * n;
+        float inv = r[row], s = 0.0f;
+        for (long long j = threadIdx.x; j < n; j += NORM_THREADS) {
+            float xv = ld(x, off + j), g = ld(dy, off + j);
+            s += g * ld(w, j) * xv;
+            acc[j] += g * rnd<T>(xv * inv);
+        }
+        float c = block_sum(s, red) / (float)n * inv * inv * inv;
+        for (long long j = threadIdx.x; j < n; j += NORM_THREADS) {
+            float xv = ld(x, off + j);
+            st(dx, off + j, inv * ld(dy, off + j) * ld(w, j) - xv * c);
+        }
+    }
+    for (long long j = threadIdx.x; j < n; j += NORM_THREADS) atomicAdd(dw + j, acc[j]);
+}
+
+// Blocks of NORM_THREADS columns by COL_ROWS rows.
+template <typename T>
+__device__ void col_sum(const T* dy, float* out, long long rows, long long n) {
+    long long j = (long long)blockIdx.x * NORM_THREADS + threadIdx.x;
+    if (j >= n) return;
+    long long first = (long long)blockIdx.y * COL_ROWS;
+    long long last = min(first + COL_ROWS, rows);
+    float s = 0.0f;
+    for (long long row = first; row < last; row++) s += ld(dy, row * n + j);
+    atomicAdd(out + j, s);
+}
+
+// A grid-stride loop over n values, a block's sum added once.
+template <typename T> __device__ void sq_sum(const T* x, float* out, long long n) {
+    __shared__ float red[NORM_THREADS / 32];
+    float s = 0.0f;
+    long long stride = (long long)gridDim.x * NORM_THREADS;
+    for (long long i = (long long)blockIdx.x * NORM_THREADS + threadIdx.x; i < n; i += stride) {
+        float v = ld(x, i);
+        s += v * v;
+    }
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) atomicAdd(out, s);
+}
+
+#define KEVIN_NORM(T, S)                                                                        \
+    extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
+        kevin_rms_fwd_##S(const T* x, const T* w, T* y, float* r, long long n, float eps) {     \
+        rms_fwd<T>(x, w, y, r, n, eps);                                                         \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
+        kevin_rms_bwd_##S(const T* x, const T* w, const float* r, const T* dy, T* dx,           \
+                          float* dw, long long rows, long long n) {                             \
+        rms_bwd<T>(x, w, r, dy, dx, dw, rows, n);                                               \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
+        kevin_col_sum_##S(const T* dy, float* out, long long rows, long long n) {              \
+        col_sum<T>(dy, out, rows, n);                                                           \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
+        kevin_sq_sum_##S(const T* x, float* out, long long n) {                                 \
+        sq_sum<T>(x, out, n);                                                                   \
+    }
+
+KEVIN_NORM(float, f32)
+KEVIN_NORM(bf16, bf16)

@@ -1,0 +1,612 @@
+//! The learner's RMSNorm and bias additions on burn's CUDA backend (issue 18): a backend
+//! extension ([`NormKernels`], [`FusedNorm`]) at each of the backend's layers, as
+//! [`crate::logprob`] is:
+//! - `CubeBackend<CudaRuntime, ..>`: the kernels of `cuda/norm.cu`, queued in order with burn's
+//!   ([`crate::kernels::in_order`]): RMSNorm's forward (one block per row, which also keeps the
+//!   row's `1 / rms`), its backward (the input's gradient and the weight's, the latter summed
+//!   over rows in f32), a bias's gradient (the column sums of the output's), and the sum of the
+//!   squares of many tensors at once (the global gradient norm's, [`squared_sum`]);
+//! - `Fusion<..>`: custom operations (never fused);
+//! - `Autodiff<..>`: RMSNorm keeps its input, weight and `1 / rms`; a bias addition keeps
+//!   nothing.
+//!
+//! The plain-burn reference is [`crate::qwen2`]'s own RMSNorm (square, mean, root, reciprocal,
+//! product, cast, product) and `y + bias`: under autodiff their gradients are burn's reductions
+//! over the batch and sequence dimensions one dimension at a time, 55 ms of the 0.5B shape's
+//! learner step on the H200 (2026-12-02); [`crate::grad_norm`]'s row sums of every gradient's
+//! squares are the squared sum's (about 18 ms a step there). `qwen2_gpu.rs` compares the two,
+//! values and gradients.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::ir::{CustomOpIr, HandleContainer};
+use burn::backend::{Autodiff, Cuda};
+use burn::cubecl::cuda::CudaRuntime;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape, Tensor, TensorMetadata};
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
+use burn_fusion::stream::Operation;
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use half::bf16;
+use kevin::gpu::device::ArgPack;
+
+use crate::cublas::{as_backend, from_backend};
+use crate::kernels::{empty, in_order, packed, suffix, Source};
+
+/// The kernels' source (after [`crate::kernels::PRELUDE`]).
+pub const SOURCE: Source = Source {
+    name: "norm",
+    text: include_str!("cuda/norm.cu"),
+    kernels: kernel_names,
+};
+
+const KINDS: [&str; 4] = ["rms_fwd", "rms_bwd", "col_sum", "sq_sum"];
+
+/// Every kernel symbol of [`SOURCE`].
+pub fn kernel_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for kind in KINDS {
+        for s in ["f32", "bf16"] {
+            names.push(format!("kevin_{kind}_{s}"));
+        }
+    }
+    names
+}
+
+/// Threads per block, rows per block of the backward and of the column sums (`NORM_THREADS`,
+/// `NORM_ROWS`, `COL_ROWS` in `norm.cu`).
+const THREADS: u32 = 256;
+const ROWS: usize = 16;
+const COL_ROWS: usize = 256;
+
+/// The widest row: the backward keeps one f32 per column in shared memory (48 KB).
+pub const MAX_WIDTH: usize = 12 * 1024;
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns this path on or off (process-wide; on by default). Off, RMSNorm and the bias additions
+/// are burn's tensor operations.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`rms_norm`] and [`add_bias`] take this path where it serves.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// RMSNorm of `x [.., n]` with weight `w [n]` (transformers' rounding: the normalised row cast
+/// to the dtype, then scaled), through this path when the backend is burn's CUDA backend (f32 or
+/// bf16, with or without autodiff) and it is [`enabled`]; `Err` gives the operands back.
+#[allow(clippy::type_complexity)]
+pub fn rms_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    w: Tensor<B, 1>,
+    eps: f64,
+) -> Result<Tensor<B, D>, (Tensor<B, D>, Tensor<B, 1>)> {
+    if !serves(&x, &w) {
+        return Err((x, w));
+    }
+    let eps = eps as f32;
+    let out = rms_through::<B, Cuda<f32>, D>(&x, &w, eps)
+        .or_else(|| rms_through::<B, Autodiff<Cuda<f32>>, D>(&x, &w, eps))
+        .or_else(|| rms_through::<B, Cuda<bf16>, D>(&x, &w, eps))
+        .or_else(|| rms_through::<B, Autodiff<Cuda<bf16>>, D>(&x, &w, eps));
+    out.ok_or((x, w))
+}
+
+/// `y [.., n] + b [n]`, through this path as [`rms_norm`] is (the gradient of `b` is one
+/// kernel's column sums); `Err` gives the operands back.
+#[allow(clippy::type_complexity)]
+pub fn add_bias<B: Backend, const D: usize>(
+    y: Tensor<B, D>,
+    b: Tensor<B, 1>,
+) -> Result<Tensor<B, D>, (Tensor<B, D>, Tensor<B, 1>)> {
+    if !serves(&y, &b) {
+        return Err((y, b));
+    }
+    let out = bias_through::<B, Cuda<f32>, D>(&y, &b)
+        .or_else(|| bias_through::<B, Autodiff<Cuda<f32>>, D>(&y, &b))
+        .or_else(|| bias_through::<B, Cuda<bf16>, D>(&y, &b))
+        .or_else(|| bias_through::<B, Autodiff<Cuda<bf16>>, D>(&y, &b));
+    out.ok_or((y, b))
+}
+
+/// The sum of the squares of every value of `ts` (f32 or bf16 tensors of any shapes, on one
+/// GPU), as a `[1]` f32 tensor of backend `B`, through one kernel launch per tensor when `B` is
+/// burn's CUDA backend without autodiff and this path is [`enabled`]; `Err` gives the tensors
+/// back.
+pub fn squared_sum<B: Backend>(
+    ts: Vec<FloatTensor<B>>,
+) -> Result<Tensor<B, 1>, Vec<FloatTensor<B>>> {
+    let Some(first) = ts.first() else {
+        return Err(ts);
+    };
+    if !enabled() || !crate::cublas::is_cuda::<B>() {
+        return Err(ts);
+    }
+    if ts
+        .iter()
+        .any(|t| !matches!(t.dtype(), DType::F32 | DType::BF16))
+    {
+        return Err(ts);
+    }
+    if !crate::kernels::usable(&SOURCE, &B::float_device(first), "fused norms") {
+        return Err(ts);
+    }
+    match squared_through::<B, Cuda<f32>>(ts).or_else(squared_through::<B, Cuda<bf16>>) {
+        Ok(sum) => Ok(sum),
+        Err(ts) => Err(ts),
+    }
+}
+
+/// [`squared_sum`] on `X` when `B` is `X`.
+fn squared_through<B: Backend, X: NormKernels>(
+    ts: Vec<FloatTensor<B>>,
+) -> Result<Tensor<B, 1>, Vec<FloatTensor<B>>> {
+    if std::any::TypeId::of::<B>() != std::any::TypeId::of::<X>() {
+        return Err(ts);
+    }
+    let cast = |t: FloatTensor<B>| -> FloatTensor<X> {
+        let p: Box<dyn std::any::Any> = Box::new(t);
+        *p.downcast::<FloatTensor<X>>()
+            .expect("B is X: its float primitive is X's")
+    };
+    let sum = X::sq_sum(ts.into_iter().map(cast).collect());
+    Ok(from_backend::<X, B, 1>(sum))
+}
+
+/// Whether this path takes `x [.., n]` with `v [n]` (backend, dtypes, shapes, kernels).
+fn serves<B: Backend, const D: usize>(x: &Tensor<B, D>, v: &Tensor<B, 1>) -> bool {
+    if !enabled() || !crate::cublas::is_cuda::<B>() {
+        return false;
+    }
+    let dt = x.dtype();
+    let n = x.dims()[D - 1];
+    if !matches!(dt, DType::F32 | DType::BF16) || v.dtype() != dt || v.dims()[0] != n {
+        return false;
+    }
+    if n == 0 || n > MAX_WIDTH {
+        return false;
+    }
+    crate::kernels::usable(&SOURCE, &x.device(), "fused norms")
+}
+
+fn rms_through<B: Backend, X: FusedNorm, const D: usize>(
+    x: &Tensor<B, D>,
+    w: &Tensor<B, 1>,
+    eps: f32,
+) -> Option<Tensor<B, D>> {
+    let x = as_backend::<B, X, D>(x.clone())?;
+    let w = as_backend::<B, X, 1>(w.clone())?;
+    Some(from_backend::<X, B, D>(X::fused_rms_norm(x, w, eps)))
+}
+
+fn bias_through<B: Backend, X: FusedNorm, const D: usize>(
+    y: &Tensor<B, D>,
+    b: &Tensor<B, 1>,
+) -> Option<Tensor<B, D>> {
+    let y = as_backend::<B, X, D>(y.clone())?;
+    let b = as_backend::<B, X, 1>(b.clone())?;
+    Some(from_backend::<X, B, D>(X::fused_add_bias(y, b)))
+}
+
+/// A backend with the kernels.
+pub trait NormKernels: Backend {
+    /// `(y [.., n], 1 / rms [rows] in f32)` of `x [.., n]` and `w [n]`.
+    fn rms_forward(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f32) -> [FloatTensor<Self>; 2];
+
+    /// `(dx, dw)` from the forward's operands, its `1 / rms` and the output's gradient.
+    fn rms_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        r: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2];
+
+    /// The sums of `dy [.., n]` over every dimension but the last, `[n]` in `dy`'s dtype.
+    fn col_sum(dy: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// The sum of the squares of every value of `ts` (at least one tensor), `[1]` in f32.
+    fn sq_sum(ts: Vec<FloatTensor<Self>>) -> FloatTensor<Self>;
+}
+
+/// A backend whose RMSNorm and bias additions can take this path.
+pub trait FusedNorm: Backend {
+    /// See [`rms_norm`].
+    fn fused_rms_norm(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f32) -> FloatTensor<Self>;
+
+    /// See [`add_bias`].
+    fn fused_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
+}
+
+/// `b [n]` as `[1, .., 1, n]` of `y`'s rank.
+fn bias_shape<B: Backend>(y: &FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> {
+    let rank = y.shape().num_dims();
+    let n = b.shape().num_elements();
+    let mut dims = vec![1; rank - 1];
+    dims.push(n);
+    B::float_reshape(b, Shape::from(dims))
+}
+
+/// Without autodiff: the forward only.
+impl<B: NormKernels> FusedNorm for B {
+    fn fused_rms_norm(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f32) -> FloatTensor<Self> {
+        let [y, _] = Self::rms_forward(x, w, eps);
+        y
+    }
+
+    fn fused_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        let b = bias_shape::<Self>(&y, b);
+        Self::float_add(y, b)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CubeBackend: the kernels.
+
+type Ct = CubeTensor<CudaRuntime>;
+
+/// `(rows, n)` of `x [.., n]` with `v [n]`, or why not.
+fn rows_and_width(x: &Ct, v: &Ct) -> Result<(usize, usize), String> {
+    let s = x.meta.shape();
+    let n = *s.last().ok_or("a 0-d tensor")?;
+    if v.meta.shape()[..] != [n] || v.dtype != x.dtype {
+        return Err(format!(
+            "{:?} {:?} with {:?} {:?}",
+            s,
+            x.dtype,
+            v.meta.shape(),
+            v.dtype
+        ));
+    }
+    if n == 0 || n > MAX_WIDTH {
+        return Err(format!("rows of {n} (1 to {MAX_WIDTH})"));
+    }
+    Ok((s.iter().product::<usize>() / n, n))
+}
+
+fn blocks(x: usize, y: usize) -> Result<(u32, u32, u32), String> {
+    let dim = |v: usize| u32::try_from(v).map_err(|_| format!("{v} blocks"));
+    Ok((dim(x)?, dim(y)?, 1))
+}
+
+/// `[n]` f32 zeros, to sum into.
+fn zeros(like: &Ct, n: usize) -> Ct {
+    burn_cubecl::ops::numeric::zeros_client(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(vec![n]),
+        DType::F32,
+    )
+}
+
+/// `t` (f32) in `dtype`.
+fn cast_to(t: Ct, dtype: DType) -> Ct {
+    if dtype == DType::F32 {
+        t
+    } else {
+        burn_cubecl::kernel::cast(t, dtype)
+    }
+}
+
+/// The kernels' arguments: the tensors' addresses, then the scalars.
+fn pack(ptrs: &[u64], scalars: &[&[u8]]) -> ArgPack {
+    let mut a = ArgPack::default();
+    ptrs.iter().for_each(|&p| a.ptr(p));
+    scalars.iter().for_each(|s| a.push(s));
+    a
+}
+
+fn cube_rms_forward(x: Ct, w: Ct, eps: f32) -> Result<[Ct; 2], String> {
+    let (x, w) = (packed(x), packed(w));
+    let (rows, n) = rows_and_width(&x, &w)?;
+    let s = suffix(&x)?;
+    let y = empty(&x, x.meta.shape().to_vec(), x.dtype);
+    let r = empty(&x, vec![rows], DType::F32);
+    if rows > 0 {
+        in_order(&SOURCE, &[&x, &w, &y, &r], |e, p| {
+            let mut a = pack(p, &[&(n as i64).to_ne_bytes(), &eps.to_ne_bytes()]);
+            e.launch(
+                &format!("kevin_rms_fwd_{s}"),
+                blocks(rows, 1)?,
+                THREADS,
+                0,
+                &mut a,
+            )
+        })?;
+    }
+    Ok([y, r])
+}
+
+fn cube_rms_backward(x: Ct, w: Ct, r: Ct, dy: Ct) -> Result<[Ct; 2], String> {
+    let (x, w, r, dy) = (packed(x), packed(w), packed(r), packed(dy));
+    let (rows, n) = rows_and_width(&x, &w)?;
+    let s = suffix(&x)?;
+    if dy.meta.shape() != x.meta.shape() || dy.dtype != x.dtype || r.dtype != DType::F32 {
+        return Err(format!(
+            "gradient {:?} {:?} and 1/rms {:?} for {:?} {:?}",
+            dy.meta.shape(),
+            dy.dtype,
+            r.dtype,
+            x.meta.shape(),
+            x.dtype
+        ));
+    }
+    let dx = empty(&x, x.meta.shape().to_vec(), x.dtype);
+    let dw = zeros(&x, n);
+    if rows > 0 {
+        in_order(&SOURCE, &[&x, &w, &r, &dy, &dx, &dw], |e, p| {
+            let dims = [(rows as i64).to_ne_bytes(), (n as i64).to_ne_bytes()];
+            let mut a = pack(p, &[&dims[0], &dims[1]]);
+            let grid = blocks(rows.div_ceil(ROWS), 1)?;
+            e.launch(
+                &format!("kevin_rms_bwd_{s}"),
+                grid,
+                THREADS,
+                n as u32 * 4,
+                &mut a,
+            )
+        })?;
+    }
+    Ok([dx, cast_to(dw, w.dtype)])
+}
+
+fn cube_col_sum(dy: Ct) -> Result<Ct, String> {
+    let dy = packed(dy);
+    let s = suffix(&dy)?;
+    let n = *dy.meta.shape().last().ok_or("a 0-d gradient")?;
+    let rows = dy.meta.shape().iter().product::<usize>() / n.max(1);
+    let out = zeros(&dy, n);
+    if rows * n > 0 {
+        in_order(&SOURCE, &[&dy, &out], |e, p| {
+            let dims = [(rows as i64).to_ne_bytes(), (n as i64).to_ne_bytes()];
+            let mut a = pack(p, &[&dims[0], &dims[1]]);
+            let grid = blocks(n.div_ceil(THREADS as usize), rows.div_ceil(COL_ROWS))?;
+            e.launch(&format!("kevin_col_sum_{s}"), grid, THREADS, 0, &mut a)
+        })?;
+    }
+    Ok(cast_to(out, dy.dtype))
+}
+
+fn cube_sq_sum(ts: Vec<Ct>) -> Result<Ct, String> {
+    let ts: Vec<Ct> = ts.into_iter().map(packed).collect();
+    let first = ts.first().ok_or("no tensors")?;
+    let out = empty(first, vec![1], DType::F32);
+    let mut all: Vec<&Ct> = vec![&out];
+    all.extend(ts.iter());
+    in_order(&SOURCE, &all, |e, p| {
+        e.zero(p[0], 4)?;
+        for (t, &ptr) in ts.iter().zip(&p[1..]) {
+            let n = t.meta.shape().iter().product::<usize>();
+            if n == 0 {
+                continue;
+            }
+            let s = suffix(t)?;
+            let mut a = pack(&[ptr, p[0]], &[&(n as i64).to_ne_bytes()]);
+            let grid = blocks(n.div_ceil(THREADS as usize * 4).min(1024), 1)?;
+            e.launch(&format!("kevin_sq_sum_{s}"), grid, THREADS, 0, &mut a)?;
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+impl<F: FloatElement, I: IntElement, BT: BoolElement> NormKernels
+    for CubeBackend<CudaRuntime, F, I, BT>
+{
+    fn rms_forward(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f32) -> [FloatTensor<Self>; 2] {
+        cube_rms_forward(x, w, eps).unwrap_or_else(|e| panic!("RMSNorm, forward: {e}"))
+    }
+
+    fn rms_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        r: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        cube_rms_backward(x, w, r, dy).unwrap_or_else(|e| panic!("RMSNorm, backward: {e}"))
+    }
+
+    fn col_sum(dy: FloatTensor<Self>) -> FloatTensor<Self> {
+        cube_col_sum(dy).unwrap_or_else(|e| panic!("bias gradient: {e}"))
+    }
+
+    fn sq_sum(ts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        cube_sq_sum(ts).unwrap_or_else(|e| panic!("sum of squares: {e}"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fusion: custom operations on the inner backend's tensors.
+
+#[derive(Debug, Clone, Copy)]
+enum Pass {
+    /// Inputs x, w; outputs y, 1 / rms.
+    Forward(f32),
+    /// Inputs x, w, 1 / rms, dy; outputs dx, dw.
+    Backward,
+    /// Input dy; output its column sums.
+    ColSum,
+    /// Any number of inputs; output the sum of their squares.
+    SqSum,
+}
+
+#[derive(Debug)]
+struct FusedPass<B> {
+    desc: CustomOpIr,
+    pass: Pass,
+    _b: std::marker::PhantomData<B>,
+}
+
+impl<B: FusionBackend + NormKernels> Operation<B::FusionRuntime> for FusedPass<B> {
+    fn execute(
+        &self,
+        handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+    ) {
+        let ins: Vec<FloatTensor<B>> = self
+            .desc
+            .inputs
+            .iter()
+            .map(|t| handles.get_float_tensor::<B>(t))
+            .collect();
+        fn take<T, const N: usize>(v: Vec<T>) -> [T; N] {
+            v.try_into()
+                .unwrap_or_else(|_| panic!("a pass of {N} inputs"))
+        }
+        let outs: Vec<FloatTensor<B>> = match self.pass {
+            Pass::Forward(eps) => {
+                let [x, w] = take(ins);
+                B::rms_forward(x, w, eps).into()
+            }
+            Pass::Backward => {
+                let [x, w, r, dy] = take(ins);
+                B::rms_backward(x, w, r, dy).into()
+            }
+            Pass::ColSum => {
+                let [dy] = take(ins);
+                vec![B::col_sum(dy)]
+            }
+            Pass::SqSum => vec![B::sq_sum(ins)],
+        };
+        for (ir, t) in self.desc.outputs.iter().zip(outs) {
+            handles.register_float_tensor::<B>(&ir.id, t);
+        }
+    }
+}
+
+fn fused_pass<B: FusionBackend + NormKernels, const N: usize>(
+    inputs: Vec<FloatTensor<Fusion<B>>>,
+    outputs: [(Shape, DType); N],
+    pass: Pass,
+) -> [FloatTensor<Fusion<B>>; N] {
+    let name = match pass {
+        Pass::Forward(_) => "kevin_rms_forward",
+        Pass::Backward => "kevin_rms_backward",
+        Pass::ColSum => "kevin_col_sum",
+        Pass::SqSum => "kevin_sq_sum",
+    };
+    crate::kernels::custom_op(name, inputs, outputs, |desc| FusedPass::<B> {
+        desc,
+        pass,
+        _b: std::marker::PhantomData,
+    })
+}
+
+impl<B: FusionBackend + NormKernels> NormKernels for Fusion<B> {
+    fn rms_forward(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f32) -> [FloatTensor<Self>; 2] {
+        let n = x.shape.to_vec().last().copied().unwrap_or(1).max(1);
+        let rows = x.shape.num_elements() / n;
+        let outs = [
+            (x.shape.clone(), x.dtype),
+            (Shape::from(vec![rows]), DType::F32),
+        ];
+        fused_pass::<B, 2>(vec![x, w], outs, Pass::Forward(eps))
+    }
+
+    fn rms_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        r: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        let outs = [(x.shape.clone(), x.dtype), (w.shape.clone(), w.dtype)];
+        fused_pass::<B, 2>(vec![x, w, r, dy], outs, Pass::Backward)
+    }
+
+    fn col_sum(dy: FloatTensor<Self>) -> FloatTensor<Self> {
+        let n = dy.shape.to_vec().last().copied().unwrap_or(1);
+        let out = (Shape::from(vec![n]), dy.dtype);
+        let [s] = fused_pass::<B, 1>(vec![dy], [out], Pass::ColSum);
+        s
+    }
+
+    fn sq_sum(ts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        let out = (Shape::from(vec![1]), DType::F32);
+        let [s] = fused_pass::<B, 1>(ts, [out], Pass::SqSum);
+        s
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Autodiff: RMSNorm keeps what its backward kernel reads; a bias addition keeps nothing.
+
+impl<B: NormKernels, C: CheckpointStrategy> FusedNorm for Autodiff<B, C> {
+    fn fused_rms_norm(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f32) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct RmsNorm;
+        impl<B: NormKernels> Backward<B, 2> for RmsNorm {
+            /// x, w and 1 / rms.
+            type State = [FloatTensor<B>; 3];
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 2>,
+                grads: &mut Gradients,
+                _checkpointer: &mut Checkpointer,
+            ) {
+                let dy = grads.consume::<B>(&ops.node);
+                let [x, w, r] = ops.state;
+                let g = B::rms_backward(x, w, r, dy);
+                for (parent, grad) in ops.parents.into_iter().zip(g) {
+                    if let Some(node) = parent {
+                        grads.register::<B>(node.id, grad);
+                    }
+                }
+            }
+        }
+        let [y, r] = B::rms_forward(x.primitive.clone(), w.primitive.clone(), eps);
+        match RmsNorm
+            .prepare::<C>([x.node.clone(), w.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish([x.primitive, w.primitive, r], y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+
+    fn fused_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct AddBias;
+        impl<B: NormKernels> Backward<B, 2> for AddBias {
+            type State = ();
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 2>,
+                grads: &mut Gradients,
+                _checkpointer: &mut Checkpointer,
+            ) {
+                let dy = grads.consume::<B>(&ops.node);
+                let [py, pb] = ops.parents;
+                if let Some(node) = pb {
+                    grads.register::<B>(node.id, B::col_sum(dy.clone()));
+                }
+                if let Some(node) = py {
+                    grads.register::<B>(node.id, dy);
+                }
+            }
+        }
+        let out = B::fused_add_bias(y.primitive.clone(), b.primitive.clone());
+        AddBias
+            .prepare::<C>([y.node.clone(), b.node.clone()])
+            .compute_bound()
+            .stateless(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn norm_kernels_compile_for_sm_90() {
+        crate::kernels::assert_compiles(&super::SOURCE);
+        assert_eq!(super::kernel_names().len(), 8);
+    }
+}
