@@ -480,10 +480,10 @@ pub fn run_named(
 ) -> Result<BenchReport, String> {
     use burn::backend::{Autodiff, Cuda, NdArray};
     crate::cublas::set_mode(args.matmul);
-    crate::qwen2::fused::set_enabled(args.fused);
-    crate::flash::set_enabled(args.flash);
-    crate::logprob::set_enabled(args.logprobs);
-    crate::norm::set_enabled(args.norms);
+    crate::qwen2::fused::SWITCH.set(args.fused);
+    crate::flash::SWITCH.set(args.flash);
+    crate::logprob::SWITCH.set(args.logprobs);
+    crate::norm::SWITCH.set(args.norms);
     crate::stream::set_order(args.order);
     let generate = if args.fused { "fused" } else { "burn" };
     let generate = format!(

@@ -238,7 +238,7 @@ pub fn micro_batch_tokens<B: Backend>(cfg: &Qwen2Config) -> usize {
         cfg.num_key_value_heads,
         cfg.head_dim(),
     );
-    let flash = crate::flash::enabled()
+    let flash = crate::flash::SWITCH.get()
         && crate::cublas::is_cuda::<B>()
         && crate::flash::unsupported([1, h, 1, d], [1, kv, 1, d]).is_none();
     if !flash {

@@ -15,15 +15,13 @@
 //! sequence. Here memory is `O(t)` per row and no score leaves the chip.
 //!
 //! The plain-burn reference is [`crate::qwen2`]'s own attention (matmul, mask, softmax, matmul),
-//! used on every other backend, when [`set_enabled`] turns this off, or when this path cannot
+//! used on every other backend, when [`SWITCH`] turns this off, or when this path cannot
 //! serve (no NVRTC; a head dimension other than 16, 32, 64 or 128; query heads not a multiple of
 //! the key/value heads). `qwen2_gpu.rs` compares the two, values and gradients.
 //!
 //! Streams: the kernels are ordered against burn's as [`crate::cublas`]'s products are: on
 //! cubecl's own stream where it is found, fenced on both sides otherwise
 //! ([`crate::kernels::in_order`]).
-
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -111,17 +109,8 @@ fn family(s: &str, ptrs: &[u64], strides: &[Vec<usize>]) -> &'static str {
     }
 }
 
-static ENABLED: AtomicBool = AtomicBool::new(true);
-
-/// Turns this path on or off (process-wide; on by default). Off, attention is burn's.
-pub fn set_enabled(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
-}
-
-/// Whether [`causal_attention`] takes this path where it serves.
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
+/// Whether this path is taken where it serves: flash attention (burn's attention when off); process-wide, on by default.
+pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
 
 /// Why `q [b, h, t, d]` over `k [b, kv, t, d]` is outside what the kernels cover, if it is.
 pub fn unsupported(q: [usize; 4], k: [usize; 4]) -> Option<String> {
@@ -141,7 +130,7 @@ pub fn unsupported(q: [usize; 4], k: [usize; 4]) -> Option<String> {
 /// Causal attention `softmax(q k^T / sqrt(d) + causal mask) v` of `q [b, h, t, d]` over
 /// `k, v [b, kv, t, d]` (query head `i` reads key/value head `i / (h / kv)`), `-> [b, h, t, d]`,
 /// through this path when the backend is burn's CUDA backend (f32 or bf16, with or without
-/// autodiff), it is [`enabled`] and it serves the shapes; `Err` gives the operands back untouched
+/// autodiff), [`SWITCH`] is on and it serves the shapes; `Err` gives the operands back untouched
 /// otherwise.
 #[allow(clippy::type_complexity)]
 pub fn causal_attention<B: Backend>(
@@ -161,7 +150,7 @@ pub fn causal_attention<B: Backend>(
 
 /// Whether [`causal_attention`] takes these operands (backend, dtypes, shapes, kernels).
 fn serves<B: Backend>(q: &Tensor<B, 4>, k: &Tensor<B, 4>, v: &Tensor<B, 4>) -> bool {
-    if !enabled() || !crate::cublas::is_cuda::<B>() {
+    if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
         return false;
     }
     let dt = q.dtype();

@@ -27,6 +27,27 @@ use kevin::gpu::device::ArgPack;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys as drv;
 
+/// A process-wide on/off switch of one of kevin's fast paths (on by default; off, burn's ops,
+/// the reference path, run instead).
+pub struct Switch(std::sync::atomic::AtomicBool);
+
+impl Switch {
+    /// A switch that starts on.
+    pub const fn on() -> Switch {
+        Switch(std::sync::atomic::AtomicBool::new(true))
+    }
+
+    /// Turns the path on or off.
+    pub fn set(&self, on: bool) {
+        self.0.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the path is taken where it serves.
+    pub fn get(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// What every source starts with.
 pub const PRELUDE: &str = include_str!("cuda/prelude.cuh");
 

@@ -15,7 +15,6 @@
 //! and gradients.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -57,23 +56,13 @@ pub fn kernel_names() -> Vec<String> {
 /// Threads per block (`LP_THREADS` in `logprob.cu`).
 const THREADS: u32 = 512;
 
-static ENABLED: AtomicBool = AtomicBool::new(true);
-
-/// Turns this path on or off (process-wide; on by default). Off, the log-probabilities are
-/// computed with burn's tensor operations.
-pub fn set_enabled(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
-}
-
-/// Whether [`chosen_logprobs`] takes this path where it serves.
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
+/// Whether this path is taken where it serves: the fused log-probabilities (burn's ops when off); process-wide, on by default.
+pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
 
 /// `log_softmax(logits[rows[n]])[targets[n]]` for each `n`, `-> [N]` in f32, of `logits [.., V]`
 /// taken as `[M, V]` (M rows: the product of the leading dimensions, in order) with `rows` and
 /// `targets` `[N]` (`rows` distinct, each below `M`; a target outside `0..V` gives NaN), through this path when the backend is burn's CUDA backend (f32 or bf16 logits,
-/// i32 indices, with or without autodiff) and it is [`enabled`]; `Err` gives the operands back
+/// i32 indices, with or without autodiff) and [`SWITCH`] is on; `Err` gives the operands back
 /// untouched otherwise.
 #[allow(clippy::type_complexity)]
 ///
@@ -100,7 +89,7 @@ fn serves<B: Backend, const D: usize>(
     rows: &Tensor<B, 1, Int>,
     targets: &Tensor<B, 1, Int>,
 ) -> bool {
-    if !enabled() || !crate::cublas::is_cuda::<B>() {
+    if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
         return false;
     }
     if !matches!(logits.dtype(), DType::F32 | DType::BF16)

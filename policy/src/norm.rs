@@ -17,8 +17,6 @@
 //! squares are the squared sum's (about 18 ms a step there). `qwen2_gpu.rs` compares the two,
 //! values and gradients.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -68,22 +66,12 @@ const COL_ROWS: usize = 256;
 /// The widest row: the backward keeps one f32 per column in shared memory (48 KB).
 pub const MAX_WIDTH: usize = 12 * 1024;
 
-static ENABLED: AtomicBool = AtomicBool::new(true);
-
-/// Turns this path on or off (process-wide; on by default). Off, RMSNorm and the bias additions
-/// are burn's tensor operations.
-pub fn set_enabled(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
-}
-
-/// Whether [`rms_norm`] and [`add_bias`] take this path where it serves.
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
+/// Whether this path is taken where it serves: the norms' kernels: RMSNorm, the bias additions and the squared sum (burn's ops when off); process-wide, on by default.
+pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
 
 /// RMSNorm of `x [.., n]` with weight `w [n]` (transformers' rounding: the normalised row cast
 /// to the dtype, then scaled), through this path when the backend is burn's CUDA backend (f32 or
-/// bf16, with or without autodiff) and it is [`enabled`]; `Err` gives the operands back.
+/// bf16, with or without autodiff) and [`SWITCH`] is on; `Err` gives the operands back.
 #[allow(clippy::type_complexity)]
 pub fn rms_norm<B: Backend, const D: usize>(
     x: Tensor<B, D>,
@@ -120,7 +108,7 @@ pub fn add_bias<B: Backend, const D: usize>(
 
 /// The sum of the squares of every value of `ts` (f32 or bf16 tensors of any shapes, on one
 /// GPU), as a `[1]` f32 tensor of backend `B`, through one kernel launch per tensor when `B` is
-/// burn's CUDA backend without autodiff and this path is [`enabled`]; `Err` gives the tensors
+/// burn's CUDA backend without autodiff and [`SWITCH`] is on; `Err` gives the tensors
 /// back.
 pub fn squared_sum<B: Backend>(
     ts: Vec<FloatTensor<B>>,
@@ -128,7 +116,7 @@ pub fn squared_sum<B: Backend>(
     let Some(first) = ts.first() else {
         return Err(ts);
     };
-    if !enabled() || !crate::cublas::is_cuda::<B>() {
+    if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
         return Err(ts);
     }
     if ts
@@ -164,7 +152,7 @@ fn squared_through<B: Backend, X: NormKernels>(
 
 /// Whether this path takes `x [.., n]` with `v [n]` (backend, dtypes, shapes, kernels).
 fn serves<B: Backend, const D: usize>(x: &Tensor<B, D>, v: &Tensor<B, 1>) -> bool {
-    if !enabled() || !crate::cublas::is_cuda::<B>() {
+    if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
         return false;
     }
     let dt = x.dtype();

@@ -56,12 +56,11 @@ fn set_matmul(config: &Config) {
         kevin::config::BurnMatmul::Burn => crate::cublas::Mode::Off,
         kevin::config::BurnMatmul::Cublas => crate::cublas::Mode::Large,
     });
-    crate::qwen2::fused::set_enabled(
-        config.policy.burn.generate == kevin::config::BurnGenerate::Fused,
-    );
-    crate::flash::set_enabled(config.policy.burn.attention == kevin::config::BurnAttention::Flash);
-    crate::logprob::set_enabled(config.policy.burn.logprobs == kevin::config::BurnLogprobs::Fused);
-    crate::norm::set_enabled(config.policy.burn.norms == kevin::config::BurnNorms::Fused);
+    crate::qwen2::fused::SWITCH
+        .set(config.policy.burn.generate == kevin::config::BurnGenerate::Fused);
+    crate::flash::SWITCH.set(config.policy.burn.attention == kevin::config::BurnAttention::Flash);
+    crate::logprob::SWITCH.set(config.policy.burn.logprobs == kevin::config::BurnLogprobs::Fused);
+    crate::norm::SWITCH.set(config.policy.burn.norms == kevin::config::BurnNorms::Fused);
 }
 
 /// The burn policy and learner of `config` (`policy.kind = "burn"`), starting from the same

@@ -18,13 +18,12 @@
 //! memory may still be in use by a cubecl kernel) and the own stream once after it.
 //!
 //! The plain-burn reference is the rest of [`Qwen2`]'s `extend` (the model's layers), used on
-//! every other backend, when [`set_enabled`] turns this off, or when this path cannot start
+//! every other backend, when [`SWITCH`] turns this off, or when this path cannot start
 //! (no NVRTC, no cuBLAS, an architecture it does not cover: more than [`MAX_GROUP`] query heads
 //! per key/value head, a head dimension other than 32, 64 or 128). `qwen2_gpu.rs` compares the
 //! two.
 
 use std::any::{Any, TypeId};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::ir::{
     CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorId, TensorIr,
@@ -110,18 +109,8 @@ fn attn_parts(tokens: usize, kv: usize, max_keys: usize) -> usize {
         .clamp(1, MAX_SPLIT)
 }
 
-static ENABLED: AtomicBool = AtomicBool::new(true);
-
-/// Turns the fused path on or off for caches made from now on (process-wide; on by default).
-/// Off, `extend` runs burn's layers on every backend (the reference path).
-pub fn set_enabled(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
-}
-
-/// Whether new caches take the fused path where it serves.
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
+/// Whether this path is taken where it serves: the fused generation pass (burn's layers when off); process-wide, on by default.
+pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
 
 /// Whether `B` is a backend this path serves: burn's CUDA backend in f32 or bf16.
 pub(super) fn serves<B: Backend>() -> bool {

@@ -117,7 +117,7 @@ impl<B: Backend> Qwen2<B> {
 
     /// A cache of `slots` x `max_len` tokens; with `fused`, on the fused path where it serves
     /// ([`fused`]), otherwise (or where it cannot start) burn's layers, the reference.
-    /// [`CausalLm::new_cache`] asks for the fused path when [`fused::enabled`].
+    /// [`CausalLm::new_cache`] asks for the fused path when [`fused::SWITCH`] is on.
     pub fn cache_for(&self, slots: usize, max_len: usize, fused: bool) -> Qwen2Cache<B> {
         let cfg = &self.config;
         if fused && fused::serves::<B>() {
@@ -270,7 +270,7 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
     }
 
     fn new_cache(&self, slots: usize, max_len: usize) -> Qwen2Cache<B> {
-        self.cache_for(slots, max_len, fused::enabled())
+        self.cache_for(slots, max_len, fused::SWITCH.get())
     }
 
     fn extend(
