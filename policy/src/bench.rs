@@ -44,18 +44,36 @@ pub enum Shape {
 }
 
 impl Shape {
-    /// Parses "qwen2-0.5b", "qwen2.5-1.5b", "kevin-4m" or "tiny".
-    pub fn parse(s: &str) -> Result<Shape, String> {
-        match s {
-            "qwen2-0.5b" => Ok(Shape::Qwen2_05b),
-            "qwen2.5-1.5b" => Ok(Shape::Qwen25_15b),
-            "kevin-4m" => Ok(Shape::Kevin4m),
-            "tiny" => Ok(Shape::Tiny),
-            other => Err(format!(
-                "--shape {other}: expected \"qwen2-0.5b\", \"qwen2.5-1.5b\", \"kevin-4m\" \
-                 or \"tiny\""
-            )),
+    /// Every shape, in the order the flag lists them.
+    pub const ALL: [Shape; 4] = [
+        Shape::Qwen2_05b,
+        Shape::Qwen25_15b,
+        Shape::Kevin4m,
+        Shape::Tiny,
+    ];
+
+    /// The shape's name: "qwen2-0.5b", "qwen2.5-1.5b", "kevin-4m" or "tiny" (the flag's value, and
+    /// what benches/hf_policy.py records as the peer's shape).
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Qwen2_05b => "qwen2-0.5b",
+            Shape::Qwen25_15b => "qwen2.5-1.5b",
+            Shape::Kevin4m => "kevin-4m",
+            Shape::Tiny => "tiny",
         }
+    }
+
+    /// Parses a [`Shape::name`].
+    pub fn parse(s: &str) -> Result<Shape, String> {
+        Shape::ALL
+            .into_iter()
+            .find(|shape| shape.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "--shape {s}: expected \"qwen2-0.5b\", \"qwen2.5-1.5b\", \"kevin-4m\" \
+                     or \"tiny\""
+                )
+            })
     }
 
     /// The model's config.json.
@@ -593,6 +611,9 @@ mod tests {
     #[test]
     fn unknown_shape_is_named() {
         assert!(Shape::parse("llama").unwrap_err().contains("llama"));
+        for shape in Shape::ALL {
+            assert_eq!(Shape::parse(shape.name()), Ok(shape));
+        }
         assert_eq!(Shape::Qwen2_05b.config().num_hidden_layers, 24);
     }
 }

@@ -28,19 +28,21 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
     }
 }
 
-/// The sum of `t`'s squares in f32, as a `[1]` tensor: row sums first, then their sum. A full
-/// reduction of a large tensor in one step runs on a handful of blocks on burn's CUDA backend
-/// (4 for any size: 6 ms for Qwen2-0.5B's embedding on an H200, 23.5 ms a step in all); the
-/// rows spread it over the GPU (about 18 ms a step: burn's reduction is slow either way).
-fn squared_sum<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, 1> {
-    let squares = t.cast(FloatDType::F32).square();
-    let dims = squares.dims();
-    let cols = dims[D - 1];
-    if D < 2 || cols == 0 {
-        return squares.sum();
-    }
-    let rows = dims[..D - 1].iter().product::<usize>();
-    squares.reshape([rows, cols]).sum_dim(1).sum()
+/// The sum of `t`'s squares in f32, as a `[1]` tensor: row sums first (a tensor of one
+/// dimension is one row), then their sum. A full reduction of a large tensor in one step runs on
+/// a handful of blocks on burn's CUDA backend (4 for any size: 6 ms for Qwen2-0.5B's embedding
+/// on an H200, 23.5 ms a step in all); the rows spread it over the GPU (about 18 ms a step:
+/// burn's reduction is slow either way, which is why CUDA takes [`crate::norm::squared_sum`]).
+fn squared_sum<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 1> {
+    let dims = t.shape().to_vec();
+    let cols = dims.last().copied().unwrap_or(1).max(1);
+    let rows = dims.iter().product::<usize>() / cols;
+    let t = B::float_reshape(t, Shape::from(vec![rows, cols]));
+    Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t))
+        .cast(FloatDType::F32)
+        .square()
+        .sum_dim(1)
+        .sum()
 }
 
 /// Multiplies every parameter's gradient by one factor.
@@ -75,7 +77,7 @@ where
         Ok(total) => total,
         Err(found) => found
             .into_iter()
-            .map(|t| squared_sum(as_rows::<B::InnerBackend>(t)))
+            .map(squared_sum::<B::InnerBackend>)
             .reduce(|a, b| a + b)
             .expect("at least one gradient"),
     };
@@ -84,16 +86,6 @@ where
         .iter::<f64>()
         .next()
         .map_or(0.0, f64::sqrt)
-}
-
-/// `t` as a matrix of its rows (`[1, n]` for one dimension), which [`squared_sum`] sums row by
-/// row first.
-fn as_rows<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 2> {
-    let dims = t.shape().to_vec();
-    let n = dims.iter().product::<usize>();
-    let cols = dims.last().copied().unwrap_or(1).max(1);
-    let t = B::float_reshape(t, Shape::from(vec![n / cols, cols]));
-    Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
 /// Scales all gradients by min(1, `max_norm` / norm) and returns them with the norm measured

@@ -12,10 +12,10 @@
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use burn::backend::cuda::CudaDevice;
-
 use burn::backend::ir::{CustomOpIr, OperationIr, OperationOutput, TensorIr};
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::{DType, Shape};
@@ -29,22 +29,22 @@ use cudarc::driver::sys as drv;
 
 /// A process-wide on/off switch of one of kevin's fast paths (on by default; off, burn's ops,
 /// the reference path, run instead).
-pub struct Switch(std::sync::atomic::AtomicBool);
+pub struct Switch(AtomicBool);
 
 impl Switch {
     /// A switch that starts on.
     pub const fn on() -> Switch {
-        Switch(std::sync::atomic::AtomicBool::new(true))
+        Switch(AtomicBool::new(true))
     }
 
     /// Turns the path on or off.
     pub fn set(&self, on: bool) {
-        self.0.store(on, std::sync::atomic::Ordering::Relaxed);
+        self.0.store(on, Ordering::Relaxed);
     }
 
     /// Whether the path is taken where it serves.
     pub fn get(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
+        self.0.load(Ordering::Relaxed)
     }
 }
 
@@ -310,6 +310,12 @@ pub(crate) fn suffix(t: &Ct) -> Result<&'static str, String> {
         DType::BF16 => Ok("bf16"),
         other => Err(format!("dtype {other:?} (f32 or bf16)")),
     }
+}
+
+/// A launch grid of `x` by `y` blocks, or why not (a count past the driver's 32 bits).
+pub(crate) fn blocks(x: usize, y: usize) -> Result<(u32, u32, u32), String> {
+    let dim = |v: usize| u32::try_from(v).map_err(|_| format!("{v} blocks"));
+    Ok((dim(x)?, dim(y)?, 1))
 }
 
 /// A packed tensor of `shape` and `dtype` on `like`'s device, uninitialised.

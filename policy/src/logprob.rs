@@ -33,7 +33,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use half::bf16;
 use kevin::gpu::device::ArgPack;
 
-use crate::kernels::{empty, in_order, packed, suffix, Source};
+use crate::kernels::{blocks, empty, in_order, packed, suffix, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -177,11 +177,6 @@ fn index_checks(x: &Ct, rows: &Ct, targets: &Ct) -> Result<(usize, usize, usize)
     Ok((xs[..xs.len() - 1].iter().product(), v, n))
 }
 
-fn grid(n: usize) -> Result<(u32, u32, u32), String> {
-    let n = u32::try_from(n).map_err(|_| format!("{n} rows"))?;
-    Ok((n, 1, 1))
-}
-
 fn cube_forward(x: Ct, rows: Ct, targets: Ct) -> Result<[Ct; 2], String> {
     let (x, rows, targets) = (packed(x), packed(rows), packed(targets));
     let (_, v, n) = index_checks(&x, &rows, &targets)?;
@@ -197,7 +192,13 @@ fn cube_forward(x: Ct, rows: Ct, targets: Ct) -> Result<[Ct; 2], String> {
         let mut a = ArgPack::default();
         p.iter().for_each(|&x| a.ptr(x));
         a.push(&(v as i32).to_ne_bytes());
-        e.launch(&format!("kevin_lp_fwd_{s}"), grid(n)?, THREADS, 0, &mut a)
+        e.launch(
+            &format!("kevin_lp_fwd_{s}"),
+            blocks(n, 1)?,
+            THREADS,
+            0,
+            &mut a,
+        )
     })?;
     Ok([logp, lse])
 }
@@ -226,7 +227,13 @@ fn cube_backward(x: Ct, rows: Ct, targets: Ct, lse: Ct, g: Ct) -> Result<Ct, Str
         let mut a = ArgPack::default();
         p.iter().for_each(|&x| a.ptr(x));
         a.push(&(v as i32).to_ne_bytes());
-        e.launch(&format!("kevin_lp_bwd_{s}"), grid(n)?, THREADS, 0, &mut a)
+        e.launch(
+            &format!("kevin_lp_bwd_{s}"),
+            blocks(n, 1)?,
+            THREADS,
+            0,
+            &mut a,
+        )
     })?;
     Ok(dx)
 }

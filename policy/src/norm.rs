@@ -35,7 +35,7 @@ use half::bf16;
 use kevin::gpu::device::ArgPack;
 
 use crate::cublas::{as_backend, from_backend};
-use crate::kernels::{empty, in_order, packed, suffix, Source};
+use crate::kernels::{blocks, empty, in_order, packed, suffix, Engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -128,10 +128,7 @@ pub fn squared_sum<B: Backend>(
     if !crate::kernels::usable(&SOURCE, &B::float_device(first), "fused norms") {
         return Err(ts);
     }
-    match squared_through::<B, Cuda<f32>>(ts).or_else(squared_through::<B, Cuda<bf16>>) {
-        Ok(sum) => Ok(sum),
-        Err(ts) => Err(ts),
-    }
+    squared_through::<B, Cuda<f32>>(ts).or_else(squared_through::<B, Cuda<bf16>>)
 }
 
 /// [`squared_sum`] on `X` when `B` is `X`.
@@ -260,21 +257,6 @@ fn rows_and_width(x: &Ct, v: &Ct) -> Result<(usize, usize), String> {
     Ok((s.iter().product::<usize>() / n, n))
 }
 
-fn blocks(x: usize, y: usize) -> Result<(u32, u32, u32), String> {
-    let dim = |v: usize| u32::try_from(v).map_err(|_| format!("{v} blocks"));
-    Ok((dim(x)?, dim(y)?, 1))
-}
-
-/// `[n]` f32 zeros, to sum into.
-fn zeros(like: &Ct, n: usize) -> Ct {
-    burn_cubecl::ops::numeric::zeros_client(
-        like.client.clone(),
-        like.device.clone(),
-        Shape::from(vec![n]),
-        DType::F32,
-    )
-}
-
 /// `t` (f32) in `dtype`.
 fn cast_to(t: Ct, dtype: DType) -> Ct {
     if dtype == DType::F32 {
@@ -290,6 +272,28 @@ fn pack(ptrs: &[u64], scalars: &[&[u8]]) -> ArgPack {
     ptrs.iter().for_each(|&p| a.ptr(p));
     scalars.iter().for_each(|s| a.push(s));
     a
+}
+
+/// A new `[n]` f32 sum on `like`'s device: zeroed on the kernels' stream, then, unless `inputs`
+/// is empty (nothing to sum: it stays zero), summed into by `launch`, run in order after the
+/// zeroing with the sum's address and those of `inputs`.
+fn sum_into(
+    like: &Ct,
+    n: usize,
+    inputs: &[&Ct],
+    launch: impl FnOnce(&Engine, u64, &[u64]) -> Result<(), String>,
+) -> Result<Ct, String> {
+    let sum = empty(like, vec![n], DType::F32);
+    let mut all = vec![&sum];
+    all.extend_from_slice(inputs);
+    in_order(&SOURCE, &all, |e, p| {
+        e.zero(p[0], n * 4)?;
+        if inputs.is_empty() {
+            return Ok(());
+        }
+        launch(e, p[0], &p[1..])
+    })?;
+    Ok(sum)
 }
 
 fn cube_rms_forward(x: Ct, w: Ct, eps: f32) -> Result<[Ct; 2], String> {
@@ -328,21 +332,23 @@ fn cube_rms_backward(x: Ct, w: Ct, r: Ct, dy: Ct) -> Result<[Ct; 2], String> {
         ));
     }
     let dx = empty(&x, x.meta.shape().to_vec(), x.dtype);
-    let dw = zeros(&x, n);
-    if rows > 0 {
-        in_order(&SOURCE, &[&x, &w, &r, &dy, &dx, &dw], |e, p| {
-            let dims = [(rows as i64).to_ne_bytes(), (n as i64).to_ne_bytes()];
-            let mut a = pack(p, &[&dims[0], &dims[1]]);
-            let grid = blocks(rows.div_ceil(ROWS), 1)?;
-            e.launch(
-                &format!("kevin_rms_bwd_{s}"),
-                grid,
-                THREADS,
-                n as u32 * 4,
-                &mut a,
-            )
-        })?;
-    }
+    let inputs: &[&Ct] = if rows > 0 {
+        &[&x, &w, &r, &dy, &dx]
+    } else {
+        &[]
+    };
+    let dw = sum_into(&x, n, inputs, |e, dw, p| {
+        let dims = [(rows as i64).to_ne_bytes(), (n as i64).to_ne_bytes()];
+        let mut a = pack(&[p[0], p[1], p[2], p[3], p[4], dw], &[&dims[0], &dims[1]]);
+        let grid = blocks(rows.div_ceil(ROWS), 1)?;
+        e.launch(
+            &format!("kevin_rms_bwd_{s}"),
+            grid,
+            THREADS,
+            n as u32 * 4,
+            &mut a,
+        )
+    })?;
     Ok([dx, cast_to(dw, w.dtype)])
 }
 
@@ -350,40 +356,37 @@ fn cube_col_sum(dy: Ct) -> Result<Ct, String> {
     let dy = packed(dy);
     let s = suffix(&dy)?;
     let n = *dy.meta.shape().last().ok_or("a 0-d gradient")?;
-    let rows = dy.meta.shape().iter().product::<usize>() / n.max(1);
-    let out = zeros(&dy, n);
-    if rows * n > 0 {
-        in_order(&SOURCE, &[&dy, &out], |e, p| {
-            let dims = [(rows as i64).to_ne_bytes(), (n as i64).to_ne_bytes()];
-            let mut a = pack(p, &[&dims[0], &dims[1]]);
-            let grid = blocks(n.div_ceil(THREADS as usize), rows.div_ceil(COL_ROWS))?;
-            e.launch(&format!("kevin_col_sum_{s}"), grid, THREADS, 0, &mut a)
-        })?;
+    if n == 0 {
+        return Ok(empty(&dy, vec![0], dy.dtype));
     }
+    let rows = dy.meta.shape().iter().product::<usize>() / n;
+    let inputs: &[&Ct] = if rows > 0 { &[&dy] } else { &[] };
+    let out = sum_into(&dy, n, inputs, |e, out, p| {
+        let dims = [(rows as i64).to_ne_bytes(), (n as i64).to_ne_bytes()];
+        let mut a = pack(&[p[0], out], &[&dims[0], &dims[1]]);
+        let grid = blocks(n.div_ceil(THREADS as usize), rows.div_ceil(COL_ROWS))?;
+        e.launch(&format!("kevin_col_sum_{s}"), grid, THREADS, 0, &mut a)
+    })?;
     Ok(cast_to(out, dy.dtype))
 }
 
 fn cube_sq_sum(ts: Vec<Ct>) -> Result<Ct, String> {
     let ts: Vec<Ct> = ts.into_iter().map(packed).collect();
     let first = ts.first().ok_or("no tensors")?;
-    let out = empty(first, vec![1], DType::F32);
-    let mut all: Vec<&Ct> = vec![&out];
-    all.extend(ts.iter());
-    in_order(&SOURCE, &all, |e, p| {
-        e.zero(p[0], 4)?;
-        for (t, &ptr) in ts.iter().zip(&p[1..]) {
+    let inputs: Vec<&Ct> = ts.iter().collect();
+    sum_into(first, 1, &inputs, |e, out, p| {
+        for (t, &ptr) in ts.iter().zip(p) {
             let n = t.meta.shape().iter().product::<usize>();
             if n == 0 {
                 continue;
             }
             let s = suffix(t)?;
-            let mut a = pack(&[ptr, p[0]], &[&(n as i64).to_ne_bytes()]);
+            let mut a = pack(&[ptr, out], &[&(n as i64).to_ne_bytes()]);
             let grid = blocks(n.div_ceil(THREADS as usize * 4).min(1024), 1)?;
             e.launch(&format!("kevin_sq_sum_{s}"), grid, THREADS, 0, &mut a)?;
         }
         Ok(())
-    })?;
-    Ok(out)
+    })
 }
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> NormKernels

@@ -115,15 +115,7 @@ pub fn run(a: &Args) -> CmdResult {
         .device
         .clone()
         .unwrap_or_else(|| kevin::machine::default_backend().to_string());
-    bench(
-        &args,
-        &a.shape,
-        &device,
-        &a.dtype,
-        a.hf.as_deref(),
-        a.json.as_deref(),
-    )
-    .map_err(failure)?;
+    bench(&args, &device, &a.dtype, a.hf.as_deref(), a.json.as_deref()).map_err(failure)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -185,11 +177,10 @@ fn table(report: &BenchReport, hf: Option<&serde_json::Value>) -> String {
     out
 }
 
-/// Runs the benchmark of the shape named `shape` and reports it; a peer measured on another
-/// shape (its `"shape"`, written by benches/hf_policy.py) is refused before anything runs.
+/// Runs the benchmark and reports it; a peer measured on another shape (its `"shape"`, written
+/// by benches/hf_policy.py) is refused before anything runs.
 pub fn bench(
     args: &BenchArgs,
-    shape: &str,
     device: &str,
     dtype: &str,
     hf: Option<&Path>,
@@ -206,6 +197,7 @@ pub fn bench(
         None => None,
     };
     if let (Some(p), Some(theirs)) = (hf, peer.as_ref().and_then(|v| v["shape"].as_str())) {
+        let shape = args.shape.name();
         if theirs != shape {
             return Err(format!(
                 "{}: the transformers peer ran shape {theirs}, this run is {shape} (run \
