@@ -201,6 +201,10 @@ pub struct LearnResult {
     pub step_seconds: f64,
     /// Tokens per step.
     pub tokens: usize,
+    /// GiB of GPU memory cubecl's pool held after the steps, the largest over them, its unused
+    /// pages returned before the first ([`crate::kernels::pool_reserved`]): the learner's peak
+    /// as the pool rounds it, beside PyTorch's peak reserved memory. `None` off CUDA.
+    pub pool_gib: Option<f64>,
 }
 
 /// The concurrent load ([`BenchArgs::load_seconds`]).
@@ -328,6 +332,8 @@ pub fn run<B: AutodiffBackend>(
     let learner = if args.train_steps == 0 {
         None
     } else {
+        // What generation left in the pool goes back first.
+        let mut pool = crate::kernels::pool_reserved(device, true);
         let (mut trainer, samples) = bench_trainer::<B>(args, device)?;
         trainer.train_batch(&samples).map_err(|e| e.to_string())?;
         let mut times = Vec::new();
@@ -336,7 +342,9 @@ pub fn run<B: AutodiffBackend>(
             // TrainStats holds host values: the step is finished when it returns.
             trainer.train_batch(&samples).map_err(|e| e.to_string())?;
             times.push(t.elapsed().as_secs_f64());
+            pool = pool.max(crate::kernels::pool_reserved(device, false));
         }
+        let pool_gib = pool.map(|b| b as f64 / (1u64 << 30) as f64);
         times.sort_by(f64::total_cmp);
         let step_seconds = times[times.len() / 2];
         let tokens = args.train_batch * args.train_seq;
@@ -344,13 +352,15 @@ pub fn run<B: AutodiffBackend>(
             tokens_per_s: tokens as f64 / step_seconds,
             step_seconds,
             tokens,
+            pool_gib,
         };
         progress(&format!(
-            "learner {}x{}: {:.0} tokens/s ({:.0} ms/step)",
+            "learner {}x{}: {:.0} tokens/s ({:.0} ms/step{})",
             args.train_batch,
             args.train_seq,
             r.tokens_per_s,
-            step_seconds * 1e3
+            step_seconds * 1e3,
+            pool_gib.map_or(String::new(), |g| format!(", cubecl's pool {g:.1} GiB"))
         ));
         Some(r)
     };

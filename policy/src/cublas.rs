@@ -120,6 +120,30 @@ pub trait BlasMatmul: Backend {
     fn blas_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
+/// `$call` with `$x` naming each of burn's CUDA backends in turn (f32 and bf16, without and with
+/// autodiff): the first one that is the caller's backend answers (`None` when none is).
+macro_rules! on_cuda {
+    ($x:ident => $call:expr) => {
+        (|| {
+            type $x = burn::backend::Cuda<f32>;
+            $call
+        })()
+        .or_else(|| {
+            type $x = burn::backend::Autodiff<burn::backend::Cuda<f32>>;
+            $call
+        })
+        .or_else(|| {
+            type $x = burn::backend::Cuda<half::bf16>;
+            $call
+        })
+        .or_else(|| {
+            type $x = burn::backend::Autodiff<burn::backend::Cuda<half::bf16>>;
+            $call
+        })
+    };
+}
+pub(crate) use on_cuda;
+
 /// `a @ b` through cuBLAS when the backend `B` is burn's CUDA backend, the [`mode`] allows
 /// it and the product is worth it; `Err` gives the operands back untouched otherwise.
 #[allow(clippy::type_complexity)]
@@ -130,10 +154,7 @@ pub fn matmul<B: Backend, const D: usize>(
     if !wants(&a, &b) {
         return Err((a, b));
     }
-    let out = through::<B, Cuda<f32>, D>(&a, &b)
-        .or_else(|| through::<B, Autodiff<Cuda<f32>>, D>(&a, &b))
-        .or_else(|| through::<B, Cuda<bf16>, D>(&a, &b))
-        .or_else(|| through::<B, Autodiff<Cuda<bf16>>, D>(&a, &b));
+    let out = on_cuda!(X => through::<B, X, D>(&a, &b));
     out.ok_or((a, b))
 }
 

@@ -28,7 +28,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::ir::{CustomOpIr, HandleContainer};
-use burn::backend::{Autodiff, Cuda};
+use burn::backend::Autodiff;
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -37,7 +37,6 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use half::bf16;
 use kevin::gpu::device::ArgPack;
 
 use crate::cublas::{as_backend, from_backend};
@@ -141,10 +140,7 @@ pub fn causal_attention<B: Backend>(
     if !serves(&q, &k, &v) {
         return Err((q, k, v));
     }
-    let out = through::<B, Cuda<f32>>(&q, &k, &v)
-        .or_else(|| through::<B, Autodiff<Cuda<f32>>>(&q, &k, &v))
-        .or_else(|| through::<B, Cuda<bf16>>(&q, &k, &v))
-        .or_else(|| through::<B, Autodiff<Cuda<bf16>>>(&q, &k, &v));
+    let out = crate::cublas::on_cuda!(X => through::<B, X>(&q, &k, &v));
     out.ok_or((q, k, v))
 }
 

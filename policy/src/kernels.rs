@@ -290,6 +290,21 @@ pub(crate) fn usable(source: &Source, device: &dyn Any, what: &str) -> bool {
     }
 }
 
+/// The GPU memory cubecl's pool for `device` (burn's CUDA device) holds on this thread's stream,
+/// in bytes, after returning its unused pages to the driver when `cleanup`; `None` for another
+/// device. The pool keeps what it allocated and frees pages only at such a cleanup, so read
+/// after a step it is what the step needed at its peak (with the pool's rounding), the
+/// counterpart of PyTorch's peak reserved memory.
+pub fn pool_reserved(device: &dyn Any, cleanup: bool) -> Option<u64> {
+    use burn::cubecl::Runtime;
+    let device = device.downcast_ref::<CudaDevice>()?;
+    let client = CudaRuntime::client(device);
+    if cleanup {
+        client.memory_cleanup();
+    }
+    client.memory_usage().ok().map(|u| u.bytes_reserved)
+}
+
 type Ct = CubeTensor<CudaRuntime>;
 
 /// `t` packed row-major (a copy when it is not).

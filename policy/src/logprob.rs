@@ -21,7 +21,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::ir::{CustomOpIr, HandleContainer};
-use burn::backend::{Autodiff, Cuda};
+use burn::backend::Autodiff;
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
@@ -30,7 +30,6 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use half::bf16;
 use kevin::gpu::device::ArgPack;
 
 use crate::kernels::{blocks, empty, in_order, packed, suffix, Source};
@@ -77,10 +76,7 @@ pub fn chosen_logprobs<B: Backend, const D: usize>(
     if !serves(&logits, &rows, &targets) {
         return Err((logits, rows, targets));
     }
-    let out = through::<B, Cuda<f32>, D>(&logits, &rows, &targets)
-        .or_else(|| through::<B, Autodiff<Cuda<f32>>, D>(&logits, &rows, &targets))
-        .or_else(|| through::<B, Cuda<bf16>, D>(&logits, &rows, &targets))
-        .or_else(|| through::<B, Autodiff<Cuda<bf16>>, D>(&logits, &rows, &targets));
+    let out = crate::cublas::on_cuda!(X => through::<B, X, D>(&logits, &rows, &targets));
     out.ok_or((logits, rows, targets))
 }
 

@@ -1,21 +1,27 @@
-//! The learner's RMSNorm and bias additions on burn's CUDA backend (issue 18): a backend
-//! extension ([`NormKernels`], [`FusedNorm`]) at each of the backend's layers, as
-//! [`crate::logprob`] is:
+//! The learner's per-layer operations on burn's CUDA backend (issue 18): RMSNorm, the bias
+//! additions, the rotary embedding (RoPE) and SwiGLU, and the global gradient norm's sum of
+//! squares. A backend extension ([`NormKernels`], [`FusedNorm`]) at each of the backend's layers,
+//! as [`crate::logprob`] is:
 //! - `CubeBackend<CudaRuntime, ..>`: the kernels of `cuda/norm.cu`, queued in order with burn's
 //!   ([`crate::kernels::in_order`]): RMSNorm's forward (one block per row, which also keeps the
 //!   row's `1 / rms`), its backward (the input's gradient and the weight's, the latter summed
-//!   over rows in f32), a bias's gradient (the column sums of the output's), and the sum of the
-//!   squares of many tensors at once (the global gradient norm's, [`squared_sum`]);
+//!   over rows in f32), a bias's gradient (the column sums of the output's), RoPE (a projection's
+//!   rows `[b, t, h * d]` rotated and written heads first, `[b, h, t, d]`, as attention reads
+//!   them; its backward is the opposite rotation written back in rows), SwiGLU's
+//!   `silu(gate) * up` and its two gradients, and the sum of the squares of many tensors at once
+//!   (the global gradient norm's, [`squared_sum`]);
 //! - `Fusion<..>`: custom operations (never fused);
 //! - `Autodiff<..>`: RMSNorm keeps its input, weight and `1 / rms`; a bias addition keeps
-//!   nothing.
+//!   nothing; RoPE keeps its angles; SwiGLU keeps its two operands.
 //!
-//! The plain-burn reference is [`crate::qwen2`]'s own RMSNorm (square, mean, root, reciprocal,
-//! product, cast, product) and `y + bias`: under autodiff their gradients are burn's reductions
-//! over the batch and sequence dimensions one dimension at a time, 55 ms of the 0.5B shape's
-//! learner step on the H200 (2026-12-02); [`crate::grad_norm`]'s row sums of every gradient's
-//! squares are the squared sum's (about 18 ms a step there). `qwen2_gpu.rs` compares the two,
-//! values and gradients.
+//! The plain-burn reference is [`crate::qwen2`]'s own: RMSNorm as square, mean, root, reciprocal,
+//! product, cast, product; `y + bias`; RoPE as two narrows, a negation, a concatenation, two
+//! products and a sum after the heads' transpose; `silu(gate) * up`. Under autodiff the first
+//! two's gradients are burn's reductions over the batch and sequence dimensions one dimension at
+//! a time, 55 ms of the 0.5B shape's learner step on the H200 (2026-12-02), and RoPE's are 384
+//! slices and slice-assigns a step (2026-12-05); [`crate::grad_norm`]'s row sums of every
+//! gradient's squares are the squared sum's (about 18 ms a step there). `qwen2_gpu.rs` compares
+//! the two, values and gradients.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -34,7 +40,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use half::bf16;
 use kevin::gpu::device::ArgPack;
 
-use crate::cublas::{as_backend, from_backend};
+use crate::cublas::{as_backend, from_backend, on_cuda};
 use crate::kernels::{blocks, empty, in_order, packed, suffix, Engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
@@ -44,7 +50,15 @@ pub const SOURCE: Source = Source {
     kernels: kernel_names,
 };
 
-const KINDS: [&str; 4] = ["rms_fwd", "rms_bwd", "col_sum", "sq_sum"];
+const KINDS: [&str; 7] = [
+    "rms_fwd",
+    "rms_bwd",
+    "col_sum",
+    "sq_sum",
+    "rope",
+    "swiglu_fwd",
+    "swiglu_bwd",
+];
 
 /// Every kernel symbol of [`SOURCE`].
 pub fn kernel_names() -> Vec<String> {
@@ -66,7 +80,8 @@ const COL_ROWS: usize = 256;
 /// The widest row: the backward keeps one f32 per column in shared memory (48 KB).
 pub const MAX_WIDTH: usize = 12 * 1024;
 
-/// Whether this path is taken where it serves: the norms' kernels: RMSNorm, the bias additions and the squared sum (burn's ops when off); process-wide, on by default.
+/// Whether this path is taken where it serves: this module's kernels (RMSNorm, the bias
+/// additions, RoPE, SwiGLU, the squared sum; burn's ops when off); process-wide, on by default.
 pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
 
 /// RMSNorm of `x [.., n]` with weight `w [n]` (transformers' rounding: the normalised row cast
@@ -82,10 +97,10 @@ pub fn rms_norm<B: Backend, const D: usize>(
         return Err((x, w));
     }
     let eps = eps as f32;
-    let out = rms_through::<B, Cuda<f32>, D>(&x, &w, eps)
-        .or_else(|| rms_through::<B, Autodiff<Cuda<f32>>, D>(&x, &w, eps))
-        .or_else(|| rms_through::<B, Cuda<bf16>, D>(&x, &w, eps))
-        .or_else(|| rms_through::<B, Autodiff<Cuda<bf16>>, D>(&x, &w, eps));
+    let out = on_cuda!(X => {
+        let (x, w) = (as_backend::<B, X, D>(x.clone())?, as_backend::<B, X, 1>(w.clone())?);
+        Some(from_backend::<X, B, D>(X::fused_rms_norm(x, w, eps)))
+    });
     out.ok_or((x, w))
 }
 
@@ -99,11 +114,63 @@ pub fn add_bias<B: Backend, const D: usize>(
     if !serves(&y, &b) {
         return Err((y, b));
     }
-    let out = bias_through::<B, Cuda<f32>, D>(&y, &b)
-        .or_else(|| bias_through::<B, Autodiff<Cuda<f32>>, D>(&y, &b))
-        .or_else(|| bias_through::<B, Cuda<bf16>, D>(&y, &b))
-        .or_else(|| bias_through::<B, Autodiff<Cuda<bf16>>, D>(&y, &b));
+    let out = on_cuda!(X => {
+        let (y, b) = (as_backend::<B, X, D>(y.clone())?, as_backend::<B, X, 1>(b.clone())?);
+        Some(from_backend::<X, B, D>(X::fused_add_bias(y, b)))
+    });
     out.ok_or((y, b))
+}
+
+/// RoPE on a projection's rows `x [b, t, heads * d]` with the angles `cos`, `sin` `[1 or b, 1,
+/// t, d]` (each half of `d` repeating the other, as [`crate::qwen2`]'s `Rope` holds them), written
+/// heads first: `[b, heads, t, d]`, packed. `x * cos + rotate_half(x) * sin` per head, in f32
+/// arithmetic rounded once. Through this path as [`rms_norm`] is (the angles in `x`'s dtype);
+/// `Err` gives `x` back.
+pub fn rope_heads<B: Backend>(
+    x: Tensor<B, 3>,
+    heads: usize,
+    cos: &Tensor<B, 4>,
+    sin: &Tensor<B, 4>,
+) -> Result<Tensor<B, 4>, Tensor<B, 3>> {
+    let [b, t, n] = x.dims();
+    let [crows, one, ct, d] = cos.dims();
+    let dt = x.dtype();
+    let fits = heads > 0
+        && n == heads * d
+        && d % 2 == 0
+        && one == 1
+        && ct == t
+        && (crows == 1 || crows == b)
+        && sin.dims() == cos.dims()
+        && cos.dtype() == dt
+        && sin.dtype() == dt;
+    if !fits || !on_gpu(&x) {
+        return Err(x);
+    }
+    let out = on_cuda!(X => {
+        let p = as_backend::<B, X, 3>(x.clone())?;
+        let (c, s) = (as_backend::<B, X, 4>(cos.clone())?, as_backend::<B, X, 4>(sin.clone())?);
+        Some(from_backend::<X, B, 4>(X::fused_rope(p, c, s, heads)))
+    });
+    out.ok_or(x)
+}
+
+/// SwiGLU's `silu(g) * u` (the activation rounded to the dtype before the product, as
+/// transformers' `act_fn(gate) * up`), `g` and `u` of one shape and dtype, through this path as
+/// [`rms_norm`] is; `Err` gives the operands back.
+#[allow(clippy::type_complexity)]
+pub fn swiglu<B: Backend, const D: usize>(
+    g: Tensor<B, D>,
+    u: Tensor<B, D>,
+) -> Result<Tensor<B, D>, (Tensor<B, D>, Tensor<B, D>)> {
+    if g.dims() != u.dims() || g.dtype() != u.dtype() || !on_gpu(&g) {
+        return Err((g, u));
+    }
+    let out = on_cuda!(X => {
+        let (g, u) = (as_backend::<B, X, D>(g.clone())?, as_backend::<B, X, D>(u.clone())?);
+        Some(from_backend::<X, B, D>(X::fused_swiglu(g, u)))
+    });
+    out.ok_or((g, u))
 }
 
 /// The sum of the squares of every value of `ts` (f32 or bf16 tensors of any shapes, on one
@@ -149,37 +216,23 @@ fn squared_through<B: Backend, X: NormKernels>(
 
 /// Whether this path takes `x [.., n]` with `v [n]` (backend, dtypes, shapes, kernels).
 fn serves<B: Backend, const D: usize>(x: &Tensor<B, D>, v: &Tensor<B, 1>) -> bool {
+    let n = x.dims()[D - 1];
+    if v.dtype() != x.dtype() || v.dims()[0] != n || n == 0 || n > MAX_WIDTH {
+        return false;
+    }
+    on_gpu(x)
+}
+
+/// Whether this path takes `x` at all: switched on, burn's CUDA backend, f32 or bf16, the
+/// kernels compiled.
+fn on_gpu<B: Backend, const D: usize>(x: &Tensor<B, D>) -> bool {
     if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
         return false;
     }
-    let dt = x.dtype();
-    let n = x.dims()[D - 1];
-    if !matches!(dt, DType::F32 | DType::BF16) || v.dtype() != dt || v.dims()[0] != n {
-        return false;
-    }
-    if n == 0 || n > MAX_WIDTH {
+    if !matches!(x.dtype(), DType::F32 | DType::BF16) {
         return false;
     }
     crate::kernels::usable(&SOURCE, &x.device(), "fused norms")
-}
-
-fn rms_through<B: Backend, X: FusedNorm, const D: usize>(
-    x: &Tensor<B, D>,
-    w: &Tensor<B, 1>,
-    eps: f32,
-) -> Option<Tensor<B, D>> {
-    let x = as_backend::<B, X, D>(x.clone())?;
-    let w = as_backend::<B, X, 1>(w.clone())?;
-    Some(from_backend::<X, B, D>(X::fused_rms_norm(x, w, eps)))
-}
-
-fn bias_through<B: Backend, X: FusedNorm, const D: usize>(
-    y: &Tensor<B, D>,
-    b: &Tensor<B, 1>,
-) -> Option<Tensor<B, D>> {
-    let y = as_backend::<B, X, D>(y.clone())?;
-    let b = as_backend::<B, X, 1>(b.clone())?;
-    Some(from_backend::<X, B, D>(X::fused_add_bias(y, b)))
 }
 
 /// A backend with the kernels.
@@ -200,6 +253,26 @@ pub trait NormKernels: Backend {
 
     /// The sum of the squares of every value of `ts` (at least one tensor), `[1]` in f32.
     fn sq_sum(ts: Vec<FloatTensor<Self>>) -> FloatTensor<Self>;
+
+    /// RoPE (see [`rope_heads`]) of `x [b, t, heads * d]` to `[b, heads, t, d]`; `back`: its
+    /// gradient, `x` being the output's gradient `[b, heads, t, d]`, to `[b, t, heads * d]`.
+    fn rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        heads: usize,
+        back: bool,
+    ) -> FloatTensor<Self>;
+
+    /// `silu(g) * u` (see [`swiglu`]).
+    fn swiglu_forward(g: FloatTensor<Self>, u: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// `(dg, du)` of [`NormKernels::swiglu_forward`] from its operands and the output's gradient.
+    fn swiglu_backward(
+        g: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2];
 }
 
 /// A backend whose RMSNorm and bias additions can take this path.
@@ -209,6 +282,17 @@ pub trait FusedNorm: Backend {
 
     /// See [`add_bias`].
     fn fused_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// See [`rope_heads`].
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        heads: usize,
+    ) -> FloatTensor<Self>;
+
+    /// See [`swiglu`].
+    fn fused_swiglu(g: FloatTensor<Self>, u: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 /// `b [n]` as `[1, .., 1, n]` of `y`'s rank.
@@ -230,6 +314,35 @@ impl<B: NormKernels> FusedNorm for B {
     fn fused_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
         let b = bias_shape::<Self>(&y, b);
         Self::float_add(y, b)
+    }
+
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        heads: usize,
+    ) -> FloatTensor<Self> {
+        Self::rope(x, cos, sin, heads, false)
+    }
+
+    fn fused_swiglu(g: FloatTensor<Self>, u: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::swiglu_forward(g, u)
+    }
+}
+
+/// RoPE's output shape: `[b, t, heads * d] -> [b, heads, t, d]`, or back.
+fn rope_shape(x: &[usize], heads: usize, back: bool) -> Result<Vec<usize>, String> {
+    match (x, back) {
+        (&[b, t, n], false) if heads > 0 && n % heads == 0 => Ok(vec![b, heads, t, n / heads]),
+        (&[b, h, t, d], true) if h == heads => Ok(vec![b, t, h * d]),
+        _ => Err(format!(
+            "{x:?} for {heads} heads ({})",
+            if back {
+                "[b, heads, t, d]"
+            } else {
+                "[b, t, heads * d]"
+            }
+        )),
     }
 }
 
@@ -370,6 +483,80 @@ fn cube_col_sum(dy: Ct) -> Result<Ct, String> {
     Ok(cast_to(out, dy.dtype))
 }
 
+fn cube_rope(x: Ct, c: Ct, s: Ct, heads: usize, back: bool) -> Result<Ct, String> {
+    let (x, c, s) = (packed(x), packed(c), packed(s));
+    let sfx = suffix(&x)?;
+    let shape = x.meta.shape().to_vec();
+    let out = rope_shape(&shape, heads, back)?;
+    // The rows' shape [b, t, heads * d]: the input's forward, the output's back.
+    let rows = if back { &out } else { &shape };
+    let (b, t, d) = (rows[0], rows[1], rows[2] / heads);
+    let angles = c.meta.shape().to_vec();
+    let crows = angles[0];
+    if angles != [crows, 1, t, d]
+        || s.meta.shape() != c.meta.shape()
+        || (crows != 1 && crows != b)
+        || d % 2 != 0
+        || c.dtype != x.dtype
+        || s.dtype != x.dtype
+    {
+        return Err(format!(
+            "angles {angles:?} {:?} / {:?} for {:?} {:?} ({heads} heads; [1 or b, 1, t, d], d even)",
+            c.dtype,
+            s.dtype,
+            x.meta.shape(),
+            x.dtype
+        ));
+    }
+    let y = empty(&x, out, x.dtype);
+    let pairs = b * heads * t * (d / 2);
+    if pairs > 0 {
+        in_order(&SOURCE, &[&x, &c, &s, &y], |e, p| {
+            let dims = [b, t, heads, d, crows].map(|v| (v as i64).to_ne_bytes());
+            let back = (back as i32).to_ne_bytes();
+            let mut a = pack(
+                p,
+                &[&dims[0], &dims[1], &dims[2], &dims[3], &dims[4], &back],
+            );
+            let grid = blocks(pairs.div_ceil(THREADS as usize), 1)?;
+            e.launch(&format!("kevin_rope_{sfx}"), grid, THREADS, 0, &mut a)
+        })?;
+    }
+    Ok(y)
+}
+
+/// The elementwise kernel `kevin_{kind}_{dtype}` over `ins` (one shape and dtype) into `outs`
+/// new tensors like them: `(ins.., outs.., n)`.
+fn cube_elementwise(kind: &str, ins: Vec<Ct>, outs: usize) -> Result<Vec<Ct>, String> {
+    let ins: Vec<Ct> = ins.into_iter().map(packed).collect();
+    let first = ins.first().ok_or("no operands")?;
+    let (shape, dtype) = (first.meta.shape().to_vec(), first.dtype);
+    if let Some(t) = ins
+        .iter()
+        .find(|t| t.meta.shape()[..] != shape[..] || t.dtype != dtype)
+    {
+        return Err(format!(
+            "operands {shape:?} {dtype:?} and {:?} {:?}",
+            t.meta.shape(),
+            t.dtype
+        ));
+    }
+    let s = suffix(first)?;
+    let ys: Vec<Ct> = (0..outs)
+        .map(|_| empty(first, shape.clone(), dtype))
+        .collect();
+    let n = shape.iter().product::<usize>();
+    if n > 0 {
+        let all: Vec<&Ct> = ins.iter().chain(&ys).collect();
+        in_order(&SOURCE, &all, |e, p| {
+            let mut a = pack(p, &[&(n as i64).to_ne_bytes()]);
+            let grid = blocks(n.div_ceil(THREADS as usize), 1)?;
+            e.launch(&format!("kevin_{kind}_{s}"), grid, THREADS, 0, &mut a)
+        })?;
+    }
+    Ok(ys)
+}
+
 fn cube_sq_sum(ts: Vec<Ct>) -> Result<Ct, String> {
     let ts: Vec<Ct> = ts.into_iter().map(packed).collect();
     let first = ts.first().ok_or("no tensors")?;
@@ -412,6 +599,44 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> NormKernels
     fn sq_sum(ts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
         cube_sq_sum(ts).unwrap_or_else(|e| panic!("sum of squares: {e}"))
     }
+
+    fn rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        heads: usize,
+        back: bool,
+    ) -> FloatTensor<Self> {
+        cube_rope(x, cos, sin, heads, back).unwrap_or_else(|e| panic!("RoPE: {e}"))
+    }
+
+    fn swiglu_forward(g: FloatTensor<Self>, u: FloatTensor<Self>) -> FloatTensor<Self> {
+        let [y] = one_of(
+            cube_elementwise("swiglu_fwd", vec![g, u], 1),
+            "SwiGLU, forward",
+        );
+        y
+    }
+
+    fn swiglu_backward(
+        g: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        one_of(
+            cube_elementwise("swiglu_bwd", vec![g, u, dy], 2),
+            "SwiGLU, backward",
+        )
+    }
+}
+
+/// `N` tensors from `r`, or a panic naming `what`.
+fn one_of<const N: usize>(r: Result<Vec<Ct>, String>, what: &str) -> [Ct; N] {
+    r.and_then(|v| {
+        v.try_into()
+            .map_err(|v: Vec<Ct>| format!("{} outputs", v.len()))
+    })
+    .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -427,6 +652,12 @@ enum Pass {
     ColSum,
     /// Any number of inputs; output the sum of their squares.
     SqSum,
+    /// Inputs x, cos, sin; output x rotated (heads first), or its gradient (rows) when `back`.
+    Rope { heads: usize, back: bool },
+    /// Inputs g, u; output silu(g) * u.
+    SwigluForward,
+    /// Inputs g, u, dy; outputs dg, du.
+    SwigluBackward,
 }
 
 #[derive(Debug)]
@@ -465,6 +696,18 @@ impl<B: FusionBackend + NormKernels> Operation<B::FusionRuntime> for FusedPass<B
                 vec![B::col_sum(dy)]
             }
             Pass::SqSum => vec![B::sq_sum(ins)],
+            Pass::Rope { heads, back } => {
+                let [x, c, s] = take(ins);
+                vec![B::rope(x, c, s, heads, back)]
+            }
+            Pass::SwigluForward => {
+                let [g, u] = take(ins);
+                vec![B::swiglu_forward(g, u)]
+            }
+            Pass::SwigluBackward => {
+                let [g, u, dy] = take(ins);
+                B::swiglu_backward(g, u, dy).into()
+            }
         };
         for (ir, t) in self.desc.outputs.iter().zip(outs) {
             handles.register_float_tensor::<B>(&ir.id, t);
@@ -482,6 +725,10 @@ fn fused_pass<B: FusionBackend + NormKernels, const N: usize>(
         Pass::Backward => "kevin_rms_backward",
         Pass::ColSum => "kevin_col_sum",
         Pass::SqSum => "kevin_sq_sum",
+        Pass::Rope { back: false, .. } => "kevin_rope",
+        Pass::Rope { back: true, .. } => "kevin_rope_backward",
+        Pass::SwigluForward => "kevin_swiglu_forward",
+        Pass::SwigluBackward => "kevin_swiglu_backward",
     };
     crate::kernels::custom_op(name, inputs, outputs, |desc| FusedPass::<B> {
         desc,
@@ -523,10 +770,40 @@ impl<B: FusionBackend + NormKernels> NormKernels for Fusion<B> {
         let [s] = fused_pass::<B, 1>(ts, [out], Pass::SqSum);
         s
     }
+
+    fn rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        heads: usize,
+        back: bool,
+    ) -> FloatTensor<Self> {
+        let shape =
+            rope_shape(&x.shape.to_vec(), heads, back).unwrap_or_else(|e| panic!("RoPE: {e}"));
+        let out = (Shape::from(shape), x.dtype);
+        let [y] = fused_pass::<B, 1>(vec![x, cos, sin], [out], Pass::Rope { heads, back });
+        y
+    }
+
+    fn swiglu_forward(g: FloatTensor<Self>, u: FloatTensor<Self>) -> FloatTensor<Self> {
+        let out = (g.shape.clone(), g.dtype);
+        let [y] = fused_pass::<B, 1>(vec![g, u], [out], Pass::SwigluForward);
+        y
+    }
+
+    fn swiglu_backward(
+        g: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        let outs = [(g.shape.clone(), g.dtype), (u.shape.clone(), u.dtype)];
+        fused_pass::<B, 2>(vec![g, u, dy], outs, Pass::SwigluBackward)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Autodiff: RMSNorm keeps what its backward kernel reads; a bias addition keeps nothing.
+// Autodiff: RMSNorm keeps what its backward kernel reads; a bias addition keeps nothing; RoPE
+// keeps its angles; SwiGLU its operands.
 
 impl<B: NormKernels, C: CheckpointStrategy> FusedNorm for Autodiff<B, C> {
     fn fused_rms_norm(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f32) -> FloatTensor<Self> {
@@ -591,6 +868,73 @@ impl<B: NormKernels, C: CheckpointStrategy> FusedNorm for Autodiff<B, C> {
             .compute_bound()
             .stateless(out)
     }
+
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        heads: usize,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Rope;
+        impl<B: NormKernels> Backward<B, 1> for Rope {
+            /// cos, sin and the number of heads.
+            type State = (FloatTensor<B>, FloatTensor<B>, usize);
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 1>,
+                grads: &mut Gradients,
+                _checkpointer: &mut Checkpointer,
+            ) {
+                let dy = grads.consume::<B>(&ops.node);
+                let (cos, sin, heads) = ops.state;
+                if let [Some(node)] = ops.parents {
+                    grads.register::<B>(node.id, B::rope(dy, cos, sin, heads, true));
+                }
+            }
+        }
+        let (cos, sin) = (cos.primitive, sin.primitive);
+        let y = B::rope(x.primitive, cos.clone(), sin.clone(), heads, false);
+        match Rope.prepare::<C>([x.node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((cos, sin, heads), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+
+    fn fused_swiglu(g: FloatTensor<Self>, u: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Swiglu;
+        impl<B: NormKernels> Backward<B, 2> for Swiglu {
+            /// g and u.
+            type State = [FloatTensor<B>; 2];
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 2>,
+                grads: &mut Gradients,
+                _checkpointer: &mut Checkpointer,
+            ) {
+                let dy = grads.consume::<B>(&ops.node);
+                let [g, u] = ops.state;
+                let d = B::swiglu_backward(g, u, dy);
+                for (parent, grad) in ops.parents.into_iter().zip(d) {
+                    if let Some(node) = parent {
+                        grads.register::<B>(node.id, grad);
+                    }
+                }
+            }
+        }
+        let y = B::swiglu_forward(g.primitive.clone(), u.primitive.clone());
+        match Swiglu
+            .prepare::<C>([g.node.clone(), u.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish([g.primitive, u.primitive], y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -598,6 +942,6 @@ mod tests {
     #[test]
     fn norm_kernels_compile_for_sm_90() {
         crate::kernels::assert_compiles(&super::SOURCE);
-        assert_eq!(super::kernel_names().len(), 8);
+        assert_eq!(super::kernel_names().len(), 14);
     }
 }

@@ -50,7 +50,8 @@ pub fn uses_cuda(device: BurnDevice) -> bool {
 /// And `policy.burn.generate`: the fused generation path on CUDA ([`crate::qwen2::fused`]) or not;
 /// `policy.burn.attention`: the learner's attention through [`crate::flash`] or burn's ops;
 /// `policy.burn.logprobs`: its log-probabilities through [`crate::logprob`] or burn's ops;
-/// `policy.burn.norms`: RMSNorm and the bias additions through [`crate::norm`] or burn's ops.
+/// `policy.burn.norms`: RMSNorm, the bias additions, RoPE and SwiGLU through [`crate::norm`] or
+/// burn's ops.
 fn set_matmul(config: &Config) {
     crate::cublas::set_mode(match config.policy.burn.matmul {
         kevin::config::BurnMatmul::Burn => crate::cublas::Mode::Off,

@@ -885,6 +885,127 @@ fn rms_norm_and_bias_gradients_match_the_cpu_on_cuda() {
     }
 }
 
+/// RoPE and SwiGLU through `kevin_policy::norm` (one kernel each way) against NdArray's autodiff
+/// of the plain formulas in f32 on the same values (transformers' `rotate_half` after the heads'
+/// transpose; `silu(g) * u`): RoPE's output, heads first, and its input's gradient, with angles
+/// shared by the rows or one set per row; SwiGLU's output and both operands' gradients. Relative
+/// to each one's largest value: f32 within 1e-4, bf16 within 1e-2. The shapes cover Qwen2's head
+/// widths, grouped key/value heads, pairs that do not fill a block, and a single position.
+#[test]
+fn rope_and_swiglu_match_the_cpu_on_cuda() {
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::activation::silu;
+    use burn::tensor::{DType, FloatDType, Tensor, TensorData};
+    if !gpu_tests() {
+        return;
+    }
+    type C = Autodiff<NdArray<f32>>;
+    type G = Autodiff<Cuda<f32>>;
+    let gpu = kevin_policy::cuda_setup::cuda_device(0);
+    let cpu = Default::default();
+    // The values, rounded to bf16 first when `bf16`, on the GPU in the dtype and on the CPU.
+    let pair = |shape: &[usize], seed: u64, scale: f32, bf16: bool| {
+        let n = shape.iter().product();
+        let v: Vec<f32> = values(n, seed)
+            .into_iter()
+            .map(|x| x * scale)
+            .map(|x| {
+                if bf16 {
+                    half::bf16::from_f32(x).to_f32()
+                } else {
+                    x
+                }
+            })
+            .collect();
+        let g = Tensor::<G, 1>::from_data(TensorData::new(v.clone(), [n]), &gpu);
+        let g = if bf16 { g.cast(FloatDType::BF16) } else { g };
+        let c = Tensor::<C, 1>::from_data(TensorData::new(v, [n]), &cpu);
+        (g, c)
+    };
+    let rel = |got: Tensor<G, 1>, want: Tensor<C, 1>, bf16: bool| {
+        assert_eq!(got.dtype(), if bf16 { DType::BF16 } else { DType::F32 });
+        let w = want.into_data().to_vec::<f32>().unwrap();
+        let scale = w.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
+        max_diff(got, w) / scale
+    };
+    for bf16 in [false, true] {
+        for (b, t, h, d, per_row) in [
+            (2, 37, 14, 64, false),
+            (3, 5, 2, 128, true),
+            (1, 1, 1, 2, false),
+            (4, 301, 3, 64, true),
+        ] {
+            let n = b * t * h * d;
+            let crows = if per_row { b } else { 1 };
+            let (gx, cx) = pair(&[n], 40, 2.0, bf16);
+            let (gcos, ccos) = pair(&[crows * t * d], 41, 1.0, bf16);
+            let (gsin, csin) = pair(&[crows * t * d], 42, 1.0, bf16);
+            let (gup, cup) = pair(&[b * h * t * d], 43, 1.0, bf16);
+            let gx = gx.reshape([b, t, h * d]).require_grad();
+            let angles = [crows, 1, t, d];
+            let y = kevin_policy::norm::rope_heads(
+                gx.clone(),
+                h,
+                &gcos.reshape(angles),
+                &gsin.reshape(angles),
+            )
+            .unwrap_or_else(|_| panic!("RoPE declined {b}x{t}x{h}x{d}"));
+            assert_eq!(y.dims(), [b, h, t, d]);
+            let grads = (y.clone() * gup.reshape([b, h, t, d])).sum().backward();
+            let dx = gx.grad(&grads).unwrap();
+
+            let cx = cx.reshape([b, t, h * d]).require_grad();
+            let heads = cx.clone().reshape([b, t, h, d]).swap_dims(1, 2);
+            let x1 = heads.clone().narrow(3, 0, d / 2);
+            let x2 = heads.clone().narrow(3, d / 2, d / 2);
+            let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
+            let want = heads * ccos.reshape(angles) + rotated * csin.reshape(angles);
+            let cgrads = (want.clone() * cup.reshape([b, h, t, d])).sum().backward();
+            let cdx = cx.grad(&cgrads).unwrap();
+            let f = [
+                rel(y.reshape([n]), want.reshape([n]), bf16),
+                rel(
+                    Tensor::from_inner(dx).reshape([n]),
+                    Tensor::from_inner(cdx).reshape([n]),
+                    bf16,
+                ),
+            ];
+            eprintln!("rope {b}x{t}x{h}x{d} per row {per_row} bf16 {bf16}: y/dx {f:?}");
+            let tol = if bf16 { 1e-2 } else { 1e-4 };
+            assert!(
+                f.iter().all(|&e| e < tol),
+                "rope {b}x{t}x{h}x{d} bf16 {bf16}: {f:?}"
+            );
+        }
+        for [a, r, n] in [[2, 37, 4864], [1, 1, 1], [3, 301, 257]] {
+            let m = a * r * n;
+            let (gg, cg) = pair(&[m], 50, 4.0, bf16);
+            let (gu, cu) = pair(&[m], 51, 1.0, bf16);
+            let (gc, cc) = pair(&[m], 52, 1.0, bf16);
+            let (gg, gu) = (gg.require_grad(), gu.require_grad());
+            let y = kevin_policy::norm::swiglu(gg.clone(), gu.clone())
+                .unwrap_or_else(|_| panic!("SwiGLU declined {a}x{r}x{n}"));
+            let grads = (y.clone() * gc).sum().backward();
+            let (dg, du) = (gg.grad(&grads).unwrap(), gu.grad(&grads).unwrap());
+            let (cg, cu) = (cg.require_grad(), cu.require_grad());
+            let want = silu(cg.clone()) * cu.clone();
+            let cgrads = (want.clone() * cc).sum().backward();
+            let (cdg, cdu) = (cg.grad(&cgrads).unwrap(), cu.grad(&cgrads).unwrap());
+            let f = [
+                rel(y, want, bf16),
+                rel(Tensor::from_inner(dg), Tensor::from_inner(cdg), bf16),
+                rel(Tensor::from_inner(du), Tensor::from_inner(cdu), bf16),
+            ];
+            eprintln!("swiglu {a}x{r}x{n} bf16 {bf16}: y/dg/du {f:?}");
+            let tol = if bf16 { 1e-2 } else { 1e-4 };
+            assert!(
+                f.iter().all(|&e| e < tol),
+                "swiglu {a}x{r}x{n} bf16 {bf16}: {f:?}"
+            );
+        }
+    }
+}
+
 /// The global gradient norm's sum of squares through `kevin_policy::norm::squared_sum` (a kernel
 /// launch per tensor into one f32 sum) against the same sum in f64 on the host: tensors of one
 /// to three dimensions, one of them larger than the kernel's grid covers in a pass (so the

@@ -159,11 +159,12 @@ pub enum BurnLogprobs {
     Burn,
 }
 
-/// How the burn learner's RMSNorm and bias additions run on CUDA.
+/// How the burn learner's RMSNorm, bias additions, RoPE and SwiGLU run on CUDA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BurnNorms {
-    /// Own kernels: RMSNorm in one pass per row each way, the sums over rows in one kernel.
+    /// Own kernels: RMSNorm in one pass per row each way, the sums over rows in one kernel, RoPE
+    /// and SwiGLU in one kernel each way.
     Fused,
     /// burn's ops (the reference).
     Burn,

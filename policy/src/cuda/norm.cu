@@ -6,7 +6,18 @@
 //                   of dy * rnd(x * r) (f32 atomics into a zeroed [n]);
 //   kevin_col_sum:  out += the column sums of dy (a bias's gradient; f32 atomics, zeroed [n]);
 //   kevin_sq_sum:   out[0] += the sum of x's n squares (the global gradient norm's, a tensor per
-//                   launch; f32 atomics, one per block, into a zeroed [1]).
+//                   launch; f32 atomics, one per block, into a zeroed [1]);
+// and the attention's rotary embedding and the MLP's SwiGLU, elementwise:
+//   kevin_rope:     x [b, t, h, d] (the projection's rows) -> y [b, h, t, d] (heads first), with
+//                   k = d / 2: y[j] = x[j] c[j] - x[j+k] s[j], y[j+k] = x[j+k] c[j+k] + x[j] s[j+k]
+//                   (transformers' x * cos + rotate_half(x) * sin), cos and sin [crows, t, d],
+//                   crows 1 (shared) or b; back = 1: its gradient, g [b, h, t, d] -> dx
+//                   [b, t, h, d]: dx[j] = g[j] c[j] + g[j+k] s[j+k], dx[j+k] = g[j+k] c[j+k] -
+//                   g[j] s[j];
+//   kevin_swiglu_fwd: y = rnd(silu(g)) * u (the activation rounded to T, as transformers' act_fn
+//                   returns it, then the product);
+//   kevin_swiglu_bwd: du = dy * rnd(silu(g)), dg = dy * u * silu'(g) with silu'(g) =
+//                   sigmoid(g) * (1 + g * (1 - sigmoid(g))).
 
 #define NORM_THREADS 256
 #define NORM_ROWS 16
@@ -90,6 +101,50 @@ template <typename T> __device__ void sq_sum(const T* x, float* out, long long n
     if (threadIdx.x == 0) atomicAdd(out, s);
 }
 
+// A thread per pair (j, j + k) of a head's row, in y's order for the forward (x's for back).
+template <typename T>
+__device__ void rope(const T* x, const T* c, const T* s, T* y, long long b, long long t,
+                     long long h, long long d, long long crows, int back) {
+    long long k = d / 2;
+    long long i = (long long)blockIdx.x * NORM_THREADS + threadIdx.x;
+    if (i >= b * h * t * k) return;
+    long long j = i % k, r = i / k;
+    long long ti = r % t;
+    r /= t;
+    long long hi = r % h, bi = r / h;
+    long long heads_first = ((bi * h + hi) * t + ti) * d + j;
+    long long rows_first = ((bi * t + ti) * h + hi) * d + j;
+    long long ci = ((bi % crows) * t + ti) * d + j;
+    long long in = back ? heads_first : rows_first, out = back ? rows_first : heads_first;
+    float a = ld(x, in), z = ld(x, in + k);
+    float c0 = ld(c, ci), c1 = ld(c, ci + k), s0 = ld(s, ci), s1 = ld(s, ci + k);
+    if (back) {
+        st(y, out, a * c0 + z * s1);
+        st(y, out + k, z * c1 - a * s0);
+    } else {
+        st(y, out, a * c0 - z * s0);
+        st(y, out + k, z * c1 + a * s1);
+    }
+}
+
+__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+template <typename T> __device__ void swiglu_fwd(const T* g, const T* u, T* y, long long n) {
+    long long i = (long long)blockIdx.x * NORM_THREADS + threadIdx.x;
+    if (i >= n) return;
+    float gv = ld(g, i);
+    st(y, i, rnd<T>(gv * sigmoid(gv)) * ld(u, i));
+}
+
+template <typename T>
+__device__ void swiglu_bwd(const T* g, const T* u, const T* dy, T* dg, T* du, long long n) {
+    long long i = (long long)blockIdx.x * NORM_THREADS + threadIdx.x;
+    if (i >= n) return;
+    float gv = ld(g, i), sg = sigmoid(gv), dv = ld(dy, i);
+    st(du, i, dv * rnd<T>(gv * sg));
+    st(dg, i, dv * ld(u, i) * sg * (1.0f + gv * (1.0f - sg)));
+}
+
 #define KEVIN_NORM(T, S)                                                                        \
     extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
         kevin_rms_fwd_##S(const T* x, const T* w, T* y, float* r, long long n, float eps) {     \
@@ -107,6 +162,19 @@ template <typename T> __device__ void sq_sum(const T* x, float* out, long long n
     extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
         kevin_sq_sum_##S(const T* x, float* out, long long n) {                                 \
         sq_sum<T>(x, out, n);                                                                   \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
+        kevin_rope_##S(const T* x, const T* c, const T* s, T* y, long long b, long long t,      \
+                       long long h, long long d, long long crows, int back) {                   \
+        rope<T>(x, c, s, y, b, t, h, d, crows, back);                                           \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
+        kevin_swiglu_fwd_##S(const T* g, const T* u, T* y, long long n) {                       \
+        swiglu_fwd<T>(g, u, y, n);                                                              \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
+        kevin_swiglu_bwd_##S(const T* g, const T* u, const T* dy, T* dg, T* du, long long n) {  \
+        swiglu_bwd<T>(g, u, dy, dg, du, n);                                                     \
     }
 
 KEVIN_NORM(float, f32)

@@ -161,6 +161,19 @@ impl<B: Backend> Rope<B> {
         }
     }
 
+    /// A projection's rows `x [b, t, heads * d]` as heads, `[b, heads, t, d]`, rotated: one
+    /// kernel each way on burn's CUDA backend ([`crate::norm::rope_heads`]), else the reshape, the
+    /// transpose and [`Rope::apply`].
+    pub(super) fn heads(&self, x: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> {
+        match crate::norm::rope_heads(x, heads, &self.cos, &self.sin) {
+            Ok(y) => y,
+            Err(x) => {
+                let [b, t, n] = x.dims();
+                self.apply(x.reshape([b, t, heads, n / heads]).swap_dims(1, 2))
+            }
+        }
+    }
+
     /// `[b, heads, t, d] -> [b, heads, t, d]`: `x * cos + rotate_half(x) * sin`.
     pub(super) fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let half = x.dims()[3] / 2;
@@ -234,16 +247,12 @@ impl<B: Backend> Attention<B> {
     ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let [b, t, _] = x.dims();
         let (h, kv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let q = lin(&self.q_proj, x.clone(), self.split)
-            .reshape([b, t, h, d])
-            .swap_dims(1, 2);
-        let k = lin(&self.k_proj, x.clone(), self.split)
-            .reshape([b, t, kv, d])
-            .swap_dims(1, 2);
+        let q = rope.heads(lin(&self.q_proj, x.clone(), self.split), h);
+        let k = rope.heads(lin(&self.k_proj, x.clone(), self.split), kv);
         let v = lin(&self.v_proj, x, self.split)
             .reshape([b, t, kv, d])
             .swap_dims(1, 2);
-        (rope.apply(q), rope.apply(k), v)
+        (q, k, v)
     }
 
     /// `q [b, h, t, d]`, `k, v [b, kv, s, d]`, `masked [b|1, 1, t, s]` (true: may not attend)
@@ -353,9 +362,10 @@ impl<B: Backend> Mlp<B> {
 
     /// `[b, t, hidden] -> [b, t, hidden]`
     pub(super) fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gate = silu(lin(&self.gate_proj, x.clone(), self.split));
+        let gate = lin(&self.gate_proj, x.clone(), self.split);
         let up = lin(&self.up_proj, x, self.split);
-        lin(&self.down_proj, gate * up, self.split)
+        let act = crate::norm::swiglu(gate, up).unwrap_or_else(|(gate, up)| silu(gate) * up);
+        lin(&self.down_proj, act, self.split)
     }
 }
 

@@ -162,6 +162,17 @@ fn table(report: &BenchReport, hf: Option<&serde_json::Value>) -> String {
             l.tokens_per_s,
             "learner".into(),
         );
+        let theirs = hf.and_then(|h| h["learner"]["peak_reserved_gib"].as_f64());
+        if l.pool_gib.is_some() || theirs.is_some() {
+            let gib = |g: Option<f64>| g.map_or("-".into(), |g| format!("{g:.1} GiB"));
+            out += &format!(
+                "
+learner GPU memory: kevin {} (cubecl's pool after the steps), transformers {}                  (peak reserved)
+",
+                gib(l.pool_gib),
+                gib(theirs)
+            );
+        }
     }
     if let Some(l) = &report.load {
         out += &format!(
