@@ -160,7 +160,8 @@ fn cublas_matmul_matches_the_cpu_on_cuda() {
 }
 
 /// Gradients through the cuBLAS product (Autodiff over CUDA) against NdArray's of burn's own
-/// matmul, with a broadcast weight (its gradient summed over the batch).
+/// matmul: with a broadcast weight (its gradient summed over the batch), and on rows with a
+/// transposed weight.
 #[test]
 fn cublas_matmul_gradients_match_the_cpu_on_cuda() {
     use burn::backend::{Autodiff, NdArray};
@@ -199,6 +200,25 @@ fn cublas_matmul_gradients_match_the_cpu_on_cuda() {
     let (dx, dw) = (max_diff(gx, want_x), max_diff(gw, want_w));
     eprintln!("grad x max |diff| {dx:e}, grad w {dw:e}");
     assert!(dx < 1e-4 && dw < 1e-4, "grad x {dx}, grad w {dw}");
+
+    // On rows, rank 2, with a transposed weight: the form the model's linear layers and its tied
+    // head take (`qwen2::layers::on_rows`), the weight's gradient one product over every row.
+    let x = tensor::<G, 2>([24, 32], 14, &gpu).require_grad();
+    let e = tensor::<G, 2>([40, 32], 15, &gpu).require_grad();
+    let up = tensor::<G, 2>([24, 40], 16, &gpu);
+    let y = matmul(x.clone(), e.clone().transpose()).unwrap_or_else(|_| panic!("declined"));
+    let grads = (y * up).sum().backward();
+    let cx = tensor::<C, 2>([24, 32], 14, &cpu).require_grad();
+    let ce = tensor::<C, 2>([40, 32], 15, &cpu).require_grad();
+    let cup = tensor::<C, 2>([24, 40], 16, &cpu);
+    let cgrads = (cx.clone().matmul(ce.clone().transpose()) * cup)
+        .sum()
+        .backward();
+    let want = |t: burn::tensor::Tensor<NdArray<f32>, 2>| t.into_data().to_vec::<f32>().unwrap();
+    let dx = max_diff(x.grad(&grads).unwrap(), want(cx.grad(&cgrads).unwrap()));
+    let de = max_diff(e.grad(&grads).unwrap(), want(ce.grad(&cgrads).unwrap()));
+    eprintln!("rows: grad x max |diff| {dx:e}, grad of the transposed weight {de:e}");
+    assert!(dx < 1e-4 && de < 1e-4, "rows: grad x {dx}, grad w {de}");
 }
 
 /// The tiny fixture against transformers with every product through cuBLAS and no split: fp32

@@ -39,38 +39,43 @@ pub(super) fn mm<B: Backend, const D: usize>(
     al.clone().matmul(bl.clone()) + al.matmul(bh.clone()) + ah.clone().matmul(bl) + ah.matmul(bh)
 }
 
-/// `layer(x)`, through [`mm`] when `split` or when cuBLAS takes the product.
+/// `f` applied to `x [.., k]` seen as rows, `[rows, k] -> [rows, n]`, the result given back its
+/// leading dimensions: `[.., n]`. A product with a weight is then one matrix product each way,
+/// and the weight's gradient one product over every row, not a product per batch entry summed
+/// afterwards (burn's gradient of a broadcast operand: a `[b, k, n]` tensor and a reduction, for
+/// every linear layer of a learner step).
+pub(super) fn on_rows<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    f: impl FnOnce(Tensor<B, 2>) -> Tensor<B, 2>,
+) -> Tensor<B, D> {
+    let mut dims = x.dims();
+    let rows = dims[..D - 1].iter().product();
+    let y = f(x.reshape([rows, dims[D - 1]]));
+    dims[D - 1] = y.dims()[1];
+    y.reshape(dims)
+}
+
+/// `layer(x)`, on rows ([`on_rows`]); through [`mm`] when `split` or when cuBLAS takes the
+/// product.
 pub(super) fn lin<B: Backend, const D: usize>(
     layer: &Linear<B>,
     x: Tensor<B, D>,
     split: bool,
 ) -> Tensor<B, D> {
-    let w = layer.weight.val();
-    if !split
-        && !crate::cublas::wants_dims::<B>(
-            x.dtype(),
-            &x.dims(),
-            w.dtype(),
-            &weight_dims::<D>(w.dims()),
-        )
-    {
-        return layer.forward(x);
-    }
-    let y = mm(x, w.unsqueeze::<D>(), split);
-    match &layer.bias {
-        Some(bias) => match crate::norm::add_bias(y, bias.val()) {
-            Ok(out) => out,
-            Err((y, b)) => y + b.unsqueeze::<D>(),
-        },
-        None => y,
-    }
-}
-
-/// The dimensions of a `[k, n]` weight seen as a rank-`D` product operand: `[1, .., 1, k, n]`.
-pub(super) fn weight_dims<const D: usize>(kn: [usize; 2]) -> Vec<usize> {
-    let mut dims = vec![1; D - 2];
-    dims.extend(kn);
-    dims
+    on_rows(x, |x| {
+        let w = layer.weight.val();
+        if !split && !crate::cublas::wants_dims::<B>(x.dtype(), &x.dims(), w.dtype(), &w.dims()) {
+            return layer.forward(x);
+        }
+        let y = mm(x, w, split);
+        match &layer.bias {
+            Some(bias) => match crate::norm::add_bias(y, bias.val()) {
+                Ok(out) => out,
+                Err((y, b)) => y + b.unsqueeze(),
+            },
+            None => y,
+        }
+    })
 }
 
 /// RMSNorm as transformers computes it: in f32, scaled after casting back ([`crate::norm`]'s

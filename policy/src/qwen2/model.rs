@@ -13,7 +13,7 @@ use super::cache::{
 };
 use super::config::{ConfigError, Qwen2Config};
 use super::fused;
-use super::layers::{lin, mm, to_f32, weight_dims, DecoderLayer, RmsNorm, Rope};
+use super::layers::{lin, mm, on_rows, to_f32, DecoderLayer, RmsNorm, Rope};
 use super::weights::{
     linear_from, visit_linear, RandomInit, WeightKind, WeightSource, WeightVisitor,
 };
@@ -220,21 +220,21 @@ impl<B: Backend> Qwen2<B> {
     fn logits<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         match &self.lm_head {
             Some(head) => lin(head, x, self.split),
-            None => {
+            None => on_rows(x, |x| {
                 let w = self.embed_tokens.weight.val();
                 let [vocab, hidden] = w.dims();
                 let cublas = crate::cublas::wants_dims::<B>(
                     x.dtype(),
                     &x.dims(),
                     w.dtype(),
-                    &weight_dims::<D>([hidden, vocab]),
+                    &[hidden, vocab],
                 );
                 if self.split || cublas {
-                    mm(x, w.transpose().unsqueeze::<D>(), self.split)
+                    mm(x, w.transpose(), self.split)
                 } else {
                     linear(x, w.transpose(), None)
                 }
-            }
+            }),
         }
     }
 }
