@@ -23,10 +23,7 @@
 //! cubecl's own stream where it is found, fenced on both sides otherwise
 //! ([`crate::kernels::in_order`]).
 
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::Autodiff;
 use burn::cubecl::cuda::CudaRuntime;
@@ -40,7 +37,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use kevin::gpu::device::ArgPack;
 
 use crate::cublas::{as_backend, from_backend};
-use crate::kernels::{empty, in_order, suffix, Engine, Source};
+use crate::kernels::{empty, in_order, suffix, with_backward, Engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -480,44 +477,22 @@ impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct Attention;
-        impl<B: FlashKernels> Backward<B, 3> for Attention {
-            /// q, k, v, the output and the log-sum-exp.
-            type State = [FloatTensor<B>; 5];
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 3>,
-                grads: &mut Gradients,
-                _checkpointer: &mut Checkpointer,
-            ) {
-                let dout = grads.consume::<B>(&ops.node);
-                let [q, k, v, out, lse] = ops.state;
-                let g = B::flash_backward(q, k, v, out, lse, dout);
-                for (parent, grad) in ops.parents.into_iter().zip(g) {
-                    if let Some(node) = parent {
-                        grads.register::<B>(node.id, grad);
-                    }
-                }
-            }
-        }
         let [out, lse] = B::flash_forward(
             q.primitive.clone(),
             k.primitive.clone(),
             v.primitive.clone(),
         );
-        match Attention
-            .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(
-                [q.primitive, k.primitive, v.primitive, out.clone(), lse],
-                out,
-            ),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        // Kept: q, k, v, the output and the log-sum-exp.
+        let state = [
+            q.primitive.clone(),
+            k.primitive.clone(),
+            v.primitive.clone(),
+            out.clone(),
+            lse,
+        ];
+        with_backward::<B, C, _, 3>([&q, &k, &v], out, state, |[q, k, v, out, lse], dout| {
+            B::flash_backward(q, k, v, out, lse, dout)
+        })
     }
 }
 

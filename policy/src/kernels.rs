@@ -15,9 +15,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::cuda::CudaDevice;
 use burn::backend::ir::{CustomOpIr, OperationIr, OperationOutput, TensorIr};
+use burn::backend::Autodiff;
 use burn::cubecl::cuda::CudaRuntime;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::tensor::CubeTensor;
 use burn_fusion::stream::{Operation, OperationStreams};
@@ -303,6 +310,48 @@ pub fn pool_reserved(device: &dyn Any, cleanup: bool) -> Option<u64> {
         client.memory_cleanup();
     }
     client.memory_usage().ok().map(|u| u.bytes_reserved)
+}
+
+/// An operation of kevin's kernels under burn's autodiff: `out`, computed from `parents`, with
+/// `state` kept when any parent is tracked, and a backward that gives every parent's gradient
+/// at once from it and the output's gradient (each registered where its parent is tracked).
+pub(crate) fn with_backward<B, C, S, const N: usize>(
+    parents: [&FloatTensor<Autodiff<B, C>>; N],
+    out: FloatTensor<B>,
+    state: S,
+    backward: fn(S, FloatTensor<B>) -> [FloatTensor<B>; N],
+) -> FloatTensor<Autodiff<B, C>>
+where
+    B: Backend,
+    C: CheckpointStrategy,
+    S: Clone + Send + std::fmt::Debug + 'static,
+{
+    #[derive(Debug)]
+    struct Each<B: Backend, S, const N: usize>(fn(S, FloatTensor<B>) -> [FloatTensor<B>; N]);
+    impl<B: Backend, S: Clone + Send + std::fmt::Debug + 'static, const N: usize> Backward<B, N>
+        for Each<B, S, N>
+    {
+        type State = S;
+
+        fn backward(self, ops: Ops<S, N>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+            let dy = grads.consume::<B>(&ops.node);
+            let g = (self.0)(ops.state, dy);
+            for (parent, grad) in ops.parents.into_iter().zip(g) {
+                if let Some(node) = parent {
+                    grads.register::<B>(node.id, grad);
+                }
+            }
+        }
+    }
+    let nodes = parents.map(|t| t.node.clone());
+    match Each(backward)
+        .prepare::<C>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(state, out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    }
 }
 
 type Ct = CubeTensor<CudaRuntime>;

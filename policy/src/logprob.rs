@@ -16,10 +16,7 @@
 
 use std::any::Any;
 
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::Autodiff;
 use burn::cubecl::cuda::CudaRuntime;
@@ -32,7 +29,7 @@ use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use kevin::gpu::device::ArgPack;
 
-use crate::kernels::{blocks, empty, in_order, packed, suffix, Source};
+use crate::kernels::{blocks, empty, in_order, packed, suffix, with_backward, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -353,35 +350,12 @@ impl<B: LogprobKernels, C: CheckpointStrategy> ChosenLogprobs for Autodiff<B, C>
         rows: IntTensor<Self>,
         targets: IntTensor<Self>,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct Logprobs;
-        impl<B: LogprobKernels> Backward<B, 1> for Logprobs {
-            /// The logits, the rows, the targets and the log-sum-exp.
-            type State = (FloatTensor<B>, IntTensor<B>, IntTensor<B>, FloatTensor<B>);
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 1>,
-                grads: &mut Gradients,
-                _checkpointer: &mut Checkpointer,
-            ) {
-                let g = grads.consume::<B>(&ops.node);
-                let (x, rows, targets, lse) = ops.state;
-                let [parent] = ops.parents;
-                if let Some(node) = parent {
-                    grads.register::<B>(node.id, B::logprob_backward(x, rows, targets, lse, g));
-                }
-            }
-        }
         let [logp, lse] = B::logprob_forward(x.primitive.clone(), rows.clone(), targets.clone());
-        match Logprobs
-            .prepare::<C>([x.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((x.primitive, rows, targets, lse), logp),
-            OpsKind::UnTracked(prep) => prep.finish(logp),
-        }
+        // Kept: the logits, the rows, the targets and the log-sum-exp.
+        let state = (x.primitive.clone(), rows, targets, lse);
+        with_backward::<B, C, _, 1>([&x], logp, state, |(x, rows, targets, lse), g| {
+            [B::logprob_backward(x, rows, targets, lse, g)]
+        })
     }
 }
 

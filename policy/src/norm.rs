@@ -26,7 +26,7 @@
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::{Autodiff, Cuda};
 use burn::cubecl::cuda::CudaRuntime;
@@ -41,7 +41,7 @@ use half::bf16;
 use kevin::gpu::device::ArgPack;
 
 use crate::cublas::{as_backend, from_backend, on_cuda};
-use crate::kernels::{blocks, empty, in_order, packed, suffix, Engine, Source};
+use crate::kernels::{blocks, empty, in_order, packed, suffix, with_backward, Engine, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -807,37 +807,12 @@ impl<B: FusionBackend + NormKernels> NormKernels for Fusion<B> {
 
 impl<B: NormKernels, C: CheckpointStrategy> FusedNorm for Autodiff<B, C> {
     fn fused_rms_norm(x: FloatTensor<Self>, w: FloatTensor<Self>, eps: f32) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct RmsNorm;
-        impl<B: NormKernels> Backward<B, 2> for RmsNorm {
-            /// x, w and 1 / rms.
-            type State = [FloatTensor<B>; 3];
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 2>,
-                grads: &mut Gradients,
-                _checkpointer: &mut Checkpointer,
-            ) {
-                let dy = grads.consume::<B>(&ops.node);
-                let [x, w, r] = ops.state;
-                let g = B::rms_backward(x, w, r, dy);
-                for (parent, grad) in ops.parents.into_iter().zip(g) {
-                    if let Some(node) = parent {
-                        grads.register::<B>(node.id, grad);
-                    }
-                }
-            }
-        }
         let [y, r] = B::rms_forward(x.primitive.clone(), w.primitive.clone(), eps);
-        match RmsNorm
-            .prepare::<C>([x.node.clone(), w.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish([x.primitive, w.primitive, r], y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        }
+        // Kept: x, w and 1 / rms.
+        let state = [x.primitive.clone(), w.primitive.clone(), r];
+        with_backward::<B, C, _, 2>([&x, &w], y, state, |[x, w, r], dy| {
+            B::rms_backward(x, w, r, dy)
+        })
     }
 
     fn fused_add_bias(y: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -875,65 +850,19 @@ impl<B: NormKernels, C: CheckpointStrategy> FusedNorm for Autodiff<B, C> {
         sin: FloatTensor<Self>,
         heads: usize,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct Rope;
-        impl<B: NormKernels> Backward<B, 1> for Rope {
-            /// cos, sin and the number of heads.
-            type State = (FloatTensor<B>, FloatTensor<B>, usize);
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 1>,
-                grads: &mut Gradients,
-                _checkpointer: &mut Checkpointer,
-            ) {
-                let dy = grads.consume::<B>(&ops.node);
-                let (cos, sin, heads) = ops.state;
-                if let [Some(node)] = ops.parents {
-                    grads.register::<B>(node.id, B::rope(dy, cos, sin, heads, true));
-                }
-            }
-        }
         let (cos, sin) = (cos.primitive, sin.primitive);
-        let y = B::rope(x.primitive, cos.clone(), sin.clone(), heads, false);
-        match Rope.prepare::<C>([x.node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((cos, sin, heads), y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        }
+        let y = B::rope(x.primitive.clone(), cos.clone(), sin.clone(), heads, false);
+        with_backward::<B, C, _, 1>([&x], y, (cos, sin, heads), |(cos, sin, heads), dy| {
+            [B::rope(dy, cos, sin, heads, true)]
+        })
     }
 
     fn fused_swiglu(g: FloatTensor<Self>, u: FloatTensor<Self>) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct Swiglu;
-        impl<B: NormKernels> Backward<B, 2> for Swiglu {
-            /// g and u.
-            type State = [FloatTensor<B>; 2];
-
-            fn backward(
-                self,
-                ops: Ops<Self::State, 2>,
-                grads: &mut Gradients,
-                _checkpointer: &mut Checkpointer,
-            ) {
-                let dy = grads.consume::<B>(&ops.node);
-                let [g, u] = ops.state;
-                let d = B::swiglu_backward(g, u, dy);
-                for (parent, grad) in ops.parents.into_iter().zip(d) {
-                    if let Some(node) = parent {
-                        grads.register::<B>(node.id, grad);
-                    }
-                }
-            }
-        }
         let y = B::swiglu_forward(g.primitive.clone(), u.primitive.clone());
-        match Swiglu
-            .prepare::<C>([g.node.clone(), u.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish([g.primitive, u.primitive], y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        }
+        let state = [g.primitive.clone(), u.primitive.clone()];
+        with_backward::<B, C, _, 2>([&g, &u], y, state, |[g, u], dy| {
+            B::swiglu_backward(g, u, dy)
+        })
     }
 }
 
