@@ -142,8 +142,8 @@ pub struct BenchArgs {
     pub flash: bool,
     /// The learner's log-probabilities through [`crate::logprob`] on CUDA; false: burn's ops.
     pub logprobs: bool,
-    /// The learner's RMSNorm and bias additions through [`crate::norm`] on CUDA; false: burn's
-    /// ops.
+    /// The learner's RMSNorm, bias additions, RoPE and SwiGLU through [`crate::norm`] on CUDA;
+    /// false: burn's ops.
     pub norms: bool,
     /// How kevin's own kernels and cuBLAS products are ordered against burn's on CUDA
     /// ([`crate::stream`]).

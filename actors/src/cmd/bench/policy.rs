@@ -65,9 +65,9 @@ pub struct Args {
     /// kernel per direction over the logits in place) or "burn" (burn's ops, the reference path).
     #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
     pub logprobs: String,
-    /// How the learner's RMSNorm and bias additions run on CUDA: "fused" (default: own kernels,
-    /// one pass per row each way, the weight's and bias's sums over rows in one kernel) or "burn"
-    /// (burn's ops, the reference path).
+    /// How the learner's RMSNorm, bias additions, RoPE and SwiGLU run on CUDA: "fused" (default:
+    /// own kernels, one pass per row each way, the weight's and bias's sums over rows in one
+    /// kernel, RoPE and SwiGLU one kernel each way) or "burn" (burn's ops, the reference path).
     #[arg(long, default_value = "fused", value_parser = ["fused", "burn"])]
     pub norms: String,
     /// How kevin's own kernels and cuBLAS products are ordered against burn's kernels on CUDA:
