@@ -12,7 +12,11 @@
 //!   step.
 //!
 //! The weights are random (a benchmark of speed, not of quality). Each measurement is preceded by
-//! a short warm-up of the same kind, so burn's autotuning and kernel compilation are not timed.
+//! a short warm-up of the same kind, so burn's autotuning and kernel compilation are not timed:
+//! the learner's warm-up runs until two steps in a row agree within [`SETTLED`] (at most
+//! [`WARMUP_STEPS`]), since the first steps of a shape new to the machine compile and autotune
+//! kernels for several steps (a Qwen2.5-1.5B step took 1,955 ms after one warm-up step on a
+//! fresh H100, and 264 ms in the next process).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -124,7 +128,8 @@ pub struct BenchArgs {
     pub train_batch: usize,
     /// Learner: tokens per sequence.
     pub train_seq: usize,
-    /// Learner: timed steps (after one warm-up step); 0 skips the learner.
+    /// Learner: timed steps (after the warm-up: see the module's documentation); 0 skips the
+    /// learner.
     pub train_steps: usize,
     /// Generator and learner steps honour the GPU timing lease of GPU 0 (as `kevin train`'s do
     /// with `env.timing = "exclusive"`); only on a GPU.
@@ -239,6 +244,30 @@ pub struct BenchReport {
     pub lease_waits: std::collections::BTreeMap<String, kevin::gpu::lease::WaitTotals>,
 }
 
+/// Two consecutive warm-up steps within this fraction of each other end the learner's warm-up.
+pub const SETTLED: f64 = 0.1;
+
+/// The most learner warm-up steps.
+pub const WARMUP_STEPS: usize = 6;
+
+/// Runs `step` (which returns its seconds) until two consecutive runs agree within [`SETTLED`]
+/// of the later one, at least twice and at most `max` times; returns the seconds of each.
+pub fn settle(
+    max: usize,
+    mut step: impl FnMut() -> Result<f64, String>,
+) -> Result<Vec<f64>, String> {
+    let mut times: Vec<f64> = Vec::new();
+    while times.len() < max.max(1) {
+        times.push(step()?);
+        if let [.., a, b] = times[..] {
+            if (a - b).abs() <= SETTLED * b {
+                break;
+            }
+        }
+    }
+    Ok(times)
+}
+
 fn random_tokens(rng: &mut StdRng, n: usize, vocab: usize) -> Vec<u32> {
     // Token 0 upwards are often special tokens of a real tokenizer; random weights do not care.
     (0..n).map(|_| rng.random_range(0..vocab as u32)).collect()
@@ -335,7 +364,17 @@ pub fn run<B: AutodiffBackend>(
         // What generation left in the pool goes back first.
         let mut pool = crate::kernels::pool_reserved(device, true);
         let (mut trainer, samples) = bench_trainer::<B>(args, device)?;
-        trainer.train_batch(&samples).map_err(|e| e.to_string())?;
+        let warm = settle(WARMUP_STEPS, || {
+            let t = Instant::now();
+            trainer.train_batch(&samples).map_err(|e| e.to_string())?;
+            Ok(t.elapsed().as_secs_f64())
+        })?;
+        let warm_ms: Vec<String> = warm.iter().map(|s| format!("{:.0}", s * 1e3)).collect();
+        progress(&format!(
+            "learner warm-up: {} steps ({} ms)",
+            warm.len(),
+            warm_ms.join(", ")
+        ));
         let mut times = Vec::new();
         for _ in 0..args.train_steps {
             let t = Instant::now();
@@ -585,8 +624,30 @@ mod tests {
         let l = report.learner.unwrap();
         assert_eq!(l.tokens, 32);
         assert!(l.tokens_per_s.is_finite() && l.tokens_per_s > 0.0);
-        assert_eq!(lines.lock().unwrap().len(), 3);
+        let lines = lines.into_inner().unwrap();
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(lines[2].starts_with("learner warm-up: "), "{lines:?}");
         assert!(report.params > 30_000, "{}", report.params);
+    }
+
+    #[test]
+    fn the_learner_warm_up_runs_until_two_steps_agree() {
+        // A test double for the learner's steps: their seconds, in order.
+        let run = |secs: &[f64], max: usize| {
+            let mut it = secs.iter().copied();
+            settle(max, || it.next().ok_or_else(|| "no more steps".to_string()))
+        };
+        assert_eq!(run(&[1.0, 1.05], 6).unwrap(), [1.0, 1.05]);
+        // Compilation in the first steps: it ends where two agree within 10%.
+        assert_eq!(
+            run(&[1.9, 0.30, 0.27, 0.26, 0.26], 6).unwrap(),
+            [1.9, 0.30, 0.27, 0.26]
+        );
+        // Never settling: `max` steps.
+        let doubling = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+        assert_eq!(run(&doubling, 6).unwrap().len(), 6);
+        // A failed step ends it with the step's error.
+        assert_eq!(run(&[1.0], 6).unwrap_err(), "no more steps");
     }
 
     #[test]

@@ -36,7 +36,8 @@ pub struct Args {
     /// Learner: tokens per sequence.
     #[arg(long, default_value_t = 1024)]
     pub train_seq: usize,
-    /// Learner: timed steps after one warm-up step (0: no learner).
+    /// Learner: timed steps after the warm-up, which runs until two steps agree within 10% (at
+    /// most 6 steps; 0: no learner).
     #[arg(long, default_value_t = 3)]
     pub train_steps: usize,
     /// "exclusive" (default): generator and learner steps honour the GPU timing lease of GPU 0,
