@@ -73,10 +73,11 @@ impl Shape {
             .into_iter()
             .find(|shape| shape.name() == s)
             .ok_or_else(|| {
-                format!(
-                    "--shape {s}: expected \"qwen2-0.5b\", \"qwen2.5-1.5b\", \"kevin-4m\" \
-                     or \"tiny\""
-                )
+                let names: Vec<String> = Shape::ALL
+                    .iter()
+                    .map(|shape| format!("\"{}\"", shape.name()))
+                    .collect();
+                format!("--shape {s}: expected one of {}", names.join(", "))
             })
     }
 
@@ -364,11 +365,13 @@ pub fn run<B: AutodiffBackend>(
         // What generation left in the pool goes back first.
         let mut pool = crate::kernels::pool_reserved(device, true);
         let (mut trainer, samples) = bench_trainer::<B>(args, device)?;
-        let warm = settle(WARMUP_STEPS, || {
+        // TrainStats holds host values: the step is finished when it returns.
+        let mut step = || -> Result<f64, String> {
             let t = Instant::now();
             trainer.train_batch(&samples).map_err(|e| e.to_string())?;
             Ok(t.elapsed().as_secs_f64())
-        })?;
+        };
+        let warm = settle(WARMUP_STEPS, &mut step)?;
         let warm_ms: Vec<String> = warm.iter().map(|s| format!("{:.0}", s * 1e3)).collect();
         progress(&format!(
             "learner warm-up: {} steps ({} ms)",
@@ -377,10 +380,7 @@ pub fn run<B: AutodiffBackend>(
         ));
         let mut times = Vec::new();
         for _ in 0..args.train_steps {
-            let t = Instant::now();
-            // TrainStats holds host values: the step is finished when it returns.
-            trainer.train_batch(&samples).map_err(|e| e.to_string())?;
-            times.push(t.elapsed().as_secs_f64());
+            times.push(step()?);
             pool = pool.max(crate::kernels::pool_reserved(device, false));
         }
         let pool_gib = pool.map(|b| b as f64 / (1u64 << 30) as f64);

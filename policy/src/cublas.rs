@@ -211,30 +211,27 @@ fn through<B: Backend, X: BlasMatmul, const D: usize>(
     Some(from_backend::<X, B, D>(X::blas_matmul(a, b)))
 }
 
-/// `t`'s float primitive as backend `X`'s, when `B` is `X` (a type check, then a move through
-/// `Any`).
+/// `p` as `Q`, which the caller has established is `P` itself (a move through `Any`): a
+/// primitive of backend `B` as backend `X`'s once `B` is known to be `X`. Check the backends, not
+/// the primitives: burn's CUDA backends in f32 and bf16 share one primitive type.
+pub(crate) fn same<P: 'static, Q: 'static>(p: P) -> Q {
+    let p: Box<dyn Any> = Box::new(p);
+    *p.downcast::<Q>()
+        .expect("one type: the caller checked the backends")
+}
+
+/// `t`'s float primitive as backend `X`'s, when `B` is `X` (a type check, then [`same`]).
 pub(crate) fn as_backend<B: Backend, X: Backend, const D: usize>(
     t: Tensor<B, D>,
 ) -> Option<FloatTensor<X>> {
-    if TypeId::of::<B>() != TypeId::of::<X>() {
-        return None;
-    }
-    let p: Box<dyn Any> = Box::new(t.into_primitive().tensor());
-    Some(
-        *p.downcast::<FloatTensor<X>>()
-            .expect("B is X: its float primitive is X's"),
-    )
+    (TypeId::of::<B>() == TypeId::of::<X>()).then(|| same(t.into_primitive().tensor()))
 }
 
 /// The tensor of backend `B` holding `X`'s float primitive `p`; `B` must be `X`.
 pub(crate) fn from_backend<X: Backend, B: Backend, const D: usize>(
     p: FloatTensor<X>,
 ) -> Tensor<B, D> {
-    let p: Box<dyn Any> = Box::new(p);
-    let p = *p
-        .downcast::<FloatTensor<B>>()
-        .expect("B is X: its float primitive is X's");
-    Tensor::from_primitive(TensorPrimitive::Float(p))
+    Tensor::from_primitive(TensorPrimitive::Float(same::<_, FloatTensor<B>>(p)))
 }
 
 fn dtype_of(d: DType) -> Option<Dtype> {

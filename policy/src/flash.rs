@@ -105,7 +105,8 @@ fn family(s: &str, ptrs: &[u64], strides: &[Vec<usize>]) -> &'static str {
     }
 }
 
-/// Whether this path is taken where it serves: flash attention (burn's attention when off); process-wide, on by default.
+/// Whether this path is taken where it serves: flash attention (burn's attention when off);
+/// process-wide, on by default.
 pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
 
 /// Why `q [b, h, t, d]` over `k [b, kv, t, d]` is outside what the kernels cover, if it is.

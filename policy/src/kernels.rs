@@ -376,6 +376,14 @@ pub(crate) fn suffix(t: &Ct) -> Result<&'static str, String> {
     }
 }
 
+/// A kernel's arguments: the tensors' addresses, then the scalars (each as its bytes).
+pub(crate) fn args(ptrs: &[u64], scalars: &[&[u8]]) -> ArgPack {
+    let mut a = ArgPack::default();
+    ptrs.iter().for_each(|&p| a.ptr(p));
+    scalars.iter().for_each(|s| a.push(s));
+    a
+}
+
 /// A launch grid of `x` by `y` blocks, or why not (a count past the driver's 32 bits).
 pub(crate) fn blocks(x: usize, y: usize) -> Result<(u32, u32, u32), String> {
     let dim = |v: usize| u32::try_from(v).map_err(|_| format!("{v} blocks"));

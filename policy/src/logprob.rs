@@ -14,22 +14,20 @@
 //! and on the H200 they took 70 ms of a learner step. `qwen2_gpu.rs` compares the two, values
 //! and gradients.
 
-use std::any::Any;
-
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::ir::{CustomOpIr, HandleContainer};
 use burn::backend::Autodiff;
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{DType, Int, Shape, Tensor, TensorPrimitive};
+use burn::tensor::{DType, Int, Shape, Tensor};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use kevin::gpu::device::ArgPack;
 
-use crate::kernels::{blocks, empty, in_order, packed, suffix, with_backward, Source};
+use crate::cublas::{as_backend, from_backend, same};
+use crate::kernels::{args, blocks, empty, in_order, packed, suffix, with_backward, Source};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -52,7 +50,8 @@ pub fn kernel_names() -> Vec<String> {
 /// Threads per block (`LP_THREADS` in `logprob.cu`).
 const THREADS: u32 = 512;
 
-/// Whether this path is taken where it serves: the fused log-probabilities (burn's ops when off); process-wide, on by default.
+/// Whether this path is taken where it serves: the fused log-probabilities (burn's ops when
+/// off); process-wide, on by default.
 pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
 
 /// `log_softmax(logits[rows[n]])[targets[n]]` for each `n`, `-> [N]` in f32, of `logits [.., V]`
@@ -97,24 +96,18 @@ fn serves<B: Backend, const D: usize>(
     crate::kernels::usable(&SOURCE, &logits.device(), "fused log-probabilities")
 }
 
-/// `t`'s int primitive as backend `X`'s, when `B` is `X`.
-fn int_as<B: Backend, X: Backend>(t: Tensor<B, 1, Int>) -> Option<IntTensor<X>> {
-    let p: Box<dyn Any> = Box::new(t.into_primitive());
-    p.downcast::<IntTensor<X>>().ok().map(|p| *p)
-}
-
 fn through<B: Backend, X: ChosenLogprobs, const D: usize>(
     logits: &Tensor<B, D>,
     rows: &Tensor<B, 1, Int>,
     targets: &Tensor<B, 1, Int>,
 ) -> Option<Tensor<B, 1>> {
-    let x = crate::cublas::as_backend::<B, X, D>(logits.clone())?;
-    let rows = int_as::<B, X>(rows.clone())?;
-    let targets = int_as::<B, X>(targets.clone())?;
-    let out = X::chosen_logprobs(x, rows, targets);
-    let p: Box<dyn Any> = Box::new(out);
-    let p = *p.downcast::<FloatTensor<B>>().ok()?;
-    Some(Tensor::from_primitive(TensorPrimitive::Float(p)))
+    // `as_backend` checks that `B` is `X`; the indices' primitives are then `X`'s too.
+    let x = as_backend::<B, X, D>(logits.clone())?;
+    let rows: IntTensor<X> = same(rows.clone().into_primitive());
+    let targets: IntTensor<X> = same(targets.clone().into_primitive());
+    Some(from_backend::<X, B, 1>(X::chosen_logprobs(
+        x, rows, targets,
+    )))
 }
 
 /// A backend with the kernels: the forward pass with each row's log-sum-exp, and the logits'
@@ -182,9 +175,7 @@ fn cube_forward(x: Ct, rows: Ct, targets: Ct) -> Result<[Ct; 2], String> {
         return Ok([logp, lse]);
     }
     in_order(&SOURCE, &[&x, &rows, &targets, &logp, &lse], |e, p| {
-        let mut a = ArgPack::default();
-        p.iter().for_each(|&x| a.ptr(x));
-        a.push(&(v as i32).to_ne_bytes());
+        let mut a = args(p, &[&(v as i32).to_ne_bytes()]);
         e.launch(
             &format!("kevin_lp_fwd_{s}"),
             blocks(n, 1)?,
@@ -217,9 +208,7 @@ fn cube_backward(x: Ct, rows: Ct, targets: Ct, lse: Ct, g: Ct) -> Result<Ct, Str
         if n == 0 {
             return Ok(());
         }
-        let mut a = ArgPack::default();
-        p.iter().for_each(|&x| a.ptr(x));
-        a.push(&(v as i32).to_ne_bytes());
+        let mut a = args(p, &[&(v as i32).to_ne_bytes()]);
         e.launch(
             &format!("kevin_lp_bwd_{s}"),
             blocks(n, 1)?,

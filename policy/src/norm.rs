@@ -38,10 +38,11 @@ use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
 use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use half::bf16;
-use kevin::gpu::device::ArgPack;
 
-use crate::cublas::{as_backend, from_backend, on_cuda};
-use crate::kernels::{blocks, empty, in_order, packed, suffix, with_backward, Engine, Source};
+use crate::cublas::{as_backend, from_backend, on_cuda, same};
+use crate::kernels::{
+    args, blocks, empty, in_order, packed, suffix, with_backward, Engine, Source,
+};
 
 /// The kernels' source (after [`crate::kernels::PRELUDE`]).
 pub const SOURCE: Source = Source {
@@ -183,16 +184,7 @@ pub fn squared_sum<B: Backend>(
     let Some(first) = ts.first() else {
         return Err(ts);
     };
-    if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
-        return Err(ts);
-    }
-    if ts
-        .iter()
-        .any(|t| !matches!(t.dtype(), DType::F32 | DType::BF16))
-    {
-        return Err(ts);
-    }
-    if !crate::kernels::usable(&SOURCE, &B::float_device(first), "fused norms") {
+    if !takes::<B>(ts.iter().map(|t| t.dtype()), &B::float_device(first)) {
         return Err(ts);
     }
     squared_through::<B, Cuda<f32>>(ts).or_else(squared_through::<B, Cuda<bf16>>)
@@ -205,12 +197,7 @@ fn squared_through<B: Backend, X: NormKernels>(
     if std::any::TypeId::of::<B>() != std::any::TypeId::of::<X>() {
         return Err(ts);
     }
-    let cast = |t: FloatTensor<B>| -> FloatTensor<X> {
-        let p: Box<dyn std::any::Any> = Box::new(t);
-        *p.downcast::<FloatTensor<X>>()
-            .expect("B is X: its float primitive is X's")
-    };
-    let sum = X::sq_sum(ts.into_iter().map(cast).collect());
+    let sum = X::sq_sum(ts.into_iter().map(same).collect());
     Ok(from_backend::<X, B, 1>(sum))
 }
 
@@ -223,16 +210,20 @@ fn serves<B: Backend, const D: usize>(x: &Tensor<B, D>, v: &Tensor<B, 1>) -> boo
     on_gpu(x)
 }
 
-/// Whether this path takes `x` at all: switched on, burn's CUDA backend, f32 or bf16, the
-/// kernels compiled.
+/// Whether this path takes `x` at all ([`takes`]).
 fn on_gpu<B: Backend, const D: usize>(x: &Tensor<B, D>) -> bool {
-    if !SWITCH.get() || !crate::cublas::is_cuda::<B>() {
-        return false;
-    }
-    if !matches!(x.dtype(), DType::F32 | DType::BF16) {
-        return false;
-    }
-    crate::kernels::usable(&SOURCE, &x.device(), "fused norms")
+    takes::<B>([x.dtype()], &x.device())
+}
+
+/// Whether this path takes tensors of `dtypes` on `device` of backend `B`: switched on, burn's
+/// CUDA backend, every dtype f32 or bf16, the kernels compiled for the device.
+fn takes<B: Backend>(dtypes: impl IntoIterator<Item = DType>, device: &B::Device) -> bool {
+    SWITCH.get()
+        && crate::cublas::is_cuda::<B>()
+        && dtypes
+            .into_iter()
+            .all(|d| matches!(d, DType::F32 | DType::BF16))
+        && crate::kernels::usable(&SOURCE, device, "fused norms")
 }
 
 /// A backend with the kernels.
@@ -379,14 +370,6 @@ fn cast_to(t: Ct, dtype: DType) -> Ct {
     }
 }
 
-/// The kernels' arguments: the tensors' addresses, then the scalars.
-fn pack(ptrs: &[u64], scalars: &[&[u8]]) -> ArgPack {
-    let mut a = ArgPack::default();
-    ptrs.iter().for_each(|&p| a.ptr(p));
-    scalars.iter().for_each(|s| a.push(s));
-    a
-}
-
 /// A new `[n]` f32 sum on `like`'s device: zeroed on the kernels' stream, then, unless `inputs`
 /// is empty (nothing to sum: it stays zero), summed into by `launch`, run in order after the
 /// zeroing with the sum's address and those of `inputs`.
@@ -417,7 +400,7 @@ fn cube_rms_forward(x: Ct, w: Ct, eps: f32) -> Result<[Ct; 2], String> {
     let r = empty(&x, vec![rows], DType::F32);
     if rows > 0 {
         in_order(&SOURCE, &[&x, &w, &y, &r], |e, p| {
-            let mut a = pack(p, &[&(n as i64).to_ne_bytes(), &eps.to_ne_bytes()]);
+            let mut a = args(p, &[&(n as i64).to_ne_bytes(), &eps.to_ne_bytes()]);
             e.launch(
                 &format!("kevin_rms_fwd_{s}"),
                 blocks(rows, 1)?,
@@ -452,7 +435,7 @@ fn cube_rms_backward(x: Ct, w: Ct, r: Ct, dy: Ct) -> Result<[Ct; 2], String> {
     };
     let dw = sum_into(&x, n, inputs, |e, dw, p| {
         let dims = [(rows as i64).to_ne_bytes(), (n as i64).to_ne_bytes()];
-        let mut a = pack(&[p[0], p[1], p[2], p[3], p[4], dw], &[&dims[0], &dims[1]]);
+        let mut a = args(&[p[0], p[1], p[2], p[3], p[4], dw], &[&dims[0], &dims[1]]);
         let grid = blocks(rows.div_ceil(ROWS), 1)?;
         e.launch(
             &format!("kevin_rms_bwd_{s}"),
@@ -476,7 +459,7 @@ fn cube_col_sum(dy: Ct) -> Result<Ct, String> {
     let inputs: &[&Ct] = if rows > 0 { &[&dy] } else { &[] };
     let out = sum_into(&dy, n, inputs, |e, out, p| {
         let dims = [(rows as i64).to_ne_bytes(), (n as i64).to_ne_bytes()];
-        let mut a = pack(&[p[0], out], &[&dims[0], &dims[1]]);
+        let mut a = args(&[p[0], out], &[&dims[0], &dims[1]]);
         let grid = blocks(n.div_ceil(THREADS as usize), rows.div_ceil(COL_ROWS))?;
         e.launch(&format!("kevin_col_sum_{s}"), grid, THREADS, 0, &mut a)
     })?;
@@ -514,7 +497,7 @@ fn cube_rope(x: Ct, c: Ct, s: Ct, heads: usize, back: bool) -> Result<Ct, String
         in_order(&SOURCE, &[&x, &c, &s, &y], |e, p| {
             let dims = [b, t, heads, d, crows].map(|v| (v as i64).to_ne_bytes());
             let back = (back as i32).to_ne_bytes();
-            let mut a = pack(
+            let mut a = args(
                 p,
                 &[&dims[0], &dims[1], &dims[2], &dims[3], &dims[4], &back],
             );
@@ -549,7 +532,7 @@ fn cube_elementwise(kind: &str, ins: Vec<Ct>, outs: usize) -> Result<Vec<Ct>, St
     if n > 0 {
         let all: Vec<&Ct> = ins.iter().chain(&ys).collect();
         in_order(&SOURCE, &all, |e, p| {
-            let mut a = pack(p, &[&(n as i64).to_ne_bytes()]);
+            let mut a = args(p, &[&(n as i64).to_ne_bytes()]);
             let grid = blocks(n.div_ceil(THREADS as usize), 1)?;
             e.launch(&format!("kevin_{kind}_{s}"), grid, THREADS, 0, &mut a)
         })?;
@@ -568,7 +551,7 @@ fn cube_sq_sum(ts: Vec<Ct>) -> Result<Ct, String> {
                 continue;
             }
             let s = suffix(t)?;
-            let mut a = pack(&[ptr, out], &[&(n as i64).to_ne_bytes()]);
+            let mut a = args(&[ptr, out], &[&(n as i64).to_ne_bytes()]);
             let grid = blocks(n.div_ceil(THREADS as usize * 4).min(1024), 1)?;
             e.launch(&format!("kevin_sq_sum_{s}"), grid, THREADS, 0, &mut a)?;
         }

@@ -109,7 +109,8 @@ fn attn_parts(tokens: usize, kv: usize, max_keys: usize) -> usize {
         .clamp(1, MAX_SPLIT)
 }
 
-/// Whether this path is taken where it serves: the fused generation pass (burn's layers when off); process-wide, on by default.
+/// Whether this path is taken where it serves: the fused generation pass (burn's layers when
+/// off); process-wide, on by default.
 pub static SWITCH: crate::kernels::Switch = crate::kernels::Switch::on();
 
 /// Whether `B` is a backend this path serves: burn's CUDA backend in f32 or bf16.
@@ -413,10 +414,7 @@ fn pass<B: Backend>(
     let any: &dyn Any = model;
     fn back<B: Backend, X: Backend>(out: Output<Tensor<X, 2>>) -> Output<Tensor<B, 2>> {
         match out {
-            Output::Logits(t) => {
-                let b: Box<dyn Any> = Box::new(t);
-                Output::Logits(*b.downcast::<Tensor<B, 2>>().expect("B is X"))
-            }
+            Output::Logits(t) => Output::Logits(crate::cublas::same(t)),
             Output::Drawn(d) => Output::Drawn(d),
         }
     }

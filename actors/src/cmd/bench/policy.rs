@@ -167,9 +167,8 @@ fn table(report: &BenchReport, hf: Option<&serde_json::Value>) -> String {
         if l.pool_gib.is_some() || theirs.is_some() {
             let gib = |g: Option<f64>| g.map_or("-".into(), |g| format!("{g:.1} GiB"));
             out += &format!(
-                "
-learner GPU memory: kevin {} (cubecl's pool after the steps), transformers {}                  (peak reserved)
-",
+                "\nlearner GPU memory: kevin {} (cubecl's pool after the steps), transformers {} \
+                 (peak reserved)\n",
                 gib(l.pool_gib),
                 gib(theirs)
             );
