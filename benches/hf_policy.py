@@ -6,6 +6,9 @@ timed with transformers on the same GPU in the same device call.
   exactly 256 new tokens per sequence (EOS suppressed), batch 1 and 64; tokens/s counts new tokens;
 - learner: forward + backward + AdamW step on 8 x 1024 tokens (causal LM loss), tokens/s over the
   median step, and the learner's peak GPU memory (torch's allocator: allocated and reserved).
+  By default the learner is pure bf16 (weights and AdamW state); with --mixed it is PyTorch's
+  mixed precision: f32 weights and AdamW state, the forward and backward under
+  torch.autocast(bfloat16), which is what kevin's bf16 learner keeps (f32 masters and moments).
 
 Prints one JSON object (and writes it with --json FILE). Shapes (--shape, as `kevin bench policy
 --shape` names them): qwen2-0.5b (the default: hidden 896, 24 layers, 14 heads, 2 KV heads,
@@ -56,13 +59,14 @@ def gen_tokens_per_s(model, batch, prompt, new, vocab, reps):
     return batch * new / statistics.median(times), statistics.median(times)
 
 
-def learner_tokens_per_s(model, batch, seq, vocab, steps):
+def learner_tokens_per_s(model, batch, seq, vocab, steps, mixed):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     ids = torch.randint(0, vocab, (batch, seq), device="cuda")
     times = []
     for i in range(steps + 2):
         sync(); t = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mixed):
+            loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step(); opt.zero_grad(set_to_none=True)
         sync()
@@ -83,6 +87,8 @@ def main():
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--train-seq", type=int, default=1024)
     ap.add_argument("--train-steps", type=int, default=5)
+    ap.add_argument("--mixed", action="store_true",
+                    help="learner in f32 weights and AdamW state under bf16 autocast")
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.manual_seed(0)
@@ -98,14 +104,20 @@ def main():
             res["generate"][f"bs{b}"] = {"tokens_per_s": tps, "seconds": sec}
             print(f"hf generate bs{b}: {tps:.0f} tok/s ({sec:.2f} s)", flush=True)
     model.train()
+    if a.mixed:
+        model = model.float()
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    tps, sec = learner_tokens_per_s(model, a.train_batch, a.train_seq, a.vocab, a.train_steps)
+    tps, sec = learner_tokens_per_s(model, a.train_batch, a.train_seq, a.vocab, a.train_steps,
+                                    a.mixed)
     gib = 2.0 ** 30
     res["learner"] = {"tokens_per_s": tps, "step_seconds": sec,
+                      "precision": "mixed (f32 weights and state, bf16 autocast)" if a.mixed
+                      else a.dtype,
                       "tokens": a.train_batch * a.train_seq,
                       "peak_allocated_gib": torch.cuda.max_memory_allocated() / gib,
                       "peak_reserved_gib": torch.cuda.max_memory_reserved() / gib}
-    print(f"hf learner {a.train_batch}x{a.train_seq}: {tps:.0f} tok/s ({sec * 1e3:.0f} ms/step), "
+    print(f"hf learner {a.train_batch}x{a.train_seq} ({res['learner']['precision']}): {tps:.0f} tok/s ({sec * 1e3:.0f} ms/step), "
           f"peak {res['learner']['peak_reserved_gib']:.1f} GiB reserved "
           f"({res['learner']['peak_allocated_gib']:.1f} GiB allocated)")
     print(json.dumps(res))

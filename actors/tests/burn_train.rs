@@ -49,7 +49,7 @@ fn tiny_cpu_config_trains_checkpoints_and_resumes() {
         "config.json",
         "model.safetensors",
         "tokenizer.json",
-        "learner_optimizer.mpk",
+        "learner_optimizer.safetensors",
     ] {
         assert!(ckpt.join(f).is_file(), "{} missing", ckpt.join(f).display());
     }

@@ -211,6 +211,8 @@ pub struct LearnResult {
     /// pages returned before the first ([`crate::kernels::pool_reserved`]): the learner's peak
     /// as the pool rounds it, beside PyTorch's peak reserved memory. `None` off CUDA.
     pub pool_gib: Option<f64>,
+    /// The weights' and the optimizer state's precision, in words.
+    pub precision: String,
 }
 
 /// The concurrent load ([`BenchArgs::load_seconds`]).
@@ -387,11 +389,16 @@ pub fn run<B: AutodiffBackend>(
         times.sort_by(f64::total_cmp);
         let step_seconds = times[times.len() / 2];
         let tokens = args.train_batch * args.train_seq;
+        let precision = match <B::FloatElem as burn::tensor::Element>::dtype() {
+            burn::tensor::DType::F32 => "f32 weights, f32 AdamW moments".to_string(),
+            d => format!("{d:?} weights, f32 master weights and AdamW moments"),
+        };
         let r = LearnResult {
             tokens_per_s: tokens as f64 / step_seconds,
             step_seconds,
             tokens,
             pool_gib,
+            precision,
         };
         progress(&format!(
             "learner {}x{}: {:.0} tokens/s ({:.0} ms/step{})",

@@ -7,7 +7,7 @@
 //!   shared rather than copied: burn tensors are reference-counted on one device.
 //! - `save`/`load`: a Hugging Face checkpoint directory (config.json + model.safetensors in f32,
 //!   so it opens in transformers), tokenizer.json, and the optimizer state with the learner version
-//!   and optimizer-step counter (`learner_optimizer.mpk`, see [`Trainer::save_optimizer`]).
+//!   and optimizer-step counter (`learner_optimizer.safetensors`, see [`Trainer::save_optimizer`]).
 //!
 //! A turn whose response is empty (a request the policy rejected, see
 //! [`crate::burn_policy`]) has no token to train on; its prompt is cut to its last token so that a

@@ -249,7 +249,7 @@ fn save_then_load_restores_weights_optimizer_and_version() {
         "config.json",
         "model.safetensors",
         "tokenizer.json",
-        "learner_optimizer.mpk",
+        "learner_optimizer.safetensors",
     ] {
         assert!(dir.join(file).is_file(), "{file} not written");
     }

@@ -51,7 +51,8 @@ pub const SOURCE: Source = Source {
     kernels: kernel_names,
 };
 
-const KINDS: [&str; 7] = [
+const KINDS: [&str; 8] = [
+    "adamw",
     "rms_fwd",
     "rms_bwd",
     "col_sum",
@@ -201,6 +202,71 @@ fn squared_through<B: Backend, X: NormKernels>(
     Ok(from_backend::<X, B, 1>(sum))
 }
 
+/// AdamW's constants for one step of one parameter (`kevin_adamw` in `cuda/norm.cu`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamStep {
+    /// The gradient's factor (the global norm's clip; 1 when not clipped).
+    pub scale: f32,
+    /// `1 - lr * weight_decay`.
+    pub decay: f32,
+    /// The learning rate.
+    pub lr: f32,
+    /// beta_1.
+    pub beta_1: f32,
+    /// beta_2.
+    pub beta_2: f32,
+    /// `1 / (1 - beta_1^t)` at the parameter's step `t`.
+    pub c1: f32,
+    /// `1 / (1 - beta_2^t)`.
+    pub c2: f32,
+    /// epsilon.
+    pub eps: f32,
+}
+
+/// What [`adamw`] gives: the f32 weights, first and second moments after the step, and the
+/// weights rounded to the gradient's dtype when that is not f32 (a bf16 model's parameter).
+pub type AdamOut<B> = (
+    Tensor<B, 1>,
+    Tensor<B, 1>,
+    Tensor<B, 1>,
+    Option<Tensor<B, 1>>,
+);
+
+/// One AdamW step of a parameter of `n` values through one kernel, when `B` is burn's CUDA
+/// backend without autodiff and [`SWITCH`] is on: `g [n]` its gradient (f32, or bf16 for a bf16
+/// model), `w [n]` its f32 weights (the master copy of a bf16 parameter), `m` and `v` its f32
+/// moments. `Err` gives the operands back.
+pub fn adamw<B: Backend>(
+    g: Tensor<B, 1>,
+    w: Tensor<B, 1>,
+    m: Tensor<B, 1>,
+    v: Tensor<B, 1>,
+    step: AdamStep,
+) -> Result<AdamOut<B>, [Tensor<B, 1>; 4]> {
+    let ins = [g, w, m, v];
+    let n = ins[0].dims();
+    let state_f32 = ins[1..].iter().all(|t| t.dtype() == DType::F32);
+    if !state_f32 || ins.iter().any(|t| t.dims() != n) || !on_gpu(&ins[0]) {
+        return Err(ins);
+    }
+    adam_through::<B, Cuda<f32>>(ins, step).or_else(|ins| adam_through::<B, Cuda<bf16>>(ins, step))
+}
+
+/// [`adamw`] on `X` when `B` is `X`.
+fn adam_through<B: Backend, X: NormKernels>(
+    ins: [Tensor<B, 1>; 4],
+    step: AdamStep,
+) -> Result<AdamOut<B>, [Tensor<B, 1>; 4]> {
+    if std::any::TypeId::of::<B>() != std::any::TypeId::of::<X>() {
+        return Err(ins);
+    }
+    let outs = X::adamw(ins.map(|t| same(t.into_primitive().tensor())), step);
+    let mut outs = outs.into_iter().map(from_backend::<X, B, 1>);
+    let mut next = || outs.next().expect("AdamW's three f32 outputs");
+    let (w, m, v) = (next(), next(), next());
+    Ok((w, m, v, outs.next()))
+}
+
 /// Whether this path takes `x [.., n]` with `v [n]` (backend, dtypes, shapes, kernels).
 fn serves<B: Backend, const D: usize>(x: &Tensor<B, D>, v: &Tensor<B, 1>) -> bool {
     let n = x.dims()[D - 1];
@@ -264,6 +330,10 @@ pub trait NormKernels: Backend {
         u: FloatTensor<Self>,
         dy: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 2];
+
+    /// AdamW's step ([`adamw`]): `[g, w, m, v]`, all `[n]`, to `[w', m', v']` and, when `g` is
+    /// not f32, the weights in `g`'s dtype.
+    fn adamw(ins: [FloatTensor<Self>; 4], step: AdamStep) -> Vec<FloatTensor<Self>>;
 }
 
 /// A backend whose RMSNorm and bias additions can take this path.
@@ -559,6 +629,56 @@ fn cube_sq_sum(ts: Vec<Ct>) -> Result<Ct, String> {
     })
 }
 
+fn cube_adamw(ins: [Ct; 4], step: AdamStep) -> Result<Vec<Ct>, String> {
+    let [g, w, m, v] = ins.map(packed);
+    let n = g.meta.shape().iter().product::<usize>();
+    for t in [&g, &w, &m, &v] {
+        if t.meta.shape()[..] != [n] {
+            return Err(format!(
+                "operands {:?} and {:?}",
+                g.meta.shape(),
+                t.meta.shape()
+            ));
+        }
+    }
+    if [&w, &m, &v].iter().any(|t| t.dtype != DType::F32) {
+        return Err(format!(
+            "state {:?} {:?} {:?} (f32)",
+            w.dtype, m.dtype, v.dtype
+        ));
+    }
+    let s = suffix(&g)?;
+    let mut outs: Vec<Ct> = (0..3).map(|_| empty(&g, vec![n], DType::F32)).collect();
+    if g.dtype != DType::F32 {
+        outs.push(empty(&g, vec![n], g.dtype));
+    }
+    if n > 0 {
+        let all: Vec<&Ct> = [&g, &w, &m, &v].into_iter().chain(&outs).collect();
+        in_order(&SOURCE, &all, |e, p| {
+            let rounded = p.get(7).copied().unwrap_or(0);
+            let AdamStep {
+                scale,
+                decay,
+                lr,
+                beta_1,
+                beta_2,
+                c1,
+                c2,
+                eps,
+            } = step;
+            let floats = [scale, decay, lr, beta_1, beta_2, c1, c2, eps].map(f32::to_ne_bytes);
+            let mut scalars: Vec<&[u8]> = vec![];
+            let count = (n as i64).to_ne_bytes();
+            scalars.push(&count);
+            scalars.extend(floats.iter().map(|f| &f[..]));
+            let mut a = args(&[&p[..7], &[rounded]].concat(), &scalars);
+            let grid = blocks(n.div_ceil(THREADS as usize), 1)?;
+            e.launch(&format!("kevin_adamw_{s}"), grid, THREADS, 0, &mut a)
+        })?;
+    }
+    Ok(outs)
+}
+
 impl<F: FloatElement, I: IntElement, BT: BoolElement> NormKernels
     for CubeBackend<CudaRuntime, F, I, BT>
 {
@@ -611,6 +731,10 @@ impl<F: FloatElement, I: IntElement, BT: BoolElement> NormKernels
             "SwiGLU, backward",
         )
     }
+
+    fn adamw(ins: [FloatTensor<Self>; 4], step: AdamStep) -> Vec<FloatTensor<Self>> {
+        cube_adamw(ins, step).unwrap_or_else(|e| panic!("AdamW: {e}"))
+    }
 }
 
 /// `N` tensors from `r`, or a panic naming `what`.
@@ -641,6 +765,8 @@ enum Pass {
     SwigluForward,
     /// Inputs g, u, dy; outputs dg, du.
     SwigluBackward,
+    /// Inputs g, w, m, v; outputs w', m', v' and, for a g not in f32, w' in g's dtype.
+    Adamw(AdamStep),
 }
 
 #[derive(Debug)]
@@ -691,6 +817,7 @@ impl<B: FusionBackend + NormKernels> Operation<B::FusionRuntime> for FusedPass<B
                 let [g, u, dy] = take(ins);
                 B::swiglu_backward(g, u, dy).into()
             }
+            Pass::Adamw(step) => B::adamw(take(ins), step),
         };
         for (ir, t) in self.desc.outputs.iter().zip(outs) {
             handles.register_float_tensor::<B>(&ir.id, t);
@@ -712,6 +839,7 @@ fn fused_pass<B: FusionBackend + NormKernels, const N: usize>(
         Pass::Rope { back: true, .. } => "kevin_rope_backward",
         Pass::SwigluForward => "kevin_swiglu_forward",
         Pass::SwigluBackward => "kevin_swiglu_backward",
+        Pass::Adamw(_) => "kevin_adamw",
     };
     crate::kernels::custom_op(name, inputs, outputs, |desc| FusedPass::<B> {
         desc,
@@ -781,6 +909,18 @@ impl<B: FusionBackend + NormKernels> NormKernels for Fusion<B> {
     ) -> [FloatTensor<Self>; 2] {
         let outs = [(g.shape.clone(), g.dtype), (u.shape.clone(), u.dtype)];
         fused_pass::<B, 2>(vec![g, u, dy], outs, Pass::SwigluBackward)
+    }
+
+    fn adamw(ins: [FloatTensor<Self>; 4], step: AdamStep) -> Vec<FloatTensor<Self>> {
+        let (shape, dtype) = (ins[0].shape.clone(), ins[0].dtype);
+        let state = (shape.clone(), DType::F32);
+        let pass = Pass::Adamw(step);
+        if dtype == DType::F32 {
+            fused_pass::<B, 3>(ins.into(), [state.clone(), state.clone(), state], pass).into()
+        } else {
+            let outs = [state.clone(), state.clone(), state, (shape, dtype)];
+            fused_pass::<B, 4>(ins.into(), outs, pass).into()
+        }
     }
 }
 
@@ -854,6 +994,6 @@ mod tests {
     #[test]
     fn norm_kernels_compile_for_sm_90() {
         crate::kernels::assert_compiles(&super::SOURCE);
-        assert_eq!(super::kernel_names().len(), 14);
+        assert_eq!(super::kernel_names().len(), 16);
     }
 }

@@ -1,39 +1,49 @@
 //! The optimizer both trainers (RL, [`crate::train`], and the warm start, [`crate::sft`]) step
-//! with: burn's AdamW with PyTorch's hyper-parameters, the linear warm-up, the clipped step, and
-//! the optimizer state on disk keyed by parameter path.
+//! with: AdamW with PyTorch's hyper-parameters and f32 state, the linear warm-up, the clipped
+//! step, and the optimizer state on disk.
+//!
+//! # AdamW with f32 state
+//!
+//! [`AdamW`] keeps each parameter's first and second moments in f32 and, for a parameter that is
+//! not f32 (a bf16 model's), an f32 master copy of its weights: the step is taken on the master
+//! and the parameter becomes its rounding. A bf16 parameter alone loses every update smaller than
+//! half its last bit, which at RL's learning rates is most of them. The step is PyTorch's AdamW
+//! (decoupled weight decay, bias-corrected moments) with the global norm's clip applied to the
+//! gradient inside it: one kernel per parameter on burn's CUDA backend ([`crate::norm::adamw`],
+//! with the norms' switch), burn's ops elsewhere. It replaced burn's `AdamW`, whose state is in
+//! the model's dtype and which launches several kernels a parameter after the clip's own.
 //!
 //! # Optimizer state on disk
 //!
-//! burn keys optimizer state by `ParamId`, a random id given to each parameter when a module is
-//! built, so a model loaded from a Hugging Face checkpoint in a new process has different ids.
-//! [`OptimizedModel::save`] therefore re-keys the state by the parameter's position in the
-//! module's visiting order and stores the parameter paths and shapes beside it;
-//! [`OptimizedModel::load`] checks them against the current model (naming the first parameter
-//! that differs) and maps the state back onto the current ids.
+//! [`OPTIMIZER_FILE`], a safetensors file: for each parameter (by its dotted path) `PATH.exp_avg`,
+//! `PATH.exp_avg_sq` and, when it has one, `PATH.master`, f32 in burn's layout (a linear weight
+//! is `[in, out]`), and a metadata entry `kevin`: JSON with the learner version, the optimizer
+//! steps taken, and each parameter's path, shape and steps. burn's `ParamId`s are random per
+//! process, so the state is matched to the model by position in the module's visiting order;
+//! [`OptimizedModel::load`] checks paths and shapes first, naming the first parameter that
+//! differs. Run directories of kevin before this format hold [`LEGACY_OPTIMIZER_FILE`] (burn's
+//! AdamW record, keyed the same way); it is read when the safetensors file is absent.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
+use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::Tensor;
+use burn::tensor::{DType, FloatDType, Tensor, TensorData};
+use safetensors::{Dtype, SafeTensors, View};
 
-use crate::grad_norm::clip_global_grad_norm;
+use crate::grad_norm::{clip_factor, global_grad_norm};
+use crate::norm::AdamStep;
 
-/// File (without the extension the recorder adds, `.mpk`) that holds the optimizer state.
-pub const OPTIMIZER_FILE: &str = "learner_optimizer";
+/// The file in a run directory that holds the optimizer state.
+pub const OPTIMIZER_FILE: &str = "learner_optimizer.safetensors";
 
-/// The optimizer: burn's AdamW behind its per-parameter adaptor.
-pub type AdamWOptimizer<M, B> = OptimizerAdaptor<AdamW, M, B>;
-
-type OptimRecord<M, B> = <AdamWOptimizer<M, B> as Optimizer<M, B>>::Record;
-
-/// What is saved: optimizer state keyed by parameter position, learner version, optimizer steps
-/// taken, parameter paths, parameter shapes.
-type SavedState<M, B> = (OptimRecord<M, B>, u64, u64, Vec<String>, Vec<Vec<usize>>);
+/// The file earlier kevins wrote the optimizer state to (burn's AdamW record, MessagePack); read
+/// when [`OPTIMIZER_FILE`] is absent.
+pub const LEGACY_OPTIMIZER_FILE: &str = "learner_optimizer.mpk";
 
 /// A setting a trainer cannot work with: its key, its value and what is allowed. Both trainers'
 /// `validate` check their settings with [`reject_if`]; their errors add whose setting it is.
@@ -79,50 +89,177 @@ pub struct AdamWSettings {
     pub epsilon: f64,
 }
 
-/// A fresh AdamW optimizer: the one both trainers (RL and [`crate::sft`]) step with.
-pub fn adamw<B: AutodiffBackend, M: AutodiffModule<B>>(
-    settings: &AdamWSettings,
-) -> AdamWOptimizer<M, B> {
-    AdamWConfig::new()
-        .with_beta_1(settings.beta_1 as f32)
-        .with_beta_2(settings.beta_2 as f32)
-        .with_epsilon(settings.epsilon as f32)
-        .with_weight_decay(settings.weight_decay as f32)
-        .init()
+/// One parameter's AdamW state: steps taken, f32 moments and, for a parameter that is not f32,
+/// its f32 weights. All `[n]`, the parameter flattened.
+#[derive(Clone)]
+struct Slot<B: Backend> {
+    time: u64,
+    m: Tensor<B, 1>,
+    v: Tensor<B, 1>,
+    master: Option<Tensor<B, 1>>,
 }
 
-/// The learning rate of optimizer step `step` (0-based): linear warm-up over `warmup_steps` steps
-/// (lr/warmup, 2*lr/warmup, ..., lr), then constant.
-pub fn warmup_lr(lr: f64, warmup_steps: u64, step: u64) -> f64 {
-    if warmup_steps == 0 {
-        return lr;
+/// AdamW (PyTorch's) with f32 moments and f32 master weights, its state kept by parameter
+/// position (see the module's docs). `B` is the backend the parameters' values live on (the
+/// autodiff backend's inner one).
+#[derive(Clone)]
+pub struct AdamW<B: Backend> {
+    settings: AdamWSettings,
+    slots: Vec<Option<Slot<B>>>,
+}
+
+impl<B: Backend> AdamW<B> {
+    /// No state: each parameter's starts at its first step.
+    pub fn new(settings: AdamWSettings) -> Self {
+        AdamW {
+            settings,
+            slots: Vec::new(),
+        }
     }
-    lr * ((step + 1) as f64 / warmup_steps as f64).min(1.0)
+
+    /// The step of the parameter at `position`, `param [n]`, on its gradient `grad [n]` (the
+    /// parameter's dtype) times `scale`, at learning rate `lr`: the new parameter.
+    pub fn update(
+        &mut self,
+        position: usize,
+        param: Tensor<B, 1>,
+        grad: Tensor<B, 1>,
+        lr: f64,
+        scale: f64,
+    ) -> Tensor<B, 1> {
+        if self.slots.len() <= position {
+            self.slots.resize(position + 1, None);
+        }
+        let dtype = param.dtype();
+        let slot = self.slots[position].take().unwrap_or_else(|| {
+            let zeros = || Tensor::zeros(param.dims(), (&param.device(), DType::F32));
+            Slot {
+                time: 0,
+                m: zeros(),
+                v: zeros(),
+                master: (dtype != DType::F32).then(|| param.clone().cast(FloatDType::F32)),
+            }
+        });
+        let time = slot.time + 1;
+        let s = &self.settings;
+        let power = |beta: f64| beta.powi(time.min(i32::MAX as u64) as i32);
+        let step = AdamStep {
+            scale: scale as f32,
+            decay: (1.0 - lr * s.weight_decay) as f32,
+            lr: lr as f32,
+            beta_1: s.beta_1 as f32,
+            beta_2: s.beta_2 as f32,
+            c1: (1.0 / (1.0 - power(s.beta_1))) as f32,
+            c2: (1.0 / (1.0 - power(s.beta_2))) as f32,
+            eps: s.epsilon as f32,
+        };
+        let w = slot.master.unwrap_or(param);
+        let (w, m, v, rounded) = match crate::norm::adamw(grad, w, slot.m, slot.v, step) {
+            Ok(out) => out,
+            Err([g, w, m, v]) => reference_step(g, w, m, v, step),
+        };
+        let (param, master) = match dtype {
+            DType::F32 => (w, None),
+            _ => (rounded.unwrap_or_else(|| w.clone().cast(dtype)), Some(w)),
+        };
+        self.slots[position] = Some(Slot { time, m, v, master });
+        param
+    }
 }
 
-/// One optimizer step: clips the global gradient norm to `max_norm`, then steps `model` at `lr`.
-/// Returns the norm before clipping, or, when it is NaN or infinite, `Err(norm)` with the model
-/// untouched: a step on such gradients would destroy the weights.
-///
-/// `model` is `Some` on entry and on return; it is taken for the step, which consumes the
-/// module, so that no second handle keeps the old weights alive.
+/// [`AdamW::update`]'s arithmetic in burn's ops, the reference of [`crate::norm::adamw`] (and
+/// its path off CUDA): the f32 weights, moments and, for a gradient not in f32, the weights
+/// rounded to its dtype.
+pub fn reference_step<B: Backend>(
+    g: Tensor<B, 1>,
+    w: Tensor<B, 1>,
+    m: Tensor<B, 1>,
+    v: Tensor<B, 1>,
+    s: AdamStep,
+) -> crate::norm::AdamOut<B> {
+    let dtype = g.dtype();
+    let mut g = g.cast(FloatDType::F32);
+    if s.scale != 1.0 {
+        g = g.mul_scalar(s.scale);
+    }
+    let m = m
+        .mul_scalar(s.beta_1)
+        .add(g.clone().mul_scalar(1.0 - s.beta_1));
+    let v = v
+        .mul_scalar(s.beta_2)
+        .add(g.square().mul_scalar(1.0 - s.beta_2));
+    let delta = m
+        .clone()
+        .mul_scalar(s.c1)
+        .div(v.clone().mul_scalar(s.c2).sqrt().add_scalar(s.eps));
+    let decayed = if s.decay == 1.0 {
+        w
+    } else {
+        w.mul_scalar(s.decay)
+    };
+    let w = decayed.sub(delta.mul_scalar(s.lr));
+    let rounded = (dtype != DType::F32).then(|| w.clone().cast(dtype));
+    (w, m, v, rounded)
+}
+
+/// Steps every parameter that has a gradient, in visiting order.
+struct Stepper<'a, B: AutodiffBackend> {
+    adamw: &'a mut AdamW<B::InnerBackend>,
+    grads: &'a mut GradientsParams,
+    lr: f64,
+    scale: f64,
+    position: usize,
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for Stepper<'_, B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let position = self.position;
+        self.position += 1;
+        let (id, tensor, mapper) = param.consume();
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
+            return Param::from_mapped_value(id, tensor, mapper);
+        };
+        let tracked = tensor.is_require_grad();
+        let inner = tensor.inner();
+        let (dims, n) = (inner.dims(), inner.shape().num_elements());
+        let stepped = self.adamw.update(
+            position,
+            inner.reshape([n]),
+            grad.reshape([n]),
+            self.lr,
+            self.scale,
+        );
+        let mut tensor = Tensor::from_inner(stepped.reshape(dims));
+        if tracked {
+            tensor = tensor.require_grad();
+        }
+        Param::from_mapped_value(id, tensor, mapper)
+    }
+}
+
+/// One optimizer step: clips the global gradient norm to `max_norm` (every gradient scaled by
+/// one factor, inside AdamW's step), then steps `model` at `lr`. Returns the norm before
+/// clipping, or, when it is NaN or infinite, `Err(norm)` with the model untouched: a step on
+/// such gradients would destroy the weights.
 pub fn clipped_step<B: AutodiffBackend, M: AutodiffModule<B>>(
-    model: &mut Option<M>,
-    optimizer: &mut AdamWOptimizer<M, B>,
-    grads: GradientsParams,
+    model: M,
+    adamw: &mut AdamW<B::InnerBackend>,
+    mut grads: GradientsParams,
     max_norm: f64,
     lr: f64,
-) -> Result<f64, f64> {
-    let current = model
-        .take()
-        .expect("the model is only taken during an optimizer step");
-    let (grads, norm) = clip_global_grad_norm(&current, grads, max_norm);
+) -> (M, Result<f64, f64>) {
+    let norm = global_grad_norm::<B, M>(&model, &grads);
     if !norm.is_finite() {
-        *model = Some(current);
-        return Err(norm);
+        return (model, Err(norm));
     }
-    *model = Some(optimizer.step(lr, current, grads));
-    Ok(norm)
+    let mut stepper = Stepper::<B> {
+        adamw,
+        grads: &mut grads,
+        lr,
+        scale: clip_factor(norm, max_norm),
+        position: 0,
+    };
+    (model.map(&mut stepper), Ok(norm))
 }
 
 /// A model being trained, its AdamW state and the optimizer steps taken: what both trainers
@@ -131,9 +268,42 @@ pub(crate) struct OptimizedModel<B: AutodiffBackend, M: AutodiffModule<B>> {
     /// Always `Some` between calls; taken for the duration of an optimizer step, which consumes
     /// the module, so that no second handle keeps the old weights alive.
     model: Option<M>,
-    optimizer: AdamWOptimizer<M, B>,
-    settings: AdamWSettings,
+    adamw: AdamW<B::InnerBackend>,
     steps: u64,
+}
+
+/// What [`OptimizedModel::save`] writes in the safetensors metadata (key `kevin`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedMeta {
+    version: u64,
+    steps: u64,
+    params: Vec<SavedParam>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedParam {
+    path: String,
+    shape: Vec<usize>,
+    /// Steps taken (0: no state).
+    time: u64,
+}
+
+/// f32 values to write.
+struct F32s(Vec<u8>, Vec<usize>);
+
+impl View for &F32s {
+    fn dtype(&self) -> Dtype {
+        Dtype::F32
+    }
+    fn shape(&self) -> &[usize] {
+        &self.1
+    }
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Borrowed(&self.0)
+    }
+    fn data_len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
@@ -141,8 +311,7 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
     pub(crate) fn new(model: M, settings: AdamWSettings) -> Self {
         OptimizedModel {
             model: Some(model),
-            optimizer: adamw(&settings),
-            settings,
+            adamw: AdamW::new(settings),
             steps: 0,
         }
     }
@@ -173,81 +342,258 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
         max_norm: f64,
         lr: f64,
     ) -> Result<f64, f64> {
-        let norm = clipped_step(&mut self.model, &mut self.optimizer, grads, max_norm, lr)?;
+        let current = self
+            .model
+            .take()
+            .expect("the model is only taken during an optimizer step");
+        let (model, norm) = clipped_step(current, &mut self.adamw, grads, max_norm, lr);
+        self.model = Some(model);
+        let norm = norm?;
         self.steps += 1;
         Ok(norm)
     }
 
-    /// Writes the optimizer state, `version` and the optimizer-step counter to `path` (the
-    /// recorder adds `.mpk`). The error is the reason, for the caller to name the file.
-    pub(crate) fn save(&self, path: &Path, version: u64) -> Result<(), String> {
+    /// Writes the optimizer state, `version` and the optimizer-step counter to `dir`'s
+    /// [`OPTIMIZER_FILE`] (under a temporary name, then renamed: a crash leaves no torn file).
+    /// The error names the file and the reason.
+    pub(crate) fn save(&self, dir: &Path, version: u64) -> Result<(), (PathBuf, String)> {
+        let path = dir.join(OPTIMIZER_FILE);
+        let fail = |p: &Path, e: String| (p.to_path_buf(), e);
         let table = param_table::<B, M>(self.model());
-        let position: HashMap<ParamId, usize> = table
-            .iter()
-            .enumerate()
-            .map(|(i, (id, _, _))| (*id, i))
-            .collect();
-        let mut state: OptimRecord<M, B> = Default::default();
-        for (id, record) in self.optimizer.to_record() {
-            let i = position.get(&id).ok_or_else(|| {
-                format!(
-                    "the optimizer holds state for parameter {id}, which the model does not have"
-                )
-            })?;
-            state.insert(ParamId::from(*i as u64), record);
+        let mut params = Vec::with_capacity(table.len());
+        let mut tensors: Vec<(String, F32s)> = Vec::new();
+        for (i, (_, name, shape)) in table.iter().enumerate() {
+            let slot = self.adamw.slots.get(i).and_then(Option::as_ref);
+            params.push(SavedParam {
+                path: name.clone(),
+                shape: shape.clone(),
+                time: slot.map_or(0, |s| s.time),
+            });
+            let Some(slot) = slot else { continue };
+            let parts = [("exp_avg", Some(&slot.m)), ("exp_avg_sq", Some(&slot.v))];
+            for (kind, t) in parts.into_iter().chain([("master", slot.master.as_ref())]) {
+                let Some(t) = t else { continue };
+                let values = t
+                    .clone()
+                    .into_data()
+                    .convert::<f32>()
+                    .into_vec::<f32>()
+                    .map_err(|e| fail(&path, format!("{name}.{kind}: {e:?}")))?;
+                let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                tensors.push((format!("{name}.{kind}"), F32s(bytes, vec![values.len()])));
+            }
         }
-        let paths = table.iter().map(|(_, p, _)| p.clone()).collect();
-        let shapes = table.iter().map(|(_, _, s)| s.clone()).collect();
-        let saved: SavedState<M, B> = (state, version, self.steps, paths, shapes);
-        Recorder::<B>::record(
-            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
-            saved,
-            path.to_path_buf(),
+        let meta = SavedMeta {
+            version,
+            steps: self.steps,
+            params,
+        };
+        let meta = serde_json::to_string(&meta).map_err(|e| fail(&path, e.to_string()))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail(dir, e.to_string()))?;
+        let tmp = dir.join(format!("{OPTIMIZER_FILE}.tmp"));
+        safetensors::serialize_to_file(
+            tensors.iter().map(|(name, t)| (name.as_str(), t)),
+            Some(HashMap::from([("kevin".to_string(), meta)])),
+            &tmp,
         )
-        .map_err(|e| e.to_string())
+        .map_err(|e| fail(&tmp, e.to_string()))?;
+        std::fs::rename(&tmp, &path).map_err(|e| fail(&path, e.to_string()))
     }
 
-    /// Restores what [`OptimizedModel::save`] wrote onto the current model, whose parameter
-    /// paths and shapes must match those saved, reading it onto `device`; returns the saved
-    /// version.
-    pub(crate) fn load(&mut self, path: &Path, device: &B::Device) -> Result<u64, String> {
-        let (state, version, steps, paths, shapes): SavedState<M, B> = Recorder::<B>::load(
-            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
-            path.to_path_buf(),
-            device,
-        )
-        .map_err(|e| e.to_string())?;
+    /// Restores what [`OptimizedModel::save`] wrote into `dir` onto the current model, whose
+    /// parameter paths and shapes must match those saved, reading it onto `device`; returns the
+    /// saved version. Without [`OPTIMIZER_FILE`], an earlier kevin's [`LEGACY_OPTIMIZER_FILE`] is
+    /// read. The error names the file and the reason; the state is untouched then.
+    pub(crate) fn load(
+        &mut self,
+        dir: &Path,
+        device: &B::Device,
+    ) -> Result<u64, (PathBuf, String)> {
+        let path = dir.join(OPTIMIZER_FILE);
+        let legacy = dir.join(LEGACY_OPTIMIZER_FILE);
+        if !path.exists() && legacy.exists() {
+            return self.load_legacy(&legacy, device).map_err(|e| (legacy, e));
+        }
+        self.load_safetensors(&path, device).map_err(|e| (path, e))
+    }
+
+    fn load_safetensors(&mut self, path: &Path, device: &B::Device) -> Result<u64, String> {
+        let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+        let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| e.to_string())?;
+        let meta = header
+            .metadata()
+            .as_ref()
+            .and_then(|m| m.get("kevin"))
+            .ok_or("no `kevin` metadata: not a kevin optimizer state")?;
+        let meta: SavedMeta =
+            serde_json::from_str(meta).map_err(|e| format!("its `kevin` metadata: {e}"))?;
+        let file = SafeTensors::deserialize(&bytes).map_err(|e| e.to_string())?;
+        let saved: Vec<(String, Vec<usize>)> = meta
+            .params
+            .iter()
+            .map(|p| (p.path.clone(), p.shape.clone()))
+            .collect();
+        let table = self.check_table(&saved)?;
+        let read = |name: &str, n: usize| -> Result<Tensor<B::InnerBackend, 1>, String> {
+            let view = file.tensor(name).map_err(|e| format!("{name}: {e}"))?;
+            if view.dtype() != Dtype::F32 || view.shape() != [n] {
+                return Err(format!(
+                    "{name} is {:?} {:?}, expected F32 [{n}]",
+                    view.dtype(),
+                    view.shape()
+                ));
+            }
+            let values: Vec<f32> = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            Ok(Tensor::from_data(
+                TensorData::new(values, [n]),
+                (device, DType::F32),
+            ))
+        };
+        let mut slots = Vec::with_capacity(table.len());
+        for (p, (_, name, shape)) in meta.params.iter().zip(&table) {
+            if p.time == 0 {
+                slots.push(None);
+                continue;
+            }
+            let n = shape.iter().product::<usize>();
+            let master_name = format!("{name}.master");
+            let master = if file.names().contains(&master_name.as_str()) {
+                Some(read(&master_name, n)?)
+            } else {
+                None
+            };
+            slots.push(Some(Slot {
+                time: p.time,
+                m: read(&format!("{name}.exp_avg"), n)?,
+                v: read(&format!("{name}.exp_avg_sq"), n)?,
+                master,
+            }));
+        }
+        self.restore(slots, meta.steps);
+        Ok(meta.version)
+    }
+
+    /// The current model's parameter table, when its paths and shapes are `saved`'s; else the
+    /// first difference.
+    fn check_table(
+        &self,
+        saved: &[(String, Vec<usize>)],
+    ) -> Result<Vec<(ParamId, String, Vec<usize>)>, String> {
         let table = param_table::<B, M>(self.model());
-        if paths.len() != table.len() || shapes.len() != table.len() {
+        if saved.len() != table.len() {
             return Err(format!(
                 "saved for a model of {} parameters, this model has {}",
-                paths.len(),
+                saved.len(),
                 table.len()
             ));
         }
-        for (i, (_, path, shape)) in table.iter().enumerate() {
-            if &paths[i] != path || &shapes[i] != shape {
+        for (i, ((_, path, shape), (sp, ss))) in table.iter().zip(saved).enumerate() {
+            if sp != path || ss != shape {
                 return Err(format!(
-                    "parameter {i} was saved as {} {:?}, the model has {} {:?}",
-                    paths[i], shapes[i], path, shape
+                    "parameter {i} was saved as {sp} {ss:?}, the model has {path} {shape:?}"
                 ));
             }
         }
-        let mut rekeyed: OptimRecord<M, B> = Default::default();
-        for (position, record) in state {
-            let i = position.val() as usize;
-            let (id, _, _) = table.get(i).ok_or_else(|| {
-                format!(
-                    "state for parameter position {i}, the model has {}",
-                    table.len()
-                )
-            })?;
-            rekeyed.insert(*id, record);
+        Ok(table)
+    }
+
+    /// Takes `slots` as the state: a master is kept only for a parameter that is not f32 (one
+    /// saved without it starts from the parameter's own values); `steps` optimizer steps taken.
+    fn restore(&mut self, mut slots: Vec<Option<Slot<B::InnerBackend>>>, steps: u64) {
+        let mut dtypes = Dtypes::<B>(Vec::new());
+        self.model().visit(&mut dtypes);
+        for (slot, (dtype, values)) in slots.iter_mut().zip(dtypes.0) {
+            if let Some(slot) = slot {
+                slot.master = match dtype {
+                    DType::F32 => None,
+                    _ => slot
+                        .master
+                        .take()
+                        .or_else(|| Some(values.cast(FloatDType::F32))),
+                };
+            }
         }
-        self.optimizer = adamw(&self.settings).load_record(rekeyed);
+        self.adamw.slots = slots;
         self.steps = steps;
+    }
+
+    /// Reads an earlier kevin's state: burn's AdamW record keyed by parameter position, with
+    /// the version, steps, paths and shapes beside it.
+    fn load_legacy(&mut self, path: &Path, device: &B::Device) -> Result<u64, String> {
+        type Legacy<M, B> = OptimizerAdaptor<burn::optim::AdamW, M, B>;
+        type Saved<M, B> = (
+            <Legacy<M, B> as Optimizer<M, B>>::Record,
+            u64,
+            u64,
+            Vec<String>,
+            Vec<Vec<usize>>,
+        );
+        // The recorder adds the extension.
+        let (mut state, version, steps, paths, shapes): Saved<M, B> = Recorder::<B>::load(
+            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+            path.with_extension(""),
+            device,
+        )
+        .map_err(|e| e.to_string())?;
+        let saved: Vec<(String, Vec<usize>)> = paths.into_iter().zip(shapes).collect();
+        let table = self.check_table(&saved)?;
+        let mut slots = Vec::with_capacity(table.len());
+        for (i, (_, name, shape)) in table.iter().enumerate() {
+            let Some(record) = state.remove(&ParamId::from(i as u64)) else {
+                slots.push(None);
+                continue;
+            };
+            let n = shape.iter().product::<usize>();
+            let flat = |t: Tensor<B::InnerBackend, 1>| t.cast(FloatDType::F32);
+            let (time, m, v) = match shape.len() {
+                1 => {
+                    let s = record.into_state::<1>().momentum;
+                    (s.time, flat(s.moment_1), flat(s.moment_2))
+                }
+                2 => {
+                    let s = record.into_state::<2>().momentum;
+                    (
+                        s.time,
+                        flat(s.moment_1.reshape([n])),
+                        flat(s.moment_2.reshape([n])),
+                    )
+                }
+                d => return Err(format!("{name}: a parameter of {d} dimensions")),
+            };
+            slots.push(Some(Slot {
+                time: time as u64,
+                m,
+                v,
+                master: None,
+            }));
+        }
+        self.restore(slots, steps);
         Ok(version)
     }
+}
+
+/// Each float parameter's dtype and values (flattened), in visiting order.
+struct Dtypes<B: AutodiffBackend>(Vec<(DType, Tensor<B::InnerBackend, 1>)>);
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Dtypes<B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let t = param.val().inner();
+        let n = t.shape().num_elements();
+        self.0.push((t.dtype(), t.reshape([n])));
+    }
+}
+
+/// The learning rate of optimizer step `step` (0-based): linear warm-up over `warmup_steps` steps
+/// (lr/warmup, 2*lr/warmup, ..., lr), then constant.
+pub fn warmup_lr(lr: f64, warmup_steps: u64, step: u64) -> f64 {
+    if warmup_steps == 0 {
+        return lr;
+    }
+    lr * ((step + 1) as f64 / warmup_steps as f64).min(1.0)
 }
 
 /// The parameters of a module in visiting order: id, dotted path, shape.
@@ -280,3 +626,7 @@ pub(crate) fn param_table<B: Backend, M: Module<B>>(
     module.visit(&mut table);
     table.entries
 }
+
+#[cfg(test)]
+#[path = "optim_tests.rs"]
+mod tests;

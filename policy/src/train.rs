@@ -39,9 +39,7 @@ use crate::loss::{
     clipped_surrogate, decoupled_surrogate, drgrpo_loss, f32_tensor, kl_k3, token_logprobs,
     BatchError, TokenBatch,
 };
-use crate::optim::{
-    reject_if, warmup_lr, AdamWSettings, InvalidSetting, OptimizedModel, OPTIMIZER_FILE,
-};
+use crate::optim::{reject_if, warmup_lr, AdamWSettings, InvalidSetting, OptimizedModel};
 use crate::CausalLm;
 
 /// Padded positions per micro-batch when nothing else is said: 8192 positions of 151936 f32
@@ -650,31 +648,30 @@ where
     }
 
     /// Writes the optimizer state, the version and the optimizer-step counter into `dir`
-    /// (`learner_optimizer.mpk`). The weights are saved separately, with the model.
+    /// ([`crate::optim::OPTIMIZER_FILE`]). The weights are saved separately, with the model.
     pub fn save_optimizer(&self, dir: &Path) -> Result<(), TrainError> {
-        let path = dir.join(OPTIMIZER_FILE);
         self.optimized
-            .save(&path, self.version)
-            .map_err(|reason| checkpoint_error(&path, reason))
+            .save(dir, self.version)
+            .map_err(checkpoint_error)
     }
 
-    /// Restores what [`Trainer::save_optimizer`] wrote onto the current model, whose parameter
-    /// paths and shapes must match those saved.
+    /// Restores what [`Trainer::save_optimizer`] wrote into `dir` (or an earlier kevin's
+    /// `learner_optimizer.mpk`) onto the current model, whose parameter paths and shapes must
+    /// match those saved.
     pub fn load_optimizer(&mut self, dir: &Path) -> Result<(), TrainError> {
-        let path = dir.join(OPTIMIZER_FILE);
         let device = self.model().device();
         self.version = self
             .optimized
-            .load(&path, &device)
-            .map_err(|reason| checkpoint_error(&path, reason))?;
+            .load(dir, &device)
+            .map_err(checkpoint_error)?;
         Ok(())
     }
 }
 
-/// The error of saving or loading the optimizer state at `path` (the recorder adds `.mpk`).
-fn checkpoint_error(path: &Path, reason: String) -> TrainError {
+/// The error of saving or loading the optimizer state: the file and the reason.
+fn checkpoint_error((path, reason): (std::path::PathBuf, String)) -> TrainError {
     TrainError::Checkpoint {
-        path: format!("{}.mpk", path.display()),
+        path: path.display().to_string(),
         reason,
     }
 }

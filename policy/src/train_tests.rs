@@ -10,7 +10,7 @@ use kevin::rng::SplitMix64;
 use super::*;
 use crate::learner_testing::BigramTestLm;
 use crate::loss::TokenBatch;
-use crate::optim::param_table;
+use crate::optim::{param_table, OPTIMIZER_FILE};
 
 type Ad = Autodiff<NdArray>;
 type Lm = BigramTestLm<Ad>;
@@ -326,7 +326,7 @@ fn optimizer_state_round_trip_continues_identically() {
     let first = samples(a.model(), 6, 0.2, 31);
     a.train_batch(&first).unwrap();
     a.save_optimizer(&dir).unwrap();
-    assert!(dir.join(format!("{OPTIMIZER_FILE}.mpk")).is_file());
+    assert!(dir.join(OPTIMIZER_FILE).is_file());
 
     let mut b = trainer(reloaded(a.model()), cfg.clone());
     b.load_optimizer(&dir).unwrap();
@@ -369,7 +369,10 @@ fn optimizer_state_round_trip_continues_identically() {
         .load_optimizer(&dir.join("missing"))
         .unwrap_err()
         .to_string();
-    assert!(msg.contains("missing/learner_optimizer.mpk"), "{msg}");
+    assert!(
+        msg.contains("missing/learner_optimizer.safetensors"),
+        "{msg}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -1085,6 +1085,87 @@ fn squared_sum_of_many_tensors_matches_the_cpu_on_cuda() {
     assert!(f < 1e-5 && h < 1e-4, "f32 {f:e}, bf16 {h:e}");
 }
 
+/// AdamW's step as one kernel (`norm::adamw`) against burn's ops on NdArray
+/// (`optim::reference_step`) on the same values: f32 weights, moments and gradient, and a bf16
+/// gradient with the weights also rounded to bf16; a clip factor and weight decay in play;
+/// sizes of 1, an odd thousand and 5M values.
+#[test]
+fn adamw_step_matches_the_cpu_on_cuda() {
+    use burn::backend::NdArray;
+    use burn::tensor::{DType, FloatDType, Tensor, TensorData};
+    use kevin_policy::norm::AdamStep;
+    if !gpu_tests() {
+        return;
+    }
+    let step = AdamStep {
+        scale: 0.3,
+        decay: 1.0 - 1e-3 * 0.1,
+        lr: 1e-3,
+        beta_1: 0.9,
+        beta_2: 0.95,
+        c1: 1.0 / (1.0 - 0.9f32.powi(3)),
+        c2: 1.0 / (1.0 - 0.95f32.powi(3)),
+        eps: 1e-8,
+    };
+    fn run<G: burn::tensor::backend::Backend>(
+        bf16: bool,
+        n: usize,
+        step: AdamStep,
+        gpu: &G::Device,
+    ) -> [f32; 4] {
+        let round = |v: Vec<f32>| -> Vec<f32> {
+            if bf16 {
+                v.into_iter()
+                    .map(|x| half::bf16::from_f32(x).to_f32())
+                    .collect()
+            } else {
+                v
+            }
+        };
+        let g = round(values(n, 41));
+        let w = values(n, 42);
+        let m: Vec<f32> = values(n, 43).iter().map(|x| x * 0.1).collect();
+        let v: Vec<f32> = values(n, 44).iter().map(|x| x * x * 0.01).collect();
+        let on = |x: &Vec<f32>| {
+            Tensor::<G, 1>::from_data(TensorData::new(x.clone(), [n]), (gpu, DType::F32))
+        };
+        let gg = if bf16 {
+            on(&g).cast(FloatDType::BF16)
+        } else {
+            on(&g)
+        };
+        let (w2, m2, v2, p2) = kevin_policy::norm::adamw(gg, on(&w), on(&m), on(&v), step)
+            .unwrap_or_else(|_| panic!("the AdamW kernel declined"));
+        assert_eq!(p2.is_some(), bf16);
+        let cpu = Default::default();
+        let host =
+            |x: &Vec<f32>| Tensor::<NdArray, 1>::from_data(TensorData::new(x.clone(), [n]), &cpu);
+        let (ww, wm, wv, _) =
+            kevin_policy::optim::reference_step(host(&g), host(&w), host(&m), host(&v), step);
+        let want = |t: Tensor<NdArray, 1>| t.into_data().to_vec::<f32>().unwrap();
+        let (ww, wm, wv) = (want(ww), want(wm), want(wv));
+        // Relative to each output's largest value.
+        let rel = |got: Tensor<G, 1>, want: &Vec<f32>| {
+            let top = want.iter().fold(1e-30f32, |a, x| a.max(x.abs()));
+            max_diff(got, want.clone()) / top
+        };
+        let p = p2.map_or(0.0, |p| rel(p, &round(ww.clone())));
+        [rel(w2, &ww), rel(m2, &wm), rel(v2, &wv), p]
+    }
+    let gpu = kevin_policy::cuda_setup::cuda_device(0);
+    for n in [1, 1001, 5_000_003] {
+        let f = run::<Cuda<f32>>(false, n, step, &gpu);
+        let h = run::<Cuda<half::bf16>>(true, n, step, &gpu);
+        eprintln!("adamw n={n}: f32 w/m/v {:.1e} {:.1e} {:.1e}; bf16 grad w/m/v {:.1e} {:.1e} {:.1e}, bf16 weights {:.1e}", f[0], f[1], f[2], h[0], h[1], h[2], h[3]);
+        assert!(
+            f[..3].iter().chain(&h[..3]).all(|&d| d < 1e-6),
+            "{f:?} {h:?}"
+        );
+        // The rounding of w' to bf16 may differ by one step where w' lies near a midpoint.
+        assert!(h[3] <= 1.0 / 128.0, "{h:?}");
+    }
+}
+
 /// Whole learner steps on CUDA through the benchmark's learner (the model's forward with flash
 /// attention, the fused log-probabilities, the RL loss, backward, clipping, AdamW) in f32 and
 /// bf16, for the tiny, the 4M and the Qwen2-0.5B shapes. burn's fusion (0.21) can fail to

@@ -18,6 +18,12 @@
 //                   returns it, then the product);
 //   kevin_swiglu_bwd: du = dy * rnd(silu(g)), dg = dy * u * silu'(g) with silu'(g) =
 //                   sigmoid(g) * (1 + g * (1 - sigmoid(g))).
+// And the optimizer's step on one parameter of n values, f32 state (PyTorch's AdamW):
+//   kevin_adamw:    with gs = g * scale (the global norm's clip), m' = b1 m + (1 - b1) gs,
+//                   v' = b2 v + (1 - b2) gs^2, w' = w decay - lr (m' c1) / (sqrt(v' c2) + eps),
+//                   where decay = 1 - lr * weight_decay, c1 = 1 / (1 - b1^t), c2 = 1 / (1 - b2^t);
+//                   w is the f32 master (the parameter itself when it is f32); p', when not
+//                   null, is w' rounded to T (the parameter of a bf16 model).
 
 #define NORM_THREADS 256
 #define NORM_ROWS 16
@@ -145,6 +151,23 @@ __device__ void swiglu_bwd(const T* g, const T* u, const T* dy, T* dg, T* du, lo
     st(dg, i, dv * ld(u, i) * sg * (1.0f + gv * (1.0f - sg)));
 }
 
+// One value per thread; every input and output is [n], packed.
+template <typename T>
+__device__ void adamw(const T* g, const float* w, const float* m, const float* v, float* w2,
+                      float* m2, float* v2, T* p2, long long n, float scale, float decay,
+                      float lr, float b1, float b2, float c1, float c2, float eps) {
+    long long i = (long long)blockIdx.x * NORM_THREADS + threadIdx.x;
+    if (i >= n) return;
+    float gs = ld(g, i) * scale;
+    float mi = b1 * m[i] + (1.0f - b1) * gs;
+    float vi = b2 * v[i] + (1.0f - b2) * (gs * gs);
+    float wi = w[i] * decay - lr * ((mi * c1) / (sqrtf(vi * c2) + eps));
+    m2[i] = mi;
+    v2[i] = vi;
+    w2[i] = wi;
+    if (p2) st(p2, i, wi);
+}
+
 #define KEVIN_NORM(T, S)                                                                        \
     extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
         kevin_rms_fwd_##S(const T* x, const T* w, T* y, float* r, long long n, float eps) {     \
@@ -175,6 +198,12 @@ __device__ void swiglu_bwd(const T* g, const T* u, const T* dy, T* dg, T* du, lo
     extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
         kevin_swiglu_bwd_##S(const T* g, const T* u, const T* dy, T* dg, T* du, long long n) {  \
         swiglu_bwd<T>(g, u, dy, dg, du, n);                                                     \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
+        kevin_adamw_##S(const T* g, const float* w, const float* m, const float* v, float* w2,  \
+                        float* m2, float* v2, T* p2, long long n, float scale, float decay,     \
+                        float lr, float b1, float b2, float c1, float c2, float eps) {          \
+        adamw<T>(g, w, m, v, w2, m2, v2, p2, n, scale, decay, lr, b1, b2, c1, c2, eps);         \
     }
 
 KEVIN_NORM(float, f32)

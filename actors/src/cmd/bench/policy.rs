@@ -163,6 +163,19 @@ fn table(report: &BenchReport, hf: Option<&serde_json::Value>) -> String {
             l.tokens_per_s,
             "learner".into(),
         );
+        // A peer's JSON from before it recorded the precision: its dtype throughout.
+        let precision = hf.map(|h| match h["learner"]["precision"].as_str() {
+            Some(p) => p.to_string(),
+            None => format!(
+                "{} weights and AdamW state",
+                h["dtype"].as_str().unwrap_or("?")
+            ),
+        });
+        out += &format!(
+            "\nlearner precision: kevin {}, transformers {}\n",
+            l.precision,
+            precision.as_deref().unwrap_or("-")
+        );
         let theirs = hf.and_then(|h| h["learner"]["peak_reserved_gib"].as_f64());
         if l.pool_gib.is_some() || theirs.is_some() {
             let gib = |g: Option<f64>| g.map_or("-".into(), |g| format!("{g:.1} GiB"));
