@@ -438,3 +438,50 @@ pub(crate) fn assert_compiles(source: &Source) {
         panic!("{e}");
     }
 }
+
+/// Runs kernel `name` of `source` once on kevin's CPU device model ([`kevin::cpu`]: the CUDA
+/// source compiled with the host C++ compiler, a block's threads as fibers) over host `buffers`
+/// (`ResolvedArg::Tensor(i)` is the address of `buffers[i]`), so tests check a kernel's
+/// arithmetic and indexing without a GPU. Returns false (and says so) without a host C++
+/// compiler.
+#[cfg(test)]
+pub(crate) fn run_on_cpu_model(
+    source: &Source,
+    name: &str,
+    grid: [u32; 3],
+    block: [u32; 3],
+    args: Vec<kevin::candidate::ResolvedArg>,
+    buffers: &mut [Vec<u8>],
+) -> bool {
+    use kevin::candidate::{ResolvedLaunch, ResolvedPlan};
+    if let Err(e) = kevin::cpu::find_compiler() {
+        eprintln!("skipping the CPU device model: {e}");
+        return false;
+    }
+    let launch = ResolvedLaunch {
+        line: 1,
+        kernel: name.to_string(),
+        grid,
+        block,
+        smem_bytes: 0,
+        args,
+    };
+    let plan = ResolvedPlan {
+        scratch: Vec::new(),
+        launches: vec![launch],
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "kevin-policy-cpu-model-{}-{name}",
+        std::process::id()
+    ));
+    let so = kevin::cpu::compile(&source.full_text(), &plan, &dir)
+        .unwrap_or_else(|e| panic!("{} on the CPU model: {e}", source.name));
+    let module = kevin::cpu::Module::load(&so).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let ptrs: Vec<*mut std::ffi::c_void> =
+        buffers.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+    // SAFETY: kevin's own kernel; the caller sizes every buffer for the arguments it passes.
+    unsafe { module.launch(&plan.launches[0], &ptrs, &[], 2) }
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    std::fs::remove_dir_all(&dir).ok();
+    true
+}

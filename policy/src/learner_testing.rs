@@ -62,6 +62,22 @@ impl<B: Backend> BigramTestLm<B> {
         }
     }
 
+    /// A copy of the weights under fresh parameter ids, drawn now (a lazily initialised double's
+    /// clones would each draw their own), as a model reloaded in a new process has them.
+    pub fn reloaded(&self) -> Self {
+        let (e, h, b) = self.weights();
+        BigramTestLm::from_weights(e.detach(), h.detach(), b.detach(), self.max_positions)
+    }
+
+    /// Every weight's value: the embedding, the head, the bias, each row-major.
+    pub fn weight_values(&self) -> Vec<f32> {
+        let (e, h, b) = self.weights();
+        [e.into_data(), h.into_data(), b.into_data()]
+            .iter()
+            .flat_map(|d| d.iter::<f32>().collect::<Vec<_>>())
+            .collect()
+    }
+
     /// The weights, as [`BigramTestLm::from_weights`] takes them.
     pub fn weights(&self) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>) {
         let bias = match &self.head.bias {

@@ -991,6 +991,131 @@ impl<B: NormKernels, C: CheckpointStrategy> FusedNorm for Autodiff<B, C> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// `kevin_adamw` run on the CPU device model against [`crate::optim::reference_step`] (burn's
+    /// ops on NdArray) on the same values: f32 (no rounded weights) and bf16 (gradient in bf16,
+    /// the weights also written rounded to bf16), over four blocks, the last one partial.
+    #[test]
+    fn adamw_kernel_matches_burns_ops_on_the_cpu_device_model() {
+        use burn::backend::NdArray;
+        use kevin::candidate::{ResolvedArg as A, Scalar};
+        let n = 3 * 256 + 17;
+        let step = AdamStep {
+            scale: 0.3,
+            decay: 1.0 - 1e-3 * 0.1,
+            lr: 1e-3,
+            beta_1: 0.9,
+            beta_2: 0.95,
+            c1: 1.0 / (1.0 - 0.9f32.powi(3)),
+            c2: 1.0 / (1.0 - 0.95f32.powi(3)),
+            eps: 1e-8,
+        };
+        let wave = |k: f32, a: f32| -> Vec<f32> {
+            (0..n).map(|i| (i as f32 * k + 0.5).sin() * a).collect()
+        };
+        for bf16_grad in [false, true] {
+            let mut g = wave(0.37, 2.0);
+            if bf16_grad {
+                g.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32());
+            }
+            let (w, m) = (wave(0.11, 0.5), wave(0.23, 0.1));
+            let v: Vec<f32> = wave(0.05, 0.1).iter().map(|x| x * x).collect();
+            let f32s = |x: &[f32]| x.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<u8>>();
+            let g_bytes = if bf16_grad {
+                g.iter()
+                    .flat_map(|&x| bf16::from_f32(x).to_bits().to_ne_bytes())
+                    .collect()
+            } else {
+                f32s(&g)
+            };
+            let mut bufs = vec![
+                g_bytes,
+                f32s(&w),
+                f32s(&m),
+                f32s(&v),
+                vec![0; 4 * n],
+                vec![0; 4 * n],
+                vec![0; 4 * n],
+                vec![0; 2 * n],
+            ];
+            let mut args: Vec<A> = (0..7).map(A::Tensor).collect();
+            args.push(if bf16_grad {
+                A::Tensor(7)
+            } else {
+                A::Scalar(Scalar::U64(0))
+            });
+            args.push(A::Scalar(Scalar::I64(n as i64)));
+            let AdamStep {
+                scale,
+                decay,
+                lr,
+                beta_1,
+                beta_2,
+                c1,
+                c2,
+                eps,
+            } = step;
+            for x in [scale, decay, lr, beta_1, beta_2, c1, c2, eps] {
+                args.push(A::Scalar(Scalar::F32(x)));
+            }
+            let name = if bf16_grad {
+                "kevin_adamw_bf16"
+            } else {
+                "kevin_adamw_f32"
+            };
+            let grid = [n.div_ceil(THREADS as usize) as u32, 1, 1];
+            if !crate::kernels::run_on_cpu_model(
+                &SOURCE,
+                name,
+                grid,
+                [THREADS, 1, 1],
+                args,
+                &mut bufs,
+            ) {
+                return;
+            }
+            let host = |x: &[f32]| {
+                Tensor::<NdArray, 1>::from_data(
+                    burn::tensor::TensorData::new(x.to_vec(), [n]),
+                    &Default::default(),
+                )
+            };
+            let (ww, wm, wv, _) =
+                crate::optim::reference_step(host(&g), host(&w), host(&m), host(&v), step);
+            let read = |b: &[u8]| -> Vec<f32> {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            };
+            for (what, got, want) in [
+                ("w", &bufs[4], ww),
+                ("m", &bufs[5], wm),
+                ("v", &bufs[6], wv),
+            ] {
+                let want = want.into_data().to_vec::<f32>().unwrap();
+                let got = read(got);
+                let top = want.iter().fold(1e-30f32, |a, x| a.max(x.abs()));
+                let diff = got
+                    .iter()
+                    .zip(&want)
+                    .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+                assert!(diff <= 1e-6 * top, "{name} {what}: {diff} of {top}");
+            }
+            if bf16_grad {
+                let w2 = read(&bufs[4]);
+                for (i, c) in bufs[7].chunks_exact(2).enumerate() {
+                    let got = bf16::from_bits(u16::from_ne_bytes([c[0], c[1]]));
+                    assert_eq!(
+                        got,
+                        bf16::from_f32(w2[i]),
+                        "{name}: weight {i} not w' rounded"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn norm_kernels_compile_for_sm_90() {
         crate::kernels::assert_compiles(&super::SOURCE);

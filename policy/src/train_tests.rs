@@ -299,20 +299,6 @@ fn positive_advantage_raises_its_response_and_negative_lowers_its() {
     assert_eq!((t.version(), t.optimizer_steps()), (10, 10));
 }
 
-/// A copy of `model`'s weights under fresh parameter ids, as a model reloaded in a new process.
-fn reloaded(model: &Lm) -> Lm {
-    let (e, h, b) = model.weights();
-    BigramTestLm::from_weights(e.detach(), h.detach(), b.detach(), 64)
-}
-
-fn weights(model: &Lm) -> Vec<f32> {
-    let (e, h, b) = model.weights();
-    [e.into_data(), h.into_data(), b.into_data()]
-        .iter()
-        .flat_map(|d| d.iter::<f32>().collect::<Vec<_>>())
-        .collect()
-}
-
 #[test]
 fn optimizer_state_round_trip_continues_identically() {
     let dir = std::env::temp_dir().join(format!("kevin-policy-optim-{}", std::process::id()));
@@ -328,25 +314,27 @@ fn optimizer_state_round_trip_continues_identically() {
     a.save_optimizer(&dir).unwrap();
     assert!(dir.join(OPTIMIZER_FILE).is_file());
 
-    let mut b = trainer(reloaded(a.model()), cfg.clone());
+    let mut b = trainer(a.model().reloaded(), cfg.clone());
     b.load_optimizer(&dir).unwrap();
     assert_eq!((b.version(), b.optimizer_steps()), (1, 2));
     // Without the saved state the same weights would take a different step: the control that
     // shows the comparison below can fail.
-    let mut fresh = trainer(reloaded(a.model()), cfg.clone());
+    let mut fresh = trainer(a.model().reloaded(), cfg.clone());
 
     let second = samples(a.model(), 6, 0.2, 32);
     a.train_batch(&second).unwrap();
     b.train_batch(&second).unwrap();
     fresh.train_batch(&second).unwrap();
     assert_eq!(
-        weights(a.model()),
-        weights(b.model()),
+        a.model().weight_values(),
+        b.model().weight_values(),
         "resumed trainer diverged"
     );
-    let drift = weights(a.model())
+    let drift = a
+        .model()
+        .weight_values()
         .iter()
-        .zip(weights(fresh.model()))
+        .zip(fresh.model().weight_values())
         .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
     assert!(
         drift > 1e-4,
@@ -480,7 +468,7 @@ fn settings_are_checked_by_key() {
 #[test]
 fn a_batch_without_response_tokens_takes_no_step() {
     let mut t = trainer(lm(), config());
-    let before = weights(t.model());
+    let before = t.model().weight_values();
     let stats = t
         .train_batch(&[TrainSample {
             prompt_tokens: vec![1],
@@ -494,7 +482,7 @@ fn a_batch_without_response_tokens_takes_no_step() {
         (0, 0, 1)
     );
     assert_eq!(t.version(), 1);
-    assert_eq!(weights(t.model()), before);
+    assert_eq!(t.model().weight_values(), before);
 }
 
 #[test]

@@ -65,6 +65,17 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// `v` rounded to bf16 (and back to f32) when `bf16`, else as it is.
+fn rounded(v: Vec<f32>, bf16: bool) -> Vec<f32> {
+    if bf16 {
+        v.into_iter()
+            .map(|x| half::bf16::from_f32(x).to_f32())
+            .collect()
+    } else {
+        v
+    }
+}
+
 fn tensor<B: burn::tensor::backend::Backend, const D: usize>(
     shape: [usize; D],
     seed: u64,
@@ -589,15 +600,7 @@ fn flash_attention_and_its_gradients_match_the_cpu_on_cuda() {
     ) -> [f32; 4] {
         type C = Autodiff<NdArray<f32>>;
         let (b, h, kv, t, d) = dims;
-        let round = |x: Vec<f32>| -> Vec<f32> {
-            if bf16 {
-                x.into_iter()
-                    .map(|v| half::bf16::from_f32(v).to_f32())
-                    .collect()
-            } else {
-                x
-            }
-        };
+        let round = |x: Vec<f32>| rounded(x, bf16);
         let shapes = [[b, h, t, d], [b, kv, t, d], [b, kv, t, d], [b, h, t, d]];
         let vals: Vec<Vec<f32>> = shapes
             .iter()
@@ -700,17 +703,7 @@ fn chosen_logprobs_and_their_gradient_match_the_cpu_on_cuda() {
     ) -> [f32; 2] {
         type C = Autodiff<NdArray<f32>>;
         let n = rows.len();
-        let x: Vec<f32> = values(m * v, 7)
-            .into_iter()
-            .map(|a| {
-                let a = a * spread;
-                if bf16 {
-                    half::bf16::from_f32(a).to_f32()
-                } else {
-                    a
-                }
-            })
-            .collect();
+        let x = rounded(values(m * v, 7).iter().map(|a| a * spread).collect(), bf16);
         let targets: Vec<i64> = (0..n).map(|i| ((i * 7919 + 13) % v) as i64).collect();
         let w = values(n, 8);
         let ints = |d: &[i64]| TensorData::new(d.to_vec(), [d.len()]);
@@ -811,15 +804,7 @@ fn rms_norm_and_bias_gradients_match_the_cpu_on_cuda() {
     ) -> [f32; 4] {
         type C = Autodiff<NdArray<f32>>;
         let eps = 1e-6;
-        let round = |v: Vec<f32>| -> Vec<f32> {
-            if bf16 {
-                v.into_iter()
-                    .map(|x| half::bf16::from_f32(x).to_f32())
-                    .collect()
-            } else {
-                v
-            }
-        };
+        let round = |v: Vec<f32>| rounded(v, bf16);
         let x = round(values(a * b * n, 11).into_iter().map(|v| v * 3.0).collect());
         let w = round(values(n, 12).into_iter().map(|v| 1.0 + 0.5 * v).collect());
         let bias = round(values(n, 13));
@@ -926,17 +911,7 @@ fn rope_and_swiglu_match_the_cpu_on_cuda() {
     // The values, rounded to bf16 first when `bf16`, on the GPU in the dtype and on the CPU.
     let pair = |shape: &[usize], seed: u64, scale: f32, bf16: bool| {
         let n = shape.iter().product();
-        let v: Vec<f32> = values(n, seed)
-            .into_iter()
-            .map(|x| x * scale)
-            .map(|x| {
-                if bf16 {
-                    half::bf16::from_f32(x).to_f32()
-                } else {
-                    x
-                }
-            })
-            .collect();
+        let v = rounded(values(n, seed).iter().map(|x| x * scale).collect(), bf16);
         let g = Tensor::<G, 1>::from_data(TensorData::new(v.clone(), [n]), &gpu);
         let g = if bf16 { g.cast(FloatDType::BF16) } else { g };
         let c = Tensor::<C, 1>::from_data(TensorData::new(v, [n]), &cpu);
@@ -1043,16 +1018,7 @@ fn squared_sum_of_many_tensors_matches_the_cpu_on_cuda() {
         let mut prims = Vec::new();
         for (k, shape) in shapes.iter().enumerate() {
             let n: usize = shape.iter().product();
-            let v: Vec<f32> = values(n, 30 + k as u64)
-                .into_iter()
-                .map(|x| {
-                    if bf16 {
-                        half::bf16::from_f32(x).to_f32()
-                    } else {
-                        x
-                    }
-                })
-                .collect();
+            let v = rounded(values(n, 30 + k as u64), bf16);
             want += v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>();
             let t = Tensor::<G, 1>::from_data(TensorData::new(v, [n]), gpu);
             let t = if bf16 {
@@ -1113,15 +1079,7 @@ fn adamw_step_matches_the_cpu_on_cuda() {
         step: AdamStep,
         gpu: &G::Device,
     ) -> [f32; 4] {
-        let round = |v: Vec<f32>| -> Vec<f32> {
-            if bf16 {
-                v.into_iter()
-                    .map(|x| half::bf16::from_f32(x).to_f32())
-                    .collect()
-            } else {
-                v
-            }
-        };
+        let round = |v: Vec<f32>| rounded(v, bf16);
         let g = round(values(n, 41));
         let w = values(n, 42);
         let m: Vec<f32> = values(n, 43).iter().map(|x| x * 0.1).collect();

@@ -471,6 +471,10 @@ impl KernelEnv for CudaEnv {
         Some(self.peak.load(Ordering::Relaxed))
     }
 
+    fn phase_stats(&self) -> Vec<(String, u64, f64)> {
+        CudaEnv::phase_stats(self)
+    }
+
     fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
         if let Some(reason) = self.refused.get(task_name) {
             return Err(Outcome::HarnessError {

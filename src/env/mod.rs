@@ -119,6 +119,12 @@ pub trait KernelEnv: Send + Sync {
     fn device_memory_peak(&self) -> Option<u64> {
         None
     }
+    /// Where evaluation requests spent their time so far: `(phase, requests, mean ms a
+    /// request)` (the GPU workers' phases, the waits for the GPU lock and the timing lease; see
+    /// [`cuda::CudaEnv::phase_stats`]). Empty for an environment that does not measure them.
+    fn phase_stats(&self) -> Vec<(String, u64, f64)> {
+        Vec::new()
+    }
 }
 
 /// What every real environment checks before it compiles anything: the static rules, the launch

@@ -59,6 +59,17 @@ pub enum StopReason {
     DiskLow(String),
 }
 
+/// `phases` as one line: `name mean_ms (requests)`, the costliest in total first.
+fn phase_line(phases: &[(String, u64, f64)]) -> String {
+    let mut sorted: Vec<&(String, u64, f64)> = phases.iter().collect();
+    sorted.sort_by(|a, b| (b.1 as f64 * b.2).total_cmp(&(a.1 as f64 * a.2)));
+    sorted
+        .iter()
+        .map(|(name, n, ms)| format!("{name} {ms:.1} ({n})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What a training session did.
 #[derive(Debug, Clone)]
 pub struct TrainSummary {
@@ -398,6 +409,7 @@ pub fn train(
         recovery.next_seq,
     );
 
+    let phases_env = env.clone();
     let system = actix::System::new();
     let result = system.block_on(async move {
         let failures = Arc::new(Failures::default());
@@ -526,6 +538,10 @@ pub fn train(
         if abandoned_groups > 0 {
             tracing::warn!(groups = abandoned_groups, "drain timed out: these groups were never accepted and are lost");
         }
+        let phases = phases_env.phase_stats();
+        if !phases.is_empty() {
+            tracing::info!(phases = %phase_line(&phases), "evaluation requests' time (mean ms a request, requests)");
+        }
         let summary = learner.send(Finish).await.map_err(|e| TrainError::Failed(format!("learner: {e}")))?;
         let _ = telemetry.addr.send(Flush).await;
         io_arbiter.stop();
@@ -606,6 +622,20 @@ async fn watch_disk(dir: PathBuf, budget: u64, min_free: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn phase_line_puts_the_costliest_phase_first() {
+        let phases = vec![
+            ("profile.load".to_string(), 10, 1.0),
+            ("verify.lock_wait".to_string(), 4, 50.0),
+            ("profile.timing".to_string(), 100, 12.345),
+        ];
+        assert_eq!(
+            phase_line(&phases),
+            "profile.timing 12.3 (100), verify.lock_wait 50.0 (4), profile.load 1.0 (10)"
+        );
+        assert_eq!(phase_line(&[]), "");
+    }
 
     #[test]
     fn config_differences_name_the_key() {
