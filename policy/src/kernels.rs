@@ -440,8 +440,9 @@ pub(crate) fn assert_compiles(source: &Source) {
 }
 
 /// Runs kernel `name` of `source` once on kevin's CPU device model ([`kevin::cpu`]: the CUDA
-/// source compiled with the host C++ compiler, a block's threads as fibers) over host `buffers`
-/// (`ResolvedArg::Tensor(i)` is the address of `buffers[i]`), so tests check a kernel's
+/// source compiled with the host C++ compiler, a block's threads as fibers) with `smem_bytes` of
+/// dynamic shared memory over host `buffers` (`ResolvedArg::Tensor(i)` is the address of
+/// `buffers[i]`), so tests check a kernel's
 /// arithmetic and indexing without a GPU. Returns false (and says so) without a host C++
 /// compiler.
 #[cfg(test)]
@@ -450,6 +451,7 @@ pub(crate) fn run_on_cpu_model(
     name: &str,
     grid: [u32; 3],
     block: [u32; 3],
+    smem_bytes: u32,
     args: Vec<kevin::candidate::ResolvedArg>,
     buffers: &mut [Vec<u8>],
 ) -> bool {
@@ -463,7 +465,7 @@ pub(crate) fn run_on_cpu_model(
         kernel: name.to_string(),
         grid,
         block,
-        smem_bytes: 0,
+        smem_bytes,
         args,
     };
     let plan = ResolvedPlan {

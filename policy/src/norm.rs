@@ -1021,19 +1021,18 @@ mod tests {
             }
             let (w, m) = (wave(0.11, 0.5), wave(0.23, 0.1));
             let v: Vec<f32> = wave(0.05, 0.1).iter().map(|x| x * x).collect();
-            let f32s = |x: &[f32]| x.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<u8>>();
             let g_bytes = if bf16_grad {
                 g.iter()
                     .flat_map(|&x| bf16::from_f32(x).to_bits().to_ne_bytes())
                     .collect()
             } else {
-                f32s(&g)
+                f32_bytes(&g)
             };
             let mut bufs = vec![
                 g_bytes,
-                f32s(&w),
-                f32s(&m),
-                f32s(&v),
+                f32_bytes(&w),
+                f32_bytes(&m),
+                f32_bytes(&v),
                 vec![0; 4 * n],
                 vec![0; 4 * n],
                 vec![0; 4 * n],
@@ -1070,6 +1069,7 @@ mod tests {
                 name,
                 grid,
                 [THREADS, 1, 1],
+                0,
                 args,
                 &mut bufs,
             ) {
@@ -1083,18 +1083,13 @@ mod tests {
             };
             let (ww, wm, wv, _) =
                 crate::optim::reference_step(host(&g), host(&w), host(&m), host(&v), step);
-            let read = |b: &[u8]| -> Vec<f32> {
-                b.chunks_exact(4)
-                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect()
-            };
             for (what, got, want) in [
                 ("w", &bufs[4], ww),
                 ("m", &bufs[5], wm),
                 ("v", &bufs[6], wv),
             ] {
                 let want = want.into_data().to_vec::<f32>().unwrap();
-                let got = read(got);
+                let got = f32_values(got);
                 let top = want.iter().fold(1e-30f32, |a, x| a.max(x.abs()));
                 let diff = got
                     .iter()
@@ -1103,7 +1098,7 @@ mod tests {
                 assert!(diff <= 1e-6 * top, "{name} {what}: {diff} of {top}");
             }
             if bf16_grad {
-                let w2 = read(&bufs[4]);
+                let w2 = f32_values(&bufs[4]);
                 for (i, c) in bufs[7].chunks_exact(2).enumerate() {
                     let got = bf16::from_bits(u16::from_ne_bytes([c[0], c[1]]));
                     assert_eq!(
@@ -1114,6 +1109,270 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn f32_bytes(x: &[f32]) -> Vec<u8> {
+        x.iter().flat_map(|v| v.to_ne_bytes()).collect()
+    }
+
+    fn f32_values(b: &[u8]) -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// Deterministic values in about [-a, a].
+    fn wave(n: usize, k: f64, a: f64) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i as f64 * k + 0.3).sin() * a) as f32)
+            .collect()
+    }
+
+    /// `kernel_f32` on the CPU device model over `inputs` then `outputs` zeroed buffers of these
+    /// element counts (f32), with the dims as i64 and `tail` after them; the outputs, or `None`
+    /// without a host compiler.
+    fn on_cpu_model(
+        kernel: &str,
+        grid: [u32; 3],
+        smem: u32,
+        inputs: &[&[f32]],
+        outputs: &[usize],
+        tail: &[kevin::candidate::Scalar],
+    ) -> Option<Vec<Vec<f32>>> {
+        use kevin::candidate::ResolvedArg as A;
+        let mut bufs: Vec<Vec<u8>> = inputs.iter().map(|x| f32_bytes(x)).collect();
+        bufs.extend(outputs.iter().map(|&n| vec![0u8; 4 * n]));
+        let mut args: Vec<A> = (0..bufs.len()).map(A::Tensor).collect();
+        args.extend(tail.iter().map(|&s| A::Scalar(s)));
+        let name = format!("kevin_{kernel}_f32");
+        crate::kernels::run_on_cpu_model(
+            &SOURCE,
+            &name,
+            grid,
+            [THREADS, 1, 1],
+            smem,
+            args,
+            &mut bufs,
+        )
+        .then(|| bufs[inputs.len()..].iter().map(|b| f32_values(b)).collect())
+    }
+
+    /// The largest difference between `got` and `want`, relative to `want`'s largest value.
+    fn rel(got: &[f32], want: &[f64]) -> f64 {
+        assert_eq!(got.len(), want.len());
+        let top = want.iter().fold(1e-30f64, |a, x| a.max(x.abs()));
+        got.iter()
+            .zip(want)
+            .fold(0f64, |a, (&g, w)| a.max((g as f64 - w).abs()))
+            / top
+    }
+
+    /// RMSNorm forward and backward, the column sums and the sum of squares (f32) on the CPU
+    /// device model against f64 arithmetic by hand: rows that do not fill a block of the
+    /// backward, a width that does not fill a block's threads.
+    #[test]
+    fn norm_kernels_match_f64_on_the_cpu_device_model() {
+        use kevin::candidate::Scalar::{F32, I64};
+        let (rows, n, eps) = (ROWS + 3, 300, 1e-6f32);
+        let x = wave(rows * n, 0.37, 2.0);
+        let w = wave(n, 0.11, 1.0);
+        let dy = wave(rows * n, 0.23, 1.5);
+        let Some(out) = on_cpu_model(
+            "rms_fwd",
+            [rows as u32, 1, 1],
+            0,
+            &[&x, &w],
+            &[rows * n, rows],
+            &[I64(n as i64), F32(eps)],
+        ) else {
+            return;
+        };
+        let (mut want_y, mut want_r) = (vec![], vec![]);
+        for row in 0..rows {
+            let xs = &x[row * n..(row + 1) * n];
+            let ms = xs.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+            let r = 1.0 / (ms + eps as f64).sqrt();
+            want_r.push(r);
+            want_y.extend(xs.iter().zip(&w).map(|(&v, &wj)| v as f64 * r * wj as f64));
+        }
+        assert!(
+            rel(&out[0], &want_y) < 1e-6,
+            "RMSNorm y: {}",
+            rel(&out[0], &want_y)
+        );
+        assert!(
+            rel(&out[1], &want_r) < 1e-6,
+            "RMSNorm 1/rms: {}",
+            rel(&out[1], &want_r)
+        );
+
+        let r = out[1].clone();
+        let blocks = rows.div_ceil(ROWS) as u32;
+        let out = on_cpu_model(
+            "rms_bwd",
+            [blocks, 1, 1],
+            4 * n as u32,
+            &[&x, &w, &r, &dy],
+            &[rows * n, n],
+            &[I64(rows as i64), I64(n as i64)],
+        )
+        .expect("the compiler was there a moment ago");
+        let (mut want_dx, mut want_dw) = (vec![], vec![0f64; n]);
+        for row in 0..rows {
+            let (xs, gs, ri) = (&x[row * n..][..n], &dy[row * n..][..n], r[row] as f64);
+            let dot = (0..n)
+                .map(|j| gs[j] as f64 * w[j] as f64 * xs[j] as f64)
+                .sum::<f64>()
+                / n as f64;
+            for j in 0..n {
+                let (xv, g) = (xs[j] as f64, gs[j] as f64);
+                want_dx.push(ri * g * w[j] as f64 - xv * ri.powi(3) * dot);
+                want_dw[j] += g * xv * ri;
+            }
+        }
+        assert!(
+            rel(&out[0], &want_dx) < 1e-5,
+            "RMSNorm dx: {}",
+            rel(&out[0], &want_dx)
+        );
+        assert!(
+            rel(&out[1], &want_dw) < 1e-5,
+            "RMSNorm dw: {}",
+            rel(&out[1], &want_dw)
+        );
+
+        let grid = [
+            n.div_ceil(THREADS as usize) as u32,
+            rows.div_ceil(COL_ROWS) as u32,
+            1,
+        ];
+        let out = on_cpu_model(
+            "col_sum",
+            grid,
+            0,
+            &[&dy],
+            &[n],
+            &[I64(rows as i64), I64(n as i64)],
+        )
+        .expect("the compiler was there a moment ago");
+        let want: Vec<f64> = (0..n)
+            .map(|j| (0..rows).map(|row| dy[row * n + j] as f64).sum())
+            .collect();
+        assert!(
+            rel(&out[0], &want) < 1e-6,
+            "column sums: {}",
+            rel(&out[0], &want)
+        );
+
+        let m = x.len();
+        let grid = [m.div_ceil(THREADS as usize * 4).min(1024) as u32, 1, 1];
+        let out = on_cpu_model("sq_sum", grid, 0, &[&x], &[1], &[I64(m as i64)])
+            .expect("the compiler was there a moment ago");
+        let want = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
+        assert!(
+            rel(&out[0], &[want]) < 1e-6,
+            "sum of squares: {} for {want}",
+            out[0][0]
+        );
+    }
+
+    /// RoPE both ways and SwiGLU both ways (f32) on the CPU device model against f64 arithmetic
+    /// by hand: angles per row (crows = b) and shared, heads first and back to rows.
+    #[test]
+    fn rope_and_swiglu_kernels_match_f64_on_the_cpu_device_model() {
+        use kevin::candidate::Scalar::{I32, I64};
+        let (b, t, h, d) = (2, 5, 3, 8);
+        let k = d / 2;
+        let x = wave(b * t * h * d, 0.31, 1.0);
+        for crows in [1, b] {
+            let c = wave(crows * t * d, 0.17, 1.0);
+            let s = wave(crows * t * d, 0.29, 1.0);
+            let pairs = b * h * t * k;
+            let grid = [pairs.div_ceil(THREADS as usize) as u32, 1, 1];
+            let dims = [b, t, h, d, crows].map(|v| I64(v as i64));
+            for back in [0, 1] {
+                let mut tail = dims.to_vec();
+                tail.push(I32(back));
+                let Some(out) = on_cpu_model("rope", grid, 0, &[&x, &c, &s], &[x.len()], &tail)
+                else {
+                    return;
+                };
+                let mut want = vec![0f64; x.len()];
+                for (bi, hi, ti, j) in (0..b).flat_map(|bi| {
+                    (0..h).flat_map(move |hi| {
+                        (0..t).flat_map(move |ti| (0..k).map(move |j| (bi, hi, ti, j)))
+                    })
+                }) {
+                    let heads = ((bi * h + hi) * t + ti) * d + j;
+                    let rows = ((bi * t + ti) * h + hi) * d + j;
+                    let ci = ((bi % crows) * t + ti) * d + j;
+                    let (cj, ck, sj, sk) = (
+                        c[ci] as f64,
+                        c[ci + k] as f64,
+                        s[ci] as f64,
+                        s[ci + k] as f64,
+                    );
+                    let (from, to) = if back == 1 {
+                        (heads, rows)
+                    } else {
+                        (rows, heads)
+                    };
+                    let (a, z) = (x[from] as f64, x[from + k] as f64);
+                    if back == 1 {
+                        want[to] = a * cj + z * sk;
+                        want[to + k] = z * ck - a * sj;
+                    } else {
+                        want[to] = a * cj - z * sj;
+                        want[to + k] = z * ck + a * sk;
+                    }
+                }
+                assert!(
+                    rel(&out[0], &want) < 1e-6,
+                    "RoPE crows {crows} back {back}: {}",
+                    rel(&out[0], &want)
+                );
+            }
+        }
+
+        let n = 3 * THREADS as usize + 5;
+        let (g, u, dy) = (wave(n, 0.41, 4.0), wave(n, 0.13, 2.0), wave(n, 0.07, 1.0));
+        let grid = [n.div_ceil(THREADS as usize) as u32, 1, 1];
+        let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+        let out = on_cpu_model("swiglu_fwd", grid, 0, &[&g, &u], &[n], &[I64(n as i64)])
+            .expect("the compiler was there a moment ago");
+        let want: Vec<f64> = (0..n)
+            .map(|i| g[i] as f64 * sig(g[i] as f64) * u[i] as f64)
+            .collect();
+        assert!(
+            rel(&out[0], &want) < 1e-6,
+            "SwiGLU y: {}",
+            rel(&out[0], &want)
+        );
+        let out = on_cpu_model(
+            "swiglu_bwd",
+            grid,
+            0,
+            &[&g, &u, &dy],
+            &[n, n],
+            &[I64(n as i64)],
+        )
+        .expect("the compiler was there a moment ago");
+        let (mut want_dg, mut want_du) = (vec![], vec![]);
+        for i in 0..n {
+            let (gv, sg, dv) = (g[i] as f64, sig(g[i] as f64), dy[i] as f64);
+            want_du.push(dv * gv * sg);
+            want_dg.push(dv * u[i] as f64 * sg * (1.0 + gv * (1.0 - sg)));
+        }
+        assert!(
+            rel(&out[0], &want_dg) < 1e-6,
+            "SwiGLU dg: {}",
+            rel(&out[0], &want_dg)
+        );
+        assert!(
+            rel(&out[1], &want_du) < 1e-6,
+            "SwiGLU du: {}",
+            rel(&out[1], &want_du)
+        );
     }
 
     #[test]
