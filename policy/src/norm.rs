@@ -223,6 +223,32 @@ pub struct AdamStep {
     pub eps: f32,
 }
 
+impl AdamStep {
+    /// The step of a parameter at its `time`-th step (from 1) with `settings` at learning rate
+    /// `lr`, its gradient scaled by `scale`.
+    pub fn at(settings: &crate::optim::AdamWSettings, lr: f64, time: u64, scale: f64) -> AdamStep {
+        let power = |beta: f64| beta.powi(time.min(i32::MAX as u64) as i32);
+        AdamStep {
+            scale: scale as f32,
+            decay: (1.0 - lr * settings.weight_decay) as f32,
+            lr: lr as f32,
+            beta_1: settings.beta_1 as f32,
+            beta_2: settings.beta_2 as f32,
+            c1: (1.0 / (1.0 - power(settings.beta_1))) as f32,
+            c2: (1.0 / (1.0 - power(settings.beta_2))) as f32,
+            eps: settings.epsilon as f32,
+        }
+    }
+
+    /// The kernel's float arguments, in its order.
+    pub fn scalars(&self) -> [f32; 8] {
+        let s = self;
+        [
+            s.scale, s.decay, s.lr, s.beta_1, s.beta_2, s.c1, s.c2, s.eps,
+        ]
+    }
+}
+
 /// What [`adamw`] gives: the f32 weights, first and second moments after the step, and the
 /// weights rounded to the gradient's dtype when that is not f32 (a bf16 model's parameter).
 pub type AdamOut<B> = (
@@ -656,17 +682,7 @@ fn cube_adamw(ins: [Ct; 4], step: AdamStep) -> Result<Vec<Ct>, String> {
         let all: Vec<&Ct> = [&g, &w, &m, &v].into_iter().chain(&outs).collect();
         in_order(&SOURCE, &all, |e, p| {
             let rounded = p.get(7).copied().unwrap_or(0);
-            let AdamStep {
-                scale,
-                decay,
-                lr,
-                beta_1,
-                beta_2,
-                c1,
-                c2,
-                eps,
-            } = step;
-            let floats = [scale, decay, lr, beta_1, beta_2, c1, c2, eps].map(f32::to_ne_bytes);
+            let floats = step.scalars().map(f32::to_ne_bytes);
             let mut scalars: Vec<&[u8]> = vec![];
             let count = (n as i64).to_ne_bytes();
             scalars.push(&count);
@@ -1001,16 +1017,7 @@ mod tests {
         use burn::backend::NdArray;
         use kevin::candidate::{ResolvedArg as A, Scalar};
         let n = 3 * 256 + 17;
-        let step = AdamStep {
-            scale: 0.3,
-            decay: 1.0 - 1e-3 * 0.1,
-            lr: 1e-3,
-            beta_1: 0.9,
-            beta_2: 0.95,
-            c1: 1.0 / (1.0 - 0.9f32.powi(3)),
-            c2: 1.0 / (1.0 - 0.95f32.powi(3)),
-            eps: 1e-8,
-        };
+        let step = AdamStep::at(&crate::optim::TEST_SETTINGS, 1e-3, 3, 0.3);
         let wave = |k: f32, a: f32| -> Vec<f32> {
             (0..n).map(|i| (i as f32 * k + 0.5).sin() * a).collect()
         };
@@ -1045,17 +1052,7 @@ mod tests {
                 A::Scalar(Scalar::U64(0))
             });
             args.push(A::Scalar(Scalar::I64(n as i64)));
-            let AdamStep {
-                scale,
-                decay,
-                lr,
-                beta_1,
-                beta_2,
-                c1,
-                c2,
-                eps,
-            } = step;
-            for x in [scale, decay, lr, beta_1, beta_2, c1, c2, eps] {
+            for x in step.scalars() {
                 args.push(A::Scalar(Scalar::F32(x)));
             }
             let name = if bf16_grad {

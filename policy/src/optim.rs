@@ -141,18 +141,7 @@ impl<B: Backend> AdamW<B> {
             }
         });
         let time = slot.time + 1;
-        let s = &self.settings;
-        let power = |beta: f64| beta.powi(time.min(i32::MAX as u64) as i32);
-        let step = AdamStep {
-            scale: scale as f32,
-            decay: (1.0 - lr * s.weight_decay) as f32,
-            lr: lr as f32,
-            beta_1: s.beta_1 as f32,
-            beta_2: s.beta_2 as f32,
-            c1: (1.0 / (1.0 - power(s.beta_1))) as f32,
-            c2: (1.0 / (1.0 - power(s.beta_2))) as f32,
-            eps: s.epsilon as f32,
-        };
+        let step = AdamStep::at(&self.settings, lr, time, scale);
         let w = slot.master.unwrap_or(param);
         let (w, m, v, rounded) = match crate::norm::adamw(grad, w, slot.m, slot.v, step) {
             Ok(out) => out,
@@ -626,6 +615,15 @@ pub(crate) fn param_table<B: Backend, M: Module<B>>(
     module.visit(&mut table);
     table.entries
 }
+
+/// Settings of the optimizer's and the kernel's tests: weight decay 0.1, betas 0.9 / 0.95.
+#[cfg(test)]
+pub(crate) const TEST_SETTINGS: AdamWSettings = AdamWSettings {
+    weight_decay: 0.1,
+    beta_1: 0.9,
+    beta_2: 0.95,
+    epsilon: 1e-8,
+};
 
 #[cfg(test)]
 #[path = "optim_tests.rs"]

@@ -10,12 +10,7 @@ use crate::learner_testing::BigramTestLm;
 type Ad = Autodiff<NdArray>;
 type Lm = BigramTestLm<Ad>;
 
-const SETTINGS: AdamWSettings = AdamWSettings {
-    weight_decay: 0.1,
-    beta_1: 0.9,
-    beta_2: 0.95,
-    epsilon: 1e-8,
-};
+const SETTINGS: AdamWSettings = TEST_SETTINGS;
 
 fn burn_adamw() -> OptimizerAdaptor<burn::optim::AdamW, Lm, Ad> {
     AdamWConfig::new()

@@ -1063,16 +1063,14 @@ fn adamw_step_matches_the_cpu_on_cuda() {
     if !gpu_tests() {
         return;
     }
-    let step = AdamStep {
-        scale: 0.3,
-        decay: 1.0 - 1e-3 * 0.1,
-        lr: 1e-3,
+    // Weight decay 0.1, betas 0.9 / 0.95, at the third step, the gradient scaled by 0.3.
+    let settings = kevin_policy::optim::AdamWSettings {
+        weight_decay: 0.1,
         beta_1: 0.9,
         beta_2: 0.95,
-        c1: 1.0 / (1.0 - 0.9f32.powi(3)),
-        c2: 1.0 / (1.0 - 0.95f32.powi(3)),
-        eps: 1e-8,
+        epsilon: 1e-8,
     };
+    let step = AdamStep::at(&settings, 1e-3, 3, 0.3);
     fn run<G: burn::tensor::backend::Backend>(
         bf16: bool,
         n: usize,
