@@ -425,12 +425,15 @@ pub fn run<B: AutodiffBackend>(
     })
 }
 
+/// A benchmark's trainer and the batch it trains on.
+type BenchTrainer<B> = (Trainer<B, Qwen2<B>>, Vec<TrainSample>);
+
 /// The learner of the benchmark (one AdamW step per batch of `train_batch` random sequences),
 /// honouring the timing lease when `args.lease`, and its batch.
 fn bench_trainer<B: AutodiffBackend>(
     args: &BenchArgs,
     device: &B::Device,
-) -> Result<(Trainer<B, Qwen2<B>>, Vec<TrainSample>), String> {
+) -> Result<BenchTrainer<B>, String> {
     let cfg = args.shape.config();
     let vocab = cfg.vocab_size;
     let model = Qwen2::<B>::new(&cfg, device).map_err(|e| e.to_string())?;

@@ -123,24 +123,25 @@ pub trait BlasMatmul: Backend {
 /// `$call` with `$x` naming each of burn's CUDA backends in turn (f32 and bf16, without and with
 /// autodiff): the first one that is the caller's backend answers (`None` when none is).
 macro_rules! on_cuda {
-    ($x:ident => $call:expr) => {
-        (|| {
+    ($x:ident => $call:expr) => {{
+        let first = || {
             type $x = burn::backend::Cuda<f32>;
             $call
-        })()
-        .or_else(|| {
-            type $x = burn::backend::Autodiff<burn::backend::Cuda<f32>>;
-            $call
-        })
-        .or_else(|| {
-            type $x = burn::backend::Cuda<half::bf16>;
-            $call
-        })
-        .or_else(|| {
-            type $x = burn::backend::Autodiff<burn::backend::Cuda<half::bf16>>;
-            $call
-        })
-    };
+        };
+        first()
+            .or_else(|| {
+                type $x = burn::backend::Autodiff<burn::backend::Cuda<f32>>;
+                $call
+            })
+            .or_else(|| {
+                type $x = burn::backend::Cuda<half::bf16>;
+                $call
+            })
+            .or_else(|| {
+                type $x = burn::backend::Autodiff<burn::backend::Cuda<half::bf16>>;
+                $call
+            })
+    }};
 }
 pub(crate) use on_cuda;
 

@@ -111,7 +111,7 @@ impl Source {
 }
 
 /// Kernel `name` of a loaded module.
-pub fn function(module: drv::CUmodule, name: &str) -> Result<drv::CUfunction, String> {
+pub(crate) fn function(module: drv::CUmodule, name: &str) -> Result<drv::CUfunction, String> {
     let c = std::ffi::CString::new(name).map_err(|_| format!("kernel name {name:?}"))?;
     // SAFETY: the module is loaded in the current (primary) context.
     unsafe { cu::module::get_function(module, c) }.map_err(|e| format!("{name}: {e:?}"))
@@ -123,7 +123,7 @@ pub fn function(module: drv::CUmodule, name: &str) -> Result<drv::CUfunction, St
 /// `args` must hold exactly the kernel's parameters, in order and in their C types, and every
 /// buffer they name must be live and large enough until the stream has run the kernel: the
 /// callers build both for their own kernels.
-pub fn launch(
+pub(crate) fn launch(
     f: drv::CUfunction,
     grid: (u32, u32, u32),
     block: u32,
@@ -212,9 +212,11 @@ impl Engine {
     }
 }
 
+/// Each (source, GPU)'s engine on this thread, or why it could not be made.
+type Engines = BTreeMap<(&'static str, usize), Result<Engine, String>>;
+
 thread_local! {
-    static ENGINES: RefCell<BTreeMap<(&'static str, usize), Result<Engine, String>>> =
-        const { RefCell::new(BTreeMap::new()) };
+    static ENGINES: RefCell<Engines> = const { RefCell::new(BTreeMap::new()) };
 }
 
 /// Runs `f` with the calling thread's engine of `source` on GPU `device` (made on first use; a
