@@ -389,10 +389,8 @@ pub fn run<B: AutodiffBackend>(
         times.sort_by(f64::total_cmp);
         let step_seconds = times[times.len() / 2];
         let tokens = args.train_batch * args.train_seq;
-        let precision = match <B::FloatElem as burn::tensor::Element>::dtype() {
-            burn::tensor::DType::F32 => "f32 weights, f32 AdamW moments".to_string(),
-            d => format!("{d:?} weights, f32 master weights and AdamW moments"),
-        };
+        let precision =
+            crate::optim::state_precision(<B::FloatElem as burn::tensor::Element>::dtype());
         let r = LearnResult {
             tokens_per_s: tokens as f64 / step_seconds,
             step_seconds,

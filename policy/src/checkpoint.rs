@@ -235,7 +235,7 @@ fn shard_files(dir: &Path, index: &Path) -> Result<Vec<PathBuf>, CheckpointError
 
 /// Little-endian bytes of a float dtype -> TensorData of that dtype; other dtypes are kept as
 /// an error for the loader to report if the model asks for that tensor.
-fn decode(dtype: Dtype, bytes: &[u8], shape: &[usize]) -> Result<TensorData, Dtype> {
+pub(crate) fn decode(dtype: Dtype, bytes: &[u8], shape: &[usize]) -> Result<TensorData, Dtype> {
     Ok(match dtype {
         Dtype::F32 => TensorData::new(
             bytes
@@ -330,7 +330,7 @@ impl<B: Backend> WeightSource<B> for CheckpointSource<'_, B> {
 }
 
 /// A tensor ready to be written: torch layout, encoded bytes.
-struct Encoded {
+pub(crate) struct Encoded {
     dtype: Dtype,
     shape: Vec<usize>,
     bytes: Vec<u8>,
@@ -362,6 +362,11 @@ fn encode(data: TensorData, kind: WeightKind, dtype: SaveDtype) -> Encoded {
     } else {
         values
     };
+    encoded(&values, shape, dtype)
+}
+
+/// `values` of `shape` (row-major) as safetensors bytes in `dtype`.
+pub(crate) fn encoded(values: &[f32], shape: Vec<usize>, dtype: SaveDtype) -> Encoded {
     let (dtype, bytes) = match dtype {
         SaveDtype::F32 => (
             Dtype::F32,

@@ -444,9 +444,8 @@ pub(crate) fn assert_compiles(source: &Source) {
 /// Runs kernel `name` of `source` once on kevin's CPU device model ([`kevin::cpu`]: the CUDA
 /// source compiled with the host C++ compiler, a block's threads as fibers) with `smem_bytes` of
 /// dynamic shared memory over host `buffers` (`ResolvedArg::Tensor(i)` is the address of
-/// `buffers[i]`), so tests check a kernel's
-/// arithmetic and indexing without a GPU. Returns false (and says so) without a host C++
-/// compiler.
+/// `buffers[i]`), so tests check a kernel's arithmetic and indexing without a GPU. Returns false
+/// (and says so) without a host C++ compiler.
 #[cfg(test)]
 pub(crate) fn run_on_cpu_model(
     source: &Source,

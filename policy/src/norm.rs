@@ -682,11 +682,11 @@ fn cube_adamw(ins: [Ct; 4], step: AdamStep) -> Result<Vec<Ct>, String> {
         let all: Vec<&Ct> = [&g, &w, &m, &v].into_iter().chain(&outs).collect();
         in_order(&SOURCE, &all, |e, p| {
             let rounded = p.get(7).copied().unwrap_or(0);
-            let floats = step.scalars().map(f32::to_ne_bytes);
-            let mut scalars: Vec<&[u8]> = vec![];
             let count = (n as i64).to_ne_bytes();
-            scalars.push(&count);
-            scalars.extend(floats.iter().map(|f| &f[..]));
+            let floats = step.scalars().map(f32::to_ne_bytes);
+            let scalars: Vec<&[u8]> = std::iter::once(&count[..])
+                .chain(floats.iter().map(|f| &f[..]))
+                .collect();
             let mut a = args(&[&p[..7], &[rounded]].concat(), &scalars);
             let grid = blocks(n.div_ceil(THREADS as usize), 1)?;
             e.launch(&format!("kevin_adamw_{s}"), grid, THREADS, 0, &mut a)
@@ -1018,16 +1018,13 @@ mod tests {
         use kevin::candidate::{ResolvedArg as A, Scalar};
         let n = 3 * 256 + 17;
         let step = AdamStep::at(&crate::optim::TEST_SETTINGS, 1e-3, 3, 0.3);
-        let wave = |k: f32, a: f32| -> Vec<f32> {
-            (0..n).map(|i| (i as f32 * k + 0.5).sin() * a).collect()
-        };
         for bf16_grad in [false, true] {
-            let mut g = wave(0.37, 2.0);
+            let mut g = wave(n, 0.37, 2.0);
             if bf16_grad {
                 g.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32());
             }
-            let (w, m) = (wave(0.11, 0.5), wave(0.23, 0.1));
-            let v: Vec<f32> = wave(0.05, 0.1).iter().map(|x| x * x).collect();
+            let (w, m) = (wave(n, 0.11, 0.5), wave(n, 0.23, 0.1));
+            let v: Vec<f32> = wave(n, 0.05, 0.1).iter().map(|x| x * x).collect();
             let g_bytes = if bf16_grad {
                 g.iter()
                     .flat_map(|&x| bf16::from_f32(x).to_bits().to_ne_bytes())

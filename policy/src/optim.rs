@@ -32,11 +32,13 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, FloatDType, Tensor, TensorData};
-use safetensors::{Dtype, SafeTensors, View};
+use burn::tensor::{DType, FloatDType, Tensor};
+use safetensors::{Dtype, SafeTensors};
 
+use crate::checkpoint::{decode, encoded, Encoded};
 use crate::grad_norm::{clip_factor, global_grad_norm};
 use crate::norm::AdamStep;
+use crate::SaveDtype;
 
 /// The file in a run directory that holds the optimizer state.
 pub const OPTIMIZER_FILE: &str = "learner_optimizer.safetensors";
@@ -90,7 +92,7 @@ pub struct AdamWSettings {
 }
 
 /// One parameter's AdamW state: steps taken, f32 moments and, for a parameter that is not f32,
-/// its f32 weights. All `[n]`, the parameter flattened.
+/// its f32 weights once it has stepped. All `[n]`, the parameter flattened.
 #[derive(Clone)]
 struct Slot<B: Backend> {
     time: u64,
@@ -137,12 +139,18 @@ impl<B: Backend> AdamW<B> {
                 time: 0,
                 m: zeros(),
                 v: zeros(),
-                master: (dtype != DType::F32).then(|| param.clone().cast(FloatDType::F32)),
+                master: None,
             }
         });
         let time = slot.time + 1;
         let step = AdamStep::at(&self.settings, lr, time, scale);
-        let w = slot.master.unwrap_or(param);
+        // An f32 parameter is its own master; another starts from its own values where no
+        // master was kept (its first step, or state of an earlier kevin).
+        let w = match (dtype, slot.master) {
+            (DType::F32, _) => param,
+            (_, Some(master)) => master,
+            (_, None) => param.cast(FloatDType::F32),
+        };
         let (w, m, v, rounded) = match crate::norm::adamw(grad, w, slot.m, slot.v, step) {
             Ok(out) => out,
             Err([g, w, m, v]) => reference_step(g, w, m, v, step),
@@ -153,6 +161,14 @@ impl<B: Backend> AdamW<B> {
         };
         self.slots[position] = Some(Slot { time, m, v, master });
         param
+    }
+}
+
+/// What [`AdamW`] keeps for a model whose parameters are `dtype`, in words.
+pub fn state_precision(dtype: DType) -> String {
+    match dtype {
+        DType::F32 => "f32 weights, f32 AdamW moments".to_string(),
+        d => format!("{d:?} weights, f32 master weights and AdamW moments"),
     }
 }
 
@@ -277,24 +293,6 @@ struct SavedParam {
     time: u64,
 }
 
-/// f32 values to write.
-struct F32s(Vec<u8>, Vec<usize>);
-
-impl View for &F32s {
-    fn dtype(&self) -> Dtype {
-        Dtype::F32
-    }
-    fn shape(&self) -> &[usize] {
-        &self.1
-    }
-    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
-        std::borrow::Cow::Borrowed(&self.0)
-    }
-    fn data_len(&self) -> usize {
-        self.0.len()
-    }
-}
-
 impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
     /// `model` with fresh optimizer state, no step taken.
     pub(crate) fn new(model: M, settings: AdamWSettings) -> Self {
@@ -350,7 +348,7 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
         let fail = |p: &Path, e: String| (p.to_path_buf(), e);
         let table = param_table::<B, M>(self.model());
         let mut params = Vec::with_capacity(table.len());
-        let mut tensors: Vec<(String, F32s)> = Vec::new();
+        let mut tensors: Vec<(String, Encoded)> = Vec::new();
         for (i, (_, name, shape)) in table.iter().enumerate() {
             let slot = self.adamw.slots.get(i).and_then(Option::as_ref);
             params.push(SavedParam {
@@ -359,8 +357,12 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
                 time: slot.map_or(0, |s| s.time),
             });
             let Some(slot) = slot else { continue };
-            let parts = [("exp_avg", Some(&slot.m)), ("exp_avg_sq", Some(&slot.v))];
-            for (kind, t) in parts.into_iter().chain([("master", slot.master.as_ref())]) {
+            let parts = [
+                ("exp_avg", Some(&slot.m)),
+                ("exp_avg_sq", Some(&slot.v)),
+                ("master", slot.master.as_ref()),
+            ];
+            for (kind, t) in parts {
                 let Some(t) = t else { continue };
                 let values = t
                     .clone()
@@ -368,8 +370,8 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
                     .convert::<f32>()
                     .into_vec::<f32>()
                     .map_err(|e| fail(&path, format!("{name}.{kind}: {e:?}")))?;
-                let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-                tensors.push((format!("{name}.{kind}"), F32s(bytes, vec![values.len()])));
+                let t = encoded(&values, vec![values.len()], SaveDtype::F32);
+                tensors.push((format!("{name}.{kind}"), t));
             }
         }
         let meta = SavedMeta {
@@ -432,15 +434,9 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
                     view.shape()
                 ));
             }
-            let values: Vec<f32> = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            Ok(Tensor::from_data(
-                TensorData::new(values, [n]),
-                (device, DType::F32),
-            ))
+            let data =
+                decode(view.dtype(), view.data(), &[n]).map_err(|d| format!("{name}: {d:?}"))?;
+            Ok(Tensor::from_data(data, (device, DType::F32)))
         };
         let mut slots = Vec::with_capacity(table.len());
         for (p, (_, name, shape)) in meta.params.iter().zip(&table) {
@@ -490,22 +486,8 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
         Ok(table)
     }
 
-    /// Takes `slots` as the state: a master is kept only for a parameter that is not f32 (one
-    /// saved without it starts from the parameter's own values); `steps` optimizer steps taken.
-    fn restore(&mut self, mut slots: Vec<Option<Slot<B::InnerBackend>>>, steps: u64) {
-        let mut dtypes = Dtypes::<B>(Vec::new());
-        self.model().visit(&mut dtypes);
-        for (slot, (dtype, values)) in slots.iter_mut().zip(dtypes.0) {
-            if let Some(slot) = slot {
-                slot.master = match dtype {
-                    DType::F32 => None,
-                    _ => slot
-                        .master
-                        .take()
-                        .or_else(|| Some(values.cast(FloatDType::F32))),
-                };
-            }
-        }
+    /// Takes `slots` as the state, `steps` optimizer steps taken.
+    fn restore(&mut self, slots: Vec<Option<Slot<B::InnerBackend>>>, steps: u64) {
         self.adamw.slots = slots;
         self.steps = steps;
     }
@@ -562,17 +544,6 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
         }
         self.restore(slots, steps);
         Ok(version)
-    }
-}
-
-/// Each float parameter's dtype and values (flattened), in visiting order.
-struct Dtypes<B: AutodiffBackend>(Vec<(DType, Tensor<B::InnerBackend, 1>)>);
-
-impl<B: AutodiffBackend> ModuleVisitor<B> for Dtypes<B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let t = param.val().inner();
-        let n = t.shape().num_elements();
-        self.0.push((t.dtype(), t.reshape([n])));
     }
 }
 

@@ -3,6 +3,7 @@
 
 use burn::backend::{Autodiff, NdArray};
 use burn::optim::AdamWConfig;
+use burn::tensor::TensorData;
 
 use super::*;
 use crate::learner_testing::BigramTestLm;
@@ -190,7 +191,7 @@ fn a_file_that_is_not_kevins_state_is_refused_by_name() {
     assert!(!why.is_empty());
     // A safetensors file without kevin's metadata.
     safetensors::serialize_to_file(
-        std::iter::empty::<(&str, &F32s)>(),
+        std::iter::empty::<(&str, &Encoded)>(),
         None,
         &dir.join(OPTIMIZER_FILE),
     )

@@ -406,19 +406,6 @@ impl CudaEnv {
         }
     }
 
-    /// Mean milliseconds per request of every phase seen so far, with its request count:
-    /// `<stage>.lock_wait` (waiting for the GPU lock), `<stage>.lease_wait` (waiting for the
-    /// GPU-wide timing lease, with `env.timing = "exclusive"`), `<stage>.transport` (round trip minus
-    /// the worker's own time), and the worker's phases (`verify.load`, `verify.begin|run|tampering|compare|other`,
-    /// `profile.load`, `profile.inputs`, `profile.timing`, `profile.recheck`, `release`).
-    pub fn phase_stats(&self) -> Vec<(String, u64, f64)> {
-        let phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
-        phases
-            .iter()
-            .map(|(k, &(n, total))| (k.clone(), n, total / n.max(1) as f64))
-            .collect()
-    }
-
     /// Forgets the phases seen so far.
     pub fn reset_phase_stats(&self) {
         self.phases
@@ -471,8 +458,18 @@ impl KernelEnv for CudaEnv {
         Some(self.peak.load(Ordering::Relaxed))
     }
 
+    /// Mean milliseconds per request of every phase seen so far, with its request count:
+    /// `<stage>.lock_wait` (waiting for the GPU lock), `<stage>.lease_wait` (waiting for the
+    /// GPU-wide timing lease, with `env.timing = "exclusive"`), `<stage>.transport` (round trip
+    /// minus the worker's own time), and the worker's phases (`verify.load`,
+    /// `verify.begin|run|tampering|compare|other`, `profile.load`, `profile.inputs`,
+    /// `profile.timing`, `profile.recheck`, `release`).
     fn phase_stats(&self) -> Vec<(String, u64, f64)> {
-        CudaEnv::phase_stats(self)
+        let phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        phases
+            .iter()
+            .map(|(k, &(n, total))| (k.clone(), n, total / n.max(1) as f64))
+            .collect()
     }
 
     fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {

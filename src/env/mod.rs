@@ -121,7 +121,7 @@ pub trait KernelEnv: Send + Sync {
     }
     /// Where evaluation requests spent their time so far: `(phase, requests, mean ms a
     /// request)` (the GPU workers' phases, the waits for the GPU lock and the timing lease; see
-    /// [`cuda::CudaEnv::phase_stats`]). Empty for an environment that does not measure them.
+    /// the CUDA environment's). Empty for an environment that does not measure them.
     fn phase_stats(&self) -> Vec<(String, u64, f64)> {
         Vec::new()
     }

@@ -39,7 +39,7 @@ pub struct CudaReply {
     pub result: EvalResult,
     /// The worker's context is poisoned: it must be replaced.
     pub retire: bool,
-    /// Where the worker's time went: (phase, ms) in order (see [`crate::env::cuda::CudaEnv::phase_stats`]).
+    /// Where the worker's time went: (phase, ms) in order (see [`crate::env::KernelEnv::phase_stats`]).
     #[serde(default)]
     pub phases: Vec<(String, f64)>,
     /// The most device memory the worker's pool had allocated at once during the request (the
