@@ -14,6 +14,13 @@
 //!   interrupt, a preemption) cannot move the reported time, and a noisy measurement says so.
 //! - **Trials until the relative standard error of both medians is under `rse_target`**, or a
 //!   trial or time cap: quiet kernels finish fast, noisy ones get more samples but bounded time.
+//! - **Slow candidates cost fewer runs, not less rigour**: warm-up ends once the candidate's
+//!   warm-up runs add up to `warmup_ms` (at least one run each), and the RSE target may stop the
+//!   loop from `slow_min_trials` trials once the candidate's timed samples add up to `slow_ms`.
+//!   A kernel that takes tens of milliseconds has paid its first-launch costs in one run, and its
+//!   run-to-run jitter (microseconds) is small against its time; without this, a candidate 50x
+//!   slower than the baseline held the GPU (alone, under the timing lease) for 8 runs of itself.
+//!   Every other rule holds for it: flushed, interleaved, medians, the same RSE target.
 //!   The standard error of a median is estimated robustly as `1.2533 * 1.4826 * MAD / sqrt(n)`
 //!   (the normal-theory SE of a median, with sigma estimated from the median absolute deviation),
 //!   so a rare outlier does not keep the loop running to the cap.
@@ -49,10 +56,18 @@ pub trait Timer {
 /// Settings of the timing protocol.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimingConfig {
-    /// Untimed runs of each of candidate and baseline before measuring.
+    /// Untimed runs of each of candidate and baseline before measuring (at most).
     pub warmup: u32,
+    /// Warm-up ends early once the candidate's warm-up runs add up to this many milliseconds
+    /// (after at least one run of each).
+    pub warmup_ms: f64,
     /// Trials (one candidate and one baseline sample each) before the RSE target may stop.
     pub min_trials: u32,
+    /// A slow candidate's minimum: once the candidate's timed samples add up to `slow_ms`, the
+    /// RSE target may stop the loop from this many trials (at most `min_trials`).
+    pub slow_min_trials: u32,
+    /// See `slow_min_trials`.
+    pub slow_ms: f64,
     /// Stop after this many trials whatever the noise (at least 1 trial is run).
     pub max_trials: u32,
     /// Target relative standard error of each median (0.01 = 1%).
@@ -67,7 +82,10 @@ impl Default for TimingConfig {
     fn default() -> Self {
         TimingConfig {
             warmup: 3,
+            warmup_ms: 20.0,
             min_trials: 5,
+            slow_min_trials: 3,
+            slow_ms: 60.0,
             max_trials: 200,
             rse_target: 0.01,
             budget_ms: 2_000.0,
@@ -193,10 +211,22 @@ fn sample(timer: &mut dyn Timer, which: Which) -> Result<f64, ExecFailure> {
 /// Runs the timing protocol (see the module documentation).
 pub fn measure(timer: &mut dyn Timer, cfg: &TimingConfig) -> Result<Timing, ExecFailure> {
     let start = Instant::now();
-    for _ in 0..cfg.warmup {
-        sample(timer, Which::Candidate)?;
+    let mut warm_ms = 0.0;
+    for run in 0..cfg.warmup {
+        if run > 0 && warm_ms >= cfg.warmup_ms {
+            break;
+        }
+        warm_ms += sample(timer, Which::Candidate)?;
         sample(timer, Which::Baseline)?;
     }
+    // The fewest trials the RSE target may stop at, given the candidate's samples so far.
+    let least = |kernel: &[f64]| {
+        if kernel.iter().sum::<f64>() >= cfg.slow_ms {
+            cfg.slow_min_trials.clamp(1, cfg.min_trials.max(1))
+        } else {
+            cfg.min_trials
+        }
+    };
     let max_trials = cfg.max_trials.max(1);
     let (mut kernel, mut baseline) = (Vec::new(), Vec::new());
     let mut spent_ms = 0.0;
@@ -217,7 +247,7 @@ pub fn measure(timer: &mut dyn Timer, cfg: &TimingConfig) -> Result<Timing, Exec
             }
         }
         trials += 1;
-        if trials >= cfg.min_trials && rse_met(&kernel, &baseline, cfg.rse_target) {
+        if trials >= least(&kernel) && rse_met(&kernel, &baseline, cfg.rse_target) {
             break StopReason::RseMet;
         }
         if trials >= max_trials {

@@ -1,8 +1,10 @@
 use super::*;
 
 /// Test double of a [`Timer`]: replays fixed sample sequences (cyclically) for timed runs and
-/// 1000 ms for warm-up runs (a run not preceded by a cache flush), and records every call.
+/// `warm_ms` (1000 unless set) for warm-up runs (a run not preceded by a cache flush), and
+/// records every call.
 struct SequenceTimerDouble {
+    warm_ms: f64,
     candidate: Vec<f64>,
     baseline: Vec<f64>,
     next: [usize; 2],
@@ -15,6 +17,7 @@ struct SequenceTimerDouble {
 impl SequenceTimerDouble {
     fn new(candidate: &[f64], baseline: &[f64]) -> Self {
         SequenceTimerDouble {
+            warm_ms: 1000.0,
             candidate: candidate.to_vec(),
             baseline: baseline.to_vec(),
             next: [0, 0],
@@ -40,7 +43,7 @@ impl Timer for SequenceTimerDouble {
         };
         self.calls.push(tag);
         if !std::mem::take(&mut self.flushed) {
-            return Ok(1000.0);
+            return Ok(self.warm_ms);
         }
         let v = seq[self.next[slot] % seq.len()];
         self.next[slot] += 1;
@@ -53,10 +56,14 @@ impl Timer for SequenceTimerDouble {
     }
 }
 
+/// A protocol without the slow candidate's shortcuts (they have tests of their own).
 fn cfg(min_trials: u32, max_trials: u32) -> TimingConfig {
     TimingConfig {
         warmup: 2,
+        warmup_ms: f64::INFINITY,
         min_trials,
+        slow_min_trials: min_trials,
+        slow_ms: f64::INFINITY,
         max_trials,
         rse_target: 0.01,
         budget_ms: 1e9,
@@ -253,4 +260,56 @@ fn degenerate_configs_still_measure() {
     let zero = SampleStats::of(&[0.0, 0.0]).unwrap();
     assert_eq!((zero.median_ms, zero.spread, zero.rse), (0.0, 0.0, 0.0));
     assert_eq!(SampleStats::of(&[]), None);
+}
+
+/// The default protocol's calls before the first timed trial, and its trial count.
+fn default_protocol(timer: &mut SequenceTimerDouble) -> (usize, Timing) {
+    let t = measure(timer, &TimingConfig::default()).unwrap();
+    let warmup = timer.calls.iter().position(|&c| c == "flush").unwrap();
+    (warmup, t)
+}
+
+#[test]
+fn a_slow_candidate_warms_up_once_and_may_stop_at_three_trials() {
+    // 50 ms a run against a 1 ms baseline, both quiet: one warm-up run each (50 ms is past the
+    // 20 ms warm-up), and the RSE target stops the loop at 3 trials (the samples add up to
+    // 60 ms after two), where a fast kernel needs 5.
+    let mut timer = SequenceTimerDouble::new(&[50.0, 50.1, 49.9], &[1.0, 1.001, 0.999]);
+    timer.warm_ms = 50.0;
+    let (warmup, t) = default_protocol(&mut timer);
+    assert_eq!(warmup, 2, "{:?}", timer.calls);
+    assert_eq!((t.stop, t.trials), (StopReason::RseMet, 3));
+    assert!(t.rse_met);
+    assert_eq!(t.kernel.median_ms, 50.0);
+}
+
+#[test]
+fn a_fast_candidate_keeps_the_full_warm_up_and_minimum() {
+    let mut timer = SequenceTimerDouble::new(&[1.0, 1.001, 0.999], &[2.0, 2.001, 1.999]);
+    timer.warm_ms = 1.0;
+    let (warmup, t) = default_protocol(&mut timer);
+    assert_eq!(warmup, 6, "three warm-up pairs: {:?}", timer.calls);
+    assert_eq!((t.stop, t.trials), (StopReason::RseMet, 5));
+    // A kernel at 10 ms a run: its warm-ups add up to 20 ms after two, and its samples reach
+    // 60 ms only at the sixth trial, past the minimum of 5.
+    let mut timer = SequenceTimerDouble::new(&[10.0, 10.01, 9.99], &[2.0]);
+    timer.warm_ms = 10.0;
+    let (warmup, t) = default_protocol(&mut timer);
+    assert_eq!(warmup, 4, "{:?}", timer.calls);
+    assert_eq!((t.stop, t.trials), (StopReason::RseMet, 5));
+}
+
+#[test]
+fn a_slow_candidate_against_a_noisy_baseline_still_needs_the_target() {
+    // Three trials are only allowed, not enough: the baseline's median must meet the RSE
+    // target too, so the loop runs on until it does or a cap stops it.
+    let mut timer = SequenceTimerDouble::new(&[50.0], &[1.0, 1.6, 1.3]);
+    timer.warm_ms = 50.0;
+    let (_, t) = default_protocol(&mut timer);
+    assert!(t.trials > 3, "{} trials", t.trials);
+    let mut timer = SequenceTimerDouble::new(&[50.0, 80.0, 20.0, 65.0], &[1.0]);
+    timer.warm_ms = 50.0;
+    let (_, t) = default_protocol(&mut timer);
+    assert!(t.trials > 3 && !t.rse_met, "{} trials", t.trials);
+    assert_eq!(t.stop, StopReason::TimeCap);
 }
