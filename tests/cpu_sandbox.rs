@@ -37,6 +37,10 @@ fn main() {
         ),
         ("rdtsc_faults_in_the_executor", rdtsc_faults_in_the_executor),
         (
+            "faults_in_many_threads_at_once_are_reported",
+            faults_in_many_threads_at_once_are_reported,
+        ),
+        (
             "a_forged_reply_cannot_pass_garbage",
             a_forged_reply_cannot_pass_garbage,
         ),
@@ -295,6 +299,34 @@ fn rdtsc_faults_in_the_executor() {
         Err(ExecFailure::Crash(reason)) => assert!(reason.contains("SIGSEGV"), "{reason}"),
         other => panic!("rdtsc must fault, got {other:?}"),
     }
+}
+
+/// Every thread of every block faults at once (a misaligned float4 access, as
+/// `relu.misaligned` does), on several executor threads: the crash must still carry the fault
+/// handler's line (the signal, the address and what it means), not the bare signal. A second
+/// thread's fault used to end the process while the first one's line was being written.
+fn faults_in_many_threads_at_once_are_reported() {
+    let src = "// kevin: launch relu grid=(cdiv(M*N,1024)) block=(256) args=(X, Y, M*N)\n\
+               __global__ void relu(const float* X, float* Y, long long n) {\n\
+                   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
+                   if (i < (n - 1) / 4) reinterpret_cast<float4*>(Y + 1)[i] = reinterpret_cast<const float4*>(X + 1)[i];\n\
+               }\n";
+    let dir = tmp("manyfaults");
+    let (so, plan) = build(src, &dir).expect("compiles");
+    for attempt in 0..12 {
+        let mut exec = SandboxedExecutor::start(&so, plan.clone(), 8, true).expect("starts");
+        let n = 33 * 65;
+        let x = exec.alloc("X", Dtype::F32, n).expect("alloc X");
+        let y = exec.alloc("Y", Dtype::F32, n).expect("alloc Y");
+        match exec.run(&mut vec![x, y]) {
+            Err(ExecFailure::Crash(reason)) => assert!(
+                reason.contains("at address 0x") && reason.contains("misaligned"),
+                "attempt {attempt}: the fault's line is missing: {reason}"
+            ),
+            other => panic!("attempt {attempt}: a misaligned float4 must crash, got {other:?}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn a_forged_reply_cannot_pass_garbage() {

@@ -309,8 +309,15 @@ impl Process {
     /// The candidate's crash for an executor that stopped answering.
     fn died(&mut self, when: &str) -> ExecFailure {
         let exit = self.kill();
+        // The last 8 KB the executor wrote (its fault line is its last words), read to the end
+        // of the stream: the process is gone, so the read ends.
         let mut tail = Vec::new();
-        let _ = (&mut self.stderr).take(8192).read_to_end(&mut tail);
+        let mut chunk = [0u8; 4096];
+        while let Ok(n @ 1..) = self.stderr.read(&mut chunk) {
+            tail.extend_from_slice(&chunk[..n]);
+            let excess = tail.len().saturating_sub(8192);
+            tail.drain(..excess);
+        }
         let tail = String::from_utf8_lossy(&tail);
         ExecFailure::Crash(format!("{} ({when})", crash_reason(&exit, &tail)))
     }

@@ -82,12 +82,15 @@ pub fn worker_main() -> Result<(), String> {
 pub const FAULT_MARKER: &str = "kevin-cpu-fault: ";
 
 /// Installs a handler for the signals a faulting kernel raises (SIGSEGV, SIGBUS, SIGILL, SIGFPE)
-/// that writes one line to stderr, [`FAULT_MARKER`] then the signal and the faulting address, and
-/// returns; the handler resets itself, so the faulting instruction runs again and the default
-/// action ends the process with the same signal. For SIGSYS (a system call the seccomp filter
-/// traps) the line names the call's number and the process ends by SIGSYS at once. Only `write`
-/// is called (async-signal-safe). A fault on an overflowed stack cannot run the handler: the
-/// process dies without the line.
+/// that writes one line to stderr, [`FAULT_MARKER`] then the signal and the faulting address,
+/// restores the signal's default action and returns, so the faulting instruction runs again and
+/// the default action ends the process with the same signal. For SIGSYS (a system call the
+/// seccomp filter traps) the line names the call's number and the process ends by SIGSYS at once.
+/// Only the first faulting thread writes; a thread that faults meanwhile waits for that line
+/// before it returns, so a kernel faulting in every thread at once is still reported (with the
+/// handler reset on delivery, a second thread's fault could end the process before the first
+/// one's line was written). Only `write` and `sigaction` are called (async-signal-safe). A fault
+/// on an overflowed stack cannot run the handler: the process dies without the line.
 #[cfg(unix)]
 pub(crate) fn report_faults() {
     /// `v` in base `radix` (at most 16), without leading zeros, into the end of `buf`; no
@@ -103,7 +106,37 @@ pub(crate) fn report_faults() {
             }
         }
     }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// A thread has begun writing the fault's line; it has written it.
+    static CLAIMED: AtomicBool = AtomicBool::new(false);
+    static WRITTEN: AtomicBool = AtomicBool::new(false);
     extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        if CLAIMED.swap(true, Ordering::AcqRel) {
+            // Another thread's fault is being reported: let it finish the line first (it only
+            // formats and writes), then end the process as it does.
+            while !WRITTEN.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+        } else {
+            write_line(sig, info);
+            WRITTEN.store(true, Ordering::Release);
+        }
+        // SAFETY: restoring a signal's default action (sigaction, async-signal-safe).
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        if sig == libc::SIGSYS {
+            // One more forbidden call: with the default action back, the filter's trap ends the
+            // process by SIGSYS instead of returning into code whose system call did not run.
+            // SAFETY: a system call without arguments.
+            unsafe {
+                libc::syscall(libc::SYS_getppid);
+            }
+        }
+    }
+    /// The fault's line, [`FAULT_MARKER`] then the signal and the address (or the system call's
+    /// number), written to fd 2 from a stack buffer.
+    fn write_line(sig: libc::c_int, info: *mut libc::siginfo_t) {
         let mut line = [0u8; 80];
         let mut n = 0;
         let mut put = |bytes: &[u8]| {
@@ -145,20 +178,12 @@ pub(crate) fn report_faults() {
         unsafe {
             libc::write(2, line.as_ptr().cast(), n);
         }
-        if sig == libc::SIGSYS {
-            // One more forbidden call: the handler has reset itself, so the filter's trap ends
-            // the process by SIGSYS instead of returning into code whose system call did not run.
-            // SAFETY: a system call without arguments.
-            unsafe {
-                libc::syscall(libc::SYS_getppid);
-            }
-        }
     }
     // SAFETY: a zeroed sigaction is valid; the handler is an extern "C" fn of the SA_SIGINFO type.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_fault as *const () as usize;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND | libc::SA_NODEFER;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
         libc::sigemptyset(&mut action.sa_mask);
         for sig in [
             libc::SIGSEGV,
