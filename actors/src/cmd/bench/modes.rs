@@ -97,6 +97,11 @@ pub struct ModeResult {
     pub trajectories_per_hour: f64,
     /// Learner steps recorded in the window.
     pub learner_steps: u64,
+    /// Turns completed per second between the window's first and last learner step (None with
+    /// fewer than two): the steady rate, without the session's start (burn's first kernel
+    /// compilations, the pipeline filling) and counting turns of groups still in flight, which
+    /// `trajectories_per_hour` leaves out.
+    pub steady_turns_per_s: Option<f64>,
     /// Mean of the window's steps' mean reward (None: no step).
     pub reward_mean: Option<f64>,
     /// Mean reward of the window's last step.
@@ -129,6 +134,8 @@ pub struct ModesReport {
     pub modes: Vec<ModeResult>,
     /// Async trajectories per hour over sync's (None when sync finished none).
     pub async_over_sync: Option<f64>,
+    /// Async's steady turns per second over sync's (None without both).
+    pub steady_async_over_sync: Option<f64>,
     /// Set when the config leaves async mode no room to run ahead of the learner.
     pub note: Option<String>,
 }
@@ -191,6 +198,14 @@ pub fn run(args: &Args) -> Result<ModesReport, String> {
         }
         _ => None,
     };
+    let steady_async_over_sync = match modes.as_slice() {
+        [a, s] => a
+            .steady_turns_per_s
+            .zip(s.steady_turns_per_s)
+            .filter(|&(_, s)| s > 0.0)
+            .map(|(a, s)| a / s),
+        _ => None,
+    };
     // A group holds its slot until the learner consumes it: with no more slots than a batch,
     // generation waits for the learner in async mode too.
     let note = (file.rollout.max_inflight_groups <= file.replay.tasks_per_batch).then(|| {
@@ -212,6 +227,7 @@ pub fn run(args: &Args) -> Result<ModesReport, String> {
         turns: file.rollout.turns,
         modes,
         async_over_sync,
+        steady_async_over_sync,
         note,
     };
     crate::cmd::emit_report(
@@ -358,6 +374,7 @@ fn measure(
         (!steps.is_empty()).then(|| steps.iter().map(f).sum::<f64>() / steps.len() as f64)
     };
     let done = w.counted * u64::from(trajectories);
+    let steady_turns_per_s = steady_rate(&steps);
     Ok(ModeResult {
         mode: mode_name(mode).into(),
         max_staleness: staleness,
@@ -371,6 +388,7 @@ fn measure(
             0.0
         },
         learner_steps: steps.len() as u64,
+        steady_turns_per_s,
         reward_mean: mean(|m| m.reward_mean),
         reward_last: steps.last().map(|m| m.reward_mean),
         correct_rate: mean(|m| m.correct_rate),
@@ -378,6 +396,15 @@ fn measure(
         busy_pct: w.busy_pct,
         ended,
     })
+}
+
+/// Turns per second between the first and the last of `steps` (one session's, in order), from
+/// each step's session rate and time; None with fewer than two steps or no time between them.
+fn steady_rate(steps: &[StepMetrics]) -> Option<f64> {
+    let turns = |m: &StepMetrics| m.turns_per_s * m.elapsed_s;
+    let (first, last) = (steps.first()?, steps.last()?);
+    let seconds = last.elapsed_s - first.elapsed_s;
+    (steps.len() >= 2 && seconds > 0.0).then(|| (turns(last) - turns(first)) / seconds)
 }
 
 /// The report as markdown: a table per mode and the ratio.
@@ -391,8 +418,8 @@ pub fn markdown(r: &ModesReport) -> String {
     let mut s = format!(
         "## Async vs sync: {}, {} s of wall-clock each{}\n\n\
          {} trajectories x {} turns per group. Accelerator actors: {}.\n\n\
-         | mode | max_staleness | seconds | groups | trajectories | trajectories/hour | learner steps | reward (mean of steps) | reward (last step) | correct rate | accelerator actors busy % | Generator busy % | Learner busy % | ended |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | mode | max_staleness | seconds | groups | trajectories | trajectories/hour | learner steps | steady turns/s | reward (mean of steps) | reward (last step) | correct rate | accelerator actors busy % | Generator busy % | Learner busy % | ended |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         r.config.display(),
         r.seconds,
         if r.warmup > 0.0 {
@@ -406,7 +433,7 @@ pub fn markdown(r: &ModesReport) -> String {
     );
     for m in &r.modes {
         s += &format!(
-            "| {} | {} | {:.1} | {} | {} | {:.0} | {} | {} | {} | {} | {:.1} | {} | {} | {} |\n",
+            "| {} | {} | {:.1} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} |\n",
             m.mode,
             m.max_staleness,
             m.seconds,
@@ -414,6 +441,8 @@ pub fn markdown(r: &ModesReport) -> String {
             m.trajectories,
             m.trajectories_per_hour,
             m.learner_steps,
+            m.steady_turns_per_s
+                .map_or_else(|| "-".to_owned(), |v| format!("{v:.2}")),
             opt(m.reward_mean),
             opt(m.reward_last),
             opt(m.correct_rate),
@@ -430,8 +459,38 @@ pub fn markdown(r: &ModesReport) -> String {
         }
         None => "\nasync / sync trajectories per hour: - (sync finished no group)\n".to_owned(),
     };
+    if let Some(x) = r.steady_async_over_sync {
+        s += &format!(
+            "async / sync steady turns per second (between the first and last learner step of \
+             each window): {x:.2}x\n"
+        );
+    }
     if let Some(n) = &r.note {
         s += &format!("\nNote: {n}.\n");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(elapsed_s: f64, turns: f64) -> StepMetrics {
+        StepMetrics {
+            elapsed_s,
+            turns_per_s: turns / elapsed_s,
+            ..StepMetrics::default()
+        }
+    }
+
+    #[test]
+    fn the_steady_rate_runs_from_the_first_step_to_the_last() {
+        // 100 turns by the first step at 60 s (the slow start), 356 by the third at 100 s.
+        let steps = [step(60.0, 100.0), step(80.0, 228.0), step(100.0, 356.0)];
+        let rate = steady_rate(&steps).unwrap();
+        assert!((rate - 256.0 / 40.0).abs() < 1e-9, "{rate}");
+        assert_eq!(steady_rate(&steps[..1]), None);
+        assert_eq!(steady_rate(&[]), None);
+        assert_eq!(steady_rate(&[step(5.0, 1.0), step(5.0, 1.0)]), None);
+    }
 }
