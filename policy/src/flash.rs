@@ -63,8 +63,12 @@ pub fn kernel_names() -> Vec<String> {
             names.push(format!("kevin_fa_tc{kind}{d}_bf16"));
         }
     }
+    names.push(GQA_SUM.to_string());
     names
 }
+
+/// The tensor cores' dk/dv with grouped queries: each query head's part summed over its group.
+const GQA_SUM: &str = "kevin_fa_gqa_sum_bf16";
 
 /// Rows (queries or keys) per block of every kernel (`FA_ROWS`, `TC_ROWS`).
 const ROWS: usize = 64;
@@ -283,19 +287,28 @@ fn cube_forward(q: Ct, k: Ct, v: Ct) -> Result<[Ct; 2], String> {
         strides([&q, &k, &v], &mut a);
         a.push(&((d as f32).powf(-0.5)).to_ne_bytes());
         let f = family(s, &p[..3], &st);
-        launch(
-            e,
-            &format!("{f}fwd{d}_{s}"),
-            (t.div_ceil(ROWS), b * h),
-            d,
-            &mut a,
-        )
+        launch(e, &format!("{f}fwd{d}_{s}"), grid(f, b * h, t), d, &mut a)
     })?;
     Ok([out, lse])
 }
 
+/// The grid of a kernel of family `f` over `heads` heads of `t` rows: the tensor cores' take the
+/// heads on x and the row blocks on y (dispatched heaviest first, see `flash.cu`), the CUDA
+/// cores' the row blocks on x.
+fn grid(f: &str, heads: usize, t: usize) -> (usize, usize) {
+    if f == "tc" {
+        (heads, t.div_ceil(ROWS))
+    } else {
+        (t.div_ceil(ROWS), heads)
+    }
+}
+
 fn push_dims(a: &mut ArgPack, h: usize, kv: usize, t: usize) {
-    for x in [h, kv, t] {
+    push_i32s(a, &[h, kv, t]);
+}
+
+fn push_i32s(a: &mut ArgPack, xs: &[usize]) {
+    for &x in xs {
         a.push(&(x as i32).to_ne_bytes());
     }
 }
@@ -319,41 +332,58 @@ fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct;
     }
     let scale = (d as f32).powf(-0.5);
     let st = [&q, &k, &v].map(|t| t.meta.strides().to_vec());
-    in_order(
-        &SOURCE,
-        &[&q, &k, &v, &out, &dout, &lse, &dd, &dq, &dk, &dv],
-        |e, p| {
-            let f = family(s, &[p[0], p[1], p[2], p[4]], &st);
-            let mut a = ArgPack::default();
-            // fa_dq(q, k, v, o, dout, lse, dd, dq, ..)
-            p[..8].iter().for_each(|&x| a.ptr(x));
-            push_dims(&mut a, h, kv, t);
-            strides([&q, &k, &v], &mut a);
-            a.push(&scale.to_ne_bytes());
-            launch(
-                e,
-                &format!("{f}dq{d}_{s}"),
-                (t.div_ceil(ROWS), b * h),
-                d,
-                &mut a,
-            )?;
-            // fa_dkdv(q, k, v, dout, lse, dd, dk, dv, ..)
-            let mut a = ArgPack::default();
-            for i in [0, 1, 2, 4, 5, 6, 8, 9] {
-                a.ptr(p[i]);
+    // With grouped queries the tensor cores' dk/dv runs a block a query head and writes each
+    // head's part here (f32), then GQA_SUM adds the groups up: made for every grouped bf16 call
+    // (the family is known only with the addresses), unused on the CUDA cores.
+    let parts = (h != kv && s == "bf16").then(|| {
+        let part = || empty(&q, vec![b, h, t, d], DType::F32);
+        (part(), part())
+    });
+    let mut tensors = vec![&q, &k, &v, &out, &dout, &lse, &dd, &dq, &dk, &dv];
+    if let Some((pk, pv)) = &parts {
+        tensors.extend([pk, pv]);
+    }
+    in_order(&SOURCE, &tensors, |e, p| {
+        let f = family(s, &[p[0], p[1], p[2], p[4]], &st);
+        let mut a = ArgPack::default();
+        // fa_dq(q, k, v, o, dout, lse, dd, dq, ..)
+        p[..8].iter().for_each(|&x| a.ptr(x));
+        push_dims(&mut a, h, kv, t);
+        strides([&q, &k, &v], &mut a);
+        a.push(&scale.to_ne_bytes());
+        launch(e, &format!("{f}dq{d}_{s}"), grid(f, b * h, t), d, &mut a)?;
+        // fa_dkdv(q, k, v, dout, lse, dd, dk, dv, ..), tc: (.., dk, dv, pk, pv, ..)
+        let mut a = ArgPack::default();
+        for i in [0, 1, 2, 4, 5, 6, 8, 9] {
+            a.ptr(p[i]);
+        }
+        let grouped = f == "tc" && p.len() == 12;
+        if f == "tc" {
+            for i in [10, 11] {
+                a.ptr(if grouped { p[i] } else { 0 });
             }
-            push_dims(&mut a, h, kv, t);
-            strides([&q, &k, &v], &mut a);
-            a.push(&scale.to_ne_bytes());
-            launch(
-                e,
-                &format!("{f}dkdv{d}_{s}"),
-                (t.div_ceil(ROWS), b * kv),
-                d,
-                &mut a,
-            )
-        },
-    )?;
+        }
+        push_dims(&mut a, h, kv, t);
+        strides([&q, &k, &v], &mut a);
+        a.push(&scale.to_ne_bytes());
+        let heads = if f == "tc" { b * h } else { b * kv };
+        launch(e, &format!("{f}dkdv{d}_{s}"), grid(f, heads, t), d, &mut a)?;
+        if !grouped {
+            return Ok(());
+        }
+        // gqa_sum(pk, pv, dk, dv, h, kv, rows, n)
+        let mut a = ArgPack::default();
+        for i in [10, 11, 8, 9] {
+            a.ptr(p[i]);
+        }
+        let (rows, n) = (t * d, b * kv * t * d);
+        push_i32s(&mut a, &[h, kv]);
+        a.push(&(rows as i64).to_ne_bytes());
+        a.push(&(n as i64).to_ne_bytes());
+        let blocks =
+            u32::try_from(n.div_ceil(4 * 256)).map_err(|_| format!("{n} elements of dk and dv"))?;
+        e.launch(GQA_SUM, (blocks, 1, 1), 256, 0, &mut a)
+    })?;
     Ok([dq, dk, dv])
 }
 
@@ -370,11 +400,13 @@ fn launch(
         .find(|c: char| c.is_ascii_digit())
         .unwrap_or(name.len())];
     let (gx, gy) = (
-        u32::try_from(grid.0).map_err(|_| format!("{} row blocks", grid.0))?,
-        u32::try_from(grid.1).map_err(|_| format!("{} heads", grid.1))?,
+        u32::try_from(grid.0).map_err(|_| format!("{} blocks on x", grid.0))?,
+        u32::try_from(grid.1).map_err(|_| format!("{} blocks on y", grid.1))?,
     );
-    if gy > 65_535 {
-        return Err(format!("{gy} (batch x heads) is over the grid's 65,535"));
+    if gx > i32::MAX as u32 || gy > 65_535 {
+        return Err(format!(
+            "a grid of {gx} x {gy} blocks for {name} is over CUDA's 2^31 - 1 x 65,535"
+        ));
     }
     let smem = smem_bytes(kind, d);
     e.launch(
@@ -526,8 +558,8 @@ mod tests {
                 }
             }
         }
-        // f32 and bf16 on CUDA cores, bf16 on tensor cores.
-        assert_eq!(kernel_names().len(), KINDS.len() * HEAD_DIMS.len() * 3);
+        // f32 and bf16 on CUDA cores, bf16 on tensor cores, and the groups' sum.
+        assert_eq!(kernel_names().len(), KINDS.len() * HEAD_DIMS.len() * 3 + 1);
         assert_eq!(block_threads("tcdkdv"), 128);
         assert_eq!(block_threads("dkdv"), 256);
     }
@@ -542,5 +574,202 @@ mod tests {
         assert_eq!(family("bf16", &[256, 514, 1024], &all), "");
         let odd = [packed.clone(), vec![4096, 1024, 68, 1], packed];
         assert_eq!(family("bf16", &[256, 512, 1024], &odd), "");
+    }
+
+    /// The tensor cores' three passes on kevin's CPU device model against f64 arithmetic over the
+    /// same bf16 inputs, each pass fed what the one before wrote: the forward (out, lse), dq
+    /// (with rowsum(dout * out)), and dk, dv with grouped queries (a block a query head, each
+    /// head's part summed by GQA_SUM) and with one query head a key/value head (written
+    /// directly); two blocks of rows, the last one partial, on the grids `grid` gives.
+    #[test]
+    fn tensor_core_passes_match_f64_on_the_cpu_model() {
+        use half::bf16;
+        use kevin::candidate::{ResolvedArg as A, Scalar};
+        const D: usize = 16;
+        let (b, t) = (1usize, 80usize);
+        let scale = (D as f64).powf(-0.5);
+        let wave = |n: usize, f: f64| -> Vec<f64> {
+            (0..n)
+                .map(|i| bf16::from_f64((i as f64 * f + 0.3).sin()).to_f64())
+                .collect()
+        };
+        let dot = |a: &[f64], c: &[f64]| a.iter().zip(c).map(|(x, y)| x * y).sum::<f64>();
+        let bf = |x: &[f64]| -> Vec<u8> {
+            x.iter()
+                .flat_map(|&v| bf16::from_f64(v).to_bits().to_ne_bytes())
+                .collect()
+        };
+        let bf_values = |x: &[u8]| -> Vec<f64> {
+            x.chunks_exact(2)
+                .map(|c| bf16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f64())
+                .collect()
+        };
+        let f32_values = |x: &[u8]| -> Vec<f64> {
+            x.chunks_exact(4)
+                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                .collect()
+        };
+        let close = |what: &str, got: &[f64], want: &[f64], tol: f64| {
+            assert_eq!(got.len(), want.len(), "{what}");
+            let top = want.iter().fold(1e-30f64, |a, x| a.max(x.abs()));
+            let diff = got
+                .iter()
+                .zip(want)
+                .fold(0f64, |a, (x, y)| a.max((x - y).abs()));
+            assert!(diff <= tol * top, "{what}: {diff} of {top}");
+        };
+        for (h, kv) in [(4usize, 2usize), (2, 2)] {
+            let (q, k, v, dout) = (
+                wave(b * h * t * D, 0.37),
+                wave(b * kv * t * D, 0.53),
+                wave(b * kv * t * D, 0.71),
+                wave(b * h * t * D, 0.29),
+            );
+            let row = |x: &[f64], head: usize, i: usize| x[(head * t + i) * D..][..D].to_vec();
+            // The f64 passes, per query head.
+            let (mut out, mut lse, mut dd) =
+                (vec![0.0; h * t * D], vec![0.0; h * t], vec![0.0; h * t]);
+            let mut dq = vec![0.0; h * t * D];
+            let (mut dk, mut dv) = (vec![0.0; kv * t * D], vec![0.0; kv * t * D]);
+            for hq in 0..h {
+                let hk = hq / (h / kv);
+                let p: Vec<Vec<f64>> = (0..t)
+                    .map(|i| {
+                        let s: Vec<f64> = (0..=i)
+                            .map(|j| dot(&row(&q, hq, i), &row(&k, hk, j)) * scale)
+                            .collect();
+                        let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                        let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                        lse[hq * t + i] = m + z.ln();
+                        s.iter().map(|x| (x - m).exp() / z).collect()
+                    })
+                    .collect();
+                for i in 0..t {
+                    for e in 0..D {
+                        out[(hq * t + i) * D + e] =
+                            (0..=i).map(|j| p[i][j] * row(&v, hk, j)[e]).sum();
+                    }
+                    dd[hq * t + i] = dot(&row(&dout, hq, i), &row(&out, hq, i));
+                }
+                for i in 0..t {
+                    let (qi, doi) = (row(&q, hq, i), row(&dout, hq, i));
+                    for j in 0..=i {
+                        let ds = p[i][j] * (dot(&doi, &row(&v, hk, j)) - dd[hq * t + i]);
+                        let kj = row(&k, hk, j);
+                        for e in 0..D {
+                            dv[(hk * t + j) * D + e] += p[i][j] * doi[e];
+                            dk[(hk * t + j) * D + e] += scale * ds * qi[e];
+                            dq[(hq * t + i) * D + e] += scale * ds * kj[e];
+                        }
+                    }
+                }
+            }
+            // The kernels: buffers q, k, v, dout, out, lse, dd, dq, dk, dv, pk, pv.
+            let mut bufs = vec![
+                bf(&q),
+                bf(&k),
+                bf(&v),
+                bf(&dout),
+                vec![0u8; 2 * h * t * D],
+                vec![0u8; 4 * h * t],
+                vec![0u8; 4 * h * t],
+                vec![0u8; 2 * h * t * D],
+                vec![0u8; 2 * kv * t * D],
+                vec![0u8; 2 * kv * t * D],
+                vec![0u8; 4 * h * t * D],
+                vec![0u8; 4 * h * t * D],
+            ];
+            let tail = || {
+                let mut a: Vec<A> = [h, kv, t]
+                    .into_iter()
+                    .map(|x| A::Scalar(Scalar::I32(x as i32)))
+                    .collect();
+                for x in [
+                    h * t * D,
+                    t * D,
+                    D,
+                    kv * t * D,
+                    t * D,
+                    D,
+                    kv * t * D,
+                    t * D,
+                    D,
+                ] {
+                    a.push(A::Scalar(Scalar::I64(x as i64)));
+                }
+                a.push(A::Scalar(Scalar::F32(scale as f32)));
+                a
+            };
+            let run = |bufs: &mut Vec<Vec<u8>>, kind: &str, heads: usize, args: Vec<A>| {
+                let (gx, gy) = grid("tc", heads, t);
+                crate::kernels::run_on_cpu_model(
+                    &SOURCE,
+                    &format!("kevin_fa_tc{kind}{D}_bf16"),
+                    [gx as u32, gy as u32, 1],
+                    [128, 1, 1],
+                    smem_bytes(&format!("tc{kind}"), D),
+                    args,
+                    bufs,
+                )
+            };
+            let tensors = |ix: &[usize]| -> Vec<A> { ix.iter().map(|&i| A::Tensor(i)).collect() };
+            // fwd(q, k, v, out, lse)
+            let mut args = tensors(&[0, 1, 2, 4, 5]);
+            args.extend(tail());
+            if !run(&mut bufs, "fwd", b * h, args) {
+                return;
+            }
+            close("out", &bf_values(&bufs[4]), &out, 1e-2);
+            close("lse", &f32_values(&bufs[5]), &lse, 1e-5);
+            // dq(q, k, v, out, dout, lse, dd, dq)
+            let mut args = tensors(&[0, 1, 2, 4, 3, 5, 6, 7]);
+            args.extend(tail());
+            assert!(run(&mut bufs, "dq", b * h, args));
+            close("dd", &f32_values(&bufs[6]), &dd, 1e-2);
+            close("dq", &bf_values(&bufs[7]), &dq, 2e-2);
+            // dkdv(q, k, v, dout, lse, dd, dk, dv, pk | null, pv | null)
+            let grouped = h != kv;
+            let mut args = tensors(&[0, 1, 2, 3, 5, 6, 8, 9]);
+            for i in [10, 11] {
+                args.push(if grouped {
+                    A::Tensor(i)
+                } else {
+                    A::Scalar(Scalar::U64(0))
+                });
+            }
+            args.extend(tail());
+            assert!(run(&mut bufs, "dkdv", b * h, args));
+            if grouped {
+                let n = b * kv * t * D;
+                let mut args = tensors(&[10, 11, 8, 9]);
+                args.extend([
+                    A::Scalar(Scalar::I32(h as i32)),
+                    A::Scalar(Scalar::I32(kv as i32)),
+                    A::Scalar(Scalar::I64((t * D) as i64)),
+                    A::Scalar(Scalar::I64(n as i64)),
+                ]);
+                assert!(crate::kernels::run_on_cpu_model(
+                    &SOURCE,
+                    GQA_SUM,
+                    [n.div_ceil(4 * 256) as u32, 1, 1],
+                    [256, 1, 1],
+                    0,
+                    args,
+                    &mut bufs,
+                ));
+            }
+            close(
+                &format!("dk (h {h}, kv {kv})"),
+                &bf_values(&bufs[8]),
+                &dk,
+                2e-2,
+            );
+            close(
+                &format!("dv (h {h}, kv {kv})"),
+                &bf_values(&bufs[9]),
+                &dv,
+                2e-2,
+            );
+        }
     }
 }

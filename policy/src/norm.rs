@@ -76,6 +76,9 @@ pub fn kernel_names() -> Vec<String> {
 /// Threads per block, rows per block of the backward and of the column sums (`NORM_THREADS`,
 /// `NORM_ROWS`, `COL_ROWS` in `norm.cu`).
 const THREADS: u32 = 256;
+
+/// Values a thread of the elementwise kernels (SwiGLU) takes (`EW_PER_THREAD`).
+const EW_PER_THREAD: usize = 4;
 const ROWS: usize = 16;
 const COL_ROWS: usize = 256;
 
@@ -629,7 +632,7 @@ fn cube_elementwise(kind: &str, ins: Vec<Ct>, outs: usize) -> Result<Vec<Ct>, St
         let all: Vec<&Ct> = ins.iter().chain(&ys).collect();
         in_order(&SOURCE, &all, |e, p| {
             let mut a = args(p, &[&(n as i64).to_ne_bytes()]);
-            let grid = blocks(n.div_ceil(THREADS as usize), 1)?;
+            let grid = blocks(n.div_ceil(THREADS as usize * EW_PER_THREAD), 1)?;
             e.launch(&format!("kevin_{kind}_{s}"), grid, THREADS, 0, &mut a)
         })?;
     }
@@ -1328,9 +1331,10 @@ mod tests {
             }
         }
 
-        let n = 3 * THREADS as usize + 5;
+        // Two whole blocks of values and a part of a third.
+        let n = 2 * THREADS as usize * EW_PER_THREAD + 3 * THREADS as usize + 5;
         let (g, u, dy) = (wave(n, 0.41, 4.0), wave(n, 0.13, 2.0), wave(n, 0.07, 1.0));
-        let grid = [n.div_ceil(THREADS as usize) as u32, 1, 1];
+        let grid = [n.div_ceil(THREADS as usize * EW_PER_THREAD) as u32, 1, 1];
         let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
         let out = on_cpu_model("swiglu_fwd", grid, 0, &[&g, &u], &[n], &[I64(n as i64)])
             .expect("the compiler was there a moment ago");

@@ -485,7 +485,8 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// grid (ceil(t / 64), b * h), block 128.
+// grid (b * h, ceil(t / 64)), block 128; y counts query blocks from the last: under the causal
+// mask a block's work grows with its rows, so the heaviest blocks are dispatched first.
 template <int D>
 __device__ void tc_fwd(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, int h,
                        int kv, int t, long long qb, long long qh, long long qt, long long kb,
@@ -496,9 +497,9 @@ __device__ void tc_fwd(const bf16* q, const bf16* k, const bf16* v, bf16* o, flo
     bf16* sq = reinterpret_cast<bf16*>(smraw);  // [64][P]
     bf16* sk = sq + TC_ROWS * P;                 // [64][P]
     bf16* sv = sk + TC_ROWS * P;                 // [64][P]
-    int bh = blockIdx.y, bi = bh / h, hi = bh % h, hk = hi / (h / kv);
+    int bh = blockIdx.x, bi = bh / h, hi = bh % h, hk = hi / (h / kv);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = (lane & 3) * 2;
-    int q0 = blockIdx.x * TC_ROWS;
+    int q0 = (gridDim.y - 1 - blockIdx.y) * TC_ROWS;  // the last (heaviest) rows first
     const bf16* K = k + bi * kb + hk * kh;
     const bf16* V = v + bi * vb + hk * vh;
     tc_load<D>(sq, q + bi * qb + hi * qh, qt, q0, t);
@@ -554,7 +555,8 @@ __device__ void tc_fwd(const bf16* q, const bf16* k, const bf16* v, bf16* o, flo
     tc_store<D>(o, head, row, t, acc, inv);
 }
 
-// grid (ceil(t / 64), b * h), block 128. o, dout packed [b, h, t, D].
+// grid (b * h, ceil(t / 64)), block 128, the last query block first (as tc_fwd). o, dout packed
+// [b, h, t, D].
 template <int D>
 __device__ void tc_dq(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                       const bf16* dout, const float* lse, float* dd, bf16* dq, int h, int kv,
@@ -568,9 +570,9 @@ __device__ void tc_dq(const bf16* q, const bf16* k, const bf16* v, const bf16* o
     bf16* sv = sk + TC_ROWS * P;                 // [64][P]
     float* sl = reinterpret_cast<float*>(sv + TC_ROWS * P);  // [64] lse
     float* sd = sl + TC_ROWS;                                 // [64] rowsum(do * o)
-    int bh = blockIdx.y, bi = bh / h, hi = bh % h, hk = hi / (h / kv);
+    int bh = blockIdx.x, bi = bh / h, hi = bh % h, hk = hi / (h / kv);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = (lane & 3) * 2;
-    int q0 = blockIdx.x * TC_ROWS;
+    int q0 = (gridDim.y - 1 - blockIdx.y) * TC_ROWS;  // the last (heaviest) rows first
     const bf16* K = k + bi * kb + hk * kh;
     const bf16* V = v + bi * vb + hk * vh;
     long long head = (long long)bh * t;
@@ -614,15 +616,20 @@ __device__ void tc_dq(const bf16* q, const bf16* k, const bf16* v, const bf16* o
     tc_store<D>(dq, head, row, t, acc, mul);
 }
 
-// grid (ceil(t / 64), b * kv), block 128: 64 keys of one key/value head over the queries of
-// its h / kv query heads from the block's first key on. dout packed; lse, dd as tc_fwd and
-// tc_dq wrote them.
+// grid (b * h, ceil(t / 64)), block 128: 64 keys of one query head's key/value head, over that
+// query head's queries from the block's first key on. One block a query head (not a key/value
+// head) and the key blocks on y, so the heaviest blocks (the first keys, which every later query
+// sees) are dispatched first: with grouped queries a block a key/value head was a single wave
+// of very uneven blocks (Qwen2-0.5B: 256 blocks, 14% of the SMs' issue slots). With h == kv
+// the block writes dk, dv; otherwise its part, f32, to pk, pv ([b, h, t, D]), which
+// kevin_fa_gqa_sum adds up over each group in order. dout packed; lse, dd as tc_fwd and tc_dq
+// wrote them.
 template <int D>
 __device__ void tc_dkdv(const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
-                        const float* lse, const float* dd, bf16* dk, bf16* dv, int h, int kv,
-                        int t, long long qb, long long qh, long long qt, long long kb,
-                        long long kh, long long kt_, long long vb, long long vh, long long vt,
-                        float scale) {
+                        const float* lse, const float* dd, bf16* dk, bf16* dv, float* pk,
+                        float* pv, int h, int kv, int t, long long qb, long long qh,
+                        long long qt, long long kb, long long kh, long long kt_, long long vb,
+                        long long vh, long long vt, float scale) {
     constexpr int P = D + 8, N = D / 8;
     extern __shared__ __align__(16) unsigned char smraw[];
     bf16* sk = reinterpret_cast<bf16*>(smraw);  // [64][P]
@@ -631,47 +638,88 @@ __device__ void tc_dkdv(const bf16* q, const bf16* k, const bf16* v, const bf16*
     bf16* sdo = sq + TC_ROWS * P;                // [64][P]
     float* sl = reinterpret_cast<float*>(sdo + TC_ROWS * P);  // [64] lse
     float* sd = sl + TC_ROWS;                                  // [64] dd
-    int bk = blockIdx.y, bi = bk / kv, hk = bk % kv, grp = h / kv;
+    int bh = blockIdx.x, bi = bh / h, hq = bh % h, hk = hq / (h / kv);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = (lane & 3) * 2;
-    int k0 = blockIdx.x * TC_ROWS;
+    int k0 = blockIdx.y * TC_ROWS;
     tc_load<D>(sk, k + bi * kb + hk * kh, kt_, k0, t);
     tc_load<D>(sv, v + bi * vb + hk * vh, vt, k0, t);
     int key[2] = {k0 + warp * 16 + (lane >> 2), k0 + warp * 16 + (lane >> 2) + 8};
     float gk[N][4], gv[N][4];
     tc_zero(gk);
     tc_zero(gv);
-    for (int hq = hk * grp; hq < (hk + 1) * grp; hq++) {
-        long long head = ((long long)bi * h + hq) * t;
-        const bf16* Q = q + bi * qb + hq * qh;
-        for (int i0 = k0; i0 < t; i0 += TC_ROWS) {
-            __syncthreads();
-            tc_load<D>(sq, Q, qt, i0, t);
-            tc_load<D>(sdo, dout + head * D, D, i0, t);
-            if (threadIdx.x < TC_ROWS) {
-                int i = i0 + threadIdx.x;
-                sl[threadIdx.x] = i < t ? lse[head + i] : 0.0f;
-                sd[threadIdx.x] = i < t ? dd[head + i] : 0.0f;
-            }
-            __syncthreads();
-            float p[8][4], ds[8][4];
-            tc_scores<D>(p, sk, warp * 16, sq);
-            tc_scores<D>(ds, sv, warp * 16, sdo);
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int jj = n * 8 + c + (e & 1), i = i0 + jj, r = e >> 1;
-                    float x = i >= key[r] && i < t ? __expf(p[n][e] * scale - sl[jj]) : 0.0f;
-                    p[n][e] = x;
-                    ds[n][e] = x * (ds[n][e] - sd[jj]);
-                }
-            tc_accumulate<D>(gv, p, sdo);
-            tc_accumulate<D>(gk, ds, sq);
+    long long head = (long long)bh * t;
+    const bf16* Q = q + bi * qb + hq * qh;
+    for (int i0 = k0; i0 < t; i0 += TC_ROWS) {
+        __syncthreads();
+        tc_load<D>(sq, Q, qt, i0, t);
+        tc_load<D>(sdo, dout + head * D, D, i0, t);
+        if (threadIdx.x < TC_ROWS) {
+            int i = i0 + threadIdx.x;
+            sl[threadIdx.x] = i < t ? lse[head + i] : 0.0f;
+            sd[threadIdx.x] = i < t ? dd[head + i] : 0.0f;
         }
+        __syncthreads();
+        float p[8][4], ds[8][4];
+        tc_scores<D>(p, sk, warp * 16, sq);
+        tc_scores<D>(ds, sv, warp * 16, sdo);
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int jj = n * 8 + c + (e & 1), i = i0 + jj, r = e >> 1;
+                float x = i >= key[r] && i < t ? __expf(p[n][e] * scale - sl[jj]) : 0.0f;
+                p[n][e] = x;
+                ds[n][e] = x * (ds[n][e] - sd[jj]);
+            }
+        tc_accumulate<D>(gv, p, sdo);
+        tc_accumulate<D>(gk, ds, sq);
     }
     float mk[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
-    tc_store<D>(dk, (long long)bk * t, key, t, gk, mk);
-    tc_store<D>(dv, (long long)bk * t, key, t, gv, one);
+    if (pk == nullptr) {
+        tc_store<D>(dk, head, key, t, gk, mk);
+        tc_store<D>(dv, head, key, t, gv, one);
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (key[r] >= t) continue;
+        float* a = pk + (head + key[r]) * D + c;
+        float* b = pv + (head + key[r]) * D + c;
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            *reinterpret_cast<float2*>(a + n * 8) =
+                make_float2(gk[n][2 * r] * scale, gk[n][2 * r + 1] * scale);
+            *reinterpret_cast<float2*>(b + n * 8) = make_float2(gv[n][2 * r], gv[n][2 * r + 1]);
+        }
+    }
+}
+
+// dk, dv [b, kv, rows] (bf16, n = b * kv * rows elements; rows = t * D, a multiple of 4) = the
+// sums of pk, pv [b, h, rows] (f32) over each key/value head's h / kv query heads, in head order;
+// 4 elements a thread.
+extern "C" __global__ void kevin_fa_gqa_sum_bf16(const float* pk, const float* pv, bf16* dk,
+                                                 bf16* dv, int h, int kv, long long rows,
+                                                 long long n) {
+    long long e = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    long long per_b = (long long)kv * rows;
+    if (e >= n) return;
+    long long bi = e / per_b, hk = (e / rows) % kv, x = e % rows;
+    int grp = h / kv;
+    const float* a = pk + (bi * h + hk * grp) * rows + x;
+    const float* b = pv + (bi * h + hk * grp) * rows + x;
+    float4 sk = make_float4(0.f, 0.f, 0.f, 0.f), sv = sk;
+    for (int g = 0; g < grp; g++) {
+        float4 u = *reinterpret_cast<const float4*>(a + g * rows);
+        float4 w = *reinterpret_cast<const float4*>(b + g * rows);
+        sk.x += u.x; sk.y += u.y; sk.z += u.z; sk.w += u.w;
+        sv.x += w.x; sv.y += w.y; sv.z += w.z; sv.w += w.w;
+    }
+    unsigned* ok = reinterpret_cast<unsigned*>(dk + e);
+    unsigned* ov = reinterpret_cast<unsigned*>(dv + e);
+    ok[0] = pack_bf16(sk.x, sk.y);
+    ok[1] = pack_bf16(sk.z, sk.w);
+    ov[0] = pack_bf16(sv.x, sv.y);
+    ov[1] = pack_bf16(sv.z, sv.w);
 }
 
 #define KEVIN_FLASH_TC(D)                                                                       \
@@ -689,8 +737,8 @@ __device__ void tc_dkdv(const bf16* q, const bf16* k, const bf16* v, const bf16*
     extern "C" __global__ void __launch_bounds__(128)                                           \
         kevin_fa_tcdkdv##D##_bf16(const bf16* q, const bf16* k, const bf16* v,                  \
                                   const bf16* dout, const float* lse, const float* dd,          \
-                                  bf16* dk, bf16* dv, FA_STRIDES) {                             \
-        tc_dkdv<D>(q, k, v, dout, lse, dd, dk, dv, FA_STRIDE_ARGS);                             \
+                                  bf16* dk, bf16* dv, float* pk, float* pv, FA_STRIDES) {       \
+        tc_dkdv<D>(q, k, v, dout, lse, dd, dk, dv, pk, pv, FA_STRIDE_ARGS);                     \
     }
 
 KEVIN_FLASH_TC(16)

@@ -135,20 +135,46 @@ __device__ void rope(const T* x, const T* c, const T* s, T* y, long long b, long
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
+// EW_PER_THREAD values a thread, NORM_THREADS apart (each load coalesced), all loaded before
+// any is used: one 2-byte value a thread kept too few loads in flight (35% of the H100's DRAM
+// bandwidth at Qwen2-0.5B's [8192, 4864]).
+#define EW_PER_THREAD 4
+
 template <typename T> __device__ void swiglu_fwd(const T* g, const T* u, T* y, long long n) {
-    long long i = (long long)blockIdx.x * NORM_THREADS + threadIdx.x;
-    if (i >= n) return;
-    float gv = ld(g, i);
-    st(y, i, rnd<T>(gv * sigmoid(gv)) * ld(u, i));
+    long long base = (long long)blockIdx.x * NORM_THREADS * EW_PER_THREAD + threadIdx.x;
+    float gv[EW_PER_THREAD], uv[EW_PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < EW_PER_THREAD; k++) {
+        long long i = base + k * NORM_THREADS;
+        gv[k] = i < n ? ld(g, i) : 0.0f;
+        uv[k] = i < n ? ld(u, i) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < EW_PER_THREAD; k++) {
+        long long i = base + k * NORM_THREADS;
+        if (i < n) st(y, i, rnd<T>(gv[k] * sigmoid(gv[k])) * uv[k]);
+    }
 }
 
 template <typename T>
 __device__ void swiglu_bwd(const T* g, const T* u, const T* dy, T* dg, T* du, long long n) {
-    long long i = (long long)blockIdx.x * NORM_THREADS + threadIdx.x;
-    if (i >= n) return;
-    float gv = ld(g, i), sg = sigmoid(gv), dv = ld(dy, i);
-    st(du, i, dv * rnd<T>(gv * sg));
-    st(dg, i, dv * ld(u, i) * sg * (1.0f + gv * (1.0f - sg)));
+    long long base = (long long)blockIdx.x * NORM_THREADS * EW_PER_THREAD + threadIdx.x;
+    float gv[EW_PER_THREAD], uv[EW_PER_THREAD], dv[EW_PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < EW_PER_THREAD; k++) {
+        long long i = base + k * NORM_THREADS;
+        gv[k] = i < n ? ld(g, i) : 0.0f;
+        uv[k] = i < n ? ld(u, i) : 0.0f;
+        dv[k] = i < n ? ld(dy, i) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < EW_PER_THREAD; k++) {
+        long long i = base + k * NORM_THREADS;
+        if (i >= n) continue;
+        float sg = sigmoid(gv[k]);
+        st(du, i, dv[k] * rnd<T>(gv[k] * sg));
+        st(dg, i, dv[k] * uv[k] * sg * (1.0f + gv[k] * (1.0f - sg)));
+    }
 }
 
 // One value per thread; every input and output is [n], packed.
