@@ -69,6 +69,13 @@ pub fn kernel_names() -> Vec<String> {
 
 /// The tensor cores' dk/dv with grouped queries: each query head's part summed over its group.
 const GQA_SUM: &str = "kevin_fa_gqa_sum_bf16";
+/// [`GQA_SUM`]'s threads a block; each thread sums 4 values.
+const GQA_SUM_THREADS: u32 = 256;
+
+/// [`GQA_SUM`]'s blocks for `n` values of dk (and as many of dv).
+fn gqa_sum_blocks(n: usize) -> usize {
+    n.div_ceil(4 * GQA_SUM_THREADS as usize)
+}
 
 /// Rows (queries or keys) per block of every kernel (`FA_ROWS`, `TC_ROWS`).
 const ROWS: usize = 64;
@@ -357,7 +364,7 @@ fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct;
         for i in [0, 1, 2, 4, 5, 6, 8, 9] {
             a.ptr(p[i]);
         }
-        let grouped = f == "tc" && p.len() == 12;
+        let grouped = f == "tc" && parts.is_some();
         if f == "tc" {
             for i in [10, 11] {
                 a.ptr(if grouped { p[i] } else { 0 });
@@ -381,8 +388,8 @@ fn cube_backward(q: Ct, k: Ct, v: Ct, out: Ct, lse: Ct, dout: Ct) -> Result<[Ct;
         a.push(&(rows as i64).to_ne_bytes());
         a.push(&(n as i64).to_ne_bytes());
         let blocks =
-            u32::try_from(n.div_ceil(4 * 256)).map_err(|_| format!("{n} elements of dk and dv"))?;
-        e.launch(GQA_SUM, (blocks, 1, 1), 256, 0, &mut a)
+            u32::try_from(gqa_sum_blocks(n)).map_err(|_| format!("{n} elements of dk and dv"))?;
+        e.launch(GQA_SUM, (blocks, 1, 1), GQA_SUM_THREADS, 0, &mut a)
     })?;
     Ok([dq, dk, dv])
 }
@@ -751,8 +758,8 @@ mod tests {
                 assert!(crate::kernels::run_on_cpu_model(
                     &SOURCE,
                     GQA_SUM,
-                    [n.div_ceil(4 * 256) as u32, 1, 1],
-                    [256, 1, 1],
+                    [gqa_sum_blocks(n) as u32, 1, 1],
+                    [GQA_SUM_THREADS, 1, 1],
                     0,
                     args,
                     &mut bufs,

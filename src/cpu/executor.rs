@@ -23,7 +23,7 @@ use crate::verify::buffer::{BufferError, GuardedBuffer, TensorBuf};
 use crate::verify::correctness::Executor;
 use crate::verify::ExecFailure;
 use crate::worker::protocol::{read_frame, write_frame};
-use crate::worker::ExitReport;
+use crate::worker::{ExitReport, TailBuffer};
 
 use super::sandbox::{Command as ExecCommand, Reply, RunFailure, Setup, Span, ARENA_FD, MAX_FRAME};
 use super::worker::FAULT_MARKER;
@@ -311,14 +311,12 @@ impl Process {
         let exit = self.kill();
         // The last 8 KB the executor wrote (its fault line is its last words), read to the end
         // of the stream: the process is gone, so the read ends.
-        let mut tail = Vec::new();
+        let mut tail = TailBuffer::new(8192);
         let mut chunk = [0u8; 4096];
         while let Ok(n @ 1..) = self.stderr.read(&mut chunk) {
-            tail.extend_from_slice(&chunk[..n]);
-            let excess = tail.len().saturating_sub(8192);
-            tail.drain(..excess);
+            tail.push(&chunk[..n]);
         }
-        let tail = String::from_utf8_lossy(&tail);
+        let tail = tail.to_string_lossy();
         ExecFailure::Crash(format!("{} ({when})", crash_reason(&exit, &tail)))
     }
 }

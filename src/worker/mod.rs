@@ -18,6 +18,7 @@ pub mod pool;
 pub mod protocol;
 pub mod serve;
 
+pub(crate) use child::TailBuffer;
 pub use pool::{ExitReport, PoolConfig, PoolStats, WorkerCommand, WorkerFailure, WorkerPool};
 pub use protocol::{FrameError, FromChild, ToChild, DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION};
 pub use serve::{serve, serve_on, ServeError};

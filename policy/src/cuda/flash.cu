@@ -448,19 +448,27 @@ __device__ __forceinline__ void tc_accumulate(float (&out)[D / 8][4], const floa
     }
 }
 
+// Two neighbouring values of a row, as the row's type.
+__device__ __forceinline__ void put2(bf16* p, float a, float b) {
+    *reinterpret_cast<unsigned*>(p) = pack_bf16(a, b);
+}
+__device__ __forceinline__ void put2(float* p, float a, float b) {
+    *reinterpret_cast<float2*>(p) = make_float2(a, b);
+}
+
 // Rows `row[0]`, `row[1]` (below t) of a warp's accumulators, times mul[.], into dst ([.., D]
-// packed, from row `base`).
-template <int D>
-__device__ __forceinline__ void tc_store(bf16* dst, long long base, const int (&row)[2], int t,
+// packed, bf16 or f32, from row `base`).
+template <int D, typename O>
+__device__ __forceinline__ void tc_store(O* dst, long long base, const int (&row)[2], int t,
                                          const float (&acc)[D / 8][4], const float (&mul)[2]) {
     int c = (threadIdx.x & 3) * 2;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (row[r] >= t) continue;
-        unsigned* p = reinterpret_cast<unsigned*>(dst + (base + row[r]) * D + c);
+        O* p = dst + (base + row[r]) * D + c;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
-            p[n * 4] = pack_bf16(acc[n][2 * r] * mul[r], acc[n][2 * r + 1] * mul[r]);
+            put2(p + n * 8, acc[n][2 * r] * mul[r], acc[n][2 * r + 1] * mul[r]);
     }
 }
 
@@ -678,19 +686,9 @@ __device__ void tc_dkdv(const bf16* q, const bf16* k, const bf16* v, const bf16*
     if (pk == nullptr) {
         tc_store<D>(dk, head, key, t, gk, mk);
         tc_store<D>(dv, head, key, t, gv, one);
-        return;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (key[r] >= t) continue;
-        float* a = pk + (head + key[r]) * D + c;
-        float* b = pv + (head + key[r]) * D + c;
-#pragma unroll
-        for (int n = 0; n < N; n++) {
-            *reinterpret_cast<float2*>(a + n * 8) =
-                make_float2(gk[n][2 * r] * scale, gk[n][2 * r + 1] * scale);
-            *reinterpret_cast<float2*>(b + n * 8) = make_float2(gv[n][2 * r], gv[n][2 * r + 1]);
-        }
+    } else {
+        tc_store<D>(pk, head, key, t, gk, mk);
+        tc_store<D>(pv, head, key, t, gv, one);
     }
 }
 
