@@ -14,6 +14,9 @@
 //!   interrupt, a preemption) cannot move the reported time, and a noisy measurement says so.
 //! - **Trials until the relative standard error of both medians is under `rse_target`**, or a
 //!   trial or time cap: quiet kernels finish fast, noisy ones get more samples but bounded time.
+//!   The standard error of a median is estimated robustly as `1.2533 * 1.4826 * MAD / sqrt(n)`
+//!   (the normal-theory SE of a median, with sigma estimated from the median absolute deviation),
+//!   so a rare outlier does not keep the loop running to the cap.
 //! - **Slow candidates cost fewer runs, not less rigour**: warm-up ends once the candidate's
 //!   warm-up runs add up to `warmup_ms` (at least one run each), and the RSE target may stop the
 //!   loop from `slow_min_trials` trials once the candidate's timed samples add up to `slow_ms`.
@@ -21,9 +24,6 @@
 //!   run-to-run jitter (microseconds) is small against its time; without this, a candidate 50x
 //!   slower than the baseline held the GPU (alone, under the timing lease) for 8 runs of itself.
 //!   Every other rule holds for it: flushed, interleaved, medians, the same RSE target.
-//!   The standard error of a median is estimated robustly as `1.2533 * 1.4826 * MAD / sqrt(n)`
-//!   (the normal-theory SE of a median, with sigma estimated from the median absolute deviation),
-//!   so a rare outlier does not keep the loop running to the cap.
 //!
 //! What the backend must still do (DESIGN "Evaluation"): rotate several input sets between timed
 //! runs and re-check the output of a timed run; both live inside its [`Timer`]. Speedups over
