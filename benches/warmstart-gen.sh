@@ -10,7 +10,7 @@
 # for the corpus's CPU workers), EPOCHS (3), MAX_LEN (4096: the evaluation's context, so the
 # corpus's multi-turn chains train whole), SHAPE (extra `kevin sft train` flags, e.g.
 # "--hidden 384 --layers 8 --heads 6 --intermediate 1152"), K and N (16 x 8, the paper's),
-# EVAL_SEEDS ("0 1"), DEVICE (cuda), FAMILIES (the generator's, comma-separated; default all
+# EVAL_SEEDS ("0 1"), DEVICE (cuda), DTYPE (f32; bf16 trains on the tensor cores with f32 masters), FAMILIES (the generator's, comma-separated; default all
 # six, convolutions included; kevin-sft-gen2-4m was built on
 # "elementwise,reduce,row,matmul,transpose", the default of its time), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
 # and their .json records, e.g. benches/data/warmstart: the committed corpus is used instead of
@@ -29,6 +29,7 @@ K=${K:-16}
 N=${N:-8}
 EVAL_SEEDS=${EVAL_SEEDS:-0 1}
 DEVICE=${DEVICE:-cuda}
+DTYPE=${DTYPE:-f32}
 FAMILIES=${FAMILIES:-}
 CONFIG=configs/gpu-burn.toml
 mkdir -p "$OUT"
@@ -65,10 +66,10 @@ for part in gen hand; do
 done
 cat "$OUT/gen.jsonl" "$OUT/hand.jsonl" > "$OUT/all.jsonl"
 if [ ! -e "$OUT/model/sft.json" ]; then
-    step "sft: $EPOCHS epochs $SHAPE"
+    step "sft: $EPOCHS epochs, $DTYPE $SHAPE"
     # shellcheck disable=SC2086 # SHAPE is a list of flags
     "$KEVIN" sft train --corpus "$OUT/all.jsonl" --tokenizer models/kevin-bpe-4096/tokenizer.json \
-        --out "$OUT/model" --epochs "$EPOCHS" --max-len "$MAX_LEN" --device "$DEVICE" $SHAPE
+        --out "$OUT/model" --epochs "$EPOCHS" --max-len "$MAX_LEN" --device "$DEVICE" --dtype "$DTYPE" $SHAPE
 fi
 for s in $EVAL_SEEDS; do
     if [ ! -e "$OUT/eval-$s.json" ]; then

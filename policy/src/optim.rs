@@ -242,6 +242,31 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Stepper<'_, B> {
     }
 }
 
+/// Replaces every parameter that has an f32 master ([`AdamW`]'s, for a model not in f32) by
+/// that master, in visiting order: the weights the optimizer steps, not their rounding.
+struct Masters<'a, B: Backend> {
+    slots: &'a [Option<Slot<B>>],
+    position: usize,
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for Masters<'_, B::InnerBackend> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let position = self.position;
+        self.position += 1;
+        let master = self
+            .slots
+            .get(position)
+            .and_then(Option::as_ref)
+            .and_then(|s| s.master.clone());
+        let Some(master) = master else {
+            return param;
+        };
+        let (id, tensor, mapper) = param.consume();
+        let full = Tensor::from_inner(master.reshape(tensor.dims()));
+        Param::from_mapped_value(id, full, mapper)
+    }
+}
+
 /// One optimizer step: clips the global gradient norm to `max_norm` (every gradient scaled by
 /// one factor, inside AdamW's step), then steps `model` at `lr`. Returns the norm before
 /// clipping, or, when it is NaN or infinite, `Err(norm)` with the model untouched: a step on
@@ -319,6 +344,16 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> OptimizedModel<B, M> {
     /// Optimizer steps taken.
     pub(crate) fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// The model with the f32 master weights in place of the parameters rounded from them (a
+    /// bf16 model's; an f32 model, or a parameter not stepped yet, is as it is): what a
+    /// checkpoint should hold.
+    pub(crate) fn full_precision(&self) -> M {
+        self.model().clone().map(&mut Masters::<B::InnerBackend> {
+            slots: &self.adamw.slots,
+            position: 0,
+        })
     }
 
     /// One [`clipped_step`] at `lr`; counts the step when it is taken. `Err(norm)` when the norm

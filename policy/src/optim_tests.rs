@@ -200,3 +200,40 @@ fn a_file_that_is_not_kevins_state_is_refused_by_name() {
     assert!(why.contains("not a kevin optimizer state"), "{why}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn the_full_precision_model_takes_each_master_at_its_parameters_position() {
+    // A bf16 model's parameters are rounded from the optimizer's f32 masters; on the CPU the
+    // slots are set by hand: a master for the head's weight (position 1) only.
+    let model = lm();
+    let (e, h, b) = model.weights();
+    let n = h.shape().num_elements();
+    let master: Tensor<NdArray, 1> = h.clone().inner().reshape([n]).add_scalar(0.5);
+    let zeros = || Tensor::<NdArray, 1>::zeros([n], &Default::default());
+    let mut optimized = OptimizedModel::<Ad, Lm>::new(model, SETTINGS);
+    optimized.adamw.slots = vec![
+        None,
+        Some(Slot {
+            time: 1,
+            m: zeros(),
+            v: zeros(),
+            master: Some(master),
+        }),
+        None,
+    ];
+    let values = |t: Tensor<Ad, 2>| t.into_data().to_vec::<f32>().unwrap();
+    let (e2, h2, b2) = optimized.full_precision().weights();
+    assert_eq!(
+        values(e2),
+        values(e),
+        "a parameter without a master is kept"
+    );
+    assert_eq!(
+        b2.into_data().to_vec::<f32>().unwrap(),
+        b.into_data().to_vec::<f32>().unwrap()
+    );
+    let want: Vec<f32> = values(h.clone()).iter().map(|v| v + 0.5).collect();
+    assert_eq!(values(h2), want, "the head's weight is its master");
+    // The model being trained keeps its own (rounded) parameters.
+    assert_eq!(values(optimized.model().weights().1), values(h));
+}

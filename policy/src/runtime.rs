@@ -33,6 +33,9 @@ use crate::tokenizer::Tokenizer;
 pub type CpuTrain = Autodiff<NdArray<f32>>;
 /// The learner's backend on a GPU.
 pub type CudaTrain = Autodiff<Cuda<f32>>;
+/// A trainer's backend on a GPU with bf16 parameters (f32 masters in the optimizer): `kevin sft
+/// train --dtype bf16`.
+pub type CudaTrainBf16 = Autodiff<Cuda<half::bf16>>;
 
 /// A policy and the learner that trains it.
 pub type PolicyAndLearner = (Box<dyn Policy>, Box<dyn Learner>);

@@ -171,6 +171,11 @@ pub struct TrainArgs {
     /// Seed of the initial weights, the shuffles and the validation split.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The parameters' dtype while training: "f32", or "bf16" (CUDA only: bf16 weights and
+    /// activations on the tensor cores, f32 master weights and AdamW moments). The checkpoint
+    /// holds the f32 weights either way.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+    pub dtype: String,
     /// Also write OUT/epoch-NNN/ after every epoch.
     #[arg(long)]
     pub save_every_epoch: bool,
@@ -396,6 +401,7 @@ pub fn train_main(a: &TrainArgs) -> Result<(), String> {
         grad_clip: a.grad_clip,
         weight_decay: a.weight_decay,
         seed: a.seed,
+        dtype: run::SftDtype::parse(&a.dtype)?,
         save_every_epoch: a.save_every_epoch,
         max_steps: a.max_steps,
         command: std::env::args().collect(),

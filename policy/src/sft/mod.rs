@@ -212,6 +212,12 @@ where
         self.optimized.steps()
     }
 
+    /// The model in full precision: the optimizer's f32 master weights where the model's own are
+    /// rounded from them (a bf16 model), what a checkpoint holds.
+    pub fn full_precision_model(&self) -> M {
+        self.optimized.full_precision()
+    }
+
     /// The settings.
     pub fn config(&self) -> &SftConfig {
         &self.config

@@ -19,7 +19,7 @@ use crate::burn_learner::{open_model, TOKENIZER_FILE};
 use crate::checkpoint::{self, SaveDtype};
 use crate::optim::AdamWSettings;
 use crate::qwen2::{Qwen2, Qwen2Config};
-use crate::runtime::{uses_cuda, CpuTrain, CudaTrain};
+use crate::runtime::{uses_cuda, CpuTrain, CudaTrain, CudaTrainBf16};
 use crate::tokenizer::{Tokenizer, ENDOFTEXT, IM_END};
 
 /// The record written next to the weights.
@@ -38,6 +38,28 @@ pub struct ModelShape {
     pub kv_heads: usize,
     /// intermediate_size.
     pub intermediate: usize,
+}
+
+/// The parameters' dtype while training (`--dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SftDtype {
+    /// f32 weights, gradients and AdamW state.
+    F32,
+    /// bf16 weights and activations (the forward and backward on the tensor cores), f32 master
+    /// weights and AdamW moments ([`crate::optim::AdamW`]); the loss in f32. CUDA only.
+    Bf16,
+}
+
+impl SftDtype {
+    /// "f32" or "bf16".
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(SftDtype::F32),
+            "bf16" => Ok(SftDtype::Bf16),
+            other => Err(format!("--dtype {other}: expected f32 or bf16")),
+        }
+    }
 }
 
 /// Everything `kevin sft train` was asked.
@@ -77,6 +99,9 @@ pub struct SftArgs {
     pub weight_decay: f64,
     /// Seed of the initial weights, the shuffles and the split.
     pub seed: u64,
+    /// The parameters' dtype while training: f32, or bf16 with f32 master weights (CUDA only).
+    /// Checkpoints hold the f32 weights either way.
+    pub dtype: SftDtype,
     /// Also write `out/epoch-NNN/` after every epoch.
     pub save_every_epoch: bool,
     /// Stop after this many optimizer steps (a smoke run); the schedule still spans all epochs.
@@ -190,12 +215,13 @@ pub fn run_on(
 ) -> Result<SftRecord, String> {
     if uses_cuda(device) {
         crate::cuda_setup::require_gpu("--device cuda")?;
-        run::<CudaTrain>(
-            args,
-            &crate::cuda_setup::cuda_device(0),
-            progress,
-            epoch_done,
-        )
+        let gpu = crate::cuda_setup::cuda_device(0);
+        match args.dtype {
+            SftDtype::F32 => run::<CudaTrain>(args, &gpu, progress, epoch_done),
+            SftDtype::Bf16 => run::<CudaTrainBf16>(args, &gpu, progress, epoch_done),
+        }
+    } else if args.dtype == SftDtype::Bf16 {
+        Err("--dtype bf16 trains on CUDA only (the CPU backend trains in f32): pass --dtype f32 or --device cuda".to_string())
     } else {
         run::<CpuTrain>(args, &Default::default(), progress, epoch_done)
     }
@@ -421,7 +447,7 @@ pub fn run<B: AutodiffBackend>(
         epochs.push(record);
         if args.save_every_epoch {
             save(
-                trainer.model(),
+                &trainer.full_precision_model(),
                 &tokenizer,
                 &args.out.join(format!("epoch-{epoch:03}")),
             )?;
@@ -432,7 +458,8 @@ pub fn run<B: AutodiffBackend>(
     }
 
     let steps = trainer.steps();
-    let model = trainer.into_model();
+    let model = trainer.full_precision_model();
+    drop(trainer);
     save(&model, &tokenizer, &args.out)?;
     let record = SftRecord {
         command: args.command.clone(),

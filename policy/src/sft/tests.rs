@@ -10,7 +10,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Int, Tensor, TensorData};
 use kevin::corpus::{Example, Kind, Turn};
 
-use super::run::{self, ModelShape, SftArgs};
+use super::run::{self, ModelShape, SftArgs, SftDtype};
 use super::*;
 use crate::learner_testing::BigramTestLm;
 use crate::qwen2::Qwen2;
@@ -368,6 +368,7 @@ fn args(corpus: PathBuf, tokenizer: PathBuf, out: PathBuf) -> SftArgs {
         grad_clip: 1.0,
         weight_decay: 0.1,
         seed: 0,
+        dtype: SftDtype::F32,
         save_every_epoch: true,
         max_steps: None,
         command: vec!["kevin".into(), "sft".into(), "train".into()],
