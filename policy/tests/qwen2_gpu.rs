@@ -1154,3 +1154,113 @@ fn learner_steps_run_on_cuda() {
         }
     }
 }
+
+/// A small warm-start corpus in the real format: first turns of elementwise kernels.
+fn sft_corpus() -> Vec<kevin::corpus::Example> {
+    use kevin::corpus::{Example, Kind, Turn};
+    ["relu", "sigmoid", "tanh", "exp", "abs", "neg", "sin", "cos"]
+        .iter()
+        .enumerate()
+        .map(|(i, op)| Example {
+            task: format!("{op}_task"),
+            kind: Kind::FirstTurn,
+            form: if i % 2 == 0 { "reference" } else { "naive:elementwise_b256" }.into(),
+            turns: vec![Turn {
+                prompt: format!("Write a CUDA kernel for Y = {op}(X), X f32[N]."),
+                response: format!(
+                    "Elementwise.\n```cuda\n__global__ void k(const float* x, float* y, int n) {{ int i = blockIdx.x * 256 + threadIdx.x; if (i < n) y[i] = {op}(x[i]); }}\n```\nOne thread per element."
+                ),
+            }],
+            outcomes: vec!["correct".into()],
+        })
+        .collect()
+}
+
+#[test]
+fn sft_trains_in_bf16_and_saves_its_f32_masters_on_cuda() {
+    use kevin_policy::sft::run::{run_on, ModelShape, SftArgs, SftDtype};
+    use kevin_policy::sft::Overlong;
+    use kevin_policy::tokenizer::{Tokenizer, SPECIAL_TOKENS};
+    if !gpu_tests() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kevin-sft-bf16-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let corpus = sft_corpus();
+    let texts: Vec<String> = corpus
+        .iter()
+        .flat_map(|e| e.turns.iter())
+        .map(|t| kevin_policy::chat::training_text(None, &t.prompt, &t.response))
+        .collect();
+    let tokenizer = Tokenizer::train_bpe(texts.iter(), 300, &SPECIAL_TOKENS).unwrap();
+    let (corpus_path, tok_path) = (dir.join("corpus.jsonl"), dir.join("tok.json"));
+    kevin::corpus::write_jsonl(&corpus_path, &corpus).unwrap();
+    tokenizer.save(&tok_path).unwrap();
+    let args = |dtype: SftDtype, out: &str| SftArgs {
+        corpus: corpus_path.clone(),
+        tokenizer: tok_path.clone(),
+        out: dir.join(out),
+        init: None,
+        shape: ModelShape {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            intermediate: 128,
+        },
+        epochs: 30,
+        lr: 1e-2,
+        min_lr_ratio: 0.1,
+        warmup_steps: None,
+        batch_tokens: 512,
+        micro_batch_tokens: None,
+        max_len: 256,
+        overlong: Overlong::Truncate,
+        val_fraction: 0.0,
+        grad_clip: 1.0,
+        weight_decay: 0.1,
+        seed: 0,
+        dtype,
+        save_every_epoch: false,
+        max_steps: None,
+        command: vec!["kevin".into(), "sft".into(), "train".into()],
+    };
+    let device = kevin::config::BurnDevice::Cuda;
+    let mut losses = Vec::new();
+    for (dtype, out) in [(SftDtype::F32, "f32"), (SftDtype::Bf16, "bf16")] {
+        let r = run_on(device, &args(dtype, out), &mut |_| {}, &mut |_| {})
+            .unwrap_or_else(|e| panic!("{dtype:?}: {e}"));
+        let (first, last) = (r.epochs[0].train_loss, r.epochs.last().unwrap().train_loss);
+        eprintln!(
+            "sft {dtype:?}: train loss {first:.3} -> {last:.3}, {}",
+            r.device
+        );
+        assert!(last < 0.5 * first, "{dtype:?}: {first} -> {last}");
+        losses.push(last);
+    }
+    // The same schedule and batches: bf16's loss follows f32's.
+    assert!(
+        losses[1] < 1.5 * losses[0] + 0.1,
+        "bf16 ends at {}, f32 at {}",
+        losses[1],
+        losses[0]
+    );
+    // The checkpoint holds the f32 masters: most weights are not bf16 values.
+    let bytes = std::fs::read(dir.join("bf16/model.safetensors")).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (mut n, mut off_grid) = (0usize, 0usize);
+    for (name, view) in file.tensors() {
+        assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+        for c in view.data().chunks_exact(4) {
+            let bits = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            n += 1;
+            off_grid += usize::from(bits & 0xffff != 0);
+        }
+    }
+    assert!(
+        off_grid * 2 > n,
+        "{off_grid} of {n} saved weights have bits below bf16's: the rounded weights were saved"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
