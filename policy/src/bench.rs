@@ -205,6 +205,11 @@ pub struct LearnResult {
     pub tokens_per_s: f64,
     /// Median step time (s).
     pub step_seconds: f64,
+    /// Every timed step's seconds, in the order they ran (a drift shows here, not in the
+    /// median).
+    pub steps_seconds: Vec<f64>,
+    /// The warm-up steps' seconds, in order.
+    pub warmup_seconds: Vec<f64>,
     /// Tokens per step.
     pub tokens: usize,
     /// GiB of GPU memory cubecl's pool held after the steps, the largest over them, its unused
@@ -386,6 +391,7 @@ pub fn run<B: AutodiffBackend>(
             pool = pool.max(crate::kernels::pool_reserved(device, false));
         }
         let pool_gib = pool.map(|b| b as f64 / (1u64 << 30) as f64);
+        let steps_seconds = times.clone();
         times.sort_by(f64::total_cmp);
         let step_seconds = times[times.len() / 2];
         let tokens = args.train_batch * args.train_seq;
@@ -394,17 +400,25 @@ pub fn run<B: AutodiffBackend>(
         let r = LearnResult {
             tokens_per_s: tokens as f64 / step_seconds,
             step_seconds,
+            steps_seconds,
+            warmup_seconds: warm,
             tokens,
             pool_gib,
             precision,
         };
+        let in_order: Vec<String> = r
+            .steps_seconds
+            .iter()
+            .map(|s| format!("{:.0}", s * 1e3))
+            .collect();
         progress(&format!(
-            "learner {}x{}: {:.0} tokens/s ({:.0} ms/step{})",
+            "learner {}x{}: {:.0} tokens/s ({:.0} ms/step{}; in order {} ms)",
             args.train_batch,
             args.train_seq,
             r.tokens_per_s,
             step_seconds * 1e3,
-            pool_gib.map_or(String::new(), |g| format!(", cubecl's pool {g:.1} GiB"))
+            pool_gib.map_or(String::new(), |g| format!(", cubecl's pool {g:.1} GiB")),
+            in_order.join(", ")
         ));
         Some(r)
     };
@@ -635,6 +649,11 @@ mod tests {
         let lines = lines.into_inner().unwrap();
         assert_eq!(lines.len(), 4, "{lines:?}");
         assert!(lines[2].starts_with("learner warm-up: "), "{lines:?}");
+        // Every timed step in the order it ran, the median among them.
+        assert_eq!(l.steps_seconds.len(), args.train_steps);
+        assert!(l.steps_seconds.contains(&l.step_seconds));
+        assert!(!l.warmup_seconds.is_empty() && l.warmup_seconds.len() <= WARMUP_STEPS);
+        assert!(lines[3].contains("; in order "), "{lines:?}");
         assert!(report.params > 30_000, "{}", report.params);
     }
 
