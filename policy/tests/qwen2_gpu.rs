@@ -1155,27 +1155,6 @@ fn learner_steps_run_on_cuda() {
     }
 }
 
-/// A small warm-start corpus in the real format: first turns of elementwise kernels.
-fn sft_corpus() -> Vec<kevin::corpus::Example> {
-    use kevin::corpus::{Example, Kind, Turn};
-    ["relu", "sigmoid", "tanh", "exp", "abs", "neg", "sin", "cos"]
-        .iter()
-        .enumerate()
-        .map(|(i, op)| Example {
-            task: format!("{op}_task"),
-            kind: Kind::FirstTurn,
-            form: if i % 2 == 0 { "reference" } else { "naive:elementwise_b256" }.into(),
-            turns: vec![Turn {
-                prompt: format!("Write a CUDA kernel for Y = {op}(X), X f32[N]."),
-                response: format!(
-                    "Elementwise.\n```cuda\n__global__ void k(const float* x, float* y, int n) {{ int i = blockIdx.x * 256 + threadIdx.x; if (i < n) y[i] = {op}(x[i]); }}\n```\nOne thread per element."
-                ),
-            }],
-            outcomes: vec!["correct".into()],
-        })
-        .collect()
-}
-
 #[test]
 fn sft_trains_in_bf16_and_saves_its_f32_masters_on_cuda() {
     use kevin_policy::sft::run::{run_on, ModelShape, SftArgs, SftDtype};
@@ -1187,7 +1166,9 @@ fn sft_trains_in_bf16_and_saves_its_f32_masters_on_cuda() {
     let dir = std::env::temp_dir().join(format!("kevin-sft-bf16-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let corpus = sft_corpus();
+    let corpus = kevin_policy::sft::fixture::elementwise_first_turns(&[
+        "relu", "sigmoid", "tanh", "exp", "abs", "neg", "sin", "cos",
+    ]);
     let texts: Vec<String> = corpus
         .iter()
         .flat_map(|e| e.turns.iter())

@@ -20,6 +20,7 @@
 //! re-exported data items; the trainer internals are not for other callers.
 
 pub mod data;
+pub mod fixture;
 pub mod run;
 
 use burn::module::AutodiffModule;

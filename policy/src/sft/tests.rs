@@ -44,23 +44,8 @@ fn seq(prompt: &[u32], response: &[u32]) -> SftExample {
 
 /// A small corpus of short conversations in the real format (one repair with two turns).
 fn corpus() -> Vec<Example> {
-    let ops = ["relu", "sigmoid", "tanh", "exp", "abs", "neg"];
-    let mut out: Vec<Example> = ops
-        .iter()
-        .enumerate()
-        .map(|(i, op)| Example {
-            task: format!("{op}_task"),
-            kind: Kind::FirstTurn,
-            form: if i % 2 == 0 { "reference" } else { "naive:elementwise_b256" }.into(),
-            turns: vec![Turn {
-                prompt: format!("Write a CUDA kernel for Y = {op}(X), X f32[N]."),
-                response: format!(
-                    "Elementwise.\n```cuda\n__global__ void k(const float* x, float* y, int n) {{ int i = blockIdx.x * 256 + threadIdx.x; if (i < n) y[i] = {op}(x[i]); }}\n```\nOne thread per element."
-                ),
-            }],
-            outcomes: vec!["correct".into()],
-        })
-        .collect();
+    let mut out =
+        super::fixture::elementwise_first_turns(&["relu", "sigmoid", "tanh", "exp", "abs", "neg"]);
     out.push(Example {
         task: "relu_task".into(),
         kind: Kind::Repair,
