@@ -192,20 +192,13 @@ pub fn run(args: &Args) -> Result<ModesReport, String> {
         );
         modes.push(result);
     }
-    let async_over_sync = match modes.as_slice() {
-        [a, s] if s.trajectories_per_hour > 0.0 => {
-            Some(a.trajectories_per_hour / s.trajectories_per_hour)
-        }
+    // Async's figure over sync's, when both ran and sync's is positive.
+    let ratio = |f: fn(&ModeResult) -> Option<f64>| match modes.as_slice() {
+        [a, s] => f(a).zip(f(s)).filter(|&(_, s)| s > 0.0).map(|(a, s)| a / s),
         _ => None,
     };
-    let steady_async_over_sync = match modes.as_slice() {
-        [a, s] => a
-            .steady_turns_per_s
-            .zip(s.steady_turns_per_s)
-            .filter(|&(_, s)| s > 0.0)
-            .map(|(a, s)| a / s),
-        _ => None,
-    };
+    let async_over_sync = ratio(|m| Some(m.trajectories_per_hour));
+    let steady_async_over_sync = ratio(|m| m.steady_turns_per_s);
     // A group holds its slot until the learner consumes it: with no more slots than a batch,
     // generation waits for the learner in async mode too.
     let note = (file.rollout.max_inflight_groups <= file.replay.tasks_per_batch).then(|| {
