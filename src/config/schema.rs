@@ -505,6 +505,11 @@ pub struct EnvSection {
     /// lease, which the burn generator and learner honour between steps) or "shared" (no
     /// lease; only where the evaluation's GPUs are not the policy's). See [`GpuTiming`].
     pub timing: GpuTiming,
+    /// Keys of the evaluation cache (`kevin::env::cache`): a candidate whose exact ```cuda
+    /// block was already judged for the same task gets that verdict instead of another
+    /// compile, check and timing (harness errors and timeouts are never kept). 0 turns it off.
+    /// Real environments only (cpu, cuda, remote); the simulated ones draw their verdicts.
+    pub cache_entries: u32,
     /// The simulated environment's parameters.
     pub simulated: SimEnvSection,
     /// The remote environment's bus, queue and credentials (`kind = "remote"`).
@@ -594,6 +599,7 @@ impl Default for EnvSection {
             verify_timeout_ms: 20_000,
             profile_timeout_ms: 30_000,
             timing: GpuTiming::Exclusive,
+            cache_entries: crate::env::cache::DEFAULT_ENTRIES as u32,
             simulated: SimEnvSection::default(),
             remote: RemoteEnvSection::default(),
         }

@@ -31,6 +31,7 @@ use crate::worker::PoolStats;
 #[cfg(unix)]
 mod artifact;
 mod build;
+pub mod cache;
 #[cfg(unix)]
 pub mod cpu;
 #[cfg(unix)]
@@ -39,6 +40,7 @@ pub mod nvrtc;
 pub mod sim;
 
 pub use build::{build, CpuFrontEnd, CudaEnvConfig, EnvSpec, CPU_NVRTC_ENV};
+pub use cache::{cached, CacheStats};
 
 /// A compiled candidate, ready to verify. The artifact's type belongs to the environment (PTX and
 /// a resolved launch plan for the CUDA harness; nothing much for the simulated one).
@@ -124,6 +126,11 @@ pub trait KernelEnv: Send + Sync {
     /// the CUDA environment's). Empty for an environment that does not measure them.
     fn phase_stats(&self) -> Vec<(String, u64, f64)> {
         Vec::new()
+    }
+    /// How often repeated candidates were answered from the evaluation cache
+    /// ([`cache::CachedEnv`]); `None` for an environment without one.
+    fn cache_stats(&self) -> Option<cache::CacheStats> {
+        None
     }
 }
 

@@ -238,7 +238,14 @@ fn build_env(
     suite: Option<&Arc<TaskSuite>>,
 ) -> Result<Arc<dyn KernelEnv>, TrainError> {
     let tasks_dir = std::path::Path::new(&config.tasks.dir);
-    match EnvSpec::from_config(config) {
+    let spec = EnvSpec::from_config(config);
+    // The evaluation cache stands in front of real verdicts only: the simulated environments
+    // draw theirs per candidate, and a cache would change their statistics.
+    let cache = match spec {
+        EnvSpec::Simulated(_) | EnvSpec::Nvrtc { .. } => 0,
+        _ => config.env.cache_entries as usize,
+    };
+    let env = match spec {
         // The core has no NATS client: the remote environment is this crate's.
         EnvSpec::Remote {
             preset,
@@ -252,10 +259,11 @@ fn build_env(
                 .clone();
             crate::remote::RemoteEnv::start(&remote, preset, deadlines, suite, tasks_dir)
                 .map(|env| Arc::new(env) as Arc<dyn KernelEnv>)
-                .map_err(TrainError::Setup)
+                .map_err(TrainError::Setup)?
         }
-        spec => kevin::env::build(spec, suite, tasks_dir).map_err(TrainError::Setup),
-    }
+        spec => kevin::env::build(spec, suite, tasks_dir).map_err(TrainError::Setup)?,
+    };
+    Ok(kevin::env::cached(env, cache))
 }
 
 /// The Compiler stage's concurrency and deadline. A remote environment's `compile` holds one job
@@ -541,6 +549,9 @@ pub fn train(
         let phases = phases_env.phase_stats();
         if !phases.is_empty() {
             tracing::info!(phases = %phase_line(&phases), "evaluation requests' time (mean ms a request, requests)");
+        }
+        if let Some(c) = phases_env.cache_stats() {
+            tracing::info!(cache = %c.line(), "evaluation cache");
         }
         let summary = learner.send(Finish).await.map_err(|e| TrainError::Failed(format!("learner: {e}")))?;
         let _ = telemetry.addr.send(Flush).await;

@@ -306,6 +306,8 @@ pub struct RunInfo<'a> {
     pub config: &'a Config,
     /// The policy's description.
     pub policy: String,
+    /// How often the evaluation cache answered a repeated candidate (`None`: no cache).
+    pub cache: Option<kevin::env::CacheStats>,
     /// The environment's description.
     pub env: String,
 }
@@ -357,6 +359,7 @@ pub fn to_json(info: &RunInfo<'_>, report: &Report) -> serde_json::Value {
         "date": kevin::clock::utc_rfc3339(),
         "policy": info.policy,
         "env": info.env,
+        "eval_cache": info.cache,
         "tasks": tasks,
         "summary": report.summary,
     })
@@ -408,6 +411,7 @@ pub fn main(
         kevin::env::Deadlines::default(),
         config.env.timing,
     )
+    .map(|env| kevin::env::cached(env, config.env.cache_entries as usize))
     .map_err(Failure)?;
     let mut policy = kevin_policy::runtime::build_policy(&config).map_err(Failure)?;
     let device = if kevin_policy::runtime::uses_cuda(config.policy.burn.device) {
@@ -434,6 +438,10 @@ pub fn main(
         eval_workers: parallel,
     };
     let report = evaluate(policy.as_mut(), env.as_ref(), &tasks, &opts).map_err(Failure)?;
+    let cache = env.cache_stats();
+    if let Some(c) = &cache {
+        eprintln!("kevin eval: evaluation cache: {}", c.line());
+    }
     let info = RunInfo {
         args,
         checkpoint,
@@ -443,6 +451,7 @@ pub fn main(
         config: &config,
         policy: policy.describe(),
         env: env.describe(),
+        cache,
     };
     let prov = provenance(checkpoint);
     println!(
