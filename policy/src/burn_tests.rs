@@ -352,3 +352,52 @@ fn micro_batches_grow_only_where_attention_keeps_no_scores() {
         DEFAULT_MICRO_BATCH_TOKENS
     );
 }
+
+/// A model takes its backend's float type even where the device's default dtype was fixed
+/// otherwise: `NdArray<f32>` and `NdArray<f64>` share one device, as `Cuda<f32>` and
+/// `Cuda<bf16>` do, and burn fixes that device's default dtype at the first tensor made on it.
+/// Before the model named its dtype, a bf16 model built after an f32 one in the same process was
+/// f32 (the bf16 SFT GPU test trained f32 twice, 2026-12-06).
+#[test]
+fn a_model_takes_its_backends_float_type_whatever_the_device_default() {
+    use crate::CausalLm;
+    use burn::tensor::{DType, Int, Tensor, TensorData};
+    type Wide = NdArray<f64>;
+    let device = Default::default();
+    // Fixes the shared device's default to f32 (if no earlier test has).
+    let _ = Tensor::<Inner, 1>::zeros([1], &device);
+    let (narrow, cfg) = crate::checkpoint::load::<Inner>(&tiny_dir(), &device).unwrap();
+    assert_eq!(narrow.dtype(), DType::F32);
+    let (loaded, _) = crate::checkpoint::load::<Wide>(&tiny_dir(), &device).unwrap();
+    assert_eq!(
+        loaded.dtype(),
+        DType::F64,
+        "a checkpoint loads in the backend's type"
+    );
+    let fresh = Qwen2::<Wide>::new(&cfg, &device).unwrap();
+    assert_eq!(
+        fresh.dtype(),
+        DType::F64,
+        "a fresh model is made in the backend's type"
+    );
+    // Its forward pass (RoPE tables, the cache) runs in that type too, and matches f32's.
+    let ids = || TensorData::new(vec![1i64, 5, 9, 2], [1, 4]);
+    let wide = loaded
+        .forward(Tensor::<Wide, 2, Int>::from_data(ids(), &device))
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .unwrap();
+    let want = narrow
+        .forward(Tensor::<Inner, 2, Int>::from_data(ids(), &device))
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .unwrap();
+    let diff = wide
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(diff < 1e-3, "f64 and f32 logits differ by {diff}");
+}

@@ -325,7 +325,10 @@ impl<B: Backend> WeightSource<B> for CheckpointSource<'_, B> {
         } else {
             data
         };
-        Ok(Tensor::from_data(data, self.device))
+        Ok(Tensor::from_data(
+            data,
+            (self.device, crate::qwen2::float_dtype::<B>()),
+        ))
     }
 }
 

@@ -1214,9 +1214,16 @@ fn sft_trains_in_bf16_and_saves_its_f32_masters_on_cuda() {
             .unwrap_or_else(|e| panic!("{dtype:?}: {e}"));
         let (first, last) = (r.epochs[0].train_loss, r.epochs.last().unwrap().train_loss);
         eprintln!(
-            "sft {dtype:?}: train loss {first:.3} -> {last:.3}, {}",
-            r.device
+            "sft {dtype:?}: train loss {first:.5} -> {last:.5}, {}, weights in {}",
+            r.device, r.dtype
         );
+        // The model's own dtype, not the flag's: in one process, burn's per-device default
+        // (fixed by the f32 run) made the "bf16" model f32 until the model named its dtype.
+        let want = match dtype {
+            SftDtype::F32 => "f32",
+            SftDtype::Bf16 => "bf16",
+        };
+        assert_eq!(r.dtype, want, "{dtype:?} trained in {}", r.dtype);
         assert!(last < 0.5 * first, "{dtype:?}: {first} -> {last}");
         losses.push(last);
     }

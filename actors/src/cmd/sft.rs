@@ -442,13 +442,14 @@ pub fn train_main(a: &TrainArgs) -> Result<(), String> {
     let r = run::run_on(device, &args, &mut progress, &mut epoch_done)?;
     let c = &r.corpus;
     println!(
-        "wrote {} (Qwen2 {} parameters: {} layers, hidden {}, vocab {}; device {})",
+        "wrote {} (Qwen2 {} parameters: {} layers, hidden {}, vocab {}; device {}, trained in {})",
         a.out.display(),
         r.parameters,
         r.model.num_hidden_layers,
         r.model.hidden_size,
         r.model.vocab_size,
-        r.device
+        r.device,
+        r.dtype
     );
     println!(
         "corpus {}: {} examples, {} train, {} validation (held-out forms: {}); {} truncated, {} dropped for length",

@@ -161,8 +161,14 @@ impl<B: Backend> Rope<B> {
         }
         let shape = [rows, 1, positions.len() / rows, d];
         Self {
-            cos: Tensor::from_data(TensorData::new(cos, shape), device),
-            sin: Tensor::from_data(TensorData::new(sin, shape), device),
+            cos: Tensor::from_data(
+                TensorData::new(cos, shape),
+                (device, super::float_dtype::<B>()),
+            ),
+            sin: Tensor::from_data(
+                TensorData::new(sin, shape),
+                (device, super::float_dtype::<B>()),
+            ),
         }
     }
 

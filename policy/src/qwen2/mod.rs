@@ -31,3 +31,13 @@ pub use config::{ConfigError, Qwen2Config, TokenIds};
 pub use layers::{Attention, DecoderLayer, Mlp, RmsNorm};
 pub use model::Qwen2;
 pub(crate) use weights::{WeightKind, WeightSource};
+
+/// The float dtype of backend `B` (`B::FloatElem`), named where a model's tensors are made.
+///
+/// burn 0.21 otherwise takes the dtype from a per-device default that the first tensor made on
+/// the device fixes for the whole process, whatever the backend type: `Cuda<f32>` and
+/// `Cuda<bf16>` share `CudaDevice`. A process that made an f32 tensor first (a test binary
+/// running f32 before bf16) then built "bf16" models in f32 without a word.
+pub(crate) fn float_dtype<B: burn::tensor::backend::Backend>() -> burn::tensor::DType {
+    <B::FloatElem as burn::tensor::Element>::dtype()
+}

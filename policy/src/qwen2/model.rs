@@ -97,6 +97,11 @@ impl<B: Backend> Qwen2<B> {
         }
     }
 
+    /// The dtype of the model's weights (the embedding's; every weight is made in one).
+    pub fn dtype(&self) -> burn::tensor::DType {
+        self.embed_tokens.weight.val().dtype()
+    }
+
     /// The architecture this model was built with.
     pub fn config(&self) -> &Qwen2Config {
         &self.config
@@ -150,8 +155,8 @@ impl<B: Backend> Qwen2<B> {
         let device = self.device();
         let layers = (0..cfg.num_hidden_layers)
             .map(|_| LayerKv {
-                k: Tensor::zeros(shape, &device),
-                v: Tensor::zeros(shape, &device),
+                k: Tensor::zeros(shape, (&device, super::float_dtype::<B>())),
+                v: Tensor::zeros(shape, (&device, super::float_dtype::<B>())),
             })
             .collect();
         Qwen2Cache {

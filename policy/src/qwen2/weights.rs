@@ -55,11 +55,13 @@ impl<B: Backend> WeightSource<B> for RandomInit<'_, B> {
             shape.reverse();
         }
         Ok(match kind {
-            WeightKind::Linear | WeightKind::Embedding => {
-                Tensor::random(shape, Distribution::Normal(0.0, self.std), self.device)
-            }
-            WeightKind::Bias => Tensor::zeros(shape, self.device),
-            WeightKind::Norm => Tensor::ones(shape, self.device),
+            WeightKind::Linear | WeightKind::Embedding => Tensor::random(
+                shape,
+                Distribution::Normal(0.0, self.std),
+                (self.device, super::float_dtype::<B>()),
+            ),
+            WeightKind::Bias => Tensor::zeros(shape, (self.device, super::float_dtype::<B>())),
+            WeightKind::Norm => Tensor::ones(shape, (self.device, super::float_dtype::<B>())),
         })
     }
 }

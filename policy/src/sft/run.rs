@@ -204,6 +204,9 @@ pub struct SftRecord {
     pub wall_s: f64,
     /// burn's name of the device.
     pub device: String,
+    /// The dtype the weights were trained in ("f32", "bf16"): the model's own, as burn reports
+    /// it, not the flag's.
+    pub dtype: String,
 }
 
 /// Runs `kevin sft train` on the backend `device` selects (see [`uses_cuda`]).
@@ -344,6 +347,7 @@ pub fn run<B: AutodiffBackend>(
         }
     };
     let parameters = model.num_params();
+    let dtype = format!("{:?}", model.dtype()).to_lowercase();
 
     let lengths: Vec<usize> = train.examples.iter().map(SftExample::len).collect();
     let steps_per_epoch = epoch_batches(&lengths, args.batch_tokens, args.seed, 0).len() as u64;
@@ -484,6 +488,7 @@ pub fn run<B: AutodiffBackend>(
         stopped_early,
         wall_s: started.elapsed().as_secs_f64(),
         device: B::name(device),
+        dtype,
     };
     let path = args.out.join(RECORD_FILE);
     let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
