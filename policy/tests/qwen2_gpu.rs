@@ -325,19 +325,32 @@ fn shape_config(spec: ShapeSpec) -> kevin_policy::Qwen2Config {
     .unwrap()
 }
 
-/// The fused extend path against burn's layers (the reference) on one random model: prefill
-/// rows of different lengths, decode rows, a prefill in the same pass as decode rows, and a slot
-/// cleared and reused. Returns the largest |difference| of the logits, of the fused logits
-/// against the full forward pass (no cache) over each slot's tokens at the last step, and the
-/// largest |logit| of the reference.
+/// What [`fused_against_reference`] measured.
+struct FusedRun {
+    /// The largest |difference| of the fused logits from the reference's.
+    worst: f32,
+    /// The largest |difference| of the last step's fused logits from the full forward pass.
+    to_forward: f32,
+    /// The largest |logit| of the reference.
+    scale: f32,
+    /// Every logit of the reference path, then of the fused path, in step order (f32).
+    reference: Vec<f32>,
+    fused: Vec<f32>,
+}
+
+/// The fused extend path against burn's layers (the reference) on `model`: prefill rows of
+/// different lengths, decode rows, a prefill in the same pass as decode rows, and a slot cleared
+/// and reused; at the end, the fused logits against the full forward pass (no cache) over each
+/// slot's tokens.
 fn fused_against_reference<B: burn::tensor::backend::Backend>(
-    cfg: &kevin_policy::Qwen2Config,
+    mut model: kevin_policy::Qwen2<B>,
     device: &B::Device,
     split: bool,
     long: usize,
-) -> (f32, f32, f32) {
-    use kevin_policy::{CausalLm, Qwen2};
-    let mut model = Qwen2::<B>::new(cfg, device).unwrap();
+) -> FusedRun {
+    use kevin_policy::CausalLm;
+    let cfg = model.config().clone();
+    let cfg = &cfg;
     model.set_split_f32_matmul(split);
     let max_len = (long + 40).max(80);
     let mut reference = model.cache_for(4, max_len, false);
@@ -356,6 +369,7 @@ fn fused_against_reference<B: burn::tensor::backend::Backend>(
     };
     let mut history: Vec<Vec<u32>> = vec![Vec::new(); 4];
     let (mut worst, mut scale) = (0f32, 0f32);
+    let (mut all_reference, mut all_fused) = (Vec::new(), Vec::new());
     let mut last = Vec::new();
     let mut step = |slots: &[usize], rows: Vec<Vec<u32>>, reference: &mut _, fused: &mut _| {
         for (&s, r) in slots.iter().zip(&rows) {
@@ -369,13 +383,23 @@ fn fused_against_reference<B: burn::tensor::backend::Backend>(
         let a = model.extend(reference, slots, &rows).unwrap();
         let b = model.extend(fused, slots, &rows).unwrap();
         assert_eq!(a.dims(), b.dims());
-        let a = a.into_data().to_vec::<f32>().unwrap();
-        let b = b.into_data().to_vec::<f32>().unwrap();
+        let a = a
+            .cast(burn::tensor::DType::F32)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let b = b
+            .cast(burn::tensor::DType::F32)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
         for (x, y) in a.iter().zip(&b) {
             assert!(y.is_finite(), "fused logit {y}");
             worst = worst.max((x - y).abs());
             scale = scale.max(x.abs());
         }
+        all_reference.extend_from_slice(&a);
+        all_fused.extend_from_slice(&b);
         last = slots
             .iter()
             .copied()
@@ -431,14 +455,36 @@ fn fused_against_reference<B: burn::tensor::backend::Backend>(
             to_forward = to_forward.max((x - y).abs());
         }
     }
-    (worst, to_forward, scale)
+    FusedRun {
+        worst,
+        to_forward,
+        scale,
+        reference: all_reference,
+        fused: all_fused,
+    }
+}
+
+/// The largest |a - b| over two runs' logits.
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// The fused path matches burn's layers in f32 (the reference's matmuls split, so both are at
-/// f32 accuracy) within 1e-4 of the logits' scale, and in bf16 within 2e-2 of it, on head
-/// dimensions 16, 64 and 128, groups of 1 to 8 query heads, tied and untied heads, and a hidden
-/// size (448) whose rows burn's CUDA allocator pads (the embedding is then read at its row
-/// pitch, not its width).
+/// f32 accuracy) within 1e-4 of the logits' scale. In bf16 both paths round differently, so
+/// each is measured against the same weights run in f32 (the bf16 weights widened): the fused
+/// path must be within twice burn's own bf16 error, or 2e-2 of the logits' scale where that is
+/// larger. Shapes: head dimensions 16, 64 and 128, groups of 1 to 8 query heads, tied and
+/// untied heads, and a hidden size (448) whose rows burn's CUDA allocator pads (the embedding
+/// is then read at its row pitch, not its width).
+///
+/// Until 2026-12-06 the bf16 half built its model in f32 (burn's per-device default dtype,
+/// fixed by the f32 half), and its bound (2e-2 of the scale against burn's bf16 cached path) was
+/// never met by a real bf16 model: on an H100 the fused logits were 0.2-0.7 off burn's bf16
+/// cached path and 0.03-0.25 off its bf16 full forward, on logits up to 3-11.
 #[test]
 fn fused_extend_matches_burns_layers_on_cuda() {
     use burn::backend::Cuda;
@@ -469,24 +515,40 @@ fn fused_extend_matches_burns_layers_on_cuda() {
     let runs = (0..shapes.len())
         .map(|i| (i, 17))
         .chain([(0, 700), (2, 700)]);
+    let dir = std::env::temp_dir().join(format!("kevin-fused-bf16-{}", std::process::id()));
     for (i, long) in runs {
         let cfg = shape_config(shapes[i]);
-        let (d32, f32_, s32) = fused_against_reference::<Cuda<f32>>(&cfg, &device, true, long);
-        let (d16, f16_, s16) =
-            fused_against_reference::<Cuda<half::bf16>>(&cfg, &device, false, long);
+        let model = kevin_policy::Qwen2::<Cuda<f32>>::new(&cfg, &device).unwrap();
+        // The same weights in bf16, and widened back to f32: the bf16 runs' common reference.
+        kevin_policy::checkpoint::save(&model, &cfg, &dir, kevin_policy::SaveDtype::Bf16).unwrap();
+        let f32_run = fused_against_reference(model, &device, true, long);
+        let (d32, f32_, s32) = (f32_run.worst, f32_run.to_forward, f32_run.scale);
+        let (m16, _) = kevin_policy::checkpoint::load::<Cuda<half::bf16>>(&dir, &device).unwrap();
+        assert_eq!(m16.dtype(), burn::tensor::DType::BF16);
+        let (wide, _) = kevin_policy::checkpoint::load::<Cuda<f32>>(&dir, &device).unwrap();
+        let bf16_run = fused_against_reference(m16, &device, false, long);
+        let exact = fused_against_reference(wide, &device, true, long).reference;
+        let (d16, f16_, s16) = (bf16_run.worst, bf16_run.to_forward, bf16_run.scale);
+        let burn_err = max_abs_diff(&bf16_run.reference, &exact);
+        let fused_err = max_abs_diff(&bf16_run.fused, &exact);
         eprintln!(
             "shape {i}, prompt {long}: f32 max |diff| {d32:e} (to the full forward {f32_:e}; \
-             logits up to {s32:.3}), bf16 {d16:e} (to the full forward {f16_:e}; up to {s16:.3})"
+             logits up to {s32:.3}); bf16 paths apart {d16:e} (fused to the full forward \
+             {f16_:e}), off the same weights in f32: burn {burn_err:e}, fused {fused_err:e} \
+             (up to {s16:.3})"
         );
         if d32 > 1e-4 * s32.max(1.0) || f32_ > 1e-4 * s32.max(1.0) {
             failed.push(format!(
                 "shape {i} prompt {long} f32: {d32}, to forward {f32_}"
             ));
         }
-        if d16 > 2e-2 * s16.max(1.0) {
-            failed.push(format!("shape {i} prompt {long} bf16: {d16}"));
+        if fused_err > (2.0 * burn_err).max(2e-2 * s16.max(1.0)) {
+            failed.push(format!(
+                "shape {i} prompt {long} bf16: fused {fused_err} off f32, burn {burn_err}"
+            ));
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(failed.is_empty(), "{failed:?}");
 }
 
