@@ -464,15 +464,6 @@ fn fused_against_reference<B: burn::tensor::backend::Backend>(
     }
 }
 
-/// The largest |a - b| over two runs' logits.
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 /// The fused path matches burn's layers in f32 (the reference's matmuls split, so both are at
 /// f32 accuracy) within 1e-4 of the logits' scale. In bf16 both paths round differently, so
 /// each is measured against the same weights run in f32 (the bf16 weights widened): the fused
@@ -529,8 +520,8 @@ fn fused_extend_matches_burns_layers_on_cuda() {
         let bf16_run = fused_against_reference(m16, &device, false, long);
         let exact = fused_against_reference(wide, &device, true, long).reference;
         let (d16, f16_, s16) = (bf16_run.worst, bf16_run.to_forward, bf16_run.scale);
-        let burn_err = max_abs_diff(&bf16_run.reference, &exact);
-        let fused_err = max_abs_diff(&bf16_run.fused, &exact);
+        let burn_err = common::max_abs_diff(&bf16_run.reference, &exact);
+        let fused_err = common::max_abs_diff(&bf16_run.fused, &exact);
         eprintln!(
             "shape {i}, prompt {long}: f32 max |diff| {d32:e} (to the full forward {f32_:e}; \
              logits up to {s32:.3}); bf16 paths apart {d16:e} (fused to the full forward \

@@ -1,9 +1,12 @@
 //! The Qwen2 model on NdArray without a checkpoint: config validation, the KV-cache path
 //! against full recomputation, right-padded batches, and gradients under `Autodiff`.
 
+mod common;
+
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
+use common::max_abs_diff;
 use kevin_policy::{CausalLm, Qwen2, Qwen2Config};
 
 type B = NdArray<f32>;
@@ -34,14 +37,6 @@ fn full_last_logits(model: &Qwen2<B>, seq: &[u32]) -> Vec<f32> {
     let vocab = model.vocab_size();
     let last = logits.slice([0..1, seq.len() - 1..seq.len(), 0..vocab]);
     last.into_data().convert::<f32>().into_vec().unwrap()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 /// One `extend` call (rows of slot + new tokens), preceded by clearing some slots.

@@ -1,5 +1,6 @@
-//! Helpers shared by the checkpoint tests: the committed fixture, the expected logits that
-//! tests/qwen2_parity.py wrote next to each model, and the parity check itself.
+//! Helpers shared by the model tests: the committed fixture, the expected logits that
+//! tests/qwen2_parity.py wrote next to each model, and the parity check itself (with its largest
+//! difference of two lists of logits).
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::path::{Path, PathBuf};
