@@ -73,9 +73,10 @@ struct Keyed {
 pub struct CacheStats {
     /// Candidates whose final outcome came from the cache at compile time (nothing ran).
     pub answered: u64,
-    /// Verifications answered from the cache (a copy that arrived while the first was checked).
+    /// Verifications of compiled copies answered from the cache (a copy that arrived while the
+    /// first was checked); copies answered whole are counted in `answered` only.
     pub verify_hits: u64,
-    /// Timings answered from the cache.
+    /// Timings of compiled copies answered from the cache.
     pub profile_hits: u64,
     /// Candidates compiled (each a miss at compile time).
     pub misses: u64,
@@ -232,13 +233,19 @@ impl KernelEnv for CachedEnv {
         };
         // The key's lock for the whole check: copies wait for the first one's verdict.
         let mut known = keyed.slot.lock();
+        // A copy answered whole at compile time is counted there, not again here.
+        let shared = || {
+            if keyed.inner.is_some() {
+                self.verify_hits.fetch_add(1, Ordering::Relaxed);
+            }
+        };
         match &*known {
             Known::Verified => {
-                self.verify_hits.fetch_add(1, Ordering::Relaxed);
+                shared();
                 return Ok(());
             }
             Known::Final(o) => {
-                self.verify_hits.fetch_add(1, Ordering::Relaxed);
+                shared();
                 return if o.is_correct() {
                     Ok(())
                 } else {
@@ -268,7 +275,9 @@ impl KernelEnv for CachedEnv {
         };
         let mut known = keyed.slot.lock();
         if let Known::Final(o) = &*known {
-            self.profile_hits.fetch_add(1, Ordering::Relaxed);
+            if keyed.inner.is_some() {
+                self.profile_hits.fetch_add(1, Ordering::Relaxed);
+            }
             return o.clone();
         }
         let Some(inner) = &keyed.inner else {
@@ -431,6 +440,11 @@ mod tests {
         assert_eq!(calls(&inner), [4, 3, 1]);
         let s = env.cache_stats().expect("stats");
         assert_eq!((s.answered, s.misses, s.entries), (6, 4, 4), "{s:?}");
+        assert_eq!(
+            (s.verify_hits, s.profile_hits),
+            (0, 0),
+            "copies answered whole count once: {s:?}"
+        );
         assert!(
             s.line()
                 .starts_with("6 of 10 candidates answered whole (60.0%)"),
