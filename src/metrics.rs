@@ -68,6 +68,11 @@ pub struct StepMetrics {
     /// "evaluation.step"; see [`crate::gpu::lease::wait_totals`]). Empty without the lease.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lease_wait_ms: BTreeMap<String, f64>,
+    /// The evaluation cache's counters so far in this session ("answered", "misses",
+    /// "verify_hits", "profile_hits", "entries"; see `kevin::env::CacheStats`). Empty without
+    /// a cache.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub eval_cache: BTreeMap<String, u64>,
 }
 
 impl StepMetrics {

@@ -194,6 +194,14 @@ fn tiny_random_checkpoint_runs_end_to_end_and_reports_zeros() {
     let s = &v["summary"];
     // A random model writes no ```cuda block: every turn is a format error, every figure 0.
     assert_eq!(s["turns"].as_u64(), Some(4));
+    // The evaluation cache stands in front of the real backend; no candidate reached it.
+    assert_eq!(
+        v["eval_cache"]["misses"].as_u64(),
+        Some(0),
+        "{}",
+        v["eval_cache"]
+    );
+    assert_eq!(v["eval_cache"]["answered"].as_u64(), Some(0));
     assert_eq!(s["format_error_rate"].as_f64(), Some(1.0));
     for key in ["avg_at_k", "best_at_k", "mean_speedup", "mean_avg_speedup"] {
         assert_eq!(s[key].as_f64(), Some(0.0), "{key}");

@@ -883,6 +883,18 @@ fn the_cpu_backend_judges_real_tasks_in_training() {
     assert_ok(&train(&run, &config, 2));
     let episodes = jsonl(&run.join("episodes.jsonl"));
     assert!(!episodes.is_empty());
+    // The evaluation cache stands in front of the real backend, and each step records it: every
+    // candidate was compiled once or answered from an earlier verdict of the same text.
+    let steps = jsonl(&run.join("metrics.jsonl"));
+    let last = steps.iter().rev().find(|m| m.get("step").is_some());
+    let cache = &last.expect("a learner step")["eval_cache"];
+    let count = |k: &str| {
+        cache[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k} in {cache}"))
+    };
+    assert!(count("misses") >= 1, "{cache}");
+    assert!((1..=count("misses")).contains(&count("entries")), "{cache}");
     for e in &episodes {
         let o = &e["outcome"];
         match o["kind"].as_str().unwrap() {

@@ -507,7 +507,8 @@ pub struct EnvSection {
     pub timing: GpuTiming,
     /// Keys of the evaluation cache (`kevin::env::cache`): a candidate whose exact ```cuda
     /// block was already judged for the same task gets that verdict instead of another
-    /// compile, check and timing (harness errors and timeouts are never kept). 0 turns it off.
+    /// compile, check and timing (harness errors and timeouts are never kept). 0 turns it off;
+    /// the default, 4096, holds a few training steps' candidates.
     /// Real environments only (cpu, cuda, remote); the simulated ones draw their verdicts.
     pub cache_entries: u32,
     /// The simulated environment's parameters.
@@ -599,7 +600,7 @@ impl Default for EnvSection {
             verify_timeout_ms: 20_000,
             profile_timeout_ms: 30_000,
             timing: GpuTiming::Exclusive,
-            cache_entries: crate::env::cache::DEFAULT_ENTRIES as u32,
+            cache_entries: 4096,
             simulated: SimEnvSection::default(),
             remote: RemoteEnvSection::default(),
         }

@@ -34,9 +34,6 @@ use super::{Compiled, KernelEnv};
 use crate::outcome::Outcome;
 use crate::worker::PoolStats;
 
-/// The keys a cache holds by default (`env.cache_entries`): a few steps of a training run.
-pub const DEFAULT_ENTRIES: usize = 4096;
-
 /// What is known of one key.
 #[derive(Debug, Clone, Default)]
 enum Known {
@@ -88,6 +85,28 @@ impl CacheStats {
     /// Candidates that reached the cache: answered at compile time or compiled.
     pub fn candidates(&self) -> u64 {
         self.answered + self.misses
+    }
+
+    /// The counters by name, as `StepMetrics::eval_cache` records them.
+    pub fn counters(&self) -> std::collections::BTreeMap<String, u64> {
+        [
+            ("answered", self.answered),
+            ("misses", self.misses),
+            ("verify_hits", self.verify_hits),
+            ("profile_hits", self.profile_hits),
+            ("entries", self.entries),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// The share of candidates answered whole, from counters written by [`CacheStats::counters`]
+    /// (`None` when no candidate reached the cache).
+    pub fn answered_share(counters: &std::collections::BTreeMap<String, u64>) -> Option<f64> {
+        let answered = *counters.get("answered")?;
+        let n = answered + counters.get("misses").copied().unwrap_or(0);
+        (n > 0).then(|| answered as f64 / n as f64)
     }
 
     /// One line for logs: "412 of 960 candidates answered whole (42.9%), 37 checks and 51
@@ -450,6 +469,25 @@ mod tests {
                 .starts_with("6 of 10 candidates answered whole (60.0%)"),
             "{}",
             s.line()
+        );
+    }
+
+    #[test]
+    fn the_counters_a_step_records_give_the_share_answered() {
+        let (_, env) = setup(16);
+        let none = env.cache_stats().expect("stats").counters();
+        assert_eq!(CacheStats::answered_share(&none), None, "no candidate yet");
+        for _ in 0..4 {
+            evaluate(&env, "relu", "kernel A");
+        }
+        let c = env.cache_stats().expect("stats").counters();
+        assert_eq!(c["answered"], 3);
+        assert_eq!(c["misses"], 1);
+        assert_eq!(CacheStats::answered_share(&c), Some(0.75));
+        assert_eq!(
+            CacheStats::answered_share(&Default::default()),
+            None,
+            "no cache"
         );
     }
 

@@ -79,6 +79,8 @@ pub struct LearnerCtx {
     pub trace_stats: Option<Arc<TraceStats>>,
     /// Turns finished in this session.
     pub turns_done: Arc<AtomicU64>,
+    /// The evaluation environment, for its cache's counters.
+    pub env: Arc<dyn kevin::env::KernelEnv>,
     /// Tells the system the loop ended by itself.
     pub signal: Option<oneshot::Sender<LearnerSignal>>,
 }
@@ -261,6 +263,9 @@ async fn learner_loop(
         m.grad_norm = stats.grad_norm;
         m.tokens = stats.tokens;
         m.train_s = started.elapsed().as_secs_f64();
+        if let Some(cache) = c.env.cache_stats() {
+            m.eval_cache = cache.counters();
+        }
         m.lease_wait_ms = kevin::gpu::lease::wait_totals()
             .into_iter()
             .map(|(k, w)| (k, w.waited_ms))

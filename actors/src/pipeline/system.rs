@@ -511,6 +511,7 @@ pub fn train(
             failures: failures.clone(),
             trace_stats: opts.trace_stats.clone(),
             turns_done: turns_done.clone(),
+            env: env.clone(),
             signal: Some(signal_tx),
         })
         .start();

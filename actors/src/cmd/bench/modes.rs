@@ -112,6 +112,9 @@ pub struct ModeResult {
     pub accelerator_busy_pct: f64,
     /// Percent of the window during which each actor was busy.
     pub busy_pct: BTreeMap<String, f64>,
+    /// Percent of the candidates up to the window's last learner step that the evaluation
+    /// cache answered whole (None: no cache, or no step).
+    pub cache_answered_pct: Option<f64>,
     /// How the child ended: "stopped" (SIGINT, drained), "killed" (no exit after the drain
     /// timeout) or "exited early: STATUS".
     pub ended: String,
@@ -387,6 +390,10 @@ fn measure(
         correct_rate: mean(|m| m.correct_rate),
         accelerator_busy_pct: w.union_busy_pct,
         busy_pct: w.busy_pct,
+        cache_answered_pct: steps
+            .last()
+            .and_then(|m| kevin::env::CacheStats::answered_share(&m.eval_cache))
+            .map(|share| share * 100.0),
         ended,
     })
 }
@@ -411,8 +418,8 @@ pub fn markdown(r: &ModesReport) -> String {
     let mut s = format!(
         "## Async vs sync: {}, {} s of wall-clock each{}\n\n\
          {} trajectories x {} turns per group. Accelerator actors: {}.\n\n\
-         | mode | max_staleness | seconds | groups | trajectories | trajectories/hour | learner steps | steady turns/s | reward (mean of steps) | reward (last step) | correct rate | accelerator actors busy % | Generator busy % | Learner busy % | ended |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | mode | max_staleness | seconds | groups | trajectories | trajectories/hour | learner steps | steady turns/s | reward (mean of steps) | reward (last step) | correct rate | accelerator actors busy % | Generator busy % | Learner busy % | answered by the cache % | ended |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         r.config.display(),
         r.seconds,
         if r.warmup > 0.0 {
@@ -426,7 +433,7 @@ pub fn markdown(r: &ModesReport) -> String {
     );
     for m in &r.modes {
         s += &format!(
-            "| {} | {} | {:.1} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} |\n",
+            "| {} | {} | {:.1} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |\n",
             m.mode,
             m.max_staleness,
             m.seconds,
@@ -442,6 +449,8 @@ pub fn markdown(r: &ModesReport) -> String {
             m.accelerator_busy_pct,
             busy(m, "Generator"),
             busy(m, "Learner"),
+            m.cache_answered_pct
+                .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}")),
             m.ended,
         );
     }
