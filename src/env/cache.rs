@@ -17,11 +17,18 @@
 //!   under that key's lock, so the first copy checks (or times) and the others wait for it and
 //!   take its verdict; a copy never waits across stages (no deadlock with a full pool). The
 //!   lock is held only inside one stage call, which has its own deadline.
+//! - **Passes are checked again, failures are not**: a failure is proof, a pass only evidence.
+//!   The 1st, 2nd, 4th, 8th, ... copy of a kernel kept as correct is compiled and checked again
+//!   (not timed again), and a failure replaces the pass. Without this, a kernel that passes by
+//!   chance (a race, uninitialised memory) would keep its one lucky pass for every later copy: a
+//!   lottery a policy could learn to play. With it, such a kernel keeps a pass over `n` copies
+//!   with probability about `q^log2(n)`, and a sound one costs `log2(n)` checks, not `n`.
 //! - **Bound**: at most `capacity` keys, the oldest forgotten first.
 //!
-//! What this gives up, on purpose: a racy kernel keeps its first verdict for its copies instead
-//! of drawing one per copy, and a correct kernel's copies share one timing instead of drawing
-//! their own (so the best of several copies' timings no longer picks the luckiest noise).
+//! What this gives up, on purpose: between its checks, a racy kernel keeps its verdict for its
+//! copies instead of drawing one per copy, and a correct kernel's copies share one timing instead
+//! of drawing their own (so the best of several copies' timings no longer picks the luckiest
+//! noise).
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
@@ -50,6 +57,8 @@ enum Known {
 #[derive(Debug, Default)]
 struct Slot {
     known: Mutex<Known>,
+    /// Copies that found a correct verdict here: the 1st, 2nd, 4th, 8th, ... are checked again.
+    passes: AtomicU64,
 }
 
 impl Slot {
@@ -63,6 +72,17 @@ impl Slot {
 struct Keyed {
     slot: Arc<Slot>,
     inner: Option<Compiled>,
+    /// A copy of a kernel kept as correct that is checked again (see [`recheck`]).
+    recheck: bool,
+}
+
+/// Whether the `n`th copy (from 1) of a kernel kept as correct is checked again: the 1st, 2nd,
+/// 4th, 8th, ... A pass is evidence, a failure is proof, so only passes are checked again. A
+/// kernel that passes by chance (a race, uninitialised memory) with probability `q` keeps its
+/// verdict over `n` copies with probability about `q^log2(n)`; a sound kernel costs `log2(n)`
+/// checks instead of `n`.
+fn recheck(n: u64) -> bool {
+    n.is_power_of_two()
 }
 
 /// How often the cache answered (see [`KernelEnv::cache_stats`]).
@@ -77,14 +97,17 @@ pub struct CacheStats {
     pub profile_hits: u64,
     /// Candidates compiled (each a miss at compile time).
     pub misses: u64,
+    /// Copies of a kernel kept as correct that were compiled and checked again (not timed).
+    #[serde(default)]
+    pub rechecks: u64,
     /// Keys held now.
     pub entries: u64,
 }
 
 impl CacheStats {
-    /// Candidates that reached the cache: answered at compile time or compiled.
+    /// Candidates that reached the cache: answered at compile time, compiled, or checked again.
     pub fn candidates(&self) -> u64 {
-        self.answered + self.misses
+        self.answered + self.misses + self.rechecks
     }
 
     /// The counters by name, as `StepMetrics::eval_cache` records them.
@@ -92,6 +115,7 @@ impl CacheStats {
         [
             ("answered", self.answered),
             ("misses", self.misses),
+            ("rechecks", self.rechecks),
             ("verify_hits", self.verify_hits),
             ("profile_hits", self.profile_hits),
             ("entries", self.entries),
@@ -105,16 +129,19 @@ impl CacheStats {
     /// (`None` when no candidate reached the cache).
     pub fn answered_share(counters: &std::collections::BTreeMap<String, u64>) -> Option<f64> {
         let answered = *counters.get("answered")?;
-        let n = answered + counters.get("misses").copied().unwrap_or(0);
+        let n = answered
+            + counters.get("misses").copied().unwrap_or(0)
+            + counters.get("rechecks").copied().unwrap_or(0);
         (n > 0).then(|| answered as f64 / n as f64)
     }
 
-    /// One line for logs: "412 of 960 candidates answered whole (42.9%), 37 checks and 51
-    /// timings shared, 548 keys".
+    /// One line for logs: "412 of 960 candidates answered whole (42.9%), 30 correct verdicts
+    /// checked again, 37 checks and 51 timings shared, 548 keys".
     pub fn line(&self) -> String {
         let n = self.candidates();
         format!(
-            "{} of {} candidates answered whole ({:.1}%), {} checks and {} timings shared, {} keys",
+            "{} of {} candidates answered whole ({:.1}%), {} correct verdicts checked again, {} \
+             checks and {} timings shared, {} keys",
             self.answered,
             n,
             if n == 0 {
@@ -122,6 +149,7 @@ impl CacheStats {
             } else {
                 100.0 * self.answered as f64 / n as f64
             },
+            self.rechecks,
             self.verify_hits,
             self.profile_hits,
             self.entries
@@ -139,6 +167,7 @@ pub struct CachedEnv {
     verify_hits: AtomicU64,
     profile_hits: AtomicU64,
     misses: AtomicU64,
+    rechecks: AtomicU64,
 }
 
 /// `inner` behind a cache of `capacity` keys; `capacity` 0 gives `inner` back unchanged.
@@ -166,6 +195,7 @@ impl CachedEnv {
             verify_hits: AtomicU64::new(0),
             profile_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            rechecks: AtomicU64::new(0),
         }
     }
 
@@ -210,21 +240,39 @@ impl KernelEnv for CachedEnv {
 
     fn compile(&self, task: &str, source: &str) -> Result<Compiled, Outcome> {
         let slot = self.slot(task, source);
-        let known = slot.lock().clone();
+        // A peek: while another copy holds the key (its check or timing runs), this one
+        // compiles and waits at the next stage instead of holding a compile thread.
+        let known = match slot.known.try_lock() {
+            Ok(known) => known.clone(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
+            Err(std::sync::TryLockError::WouldBlock) => Known::Nothing,
+        };
+        let mut again = false;
         if let Known::Final(o) = known {
-            self.answered.fetch_add(1, Ordering::Relaxed);
-            return if o.is_correct() {
+            if !o.is_correct() {
+                self.answered.fetch_add(1, Ordering::Relaxed);
+                return Err(o);
+            }
+            again = recheck(slot.passes.fetch_add(1, Ordering::Relaxed) + 1);
+            if !again {
+                self.answered.fetch_add(1, Ordering::Relaxed);
                 // Through the Verifier and the Profiler, which answer it without running.
-                Ok(Compiled {
+                return Ok(Compiled {
                     task: task.to_string(),
-                    artifact: Arc::new(Keyed { slot, inner: None }) as Arc<dyn Any + Send + Sync>,
+                    artifact: Arc::new(Keyed {
+                        slot,
+                        inner: None,
+                        recheck: false,
+                    }) as Arc<dyn Any + Send + Sync>,
                     compile_ms: 0.0,
-                })
-            } else {
-                Err(o)
-            };
+                });
+            }
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
+        if again {
+            self.rechecks.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+        }
         match self.inner.compile(task, source) {
             Ok(inner) => Ok(Compiled {
                 task: inner.task.clone(),
@@ -232,12 +280,13 @@ impl KernelEnv for CachedEnv {
                 artifact: Arc::new(Keyed {
                     slot,
                     inner: Some(inner),
+                    recheck: again,
                 }),
             }),
             Err(o) => {
                 if keepable(&o) {
                     let mut known = slot.lock();
-                    if matches!(*known, Known::Nothing) {
+                    if !matches!(*known, Known::Final(_)) || again {
                         *known = Known::Final(o.clone());
                     }
                 }
@@ -259,6 +308,8 @@ impl KernelEnv for CachedEnv {
             }
         };
         match &*known {
+            // A copy checked again runs whatever is known (see [`recheck`]).
+            _ if keyed.recheck => {}
             Known::Verified => {
                 shared();
                 return Ok(());
@@ -281,7 +332,10 @@ impl KernelEnv for CachedEnv {
         };
         let verdict = self.inner.verify(inner);
         match &verdict {
+            // A pass checked again keeps the kept timing.
+            Ok(()) if keyed.recheck => {}
             Ok(()) => *known = Known::Verified,
+            // A failure replaces a pass: it is proof, the pass was only evidence.
             Err(o) if keepable(o) => *known = Known::Final(o.clone()),
             Err(_) => {}
         }
@@ -330,6 +384,7 @@ impl KernelEnv for CachedEnv {
             verify_hits: self.verify_hits.load(Ordering::Relaxed),
             profile_hits: self.profile_hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
+            rechecks: self.rechecks.load(Ordering::Relaxed),
             entries,
         })
     }
@@ -369,13 +424,14 @@ mod tests {
             })
         }
         fn verify(&self, c: &Compiled) -> Result<(), Outcome> {
-            self.verifies.fetch_add(1, Ordering::SeqCst);
+            let n = self.verifies.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(std::time::Duration::from_millis(20));
             let source = c
                 .artifact
                 .downcast_ref::<String>()
                 .expect("this double's artifact");
-            if source.contains("wrong") {
+            // A lottery kernel: passes the first check of the run, fails every later one.
+            if source.contains("wrong") || (source.contains("lottery") && n > 0) {
                 Err(Outcome::Wrong {
                     reason: "out[3] differs".into(),
                     mismatch: None,
@@ -444,21 +500,16 @@ mod tests {
     #[test]
     fn a_repeated_candidate_gets_its_first_verdict_without_running_again() {
         let (inner, env) = setup(16);
-        let first = evaluate(&env, "relu", "kernel A");
-        assert!(first.is_correct(), "{first:?}");
-        assert_eq!(calls(&inner), [1, 1, 1]);
-        for _ in 0..3 {
-            assert_eq!(evaluate(&env, "relu", "kernel A"), first);
-        }
-        assert_eq!(calls(&inner), [1, 1, 1], "the copies ran nothing");
         for source in ["kernel wrong", "kernel crash", "syntax"] {
             let o = evaluate(&env, "relu", source);
             assert!(!o.is_correct(), "{o:?}");
-            assert_eq!(evaluate(&env, "relu", source), o);
+            for _ in 0..3 {
+                assert_eq!(evaluate(&env, "relu", source), o);
+            }
         }
-        assert_eq!(calls(&inner), [4, 3, 1]);
+        assert_eq!(calls(&inner), [3, 2, 0], "a failure's copies ran nothing");
         let s = env.cache_stats().expect("stats");
-        assert_eq!((s.answered, s.misses, s.entries), (6, 4, 4), "{s:?}");
+        assert_eq!((s.answered, s.misses, s.entries), (9, 3, 3), "{s:?}");
         assert_eq!(
             (s.verify_hits, s.profile_hits),
             (0, 0),
@@ -466,10 +517,39 @@ mod tests {
         );
         assert!(
             s.line()
-                .starts_with("6 of 10 candidates answered whole (60.0%)"),
+                .starts_with("9 of 12 candidates answered whole (75.0%)"),
             "{}",
             s.line()
         );
+    }
+
+    #[test]
+    fn a_pass_is_checked_again_at_the_1st_2nd_4th_8th_copy_and_never_timed_again() {
+        let (inner, env) = setup(16);
+        let first = evaluate(&env, "relu", "kernel A");
+        assert!(first.is_correct(), "{first:?}");
+        let mut checks = Vec::new();
+        for _ in 0..10 {
+            assert_eq!(evaluate(&env, "relu", "kernel A"), first, "the kept timing");
+            checks.push(calls(&inner)[1]);
+        }
+        // Copies 1, 2, 4 and 8 were checked again.
+        assert_eq!(checks, [2, 3, 3, 4, 4, 4, 4, 5, 5, 5]);
+        assert_eq!(calls(&inner)[2], 1, "timed once");
+        let s = env.cache_stats().expect("stats");
+        assert_eq!((s.answered, s.misses, s.rechecks), (6, 1, 4), "{s:?}");
+    }
+
+    #[test]
+    fn a_kernel_that_passed_by_chance_loses_its_pass_at_its_next_check() {
+        let (inner, env) = setup(16);
+        assert!(evaluate(&env, "relu", "kernel lottery").is_correct());
+        // Its first copy is checked again, fails, and the failure stands for every later copy.
+        for _ in 0..5 {
+            let o = evaluate(&env, "relu", "kernel lottery");
+            assert!(matches!(o, Outcome::Wrong { .. }), "{o:?}");
+        }
+        assert_eq!(calls(&inner), [2, 2, 1]);
     }
 
     #[test]
@@ -481,9 +561,9 @@ mod tests {
             evaluate(&env, "relu", "kernel A");
         }
         let c = env.cache_stats().expect("stats").counters();
-        assert_eq!(c["answered"], 3);
-        assert_eq!(c["misses"], 1);
-        assert_eq!(CacheStats::answered_share(&c), Some(0.75));
+        // The 1st and 2nd copies were checked again, the 3rd answered whole.
+        assert_eq!((c["answered"], c["misses"], c["rechecks"]), (1, 1, 2));
+        assert_eq!(CacheStats::answered_share(&c), Some(0.25));
         assert_eq!(
             CacheStats::answered_share(&Default::default()),
             None,
@@ -567,13 +647,13 @@ mod tests {
     #[test]
     fn the_oldest_keys_are_forgotten_past_the_capacity() {
         let (inner, env) = setup(2);
-        for source in ["k1", "k2", "k3"] {
+        for source in ["k1 wrong", "k2 wrong", "k3 wrong"] {
             evaluate(&env, "relu", source);
         }
         assert_eq!(env.cache_stats().expect("stats").entries, 2);
-        evaluate(&env, "relu", "k3");
+        evaluate(&env, "relu", "k3 wrong");
         assert_eq!(calls(&inner)[0], 3, "k3 is still known");
-        evaluate(&env, "relu", "k1");
+        evaluate(&env, "relu", "k1 wrong");
         assert_eq!(calls(&inner)[0], 4, "k1 was forgotten and is judged again");
     }
 
