@@ -278,7 +278,9 @@ pub fn clipped_step<B: AutodiffBackend, M: AutodiffModule<B>>(
     max_norm: f64,
     lr: f64,
 ) -> (M, Result<f64, f64>) {
+    let started = std::time::Instant::now();
     let norm = global_grad_norm::<B, M>(&model, &grads);
+    let norm_ms = started.elapsed().as_secs_f64() * 1e3;
     if !norm.is_finite() {
         return (model, Err(norm));
     }
@@ -289,7 +291,16 @@ pub fn clipped_step<B: AutodiffBackend, M: AutodiffModule<B>>(
         scale: clip_factor(norm, max_norm),
         position: 0,
     };
-    (model.map(&mut stepper), Ok(norm))
+    let stepped = model.map(&mut stepper);
+    // The norm's wait includes every queued kernel of the backward pass; the steps are queued,
+    // not waited for (host time: where it exceeds their GPU time, launches set the pace).
+    tracing::debug!(
+        norm_ms,
+        steps_queued_ms = started.elapsed().as_secs_f64() * 1e3 - norm_ms,
+        parameters = stepper.position,
+        "optimizer step"
+    );
+    (stepped, Ok(norm))
 }
 
 /// A model being trained, its AdamW state and the optimizer steps taken: what both trainers

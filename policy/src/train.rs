@@ -479,7 +479,14 @@ where
         let mut loss_sum = 0.0;
         let mut clipped = 0u64;
         for _ in 0..steps {
+            let started = std::time::Instant::now();
             let g = self.batch_gradients(&batches, samples.len());
+            // Ends in a read of the loss: the forward and backward passes have run.
+            tracing::debug!(
+                gradients_ms = started.elapsed().as_secs_f64() * 1e3,
+                micro_batches = batches.len(),
+                "learner gradients"
+            );
             let step = self.optimized.steps();
             let lr = warmup_lr(self.config.lr, self.config.warmup_steps, step);
             let device = self.model().device();
