@@ -5,8 +5,8 @@
 //! direction of the update; here the L2 norm is taken over every parameter's gradient at once and
 //! every gradient is scaled by the same factor min(1, max_norm / norm), as PyTorch's
 //! `clip_grad_norm_` does. The squared norms are summed on the device and read back once: on
-//! burn's CUDA backend by [`crate::norm::squared_sum`] (a kernel launch per gradient into one
-//! sum), elsewhere with burn's ops.
+//! burn's CUDA backend by [`crate::norm::squared_sum`] (one kernel launch over every gradient of
+//! a dtype into one sum), elsewhere with burn's ops.
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;

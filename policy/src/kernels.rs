@@ -20,7 +20,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::cuda::CudaDevice;
-use burn::backend::ir::{CustomOpIr, OperationIr, OperationOutput, TensorIr};
+use burn::backend::ir::{CustomOpIr, OperationIr, TensorIr};
 use burn::backend::Autodiff;
 use burn::cubecl::cuda::CudaRuntime;
 use burn::tensor::backend::Backend;
@@ -200,6 +200,16 @@ impl Engine {
             f
         };
         launch(f, grid, block, smem, self.stream.get(), args).map_err(|e| format!("{name}: {e}"))
+    }
+
+    /// Copies `values` to device address `ptr`, in order on the engine's stream. `values` may
+    /// be dropped when this returns: a copy from pageable host memory is staged before the call
+    /// returns (CUDA's API synchronisation behaviour), so only small tables go this way.
+    pub(crate) fn upload(&self, ptr: u64, values: &[i64]) -> Result<(), String> {
+        // SAFETY: the callers pass a live device buffer of theirs of at least `values`' size (as
+        // for `zero`).
+        unsafe { cu::memcpy_htod_async(ptr, values, self.stream.get()) }
+            .map_err(|e| format!("cuMemcpyHtoDAsync: {e:?}"))
     }
 
     /// Sets `bytes` bytes from device address `ptr` to zero, in order on the engine's stream.
@@ -411,15 +421,27 @@ pub(crate) fn custom_op<R: FusionRuntime, O: Operation<R> + 'static, const N: us
     outputs: [(Shape, DType); N],
     op: impl FnOnce(CustomOpIr) -> O,
 ) -> [FusionTensor<R>; N] {
+    custom_op_vec(name, inputs, outputs.into(), op)
+        .try_into()
+        .unwrap_or_else(|_| panic!("{name}: {N} outputs"))
+}
+
+/// [`custom_op`] with any number of outputs.
+pub(crate) fn custom_op_vec<R: FusionRuntime, O: Operation<R> + 'static>(
+    name: &'static str,
+    inputs: Vec<FusionTensor<R>>,
+    outputs: Vec<(Shape, DType)>,
+    op: impl FnOnce(CustomOpIr) -> O,
+) -> Vec<FusionTensor<R>> {
     let client = inputs[0].client.clone();
     let streams = OperationStreams::with_inputs(inputs.iter());
-    let outs =
-        outputs.map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype));
+    let outs: Vec<TensorIr> = outputs
+        .into_iter()
+        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
+        .collect();
     let ins: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
     let desc = CustomOpIr::new(name, &ins, &outs);
-    client
-        .register(streams, OperationIr::Custom(desc.clone()), op(desc))
-        .outputs()
+    client.register(streams, OperationIr::Custom(desc.clone()), op(desc))
 }
 
 /// A test's compile of `source` for sm_90 (no GPU needed, only NVRTC): every kernel symbol is a

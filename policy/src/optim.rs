@@ -9,8 +9,9 @@
 //! and the parameter becomes its rounding. A bf16 parameter alone loses every update smaller than
 //! half its last bit, which at RL's learning rates is most of them. The step is PyTorch's AdamW
 //! (decoupled weight decay, bias-corrected moments) with the global norm's clip applied to the
-//! gradient inside it: one kernel per parameter on burn's CUDA backend ([`crate::norm::adamw`],
-//! with the norms' switch), burn's ops elsewhere. It replaced burn's `AdamW`, whose state is in
+//! gradient inside it: one kernel launch for every parameter of a step on burn's CUDA backend
+//! ([`crate::norm::adamw_many`], with the norms' switch; the moments and masters updated in
+//! place), burn's ops elsewhere. It replaced burn's `AdamW`, whose state is in
 //! the model's dtype and which launches several kernels a parameter after the clip's own.
 //!
 //! # Optimizer state on disk
@@ -119,48 +120,64 @@ impl<B: Backend> AdamW<B> {
         }
     }
 
-    /// The step of the parameter at `position`, `param [n]`, on its gradient `grad [n]` (the
-    /// parameter's dtype) times `scale`, at learning rate `lr`: the new parameter.
-    pub fn update(
+    /// The steps of the parameters at these positions, each `(position, param [n], grad [n])`
+    /// (the gradient in the parameter's dtype) times `scale`, at learning rate `lr`: the new
+    /// parameters, with their positions. On burn's CUDA backend one kernel launch steps them all
+    /// ([`crate::norm::adamw_many`]), the moments and f32 masters updated in place.
+    pub fn update_many(
         &mut self,
-        position: usize,
-        param: Tensor<B, 1>,
-        grad: Tensor<B, 1>,
+        items: Vec<(usize, Tensor<B, 1>, Tensor<B, 1>)>,
         lr: f64,
         scale: f64,
-    ) -> Tensor<B, 1> {
-        if self.slots.len() <= position {
-            self.slots.resize(position + 1, None);
-        }
-        let dtype = param.dtype();
-        let slot = self.slots[position].take().unwrap_or_else(|| {
-            let zeros = || Tensor::zeros(param.dims(), (&param.device(), DType::F32));
-            Slot {
-                time: 0,
-                m: zeros(),
-                v: zeros(),
-                master: None,
+    ) -> Vec<(usize, Tensor<B, 1>)> {
+        let mut kept = Vec::with_capacity(items.len());
+        let mut operands = Vec::with_capacity(items.len());
+        let mut steps = Vec::with_capacity(items.len());
+        for (position, param, grad) in items {
+            if self.slots.len() <= position {
+                self.slots.resize(position + 1, None);
             }
-        });
-        let time = slot.time + 1;
-        let step = AdamStep::at(&self.settings, lr, time, scale);
-        // An f32 parameter is its own master; another starts from its own values where no
-        // master was kept (its first step, or state of an earlier kevin).
-        let w = match (dtype, slot.master) {
-            (DType::F32, _) => param,
-            (_, Some(master)) => master,
-            (_, None) => param.cast(FloatDType::F32),
+            let dtype = param.dtype();
+            let slot = self.slots[position].take().unwrap_or_else(|| {
+                let zeros = || Tensor::zeros(param.dims(), (&param.device(), DType::F32));
+                Slot {
+                    time: 0,
+                    m: zeros(),
+                    v: zeros(),
+                    master: None,
+                }
+            });
+            let time = slot.time + 1;
+            steps.push(AdamStep::at(&self.settings, lr, time, scale));
+            // An f32 parameter is its own master; another starts from its own values where no
+            // master was kept (its first step, or state of an earlier kevin).
+            let w = match (dtype, slot.master) {
+                (DType::F32, _) => param,
+                (_, Some(master)) => master,
+                (_, None) => param.cast(FloatDType::F32),
+            };
+            operands.push([grad, w, slot.m, slot.v]);
+            kept.push((position, dtype, time));
+        }
+        let outs = match crate::norm::adamw_many(operands, steps.clone()) {
+            Ok(outs) => outs,
+            Err(operands) => operands
+                .into_iter()
+                .zip(steps)
+                .map(|([g, w, m, v], step)| reference_step(g, w, m, v, step))
+                .collect(),
         };
-        let (w, m, v, rounded) = match crate::norm::adamw(grad, w, slot.m, slot.v, step) {
-            Ok(out) => out,
-            Err([g, w, m, v]) => reference_step(g, w, m, v, step),
-        };
-        let (param, master) = match dtype {
-            DType::F32 => (w, None),
-            _ => (rounded.unwrap_or_else(|| w.clone().cast(dtype)), Some(w)),
-        };
-        self.slots[position] = Some(Slot { time, m, v, master });
-        param
+        kept.into_iter()
+            .zip(outs)
+            .map(|((position, dtype, time), (w, m, v, rounded))| {
+                let (param, master) = match dtype {
+                    DType::F32 => (w, None),
+                    _ => (rounded.unwrap_or_else(|| w.clone().cast(dtype)), Some(w)),
+                };
+                self.slots[position] = Some(Slot { time, m, v, master });
+                (position, param)
+            })
+            .collect()
     }
 }
 
@@ -207,34 +224,47 @@ pub fn reference_step<B: Backend>(
     (w, m, v, rounded)
 }
 
-/// Steps every parameter that has a gradient, in visiting order.
-struct Stepper<'a, B: AutodiffBackend> {
-    adamw: &'a mut AdamW<B::InnerBackend>,
+/// Every parameter that has a gradient, in visiting order: its position, its values and its
+/// gradient (taken out of the gradients), both flattened.
+struct Collect<'a, B: AutodiffBackend> {
     grads: &'a mut GradientsParams,
-    lr: f64,
-    scale: f64,
+    position: usize,
+    found: Vec<(
+        usize,
+        Tensor<B::InnerBackend, 1>,
+        Tensor<B::InnerBackend, 1>,
+    )>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let position = self.position;
+        self.position += 1;
+        if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+            let inner = param.val().inner();
+            let n = inner.shape().num_elements();
+            self.found
+                .push((position, inner.reshape([n]), grad.reshape([n])));
+        }
+    }
+}
+
+/// Puts each stepped parameter (by position, flattened) in its place, in visiting order.
+struct Stepped<B: AutodiffBackend> {
+    stepped: Vec<Option<Tensor<B::InnerBackend, 1>>>,
     position: usize,
 }
 
-impl<B: AutodiffBackend> ModuleMapper<B> for Stepper<'_, B> {
+impl<B: AutodiffBackend> ModuleMapper<B> for Stepped<B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let position = self.position;
         self.position += 1;
-        let (id, tensor, mapper) = param.consume();
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
-            return Param::from_mapped_value(id, tensor, mapper);
+        let Some(new) = self.stepped.get_mut(position).and_then(Option::take) else {
+            return param;
         };
+        let (id, tensor, mapper) = param.consume();
         let tracked = tensor.is_require_grad();
-        let inner = tensor.inner();
-        let (dims, n) = (inner.dims(), inner.shape().num_elements());
-        let stepped = self.adamw.update(
-            position,
-            inner.reshape([n]),
-            grad.reshape([n]),
-            self.lr,
-            self.scale,
-        );
-        let mut tensor = Tensor::from_inner(stepped.reshape(dims));
+        let mut tensor = Tensor::from_inner(new.reshape(tensor.dims()));
         if tracked {
             tensor = tensor.require_grad();
         }
@@ -284,20 +314,27 @@ pub fn clipped_step<B: AutodiffBackend, M: AutodiffModule<B>>(
     if !norm.is_finite() {
         return (model, Err(norm));
     }
-    let mut stepper = Stepper::<B> {
-        adamw,
+    let mut collect = Collect::<B> {
         grads: &mut grads,
-        lr,
-        scale: clip_factor(norm, max_norm),
         position: 0,
+        found: Vec::new(),
     };
-    let stepped = model.map(&mut stepper);
+    model.visit(&mut collect);
+    let (parameters, positions) = (collect.found.len(), collect.position);
+    let mut stepped = vec![None; positions];
+    for (position, param) in adamw.update_many(collect.found, lr, clip_factor(norm, max_norm)) {
+        stepped[position] = Some(param);
+    }
+    let stepped = model.map(&mut Stepped::<B> {
+        stepped,
+        position: 0,
+    });
     // The norm's wait includes every queued kernel of the backward pass; the steps are queued,
     // not waited for (host time: where it exceeds their GPU time, launches set the pace).
     tracing::debug!(
         norm_ms,
         steps_queued_ms = started.elapsed().as_secs_f64() * 1e3 - norm_ms,
-        parameters = stepper.position,
+        parameters,
         "optimizer step"
     );
     (stepped, Ok(norm))

@@ -1054,11 +1054,85 @@ fn rope_and_swiglu_match_the_cpu_on_cuda() {
     }
 }
 
-/// The global gradient norm's sum of squares through `kevin_policy::norm::squared_sum` (a kernel
-/// launch per tensor into one f32 sum) against the same sum in f64 on the host: tensors of one
-/// to three dimensions, one of them larger than the kernel's grid covers in a pass (so the
-/// grid-stride loop runs), in f32 (within 1e-5 relative) and bf16 (the values rounded first;
-/// within 1e-4: the sum is f32 either way).
+/// The token embedding through `kevin_policy::norm::embedding` (burn's gather forward, kevin's
+/// gradient: links between a token's positions, then each id's row summed in position order)
+/// against burn's embedding on the CPU, values and the table's gradient: few ids repeated many
+/// times, many ids each seen once or never, one position, and a run longer than a tile of ids
+/// (1,024), in f32 (within 1e-5 of the gradient's scale) and bf16 (1e-2: one rounding against
+/// burn's CPU f32).
+#[test]
+fn embedding_and_its_gradient_match_the_cpu_on_cuda() {
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::{FloatDType, Int, Tensor, TensorData};
+    if !gpu_tests() {
+        return;
+    }
+    type C = Autodiff<NdArray<f32>>;
+    type G = Autodiff<Cuda<f32>>;
+    let gpu = kevin_policy::cuda_setup::cuda_device(0);
+    let cpu = Default::default();
+    for bf16 in [false, true] {
+        for (b, t, vocab, hidden, distinct) in [
+            (2, 37, 1000, 96, 7),
+            (4, 301, 5000, 257, 4000),
+            (1, 1, 10, 1, 10),
+            (3, 700, 151_936, 896, 151_936),
+        ] {
+            let n = b * t;
+            let ids: Vec<i64> = values(n, 60)
+                .iter()
+                .map(|v| ((v.abs() * 1e4) as i64) % distinct as i64)
+                .collect();
+            let w = rounded(values(vocab * hidden, 61), bf16);
+            let up = rounded(values(n * hidden, 62), bf16);
+            let gw = Tensor::<G, 2>::from_data(TensorData::new(w.clone(), [vocab, hidden]), &gpu);
+            let gw = if bf16 { gw.cast(FloatDType::BF16) } else { gw }.require_grad();
+            let gup = Tensor::<G, 3>::from_data(TensorData::new(up.clone(), [b, t, hidden]), &gpu);
+            let gup = if bf16 {
+                gup.cast(FloatDType::BF16)
+            } else {
+                gup
+            };
+            let gids = Tensor::<G, 2, Int>::from_data(TensorData::new(ids.clone(), [b, t]), &gpu);
+            let y = kevin_policy::norm::embedding(gw.clone(), gids)
+                .unwrap_or_else(|_| panic!("the embedding declined {b}x{t}, {vocab}x{hidden}"));
+            assert_eq!(y.dims(), [b, t, hidden]);
+            let grads = (y.clone() * gup).sum().backward();
+            let dw = gw.grad(&grads).unwrap();
+
+            let cw =
+                Tensor::<C, 2>::from_data(TensorData::new(w, [vocab, hidden]), &cpu).require_grad();
+            let cup = Tensor::<C, 3>::from_data(TensorData::new(up, [b, t, hidden]), &cpu);
+            let cids = Tensor::<C, 2, Int>::from_data(TensorData::new(ids, [b, t]), &cpu);
+            let want = burn::tensor::module::embedding(cw.clone(), cids);
+            let cgrads = (want.clone() * cup).sum().backward();
+            let cdw = cw.grad(&cgrads).unwrap();
+            let scaled = |got: Tensor<G, 1>, want: Vec<f32>| {
+                let scale = want.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
+                max_diff(got, want) / scale
+            };
+            let f = [
+                scaled(y.reshape([n * hidden]), want.into_data().to_vec().unwrap()),
+                scaled(
+                    Tensor::from_inner(dw).reshape([vocab * hidden]),
+                    cdw.into_data().to_vec().unwrap(),
+                ),
+            ];
+            eprintln!("embedding {b}x{t} of {vocab}x{hidden} bf16 {bf16}: y/dw {f:?}");
+            let tol = if bf16 { 1e-2 } else { 1e-5 };
+            assert!(
+                f.iter().all(|&e| e <= tol),
+                "embedding {b}x{t} of {vocab}x{hidden} bf16 {bf16}: {f:?}"
+            );
+        }
+    }
+}
+
+/// The global gradient norm's sum of squares through `kevin_policy::norm::squared_sum` (one
+/// kernel launch over every tensor, a block per 4,096 values, into one f32 sum) against the same
+/// sum in f64 on the host: tensors of one to three dimensions, one of them of many blocks, in
+/// f32 (within 1e-5 relative) and bf16 (the values rounded first; within 1e-4: the sum is f32
+/// either way).
 #[test]
 fn squared_sum_of_many_tensors_matches_the_cpu_on_cuda() {
     use burn::tensor::{Tensor, TensorData};

@@ -354,9 +354,10 @@ pub struct BurnPolicySection {
     /// direction over the logits in place (nothing of the vocabulary's size kept besides the
     /// logits and their gradient); "burn": burn's ops (the reference path). Ignored on the CPU.
     pub logprobs: BurnLogprobs,
-    /// "fused" (default): RMSNorm (forward and backward) and the bias additions' gradients on
-    /// CUDA as own kernels (one pass per row; the weight's and bias's sums over rows in one
-    /// kernel); "burn": burn's ops (the reference path). Ignored on the CPU.
+    /// "fused" (default): RMSNorm (forward and backward), the bias additions' gradients, RoPE,
+    /// SwiGLU, the global gradient norm's sum of squares, AdamW's step and the token
+    /// embedding's gradient on CUDA as own kernels (`kevin_policy::norm`); "burn": burn's ops
+    /// (the reference path). Ignored on the CPU.
     pub norms: BurnNorms,
 }
 

@@ -5,8 +5,10 @@
 //   kevin_rms_bwd:  dx = r * (dy * w) - x * r^3 * mean((dy * w) * x), and dw += the column sums
 //                   of dy * rnd(x * r) (f32 atomics into a zeroed [n]);
 //   kevin_col_sum:  out += the column sums of dy (a bias's gradient; f32 atomics, zeroed [n]);
-//   kevin_sq_sum:   out[0] += the sum of x's n squares (the global gradient norm's, a tensor per
-//                   launch; f32 atomics, one per block, into a zeroed [1]);
+//   kevin_sq_sum:   out[0] += the sum of the squares of every value of `count` tensors at once
+//                   (the global gradient norm's), described by table[3 i .. 3 i + 3] = (address,
+//                   length, first block): SQ_CHUNK values a block, f32 atomics, one per block,
+//                   into a zeroed [1];
 // and the attention's rotary embedding and the MLP's SwiGLU, elementwise:
 //   kevin_rope:     x [b, t, h, d] (the projection's rows) -> y [b, h, t, d] (heads first), with
 //                   k = d / 2: y[j] = x[j] c[j] - x[j+k] s[j], y[j+k] = x[j+k] c[j+k] + x[j] s[j+k]
@@ -18,12 +20,24 @@
 //                   returns it, then the product);
 //   kevin_swiglu_bwd: du = dy * rnd(silu(g)), dg = dy * u * silu'(g) with silu'(g) =
 //                   sigmoid(g) * (1 + g * (1 - sigmoid(g))).
-// And the optimizer's step on one parameter of n values, f32 state (PyTorch's AdamW):
+// And the optimizer's step on `count` parameters at once, f32 state (PyTorch's AdamW), each
+// described by ADAM_SLOTS values of table (the addresses of g, w, m, v, w', m', v', p' (0: none),
+// its length n, its first block, then its eight f32 constants two by two: scale, decay, lr, b1,
+// b2, c1, c2, eps), ADAM_CHUNK values a block:
 //   kevin_adamw:    with gs = g * scale (the global norm's clip), m' = b1 m + (1 - b1) gs,
 //                   v' = b2 v + (1 - b2) gs^2, w' = w decay - lr (m' c1) / (sqrt(v' c2) + eps),
 //                   where decay = 1 - lr * weight_decay, c1 = 1 / (1 - b1^t), c2 = 1 / (1 - b2^t);
 //                   w is the f32 master (the parameter itself when it is f32); p', when not
 //                   null, is w' rounded to T (the parameter of a bf16 model).
+// And the token embedding's gradient, without atomics (the same sums in the same order every
+// run), for n token ids held as f32 (exact integers below 2^24):
+//   kevin_embed_links: next[p] = the first later position with p's id (-1: none) and lead[p] = 1
+//                   where no earlier position has it (every thread compares its id with all n,
+//                   from shared-memory tiles: n^2 comparisons, about 20 us at n = 8,192);
+//   kevin_embed_bwd: for each leading p, dw[id][..] = the sum of dy's rows at p, next[p],
+//                   next[next[p]], ... in f32, in position order, rounded once to T (dw zeroed
+//                   first: the rows of ids that do not occur stay zero; an id outside
+//                   [0, vocab) writes nothing).
 
 #define NORM_THREADS 256
 #define NORM_ROWS 16
@@ -94,12 +108,24 @@ __device__ void col_sum(const T* dy, float* out, long long rows, long long n) {
     atomicAdd(out + j, s);
 }
 
-// A grid-stride loop over n values, a block's sum added once.
-template <typename T> __device__ void sq_sum(const T* x, float* out, long long n) {
+#define SQ_CHUNK (NORM_THREADS * 16)
+
+// Block b finds its tensor (the last whose first block is at most b: a binary search over the
+// table) and sums the squares of its part, SQ_CHUNK values; the block's sum is added once.
+template <typename T> __device__ void sq_sum(const long long* table, float* out, long long count) {
     __shared__ float red[NORM_THREADS / 32];
+    long long b = blockIdx.x, lo = 0, hi = count - 1;
+    while (lo < hi) {
+        long long mid = (lo + hi + 1) / 2;
+        if (table[3 * mid + 2] <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    const T* x = (const T*)table[3 * lo];
+    long long n = table[3 * lo + 1];
+    long long start = (b - table[3 * lo + 2]) * SQ_CHUNK;
+    long long end = start + SQ_CHUNK < n ? start + SQ_CHUNK : n;
     float s = 0.0f;
-    long long stride = (long long)gridDim.x * NORM_THREADS;
-    for (long long i = (long long)blockIdx.x * NORM_THREADS + threadIdx.x; i < n; i += stride) {
+    for (long long i = start + threadIdx.x; i < end; i += NORM_THREADS) {
         float v = ld(x, i);
         s += v * v;
     }
@@ -177,21 +203,87 @@ __device__ void swiglu_bwd(const T* g, const T* u, const T* dy, T* dg, T* du, lo
     }
 }
 
-// One value per thread; every input and output is [n], packed.
+#define ADAM_CHUNK (NORM_THREADS * 4)
+#define ADAM_SLOTS 14
+
+// Block b finds its parameter (the last whose first block is at most b) and steps its part;
+// every input and output is [n], packed.
+template <typename T> __device__ void adamw(const long long* table, long long count) {
+    long long b = blockIdx.x, lo = 0, hi = count - 1;
+    while (lo < hi) {
+        long long mid = (lo + hi + 1) / 2;
+        if (table[ADAM_SLOTS * mid + 9] <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    const long long* e = table + ADAM_SLOTS * lo;
+    const T* g = (const T*)e[0];
+    const float* w = (const float*)e[1];
+    const float* m = (const float*)e[2];
+    const float* v = (const float*)e[3];
+    float* w2 = (float*)e[4];
+    float* m2 = (float*)e[5];
+    float* v2 = (float*)e[6];
+    T* p2 = (T*)e[7];
+    long long n = e[8];
+    const float* k = (const float*)(e + 10);
+    float scale = k[0], decay = k[1], lr = k[2], b1 = k[3], b2 = k[4], c1 = k[5], c2 = k[6];
+    float eps = k[7];
+    long long start = (b - e[9]) * ADAM_CHUNK;
+    long long end = start + ADAM_CHUNK < n ? start + ADAM_CHUNK : n;
+    for (long long i = start + threadIdx.x; i < end; i += NORM_THREADS) {
+        float gs = ld(g, i) * scale;
+        float mi = b1 * m[i] + (1.0f - b1) * gs;
+        float vi = b2 * v[i] + (1.0f - b2) * (gs * gs);
+        float wi = w[i] * decay - lr * ((mi * c1) / (sqrtf(vi * c2) + eps));
+        m2[i] = mi;
+        v2[i] = vi;
+        w2[i] = wi;
+        if (p2) st(p2, i, wi);
+    }
+}
+
+#define LINK_TILE 1024
+
+extern "C" __global__ void __launch_bounds__(NORM_THREADS)
+    kevin_embed_links(const float* ids, int* next, int* lead, long long n) {
+    __shared__ float tile[LINK_TILE];
+    long long p = (long long)blockIdx.x * NORM_THREADS + threadIdx.x;
+    float id = p < n ? ids[p] : -1.0f;
+    long long nx = -1;
+    int earlier = 0;
+    for (long long t0 = 0; t0 < n; t0 += LINK_TILE) {
+        __syncthreads();
+        for (int j = threadIdx.x; j < LINK_TILE; j += NORM_THREADS)
+            tile[j] = t0 + j < n ? ids[t0 + j] : -2.0f;
+        __syncthreads();
+        if (p >= n) continue;
+        long long m = n - t0 < LINK_TILE ? n - t0 : LINK_TILE;
+        for (long long j = 0; j < m; ++j) {
+            if (tile[j] != id) continue;
+            long long q = t0 + j;
+            if (q < p) earlier = 1;
+            else if (q > p && nx < 0) nx = q;
+        }
+    }
+    if (p < n) {
+        next[p] = (int)nx;
+        lead[p] = earlier ? 0 : 1;
+    }
+}
+
+// A block per position; only leading positions write (their id's whole row).
 template <typename T>
-__device__ void adamw(const T* g, const float* w, const float* m, const float* v, float* w2,
-                      float* m2, float* v2, T* p2, long long n, float scale, float decay,
-                      float lr, float b1, float b2, float c1, float c2, float eps) {
-    long long i = (long long)blockIdx.x * NORM_THREADS + threadIdx.x;
-    if (i >= n) return;
-    float gs = ld(g, i) * scale;
-    float mi = b1 * m[i] + (1.0f - b1) * gs;
-    float vi = b2 * v[i] + (1.0f - b2) * (gs * gs);
-    float wi = w[i] * decay - lr * ((mi * c1) / (sqrtf(vi * c2) + eps));
-    m2[i] = mi;
-    v2[i] = vi;
-    w2[i] = wi;
-    if (p2) st(p2, i, wi);
+__device__ void embed_bwd(const float* ids, const int* next, const int* lead, const T* dy, T* dw,
+                          long long n, long long h, long long vocab) {
+    long long p = blockIdx.x;
+    if (p >= n || !lead[p]) return;
+    long long row = (long long)ids[p];
+    if (row < 0 || row >= vocab) return;  // never written outside the table
+    for (long long c = threadIdx.x; c < h; c += NORM_THREADS) {
+        float acc = 0.0f;
+        for (long long q = p; q >= 0; q = next[q]) acc += ld(dy, q * h + c);
+        st(dw, row * h + c, acc);
+    }
 }
 
 #define KEVIN_NORM(T, S)                                                                        \
@@ -209,8 +301,8 @@ __device__ void adamw(const T* g, const float* w, const float* m, const float* v
         col_sum<T>(dy, out, rows, n);                                                           \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
-        kevin_sq_sum_##S(const T* x, float* out, long long n) {                                 \
-        sq_sum<T>(x, out, n);                                                                   \
+        kevin_sq_sum_##S(const long long* table, float* out, long long count) {                 \
+        sq_sum<T>(table, out, count);                                                           \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
         kevin_rope_##S(const T* x, const T* c, const T* s, T* y, long long b, long long t,      \
@@ -226,10 +318,13 @@ __device__ void adamw(const T* g, const float* w, const float* m, const float* v
         swiglu_bwd<T>(g, u, dy, dg, du, n);                                                     \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
-        kevin_adamw_##S(const T* g, const float* w, const float* m, const float* v, float* w2,  \
-                        float* m2, float* v2, T* p2, long long n, float scale, float decay,     \
-                        float lr, float b1, float b2, float c1, float c2, float eps) {          \
-        adamw<T>(g, w, m, v, w2, m2, v2, p2, n, scale, decay, lr, b1, b2, c1, c2, eps);         \
+        kevin_adamw_##S(const long long* table, long long count) {                              \
+        adamw<T>(table, count);                                                                 \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(NORM_THREADS)                                  \
+        kevin_embed_bwd_##S(const float* ids, const int* next, const int* lead, const T* dy,    \
+                            T* dw, long long n, long long h, long long vocab) {                 \
+        embed_bwd<T>(ids, next, lead, dy, dw, n, h, vocab);                                     \
     }
 
 KEVIN_NORM(float, f32)

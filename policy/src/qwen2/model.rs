@@ -446,7 +446,11 @@ impl<B: Backend> CausalLm<B> for Qwen2<B> {
         // `qwen2_gpu.rs` runs whole learner steps on CUDA for this.
         let query_pos = Tensor::<B, 1, Int>::arange(0..t as i64, &device).reshape([1, t]);
         let masked = causal_mask(query_pos, t);
-        let mut x = self.embed_tokens.forward(tokens);
+        // The learner's pass: kevin's embedding gradient on CUDA (`norm::embedding`).
+        let mut x = match crate::norm::embedding(self.embed_tokens.weight.val(), tokens) {
+            Ok(x) => x,
+            Err((_, tokens)) => self.embed_tokens.forward(tokens),
+        };
         for layer in &self.layers {
             x = layer.forward(x, |attn, x| attn.forward(x, &rope, masked.clone()));
         }
