@@ -1375,15 +1375,7 @@ mod tests {
                 A::Tensor(bufs.len() - 1),
                 A::Scalar(Scalar::I64(params.len() as i64)),
             ];
-            if !crate::kernels::run_on_cpu_model(
-                &SOURCE,
-                name,
-                [total as u32, 1, 1],
-                [THREADS, 1, 1],
-                0,
-                args,
-                &mut bufs,
-            ) {
+            if !run_blocks(name, total, args, &mut bufs) {
                 return;
             }
             for (k, (&(n, step), [g, w, m, v])) in params.iter().zip(&inputs).enumerate() {
@@ -1436,6 +1428,18 @@ mod tests {
         b.chunks_exact(4)
             .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
             .collect()
+    }
+
+    /// Kernel `name` of [`SOURCE`] on the CPU device model over `blocks` blocks of [`THREADS`]
+    /// threads, no dynamic shared memory; false without a host compiler.
+    fn run_blocks(
+        name: &str,
+        blocks: usize,
+        args: Vec<kevin::candidate::ResolvedArg>,
+        bufs: &mut [Vec<u8>],
+    ) -> bool {
+        let grid = [u32::try_from(blocks).expect("blocks"), 1, 1];
+        crate::kernels::run_on_cpu_model(&SOURCE, name, grid, [THREADS, 1, 1], 0, args, bufs)
     }
 
     /// Deterministic values in about [-a, a].
@@ -1605,15 +1609,7 @@ mod tests {
             A::Tensor(parts.len() + 1),
             A::Scalar(I64(count as i64)),
         ];
-        assert!(crate::kernels::run_on_cpu_model(
-            &SOURCE,
-            "kevin_sq_sum_f32",
-            [total as u32, 1, 1],
-            [THREADS, 1, 1],
-            0,
-            args,
-            &mut bufs,
-        ));
+        assert!(run_blocks("kevin_sq_sum_f32", total, args, &mut bufs));
         let got = f32_values(&bufs[parts.len() + 1]);
         let want = parts
             .iter()
@@ -1762,16 +1758,8 @@ mod tests {
             A::Tensor(2),
             A::Scalar(I64(n as i64)),
         ];
-        let grid = [n.div_ceil(THREADS as usize) as u32, 1, 1];
-        if !crate::kernels::run_on_cpu_model(
-            &SOURCE,
-            "kevin_embed_links",
-            grid,
-            [THREADS, 1, 1],
-            0,
-            args,
-            &mut bufs,
-        ) {
+        let blocks = n.div_ceil(THREADS as usize);
+        if !run_blocks("kevin_embed_links", blocks, args, &mut bufs) {
             return;
         }
         let (next, lead) = (i32_values(&bufs[1]), i32_values(&bufs[2]));
@@ -1793,15 +1781,7 @@ mod tests {
         ];
         let mut args: Vec<A> = (0..5).map(A::Tensor).collect();
         args.extend([n, hidden, vocab].map(|v| A::Scalar(I64(v as i64))));
-        assert!(crate::kernels::run_on_cpu_model(
-            &SOURCE,
-            "kevin_embed_bwd_f32",
-            [n as u32, 1, 1],
-            [THREADS, 1, 1],
-            0,
-            args,
-            &mut bufs,
-        ));
+        assert!(run_blocks("kevin_embed_bwd_f32", n, args, &mut bufs));
         let got = f32_values(&bufs[4]);
         let mut want = vec![0f64; vocab * hidden];
         for (p, &id) in ids.iter().enumerate() {

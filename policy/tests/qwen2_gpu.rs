@@ -19,6 +19,19 @@ fn gpu_tests() -> bool {
     on
 }
 
+/// The CPU reference of the kernel tests under autodiff, and the GPU side.
+type CpuAd = burn::backend::Autodiff<burn::backend::NdArray<f32>>;
+type GpuAd = burn::backend::Autodiff<Cuda<f32>>;
+
+/// The GPU and CPU devices of a kernel test against the CPU, or `None` (said) when GPU tests are
+/// off.
+fn gpu_and_cpu() -> Option<(
+    burn::backend::cuda::CudaDevice,
+    burn::backend::ndarray::NdArrayDevice,
+)> {
+    gpu_tests().then(|| (kevin_policy::cuda_setup::cuda_device(0), Default::default()))
+}
+
 #[test]
 fn tiny_fixture_matches_transformers_on_cuda_f32() {
     if !gpu_tests() {
@@ -951,16 +964,13 @@ fn rms_norm_and_bias_gradients_match_the_cpu_on_cuda() {
 /// widths, grouped key/value heads, pairs that do not fill a block, and a single position.
 #[test]
 fn rope_and_swiglu_match_the_cpu_on_cuda() {
-    use burn::backend::{Autodiff, NdArray};
     use burn::tensor::activation::silu;
     use burn::tensor::{DType, FloatDType, Tensor, TensorData};
-    if !gpu_tests() {
+    let Some((gpu, cpu)) = gpu_and_cpu() else {
         return;
-    }
-    type C = Autodiff<NdArray<f32>>;
-    type G = Autodiff<Cuda<f32>>;
-    let gpu = kevin_policy::cuda_setup::cuda_device(0);
-    let cpu = Default::default();
+    };
+    type C = CpuAd;
+    type G = GpuAd;
     // The values, rounded to bf16 first when `bf16`, on the GPU in the dtype and on the CPU.
     let pair = |shape: &[usize], seed: u64, scale: f32, bf16: bool| {
         let n = shape.iter().product();
@@ -1062,15 +1072,12 @@ fn rope_and_swiglu_match_the_cpu_on_cuda() {
 /// burn's CPU f32).
 #[test]
 fn embedding_and_its_gradient_match_the_cpu_on_cuda() {
-    use burn::backend::{Autodiff, NdArray};
     use burn::tensor::{FloatDType, Int, Tensor, TensorData};
-    if !gpu_tests() {
+    let Some((gpu, cpu)) = gpu_and_cpu() else {
         return;
-    }
-    type C = Autodiff<NdArray<f32>>;
-    type G = Autodiff<Cuda<f32>>;
-    let gpu = kevin_policy::cuda_setup::cuda_device(0);
-    let cpu = Default::default();
+    };
+    type C = CpuAd;
+    type G = GpuAd;
     for bf16 in [false, true] {
         for (b, t, vocab, hidden, distinct) in [
             (2, 37, 1000, 96, 7),
