@@ -88,8 +88,8 @@ const COL_ROWS: usize = 256;
 pub const MAX_WIDTH: usize = 12 * 1024;
 
 /// The most token positions [`embedding`]'s gradient takes: its links compare every position
-/// with every other (n^2), about 20 us at 8,192 positions and 0.4 ms at 110,000 on an H100;
-/// beyond this burn's op is used.
+/// with every other (n^2; estimated, not yet measured: tens of microseconds at 8,192 positions,
+/// a few milliseconds at the 4M policy's 110,000); beyond this burn's op is used.
 pub const MAX_EMBED_POSITIONS: usize = 1 << 18;
 
 /// Whether this path is taken where it serves: this module's kernels (RMSNorm, the bias
