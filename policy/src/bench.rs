@@ -395,8 +395,7 @@ pub fn run<B: AutodiffBackend>(
         times.sort_by(f64::total_cmp);
         let step_seconds = times[times.len() / 2];
         let tokens = args.train_batch * args.train_seq;
-        let precision =
-            crate::optim::state_precision(<B::FloatElem as burn::tensor::Element>::dtype());
+        let precision = crate::optim::state_precision(crate::qwen2::float_dtype::<B>());
         let r = LearnResult {
             tokens_per_s: tokens as f64 / step_seconds,
             step_seconds,

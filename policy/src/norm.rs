@@ -721,6 +721,22 @@ fn cube_elementwise(kind: &str, ins: Vec<Ct>, outs: usize) -> Result<Vec<Ct>, St
     Ok(ys)
 }
 
+/// The positions of `ts` grouped by their kernels' dtype suffix, in order of first appearance:
+/// a table-driven kernel takes one dtype a launch.
+fn by_suffix<'a>(
+    ts: impl Iterator<Item = &'a Ct>,
+) -> Result<Vec<(&'static str, Vec<usize>)>, String> {
+    let mut groups: Vec<(&'static str, Vec<usize>)> = Vec::new();
+    for (i, t) in ts.enumerate() {
+        let s = suffix(t)?;
+        match groups.iter_mut().find(|(g, _)| *g == s) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((s, vec![i])),
+        }
+    }
+    Ok(groups)
+}
+
 /// Values a block of `kevin_sq_sum` takes (`SQ_CHUNK`).
 const SQ_CHUNK: usize = THREADS as usize * 16;
 
@@ -729,14 +745,7 @@ const SQ_CHUNK: usize = THREADS as usize * 16;
 fn cube_sq_sum(ts: Vec<Ct>) -> Result<Ct, String> {
     let ts: Vec<Ct> = ts.into_iter().map(packed).collect();
     let first = ts.first().ok_or("no tensors")?;
-    let mut groups: Vec<(&'static str, Vec<usize>)> = Vec::new();
-    for (i, t) in ts.iter().enumerate() {
-        let s = suffix(t)?;
-        match groups.iter_mut().find(|(g, _)| *g == s) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((s, vec![i])),
-        }
-    }
+    let groups = by_suffix(ts.iter())?;
     let tables: Vec<Ct> = groups
         .iter()
         .map(|(_, members)| empty(first, vec![3 * members.len()], DType::I64))
@@ -795,8 +804,7 @@ fn adam_entry(ptrs: [u64; 8], n: usize, first: usize, step: &AdamStep) -> [i64; 
 fn cube_adamw(items: Vec<[Ct; 4]>, steps: &[AdamStep]) -> Result<Vec<Ct>, String> {
     let items: Vec<[Ct; 4]> = items.into_iter().map(|i| i.map(packed)).collect();
     let mut outs: Vec<Vec<Ct>> = Vec::with_capacity(items.len());
-    let mut groups: Vec<(&'static str, Vec<usize>)> = Vec::new();
-    for (i, [g, w, m, v]) in items.iter().enumerate() {
+    for [g, w, m, v] in &items {
         let n = g.meta.shape().iter().product::<usize>();
         for t in [g, w, m, v] {
             if t.meta.shape()[..] != [n] {
@@ -828,12 +836,8 @@ fn cube_adamw(items: Vec<[Ct; 4]>, steps: &[AdamStep]) -> Result<Vec<Ct>, String
             out.push(empty(g, vec![n], g.dtype));
         }
         outs.push(out);
-        let s = suffix(g)?;
-        match groups.iter_mut().find(|(x, _)| *x == s) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((s, vec![i])),
-        }
     }
+    let groups = by_suffix(items.iter().map(|[g, ..]| g))?;
     let first = &items.first().ok_or("no parameters")?[0];
     let tables: Vec<Ct> = groups
         .iter()

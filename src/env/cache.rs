@@ -125,30 +125,34 @@ impl CacheStats {
         .collect()
     }
 
-    /// The share of candidates answered whole, from counters written by [`CacheStats::counters`]
-    /// (`None` when no candidate reached the cache).
+    /// The share of candidates answered whole (`None` when no candidate reached the cache).
+    pub fn share(&self) -> Option<f64> {
+        let n = self.candidates();
+        (n > 0).then(|| self.answered as f64 / n as f64)
+    }
+
+    /// [`CacheStats::share`] from counters written by [`CacheStats::counters`] (`None` also when
+    /// there are none: no cache).
     pub fn answered_share(counters: &std::collections::BTreeMap<String, u64>) -> Option<f64> {
-        let answered = *counters.get("answered")?;
-        let n = answered
-            + counters.get("misses").copied().unwrap_or(0)
-            + counters.get("rechecks").copied().unwrap_or(0);
-        (n > 0).then(|| answered as f64 / n as f64)
+        let get = |k: &str| counters.get(k).copied();
+        CacheStats {
+            answered: get("answered")?,
+            misses: get("misses").unwrap_or(0),
+            rechecks: get("rechecks").unwrap_or(0),
+            ..CacheStats::default()
+        }
+        .share()
     }
 
     /// One line for logs: "412 of 960 candidates answered whole (42.9%), 30 correct verdicts
     /// checked again, 37 checks and 51 timings shared, 548 keys".
     pub fn line(&self) -> String {
-        let n = self.candidates();
         format!(
             "{} of {} candidates answered whole ({:.1}%), {} correct verdicts checked again, {} \
              checks and {} timings shared, {} keys",
             self.answered,
-            n,
-            if n == 0 {
-                0.0
-            } else {
-                100.0 * self.answered as f64 / n as f64
-            },
+            self.candidates(),
+            100.0 * self.share().unwrap_or(0.0),
             self.rechecks,
             self.verify_hits,
             self.profile_hits,
@@ -162,7 +166,8 @@ impl CacheStats {
 pub struct CachedEnv {
     inner: Arc<dyn KernelEnv>,
     capacity: usize,
-    slots: Mutex<(HashMap<String, Arc<Slot>>, VecDeque<String>)>,
+    /// The keys' slots, and the keys oldest first (one shared copy of each key's text).
+    slots: Mutex<(HashMap<Arc<str>, Arc<Slot>>, VecDeque<Arc<str>>)>,
     answered: AtomicU64,
     verify_hits: AtomicU64,
     profile_hits: AtomicU64,
@@ -176,6 +181,14 @@ pub fn cached(inner: Arc<dyn KernelEnv>, capacity: usize) -> Arc<dyn KernelEnv> 
         inner
     } else {
         Arc::new(CachedEnv::new(inner, capacity))
+    }
+}
+
+/// A copy answered at compile time whose slot no longer holds the verdict: cannot happen (the
+/// copy holds its slot), and is the harness's error, not the candidate's.
+fn lost() -> Outcome {
+    Outcome::HarnessError {
+        reason: "the evaluation cache lost a verdict it answered with".into(),
     }
 }
 
@@ -207,9 +220,10 @@ impl CachedEnv {
         key.push_str(source);
         let mut guard = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let (map, order) = &mut *guard;
-        if let Some(slot) = map.get(&key) {
+        if let Some(slot) = map.get(key.as_str()) {
             return slot.clone();
         }
+        let key: Arc<str> = key.into();
         while map.len() >= self.capacity {
             match order.pop_front() {
                 Some(old) => {
@@ -326,9 +340,7 @@ impl KernelEnv for CachedEnv {
         }
         let Some(inner) = &keyed.inner else {
             // Answered at compile time, then forgotten: cannot happen (the slot is held).
-            return Err(Outcome::HarnessError {
-                reason: "the evaluation cache lost a verdict it answered with".into(),
-            });
+            return Err(lost());
         };
         let verdict = self.inner.verify(inner);
         match &verdict {
@@ -354,9 +366,7 @@ impl KernelEnv for CachedEnv {
             return o.clone();
         }
         let Some(inner) = &keyed.inner else {
-            return Outcome::HarnessError {
-                reason: "the evaluation cache lost a verdict it answered with".into(),
-            };
+            return lost();
         };
         let o = self.inner.profile(inner);
         if keepable(&o) {
@@ -425,11 +435,7 @@ mod tests {
         }
         fn verify(&self, c: &Compiled) -> Result<(), Outcome> {
             let n = self.verifies.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            let source = c
-                .artifact
-                .downcast_ref::<String>()
-                .expect("this double's artifact");
+            let source = checked(c);
             // A lottery kernel: passes the first check of the run, fails every later one.
             if source.contains("wrong") || (source.contains("lottery") && n > 0) {
                 Err(Outcome::Wrong {
@@ -455,11 +461,7 @@ mod tests {
         }
         fn profile(&self, c: &Compiled) -> Outcome {
             let n = self.profiles.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            let source = c
-                .artifact
-                .downcast_ref::<String>()
-                .expect("this double's artifact");
+            let source = checked(c);
             if source.contains("noisy") {
                 return Outcome::Timeout {
                     stage: "profile".into(),
@@ -473,6 +475,14 @@ mod tests {
                 timing: "test".into(),
             }
         }
+    }
+
+    /// The double's candidate text, after a while (so that copies in flight overlap).
+    fn checked(c: &Compiled) -> &str {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        c.artifact
+            .downcast_ref::<String>()
+            .expect("this double's artifact")
     }
 
     fn setup(capacity: usize) -> (Arc<Counting>, CachedEnv) {

@@ -130,8 +130,7 @@ impl<B: Backend> Qwen2<B> {
             let index = device
                 .downcast_ref::<burn::backend::cuda::CudaDevice>()
                 .map_or(0, |d| d.index);
-            let dtype = self.embed_tokens.weight.val().dtype();
-            match fused::Fused::new(cfg, slots, max_len, dtype, index) {
+            match fused::Fused::new(cfg, slots, max_len, self.dtype(), index) {
                 Ok(engine) => {
                     return Qwen2Cache {
                         layers: Vec::new(),
