@@ -391,14 +391,8 @@ fn cube_matmul(
         stride_c: (m * n) as i64,
     };
 
-    let client = &lhs.client;
-    let res = |t: &CubeTensor<CudaRuntime>| {
-        client
-            .get_resource(t.handle.clone())
-            .map_err(|e| format!("device address: {e:?}"))
-    };
-    let (ra, rb, rc) = (res(&a)?, res(&b)?, res(&out)?);
-    let (pa, pb, pc) = (ra.resource().ptr, rb.resource().ptr, rc.resource().ptr);
+    let (ptrs, held) = crate::kernels::addresses(&[&a, &b, &out])?;
+    let (pa, pb, pc) = (ptrs[0], ptrs[1], ptrs[2]);
     let call = GemmCall {
         g: &g,
         f64: false,
@@ -418,11 +412,11 @@ fn cube_matmul(
             };
             blas.gemm_ld(&call, la.ld, lb.ld).map_err(|e| e.to_string())
         })?;
-        drop((ra, rb, rc));
+        drop(held);
         return Ok(out);
     }
     // Fence 1: every kernel that writes the operands has finished.
-    burn::cubecl::future::block_on(client.sync()).map_err(|e| format!("sync: {e:?}"))?;
+    burn::cubecl::future::block_on(lhs.client.sync()).map_err(|e| format!("sync: {e:?}"))?;
     OWN.with(|own| -> Result<(), String> {
         let mut own = own.borrow_mut();
         if own.is_none() {
@@ -436,7 +430,7 @@ fn cube_matmul(
         // SAFETY: the stream was created by this thread and lives in `own`.
         unsafe { cu::stream::synchronize(own.stream) }.map_err(|e| format!("sync: {e:?}"))
     })?;
-    drop((ra, rb, rc));
+    drop(held);
     Ok(out)
 }
 

@@ -250,6 +250,33 @@ pub(crate) fn with_engine<R>(
     })
 }
 
+/// The device addresses of `tensors` (all of one client), with their resources: held, they keep
+/// the memory from being reused, so the caller holds them until its work is queued. One task of cubecl's device thread resolves them all: each
+/// `get_resource` alone is a round trip to that thread (tens of microseconds), which for the
+/// optimizer's table of every parameter's operands (about 2,000 at Qwen2-0.5B) was most of its
+/// host time. The task runs after every launch submitted before it, as `get_resource` does, so
+/// the ordering `crate::stream` relies on holds.
+pub(crate) fn addresses(
+    tensors: &[&CubeTensor<CudaRuntime>],
+) -> Result<(Vec<u64>, Box<dyn Any + Send>), String> {
+    let Some(first) = tensors.first() else {
+        return Ok((Vec::new(), Box::new(())));
+    };
+    let client = &first.client;
+    let handles: Vec<_> = tensors.iter().map(|t| t.handle.clone()).collect();
+    let resolved = client
+        .exclusive(move || {
+            handles
+                .into_iter()
+                .map(|h| client.get_resource(h))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| format!("device address: {e:?}"))?
+        .map_err(|e| format!("device address: {e:?}"))?;
+    let ptrs = resolved.iter().map(|r| r.resource().ptr).collect();
+    Ok((ptrs, Box::new(resolved)))
+}
+
 /// Runs `launch` with the tensors' device addresses on `source`'s engine, in order with cubecl's
 /// kernels: queued on cubecl's stream when [`crate::stream::cubecl_stream`] finds it (no host
 /// wait), else between two fences: the cubecl client is synchronised first (every kernel writing
@@ -262,15 +289,7 @@ pub(crate) fn in_order(
 ) -> Result<(), String> {
     let first = tensors[0];
     let client = &first.client;
-    let mut keep = Vec::with_capacity(tensors.len());
-    let mut ptrs = Vec::with_capacity(tensors.len());
-    for t in tensors {
-        let r = client
-            .get_resource(t.handle.clone())
-            .map_err(|e| format!("device address: {e:?}"))?;
-        ptrs.push(r.resource().ptr);
-        keep.push(r);
-    }
+    let (ptrs, keep) = addresses(tensors)?;
     if let Some(cubecl) = crate::stream::cubecl_stream(first) {
         with_engine(source, first.device.index, |engine| {
             engine.stream.set(cubecl);

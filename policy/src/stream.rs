@@ -17,8 +17,9 @@
 //! use; a test on the GPU checks both against each other.
 //!
 //! Why queuing on cubecl's stream is safe: `ComputeClient::get_resource`, which the callers use
-//! for every operand's address, is processed by cubecl's device thread after every launch
-//! submitted before it and aligns the stream with any other stream that used the buffers; the
+//! for every operand's address (all of a call's in one task of cubecl's device thread,
+//! `kernels::addresses`), is processed by that thread after every launch submitted before it
+//! and aligns the stream with any other stream that used the buffers; the
 //! callers then queue their work on the same stream before they submit anything else, and
 //! cubecl frees or reuses their operands' memory only on that stream, after their work.
 
