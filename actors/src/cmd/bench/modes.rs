@@ -15,6 +15,8 @@
 //!
 //! `--warmup W` first trains W seconds in a scratch directory and discards it, so that neither
 //! timed run pays the one-time work of a fresh machine (burn's CUDA kernels, the CUBIN cache).
+//! It goes on past W until its first learner step (at most 600 s more): a warm-up that never
+//! reached the learner left the learner's compilation (35 s on an H100) to the first timed mode.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -35,6 +37,8 @@ pub const ACCELERATOR_ACTORS: [&str; 4] = ["Generator", "Learner", "Verifier", "
 const GROUP_DONE: &str = "GroupDone";
 /// Seconds past the window before the child is asked to stop.
 const STOP_MARGIN_S: f64 = 2.0;
+/// How long past `--warmup` the warm-up waits for its first learner step.
+const WARMUP_STEP_WAIT_S: f64 = 600.0;
 
 /// The flags of `kevin bench modes`.
 #[derive(clap::Args, Debug)]
@@ -46,7 +50,8 @@ pub struct Args {
     #[arg(long, default_value_t = 300.0)]
     pub seconds: f64,
     /// Seconds of a discarded async run first, so that neither timed run pays a fresh
-    /// machine's one-time work (burn's CUDA kernels, the CUBIN cache).
+    /// machine's one-time work (burn's CUDA kernels, the CUBIN cache); it goes on until its
+    /// first learner step (at most 600 s more).
     #[arg(long, default_value_t = 0.0)]
     pub warmup: f64,
     /// Folder for the run directories (warmup, async, sync; replaced if present).
@@ -168,11 +173,26 @@ pub fn run(args: &Args) -> Result<ModesReport, String> {
     if args.warmup > 0.0 {
         let dir = args.dir.join("warmup");
         eprintln!(
-            "warm-up: {} s of async training in {}",
+            "warm-up: {} s of async training in {}, and until its first learner step",
             args.warmup,
             dir.display()
         );
-        train_for(&exe, args, &dir, Mode::Async, async_staleness, args.warmup)?;
+        let cap = args.warmup + WARMUP_STEP_WAIT_S;
+        train_for(
+            &exe,
+            args,
+            &dir,
+            Mode::Async,
+            async_staleness,
+            args.warmup,
+            Some(cap),
+        )?;
+        if lines(&dir.join(crate::cmd::report::METRICS_FILE)) == 0 {
+            eprintln!(
+                "warning: the warm-up took no learner step in {cap} s; the first timed mode pays \
+                 the learner's first compilation"
+            );
+        }
     }
     let mut modes = Vec::new();
     for (mode, staleness) in [(Mode::Async, async_staleness), (Mode::Sync, 0)] {
@@ -180,7 +200,7 @@ pub fn run(args: &Args) -> Result<ModesReport, String> {
             continue;
         }
         let dir = args.dir.join(mode_name(mode));
-        let ended = train_for(&exe, args, &dir, mode, staleness, args.seconds)?;
+        let ended = train_for(&exe, args, &dir, mode, staleness, args.seconds, None)?;
         let result = measure(
             &dir,
             mode,
@@ -243,6 +263,9 @@ fn mode_name(mode: Mode) -> &'static str {
 }
 
 /// Trains `mode` in a fresh `dir` for `seconds` (then SIGINT and drain); returns how it ended.
+/// With `first_step_by`, a child that has taken no learner step by then goes on until its first
+/// one or until that many seconds, whichever comes first: a warm-up must reach the learner, or
+/// the first timed mode compiles the learner's kernels in its window.
 fn train_for(
     exe: &Path,
     args: &Args,
@@ -250,6 +273,7 @@ fn train_for(
     mode: Mode,
     staleness: u64,
     seconds: f64,
+    first_step_by: Option<f64>,
 ) -> Result<String, String> {
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -282,16 +306,22 @@ fn train_for(
             return early_exit(status, &log_path);
         }
         let elapsed = t0.elapsed().as_secs_f64();
-        if elapsed >= deadline {
+        let stepped = || lines(&dir.join(crate::cmd::report::METRICS_FILE)) > 0;
+        if elapsed >= deadline && first_step_by.is_none_or(|cap| elapsed >= cap || stepped()) {
             break;
         }
         if elapsed >= next_progress {
             eprintln!(
-                "{}: {:.0}/{:.0} s, {} learner steps",
+                "{}: {:.0}/{:.0} s, {} learner steps{}",
                 mode_name(mode),
                 elapsed,
                 seconds,
-                lines(&dir.join(crate::cmd::report::METRICS_FILE))
+                lines(&dir.join(crate::cmd::report::METRICS_FILE)),
+                if elapsed > seconds {
+                    " (waiting for the first)"
+                } else {
+                    ""
+                }
             );
             let _ = std::io::stderr().flush();
             next_progress += 15.0;
