@@ -320,20 +320,28 @@ pub fn clipped_step<B: AutodiffBackend, M: AutodiffModule<B>>(
         found: Vec::new(),
     };
     model.visit(&mut collect);
+    let collected = std::time::Instant::now();
     let (parameters, positions) = (collect.found.len(), collect.position);
     let mut stepped = vec![None; positions];
     for (position, param) in adamw.update_many(collect.found, lr, clip_factor(norm, max_norm)) {
         stepped[position] = Some(param);
     }
+    let updated = std::time::Instant::now();
     let stepped = model.map(&mut Stepped::<B> {
         stepped,
         position: 0,
     });
     // The norm's wait includes every queued kernel of the backward pass; the steps are queued,
-    // not waited for (host time: where it exceeds their GPU time, launches set the pace).
+    // not waited for (host time: where it exceeds their GPU time, launches set the pace). The
+    // queuing's three parts: taking each parameter and gradient out (flattened), AdamW's call
+    // (its launch and table), putting the new parameters in place.
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     tracing::debug!(
         norm_ms,
-        steps_queued_ms = started.elapsed().as_secs_f64() * 1e3 - norm_ms,
+        steps_queued_ms = ms(started.elapsed()) - norm_ms,
+        collect_ms = ms(collected.duration_since(started)) - norm_ms,
+        adamw_ms = ms(updated.duration_since(collected)),
+        map_ms = ms(updated.elapsed()),
         parameters,
         "optimizer step"
     );
