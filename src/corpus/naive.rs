@@ -167,7 +167,7 @@ fn rename_program(
 }
 
 /// `text` with every identifier-like word that `names` maps replaced by its image.
-fn rename_words(text: &str, names: &BTreeMap<String, String>) -> String {
+pub(crate) fn rename_words(text: &str, names: &BTreeMap<String, String>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut word = String::new();
     let flush = |word: &mut String, out: &mut String| {

@@ -37,6 +37,7 @@
 
 mod canon;
 mod draft;
+mod names;
 #[cfg(test)]
 mod tests;
 
@@ -47,6 +48,7 @@ use serde::Serialize;
 
 pub use canon::{canonical, equivalent, skeleton};
 pub use draft::{Family, SymRole};
+pub use names::Naming;
 
 use crate::ops::interp::{self, Tensor};
 use crate::ops::{infer_expr, normalize_axis, BinOp, Dim, Dtype, Expr, Op, Program, Sizes};
@@ -72,6 +74,8 @@ pub struct GenOptions {
     /// Give up after this many drafts per task asked for (a generator that rejects nearly
     /// everything is a bug to report, not a loop to wait on).
     pub max_drafts_per_task: usize,
+    /// How the programs name their sizes, tensors and scalars ([`Naming`]).
+    pub naming: Naming,
 }
 
 impl GenOptions {
@@ -85,6 +89,7 @@ impl GenOptions {
             max_gpu_bytes: 16 << 30,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_drafts_per_task: 200,
+            naming: Naming::default(),
         }
     }
 }
@@ -216,6 +221,13 @@ pub fn generate(
             stats.drafted += 1;
             let family = draft::pick_family(&mut rng, &families);
             let d = draft::draft(&mut rng, family, opts.max_ops);
+            // The names' draws do not touch `rng`: both namings give a seed's programs.
+            let d = match opts.naming {
+                Naming::Fixed => d,
+                Naming::Varied => {
+                    names::vary(d, &mut SplitMix64::derive(opts.seed ^ index, 0x4e41))
+                }
+            };
             let screened = Program::parse(&d.source)
                 .map_err(|_| Reject("ill-typed"))
                 .and_then(|p| {

@@ -1,6 +1,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use super::names;
 use super::*;
 use crate::ops::round::round_bf16;
 
@@ -474,4 +475,98 @@ fn the_conv_family_draws_kernelbench_shapes_that_lower_and_meet_the_gpu_rule() {
         );
     }
     assert!(kinds.len() >= 12, "variety: {kinds:?}");
+}
+
+#[test]
+fn varied_names_pools_avoid_reserved_words_and_temporaries() {
+    let pools = [
+        names::SIZE_POOL,
+        names::SIZE_LIKE_TENSORS,
+        names::CONST_POOL,
+    ];
+    for n in pools.iter().flat_map(|p| p.iter()) {
+        assert!(
+            !crate::ops::is_reserved(n),
+            "{n} is reserved in the op language"
+        );
+        assert!(!n.starts_with('T'), "{n} looks like a temporary");
+    }
+    // (The kernel writer inlines constants' values and renames sizes and tensors that clash
+    // with its locals, so the pools need not avoid those.)
+}
+
+#[test]
+fn varied_names_keep_each_program_and_vary_sizes_tensors_and_constants() {
+    // The same seed under both namings: the same programs (canonical forms name nothing), and
+    // the varied ones rename sizes, give tensors size-like letters and name constants.
+    let mut fixed = opts(120, 23);
+    fixed.naming = Naming::Fixed;
+    let (plain, _) = generate(&fixed, &suite(), |_| {}).expect("generate, fixed names");
+    let (varied, _) = generate(&opts(120, 23), &suite(), |_| {}).expect("generate, varied");
+    let forms =
+        |ts: &[Generated]| -> BTreeSet<String> { ts.iter().map(|g| g.canonical.clone()).collect() };
+    let (a, b) = (forms(&plain), forms(&varied));
+    // The sizes' draws follow the symbols' order, so the GPU-size rule may refuse a program
+    // under one naming and keep it under the other: nearly all are shared.
+    let shared = a.intersection(&b).count();
+    assert!(
+        shared * 10 >= a.len() * 9,
+        "{shared} of {} programs shared",
+        a.len()
+    );
+
+    let fixed_sizes: BTreeSet<&str> = ["M", "N", "K", "B", "C", "L", "H", "W", "D"].into();
+    let (mut renamed, mut size_like, mut consts) = (0, 0, 0);
+    for g in &varied {
+        let p = &g.task.program;
+        renamed += usize::from(
+            p.size_symbols()
+                .iter()
+                .any(|s| !fixed_sizes.contains(s.as_str())),
+        );
+        size_like += usize::from(
+            p.inputs
+                .iter()
+                .chain(&p.outputs)
+                .any(|d| names::SIZE_LIKE_TENSORS.contains(&d.name.as_str())),
+        );
+        consts += usize::from(!p.consts.is_empty());
+    }
+    let n = varied.len();
+    eprintln!(
+        "of {n}: sizes renamed {renamed}, a size-like tensor {size_like}, a constant {consts}"
+    );
+    assert!(renamed * 4 >= n, "sizes renamed in {renamed} of {n}");
+    assert!(
+        size_like * 8 >= n,
+        "a size-like tensor name in {size_like} of {n}"
+    );
+    assert!(consts * 20 >= n, "a named constant in {consts} of {n}");
+    // Under fixed names no tensor reads like a size and no scalar is named.
+    for g in &plain {
+        let p = &g.task.program;
+        assert!(
+            p.consts.is_empty(),
+            "a constant under fixed names:\n{}",
+            g.task.source
+        );
+    }
+    // The corpus's writer still writes every varied program.
+    for g in varied.iter().take(40) {
+        assert!(
+            !crate::corpus::naive::generate(&g.task).is_empty(),
+            "no naive kernel for\n{}",
+            g.task.source
+        );
+    }
+}
+
+#[test]
+fn a_scalar_operand_becomes_a_constant_and_shapes_stay_literal() {
+    let ops = names::scalar_operands("Y = (X * 0.5 + 1e-05) / 2.0 - leaky_relu(X, 0.1) ** 2.0");
+    let line = "Y = (X * 0.5 + 1e-05) / 2.0 - leaky_relu(X, 0.1) ** 2.0";
+    let found: Vec<&str> = ops.iter().map(|&(a, b)| &line[a..b]).collect();
+    // Function arguments and powers stay literal.
+    assert_eq!(found, ["0.5", "1e-05", "2.0"]);
+    assert!(names::scalar_operands("Y = X - Z2 * M2").is_empty());
 }

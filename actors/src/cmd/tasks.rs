@@ -64,6 +64,12 @@ pub enum TasksCommand {
         /// Threads vetting drafts (default: every core).
         #[arg(long)]
         threads: Option<usize>,
+        /// "varied" (the default: half the programs rename their sizes, a third give a tensor
+        /// a letter that reads like a size (B, K, M, N, D, S), a third name a scalar as a
+        /// constant) or "fixed" (sizes by role, scalars as literals: a seed's tasks before
+        /// 2026-12-06). A seed gives the same programs under both.
+        #[arg(long, default_value = "varied", value_parser = ["varied", "fixed"])]
+        naming: String,
     },
     /// Write a task's inputs (drawn as the harness draws them) and its fp64 reference outputs
     /// at a preset as JSON, for checks outside kevin (e.g. scripts/kernelbench_crosscheck.py).
@@ -176,9 +182,12 @@ pub fn run(args: Args) -> CmdResult {
             families,
             max_gpu_gib,
             threads,
+            naming,
         }) => {
             let mut opts = kevin::taskgen::GenOptions::new(count as usize, seed);
             opts.max_ops = max_ops as usize;
+            // clap admits only the two names.
+            opts.naming = kevin::taskgen::Naming::from_name(&naming).unwrap_or_default();
             opts.families = families
                 .iter()
                 .map(|f| {
@@ -425,6 +434,7 @@ fn generate(suite_dir: &Path, out: &Path, opts: &kevin::taskgen::GenOptions) -> 
         "seed": opts.seed,
         "count": opts.count,
         "max_ops": opts.max_ops,
+        "naming": opts.naming.name(),
         "families": opts.families.iter().map(|f| f.name()).collect::<Vec<_>>(),
         "max_gpu_bytes": opts.max_gpu_bytes,
         "suite": suite_dir.display().to_string(),

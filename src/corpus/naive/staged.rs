@@ -347,6 +347,119 @@ fn split_launches(source: &str) -> (Vec<&str>, String) {
     (launches, rest)
 }
 
+/// `source` (a stage's launch lines and kernels) with each kernel's parameters that its body
+/// never reads or writes left out, of its signature and of its launch lines' `args` alike. Every
+/// stage is written over every tensor and size of the program; an answer of four stages then
+/// passed eleven arguments to each and outgrew the policy's 1,024 new tokens (issue 19,
+/// 2026-12-06). A kernel whose parameters and arguments do not pair up is left as it is.
+fn prune_params(source: &str) -> String {
+    let launch_name = |l: &str| -> Option<String> {
+        let rest = l.strip_prefix("// kevin: launch ")?;
+        Some(rest.split_whitespace().next()?.to_string())
+    };
+    let args_of = |l: &str| -> Option<(usize, usize)> {
+        let start = l.rfind("args=(")? + "args=(".len();
+        Some((start, start + l[start..].rfind(')')?))
+    };
+    let names: BTreeSet<String> = source.lines().filter_map(launch_name).collect();
+    let mut text = source.to_string();
+    let mut keep: BTreeMap<String, Vec<bool>> = BTreeMap::new();
+    for name in &names {
+        // The definition: `NAME(` on a `__global__` line.
+        let Some(at) = text
+            .match_indices(&format!(" {name}("))
+            .map(|(i, _)| i + 1)
+            .find(|&i| {
+                let line_start = text[..i].rfind('\n').map_or(0, |p| p + 1);
+                text[line_start..i].contains("__global__")
+            })
+        else {
+            continue;
+        };
+        let open = at + name.len();
+        let Some(close) = matching(&text, open, '(', ')') else {
+            continue;
+        };
+        let Some(body_open) = text[close..].find('{').map(|p| close + p) else {
+            continue;
+        };
+        let Some(body_close) = matching(&text, body_open, '{', '}') else {
+            continue;
+        };
+        let params: Vec<&str> = text[open + 1..close].split(',').map(str::trim).collect();
+        let body = &text[body_open..=body_close];
+        let used_words: BTreeSet<&str> = body
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .collect();
+        let mask: Vec<bool> = params
+            .iter()
+            .map(|p| {
+                let param = p
+                    .rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .next();
+                param.is_none_or(|n| used_words.contains(n))
+            })
+            .collect();
+        // Every launch of the kernel must pass one argument a parameter.
+        let pairs = text
+            .lines()
+            .filter(|l| launch_name(l).as_deref() == Some(name.as_str()))
+            .all(|l| args_of(l).is_some_and(|(a, b)| l[a..b].split(',').count() == params.len()));
+        if !pairs || mask.iter().all(|&k| k) || !mask.iter().any(|&k| k) {
+            continue;
+        }
+        let kept: Vec<&str> = params
+            .iter()
+            .zip(&mask)
+            .filter(|(_, &k)| k)
+            .map(|(p, _)| *p)
+            .collect();
+        let new_params = kept.join(", ");
+        text.replace_range(open + 1..close, &new_params);
+        keep.insert(name.clone(), mask);
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let pruned = launch_name(line)
+            .and_then(|n| keep.get(&n))
+            .and_then(|mask| {
+                let (start, end) = args_of(line)?;
+                let kept: Vec<&str> = line[start..end]
+                    .split(',')
+                    .map(str::trim)
+                    .zip(mask)
+                    .filter(|(_, &k)| k)
+                    .map(|(a, _)| a)
+                    .collect();
+                Some(format!(
+                    "{}{}{}",
+                    &line[..start],
+                    kept.join(", "),
+                    &line[end..]
+                ))
+            });
+        out.push_str(pruned.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// The index of the bracket closing the one `open` at `at` in `text`.
+fn matching(text: &str, at: usize, open: char, close: char) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in text[at..].char_indices() {
+        if c == open {
+            depth += 1;
+        } else if c == close {
+            depth -= 1;
+            if depth == 0 {
+                return Some(at + i);
+            }
+        }
+    }
+    None
+}
+
 /// The device code of several stages as one translation unit: a helper, a block reduction or
 /// a `#define` written by two stages appears once (a macro given another value is undefined
 /// first), each kernel in stage order.
@@ -557,7 +670,8 @@ impl Ctx<'_> {
             let mut launches = String::new();
             let mut bodies = Vec::new();
             for g in &pick {
-                let (l, rest) = split_launches(&g.source);
+                let pruned = prune_params(&g.source);
+                let (l, rest) = split_launches(&pruned);
                 for line in l {
                     launches.push_str(line);
                     launches.push('\n');
@@ -615,7 +729,33 @@ impl Ctx<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::join_bodies;
+    use super::{join_bodies, prune_params};
+
+    #[test]
+    fn stage_kernels_take_only_the_parameters_they_use() {
+        let src = "// kevin: launch stage1_k grid=(cdiv(M*N,256)) block=(256) args=(A, W, Y, tmp0, M, N)\n\
+                   // kevin: launch stage1_k grid=(1) block=(256) args=(A, W, Y, tmp0, M, N)\n\
+                   #define BLOCK 256\n\
+                   __global__ void __launch_bounds__(BLOCK) stage1_k(const float* __restrict__ A, \
+                   const float* __restrict__ W, float* __restrict__ Y, float* __restrict__ tmp0, int M, int N) {\n\
+                   \x20   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
+                   \x20   if (i >= (long long)M * N) return;\n\
+                   \x20   tmp0[i] = A[i] * 2.0f;\n\
+                   }\n";
+        let out = prune_params(src);
+        assert!(
+            out.contains(
+                "stage1_k(const float* __restrict__ A, float* __restrict__ tmp0, int M, int N) {"
+            ),
+            "{out}"
+        );
+        assert_eq!(out.matches("args=(A, tmp0, M, N)").count(), 2, "{out}");
+        assert!(out.contains("#define BLOCK 256\n"), "{out}");
+        // Arguments that do not pair with the parameters (in one launch of two): the kernel is
+        // left as it is.
+        let odd = src.replacen("args=(A, W, Y, tmp0, M, N)", "args=(A, W, Y, tmp0, M)", 1);
+        assert_eq!(prune_params(&odd), odd);
+    }
 
     #[test]
     fn joined_stages_define_each_helper_once_and_redefine_macros_cleanly() {
