@@ -221,13 +221,6 @@ pub fn generate(
             stats.drafted += 1;
             let family = draft::pick_family(&mut rng, &families);
             let d = draft::draft(&mut rng, family, opts.max_ops);
-            // The names' draws do not touch `rng`: both namings give a seed's programs.
-            let d = match opts.naming {
-                Naming::Fixed => d,
-                Naming::Varied => {
-                    names::vary(d, &mut SplitMix64::derive(opts.seed ^ index, 0x4e41))
-                }
-            };
             let screened = Program::parse(&d.source)
                 .map_err(|_| Reject("ill-typed"))
                 .and_then(|p| {
@@ -370,6 +363,13 @@ fn vet(
     p: &Program,
     form: &str,
 ) -> Result<Generated, Reject> {
+    // Names vary here, past screening (canonical forms name nothing), on draws of their own:
+    // both namings give a seed's programs.
+    let varied = match opts.naming {
+        Naming::Fixed => None,
+        Naming::Varied => names::vary(d, form, &mut SplitMix64::derive(opts.seed ^ index, 0x4e41)),
+    };
+    let (d, p) = varied.as_ref().map_or((d, p), |(d, p)| (d, p));
     let mut rng = SplitMix64::derive(opts.seed ^ 0x51e5, index);
     let small = small_sizes(&mut rng, p, &d.roles);
     let gpu = gpu_sizes(&mut rng, p, &d.roles).ok_or(Reject("gpu-size"))?;

@@ -13,7 +13,7 @@
 //! gives the same programs under both namings. A renaming is kept only when the program still
 //! parses and its canonical form (which names nothing) is unchanged.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::canon::canonical;
 use super::draft::Draft;
@@ -61,12 +61,9 @@ pub(crate) const CONST_POOL: &[&str] = &[
     "s", "alpha", "scale", "factor", "gain", "shift", "inv_t", "coef", "beta", "mult",
 ];
 
-/// `d` with its names varied (see the module doc), or `d` itself where a draw changes nothing or
-/// a renaming would change the program.
-pub fn vary(d: Draft, rng: &mut SplitMix64) -> Draft {
-    let Ok(before) = Program::parse(&d.source) else {
-        return d;
-    };
+/// `d` (whose canonical form is `form`) with its names varied (see the module doc), and its
+/// program; `None` where the draws change nothing or a renaming would change the program.
+pub fn vary(d: &Draft, form: &str, rng: &mut SplitMix64) -> Option<(Draft, Program)> {
     let mut v = d.clone();
     if rng.next_f64() < 0.5 {
         rename_sizes(&mut v, rng);
@@ -77,10 +74,11 @@ pub fn vary(d: Draft, rng: &mut SplitMix64) -> Draft {
     if rng.next_f64() < 0.6 {
         name_a_constant(&mut v, rng);
     }
-    match Program::parse(&v.source) {
-        Ok(after) if canonical(&after) == canonical(&before) => v,
-        _ => d,
+    if v.source == d.source {
+        return None;
     }
+    let after = Program::parse(&v.source).ok()?;
+    (canonical(&after) == form).then_some((v, after))
 }
 
 /// Every identifier of `text`.
@@ -102,7 +100,7 @@ fn free<'p>(rng: &mut SplitMix64, pool: &[&'p str], taken: &BTreeSet<String>) ->
 }
 
 /// `d` with the identifiers of `names` renamed everywhere it keeps them.
-fn apply(d: &mut Draft, names: &std::collections::BTreeMap<String, String>) {
+fn apply(d: &mut Draft, names: &BTreeMap<String, String>) {
     let rename = |s: &str| crate::corpus::naive::rename_words(s, names);
     d.source = rename(&d.source);
     for i in &mut d.inputs {
@@ -120,7 +118,7 @@ fn apply(d: &mut Draft, names: &std::collections::BTreeMap<String, String>) {
 /// Every size symbol renamed to a free one of [`SIZE_POOL`].
 fn rename_sizes(d: &mut Draft, rng: &mut SplitMix64) {
     let mut taken = identifiers(&d.source);
-    let mut names = std::collections::BTreeMap::new();
+    let mut names = BTreeMap::new();
     for size in d.roles.keys() {
         if let Some(n) = free(rng, SIZE_POOL, &taken) {
             taken.insert(n.to_string());

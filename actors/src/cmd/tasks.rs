@@ -65,8 +65,8 @@ pub enum TasksCommand {
         #[arg(long)]
         threads: Option<usize>,
         /// "varied" (the default: half the programs rename their sizes, a third give a tensor
-        /// a letter that reads like a size (B, K, M, N, D, S), a third name a scalar as a
-        /// constant) or "fixed" (sizes by role, scalars as literals: a seed's tasks before
+        /// a letter that reads like a size (B, K, M, N, D, S), three in five of those with a
+        /// scalar operand of + - * / name it as a constant) or "fixed" (sizes by role, scalars as literals: a seed's tasks before
         /// 2026-12-06). A seed gives the same programs under both.
         #[arg(long, default_value = "varied", value_parser = ["varied", "fixed"])]
         naming: String,

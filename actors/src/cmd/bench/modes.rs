@@ -298,6 +298,7 @@ fn train_for(
         .stderr(err)
         .spawn()
         .map_err(|e| format!("{}: {e}", exe.display()))?;
+    let metrics = dir.join(crate::cmd::report::METRICS_FILE);
     let t0 = Instant::now();
     let mut next_progress = 15.0;
     let deadline = seconds + STOP_MARGIN_S;
@@ -306,7 +307,7 @@ fn train_for(
             return early_exit(status, &log_path);
         }
         let elapsed = t0.elapsed().as_secs_f64();
-        let stepped = || lines(&dir.join(crate::cmd::report::METRICS_FILE)) > 0;
+        let stepped = || lines(&metrics) > 0;
         if elapsed >= deadline && first_step_by.is_none_or(|cap| elapsed >= cap || stepped()) {
             break;
         }
@@ -316,7 +317,7 @@ fn train_for(
                 mode_name(mode),
                 elapsed,
                 seconds,
-                lines(&dir.join(crate::cmd::report::METRICS_FILE)),
+                lines(&metrics),
                 if elapsed > seconds {
                     " (waiting for the first)"
                 } else {
