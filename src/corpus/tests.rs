@@ -77,7 +77,10 @@ fn build_opts(opts: &CorpusOptions) -> (Corpus, Vec<String>) {
         asked: Mutex::new(Vec::new()),
     };
     let corpus = build(&suite, &env, opts, &|_| {}).unwrap();
-    let asked = env.asked.into_inner().unwrap();
+    // The evaluations run in parallel, so their order is not the corpus's: sorted, the tasks
+    // asked compare as a multiset.
+    let mut asked = env.asked.into_inner().unwrap();
+    asked.sort();
     (corpus, asked)
 }
 
