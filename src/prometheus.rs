@@ -10,7 +10,8 @@
 //! - counters kept from every group the telemetry actor records in this session: turns by
 //!   outcome kind, groups, correct turns;
 //! - the environment's worker pools, read at each scrape ([`PoolStats`]): requests, successes,
-//!   timeouts, crashes, protocol errors, spawn failures, respawns, retirements and respawn latency.
+//!   timeouts, starved requests, crashes, protocol errors, spawn failures, respawns, retirements
+//!   and respawn latency.
 //!
 //! Counters restart from zero with each daemon session (Prometheus' `rate` handles the reset);
 //! the run-wide totals are the `accepted`/`dropped` ones, which a resumed run carries on.
@@ -315,7 +316,7 @@ fn pool_metrics(out: &mut Exposition, pools: &[(String, PoolStats)]) {
         return;
     }
     type Field = fn(&PoolStats) -> f64;
-    let fields: [(&str, &str, Field); 9] = [
+    let fields: [(&str, &str, Field); 10] = [
         ("requests", "Requests answered, successfully or not.", |p| {
             p.requests as f64
         }),
@@ -326,6 +327,11 @@ fn pool_metrics(out: &mut Exposition, pools: &[(String, PoolStats)]) {
             "timeouts",
             "Requests or pings that hit their deadline.",
             |p| p.timeouts as f64,
+        ),
+        (
+            "starved",
+            "Requests the machine gave too little CPU to finish (harness errors).",
+            |p| p.starved as f64,
         ),
         (
             "crashes",

@@ -1,6 +1,6 @@
 //! The worker pool against real child processes (the "echo" role of this very binary): answers,
-//! pings, and every failure path (timeout, abort, segfault, exit, garbage on the wire, bad start)
-//! followed by a working respawned child.
+//! pings, and every failure path (timeout, abort, segfault, exit, garbage on the wire, bad start,
+//! a machine too busy to give the worker its time) followed by a working respawned child.
 
 mod common;
 
@@ -56,6 +56,10 @@ fn main() {
         (
             "a_worker_that_forges_a_reply_and_dies_does_not_kill_the_parent",
             a_worker_that_forges_a_reply_and_dies_does_not_kill_the_parent,
+        ),
+        (
+            "a_starved_worker_gets_its_time_and_then_the_machine_is_blamed",
+            a_starved_worker_gets_its_time_and_then_the_machine_is_blamed,
         ),
     ]);
 }
@@ -403,4 +407,64 @@ fn a_worker_that_forges_a_reply_and_dies_does_not_kill_the_parent() {
             Ok(EchoResponse::Text("again".into()))
         );
     }
+}
+
+/// Deadlines are the worker's own time: on a machine with six spinning processes a core, a
+/// request that needs 100 ms of CPU is answered although that takes longer than its 300 ms limit,
+/// and one that would spin for a minute ends at the backstop (5 x 300 ms) as the machine's
+/// failure, not a timeout. Unloaded, the same spin is a timeout at its limit.
+fn a_starved_worker_gets_its_time_and_then_the_machine_is_blamed() {
+    let pool = pool(1);
+    let limit = Duration::from_millis(300);
+    let spin = |ms| pool.request_with_timeout(&EchoRequest::Spin { ms }, limit);
+    let start = Instant::now();
+    assert_eq!(spin(60_000), Err(WorkerFailure::Timeout { limit }));
+    assert!(start.elapsed() < limit * 3, "{:?}", start.elapsed());
+    let schedstats = std::path::Path::new("/proc/self/task")
+        .join(std::process::id().to_string())
+        .join("schedstat")
+        .exists();
+    if !schedstats {
+        eprintln!("no run-queue delays in /proc here: deadlines are wall time; the rest skipped");
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut load: Vec<_> = (0..6 * cores)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    let answered = spin(100);
+    let answered_in = start.elapsed();
+    let start = Instant::now();
+    let starved = spin(60_000);
+    let starved_in = start.elapsed();
+    for c in &mut load {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    assert_eq!(
+        answered,
+        Ok(EchoResponse::Spun(100)),
+        "after {answered_in:?}"
+    );
+    match starved {
+        Err(WorkerFailure::Starved {
+            limit: l,
+            elapsed,
+            starved,
+        }) => {
+            assert_eq!(l, limit);
+            assert!(elapsed >= limit * 5, "{elapsed:?}");
+            assert!(starved > elapsed - limit, "{starved:?} of {elapsed:?}");
+        }
+        other => panic!("{other:?} after {starved_in:?}"),
+    }
+    let stats = pool.stats();
+    assert_eq!((stats.timeouts, stats.starved), (1, 1), "{stats:?}");
+    assert_recovered(&pool);
 }

@@ -494,7 +494,9 @@ pub struct EnvSection {
     /// Profiling workers (simulated environments; the cuda environment's workers time
     /// candidates under an exclusive lock of their GPU instead).
     pub profile_workers: u32,
-    /// Deadline of one compilation (ms).
+    /// Deadline of one compilation (ms). Like the other two stage deadlines it counts the
+    /// work's own time: what the compiler or worker waits for a CPU on a machine busier than its
+    /// cores moves it on, up to 5x, past which the candidate gets a harness error, not a timeout.
     pub compile_timeout_ms: u64,
     /// The cpu environment's NVRTC front-end: "auto" (default), "on" or "off" ([`CpuNvrtc`]).
     pub cpu_nvrtc: CpuNvrtc,
@@ -539,7 +541,8 @@ pub struct RemoteEnvSection {
     pub max_inflight: u32,
     /// How long a node may hold a job before JetStream hands it to another node (ms). Must
     /// exceed `compile_timeout_ms + verify_timeout_ms + profile_timeout_ms`, which the node's
-    /// own environment enforces.
+    /// own environment enforces; a node reports a job it still evaluates in progress every
+    /// third of it (a busy node's deadlines move on), so only a node that is gone loses its job.
     pub ack_wait_ms: u64,
     /// Deliveries of one job (the first and the redeliveries) before it is given up: the
     /// candidate then gets a harness error, which is never trained on.

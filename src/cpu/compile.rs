@@ -11,6 +11,7 @@ use thiserror::Error;
 
 use super::{ptx, scan, HEADERS};
 use crate::candidate::ResolvedPlan;
+use crate::worker::sched::{Expiry, WorkDeadline};
 
 /// How long one compile may run before the compiler is killed (the default of [`compile`]).
 pub const COMPILE_DEADLINE: Duration = Duration::from_secs(60);
@@ -40,12 +41,26 @@ pub enum CpuCompileError {
         /// What, e.g. "inline PTX assembly".
         feature: String,
     },
-    /// The compiler ran past its deadline and was killed (a compile bomb, or a machine far too
-    /// busy).
+    /// The compiler ran past its deadline and was killed (a compile bomb). Its waits for a CPU
+    /// are not counted against the deadline.
     #[error("the compiler ran past its {}s deadline and was killed", .limit.as_secs_f64())]
     Timeout {
         /// The deadline.
         limit: Duration,
+    },
+    /// The machine was too busy to finish the compile: by the backstop the compiler had waited
+    /// for a CPU so long that it had had less than its deadline. Not the candidate's fault.
+    #[error(
+        "the machine is too busy: the compiler waited {starved:.1?} for a CPU in {elapsed:.1?} \
+         and had not had its {limit:?} when it was stopped"
+    )]
+    Starved {
+        /// The deadline.
+        limit: Duration,
+        /// From starting the compiler to stopping it.
+        elapsed: Duration,
+        /// How long it waited, runnable, for a CPU.
+        starved: Duration,
     },
     /// No usable compiler, or it could not be run.
     #[error("CPU toolchain: {reason}")]
@@ -157,14 +172,27 @@ pub fn compile_with_deadline(
         .map_err(|e| CpuCompileError::Toolchain {
             reason: format!("running {}: {e}", cxx.display()),
         })?;
-    let start = Instant::now();
+    // The deadline is the compiler's own time: on a machine busier than its cores it also waits
+    // for a CPU, and that wait moves the deadline on, up to a backstop (`WorkDeadline`).
+    let mut limit = WorkDeadline::start(child.id(), deadline);
+    let mut due = limit.first();
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
-            Ok(None) if start.elapsed() > deadline => {
-                kill_group(&mut child);
-                return Err(CpuCompileError::Timeout { limit: deadline });
-            }
+            Ok(None) if Instant::now() >= due => match limit.extend() {
+                Some(next) => due = next,
+                None => {
+                    kill_group(&mut child);
+                    return Err(match limit.expiry() {
+                        Expiry::Timeout => CpuCompileError::Timeout { limit: deadline },
+                        Expiry::Starved { elapsed, starved } => CpuCompileError::Starved {
+                            limit: deadline,
+                            elapsed,
+                            starved,
+                        },
+                    });
+                }
+            },
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
             Err(e) => return Err(io("waiting for the compiler", e)),
         }

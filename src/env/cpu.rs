@@ -218,9 +218,20 @@ impl KernelEnv for CpuEnv {
                     stage: "compile".into(),
                     limit_ms: limit.as_millis() as u64,
                 },
-                CpuCompileError::Toolchain { reason } => Outcome::CompileError {
-                    log: format!("the CPU toolchain failed: {reason}"),
-                },
+                starved @ CpuCompileError::Starved { .. } => {
+                    tracing::warn!(stage = "compile", error = %starved, "the candidate was not judged");
+                    Outcome::HarnessError {
+                        reason: format!("compile: {starved}"),
+                    }
+                }
+                // No compiler, a workdir that cannot be written, a compiler that died silently:
+                // this installation's failure, never the candidate's.
+                CpuCompileError::Toolchain { reason } => {
+                    tracing::warn!(stage = "compile", %reason, "the CPU toolchain failed; the candidate was not judged");
+                    Outcome::HarnessError {
+                        reason: format!("compile: the CPU toolchain failed: {reason}"),
+                    }
+                }
             })?;
         Ok(Compiled {
             task: task_name.to_string(),

@@ -179,7 +179,8 @@ impl EvalResult {
 
 /// The candidate's outcome when the worker serving its `stage` did not answer: a timeout at
 /// `limit` is a timeout of that stage; a worker that could not be started never saw the
-/// candidate, so that is a [`Outcome::HarnessError`]; anything else (a crash, a broken protocol,
+/// candidate, and one the machine starved of CPU past the backstop was never given its time, so
+/// both are a [`Outcome::HarnessError`]; anything else (a crash, a broken protocol,
 /// a worker that died mid-reply) is a crash whose reason `reason` writes. Used by every
 /// environment that sends candidates to workers (compile, cpu, cuda).
 pub fn unanswered(
@@ -197,6 +198,12 @@ pub fn unanswered(
             tracing::warn!(stage, error = %spawn, "no worker could be started; the candidate was not judged");
             Outcome::HarnessError {
                 reason: format!("{stage}: {spawn}"),
+            }
+        }
+        starved @ WorkerFailure::Starved { .. } => {
+            tracing::warn!(stage, error = %starved, "the candidate was not judged");
+            Outcome::HarnessError {
+                reason: format!("{stage}: {starved}"),
             }
         }
         other => Outcome::Crash {

@@ -23,6 +23,12 @@ pub enum EchoRequest {
         /// Milliseconds.
         ms: u64,
     },
+    /// Compute until this thread has used `ms` of CPU time, then answer (work that a busy
+    /// machine stretches in wall time, unlike a sleep).
+    Spin {
+        /// Milliseconds of CPU time.
+        ms: u64,
+    },
     /// Write `text` to stderr, then abort (SIGABRT).
     Abort {
         /// The last words, expected in the crash report.
@@ -63,6 +69,8 @@ pub enum EchoResponse {
     Text(String),
     /// Answer to [`EchoRequest::Sleep`].
     Slept(u64),
+    /// Answer to [`EchoRequest::Spin`].
+    Spun(u64),
 }
 
 /// Environment variable: milliseconds the echo worker waits before it says `Ready` (a stand-in
@@ -86,6 +94,16 @@ fn handle(req: EchoRequest) -> EchoResponse {
         EchoRequest::Sleep { ms } => {
             std::thread::sleep(Duration::from_millis(ms));
             EchoResponse::Slept(ms)
+        }
+        EchoRequest::Spin { ms } => {
+            let until = thread_cpu() + Duration::from_millis(ms);
+            let mut x = 1u64;
+            while thread_cpu() < until {
+                for _ in 0..10_000 {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+            EchoResponse::Spun(ms)
         }
         EchoRequest::Abort { text } => {
             eprintln!("{text}");
@@ -132,6 +150,24 @@ fn handle(req: EchoRequest) -> EchoResponse {
             EchoResponse::Text(text)
         }
     }
+}
+
+/// The CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    #[cfg(unix)]
+    {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid timespec for clock_gettime to fill.
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0 {
+            return Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+        }
+    }
+    // No thread clock: wall time since the first call stands in.
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
 }
 
 #[cfg(unix)]

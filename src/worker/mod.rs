@@ -16,6 +16,7 @@ mod child;
 pub mod echo;
 pub mod pool;
 pub mod protocol;
+pub mod sched;
 pub mod serve;
 
 pub(crate) use child::TailBuffer;

@@ -22,6 +22,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use super::child::{lock, ChildProc, Next};
 use super::protocol::{encode_frame, FromChild, ToChild, DEFAULT_MAX_FRAME_BYTES};
+use super::sched::{Expiry, WorkDeadline};
 
 /// How to start one worker child.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +118,21 @@ pub enum WorkerFailure {
         /// The deadline that passed.
         limit: Duration,
     },
+    /// No answer by the backstop ([`super::sched::STARVED_BACKSTOP`] times the limit), and the child had had
+    /// less than its limit of time: the rest it spent waiting for a CPU. The machine is too busy
+    /// to judge the request; the child was killed.
+    #[error(
+        "the machine is too busy: the worker waited {starved:.1?} for a CPU in {elapsed:.1?} and \
+         had not had its {limit:?} when it was stopped"
+    )]
+    Starved {
+        /// The deadline of the request.
+        limit: Duration,
+        /// From sending the request to giving up.
+        elapsed: Duration,
+        /// How long the worker's threads waited, runnable, for a CPU meanwhile.
+        starved: Duration,
+    },
     /// The child died while serving the request.
     #[error("worker crashed ({exit}); stderr tail:\n{stderr_tail}")]
     Crashed {
@@ -152,6 +168,10 @@ pub struct PoolStats {
     pub succeeded: u64,
     /// Requests or pings that hit their deadline.
     pub timeouts: u64,
+    /// Requests or pings that the machine gave too little CPU to finish by the backstop
+    /// ([`WorkerFailure::Starved`]).
+    #[serde(default)]
+    pub starved: u64,
     /// Requests or pings during which the child died.
     pub crashes: u64,
     /// Requests or pings answered with garbage.
@@ -471,11 +491,17 @@ where
                 detected: Instant::now(),
             });
         };
+        // The limit is the child's own time: what it waits for a CPU on a machine busier than
+        // its cores moves the deadline on, up to a backstop where the machine is blamed.
+        let mut deadline = WorkDeadline::start(child.pid(), limit);
         child.send(frame);
-        let deadline = Instant::now() + limit;
         // Exactly one message settles the exchange: children are killed after any failure, so
         // a stale reply to an earlier request can never be waiting here.
-        let answer = child.next(deadline);
+        let mut answer = child.next(deadline.first());
+        while matches!(answer, Next::TimedOut) {
+            let Some(due) = deadline.extend() else { break };
+            answer = child.next(due);
+        }
         let detected = Instant::now();
         let failure = match answer {
             Next::Msg(msg) => match (&expect, &msg) {
@@ -498,7 +524,14 @@ where
             }
             Next::TimedOut => {
                 child.kill();
-                WorkerFailure::Timeout { limit }
+                match deadline.expiry() {
+                    Expiry::Timeout => WorkerFailure::Timeout { limit },
+                    Expiry::Starved { elapsed, starved } => WorkerFailure::Starved {
+                        limit,
+                        elapsed,
+                        starved,
+                    },
+                }
             }
         };
         child.kill();
@@ -507,14 +540,19 @@ where
             let mut stats = lock(&self.stats);
             match failure {
                 WorkerFailure::Timeout { .. } => stats.timeouts += 1,
+                WorkerFailure::Starved { .. } => stats.starved += 1,
                 WorkerFailure::Crashed { .. } => stats.crashes += 1,
                 WorkerFailure::Protocol { .. } => stats.protocol_errors += 1,
                 WorkerFailure::Spawn { .. } => stats.spawn_failures += 1,
             }
         }
         // A candidate that crashes or hangs its worker is ordinary (its outcome says so, and the
-        // pool's counters count it); a worker that cannot be started is the harness's problem.
-        if matches!(failure, WorkerFailure::Spawn { .. }) {
+        // pool's counters count it); a worker that cannot be started, or that the machine gave
+        // too little CPU to finish, is the harness's problem.
+        if matches!(
+            failure,
+            WorkerFailure::Spawn { .. } | WorkerFailure::Starved { .. }
+        ) {
             tracing::warn!(worker = idx, %failure, "worker failed; respawning");
         } else {
             tracing::debug!(worker = idx, %failure, "worker failed; respawning");

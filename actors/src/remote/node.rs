@@ -3,7 +3,9 @@
 //! publishes the result, and only once JetStream has stored it acknowledges the job.
 //!
 //! A node takes no more jobs than it has free slots (`--jobs`), so a job's `ack_wait` runs while
-//! it is evaluated, not while it waits on the node. The task suite of a job is fetched from the
+//! it is evaluated, not while it waits on the node; a job evaluated for longer (its deadlines are
+//! the work's own time, moved on while a busy machine makes it wait for a CPU) is reported in
+//! progress every third of `ack_wait`, so it is redelivered only when its node is gone. The task suite of a job is fetched from the
 //! task bucket on a miss, each task file once by its content hash, into the cache folder; one
 //! local environment (with its worker processes) is kept per suite, preset and deadlines.
 
@@ -59,6 +61,10 @@ struct Node {
     js: jetstream::Context,
     kv: jetstream::kv::Store,
     envs: Envs,
+    /// How often a job in evaluation is reported in progress: a third of the consumer's
+    /// `ack_wait`, so a job that runs past it (its deadlines moved on by a busy machine) is not
+    /// redelivered to another node while this one still works on it.
+    progress_every: Duration,
 }
 
 /// Runs the node until `stop()` turns true (checked between pulls); jobs in hand are finished
@@ -100,11 +106,14 @@ pub async fn run(opts: NodeOptions, stop: impl Fn() -> bool) -> Result<(), Strin
     std::fs::create_dir_all(opts.cache.join("tasks"))
         .map_err(|e| format!("{}: {e}", opts.cache.display()))?;
     let slots = Arc::new(Semaphore::new(opts.jobs.max(1)));
+    let progress_every =
+        (consumer.cached_info().config.ack_wait / 3).max(Duration::from_millis(500));
     let node = Arc::new(Node {
         opts,
         js,
         kv,
         envs: Mutex::new(HashMap::new()),
+        progress_every,
     });
     tracing::info!(node = %node.opts.name, jobs = node.opts.jobs, "pulling jobs");
     while !stop() {
@@ -184,7 +193,7 @@ impl Node {
         tracing::info!(job = %job.id, task = %job.task, delivered, "job started");
         let started = Instant::now();
         let (task, source) = (job.task.clone(), job.source.clone());
-        let evaluated = tokio::task::spawn_blocking(move || {
+        let mut evaluation = tokio::task::spawn_blocking(move || {
             let t0 = Instant::now();
             match env.compile(&task, &source) {
                 Err(o) => (o, Ended::Compile, t0.elapsed().as_secs_f64() * 1e3),
@@ -193,8 +202,19 @@ impl Node {
                     Ok(()) => (env.profile(&c), Ended::Profile, c.compile_ms),
                 },
             }
-        })
-        .await;
+        });
+        let mut progress = tokio::time::interval(self.progress_every);
+        progress.tick().await;
+        let evaluated = loop {
+            tokio::select! {
+                done = &mut evaluation => break done,
+                _ = progress.tick() => {
+                    if let Err(e) = m.ack_with(AckKind::Progress).await {
+                        tracing::debug!(job = %job.id, "reporting progress failed: {e}");
+                    }
+                }
+            }
+        };
         let (outcome, ended, compile_ms) = match evaluated {
             Ok(r) => r,
             Err(e) => (

@@ -1,0 +1,247 @@
+//! Deadlines on a worker's own time: what the scheduler made a process tree wait, runnable, for a
+//! CPU (Linux `/proc`) is not counted against it.
+//!
+//! A deadline on untrusted work (a compile, a verification, a timing run) is meant as the work's
+//! own time. On a machine with more runnable threads than cores (CI's two cores running a test
+//! binary's tests side by side, a worker node with more jobs than cores) a candidate's compiler or
+//! run also waits for a CPU, and that wait is the machine's, not the candidate's: a correct kernel
+//! whose compile took 3 s of CPU must not become a `Timeout` because it took 12 s of wall time.
+//! [`WorkDeadline`] is such a deadline: wall time less the waits for a CPU, up to a backstop; where
+//! `/proc` lacks the figures (not Linux, or a kernel without schedstats) it is wall time.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How far below a worker [`WorkDeadline`] looks (processes of processes).
+const MAX_DEPTH: usize = 6;
+/// The most processes of one tree it reads (a fork bomb is stopped by its sandbox, not here).
+const MAX_PROCESSES: usize = 256;
+
+/// Deadlines stretched by a starved worker end at the latest after this many times their limit:
+/// then the machine, not the candidate, is reported (an outcome of the harness).
+pub const STARVED_BACKSTOP: u32 = 5;
+
+/// `pid` and its live descendants (through every thread's `children`), `pid` first.
+fn tree(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut level = vec![pid];
+    for _ in 0..MAX_DEPTH {
+        let mut next = Vec::new();
+        for p in level {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+                continue;
+            };
+            for task in tasks.flatten() {
+                let Ok(text) = std::fs::read_to_string(task.path().join("children")) else {
+                    continue;
+                };
+                next.extend(
+                    text.split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
+            }
+        }
+        next.retain(|c| !out.contains(c));
+        if next.is_empty() || out.len() >= MAX_PROCESSES {
+            break;
+        }
+        out.extend(next.iter().copied().take(MAX_PROCESSES - out.len()));
+        level = next;
+    }
+    out
+}
+
+/// The run-queue delay of every thread of `pid`'s tree (`/proc/PID/task/TID/schedstat`, second
+/// field, in ns), by thread id; `None` when the kernel keeps no such figures.
+fn run_delays(pid: u32) -> Option<HashMap<u32, u64>> {
+    let mut out = HashMap::new();
+    let mut any = false;
+    for p in tree(pid) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+                continue;
+            };
+            let mut fields = text.split_whitespace().map(|f| f.parse::<u64>());
+            if let (Some(Ok(_on_cpu)), Some(Ok(delay))) = (fields.next(), fields.next()) {
+                out.insert(tid, delay);
+                any = true;
+            }
+        }
+    }
+    any.then_some(out)
+}
+
+/// The time a worker's tree has waited for a CPU since it was started: the most any one of its
+/// threads waited (a thread that came later counts from zero). A waiting thread holds the work
+/// up; threads that wait at the same time do not add up, so the largest is the share of the wait
+/// that is surely the machine's. It never falls: a process that ended (`cc1plus` before `as`)
+/// keeps the wait it was seen with.
+#[derive(Debug, Clone)]
+struct StarvedClock {
+    pid: u32,
+    base: HashMap<u32, u64>,
+    most: Duration,
+}
+
+impl StarvedClock {
+    fn start(pid: u32) -> Option<StarvedClock> {
+        Some(StarvedClock {
+            pid,
+            base: run_delays(pid)?,
+            most: Duration::ZERO,
+        })
+    }
+
+    fn starved(&mut self) -> Duration {
+        let now = run_delays(self.pid).unwrap_or_default();
+        let most = now
+            .iter()
+            .map(|(tid, d)| d.saturating_sub(self.base.get(tid).copied().unwrap_or(0)))
+            .max()
+            .unwrap_or(0);
+        self.most = self.most.max(Duration::from_nanos(most));
+        self.most
+    }
+}
+
+/// How a [`WorkDeadline`] ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// The work had its limit of time, not counting its waits for a CPU: the candidate's.
+    Timeout,
+    /// The backstop passed while the work had had less than its limit: the rest of the time it
+    /// waited for a CPU. The machine's.
+    Starved {
+        /// From the start to giving up.
+        elapsed: Duration,
+        /// How long it waited, runnable, for a CPU.
+        starved: Duration,
+    },
+}
+
+/// A deadline of `limit` on a worker tree's own time: wall time less what the tree waited for a
+/// CPU, ending at the latest at [`STARVED_BACKSTOP`] times `limit`. Where the kernel keeps no
+/// run-queue delays it is plain wall time.
+#[derive(Debug)]
+pub struct WorkDeadline {
+    start: Instant,
+    limit: Duration,
+    clock: Option<StarvedClock>,
+    starved: Duration,
+}
+
+impl WorkDeadline {
+    /// Starts the deadline of the work of process `pid` (and its descendants) now.
+    pub fn start(pid: u32, limit: Duration) -> WorkDeadline {
+        WorkDeadline {
+            start: Instant::now(),
+            limit,
+            clock: StarvedClock::start(pid),
+            starved: Duration::ZERO,
+        }
+    }
+
+    /// The first instant to look: the limit in wall time.
+    pub fn first(&self) -> Instant {
+        self.start + self.limit
+    }
+
+    /// Once the instant last given has passed with the work unfinished: the next instant to look,
+    /// moved on by the CPU waits seen so far, or `None` when the limit (or the backstop) is spent,
+    /// and then [`Self::expiry`] says which.
+    pub fn extend(&mut self) -> Option<Instant> {
+        let clock = self.clock.as_mut()?;
+        self.starved = clock.starved();
+        let due = (self.start + self.limit + self.starved).min(self.backstop());
+        (due > Instant::now() + Duration::from_millis(10)).then_some(due)
+    }
+
+    /// Why the deadline ran out, once [`Self::extend`] said so.
+    pub fn expiry(&self) -> Expiry {
+        let elapsed = self.start.elapsed();
+        if elapsed >= self.limit * STARVED_BACKSTOP && elapsed < self.limit + self.starved {
+            Expiry::Starved {
+                elapsed,
+                starved: self.starved,
+            }
+        } else {
+            Expiry::Timeout
+        }
+    }
+
+    fn backstop(&self) -> Instant {
+        self.start + self.limit * STARVED_BACKSTOP
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::process::Command;
+    use std::time::Instant;
+
+    /// A shell spinning until killed.
+    fn spin() -> std::process::Child {
+        Command::new("sh")
+            .arg("-c")
+            .arg("while :; do :; done")
+            .spawn()
+            .unwrap()
+    }
+
+    /// Waits out `deadline` as the pool does (the work never answers); returns its expiry and
+    /// the time that took.
+    fn run_out(mut deadline: WorkDeadline) -> (Expiry, Duration) {
+        let t0 = Instant::now();
+        let mut due = deadline.first();
+        loop {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            match deadline.extend() {
+                Some(next) => due = next,
+                None => return (deadline.expiry(), t0.elapsed()),
+            }
+        }
+    }
+
+    #[test]
+    fn on_a_starved_machine_a_sleeper_times_out_and_a_spinner_is_the_machines() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let limit = Duration::from_millis(300);
+        let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+        if StarvedClock::start(sleeper.id()).is_none() {
+            eprintln!("no run-queue delays in /proc here: deadlines are wall time; skipped");
+            sleeper.kill().unwrap();
+            sleeper.wait().unwrap();
+            return;
+        }
+        // Six spinners a core, and the spinner under test: it gets a seventh of a core, so by
+        // the backstop (5 x 300 ms) it has had about 215 ms of its 300.
+        let mut load: Vec<_> = (0..6 * cores).map(|_| spin()).collect();
+        let mut spinner = spin();
+        let spinning = WorkDeadline::start(spinner.id(), limit);
+        let sleeping = WorkDeadline::start(sleeper.id(), limit);
+        let waiting = std::thread::spawn(move || run_out(sleeping));
+        let (spinner_expiry, spinner_took) = run_out(spinning);
+        let (sleeper_expiry, sleeper_took) = waiting.join().unwrap();
+        for c in load.iter_mut().chain([&mut spinner, &mut sleeper]) {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        // The sleeper waited for nothing: its limit is wall time.
+        assert_eq!(sleeper_expiry, Expiry::Timeout);
+        assert!(sleeper_took < limit * 2, "{sleeper_took:?}");
+        // The spinner waited for a CPU most of the time: that moved its deadline on to the
+        // backstop, where the machine is blamed.
+        let Expiry::Starved { elapsed, starved } = spinner_expiry else {
+            panic!("{spinner_expiry:?} after {spinner_took:?}");
+        };
+        assert!(elapsed >= limit * STARVED_BACKSTOP, "{elapsed:?}");
+        assert!(starved > elapsed - limit, "{starved:?} of {elapsed:?}");
+    }
+}
