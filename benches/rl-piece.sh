@@ -29,10 +29,10 @@ step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 if [ ! -d "$OUT/gen240" ]; then
     step "tasks: 2000 from seed 1903, 240 drawn with random.Random($DRAW)"
     rm -rf "$OUT/gen2000" "$OUT/gen240.part"
-    # The five families and the names the committed warm start (kevin-sft-gen2-4m) was built
-    # on: the conv family and varied names joined the defaults later, and the pieces of one run
-    # keep the same tasks.
-    "$KEVIN" tasks generate --count 2000 --seed 1903 --naming fixed --out "$OUT/gen2000" \
+    # The five families, names and shapes the committed warm start (kevin-sft-gen2-4m) was
+    # built on: the conv family, varied names and composite shapes joined the defaults later,
+    # and the pieces of one run keep the same tasks.
+    "$KEVIN" tasks generate --count 2000 --seed 1903 --naming fixed --shapes simple --out "$OUT/gen2000" \
         --families elementwise,reduce,row,matmul,transpose > "$OUT/generate.log"
     mkdir -p "$OUT/gen240.part"
     python3 - "$OUT/gen2000" "$OUT/gen240.part" "$DRAW" <<'EOF'

@@ -13,7 +13,8 @@
 # EVAL_SEEDS ("0 1"), DEVICE (cuda), DTYPE (f32; bf16 trains on the tensor cores with f32 masters), FAMILIES (the generator's, comma-separated; default all
 # six, convolutions included; kevin-sft-gen2-4m was built on
 # "elementwise,reduce,row,matmul,transpose", the default of its time), NAMING (varied; fixed
-# for a seed's tasks of before 2026-12-06, on which the committed corpus was built), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
+# for a seed's tasks of before 2026-12-06, on which the committed corpus was built), SHAPES
+# (composite; simple with NAMING=fixed for the programs of the committed corpus), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
 # and their .json records, e.g. benches/data/warmstart: the committed corpus is used instead of
 # building one; it predates the multi-turn chains and the generator's varied names). Needs a GPU for training and evaluation as configured; the corpus runs on the
 # CPU backend and needs a C++ compiler.
@@ -33,6 +34,7 @@ DEVICE=${DEVICE:-cuda}
 DTYPE=${DTYPE:-f32}
 FAMILIES=${FAMILIES:-}
 NAMING=${NAMING:-varied}
+SHAPES=${SHAPES:-composite}
 CONFIG=configs/gpu-burn.toml
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
@@ -48,7 +50,8 @@ fi
 if [ ! -e "$OUT/gen.json" ] && [ ! -e "$OUT/tasks/generated.json" ]; then
     step "tasks: $COUNT from seed $SEED"
     rm -rf "$OUT/tasks"
-    "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --naming "$NAMING" --out "$OUT/tasks" \
+    "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --naming "$NAMING" --shapes "$SHAPES" \
+        --out "$OUT/tasks" \
         ${FAMILIES:+--families "$FAMILIES"}
 fi
 # The prompts at the preset the evaluation uses (the config's); breakages capped per generated

@@ -513,6 +513,27 @@ fn flips_and_reshapes_verify_on_the_cpu_backend() {
     every_program_gets_verified_kernels("flips", &programs);
 }
 
+/// The generator's composite shapes (`--shapes composite`): a product's row operation then a
+/// second product (attention, plain and batched), a softmax or l2norm of two inputs combined,
+/// a reduction of a row operation's result (a cosine similarity; along another axis than the
+/// row operation's), in every float dtype: every form compiled and checked against its fp64
+/// reference by the CPU backend.
+#[test]
+fn composite_shapes_verify_on_the_cpu_backend() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let programs: [Program; 6] = [
+        ("attention", "input Q: f32[S, D]\ninput K: f32[S, D]\ninput V: f32[S, D]\nconst scale = 0.125\noutput O: f32[S, D]\nO = softmax((Q @ transpose(K)) * scale) @ V\n", &[("S", 37), ("D", 19)]),
+        ("batched_attention_bf16", "input A: bf16[B, M, K]\ninput W: bf16[B, K, N]\ninput V: bf16[B, N, P]\noutput Y: bf16[B, M, P]\nY = softmax(A @ W) @ V\n", &[("B", 3), ("M", 37), ("K", 19), ("N", 41), ("P", 23)]),
+        ("norm_product_f16", "input A: f16[M, K]\ninput W: f16[N, K]\ninput b: f16[N]\ninput V: f16[N, P]\noutput Y: f16[M, P]\nT0 = rms_norm(A @ transpose(W) + b)\nY = T0 @ V\n", &[("M", 37), ("K", 19), ("N", 41), ("P", 23)]),
+        ("cosine_rows", "input X: f32[B, N]\ninput Y: f32[B, N]\noutput S: f32[B]\nS = sum(l2norm(X) * l2norm(Y), axis=-1)\n", &[("B", 37), ("N", 41)]),
+        ("two_softmaxes_mean_f16", "input X: f16[H, Z, D]\ninput U: f16[H, Z, D]\noutput Out: f16[Z, D]\nOut = mean(softmax(X, axis=0) * softmax(U, axis=0), axis=0)\n", &[("H", 5), ("Z", 7), ("D", 41)]),
+        ("norm_then_min_bf16", "input X: bf16[M, N]\ninput g: bf16[N]\noutput Y: bf16[N]\nY = min(layer_norm(abs(X), g) - 0.5, axis=0)\n", &[("M", 37), ("N", 41)]),
+    ];
+    every_program_gets_verified_kernels("composite", &programs);
+}
+
 /// Gathers by i64 indices (labels drawn below the classes): a cross-entropy loss (its
 /// log_softmax a stage of its own), along the last and a middle axis, in every float dtype;
 /// every form compiled and checked against its fp64 reference by the CPU backend.

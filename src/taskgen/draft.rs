@@ -131,10 +131,12 @@ pub enum Family {
     /// A reduction along one axis between elementwise chains.
     Reduce,
     /// A row operation (softmax, log_softmax, norms, cumsum (also reversed: a flip each side),
-    /// l2norm) between elementwise chains.
+    /// l2norm) between elementwise chains; sometimes a softmax or l2norm of two inputs whose
+    /// results are combined, sometimes a reduction of the row operation's result.
     Row,
     /// A matrix product (plain, batched, transposed operand, matrix-vector) with an epilogue,
-    /// sometimes a row operation after it or an operation on its left operand before it.
+    /// sometimes a row operation after it (and then, now and then, a second product of its
+    /// result: attention's shape) or an operation on its left operand before it.
     Matmul,
     /// A transpose between elementwise chains.
     Transpose,
@@ -285,8 +287,11 @@ const PROLOGUE_ROW_OPS: [(&str, f64, f64, &str); 4] = [
     ("rms_norm", -4.0, 4.0, "RMS norm"),
 ];
 
-/// Drafts one program of `family` with 1 to `max_ops` operations.
-pub fn draft(rng: &mut SplitMix64, family: Family, max_ops: usize) -> Draft {
+/// Drafts one program of `family` with 1 to `max_ops` operations. With `composite`, some draw a
+/// composite shape: a second product after a product's row operation (attention), a row
+/// operation of two inputs combined, a reduction of a row operation's result. Without it, no
+/// draw is spent on them: a seed gives its programs of before 2026-12-06.
+pub fn draft(rng: &mut SplitMix64, family: Family, max_ops: usize, composite: bool) -> Draft {
     let dtype = match rng.weighted(&[3.0, 1.0, 1.0]) {
         0 => Dtype::F32,
         1 => Dtype::F16,
@@ -295,6 +300,7 @@ pub fn draft(rng: &mut SplitMix64, family: Family, max_ops: usize) -> Draft {
     let ops = 1 + rng.below(max_ops.max(1) as u64) as usize;
     let mut d = Drafter {
         rng,
+        composite,
         dtype,
         inputs: Vec::new(),
         stmts: Vec::new(),
@@ -321,6 +327,8 @@ pub fn pick_family(rng: &mut SplitMix64, allowed: &[Family]) -> Family {
 
 struct Drafter<'r> {
     rng: &'r mut SplitMix64,
+    /// Composite shapes may be drawn ([`draft`]).
+    composite: bool,
     dtype: Dtype,
     inputs: Vec<InputDraft>,
     stmts: Vec<String>,
@@ -768,6 +776,14 @@ impl Drafter<'_> {
         let x = self.primary(rank);
         let (pre, post) = self.split_ops(ops);
         let v = self.chain(x, pre);
+        let out = self.reduction(v);
+        self.chain(out, post)
+    }
+
+    /// A reduction (sum, mean, max, min, logsumexp, argmax or argmin) of `v` along one of its
+    /// axes, sometimes keeping the axis.
+    fn reduction(&mut self, v: Val) -> Val {
+        let rank = v.shape.len();
         let kind = self.pick(&["sum", "mean", "max", "min", "logsumexp", "argmax", "argmin"]);
         let axis = self.rng.below(rank as u64) as usize;
         let keepdim = kind != "argmax" && kind != "argmin" && self.chance(0.3);
@@ -793,14 +809,15 @@ impl Drafter<'_> {
         let text = format!("{kind}({}, axis={axis_text}{kd})", v.text);
         let mut out = Val::call(text, shape, l, h);
         out.int = kind.starts_with("arg");
-        let out = self.done(out, format!("{kind} over axis {axis}"));
-        self.chain(out, post)
+        self.done(out, format!("{kind} over axis {axis}"))
     }
 
     fn row(&mut self, ops: usize) -> Val {
         let rank = 2 + self.rng.weighted(&[3.0, 1.0]);
         let x = self.primary(rank);
-        let (pre, post) = self.split_ops(ops);
+        // Now and then a row operation of two inputs (composite shapes only, no draw otherwise).
+        let two = self.composite && ops >= 3 && self.chance(0.25);
+        let (pre, post) = self.split_ops(if two { ops - 2 } else { ops });
         let v = self.chain(x, pre);
         let axis = self.rng.below(rank as u64) as usize;
         let last = axis + 1 == rank;
@@ -812,6 +829,21 @@ impl Drafter<'_> {
         let n = v.shape[rank - 1].clone();
         let shape = v.shape.clone();
         let (lo, hi, mag) = (v.lo, v.hi, v.mag());
+        if two {
+            // The same operation on a second input, the two results combined (two more
+            // operations: the second row operation and the combination).
+            let (f, range) = if self.chance(0.5) {
+                ("softmax", (0.0, 1.0))
+            } else {
+                ("l2norm", (-1.0, 1.0))
+            };
+            let out = self.two_rows(f, &v, &axis_text, range);
+            return self.after_row(
+                out,
+                &format!("{f} over axis {axis} of two inputs, combined"),
+                post,
+            );
+        }
         let out = match self.rng.below(6) {
             0 => Val::call(format!("softmax({}{axis_text})", v.text), shape, 0.0, 1.0),
             1 => Val::call(
@@ -887,9 +919,45 @@ impl Drafter<'_> {
         self.after_row(out, &format!("{word} over axis {axis}"), post)
     }
 
+    /// The rest of a row program after its row operation `out`: `post` elementwise operations,
+    /// the last of them a reduction of the row operation's result a third of the time (a sum of
+    /// normalised products is a cosine similarity; a stage that reads a whole row's result
+    /// before it reduces).
     fn after_row(&mut self, out: Val, word: &str, post: usize) -> Val {
         let out = self.done(out, word.to_string());
+        if self.composite && post > 0 && self.chance(0.35) {
+            let out = self.chain(out, post - 1);
+            if !out.int && out.shape.len() >= 2 {
+                return self.reduction(out);
+            }
+            return out;
+        }
         self.chain(out, post)
+    }
+
+    /// `f(x) op f(y)` for a second input `y` of `x`'s shape (`f` a softmax or an L2
+    /// normalisation over `axis`, `axis_text` as it is written): two row operations whose
+    /// results combine elementwise, a kernel that must hold two rows.
+    fn two_rows(&mut self, f: &str, x: &Val, axis_text: &str, range: (f64, f64)) -> Val {
+        let dist = self.primary_dist();
+        let y = self.input(&["Y", "B"], x.shape.clone(), dist);
+        let (a, b) = range;
+        let products = [a * a, a * b, b * b];
+        let (op, lo, hi) = match self.rng.below(3) {
+            0 => (
+                "*",
+                products.into_iter().fold(f64::INFINITY, f64::min),
+                products.into_iter().fold(f64::NEG_INFINITY, f64::max),
+            ),
+            1 => ("+", 2.0 * a, 2.0 * b),
+            _ => ("-", a - b, b - a),
+        };
+        Val::infix(
+            format!("{f}({}{axis_text}) {op} {f}({}{axis_text})", x.text, y.text),
+            x.shape.clone(),
+            lo,
+            hi,
+        )
     }
 
     fn matmul(&mut self, ops: usize) -> Val {
@@ -984,14 +1052,51 @@ impl Drafter<'_> {
             );
             rest -= 1;
         }
-        let tail = rest > 0 && v.shape.len() >= 2 && self.chance(0.3);
-        let body = if tail { rest - 1 } else { rest };
+        // Attention's shape now and then (composite shapes only, no draw otherwise): a row
+        // operation, then the result times a second matrix.
+        let second = self.composite && rest >= 2 && v.shape.len() >= 2 && self.chance(0.25);
+        let tail = second || rest > 0 && v.shape.len() >= 2 && self.chance(0.3);
+        let body = rest - usize::from(tail) - usize::from(second);
         v = self.chain(v, body);
         if tail && !v.int {
-            let (out, word) = self.row_call(&v, &TAIL_ROW_OPS);
+            // Before a second product, not a log_softmax: its values run far below zero.
+            let ops: Vec<_> = TAIL_ROW_OPS
+                .into_iter()
+                .filter(|o| !second || o.0 != "log_softmax")
+                .collect();
+            let (out, word) = self.row_call(&v, &ops);
             v = self.done(out, word.into());
+            if second {
+                let batch = (kind == 1).then(|| v.shape[0].clone());
+                v = self.second_product(v, batch, word == "softmax");
+            }
         }
         v
+    }
+
+    /// `v @ V` for a new input `V` of `[N, P]` (`[B, N, P]` with `batch`), `N` the last axis of
+    /// `v`: after a softmax (rows of weights summing to one) `V` is standard normal, as an
+    /// attention's values are; after a norm it is a weight matrix of small deviation.
+    fn second_product(&mut self, v: Val, batch: Option<String>, softmax: bool) -> Val {
+        let n = v.shape[v.shape.len() - 1].clone();
+        let p = self.sym("P", SymRole::Cols);
+        let dist = if softmax {
+            InputDist::default()
+        } else {
+            InputDist::Normal {
+                mean: 0.0,
+                std: self.pick(&[0.02, 0.03, 0.05]),
+            }
+        };
+        let w_shape: Vec<String> = batch.into_iter().chain([n, p.clone()]).collect();
+        let w = self.input(&["V", "W2"], w_shape, dist);
+        let mut shape = v.shape.clone();
+        *shape.last_mut().expect("a product's result has axes") = p;
+        let text = format!("{} @ {}", v.operand(), w.text);
+        self.done(
+            Val::infix(text, shape, -4.0, 4.0),
+            "a second matrix product".into(),
+        )
     }
 
     /// One of `ops` (drawn uniformly) applied to `v` over its last axis, and its words.

@@ -76,6 +76,10 @@ pub struct GenOptions {
     pub max_drafts_per_task: usize,
     /// How the programs name their sizes, tensors and scalars ([`Naming`]).
     pub naming: Naming,
+    /// Composite shapes are drawn too (second products, row operations of two inputs,
+    /// reductions of a row operation's result: [`draft::draft`]); off, a seed gives its programs
+    /// of before 2026-12-06.
+    pub composite: bool,
 }
 
 impl GenOptions {
@@ -90,6 +94,7 @@ impl GenOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_drafts_per_task: 200,
             naming: Naming::default(),
+            composite: true,
         }
     }
 }
@@ -220,7 +225,7 @@ pub fn generate(
             let index = stats.drafted as u64;
             stats.drafted += 1;
             let family = draft::pick_family(&mut rng, &families);
-            let d = draft::draft(&mut rng, family, opts.max_ops);
+            let d = draft::draft(&mut rng, family, opts.max_ops, opts.composite);
             let screened = Program::parse(&d.source)
                 .map_err(|_| Reject("ill-typed"))
                 .and_then(|p| {

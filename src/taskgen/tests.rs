@@ -570,3 +570,59 @@ fn a_scalar_operand_becomes_a_constant_and_shapes_stay_literal() {
     assert_eq!(found, ["0.5", "1e-05", "2.0"]);
     assert!(names::scalar_operands("Y = X - Z2 * M2").is_empty());
 }
+
+#[test]
+fn composite_shapes_are_drawn_only_when_asked_and_each_gets_a_naive_kernel() {
+    // The three composite shapes, told by the words of a task's description.
+    let kinds = |tasks: &[super::Generated]| -> [usize; 3] {
+        let mut n = [0; 3];
+        for g in tasks {
+            let d = &g.task.description;
+            n[0] += usize::from(d.contains("a second matrix product"));
+            n[1] += usize::from(d.contains("of two inputs, combined"));
+            // A reduction after the row family's row operation (never the first word: ", " before
+            // it tells `max over` from `softmax over`).
+            let row = [
+                "softmax",
+                "log_softmax",
+                "layer norm",
+                "RMS norm",
+                "l2norm",
+                "cumsum",
+            ]
+            .iter()
+            .filter_map(|w| d.find(w))
+            .min();
+            let reduction = [
+                ", sum over",
+                ", mean over",
+                ", max over",
+                ", min over",
+                ", logsumexp over",
+                ", argmax over",
+                ", argmin over",
+            ]
+            .iter()
+            .filter_map(|w| d.rfind(w))
+            .max();
+            n[2] += usize::from(
+                g.family == Family::Row && matches!((row, reduction), (Some(r), Some(x)) if x > r),
+            );
+        }
+        n
+    };
+    let mut o = opts(60, 21);
+    o.families = vec![Family::Row, Family::Matmul];
+    o.max_ops = 5;
+    let (composite, _) = generate(&o, &suite(), |_| {}).expect("generate");
+    let drawn = kinds(&composite);
+    assert!(drawn.iter().all(|&n| n > 0), "{drawn:?}");
+    for g in &composite {
+        assert!(op_count(&g.task.program) <= 5, "{}", g.task.source);
+        let forms = crate::corpus::naive::generate(&g.task);
+        assert!(!forms.is_empty(), "no naive kernel for\n{}", g.task.source);
+    }
+    o.composite = false;
+    let (simple, _) = generate(&o, &suite(), |_| {}).expect("generate");
+    assert_eq!(kinds(&simple), [0, 0, 0]);
+}

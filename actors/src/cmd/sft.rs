@@ -252,8 +252,9 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
     );
     if let Some(path) = &args.json {
         // The counts, and what rebuilds the corpus: the command, the seed and, for a folder of
-        // generated tasks, the generation's seed, naming and fingerprint (its `generated.json`;
-        // one written before the naming was recorded had fixed names).
+        // generated tasks, the generation's seed, naming, shapes and fingerprint (its
+        // `generated.json`; one written before they were recorded had fixed names and simple
+        // shapes).
         let mut record = serde_json::to_value(&built.stats).map_err(|e| e.to_string())?;
         let generated: Vec<_> = kevin::tasks::suite_dirs(&args.dir)
             .into_iter()
@@ -262,7 +263,8 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
                 let g = serde_json::from_str::<serde_json::Value>(&text).ok()?;
                 Some(serde_json::json!({
                     "dir": d.display().to_string(), "seed": g["seed"], "fingerprint": g["fingerprint"],
-                    "naming": g.get("naming").cloned().unwrap_or_else(|| "fixed".into())
+                    "naming": g.get("naming").cloned().unwrap_or_else(|| "fixed".into()),
+                    "shapes": g.get("shapes").cloned().unwrap_or_else(|| "simple".into())
                 }))
             })
             .collect();

@@ -70,6 +70,12 @@ pub enum TasksCommand {
         /// 2026-12-06). A seed gives the same programs under both.
         #[arg(long, default_value = "varied", value_parser = ["varied", "fixed"])]
         naming: String,
+        /// "composite" (the default: besides each family's own shape, some programs chain a
+        /// product's row operation into a second product (attention), combine a softmax or
+        /// l2norm of two inputs, or reduce a row operation's result) or "simple" (a seed's
+        /// programs before 2026-12-06).
+        #[arg(long, default_value = "composite", value_parser = ["composite", "simple"])]
+        shapes: String,
     },
     /// Write a task's inputs (drawn as the harness draws them) and its fp64 reference outputs
     /// at a preset as JSON, for checks outside kevin (e.g. scripts/kernelbench_crosscheck.py).
@@ -183,11 +189,13 @@ pub fn run(args: Args) -> CmdResult {
             max_gpu_gib,
             threads,
             naming,
+            shapes,
         }) => {
             let mut opts = kevin::taskgen::GenOptions::new(count as usize, seed);
             opts.max_ops = max_ops as usize;
             // clap admits only the two names.
             opts.naming = kevin::taskgen::Naming::from_name(&naming).unwrap_or_default();
+            opts.composite = shapes == "composite";
             opts.families = families
                 .iter()
                 .map(|f| {
@@ -435,6 +443,7 @@ fn generate(suite_dir: &Path, out: &Path, opts: &kevin::taskgen::GenOptions) -> 
         "count": opts.count,
         "max_ops": opts.max_ops,
         "naming": opts.naming.name(),
+        "shapes": if opts.composite { "composite" } else { "simple" },
         "families": opts.families.iter().map(|f| f.name()).collect::<Vec<_>>(),
         "max_gpu_bytes": opts.max_gpu_bytes,
         "suite": suite_dir.display().to_string(),
