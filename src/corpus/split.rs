@@ -1,14 +1,17 @@
-//! The warm start's validation split: whole *forms* held out, so validation loss measures how
-//! well the model writes a kind of kernel (or repairs a kind of breakage) it never saw written.
+//! The warm start's validation split: whole *tasks* (the default) or whole *forms* held out.
 //!
-//! Holding out random examples would leave the same form on other tasks in training, and the
-//! validation loss would mostly measure memorisation of near-copies. Held-out *tasks* are not
-//! needed here: the corpus never contains any (see [`super::train_tasks`]).
+//! Holding out random examples would leave the same task and form in training on other examples,
+//! and the validation loss would mostly measure memorisation of near-copies. By task (every
+//! example of a program: its reference answer, its variants, its repairs), validation loss
+//! measures what the held-out evaluation asks: writing kernels for programs never seen. By form,
+//! it measures how well the model writes a kind of kernel (or repairs a kind of breakage) it
+//! never saw written. The suite's held-out tasks are never in a corpus (see
+//! [`super::train_tasks`]): these are training tasks set aside.
 //!
-//! Forms are ordered by a stable hash of the seed and the form's name and taken into validation
-//! until they hold the asked fraction of examples; a form that would overshoot the target by
-//! more than half is skipped. The `reference` form (the first-turn answer of every task: the one
-//! example every task has) is never held out.
+//! Tasks (forms) are ordered by a stable hash of the seed and their name and taken into
+//! validation until they hold the asked fraction of examples; one that would overshoot the
+//! target by more than half is skipped. By form, the `reference` form (the first-turn answer of
+//! every task: the one example every task has) is never held out.
 
 use std::collections::BTreeMap;
 
@@ -17,51 +20,94 @@ use super::{fnv, Example};
 /// Forms that always train.
 pub const ALWAYS_TRAINED: &[&str] = &["reference"];
 
+/// What a validation split holds out whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SplitBy {
+    /// Whole tasks (programs): the default since 2026-12-06.
+    #[default]
+    Task,
+    /// Whole forms (kinds of kernel, kinds of breakage): the split of before.
+    Form,
+}
+
+impl SplitBy {
+    /// The name on the command line and in records.
+    pub fn name(self) -> &'static str {
+        match self {
+            SplitBy::Task => "task",
+            SplitBy::Form => "form",
+        }
+    }
+
+    /// The split called `name`.
+    pub fn from_name(name: &str) -> Option<SplitBy> {
+        [SplitBy::Task, SplitBy::Form]
+            .into_iter()
+            .find(|b| b.name() == name)
+    }
+}
+
 /// Which examples train and which validate.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct FormSplit {
+pub struct CorpusSplit {
+    /// What was held out whole.
+    pub by: SplitBy,
     /// Indices of training examples, in corpus order.
     pub train: Vec<usize>,
     /// Indices of validation examples, in corpus order.
     pub validation: Vec<usize>,
-    /// The held-out forms, sorted.
-    pub held_out_forms: Vec<String>,
+    /// The held-out tasks or forms, sorted.
+    pub held_out: Vec<String>,
 }
 
-/// Splits `examples` by form, about `fraction` of them into validation (0: none).
-pub fn split_by_form(examples: &[Example], fraction: f64, seed: u64) -> FormSplit {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+/// Splits `examples` by task or by form, about `fraction` of them into validation (0: none).
+pub fn split(examples: &[Example], by: SplitBy, fraction: f64, seed: u64) -> CorpusSplit {
+    let key = |e: &'_ Example| -> String {
+        match by {
+            SplitBy::Task => e.task.clone(),
+            SplitBy::Form => e.form.clone(),
+        }
+    };
+    let always: &[&str] = match by {
+        SplitBy::Task => &[],
+        SplitBy::Form => ALWAYS_TRAINED,
+    };
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for e in examples {
-        *counts.entry(e.form.as_str()).or_default() += 1;
+        *counts.entry(key(e)).or_default() += 1;
     }
     let target = (fraction.clamp(0.0, 1.0) * examples.len() as f64).round() as usize;
     let limit = target + target / 2;
-    let mut forms: Vec<(&str, usize)> = counts
+    let mut groups: Vec<(String, usize)> = counts
         .into_iter()
-        .filter(|(f, _)| !ALWAYS_TRAINED.contains(f))
+        .filter(|(g, _)| !always.contains(&g.as_str()))
         .collect();
-    forms.sort_by_key(|(f, _)| (fnv(&format!("{seed}:{f}")), *f));
-    let mut held: Vec<&str> = Vec::new();
+    groups.sort_by_key(|(g, _)| (fnv(&format!("{seed}:{g}")), g.clone()));
+    let mut held: Vec<String> = Vec::new();
     let mut held_count = 0;
-    for (form, count) in &forms {
+    for (group, count) in groups {
         if held_count >= target {
             break;
         }
         if held_count + count <= limit && held_count + count < examples.len() {
-            held.push(form);
+            held.push(group);
             held_count += count;
         }
     }
-    let mut split = FormSplit::default();
+    held.sort();
+    let mut split = CorpusSplit {
+        by,
+        ..CorpusSplit::default()
+    };
     for (i, e) in examples.iter().enumerate() {
-        if held.contains(&e.form.as_str()) {
+        if held.binary_search(&key(e)).is_ok() {
             split.validation.push(i);
         } else {
             split.train.push(i);
         }
     }
-    split.held_out_forms = held.iter().map(|f| f.to_string()).collect();
-    split.held_out_forms.sort();
+    split.held_out = held;
     split
 }
 
@@ -98,22 +144,22 @@ mod tests {
     fn whole_forms_are_held_out_near_the_fraction_and_never_the_reference() {
         let examples = corpus();
         for seed in 0..20 {
-            let split = split_by_form(&examples, 0.1, seed);
-            assert_eq!(split.train.len() + split.validation.len(), examples.len());
+            let s = split(&examples, SplitBy::Form, 0.1, seed);
+            assert_eq!(s.train.len() + s.validation.len(), examples.len());
             // 10% of 200 is one form of 20 examples.
-            assert_eq!(split.validation.len(), 20, "seed {seed}");
-            assert_eq!(split.held_out_forms.len(), 1);
-            assert!(!split.held_out_forms.contains(&"reference".to_string()));
-            for &i in &split.train {
-                assert!(!split.held_out_forms.contains(&examples[i].form));
+            assert_eq!(s.validation.len(), 20, "seed {seed}");
+            assert_eq!(s.held_out.len(), 1);
+            assert!(!s.held_out.contains(&"reference".to_string()));
+            for &i in &s.train {
+                assert!(!s.held_out.contains(&examples[i].form));
             }
-            for &i in &split.validation {
-                assert!(split.held_out_forms.contains(&examples[i].form));
+            for &i in &s.validation {
+                assert!(s.held_out.contains(&examples[i].form));
             }
-            assert_eq!(split, split_by_form(&examples, 0.1, seed), "stable");
+            assert_eq!(s, split(&examples, SplitBy::Form, 0.1, seed), "stable");
         }
         let chosen: std::collections::BTreeSet<_> = (0..20)
-            .map(|s| split_by_form(&examples, 0.1, s).held_out_forms)
+            .map(|s| split(&examples, SplitBy::Form, 0.1, s).held_out)
             .collect();
         assert!(chosen.len() > 1, "the seed changes the held-out form");
     }
@@ -121,12 +167,39 @@ mod tests {
     #[test]
     fn no_validation_at_fraction_zero_and_never_everything() {
         let examples = corpus();
-        let none = split_by_form(&examples, 0.0, 3);
-        assert!(none.validation.is_empty() && none.held_out_forms.is_empty());
+        let none = split(&examples, SplitBy::Form, 0.0, 3);
+        assert!(none.validation.is_empty() && none.held_out.is_empty());
         assert_eq!(none.train.len(), examples.len());
-        let all = split_by_form(&examples, 1.0, 3);
+        let all = split(&examples, SplitBy::Form, 1.0, 3);
         assert!(all.train.len() >= 20, "the reference form always trains");
         let one_form: Vec<Example> = (0..5).map(|t| example(&format!("t{t}"), "a")).collect();
-        assert_eq!(split_by_form(&one_form, 0.5, 0).train.len(), 5);
+        assert_eq!(split(&one_form, SplitBy::Form, 0.5, 0).train.len(), 5);
+    }
+
+    #[test]
+    fn whole_tasks_are_held_out_near_the_fraction_with_every_example_of_them() {
+        let examples = corpus();
+        for seed in 0..10 {
+            let s = split(&examples, SplitBy::Task, 0.1, seed);
+            assert_eq!(s.by, SplitBy::Task);
+            // 10% of 200 is two tasks of ten examples, the reference answers among them.
+            assert_eq!(s.validation.len(), 20, "seed {seed}");
+            assert_eq!(s.held_out.len(), 2);
+            for &i in &s.validation {
+                assert!(s.held_out.contains(&examples[i].task));
+            }
+            for &i in &s.train {
+                assert!(!s.held_out.contains(&examples[i].task));
+            }
+            assert!(s
+                .validation
+                .iter()
+                .any(|&i| examples[i].form == "reference"));
+            assert_eq!(s, split(&examples, SplitBy::Task, 0.1, seed), "stable");
+        }
+        assert_eq!(SplitBy::default(), SplitBy::Task);
+        for b in [SplitBy::Task, SplitBy::Form] {
+            assert_eq!(SplitBy::from_name(b.name()), Some(b));
+        }
     }
 }

@@ -274,7 +274,12 @@ fn naive_forms_cover_the_common_shapes() {
     );
     check(
         "gemm_bias_relu",
-        &["matmul_naive_16x16", "matmul_naive_32x8", "matmul_tiled16"],
+        &[
+            "matmul_naive_16x16",
+            "matmul_naive_32x8",
+            "matmul_tiled16",
+            "matmul_reg64x64",
+        ],
     );
     check("matvec", &["matvec_naive"]);
     check(
@@ -366,7 +371,7 @@ fn staged_forms_cut_programs_at_their_core_operations() {
         forms(mm_row),
         [
             "staged_matmul_naive_16x16+rowwise_thread_per_row",
-            "staged_matmul_tiled16+rowwise_warp"
+            "staged_matmul_reg64x64+rowwise_warp"
         ]
     );
     let g = &staged(mm_row)[0];
@@ -409,7 +414,7 @@ fn staged_forms_cut_programs_at_their_core_operations() {
         forms("input X: bf16[M, K]\ninput W: bf16[K, N]\noutput Y: bf16[M, N]\nY = log_softmax(X) @ W\n"),
         [
             "staged_rowwise_thread_per_row+matmul_naive_16x16",
-            "staged_rowwise_warp+matmul_tiled16"
+            "staged_rowwise_warp+matmul_reg64x64"
         ]
     );
     // A reduction of a product; elementwise work on a product's operand.
@@ -417,7 +422,7 @@ fn staged_forms_cut_programs_at_their_core_operations() {
         forms("input A: f32[M, K]\ninput W: f32[K, N]\noutput Y: f32[M]\nY = sum(relu(A @ W), axis=1)\n"),
         [
             "staged_matmul_naive_16x16+reduce_thread_per_output",
-            "staged_matmul_tiled16+reduce_warp"
+            "staged_matmul_reg64x64+reduce_warp"
         ]
     );
     assert_eq!(
@@ -426,7 +431,7 @@ fn staged_forms_cut_programs_at_their_core_operations() {
         ),
         [
             "staged_elementwise_b256+matmul_naive_16x16",
-            "staged_elementwise_grid_stride+matmul_tiled16"
+            "staged_elementwise_grid_stride+matmul_reg64x64"
         ]
     );
     // A reduction broadcast back over its operand: the reduction is a stage of its own (the
@@ -456,7 +461,7 @@ fn staged_forms_cut_programs_at_their_core_operations() {
     // tensor `acc`) are renamed in the kernel; the launch lines keep the task's names.
     let named =
         staged("input acc: f32[m, k]\ninput W: f32[k, N]\noutput Y: f32[m, N]\nY = acc @ W\n");
-    assert_eq!(named.len(), 3);
+    assert_eq!(named.len(), 4);
     for g in &named {
         assert!(
             g.source.contains(" args=(acc, W, Y, m, k, N)\n")
@@ -787,7 +792,12 @@ fn naive_forms_cover_views_triangles_multi_axis_reductions_and_batch_dims() {
         "elementwise_b128",
         "elementwise_grid_stride",
     ];
-    let mm = ["matmul_naive_16x16", "matmul_naive_32x8", "matmul_tiled16"];
+    let mm = [
+        "matmul_naive_16x16",
+        "matmul_naive_32x8",
+        "matmul_tiled16",
+        "matmul_reg64x64",
+    ];
     let red = [
         "reduce_thread_per_output",
         "reduce_block_b256",
@@ -1048,11 +1058,11 @@ fn product_operands_that_are_views_or_triangles_are_stages_of_their_own() {
     let expected: [&[&str]; 3] = [
         &[
             "staged_elementwise_b256+elementwise_b256+matmul_naive_16x16",
-            "staged_elementwise_grid_stride+elementwise_grid_stride+matmul_tiled16",
+            "staged_elementwise_grid_stride+elementwise_grid_stride+matmul_reg64x64",
         ],
         &[
             "staged_elementwise_b256+matmul_naive_16x16",
-            "staged_elementwise_grid_stride+matmul_tiled16",
+            "staged_elementwise_grid_stride+matmul_reg64x64",
         ],
         &[
             "staged_elementwise_b256+bmm_naive",

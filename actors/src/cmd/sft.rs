@@ -156,9 +156,16 @@ pub struct TrainArgs {
     /// when the prompt alone is too long) or "drop".
     #[arg(long, default_value = "truncate", value_parser = ["truncate", "drop"])]
     pub overlong: String,
-    /// Fraction of examples held out for validation, as whole forms (0: none).
+    /// Fraction of examples held out for validation (0: none), as whole tasks or forms
+    /// (`--val-split`).
     #[arg(long, default_value_t = 0.05)]
     pub val_fraction: f64,
+    /// What validation holds out whole: "task" (the default since 2026-12-06: every example
+    /// of some training programs, so validation loss measures programs never seen, as the
+    /// held-out evaluation does) or "form" (kinds of kernel or breakage never seen: the split
+    /// of before).
+    #[arg(long, default_value = "task", value_parser = ["task", "form"])]
+    pub val_split: String,
     /// Global gradient-norm clip.
     #[arg(long, default_value_t = 1.0)]
     pub grad_clip: f64,
@@ -402,6 +409,8 @@ pub fn train_main(a: &TrainArgs) -> Result<(), String> {
             Overlong::Truncate
         },
         val_fraction: a.val_fraction,
+        // clap admits only the two names.
+        val_split: kevin::corpus::split::SplitBy::from_name(&a.val_split).unwrap_or_default(),
         grad_clip: a.grad_clip,
         weight_decay: a.weight_decay,
         seed: a.seed,
@@ -456,12 +465,18 @@ pub fn train_main(a: &TrainArgs) -> Result<(), String> {
         r.dtype
     );
     println!(
-        "corpus {}: {} examples, {} train, {} validation (held-out forms: {}); {} truncated, {} dropped for length",
+        "corpus {}: {} examples, {} train, {} validation (held-out {}s: {}); {} truncated, {} dropped for length",
         c.path,
         c.examples,
         c.train,
         c.validation,
-        if c.held_out_forms.is_empty() { "none".to_string() } else { c.held_out_forms.join(", ") },
+        c.split_by,
+        match (c.held_out_forms.len(), c.held_out_tasks.len()) {
+            (0, 0) => "none".to_string(),
+            (_, 0) => c.held_out_forms.join(", "),
+            (_, n) if n <= 8 => c.held_out_tasks.join(", "),
+            (_, n) => format!("{n}, listed in sft.json"),
+        },
         c.truncated,
         c.dropped
     );

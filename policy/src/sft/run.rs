@@ -10,7 +10,7 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use kevin::config::BurnDevice;
-use kevin::corpus::{self, split::split_by_form};
+use kevin::corpus::{self, split::SplitBy};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -91,8 +91,10 @@ pub struct SftArgs {
     pub max_len: usize,
     /// What happens to longer examples.
     pub overlong: Overlong,
-    /// Fraction of examples (whole forms) held out for validation.
+    /// Fraction of examples held out for validation, as whole tasks or forms (`val_split`).
     pub val_fraction: f64,
+    /// What validation holds out whole: tasks (the default) or forms.
+    pub val_split: SplitBy,
     /// Global gradient-norm clip.
     pub grad_clip: f64,
     /// AdamW's decoupled weight decay.
@@ -169,8 +171,12 @@ pub struct CorpusRecord {
     pub train: usize,
     /// Validation examples kept.
     pub validation: usize,
-    /// The forms held out for validation.
+    /// What validation held out whole: "task" or "form".
+    pub split_by: String,
+    /// The forms held out for validation (by form).
     pub held_out_forms: Vec<String>,
+    /// The tasks held out for validation (by task).
+    pub held_out_tasks: Vec<String>,
     /// Examples cut to max_len.
     pub truncated: usize,
     /// Examples dropped for length.
@@ -292,7 +298,7 @@ pub fn run<B: AutodiffBackend>(
         return Err(format!("{}: no examples", args.corpus.display()));
     }
     let tokenizer = Tokenizer::from_file(&args.tokenizer).map_err(|e| e.to_string())?;
-    let split = split_by_form(&examples, args.val_fraction, args.seed);
+    let split = corpus::split::split(&examples, args.val_split, args.val_fraction, args.seed);
     let train = tokenize(
         &examples,
         &split.train,
@@ -474,7 +480,17 @@ pub fn run<B: AutodiffBackend>(
             examples: examples.len(),
             train: train.examples.len(),
             validation: val.examples.len(),
-            held_out_forms: split.held_out_forms,
+            split_by: split.by.name().to_string(),
+            held_out_forms: if split.by == SplitBy::Form {
+                split.held_out.clone()
+            } else {
+                Vec::new()
+            },
+            held_out_tasks: if split.by == SplitBy::Task {
+                split.held_out
+            } else {
+                Vec::new()
+            },
             truncated: train.truncated + val.truncated,
             dropped: train.dropped + val.dropped,
         },

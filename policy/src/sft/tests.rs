@@ -350,6 +350,7 @@ fn args(corpus: PathBuf, tokenizer: PathBuf, out: PathBuf) -> SftArgs {
         max_len: 256,
         overlong: Overlong::Truncate,
         val_fraction: 0.2,
+        val_split: kevin::corpus::split::SplitBy::Form,
         grad_clip: 1.0,
         weight_decay: 0.1,
         seed: 0,
