@@ -1333,6 +1333,7 @@ fn sft_trains_in_bf16_and_saves_its_f32_masters_on_cuda() {
         max_len: 256,
         overlong: Overlong::Truncate,
         val_fraction: 0.0,
+        val_split: kevin::corpus::split::SplitBy::Task,
         grad_clip: 1.0,
         weight_decay: 0.1,
         seed: 0,
