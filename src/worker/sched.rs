@@ -21,58 +21,47 @@ const MAX_PROCESSES: usize = 256;
 /// then the machine, not the candidate, is reported (an outcome of the harness).
 pub const STARVED_BACKSTOP: u32 = 5;
 
-/// `pid` and its live descendants (through every thread's `children`), `pid` first.
-fn tree(pid: u32) -> Vec<u32> {
-    let mut out = vec![pid];
+/// The run-queue delay of every thread of `pid` and its live descendants
+/// (`/proc/PID/task/TID/schedstat`, second field, in ns), by thread id; `None` when the kernel
+/// keeps no such figures. One walk: each thread's directory gives its delay and its children.
+fn run_delays(pid: u32) -> Option<HashMap<u32, u64>> {
+    let mut out = HashMap::new();
+    let mut any = false;
+    let mut seen = vec![pid];
     let mut level = vec![pid];
-    for _ in 0..MAX_DEPTH {
+    for _ in 0..=MAX_DEPTH {
         let mut next = Vec::new();
         for p in level {
             let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
                 continue;
             };
             for task in tasks.flatten() {
-                let Ok(text) = std::fs::read_to_string(task.path().join("children")) else {
-                    continue;
-                };
-                next.extend(
-                    text.split_whitespace()
-                        .filter_map(|c| c.parse::<u32>().ok()),
-                );
+                let dir = task.path();
+                let tid = task.file_name().to_str().and_then(|t| t.parse().ok());
+                if let (Some(tid), Ok(text)) = (tid, std::fs::read_to_string(dir.join("schedstat")))
+                {
+                    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>());
+                    if let (Some(Ok(_on_cpu)), Some(Ok(delay))) = (fields.next(), fields.next()) {
+                        out.insert(tid, delay);
+                        any = true;
+                    }
+                }
+                if let Ok(children) = std::fs::read_to_string(dir.join("children")) {
+                    next.extend(
+                        children
+                            .split_whitespace()
+                            .filter_map(|c| c.parse::<u32>().ok()),
+                    );
+                }
             }
         }
-        next.retain(|c| !out.contains(c));
-        if next.is_empty() || out.len() >= MAX_PROCESSES {
+        next.retain(|c| !seen.contains(c));
+        next.truncate(MAX_PROCESSES.saturating_sub(seen.len()));
+        if next.is_empty() {
             break;
         }
-        out.extend(next.iter().copied().take(MAX_PROCESSES - out.len()));
+        seen.extend(&next);
         level = next;
-    }
-    out
-}
-
-/// The run-queue delay of every thread of `pid`'s tree (`/proc/PID/task/TID/schedstat`, second
-/// field, in ns), by thread id; `None` when the kernel keeps no such figures.
-fn run_delays(pid: u32) -> Option<HashMap<u32, u64>> {
-    let mut out = HashMap::new();
-    let mut any = false;
-    for p in tree(pid) {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
-                continue;
-            };
-            let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
-                continue;
-            };
-            let mut fields = text.split_whitespace().map(|f| f.parse::<u64>());
-            if let (Some(Ok(_on_cpu)), Some(Ok(delay))) = (fields.next(), fields.next()) {
-                out.insert(tid, delay);
-                any = true;
-            }
-        }
     }
     any.then_some(out)
 }
