@@ -318,7 +318,7 @@ fn train_for(
                 elapsed,
                 seconds,
                 lines(&metrics),
-                if elapsed > seconds {
+                if first_step_by.is_some() && elapsed > seconds && !stepped() {
                     " (waiting for the first)"
                 } else {
                     ""
