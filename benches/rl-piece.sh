@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# One RL piece of issue 19 on the GPU, as `benches/results/rl-h200-2026-12-04b.md` ran it: from the
-# committed warm start, on the 47 hand-written training tasks and 240 generated ones, 8 trajectories
+# One RL piece of issue 19 on the GPU, as `benches/results/rl-h200-2026-12-04b.md` ran it: from a
+# committed warm start, on the hand-written training tasks and 240 generated ones, 8 trajectories
 # x 4 turns, 8 tasks a step, lr 3e-5, until STEPS learner steps (or SIGINT after MAX_S seconds,
-# which checkpoints and stops cleanly). The generated tasks are rebuilt here: `kevin tasks
-# generate --count 2000 --seed 1903`, of which 240 are drawn with Python's random.Random(DRAW)
-# over the sorted file names (the earlier pieces drew with seed 19).
+# which checkpoints and stops cleanly). The generated tasks are rebuilt here from the warm start's
+# own corpus seed, and 240 are drawn with Python's random.Random(DRAW) over the sorted file names
+# (the earlier pieces drew with seed 19).
 #
 #   KEVIN=target/release/kevin OUT=runs/rl-piece bash benches/rl-piece.sh
 #
-# Knobs (environment): INIT (models/kevin-sft-gen2-4m), STEPS (25), MAX_S (520), DRAW (19),
-# LR (3e-5), CONFIG (configs/gpu-burn.toml). Then evaluate the newest checkpoint on the held-out
-# split, twice for the spread:
+# Knobs (environment): GEN (gen3: the 1,500 tasks of corpus v3, `kevin tasks generate --count
+# 1500 --seed 2612` with the generator's defaults, and the warm start models/kevin-sft-gen3-4m;
+# gen2: the 2,000 of corpus v2, seed 1903 with the five families, fixed names and simple shapes of
+# that time, and models/kevin-sft-gen2-4m, as the 2026-12-04/05 pieces ran), INIT (the warm start
+# GEN names), STEPS (25), MAX_S (520), DRAW (19), LR (3e-5), CONFIG (configs/gpu-burn.toml). Then
+# evaluate the newest checkpoint on the held-out split, twice for the spread:
 #
 #   kevin eval --checkpoint $OUT/run/checkpoints/step-N/learner --config configs/gpu-burn.toml \
 #       --samples 16 --turns 8 --seed S --backend cuda --device cuda --json eval-S.json
 set -euo pipefail
 KEVIN=${KEVIN:-target/release/kevin}
 OUT=${OUT:-runs/rl-piece}
-INIT=${INIT:-models/kevin-sft-gen2-4m}
+GEN=${GEN:-gen3}
+case "$GEN" in
+    gen3) GEN_ARGS=(--count 1500 --seed 2612); INIT=${INIT:-models/kevin-sft-gen3-4m} ;;
+    gen2) GEN_ARGS=(--count 2000 --seed 1903 --naming fixed --shapes simple
+                    --families elementwise,reduce,row,matmul,transpose)
+          INIT=${INIT:-models/kevin-sft-gen2-4m} ;;
+    *) echo "GEN=$GEN: gen3 or gen2" >&2; exit 2 ;;
+esac
 STEPS=${STEPS:-25}
 MAX_S=${MAX_S:-520}
 DRAW=${DRAW:-19}
@@ -27,15 +37,12 @@ mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 
 if [ ! -d "$OUT/gen240" ]; then
-    step "tasks: 2000 from seed 1903, 240 drawn with random.Random($DRAW)"
-    rm -rf "$OUT/gen2000" "$OUT/gen240.part"
-    # The five families, names and shapes the committed warm start (kevin-sft-gen2-4m) was
-    # built on: the conv family, varied names and composite shapes joined the defaults later,
-    # and the pieces of one run keep the same tasks.
-    "$KEVIN" tasks generate --count 2000 --seed 1903 --naming fixed --shapes simple --out "$OUT/gen2000" \
-        --families elementwise,reduce,row,matmul,transpose > "$OUT/generate.log"
+    step "tasks: ${GEN_ARGS[*]}, 240 drawn with random.Random($DRAW)"
+    rm -rf "$OUT/gen-all" "$OUT/gen240.part"
+    # The tasks of the warm start's corpus (GEN), so that the pieces of one run keep the same ones.
+    "$KEVIN" tasks generate "${GEN_ARGS[@]}" --out "$OUT/gen-all" > "$OUT/generate.log"
     mkdir -p "$OUT/gen240.part"
-    python3 - "$OUT/gen2000" "$OUT/gen240.part" "$DRAW" <<'EOF'
+    python3 - "$OUT/gen-all" "$OUT/gen240.part" "$DRAW" <<'EOF'
 import os, random, shutil, sys
 src, dst, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 names = sorted(n for n in os.listdir(src) if n.endswith(".toml"))
