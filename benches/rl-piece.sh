@@ -9,7 +9,7 @@
 #   KEVIN=target/release/kevin OUT=runs/rl-piece bash benches/rl-piece.sh
 #
 # Knobs (environment): GEN (gen3: the 1,500 tasks of corpus v3, `kevin tasks generate --count
-# 1500 --seed 2612` with the generator's defaults, and the warm start models/kevin-sft-gen3-4m;
+# 1500 --seed 2612 --sums any` (the defaults of that day), and the warm start models/kevin-sft-gen3-4m;
 # gen2: the 2,000 of corpus v2, seed 1903 with the five families, fixed names and simple shapes of
 # that time, and models/kevin-sft-gen2-4m, as the 2026-12-04/05 pieces ran), INIT (the warm start
 # GEN names), STEPS (25), MAX_S (520), DRAW (19), LR (3e-5), CONFIG (configs/gpu-burn.toml). Then
@@ -22,8 +22,8 @@ KEVIN=${KEVIN:-target/release/kevin}
 OUT=${OUT:-runs/rl-piece}
 GEN=${GEN:-gen3}
 case "$GEN" in
-    gen3) GEN_ARGS=(--count 1500 --seed 2612); INIT=${INIT:-models/kevin-sft-gen3-4m} ;;
-    gen2) GEN_ARGS=(--count 2000 --seed 1903 --naming fixed --shapes simple
+    gen3) GEN_ARGS=(--count 1500 --seed 2612 --sums any); INIT=${INIT:-models/kevin-sft-gen3-4m} ;;
+    gen2) GEN_ARGS=(--count 2000 --seed 1903 --naming fixed --shapes simple --sums any
                     --families elementwise,reduce,row,matmul,transpose)
           INIT=${INIT:-models/kevin-sft-gen2-4m} ;;
     *) echo "GEN=$GEN: gen3 or gen2" >&2; exit 2 ;;

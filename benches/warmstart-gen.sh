@@ -14,7 +14,8 @@
 # six, convolutions included; kevin-sft-gen2-4m was built on
 # "elementwise,reduce,row,matmul,transpose", the default of its time), NAMING (varied; fixed
 # for a seed's tasks of before 2026-12-06, on which the committed corpus was built), SHAPES
-# (composite; simple with NAMING=fixed for the programs of the committed corpus), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
+# (composite; simple with NAMING=fixed for the programs of the committed corpus), SUMS (plain;
+# any for a seed's programs before the plain-sums check of 2026-12-06 evening, corpus v3's too), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
 # and their .json records, e.g. benches/data/warmstart: the committed corpus is used instead of
 # building one; it predates the multi-turn chains and the generator's varied names). Needs a GPU for training and evaluation as configured; the corpus runs on the
 # CPU backend and needs a C++ compiler.
@@ -35,6 +36,7 @@ DTYPE=${DTYPE:-f32}
 FAMILIES=${FAMILIES:-}
 NAMING=${NAMING:-varied}
 SHAPES=${SHAPES:-composite}
+SUMS=${SUMS:-plain}
 CONFIG=configs/gpu-burn.toml
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
@@ -50,7 +52,7 @@ fi
 if [ ! -e "$OUT/gen.json" ] && [ ! -e "$OUT/tasks/generated.json" ]; then
     step "tasks: $COUNT from seed $SEED"
     rm -rf "$OUT/tasks"
-    "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --naming "$NAMING" --shapes "$SHAPES" \
+    "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --naming "$NAMING" --shapes "$SHAPES" --sums "$SUMS" \
         --out "$OUT/tasks" \
         ${FAMILIES:+--families "$FAMILIES"}
 fi

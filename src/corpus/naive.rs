@@ -1051,11 +1051,11 @@ impl<'a> Ctx<'a> {
                  multiplies 4 values of each operand into 16 products. Out-of-range elements are zeros, and the \
                  epilogue runs on each accumulator before its bounds-checked store."
             ),
-            summary: format!(
-                "Register-tiled matrix product: 16x16 threads per 64x64 output tile, 64x16 and 16x64 operand \
-                 tiles in shared memory (padded, zero at the edges) per k-step of 16, a 4x4 register patch of float \
-                 accumulators per thread, the epilogue fused before each bounds-checked store."
-            ),
+            summary: "Register-tiled matrix product: 16x16 threads per 64x64 output tile, 64x16 and 16x64 \
+                      operand tiles in shared memory (padded, zero at the edges) per k-step of 16, a 4x4 \
+                      register patch of float accumulators per thread, the epilogue fused before each \
+                      bounds-checked store."
+                .to_string(),
         });
         Some(out)
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::ast::{BinOp, Expr, Op, Program, Sizes};
 use super::check::{infer_expr, normalize_axis};
-use super::kernels as k;
+use super::kernels::{self as k, Sums};
 use super::round::round_to;
 
 /// A dense row-major f64 tensor.
@@ -75,7 +75,7 @@ pub fn run(
     sizes: &Sizes,
     inputs: &[Vec<f64>],
 ) -> Result<Vec<Tensor>, InterpError> {
-    run_with(program, sizes, inputs, false)
+    run_with(program, sizes, inputs, None, Sums::Exact)
 }
 
 /// Like [`run`], but every operation's result is rounded to its dtype, as an eager framework
@@ -87,15 +87,35 @@ pub fn run_eager(
     sizes: &Sizes,
     inputs: &[Vec<f64>],
 ) -> Result<Vec<Tensor>, InterpError> {
-    run_with(program, sizes, inputs, true)
+    run_with(program, sizes, inputs, Some(program), Sums::Exact)
+}
+
+/// What a plain fused kernel computes: every long sum (matrix products, sum and mean reductions,
+/// cumulative sums) added in index order in an f32 accumulator (one thread per output, a `float`
+/// accumulator, fused multiply-adds), the rest at full precision, each output rounded once to its
+/// dtype. A task whose tolerance this does not meet would judge such a correct kernel wrong
+/// ([`crate::taskgen::plain_sums_fit`]).
+pub fn run_plain_f32(
+    program: &Program,
+    sizes: &Sizes,
+    inputs: &[Vec<f64>],
+) -> Result<Vec<Tensor>, InterpError> {
+    let mut outs = run_with(program, sizes, inputs, None, Sums::F32InOrder)?;
+    for (t, d) in outs.iter_mut().zip(&program.outputs) {
+        let dtype = d.ty.dtype;
+        t.data.iter_mut().for_each(|v| *v = round_to(dtype, *v));
+    }
+    Ok(outs)
 }
 
 fn run_with(
     program: &Program,
     sizes: &Sizes,
     inputs: &[Vec<f64>],
-    eager: bool,
+    eager: Option<&Program>,
+    sums: Sums,
 ) -> Result<Vec<Tensor>, InterpError> {
+    let mode = Mode { eager, sums };
     for sym in program.size_symbols() {
         match sizes.get(&sym) {
             None => return Err(InterpError::MissingSize(sym)),
@@ -135,8 +155,7 @@ fn run_with(
             target: s.target.clone(),
             message,
         };
-        let eager = eager.then_some(program);
-        let value = eval(&s.expr, &env, eager, sizes).map_err(fail)?;
+        let value = eval(&s.expr, &env, mode, sizes).map_err(fail)?;
         if let Some(ty) = program.types.get(&s.target) {
             let want = ty.concrete_shape(sizes).map_err(InterpError::MissingSize)?;
             if want != value.shape {
@@ -168,16 +187,23 @@ fn axis(x: &Tensor, a: i64) -> Result<usize, String> {
         .ok_or_else(|| format!("axis {a} out of range for shape {:?}", x.shape))
 }
 
-/// Evaluates `e`; with `eager` (the program, for the types), each operation's result is rounded
-/// to its dtype.
+/// How [`eval`] computes: with `eager` (the program, for the types), each operation's result is
+/// rounded to its dtype; `sums` is how long sums are added.
+#[derive(Clone, Copy)]
+struct Mode<'a> {
+    eager: Option<&'a Program>,
+    sums: Sums,
+}
+
+/// Evaluates `e` as `mode` says.
 fn eval(
     e: &Expr,
     env: &BTreeMap<String, Tensor>,
-    eager: Option<&Program>,
+    mode: Mode<'_>,
     sizes: &Sizes,
 ) -> Result<Tensor, String> {
-    let mut t = eval_node(e, env, eager, sizes)?;
-    if let (Some(p), Expr::Neg(_) | Expr::Binary(..) | Expr::Call { .. }) = (eager, e) {
+    let mut t = eval_node(e, env, mode, sizes)?;
+    if let (Some(p), Expr::Neg(_) | Expr::Binary(..) | Expr::Call { .. }) = (mode.eager, e) {
         if let Some(d) = infer_expr(p, e)?.dtype.filter(|d| d.is_float()) {
             t.data.iter_mut().for_each(|v| *v = round_to(d, *v));
         }
@@ -188,7 +214,7 @@ fn eval(
 fn eval_node(
     e: &Expr,
     env: &BTreeMap<String, Tensor>,
-    eager: Option<&Program>,
+    mode: Mode<'_>,
     sizes: &Sizes,
 ) -> Result<Tensor, String> {
     Ok(match e {
@@ -198,22 +224,24 @@ fn eval_node(
             .cloned()
             .ok_or_else(|| format!("unknown name `{n}`"))?,
         Expr::Neg(a) => {
-            let mut t = eval(a, env, eager, sizes)?;
+            let mut t = eval(a, env, mode, sizes)?;
             t.data.iter_mut().for_each(|v| *v = -*v);
             t
         }
-        Expr::Binary(BinOp::MatMul, a, b) => {
-            k::matmul(&eval(a, env, eager, sizes)?, &eval(b, env, eager, sizes)?)?
-        }
+        Expr::Binary(BinOp::MatMul, a, b) => k::matmul(
+            &eval(a, env, mode, sizes)?,
+            &eval(b, env, mode, sizes)?,
+            mode.sums,
+        )?,
         Expr::Binary(op, a, b) => k::broadcast(
             *op,
-            &eval(a, env, eager, sizes)?,
-            &eval(b, env, eager, sizes)?,
+            &eval(a, env, mode, sizes)?,
+            &eval(b, env, mode, sizes)?,
         )?,
         Expr::Call { op, args } => {
             let mut vals = Vec::with_capacity(args.len());
             for a in args {
-                vals.push(eval(a, env, eager, sizes)?);
+                vals.push(eval(a, env, mode, sizes)?);
             }
             let mut it = vals.into_iter();
             let mut x = it.next().ok_or("call without operands")?;
@@ -232,17 +260,19 @@ fn eval_node(
                     if x.shape.is_empty() {
                         return Err("cannot reduce a scalar".into());
                     }
-                    x = k::reduce(&x, kind, axis(&x, a)?, keepdim)
+                    x = k::reduce(&x, kind, axis(&x, a)?, keepdim, mode.sums)
                 }
                 Op::Softmax { axis: a } => x = k::map_lanes(&x, axis(&x, a)?, k::softmax_lane),
                 Op::LogSoftmax { axis: a } => {
                     x = k::map_lanes(&x, axis(&x, a)?, k::log_softmax_lane)
                 }
                 Op::Cumsum { axis: a } => {
-                    x = k::map_lanes(&x, axis(&x, a)?, |l, o| k::scan_lane(l, o, false))
+                    x = k::map_lanes(&x, axis(&x, a)?, |l, o| {
+                        k::scan_lane(l, o, false, mode.sums)
+                    })
                 }
                 Op::Cumprod { axis: a } => {
-                    x = k::map_lanes(&x, axis(&x, a)?, |l, o| k::scan_lane(l, o, true))
+                    x = k::map_lanes(&x, axis(&x, a)?, |l, o| k::scan_lane(l, o, true, mode.sums))
                 }
                 Op::L2Norm { axis: a, eps } => {
                     x = k::map_lanes(&x, axis(&x, a)?, |l, o| k::l2norm_lane(l, o, eps))

@@ -5,6 +5,32 @@
 
 use super::ast::{BinOp, ReduceKind, UnaryFn};
 use super::interp::Tensor;
+use super::round::round_f32;
+
+/// How the kernels add up a long sum (a matrix product's, a sum or mean reduction's, a
+/// cumulative sum's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sums {
+    /// In f64, in index order: the reference.
+    Exact,
+    /// In index order in an f32 accumulator, rounded after every add (a product is added exactly,
+    /// then rounded: a fused multiply-add): what a plain kernel computes.
+    F32InOrder,
+}
+
+impl Sums {
+    /// `acc + v` as this accumulator holds it.
+    fn add(self, acc: f64, v: f64) -> f64 {
+        match self {
+            Sums::Exact => acc + v,
+            Sums::F32InOrder => round_f32(acc + v),
+        }
+    }
+
+    fn total(self, lane: &[f64]) -> f64 {
+        lane.iter().fold(0.0, |acc, &v| self.add(acc, v))
+    }
+}
 
 /// erf(x) to about 1e-15: the everywhere-positive series
 /// erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_n (2x^2)^n x / (1*3*...*(2n+1)), and +-1 beyond |x| = 6.
@@ -196,8 +222,8 @@ fn first_index(lane: &[f64], better: impl Fn(f64, f64) -> bool) -> f64 {
     best as f64
 }
 
-/// Reduces along `axis`.
-pub fn reduce(x: &Tensor, kind: ReduceKind, axis: usize, keepdim: bool) -> Tensor {
+/// Reduces along `axis` (a sum or mean added as `sums` says).
+pub fn reduce(x: &Tensor, kind: ReduceKind, axis: usize, keepdim: bool, sums: Sums) -> Tensor {
     let (outer, n, inner) = split(&x.shape, axis);
     let mut data = Vec::with_capacity(outer * inner);
     let mut lane = vec![0.0; n];
@@ -207,8 +233,8 @@ pub fn reduce(x: &Tensor, kind: ReduceKind, axis: usize, keepdim: bool) -> Tenso
                 *l = x.data[(o * n + k) * inner + i];
             }
             data.push(match kind {
-                ReduceKind::Sum => lane.iter().sum(),
-                ReduceKind::Mean => lane.iter().sum::<f64>() / n as f64,
+                ReduceKind::Sum => sums.total(&lane),
+                ReduceKind::Mean => sums.total(&lane) / n as f64,
                 ReduceKind::Max => lane.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                 ReduceKind::Min => lane.iter().copied().fold(f64::INFINITY, f64::min),
                 ReduceKind::Prod => lane.iter().product(),
@@ -246,11 +272,11 @@ pub fn log_softmax_lane(lane: &[f64], out: &mut [f64]) {
     }
 }
 
-/// Running sum (`prod == false`) or product of one lane.
-pub fn scan_lane(lane: &[f64], out: &mut [f64], prod: bool) {
+/// Running sum (`prod == false`, added as `sums` says) or product of one lane.
+pub fn scan_lane(lane: &[f64], out: &mut [f64], prod: bool, sums: Sums) {
     let mut acc = if prod { 1.0 } else { 0.0 };
     for (o, &v) in out.iter_mut().zip(lane) {
-        acc = if prod { acc * v } else { acc + v };
+        acc = if prod { acc * v } else { sums.add(acc, v) };
         *o = acc;
     }
 }
@@ -288,8 +314,9 @@ pub fn norm_last(
     })
 }
 
-/// Matrix product for the shape pairs the checker allows: (2,2), (3,3), (3,2), (2,1).
-pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
+/// Matrix product for the shape pairs the checker allows: (2,2), (3,3), (3,2), (2,1), each
+/// output's products added in order of the contracted index as `sums` says.
+pub fn matmul(a: &Tensor, b: &Tensor, sums: Sums) -> Result<Tensor, String> {
     let bad = || format!("cannot multiply shapes {:?} and {:?}", a.shape, b.shape);
     let shape = super::check::matmul_shape(&a.shape, &b.shape).ok_or_else(bad)?;
     let (ra, rb) = (a.shape.len(), b.shape.len());
@@ -308,7 +335,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
                 let av = a.data[ao + i * k + p];
                 let brow = &b.data[bo + p * n..bo + (p + 1) * n];
                 for (r, &bv) in row.iter_mut().zip(brow) {
-                    *r += av * bv;
+                    *r = sums.add(*r, av * bv);
                 }
             }
         }

@@ -22,8 +22,10 @@
 //!    from their distributions give finite fp64 outputs; the op-by-op result with every
 //!    operation rounded to its dtype ([`crate::ops::interp::run_eager`], what the baseline
 //!    computes) is within half the tolerance of them; index outputs match exactly; the output is
-//!    not (nearly) constant; and every input changes the output when it is redrawn, so no kernel
-//!    passes by ignoring one;
+//!    not (nearly) constant; every input changes the output when it is redrawn, so no kernel
+//!    passes by ignoring one; and (with [`GenOptions::plain_sums`], the default) a plain kernel,
+//!    adding its long sums in order in an f32 accumulator, stays within half the tolerance at the
+//!    probe ([`plain_sums_fit`]), so that no correct kernel is judged wrong for f32 arithmetic;
 //! 5. its GPU preset meets the 0.1 ms rule ([`Task::estimate_gpu_baseline_ms`]) and the memory a
 //!    `cuda` worker needs for it ([`crate::gpu::buffers::memory_need`]) fits `max_gpu_bytes`.
 //!
@@ -80,6 +82,10 @@ pub struct GenOptions {
     /// reductions of a row operation's result: [`draft::draft`]); off, a seed gives its programs
     /// of before 2026-12-06.
     pub composite: bool,
+    /// Refuse a program whose tolerance a plain kernel's f32 sums cannot meet at the probe
+    /// preset ([`plain_sums_fit`]: a long reduction, scan or product of values that cancel);
+    /// off, a seed gives its programs of before the check (late on 2026-12-06).
+    pub plain_sums: bool,
 }
 
 impl GenOptions {
@@ -95,6 +101,7 @@ impl GenOptions {
             max_drafts_per_task: 200,
             naming: Naming::default(),
             composite: true,
+            plain_sums: true,
         }
     }
 }
@@ -396,6 +403,9 @@ fn vet(
     numerics(&task, &small, seed)?;
     if let Some(probe) = probe_sizes(&task) {
         numerics(&task, &probe, seed ^ 1)?;
+        if opts.plain_sums {
+            plain_at(&task, &probe, seed ^ 2).map_err(|_| Reject("plain-sums"))?;
+        }
     }
     if task.estimate_gpu_baseline_ms() < MIN_GPU_MS {
         return Err(Reject("gpu-size"));
@@ -651,6 +661,57 @@ fn numerics(task: &Task, sizes: &Sizes, seed: u64) -> Result<(), Reject> {
         });
         if !moved {
             return Err(Reject("input-ignored"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a plain kernel can pass `task`: one thread per output adding its long sums in index
+/// order in an f32 accumulator ([`interp::run_plain_f32`]) must be within half the task's
+/// tolerance of the fp64 reference on every float output, at the probe preset (the small sizes with every
+/// reduced, normalised, scanned or contracted axis at its GPU size; the small preset when there
+/// is none), on inputs drawn from the task's distributions with `seed`. Where it is not, the
+/// tolerance asks for more than f32 arithmetic gives at the task's sizes (e.g. a 4,096-long dot
+/// product of unit-normal values whose result is near zero), and the evaluation would call a
+/// correct kernel wrong. The error names the output, the element, both values and the sizes.
+pub fn plain_sums_fit(task: &Task, seed: u64) -> Result<(), String> {
+    let sizes = probe_sizes(task).unwrap_or_else(|| task.small_sizes.clone());
+    plain_at(task, &sizes, seed)
+}
+
+/// [`plain_sums_fit`] at `sizes`.
+fn plain_at(task: &Task, sizes: &Sizes, seed: u64) -> Result<(), String> {
+    let p = &task.program;
+    let mut at = task.clone();
+    at.small_sizes = sizes.clone();
+    let inputs = at.generate_inputs(Preset::Small, seed);
+    let want = interp::run(p, sizes, &inputs).map_err(|e| e.to_string())?;
+    let plain = interp::run_plain_f32(p, sizes, &inputs).map_err(|e| e.to_string())?;
+    let tol = task.tolerance;
+    // Half the tolerance, as the generator's rounding check: the probe holds far fewer outputs
+    // than the GPU preset, whose largest drift lies further out in the tail.
+    let outside =
+        |w: f64, g: f64| !(g.is_finite() && (g - w).abs() <= 0.5 * (tol.atol + tol.rtol * w.abs()));
+    for ((w, g), d) in want.iter().zip(&plain).zip(&p.outputs) {
+        if !d.ty.dtype.is_float() {
+            continue;
+        }
+        let bad: Vec<usize> = (0..w.data.len())
+            .filter(|&i| outside(w.data[i], g.data[i]))
+            .collect();
+        if let Some(&i) = bad.first() {
+            return Err(format!(
+                "output {}: {} of {} elements outside half the tolerance (atol {:e}, rtol \
+                 {:e}) with f32 sums in index order (element {i}: {} against {}) at sizes \
+                 {sizes:?}",
+                d.name,
+                bad.len(),
+                w.data.len(),
+                tol.atol,
+                tol.rtol,
+                g.data[i],
+                w.data[i]
+            ));
         }
     }
     Ok(())

@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 
 use super::names;
 use super::*;
-use crate::ops::round::round_bf16;
+use crate::ops::round::{round_bf16, round_f32};
 
 fn suite() -> TaskSuite {
     TaskSuite::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks")).expect("the task suite")
@@ -284,6 +284,125 @@ fn eager_rounding_rounds_every_operation_to_its_dtype() {
     assert_eq!(exact, 1.5 * 1.01 * 1.01);
     assert_eq!(eager, round_bf16(round_bf16(1.5 * 1.01) * 1.01));
     assert_ne!(eager, exact);
+}
+
+#[test]
+fn plain_f32_sums_add_in_index_order_in_an_f32_accumulator() {
+    // 2^24 + 1 rounds back to 2^24 in f32 (ties to even): added one at a time, the two ones are
+    // lost; the reference, and the eager result rounded once, keep them (2^24 + 2 is an f32).
+    let big = 16_777_216.0;
+    let sizes: Sizes = [("N".to_string(), 3)].into_iter().collect();
+    let xs = vec![big, 1.0, 1.0];
+    let sum =
+        Program::parse("input X: f32[N]\noutput Y: f32[1]\nY = sum(X, axis=0, keepdim=true)\n")
+            .expect("program");
+    let dot =
+        Program::parse("input X: f32[1, N]\ninput W: f32[N, 1]\noutput Y: f32[1, 1]\nY = X @ W\n")
+            .expect("program");
+    let scan = Program::parse("input X: f32[N]\noutput Y: f32[N]\nY = cumsum(X, axis=0)\n")
+        .expect("program");
+    for (p, inputs) in [
+        (&sum, vec![xs.clone()]),
+        (&dot, vec![xs.clone(), vec![1.0; 3]]),
+        (&scan, vec![xs.clone()]),
+    ] {
+        let exact = interp::run(p, &sizes, &inputs).expect("run")[0].clone();
+        let eager = interp::run_eager(p, &sizes, &inputs).expect("run")[0].clone();
+        let plain = interp::run_plain_f32(p, &sizes, &inputs).expect("run")[0].clone();
+        assert_eq!(*exact.data.last().unwrap(), big + 2.0, "{p:?}");
+        assert_eq!(*eager.data.last().unwrap(), big + 2.0, "{p:?}");
+        assert_eq!(*plain.data.last().unwrap(), big, "{p:?}");
+    }
+    // Between the sums nothing is rounded but the outputs, once, to their dtype (a fused kernel).
+    let p = Program::parse("input X: bf16[N]\noutput Y: bf16[N]\nY = (X * 1.01) * 1.01\n")
+        .expect("program");
+    let plain = interp::run_plain_f32(&p, &sizes, &[vec![1.5; 3]]).expect("run")[0].data[0];
+    assert_eq!(plain, round_bf16(1.5 * 1.01 * 1.01));
+    // A product of two f32 values is added whole (a fused multiply-add), then rounded.
+    let plain = interp::run_plain_f32(&dot, &sizes, &[vec![3.0, 1.0 / 3.0, 0.0], vec![1.0; 3]])
+        .expect("run")[0]
+        .data[0];
+    assert_eq!(plain, round_f32(3.0 + round_f32(1.0 / 3.0)));
+}
+
+#[test]
+fn a_tolerance_f32_sums_cannot_meet_is_found() {
+    // A 16,384-long dot product of unit-normal values: its in-order f32 sum drifts by several
+    // 1e-4 where the result is near zero, beyond fp32's default tolerance (1e-4 + 1e-4 |want|).
+    let dot = |name: &str, extra: &str| {
+        let text = format!(
+            "name = \"{name}\"\nlevel = 1\nsplit = \"train\"\ndescription = \"t\"\n\
+             program = \"\"\"\ninput A: f32[M, K]\ninput B: f32[K, N]\noutput C: f32[M, N]\n\
+             C = A @ B\n\"\"\"\n[sizes.gpu]\nM = 4096\nN = 4096\nK = 16384\n\
+             [sizes.small]\nM = 33\nN = 31\nK = 17\n{extra}"
+        );
+        crate::tasks::parse_task(&PathBuf::from(format!("{name}.toml")), &text).expect("task")
+    };
+    for seed in [1, 2] {
+        let err = plain_sums_fit(&dot("dot_strict", ""), seed)
+            .expect_err("unit-normal K=16384 needs more than f32 sums give");
+        assert!(
+            err.contains("output C") && err.contains("f32 sums") && err.contains("16384"),
+            "{err}"
+        );
+        // The same product with a tolerance for its length, or with one operand scaled as a
+        // linear layer's weights are, fits.
+        let loose = dot("dot_loose", "[tolerance]\natol = 1e-2\nrtol = 1e-4\n");
+        plain_sums_fit(&loose, seed).expect("atol 1e-2 covers the drift");
+        let scaled = dot("dot_scaled", "[inputs.B]\ndist = \"normal\"\nstd = 0.02\n");
+        plain_sums_fit(&scaled, seed).expect("weights of std 0.02 keep the drift small");
+    }
+}
+
+#[test]
+fn the_generator_refuses_what_a_plain_kernel_cannot_pass_unless_told_not_to() {
+    // Long reductions and scans are where f32 sums drift: reduce and row programs.
+    let suite = suite();
+    let mut o = opts(150, 3);
+    o.families = vec![Family::Reduce, Family::Row];
+    let (checked, stats) = generate(&o, &suite, |_| {}).expect("generate");
+    eprintln!("{:?}", stats.rejected);
+    let refused = stats.rejected.get("plain-sums").copied().unwrap_or(0);
+    assert!(refused > 0, "{:?}", stats.rejected);
+    o.plain_sums = false;
+    let (any, off) = generate(&o, &suite, |_| {}).expect("generate");
+    assert!(!off.rejected.contains_key("plain-sums"));
+    // The check only refuses: without it, the same drafts are accepted, the refused ones among them.
+    let kept: BTreeSet<&str> = checked.iter().map(|g| g.canonical.as_str()).collect();
+    let extra: Vec<&Generated> = any
+        .iter()
+        .filter(|g| !kept.contains(g.canonical.as_str()))
+        .collect();
+    assert!(!extra.is_empty());
+    let failing = extra
+        .iter()
+        .filter(|g| (1..=4).any(|seed| plain_sums_fit(&g.task, seed).is_err()))
+        .count();
+    assert!(
+        failing > 0,
+        "none of the programs only the unchecked run kept fails the check"
+    );
+}
+
+#[test]
+fn every_hand_written_task_can_be_passed_by_a_plain_kernel() {
+    // A task whose tolerance a correct kernel with plain f32 sums cannot meet would teach the
+    // policy that such a kernel is wrong (issue 19's corpus checks at the small preset, where
+    // sums are short; the GPU preset is where they are long).
+    let suite = suite();
+    let failures: Vec<String> = suite
+        .tasks()
+        .iter()
+        .flat_map(|t| {
+            [1, 2].map(|seed| {
+                plain_sums_fit(t, seed)
+                    .err()
+                    .map(|e| format!("{}: {e}", t.name))
+            })
+        })
+        .flatten()
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

@@ -76,6 +76,12 @@ pub enum TasksCommand {
         /// programs before 2026-12-06).
         #[arg(long, default_value = "composite", value_parser = ["composite", "simple"])]
         shapes: String,
+        /// "plain" (the default: refuse a program whose tolerance a correct kernel adding its
+        /// long sums in order in an f32 accumulator cannot meet, e.g. a sum of 100,000 values
+        /// that cancel; such a kernel would be judged wrong) or "any" (no such check: a seed's
+        /// programs before this check, late on 2026-12-06, corpus v3's among them).
+        #[arg(long, default_value = "plain", value_parser = ["plain", "any"])]
+        sums: String,
     },
     /// Write a task's inputs (drawn as the harness draws them) and its fp64 reference outputs
     /// at a preset as JSON, for checks outside kevin (e.g. scripts/kernelbench_crosscheck.py).
@@ -190,12 +196,14 @@ pub fn run(args: Args) -> CmdResult {
             threads,
             naming,
             shapes,
+            sums,
         }) => {
             let mut opts = kevin::taskgen::GenOptions::new(count as usize, seed);
             opts.max_ops = max_ops as usize;
             // clap admits only the two names.
             opts.naming = kevin::taskgen::Naming::from_name(&naming).unwrap_or_default();
             opts.composite = shapes == "composite";
+            opts.plain_sums = sums == "plain";
             opts.families = families
                 .iter()
                 .map(|f| {
@@ -444,6 +452,7 @@ fn generate(suite_dir: &Path, out: &Path, opts: &kevin::taskgen::GenOptions) -> 
         "max_ops": opts.max_ops,
         "naming": opts.naming.name(),
         "shapes": if opts.composite { "composite" } else { "simple" },
+        "sums": if opts.plain_sums { "plain" } else { "any" },
         "families": opts.families.iter().map(|f| f.name()).collect::<Vec<_>>(),
         "max_gpu_bytes": opts.max_gpu_bytes,
         "suite": suite_dir.display().to_string(),
