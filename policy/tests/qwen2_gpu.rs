@@ -1332,6 +1332,7 @@ fn sft_trains_in_bf16_and_saves_its_f32_masters_on_cuda() {
         micro_batch_tokens: None,
         max_len: 256,
         overlong: Overlong::Truncate,
+        max_response: None,
         val_fraction: 0.0,
         val_split: kevin::corpus::split::SplitBy::Task,
         grad_clip: 1.0,

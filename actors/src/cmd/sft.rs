@@ -156,6 +156,11 @@ pub struct TrainArgs {
     /// when the prompt alone is too long) or "drop".
     #[arg(long, default_value = "truncate", value_parser = ["truncate", "drop"])]
     pub overlong: String,
+    /// Drop examples whose response is longer than this many tokens: the configs' sampling
+    /// limit (`sampling.max_new_tokens`, 1024), so that no target is an answer the policy
+    /// could never finish. 0 keeps every example (before 2026-12-06, every run did).
+    #[arg(long, default_value_t = 1024)]
+    pub max_response_tokens: usize,
     /// Fraction of examples held out for validation (0: none), as whole tasks or forms
     /// (`--val-split`).
     #[arg(long, default_value_t = 0.05)]
@@ -408,6 +413,7 @@ pub fn train_main(a: &TrainArgs) -> Result<(), String> {
         } else {
             Overlong::Truncate
         },
+        max_response: (a.max_response_tokens > 0).then_some(a.max_response_tokens),
         val_fraction: a.val_fraction,
         // clap admits only the two names.
         val_split: kevin::corpus::split::SplitBy::from_name(&a.val_split).unwrap_or_default(),
@@ -465,7 +471,7 @@ pub fn train_main(a: &TrainArgs) -> Result<(), String> {
         r.dtype
     );
     println!(
-        "corpus {}: {} examples, {} train, {} validation (held-out {}s: {}); {} truncated, {} dropped for length",
+        "corpus {}: {} examples, {} train, {} validation (held-out {}s: {}); {} truncated, {} dropped for length, {} for a response over --max-response-tokens",
         c.path,
         c.examples,
         c.train,
@@ -478,7 +484,8 @@ pub fn train_main(a: &TrainArgs) -> Result<(), String> {
             (_, n) => format!("{n}, listed in sft.json"),
         },
         c.truncated,
-        c.dropped
+        c.dropped,
+        c.long_responses
     );
     if let Some(e) = r.epochs.last() {
         let val = e

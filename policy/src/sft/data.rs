@@ -54,10 +54,14 @@ pub struct Tokenized {
     pub truncated: usize,
     /// Examples dropped for length.
     pub dropped: usize,
+    /// Examples dropped because their response is longer than `max_response` tokens.
+    pub long_responses: usize,
 }
 
 /// Tokenises the last turn of each of `examples[i]` for `i` in `indices` (the last response is
 /// the target; earlier turns appear inside its prompt), with the chat template the sampler uses.
+/// An example whose response (with its end token) is longer than `max_response` tokens is
+/// dropped: the policy samples at most that many, so it could never finish such an answer.
 /// Errors name the example (index, task, form).
 pub fn tokenize(
     examples: &[Example],
@@ -65,12 +69,14 @@ pub fn tokenize(
     tokenizer: &Tokenizer,
     max_len: usize,
     overlong: Overlong,
+    max_response: Option<usize>,
 ) -> Result<Tokenized, String> {
     let mut out = Tokenized {
         examples: Vec::new(),
         source: Vec::new(),
         truncated: 0,
         dropped: 0,
+        long_responses: 0,
     };
     for &i in indices {
         let e = &examples[i];
@@ -82,6 +88,10 @@ pub fn tokenize(
         let (mut ids, prompt_len) =
             chat::encode_pair(tokenizer, None, &turn.prompt, &turn.response)
                 .map_err(|err| format!("{}: {err}", name()))?;
+        if max_response.is_some_and(|m| ids.len() - prompt_len > m) {
+            out.long_responses += 1;
+            continue;
+        }
         if ids.len() > max_len {
             if overlong == Overlong::Drop || prompt_len >= max_len {
                 out.dropped += 1;

@@ -91,6 +91,9 @@ pub struct SftArgs {
     pub max_len: usize,
     /// What happens to longer examples.
     pub overlong: Overlong,
+    /// Drop examples whose response is longer than this many tokens (the sampler's
+    /// `max_new_tokens`: an answer the policy could not finish); `None` keeps them.
+    pub max_response: Option<usize>,
     /// Fraction of examples held out for validation, as whole tasks or forms (`val_split`).
     pub val_fraction: f64,
     /// What validation holds out whole: tasks (the default) or forms.
@@ -181,6 +184,8 @@ pub struct CorpusRecord {
     pub truncated: usize,
     /// Examples dropped for length.
     pub dropped: usize,
+    /// Examples dropped because their response was longer than `max_response` tokens.
+    pub long_responses: usize,
 }
 
 /// `sft.json`: how the checkpoint was made.
@@ -305,6 +310,7 @@ pub fn run<B: AutodiffBackend>(
         &tokenizer,
         args.max_len,
         args.overlong,
+        args.max_response,
     )?;
     let val = tokenize(
         &examples,
@@ -312,13 +318,18 @@ pub fn run<B: AutodiffBackend>(
         &tokenizer,
         args.max_len,
         args.overlong,
+        args.max_response,
     )?;
     if train.examples.is_empty() {
         return Err(format!(
-            "{}: no training example fits --max-len {} ({} dropped)",
+            "{}: no training example fits --max-len {} ({} dropped) and --max-response-tokens \
+             {} ({} dropped)",
             args.corpus.display(),
             args.max_len,
-            train.dropped
+            train.dropped,
+            args.max_response
+                .map_or("none".to_string(), |m| m.to_string()),
+            train.long_responses
         ));
     }
 
@@ -493,6 +504,7 @@ pub fn run<B: AutodiffBackend>(
             },
             truncated: train.truncated + val.truncated,
             dropped: train.dropped + val.dropped,
+            long_responses: train.long_responses + val.long_responses,
         },
         tokenizer: args.tokenizer.display().to_string(),
         init: args.init.as_ref().map(|p| p.display().to_string()),

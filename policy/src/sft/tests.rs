@@ -205,7 +205,7 @@ fn training_lowers_the_loss_and_the_checkpoint_reloads_exactly() {
     let tok = tokenizer();
     let examples = corpus();
     let all: Vec<usize> = (0..examples.len()).collect();
-    let data = tokenize(&examples, &all, &tok, 4096, Overlong::Drop).unwrap();
+    let data = tokenize(&examples, &all, &tok, 4096, Overlong::Drop, None).unwrap();
     assert_eq!(data.examples.len(), examples.len());
     let cfg = run::fresh_config(&tiny_shape(), &tok, 256).unwrap();
     let device = Default::default();
@@ -251,11 +251,35 @@ fn training_lowers_the_loss_and_the_checkpoint_reloads_exactly() {
 }
 
 #[test]
+fn responses_longer_than_the_sampling_limit_are_dropped_and_counted() {
+    let tok = tokenizer();
+    let examples = corpus();
+    let all: Vec<usize> = (0..examples.len()).collect();
+    let full = tokenize(&examples, &all, &tok, usize::MAX, Overlong::Drop, None).unwrap();
+    assert_eq!(full.long_responses, 0);
+    let mut lens: Vec<usize> = full.examples.iter().map(|e| e.response.len()).collect();
+    lens.sort_unstable();
+    let limit = lens[lens.len() / 2];
+    let over = lens.iter().filter(|&&l| l > limit).count();
+    assert!(over > 0 && over < lens.len());
+    // Whatever --max-len does, an answer the sampler could not finish never becomes a target.
+    for overlong in [Overlong::Drop, Overlong::Truncate] {
+        let kept = tokenize(&examples, &all, &tok, usize::MAX, overlong, Some(limit)).unwrap();
+        assert_eq!(kept.long_responses, over);
+        assert_eq!(kept.examples.len() + over, examples.len());
+        for (e, &src) in kept.examples.iter().zip(&kept.source) {
+            assert!(e.response.len() <= limit);
+            assert_eq!(e, &full.examples[src]);
+        }
+    }
+}
+
+#[test]
 fn over_long_examples_are_cut_or_dropped_and_counted() {
     let tok = tokenizer();
     let examples = corpus();
     let all: Vec<usize> = (0..examples.len()).collect();
-    let full = tokenize(&examples, &all, &tok, usize::MAX, Overlong::Drop).unwrap();
+    let full = tokenize(&examples, &all, &tok, usize::MAX, Overlong::Drop, None).unwrap();
     let lens: Vec<usize> = full.examples.iter().map(SftExample::len).collect();
     // The repair's target is its last turn, and the completion ends with <|im_end|>.
     let repair = full.examples.last().unwrap();
@@ -269,10 +293,10 @@ fn over_long_examples_are_cut_or_dropped_and_counted() {
     let max_len = lens.iter().min().unwrap() + 1;
     assert!(max_len > shortest_prompt);
     let over = lens.iter().filter(|&&l| l > max_len).count();
-    let dropped = tokenize(&examples, &all, &tok, max_len, Overlong::Drop).unwrap();
+    let dropped = tokenize(&examples, &all, &tok, max_len, Overlong::Drop, None).unwrap();
     assert_eq!(dropped.dropped, over);
     assert_eq!(dropped.examples.len() + over, examples.len());
-    let cut = tokenize(&examples, &all, &tok, max_len, Overlong::Truncate).unwrap();
+    let cut = tokenize(&examples, &all, &tok, max_len, Overlong::Truncate, None).unwrap();
     let no_room = full
         .examples
         .iter()
@@ -349,6 +373,7 @@ fn args(corpus: PathBuf, tokenizer: PathBuf, out: PathBuf) -> SftArgs {
         micro_batch_tokens: None,
         max_len: 256,
         overlong: Overlong::Truncate,
+        max_response: None,
         val_fraction: 0.2,
         val_split: kevin::corpus::split::SplitBy::Form,
         grad_clip: 1.0,
