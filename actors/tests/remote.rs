@@ -159,29 +159,48 @@ const DEADLINES: Deadlines = Deadlines {
     profile_ms: 6_000,
 };
 
-/// `[env.remote]` for `server` under `prefix`, with ack_wait just above the deadlines.
-fn section(server: &LocalNatsServer, prefix: &str, max_deliver: u32) -> RemoteEnvSection {
+/// `[env.remote]` for `server` under `prefix`, with ack_wait just above `deadlines`.
+fn section_for(
+    server: &LocalNatsServer,
+    prefix: &str,
+    max_deliver: u32,
+    deadlines: Deadlines,
+) -> RemoteEnvSection {
     RemoteEnvSection {
         url: server.url(),
         prefix: prefix.into(),
         max_inflight: 16,
-        ack_wait_ms: DEADLINES.compile_ms + DEADLINES.verify_ms + DEADLINES.profile_ms + 1_000,
+        ack_wait_ms: deadlines.compile_ms + deadlines.verify_ms + deadlines.profile_ms + 1_000,
         max_deliver,
         job_timeout_ms: 120_000,
         ..RemoteEnvSection::default()
     }
 }
 
-fn remote_env(server: &LocalNatsServer, prefix: &str, max_deliver: u32) -> RemoteEnv {
+/// [`section_for`] with [`DEADLINES`].
+fn section(server: &LocalNatsServer, prefix: &str, max_deliver: u32) -> RemoteEnvSection {
+    section_for(server, prefix, max_deliver, DEADLINES)
+}
+
+fn remote_env_for(
+    server: &LocalNatsServer,
+    prefix: &str,
+    max_deliver: u32,
+    deadlines: Deadlines,
+) -> RemoteEnv {
     let suite = Arc::new(TaskSuite::load(root().join("tasks")).unwrap());
     RemoteEnv::start(
-        &section(server, prefix, max_deliver),
+        &section_for(server, prefix, max_deliver, deadlines),
         Preset::Small,
-        DEADLINES,
+        deadlines,
         suite,
         &root().join("tasks"),
     )
     .unwrap()
+}
+
+fn remote_env(server: &LocalNatsServer, prefix: &str, max_deliver: u32) -> RemoteEnv {
+    remote_env_for(server, prefix, max_deliver, DEADLINES)
 }
 
 fn case(name: &str) -> (String, String) {
@@ -216,7 +235,15 @@ fn two_nodes_judge_like_the_local_cpu_pool() {
     };
     let a = Node::start(&server, "match", "a", &["--jobs", "2"], &[]);
     let b = Node::start(&server, "match", "b", &["--jobs", "2"], &[]);
-    let remote = Arc::new(remote_env(&server, "match", 3));
+    // The nodes compile with g++ (the CPU backend) while the other tests of this binary load
+    // both cores: `attention`'s reference took over 10 s of its own time on a 2-core CI machine
+    // (2026-12-06, after the run-queue waits were taken off). 60 s, the CPU configs' deadline;
+    // the other tests keep 10 s.
+    let cpu_compile = Deadlines {
+        compile_ms: 60_000,
+        ..DEADLINES
+    };
+    let remote = Arc::new(remote_env_for(&server, "match", 3, cpu_compile));
     let env: Arc<dyn KernelEnv> = remote.clone();
     let suite = TaskSuite::load(root().join("tasks")).unwrap();
     let mut jobs: Vec<(String, String)> = [
