@@ -55,7 +55,7 @@ pub use names::Naming;
 use crate::ops::interp::{self, Tensor};
 use crate::ops::{infer_expr, normalize_axis, BinOp, Dim, Dtype, Expr, Op, Program, Sizes};
 use crate::rng::{fnv1a, SplitMix64};
-use crate::tasks::{InputDist, Preset, Split, Task, TaskError, TaskSuite};
+use crate::tasks::{InputDist, Preset, Split, Task, TaskError, TaskSuite, Tolerance};
 use draft::Draft;
 
 /// What to generate.
@@ -400,12 +400,9 @@ fn vet(
         return Err(Reject("held-out"));
     }
     let seed = rng.next_u64();
-    numerics(&task, &small, seed)?;
+    numerics(&task, &small, seed, false)?;
     if let Some(probe) = probe_sizes(&task) {
-        numerics(&task, &probe, seed ^ 1)?;
-        if opts.plain_sums {
-            plain_at(&task, &probe, seed ^ 2).map_err(|_| Reject("plain-sums"))?;
-        }
+        numerics(&task, &probe, seed ^ 1, opts.plain_sums)?;
     }
     if task.estimate_gpu_baseline_ms() < MIN_GPU_MS {
         return Err(Reject("gpu-size"));
@@ -613,12 +610,26 @@ fn probe_sizes(task: &Task) -> Option<Sizes> {
     Some(sizes)
 }
 
-/// Check 4 of the module doc at `sizes`.
-fn numerics(task: &Task, sizes: &Sizes, seed: u64) -> Result<(), Reject> {
-    let p = &task.program;
+/// `task` with its small preset at `sizes`, and inputs drawn there from its distributions.
+fn draw_at(task: &Task, sizes: &Sizes, seed: u64) -> (Task, Vec<Vec<f64>>) {
     let mut at = task.clone();
     at.small_sizes = sizes.clone();
     let inputs = at.generate_inputs(Preset::Small, seed);
+    (at, inputs)
+}
+
+/// `got` is finite and within half of `tol` of `want`: the margin of the generator's checks
+/// against rounding (the checks run on far fewer outputs than the GPU preset holds, whose
+/// largest error lies further out in the tail).
+fn within_half(tol: Tolerance, want: f64, got: f64) -> bool {
+    got.is_finite() && (got - want).abs() <= 0.5 * (tol.atol + tol.rtol * want.abs())
+}
+
+/// Check 4 of the module doc at `sizes`, with the plain kernel's sums ([`plain_sums_fit`]) when
+/// `plain`.
+fn numerics(task: &Task, sizes: &Sizes, seed: u64, plain: bool) -> Result<(), Reject> {
+    let p = &task.program;
+    let (at, inputs) = draw_at(task, sizes, seed);
     let want = interp::run(p, sizes, &inputs).map_err(|_| Reject("interpreter"))?;
     // Finite, and representable in the output's dtype (no overflow to infinity on store).
     let representable = want.iter().zip(&p.outputs).all(|(t, d)| {
@@ -637,7 +648,7 @@ fn numerics(task: &Task, sizes: &Sizes, seed: u64) -> Result<(), Reject> {
             if exact {
                 w == e
             } else {
-                e.is_finite() && (e - w).abs() <= 0.5 * (tol.atol + tol.rtol * w.abs())
+                within_half(tol, w, e)
             }
         });
         if !ok {
@@ -663,6 +674,9 @@ fn numerics(task: &Task, sizes: &Sizes, seed: u64) -> Result<(), Reject> {
             return Err(Reject("input-ignored"));
         }
     }
+    if plain {
+        plain_sums_meet(task, sizes, &inputs, &want).map_err(|_| Reject("plain-sums"))?;
+    }
     Ok(())
 }
 
@@ -676,36 +690,33 @@ fn numerics(task: &Task, sizes: &Sizes, seed: u64) -> Result<(), Reject> {
 /// correct kernel wrong. The error names the output, the element, both values and the sizes.
 pub fn plain_sums_fit(task: &Task, seed: u64) -> Result<(), String> {
     let sizes = probe_sizes(task).unwrap_or_else(|| task.small_sizes.clone());
-    plain_at(task, &sizes, seed)
+    let (_, inputs) = draw_at(task, &sizes, seed);
+    let want = interp::run(&task.program, &sizes, &inputs).map_err(|e| e.to_string())?;
+    plain_sums_meet(task, &sizes, &inputs, &want)
 }
 
-/// [`plain_sums_fit`] at `sizes`.
-fn plain_at(task: &Task, sizes: &Sizes, seed: u64) -> Result<(), String> {
+/// [`plain_sums_fit`] on `inputs` at `sizes`, whose fp64 reference is `want`.
+fn plain_sums_meet(
+    task: &Task,
+    sizes: &Sizes,
+    inputs: &[Vec<f64>],
+    want: &[Tensor],
+) -> Result<(), String> {
     let p = &task.program;
-    let mut at = task.clone();
-    at.small_sizes = sizes.clone();
-    let inputs = at.generate_inputs(Preset::Small, seed);
-    let want = interp::run(p, sizes, &inputs).map_err(|e| e.to_string())?;
-    let plain = interp::run_plain_f32(p, sizes, &inputs).map_err(|e| e.to_string())?;
+    let plain = interp::run_plain_f32(p, sizes, inputs).map_err(|e| e.to_string())?;
     let tol = task.tolerance;
-    // Half the tolerance, as the generator's rounding check: the probe holds far fewer outputs
-    // than the GPU preset, whose largest drift lies further out in the tail.
-    let outside =
-        |w: f64, g: f64| !(g.is_finite() && (g - w).abs() <= 0.5 * (tol.atol + tol.rtol * w.abs()));
     for ((w, g), d) in want.iter().zip(&plain).zip(&p.outputs) {
         if !d.ty.dtype.is_float() {
             continue;
         }
-        let bad: Vec<usize> = (0..w.data.len())
-            .filter(|&i| outside(w.data[i], g.data[i]))
-            .collect();
-        if let Some(&i) = bad.first() {
+        let outside = |i: &usize| !within_half(tol, w.data[*i], g.data[*i]);
+        if let Some(i) = (0..w.data.len()).find(outside) {
             return Err(format!(
                 "output {}: {} of {} elements outside half the tolerance (atol {:e}, rtol \
                  {:e}) with f32 sums in index order (element {i}: {} against {}) at sizes \
                  {sizes:?}",
                 d.name,
-                bad.len(),
+                (0..w.data.len()).filter(outside).count(),
                 w.data.len(),
                 tol.atol,
                 tol.rtol,

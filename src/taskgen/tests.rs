@@ -409,7 +409,7 @@ fn every_hand_written_task_can_be_passed_by_a_plain_kernel() {
 fn numerics_refuse_unsound_programs() {
     let check = |program: &str, extra: &str| {
         let t = task("n", program, extra);
-        numerics(&t, &t.small_sizes, 9).map_err(|Reject(r)| r)
+        numerics(&t, &t.small_sizes, 9, false).map_err(|Reject(r)| r)
     };
     assert_eq!(
         check(
