@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# One RL piece of issue 19 on the GPU, as `benches/results/rl-h200-2026-12-04b.md` ran it: from a
-# committed warm start, on the hand-written training tasks and 240 generated ones, 8 trajectories
-# x 4 turns, 8 tasks a step, lr 3e-5, until STEPS learner steps (or SIGINT after MAX_S seconds,
-# which checkpoints and stops cleanly). The generated tasks are rebuilt here from the warm start's
-# own corpus seed, and 240 are drawn with Python's random.Random(DRAW) over the sorted file names
-# (the earlier pieces drew with seed 19).
+# One RL piece of issue 19 on the GPU, as `benches/results/rl-gen3-h100-2026-12-06.md` ran it
+# (models/kevin-rl-gen3-4m): from a committed warm start, on the hand-written training tasks and
+# 240 generated ones, 8 trajectories x 4 turns, 8 tasks a step, lr 3e-5, until STEPS learner steps
+# (or SIGINT after MAX_S seconds, which checkpoints and stops cleanly). By default the 240 are
+# programs the warm start never saw (TASKS=fresh); TASKS=seen draws them from the warm start's own
+# corpus tasks with Python's random.Random(DRAW) over the sorted file names, as the pieces of
+# 2026-12-04/05 did (`rl-h200-2026-12-04b.md`, `rl-2026-12-05.md`).
 #
 #   KEVIN=target/release/kevin OUT=runs/rl-piece bash benches/rl-piece.sh
 #
@@ -12,8 +13,14 @@
 # 1500 --seed 2612 --sums any` (the defaults of that day), and the warm start models/kevin-sft-gen3-4m;
 # gen2: the 2,000 of corpus v2, seed 1903 with the five families, fixed names and simple shapes of
 # that time, and models/kevin-sft-gen2-4m, as the 2026-12-04/05 pieces ran), INIT (the warm start
-# GEN names), STEPS (25), MAX_S (520), DRAW (19), LR (3e-5), CONFIG (configs/gpu-burn.toml). Then
-# evaluate the newest checkpoint on the held-out split, twice for the spread:
+# GEN names), TASKS (seen: 240 of the warm start's own corpus tasks, as the pieces of 2026-12-04/05
+# trained, with STEPS=25; fresh: 240 tasks the warm start never saw, `kevin tasks generate --dir
+# tasks:GEN-TASKS --count 240 --seed FRESH_SEED` with the generator's defaults of the day, none of
+# them a program of the warm start's corpus, so that RL rewards kernels for programs new to the
+# policy, as the held-out split asks; the default), FRESH_SEED (7001), STEPS (30), MAX_S
+# (520), DRAW (19), LR (3e-5), CONFIG (configs/gpu-burn.toml). A folder $OUT/gen240 made
+# beforehand (e.g. on a machine with more time) is used as it is. Then evaluate the newest
+# checkpoint on the held-out split, twice for the spread:
 #
 #   kevin eval --checkpoint $OUT/run/checkpoints/step-N/learner --config configs/gpu-burn.toml \
 #       --samples 16 --turns 8 --seed S --backend cuda --device cuda --json eval-S.json
@@ -28,7 +35,10 @@ case "$GEN" in
           INIT=${INIT:-models/kevin-sft-gen2-4m} ;;
     *) echo "GEN=$GEN: gen3 or gen2" >&2; exit 2 ;;
 esac
-STEPS=${STEPS:-25}
+TASKS=${TASKS:-fresh}
+FRESH_SEED=${FRESH_SEED:-7001}
+case "$TASKS" in seen|fresh) ;; *) echo "TASKS=$TASKS: seen or fresh" >&2; exit 2 ;; esac
+STEPS=${STEPS:-30}
 MAX_S=${MAX_S:-520}
 DRAW=${DRAW:-19}
 LR=${LR:-3e-5}
@@ -36,7 +46,15 @@ CONFIG=${CONFIG:-configs/gpu-burn.toml}
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 
-if [ ! -d "$OUT/gen240" ]; then
+if [ ! -d "$OUT/gen240" ] && [ "$TASKS" = fresh ]; then
+    step "tasks: 240 fresh ones, --seed $FRESH_SEED, none of them a program of ${GEN_ARGS[*]}"
+    rm -rf "$OUT/gen-all" "$OUT/gen240.part"
+    "$KEVIN" tasks generate "${GEN_ARGS[@]}" --out "$OUT/gen-all" > "$OUT/generate.log"
+    # `--dir` names the warm start's tasks too: the generator refuses their programs as duplicates.
+    "$KEVIN" tasks generate --dir "tasks:$OUT/gen-all" --count 240 --seed "$FRESH_SEED" \
+        --out "$OUT/gen240.part" >> "$OUT/generate.log"
+    mv "$OUT/gen240.part" "$OUT/gen240"
+elif [ ! -d "$OUT/gen240" ]; then
     step "tasks: ${GEN_ARGS[*]}, 240 drawn with random.Random($DRAW)"
     rm -rf "$OUT/gen-all" "$OUT/gen240.part"
     # The tasks of the warm start's corpus (GEN), so that the pieces of one run keep the same ones.

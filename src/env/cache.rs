@@ -1,10 +1,11 @@
 //! The evaluation cache ([`CachedEnv`]): a candidate whose exact text was already judged for the
 //! same task gets that verdict again instead of a second compile, check and timing.
 //!
-//! A small policy repeats itself: `models/kevin-rl-4m` wrote one kernel eight times out of eight
-//! for two of three training tasks (8 trajectories, temperature 0.9, 2026-12-06), and the GPU
-//! checked and timed every copy under its one lock. The verdict is a property of the text: the
-//! same source, launch lines and task give the same program on the same inputs' distribution.
+//! A small policy repeats itself: `kevin-rl-4m` (the RL checkpoint of 2026-12-04) wrote one
+//! kernel eight times out of eight for two of three training tasks (8 trajectories, temperature
+//! 0.9, 2026-12-06), and the GPU checked and timed every copy under its one lock. The verdict is
+//! a property of the text: the same source, launch lines and task give the same program on the
+//! same inputs' distribution.
 //!
 //! - **Key**: the task's name and the whole ```cuda block, byte for byte (no hash, so no
 //!   collision). One environment has one preset, so the preset needs no place in the key.
