@@ -139,6 +139,8 @@ struct SpanState {
     actor: Option<Arc<str>>,
     /// The actor came from the span's own `actor` field (or the span has no parent at all).
     message: bool,
+    /// The track this message is counted open on in the live stats (a message span only).
+    open: Option<Arc<str>>,
     args: Vec<(&'static str, ArgValue)>,
 }
 
@@ -232,10 +234,15 @@ where
                 (inherited, parent.is_none())
             }
         };
+        let open = message.then(|| actor.clone().unwrap_or_else(|| Arc::from(OTHER_TRACK)));
+        if let Some(track) = &open {
+            self.stats.open_message(track, start);
+        }
         span.extensions_mut().insert(SpanState {
             start,
             actor,
             message,
+            open,
             args: fields.args,
         });
     }
@@ -249,7 +256,13 @@ where
             return;
         };
         if let Some(a) = fields.actor {
-            state.actor = Some(Arc::from(a));
+            let actor: Arc<str> = Arc::from(a);
+            if let Some(track) = state.open.take() {
+                self.stats.close_open(&track, state.start);
+            }
+            self.stats.open_message(&actor, state.start);
+            state.open = Some(actor.clone());
+            state.actor = Some(actor);
             state.message = true;
         }
         for (k, v) in fields.args {
@@ -291,8 +304,10 @@ where
         };
         let actor = state.actor.unwrap_or_else(|| Arc::from(OTHER_TRACK));
         let dur = end.saturating_duration_since(state.start);
-        if state.message {
-            self.stats.record_message(&actor, dur.as_micros() as u64);
+        // A message span is open on the track of its actor (`open` follows `actor`).
+        if let Some(track) = &state.open {
+            self.stats
+                .record_message(track, state.start, dur.as_micros() as u64);
         }
         self.send(Message::Span {
             name: span.name(),

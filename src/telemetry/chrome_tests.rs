@@ -171,6 +171,49 @@ fn spans_of_several_actors_become_one_track_each() {
 }
 
 #[test]
+fn live_stats_count_an_open_message_up_to_each_snapshot_on_its_actors_track() {
+    let dir = temp_dir("open");
+    let (layer, guard) = chrome_layer(&dir.join("trace-1.json")).unwrap();
+    let stats = layer.stats();
+    let d = dispatch(layer);
+    let round = dispatcher::with_default(&d, || {
+        tracing::info_span!("generate_round", actor = "Generator")
+    });
+    // Its actor named later, as a span declared with `actor = field::Empty` does.
+    let step = dispatcher::with_default(&d, || {
+        tracing::info_span!("train_step", actor = tracing::field::Empty)
+    });
+    step.record("actor", "Learner");
+    std::thread::sleep(Duration::from_millis(20));
+    let a = stats.snapshot();
+    for actor in ["Generator", "Learner"] {
+        let t = &a.tracks[actor];
+        assert_eq!(t.handled, 0, "{actor}");
+        assert!(
+            t.busy_us >= 20_000,
+            "{actor} open 20 ms, busy {} us",
+            t.busy_us
+        );
+    }
+    assert_eq!(a.tracks.get(OTHER_TRACK).map_or(0, |t| t.busy_us), 0);
+    std::thread::sleep(Duration::from_millis(5));
+    drop(round);
+    drop(step);
+    let b = stats.snapshot();
+    let f = b.busy_fractions_since(&a);
+    for actor in ["Generator", "Learner"] {
+        assert_eq!(b.tracks[actor].handled, 1, "{actor}");
+        assert!(
+            f[actor] <= 1.0,
+            "{actor}: {} of a window inside one message",
+            f[actor]
+        );
+    }
+    guard.finish().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_file_cut_by_a_kill_still_reads_up_to_the_cut() {
     let dir = temp_dir("cut");
     let (path, _, _) = traced_run(&dir);

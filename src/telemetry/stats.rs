@@ -1,8 +1,12 @@
 //! Live per-actor aggregates kept by the trace layer, so the daemon can put actor busy fractions
 //! and handling latencies into metrics.jsonl every learner step without re-reading the trace file.
 //!
-//! The layer updates these once per closed message span: one read lock on the track map (a write
-//! lock only the first time an actor is seen) and one mutex per track. Actors on different tracks
+//! The layer updates these when a message span opens and when it closes: one read lock on the
+//! track map (a write lock only the first time an actor is seen) and one mutex per track. A
+//! snapshot counts the time of the messages still open up to its own instant, so the busy time
+//! between two snapshots is the time spent inside that window, also for a message (a generation
+//! round, a learner step) that outlasts several windows; counting a message only when it closed
+//! put all of its time in the window of its close (a single actor "busy" 2x a step's wall time). Actors on different tracks
 //! never contend with each other; a pool sharing a track contends only on that track's small lock.
 //! Latency percentiles come from a log-linear histogram (16 sub-buckets per power of two, so a
 //! reported percentile is within about 6% of the true value); `kevin inspect` computes exact ones
@@ -80,7 +84,11 @@ impl Histogram {
 /// Running totals of one track (one actor).
 struct TrackAgg {
     handled: u64,
+    /// Summed time of the closed messages.
     busy_us: u64,
+    /// Messages open now, and the sum of their start times (microseconds since the trace start).
+    open: u64,
+    open_start_sum_us: u64,
     max_us: u64,
     hist: Histogram,
 }
@@ -113,8 +121,8 @@ impl TraceStats {
         }
     }
 
-    /// Records one handled message of `actor` that took `dur_us` microseconds.
-    pub(crate) fn record_message(&self, actor: &Arc<str>, dur_us: u64) {
+    /// The track of `actor`, made on first sight.
+    fn track(&self, actor: &Arc<str>) -> Arc<Mutex<TrackAgg>> {
         let existing = self
             .tracks
             .read()
@@ -132,13 +140,45 @@ impl TraceStats {
                     Arc::new(Mutex::new(TrackAgg {
                         handled: 0,
                         busy_us: 0,
+                        open: 0,
+                        open_start_sum_us: 0,
                         max_us: 0,
                         hist: Histogram::new(),
                     }))
                 })
                 .clone(),
         };
+        cell
+    }
+
+    /// A message of `actor` that started at `start` is being handled (until [`Self::close_open`]
+    /// or [`Self::record_message`]).
+    pub(crate) fn open_message(&self, actor: &Arc<str>, start: Instant) {
+        let at = self.us_since_start(start);
+        let cell = self.track(actor);
         let mut agg = cell.lock().unwrap_or_else(PoisonError::into_inner);
+        agg.open += 1;
+        agg.open_start_sum_us = agg.open_start_sum_us.saturating_add(at);
+    }
+
+    /// The message opened with [`Self::open_message`] with the same `actor` and `start` turned out
+    /// to belong to another actor: it is no longer open on this one.
+    pub(crate) fn close_open(&self, actor: &Arc<str>, start: Instant) {
+        let at = self.us_since_start(start);
+        let cell = self.track(actor);
+        let mut agg = cell.lock().unwrap_or_else(PoisonError::into_inner);
+        agg.open = agg.open.saturating_sub(1);
+        agg.open_start_sum_us = agg.open_start_sum_us.saturating_sub(at);
+    }
+
+    /// Records one handled message of `actor`, opened with [`Self::open_message`] at `start`, that
+    /// took `dur_us` microseconds: it leaves the open ones and joins the closed ones at once.
+    pub(crate) fn record_message(&self, actor: &Arc<str>, start: Instant, dur_us: u64) {
+        let at = self.us_since_start(start);
+        let cell = self.track(actor);
+        let mut agg = cell.lock().unwrap_or_else(PoisonError::into_inner);
+        agg.open = agg.open.saturating_sub(1);
+        agg.open_start_sum_us = agg.open_start_sum_us.saturating_sub(at);
         agg.handled += 1;
         agg.busy_us = agg.busy_us.saturating_add(dur_us);
         agg.max_us = agg.max_us.max(dur_us);
@@ -171,6 +211,11 @@ impl TraceStats {
         self.start.elapsed().as_micros() as u64
     }
 
+    /// Microseconds from the trace start to `t` (0 for an instant before it).
+    fn us_since_start(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.start).as_micros() as u64
+    }
+
     /// Trace records dropped so far because the writer could not keep up (or had stopped).
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
@@ -178,6 +223,7 @@ impl TraceStats {
 
     /// A consistent-enough copy of every track's totals (each track is copied under its own lock).
     pub fn snapshot(&self) -> StatsSnapshot {
+        let now_us = self.elapsed_us();
         let cells: Vec<(Arc<str>, Arc<Mutex<TrackAgg>>)> = self
             .tracks
             .read()
@@ -189,9 +235,14 @@ impl TraceStats {
             .into_iter()
             .map(|(name, cell)| {
                 let agg = cell.lock().unwrap_or_else(PoisonError::into_inner);
+                // A message opened after `now_us` was read counts nothing yet (saturating).
+                let open_us = agg
+                    .open
+                    .saturating_mul(now_us)
+                    .saturating_sub(agg.open_start_sum_us);
                 let snap = TrackSnapshot {
                     handled: agg.handled,
-                    busy_us: agg.busy_us,
+                    busy_us: agg.busy_us.saturating_add(open_us),
                     mean_ms: if agg.handled == 0 {
                         0.0
                     } else {
@@ -211,7 +262,7 @@ impl TraceStats {
             .map(|(k, v)| (k.clone(), *v))
             .collect();
         StatsSnapshot {
-            elapsed_us: self.elapsed_us(),
+            elapsed_us: now_us,
             tracks,
             counters,
             dropped: self.dropped(),
@@ -224,9 +275,10 @@ impl TraceStats {
 pub struct TrackSnapshot {
     /// Messages handled (closed message spans).
     pub handled: u64,
-    /// Summed handling time in microseconds (a pool of N workers can accumulate N per second).
+    /// Summed handling time in microseconds up to the snapshot, the messages still open counted up
+    /// to its instant (a pool of N workers can accumulate N per second).
     pub busy_us: u64,
-    /// Mean handling latency in milliseconds.
+    /// Mean handling latency in milliseconds (closed messages).
     pub mean_ms: f64,
     /// 99th-percentile handling latency in milliseconds (histogram bucket bound, within ~6%).
     pub p99_ms: f64,
@@ -289,10 +341,12 @@ mod tests {
 
     #[test]
     fn p99_is_within_bucket_error() {
-        let stats = TraceStats::new(Instant::now());
+        let start = Instant::now();
+        let stats = TraceStats::new(start);
         let actor: Arc<str> = Arc::from("Compiler");
         for ms in 1..=100u64 {
-            stats.record_message(&actor, ms * 1000);
+            stats.open_message(&actor, start);
+            stats.record_message(&actor, start, ms * 1000);
         }
         let snap = stats.snapshot();
         let t = &snap.tracks["Compiler"];
@@ -304,6 +358,39 @@ mod tests {
             t.p99_ms
         );
         assert_eq!(t.max_ms, 100.0);
+    }
+
+    #[test]
+    fn a_message_open_across_snapshots_is_busy_in_each_window_not_only_where_it_closes() {
+        let origin = Instant::now() - std::time::Duration::from_secs(10);
+        let stats = TraceStats::new(origin);
+        let actor: Arc<str> = Arc::from("Generator");
+        let start = origin + std::time::Duration::from_secs(2);
+        stats.open_message(&actor, start);
+        let a = stats.snapshot();
+        let g = &a.tracks["Generator"];
+        assert_eq!(g.handled, 0);
+        assert_eq!(
+            g.busy_us,
+            a.elapsed_us - 2_000_000,
+            "open since 2 s: busy up to now"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        stats.record_message(&actor, start, stats.elapsed_us() - 2_000_000);
+        let b = stats.snapshot();
+        assert_eq!(b.tracks["Generator"].handled, 1);
+        let f = b.busy_fractions_since(&a)["Generator"];
+        // Counted at its close alone, the message's 8 s would fall into this 5 ms window.
+        assert!(
+            f > 0.0 && f <= 1.0,
+            "busy fraction {f} of a window inside one message"
+        );
+        // A message opened for one actor and moved to another leaves nothing open behind.
+        let other: Arc<str> = Arc::from("Compiler");
+        stats.open_message(&other, start);
+        stats.close_open(&other, start);
+        let c = stats.snapshot();
+        assert_eq!(c.tracks["Compiler"].busy_us, 0);
     }
 
     #[test]

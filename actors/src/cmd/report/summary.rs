@@ -283,8 +283,10 @@ pub fn markdown(
     }
     md.push_str(
         "Busy fractions are an actor's summed span time over wall time since the previous step, \
-         from the trace (`telemetry.trace`); an actor that serves requests in parallel (a worker \
-         pool) can exceed 1.\n",
+         from the trace (`telemetry.trace`); a message still being handled counts up to the step \
+         (runs recorded before 2026-12-06 late counted a message whole in the step it ended in, so \
+         a single actor could show more than 1); an actor that serves requests in parallel (a \
+         worker pool) can exceed 1.\n",
     );
 
     if !warnings.is_empty() {
