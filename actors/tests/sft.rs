@@ -1078,3 +1078,94 @@ fn kernelbench_views_triangles_norms_attention_and_named_sizes_verify_on_the_cpu
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// One episodes.jsonl line as `kevin train` writes it.
+fn episode_line(
+    task: &str,
+    seq: u64,
+    turn: u32,
+    outcome: &kevin::outcome::Outcome,
+    response: &str,
+) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "seq": seq, "group": seq, "task": task, "trajectory": 0, "turn": turn,
+        "policy_version": 0, "score": outcome.score(), "return": 0.0, "advantage": 0.0,
+        "outcome": outcome, "generate_ms": 1.0, "evaluate_ms": 1.0,
+        "prompt": format!("prompt of turn {turn}"), "response": response,
+    }))
+    .unwrap()
+}
+
+#[test]
+fn repairs_from_a_runs_rotated_episodes_through_the_binary() {
+    use kevin::outcome::Outcome;
+    use kevin::telemetry::files::RotatingLog;
+    let dir = std::env::temp_dir().join(format!("kevin-sft-repairs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let wrong = Outcome::Wrong {
+        reason: "values differ".into(),
+        mismatch: None,
+    };
+    let compile = Outcome::CompileError { log: "x".into() };
+    let right = Outcome::Correct {
+        kernel_ms: 2.0,
+        baseline_ms: 1.0,
+        spread: 0.01,
+        timing: "cuda".into(),
+    };
+    let kernel = "reasoning\n\n```cuda\n// kevin: launch k grid=(cdiv(N,256)) block=(256) args=(X, Y, N)\n\
+                  __global__ void k(const float* X, float* Y, int n) {\n\
+                  int i = blockIdx.x * blockDim.x + threadIdx.x;\n if (i < n) Y[i] = X[i];\n}\n```\nCopy.";
+    // Group 1 in an archived part, group 2 in the live file: the reader takes both.
+    let mut log = RotatingLog::open(&run, "episodes", "jsonl", 1 << 30).unwrap();
+    log.write_line(&episode_line("relu", 1, 0, &wrong, "w"))
+        .unwrap();
+    log.write_line(&episode_line("relu", 1, 1, &right, kernel))
+        .unwrap();
+    log.rotate().unwrap();
+    log.write_line(&episode_line("relu", 2, 0, &compile, "c"))
+        .unwrap();
+    log.write_line(&episode_line("relu", 2, 1, &compile, "c2"))
+        .unwrap();
+    log.flush().unwrap();
+    drop(log);
+    let out = dir.join("repairs.jsonl");
+    let stdout = succeeded(&kevin_at_root(&[
+        "sft",
+        "repairs",
+        "--episodes",
+        run.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(
+        stdout.contains("2 repair pairs over 1 of 1 tasks"),
+        "{stdout}"
+    );
+    let examples = read_jsonl(&out).unwrap();
+    let forms: Vec<&str> = examples.iter().map(|e| e.form.as_str()).collect();
+    assert_eq!(forms, ["own:wrong+group", "own:compile_error+task"]);
+    assert!(examples.iter().all(|e| e.kind == Kind::OwnRepair));
+    assert!(examples[1].turns[1].response.contains("__global__ void k("));
+
+    // A held-out task's turns are refused, naming the task.
+    let heldout = dir.join("heldout.jsonl");
+    std::fs::write(&heldout, episode_line("tanh", 1, 0, &wrong, "w")).unwrap();
+    let refused = kevin_at_root(&[
+        "sft",
+        "repairs",
+        "--episodes",
+        heldout.to_str().unwrap(),
+        "--out",
+        dir.join("no.jsonl").to_str().unwrap(),
+    ]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("task `tanh`") && err.contains("held out"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -40,6 +40,7 @@
 //! are whatever the environment reports.
 
 pub mod naive;
+pub mod own;
 mod scalar;
 pub mod split;
 pub mod variants;
@@ -72,6 +73,9 @@ pub enum Kind {
     /// closed), each with its real feedback, then the fixed kernel: the long prompts of the
     /// later refinement turns.
     Chain,
+    /// A policy's own failed turn from a run, the prompt the rollout built over it, and a kernel
+    /// the policy got right for that task ([`own`], `kevin sft repairs`).
+    OwnRepair,
 }
 
 impl Kind {
@@ -82,6 +86,7 @@ impl Kind {
             Kind::Variant => "variant",
             Kind::Repair => "repair",
             Kind::Chain => "chain",
+            Kind::OwnRepair => "own_repair",
         }
     }
 }
@@ -745,7 +750,7 @@ fn chain(
 
 /// At most `cap` of `jobs` (all when `None`), drawn without replacement by `seed`, in their
 /// original order.
-fn capped(jobs: Vec<Job>, cap: Option<usize>, seed: u64) -> Vec<Job> {
+fn capped<T>(jobs: Vec<T>, cap: Option<usize>, seed: u64) -> Vec<T> {
     let Some(cap) = cap.filter(|&c| c < jobs.len()) else {
         return jobs;
     };

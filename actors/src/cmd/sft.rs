@@ -1,6 +1,7 @@
-//! `kevin sft corpus`, `kevin sft tokenizer` and `kevin sft train`: the supervised warm-start
-//! corpus (built and verified on the CPU backend, see `kevin::corpus`), the byte-level BPE
-//! tokenizer trained on it (`kevin_policy::tokenizer`), and the policy trained on it
+//! `kevin sft corpus`, `kevin sft repairs`, `kevin sft tokenizer` and `kevin sft train`: the
+//! supervised warm-start corpus (built and verified on the CPU backend, see `kevin::corpus`),
+//! repair pairs from a training run's own turns (`kevin::corpus::own`), the byte-level BPE
+//! tokenizer trained on a corpus (`kevin_policy::tokenizer`), and the policy trained on it
 //! (`kevin_policy::sft`), with progress on stderr.
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,11 @@ pub enum SftCommand {
     /// variants and naive kernels, and broken-then-fixed repair pairs, every kernel compiled and
     /// checked on the CPU backend. Prints counts by kind and by outcome.
     Corpus(CorpusArgs),
+    /// Build repair pairs (corpus JSONL) from training runs' own turns: each failed turn with a
+    /// next turn, the prompt the rollout built over it (the attempt and its real feedback), and
+    /// the fastest kernel the policy got right for that task (its own group's when there is
+    /// one). Nothing is evaluated again. Append the file to a corpus for `kevin sft train`.
+    Repairs(RepairsArgs),
     /// Train a byte-level BPE tokenizer on a corpus and write DIR/tokenizer.json; prints bytes
     /// per token on the corpus.
     Tokenizer(TokenizerArgs),
@@ -81,6 +87,31 @@ pub struct CorpusArgs {
     pub config: Option<PathBuf>,
     /// Also write the counts as JSON to this file, with the command, the seed and, for each folder
     /// from `kevin tasks generate`, its seed and fingerprint.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// The flags of `kevin sft repairs`.
+#[derive(clap::Args, Debug)]
+pub struct RepairsArgs {
+    /// A run directory (its episodes.jsonl and the parts rotated from it) or an episodes file
+    /// (plain or .gz); repeat the flag for several runs.
+    #[arg(long = "episodes", required = true)]
+    pub episodes: Vec<PathBuf>,
+    /// The JSONL file to write.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The task suite's folder, or several joined by `:`: a turn of one of its held-out tasks
+    /// is an error.
+    #[arg(long, default_value = "tasks")]
+    pub dir: PathBuf,
+    /// At most this many pairs per task, drawn by --seed.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    pub per_task: u64,
+    /// Chooses the pairs of a task that has more than --per-task.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also write the counts as JSON to this file, with the command and the inputs.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
@@ -200,6 +231,7 @@ pub struct TrainArgs {
 pub fn run(args: Args) -> CmdResult {
     match args.what {
         SftCommand::Corpus(a) => corpus_main(&a),
+        SftCommand::Repairs(a) => repairs_main(&a),
         SftCommand::Tokenizer(a) => tokenizer_main(&a.corpus, a.vocab_size, &a.out),
         SftCommand::Train(a) => train_main(&a),
     }
@@ -287,6 +319,81 @@ pub fn corpus_main(args: &CorpusArgs) -> Result<(), String> {
         record["chains_per_task"] = args.chains_per_task.into();
         record["chain_max_turns"] = args.chain_max_turns.into();
         record["generated"] = generated.into();
+        write_json(path, &record)?;
+    }
+    Ok(())
+}
+
+/// Builds repair pairs from runs' episodes, writes them, prints their counts; `Err` is a
+/// one-line message.
+pub fn repairs_main(args: &RepairsArgs) -> Result<(), String> {
+    let suite = TaskSuite::load(&args.dir)
+        .map_err(|e| format!("task suite {}: {e}", args.dir.display()))?;
+    let held_out = suite
+        .split(kevin::tasks::Split::Heldout)
+        .map(|t| t.name.clone())
+        .collect();
+    let mut turns = Vec::new();
+    for (source, path) in args.episodes.iter().enumerate() {
+        let (file, text) = if path.is_dir() {
+            let live = path.join("episodes.jsonl");
+            let text = kevin::telemetry::files::read_rotated(&live).map_err(|e| {
+                format!(
+                    "{}: {e} (a run directory of `kevin train` with telemetry.episodes on)",
+                    live.display()
+                )
+            })?;
+            (live, text)
+        } else {
+            let text = kevin::telemetry::files::read_text(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            (path.clone(), text)
+        };
+        turns.extend(corpus::own::parse_episodes(
+            source,
+            &file.display().to_string(),
+            &text,
+        )?);
+    }
+    let opts = corpus::own::OwnRepairOptions {
+        per_task: args.per_task as usize,
+        seed: args.seed,
+    };
+    let (examples, stats) = corpus::own::own_repairs(&turns, &held_out, &opts)?;
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    corpus::write_jsonl(&args.out, &examples).map_err(|e| e.to_string())?;
+    let pairs: usize = stats.pairs.values().sum();
+    let kinds = stats
+        .pairs
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!(
+        "wrote {}: {pairs} repair pairs over {} of {} tasks ({} answered from the failed turn's own group)",
+        args.out.display(),
+        stats.tasks_with_pairs,
+        stats.tasks,
+        stats.answered_in_group
+    );
+    println!("  failed turns: {kinds}");
+    println!(
+        "  from {} turns: {} failed turns with a next turn, {} of tasks the policy never got right, {} repeating an earlier failed response",
+        stats.turns, stats.failures_followed, stats.without_answer, stats.repeated
+    );
+    if let Some(path) = &args.json {
+        let mut record = serde_json::to_value(&stats).map_err(|e| e.to_string())?;
+        record["command"] = std::env::args().collect::<Vec<_>>().join(" ").into();
+        record["episodes"] = args
+            .episodes
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .into();
+        record["per_task"] = args.per_task.into();
+        record["seed"] = args.seed.into();
         write_json(path, &record)?;
     }
     Ok(())
