@@ -46,27 +46,27 @@ CONFIG=${CONFIG:-configs/gpu-burn.toml}
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 
-if [ ! -d "$OUT/gen240" ] && [ "$TASKS" = fresh ]; then
-    step "tasks: 240 fresh ones, --seed $FRESH_SEED, none of them a program of ${GEN_ARGS[*]}"
-    rm -rf "$OUT/gen-all" "$OUT/gen240.part"
-    "$KEVIN" tasks generate "${GEN_ARGS[@]}" --out "$OUT/gen-all" > "$OUT/generate.log"
-    # `--dir` names the warm start's tasks too: the generator refuses their programs as duplicates.
-    "$KEVIN" tasks generate --dir "tasks:$OUT/gen-all" --count 240 --seed "$FRESH_SEED" \
-        --out "$OUT/gen240.part" >> "$OUT/generate.log"
-    mv "$OUT/gen240.part" "$OUT/gen240"
-elif [ ! -d "$OUT/gen240" ]; then
-    step "tasks: ${GEN_ARGS[*]}, 240 drawn with random.Random($DRAW)"
+if [ ! -d "$OUT/gen240" ]; then
+    step "tasks: the warm start's (${GEN_ARGS[*]}), then 240 $TASKS ones"
     rm -rf "$OUT/gen-all" "$OUT/gen240.part"
     # The tasks of the warm start's corpus (GEN), so that the pieces of one run keep the same ones.
     "$KEVIN" tasks generate "${GEN_ARGS[@]}" --out "$OUT/gen-all" > "$OUT/generate.log"
-    mkdir -p "$OUT/gen240.part"
-    python3 - "$OUT/gen-all" "$OUT/gen240.part" "$DRAW" <<'EOF'
+    if [ "$TASKS" = fresh ]; then
+        # `--dir` names the warm start's tasks too: the generator refuses their programs as
+        # duplicates.
+        "$KEVIN" tasks generate --dir "tasks:$OUT/gen-all" --count 240 --seed "$FRESH_SEED" \
+            --out "$OUT/gen240.part" >> "$OUT/generate.log"
+    else
+        # 240 of them drawn with random.Random(DRAW) over the sorted file names.
+        mkdir -p "$OUT/gen240.part"
+        python3 - "$OUT/gen-all" "$OUT/gen240.part" "$DRAW" <<'EOF'
 import os, random, shutil, sys
 src, dst, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 names = sorted(n for n in os.listdir(src) if n.endswith(".toml"))
 for n in random.Random(seed).sample(names, 240):
     shutil.copy(os.path.join(src, n), os.path.join(dst, n))
 EOF
+    fi
     mv "$OUT/gen240.part" "$OUT/gen240"
 fi
 

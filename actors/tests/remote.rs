@@ -228,6 +228,27 @@ fn evaluate_all(env: &Arc<dyn KernelEnv>, jobs: &[(String, String)]) -> Vec<Outc
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+/// `outcome`, or, while it is the harness's "the machine is too busy" (a worker starved of CPU
+/// by the rest of the machine: no verdict on the candidate), the job evaluated again on its own,
+/// at most three times.
+fn rejudge_if_starved(
+    env: &Arc<dyn KernelEnv>,
+    job: &(String, String),
+    outcome: Outcome,
+) -> Outcome {
+    let starved =
+        |o: &Outcome| matches!(o, Outcome::HarnessError { reason } if reason.contains("too busy"));
+    let mut outcome = outcome;
+    for _ in 0..3 {
+        if !starved(&outcome) {
+            break;
+        }
+        eprintln!("{}: {outcome:?}; judged again", job.0);
+        outcome = evaluate(env.as_ref(), &job.0, &job.1);
+    }
+    outcome
+}
+
 #[test]
 fn two_nodes_judge_like_the_local_cpu_pool() {
     let Some(server) = nats_server("match", None) else {
@@ -287,6 +308,12 @@ fn two_nodes_judge_like_the_local_cpu_pool() {
     let local_outcomes = evaluate_all(&local, &jobs);
     let local_s = t0.elapsed().as_secs_f64();
     for ((job, r), l) in jobs.iter().zip(&remote_outcomes).zip(&local_outcomes) {
+        // "The machine is too busy" is the harness declining to judge (a worker that did not get
+        // its CPU time), on either side, not an outcome: that job is judged again, alone.
+        let (r, l) = (
+            &rejudge_if_starved(&env, job, r.clone()),
+            &rejudge_if_starved(&local, job, l.clone()),
+        );
         assert_eq!(
             r.kind(),
             l.kind(),

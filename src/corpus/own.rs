@@ -112,7 +112,9 @@ pub fn own_repairs(
     let mut trajectories: BTreeMap<(&str, usize, u64, usize), BTreeMap<u32, &EpisodeTurn>> =
         BTreeMap::new();
     let mut answers: BTreeMap<&str, Vec<Answer<'_>>> = BTreeMap::new();
+    let mut tasks: BTreeSet<&str> = BTreeSet::new();
     for t in turns {
+        tasks.insert(t.task.as_str());
         trajectories
             .entry((t.task.as_str(), t.source, t.seq, t.trajectory))
             .or_default()
@@ -125,11 +127,7 @@ pub fn own_repairs(
             });
         }
     }
-    stats.tasks = trajectories
-        .keys()
-        .map(|(task, ..)| *task)
-        .collect::<BTreeSet<_>>()
-        .len();
+    stats.tasks = tasks.len();
     // The candidates of each task: (failed turn, the turn after it), one per failed text.
     let mut candidates: BTreeMap<&str, Vec<(&EpisodeTurn, &EpisodeTurn)>> = BTreeMap::new();
     let mut seen: BTreeSet<(&str, &str)> = BTreeSet::new();

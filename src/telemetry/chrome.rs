@@ -139,9 +139,16 @@ struct SpanState {
     actor: Option<Arc<str>>,
     /// The actor came from the span's own `actor` field (or the span has no parent at all).
     message: bool,
-    /// The track this message is counted open on in the live stats (a message span only).
-    open: Option<Arc<str>>,
     args: Vec<(&'static str, ArgValue)>,
+}
+
+impl SpanState {
+    /// The track a message span is counted open on in the live stats: its actor's (`None` for a
+    /// span that is not a message).
+    fn track(&self) -> Option<Arc<str>> {
+        self.message
+            .then(|| self.actor.clone().unwrap_or_else(|| Arc::from(OTHER_TRACK)))
+    }
 }
 
 /// Collects a span's or event's fields: `actor` apart, the rest as args.
@@ -234,17 +241,16 @@ where
                 (inherited, parent.is_none())
             }
         };
-        let open = message.then(|| actor.clone().unwrap_or_else(|| Arc::from(OTHER_TRACK)));
-        if let Some(track) = &open {
-            self.stats.open_message(track, start);
-        }
-        span.extensions_mut().insert(SpanState {
+        let state = SpanState {
             start,
             actor,
             message,
-            open,
             args: fields.args,
-        });
+        };
+        if let Some(track) = state.track() {
+            self.stats.open_message(&track, start);
+        }
+        span.extensions_mut().insert(state);
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
@@ -257,11 +263,10 @@ where
         };
         if let Some(a) = fields.actor {
             let actor: Arc<str> = Arc::from(a);
-            if let Some(track) = state.open.take() {
+            if let Some(track) = state.track() {
                 self.stats.close_open(&track, state.start);
             }
             self.stats.open_message(&actor, state.start);
-            state.open = Some(actor.clone());
             state.actor = Some(actor);
             state.message = true;
         }
@@ -302,13 +307,12 @@ where
         let Some(state) = span.extensions_mut().remove::<SpanState>() else {
             return;
         };
-        let actor = state.actor.unwrap_or_else(|| Arc::from(OTHER_TRACK));
         let dur = end.saturating_duration_since(state.start);
-        // A message span is open on the track of its actor (`open` follows `actor`).
-        if let Some(track) = &state.open {
+        if let Some(track) = state.track() {
             self.stats
-                .record_message(track, state.start, dur.as_micros() as u64);
+                .record_message(&track, state.start, dur.as_micros() as u64);
         }
+        let actor = state.actor.unwrap_or_else(|| Arc::from(OTHER_TRACK));
         self.send(Message::Span {
             name: span.name(),
             actor,
