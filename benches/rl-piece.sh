@@ -12,7 +12,8 @@
 # Knobs (environment): GEN (gen3: the 1,500 tasks of corpus v3, `kevin tasks generate --count
 # 1500 --seed 2612 --sums any` (the defaults of that day), and the warm start models/kevin-sft-gen3-4m;
 # gen2: the 2,000 of corpus v2, seed 1903 with the five families, fixed names and simple shapes of
-# that time, and models/kevin-sft-gen2-4m, as the 2026-12-04/05 pieces ran), INIT (the warm start
+# that time, and models/kevin-sft-gen2-4m, as the 2026-12-04/05 pieces ran; it left the repository
+# on 2026-12-07: `git checkout cab7947 -- models/kevin-sft-gen2-4m`), INIT (the warm start
 # GEN names), TASKS (seen: 240 of the warm start's own corpus tasks, as the pieces of 2026-12-04/05
 # trained, with STEPS=25; fresh: 240 tasks the warm start never saw, `kevin tasks generate --dir
 # tasks:GEN-TASKS --count 240 --seed FRESH_SEED` with the generator's defaults of the day, none of
@@ -35,6 +36,7 @@ case "$GEN" in
           INIT=${INIT:-models/kevin-sft-gen2-4m} ;;
     *) echo "GEN=$GEN: gen3 or gen2" >&2; exit 2 ;;
 esac
+[ -f "$INIT/config.json" ] || { echo "INIT=$INIT: no such model directory (kevin-sft-gen2-4m is in git history: git checkout cab7947 -- models/kevin-sft-gen2-4m)" >&2; exit 2; }
 TASKS=${TASKS:-fresh}
 FRESH_SEED=${FRESH_SEED:-7001}
 case "$TASKS" in seen|fresh) ;; *) echo "TASKS=$TASKS: seen or fresh" >&2; exit 2 ;; esac
