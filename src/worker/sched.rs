@@ -209,9 +209,11 @@ mod tests {
             sleeper.wait().unwrap();
             return;
         }
-        // Six spinners a core, and the spinner under test: it gets a seventh of a core, so by
-        // the backstop (5 x 300 ms) it has had about 215 ms of its 300.
-        let mut load: Vec<_> = (0..6 * cores).map(|_| spin()).collect();
+        // Twelve spinners a core, and the spinner under test: it gets about a thirteenth of a
+        // core, so by the backstop (5 x 300 ms) it has had about 115 ms of its 300 and waited
+        // 1.38 s of 1.5. (Six a core left too little margin: a CI run of 2026-12-07 saw the
+        // spinner get its 300 ms in 1.49 s.)
+        let mut load: Vec<_> = (0..12 * cores).map(|_| spin()).collect();
         let mut spinner = spin();
         let spinning = WorkDeadline::start(spinner.id(), limit);
         let sleeping = WorkDeadline::start(sleeper.id(), limit);
