@@ -40,8 +40,9 @@ pub fn score_group(seq: u64, group: Group, cfg: &ReplaySection) -> ScoredGroup {
         .trajectories
         .iter()
         .map(|t| {
+            let scores: Vec<f64> = t.iter().map(|r| r.score).collect();
             rl::turn_returns(
-                &t.iter().map(|r| r.score).collect::<Vec<_>>(),
+                &rl::turn_credits(&scores, cfg.credit),
                 cfg.gamma,
                 cfg.aggregation,
             )
@@ -275,6 +276,44 @@ pub(crate) mod tests {
         // Mean of (0.92, 2.3, 0, 0) = 0.805.
         assert!((s.advantages[0][0] - 0.115).abs() < 1e-12);
         assert!((s.advantages[1][1] + 0.805).abs() < 1e-12);
+    }
+
+    #[test]
+    fn improvement_credit_pays_a_repair_and_not_a_repeat() {
+        let ok = Outcome::Correct {
+            kernel_ms: 1.0,
+            baseline_ms: 2.0,
+            spread: 0.0,
+            timing: "cuda".into(),
+        };
+        let bad = Outcome::CompileError { log: String::new() };
+        let g = Group {
+            id: 0,
+            task: "t0".into(),
+            trajectories: vec![
+                // correct, then the same again: scores [2.3, 2.3].
+                vec![turn(0, ok.clone(), 0), turn(1, ok.clone(), 0)],
+                // failed, then repaired: scores [0, 2.3].
+                vec![turn(0, bad, 0), turn(1, ok, 0)],
+            ],
+        };
+        let cfg = ReplaySection {
+            credit: rl::TurnCredit::Improvement,
+            ..ReplaySection::default()
+        };
+        let s = score_group(0, g.clone(), &cfg);
+        // Credits [2.3, 0] and [0, 2.3]; returns with gamma 0.4: [2.3, 0] and [0.92, 2.3].
+        let want = [[2.3, 0.0], [0.92, 2.3]];
+        for (got, want) in s.returns.iter().zip(want) {
+            assert!(
+                got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-12),
+                "{s:?}"
+            );
+        }
+        // With the paper's credit the repeat earns as much as the repair.
+        let paper = score_group(0, g, &ReplaySection::default());
+        assert!((paper.returns[0][1] - paper.returns[1][1]).abs() < 1e-12);
+        assert!(s.advantages[0][1] < s.advantages[1][1]);
     }
 
     #[test]

@@ -27,6 +27,36 @@ pub fn turn_score(correct: bool, speedup: f64) -> f64 {
     }
 }
 
+/// What a turn is credited with before its return is discounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnCredit {
+    /// The turn's own score (the paper's): a kernel resubmitted unchanged scores again.
+    Score,
+    /// What the turn adds over the best score before it in its trajectory,
+    /// max(0, S_t - max over i < t of S_i): a repeated kernel earns nothing the second time, a
+    /// repair its whole score, a faster kernel the difference.
+    Improvement,
+}
+
+/// Each turn's credit from the trajectory's scores (`scores[i]`: turn i's; same length).
+pub fn turn_credits(scores: &[f64], credit: TurnCredit) -> Vec<f64> {
+    match credit {
+        TurnCredit::Score => scores.to_vec(),
+        TurnCredit::Improvement => {
+            let mut best = 0.0_f64;
+            scores
+                .iter()
+                .map(|&s| {
+                    let gain = (s - best).max(0.0);
+                    best = best.max(s);
+                    gain
+                })
+                .collect()
+        }
+    }
+}
+
 /// How the scores of later turns enter a turn's return.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -213,6 +243,20 @@ mod tests {
             ReturnAggregation::Sum,
             &[0.9672, 1.668, 0.92, 2.3],
         );
+    }
+
+    #[test]
+    fn improvement_credits_only_what_a_turn_adds() {
+        // wrong, correct 1x, the same again, faster (2x), slower (0.5x), wrong.
+        let scores = [0.0, 1.3, 1.3, 2.3, 0.8, 0.0];
+        assert_eq!(turn_credits(&scores, TurnCredit::Score), scores.to_vec());
+        let got = turn_credits(&scores, TurnCredit::Improvement);
+        let expected = [0.0, 1.3, 0.0, 1.0, 0.0, 0.0];
+        assert!(
+            got.iter().zip(&expected).all(|(g, e)| close(*g, *e)),
+            "{got:?}"
+        );
+        assert!(turn_credits(&[], TurnCredit::Improvement).is_empty());
     }
 
     #[test]

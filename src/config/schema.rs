@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::rl::ReturnAggregation;
+use crate::rl::{ReturnAggregation, TurnCredit};
 
 /// Asynchronous (off-policy) or synchronous (on-policy baseline) training.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -623,6 +623,10 @@ pub struct ReplaySection {
     pub gamma: f64,
     /// "sum" or "max" of discounted later scores.
     pub aggregation: ReturnAggregation,
+    /// What a turn is credited with before discounting: "score" (its own score, the paper's)
+    /// or "improvement" (what it adds over the best score before it in its trajectory, so a
+    /// resubmitted kernel earns nothing again and a repair earns its whole score).
+    pub credit: TurnCredit,
     /// Divide advantages by the group's standard deviation.
     pub std_normalize: bool,
     /// Keep a write-ahead log so accepted groups survive a crash.
@@ -640,6 +644,7 @@ impl Default for ReplaySection {
             max_staleness: 2,
             gamma: 0.4,
             aggregation: ReturnAggregation::Sum,
+            credit: TurnCredit::Score,
             std_normalize: false,
             wal: true,
             wal_segment_kb: DEFAULT_WAL_SEGMENT_KB,

@@ -60,9 +60,11 @@ fn layers_file_then_environment() {
             ("KEVIN__ENV__SIMULATED__COMPILE_MS", "0.5"),
             ("KEVIN__RUN__MODE", "sync"),
             ("KEVIN__REPLAY__MAX_STALENESS", "0"),
+            ("KEVIN__REPLAY__CREDIT", "improvement"),
         ],
     )
     .unwrap();
+    assert_eq!(c.replay.credit, crate::rl::TurnCredit::Improvement);
     assert_eq!(c.env.simulated.compile_ms, 0.5);
     assert_eq!(c.run.mode, Mode::Sync);
     assert!(c.sources.iter().any(|s| s.starts_with("KEVIN__RUN__MODE")));
