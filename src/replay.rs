@@ -249,20 +249,28 @@ pub(crate) mod tests {
     use crate::episode::tests::turn;
     use crate::outcome::Outcome;
 
-    pub(crate) fn group(id: u64, version: u64) -> Group {
-        let ok = Outcome::Correct {
+    /// A correct kernel at 2x: score 2.3.
+    fn ok() -> Outcome {
+        Outcome::Correct {
             kernel_ms: 1.0,
             baseline_ms: 2.0,
             spread: 0.0,
             timing: "cuda".into(),
-        };
-        let bad = Outcome::CompileError { log: String::new() };
+        }
+    }
+
+    /// A failed turn: score 0.
+    fn bad() -> Outcome {
+        Outcome::CompileError { log: String::new() }
+    }
+
+    pub(crate) fn group(id: u64, version: u64) -> Group {
         Group {
             id,
             task: format!("t{id}"),
             trajectories: vec![
-                vec![turn(0, bad.clone(), version), turn(1, ok.clone(), version)],
-                vec![turn(0, bad.clone(), version), turn(1, bad, version)],
+                vec![turn(0, bad(), version), turn(1, ok(), version)],
+                vec![turn(0, bad(), version), turn(1, bad(), version)],
             ],
         }
     }
@@ -280,21 +288,14 @@ pub(crate) mod tests {
 
     #[test]
     fn improvement_credit_pays_a_repair_and_not_a_repeat() {
-        let ok = Outcome::Correct {
-            kernel_ms: 1.0,
-            baseline_ms: 2.0,
-            spread: 0.0,
-            timing: "cuda".into(),
-        };
-        let bad = Outcome::CompileError { log: String::new() };
         let g = Group {
             id: 0,
             task: "t0".into(),
             trajectories: vec![
                 // correct, then the same again: scores [2.3, 2.3].
-                vec![turn(0, ok.clone(), 0), turn(1, ok.clone(), 0)],
+                vec![turn(0, ok(), 0), turn(1, ok(), 0)],
                 // failed, then repaired: scores [0, 2.3].
-                vec![turn(0, bad, 0), turn(1, ok, 0)],
+                vec![turn(0, bad(), 0), turn(1, ok(), 0)],
             ],
         };
         let cfg = ReplaySection {
