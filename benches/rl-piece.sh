@@ -36,7 +36,11 @@ case "$GEN" in
           INIT=${INIT:-models/kevin-sft-gen2-4m} ;;
     *) echo "GEN=$GEN: gen3 or gen2" >&2; exit 2 ;;
 esac
-[ -f "$INIT/config.json" ] || { echo "INIT=$INIT: no such model directory (kevin-sft-gen2-4m is in git history: git checkout cab7947 -- models/kevin-sft-gen2-4m)" >&2; exit 2; }
+if [ ! -f "$INIT/config.json" ]; then
+    echo "INIT=$INIT: no model directory there (config.json is missing)" >&2
+    [ "$GEN" = gen2 ] && echo "kevin-sft-gen2-4m is in git history: git checkout cab7947 -- models/kevin-sft-gen2-4m" >&2
+    exit 2
+fi
 TASKS=${TASKS:-fresh}
 FRESH_SEED=${FRESH_SEED:-7001}
 case "$TASKS" in seen|fresh) ;; *) echo "TASKS=$TASKS: seen or fresh" >&2; exit 2 ;; esac
