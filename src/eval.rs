@@ -135,9 +135,7 @@ mod tests {
         let mut with_fault = rs.to_vec();
         with_fault.push(result(
             "e",
-            Outcome::HarnessError {
-                reason: "cuMemAllocAsync: out of memory".into(),
-            },
+            Outcome::harness("cuMemAllocAsync: out of memory"),
         ));
         let f = summarize(&with_fault);
         assert_eq!((f.tasks, f.harness_errors, f.correct), (4, 1, 3));

@@ -140,10 +140,58 @@ pub enum Outcome {
     HarnessError {
         /// What failed.
         reason: String,
+        /// The machine was too busy to give the harness its time (a worker or the compiler
+        /// starved of CPU past its backstop, [`WorkerFailure::Starved`]): nothing is broken, and
+        /// the same candidate asked again later may well be judged. The rollout and `kevin eval`
+        /// ask again, [`BUSY_ATTEMPTS`] times in all, [`busy_backoff`] apart, before they give
+        /// up on it as on any other harness error. Absent from JSON when false.
+        ///
+        /// [`WorkerFailure::Starved`]: crate::worker::pool::WorkerFailure::Starved
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        busy: bool,
     },
 }
 
+/// How many times a candidate the harness was too busy to judge
+/// ([`Outcome::is_busy`]) is sent in all before its turn is given up as a harness error.
+pub const BUSY_ATTEMPTS: u32 = 3;
+
+/// The wait before sending such a candidate again after `attempt` (0-based) busy answers: 2 s,
+/// then 4 s. Long against a CPU burst, short against a turn's generation.
+pub fn busy_backoff(attempt: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(2 << attempt.min(4))
+}
+
+/// After the answer to attempt `attempt` (0-based): how long to wait before sending the
+/// candidate again, or `None` when the answer stands (it was not `busy`, or that was the last of
+/// [`BUSY_ATTEMPTS`]).
+pub fn busy_retry(busy: bool, attempt: u32) -> Option<std::time::Duration> {
+    (busy && attempt + 1 < BUSY_ATTEMPTS).then(|| busy_backoff(attempt))
+}
+
 impl Outcome {
+    /// The harness failed for `reason`: the candidate was not judged.
+    pub fn harness(reason: impl Into<String>) -> Outcome {
+        Outcome::HarnessError {
+            reason: reason.into(),
+            busy: false,
+        }
+    }
+
+    /// The machine was too busy for the harness to judge the candidate (`reason` says how long
+    /// it waited for a CPU): worth asking again ([`BUSY_ATTEMPTS`]).
+    pub fn busy(reason: impl Into<String>) -> Outcome {
+        Outcome::HarnessError {
+            reason: reason.into(),
+            busy: true,
+        }
+    }
+
+    /// True for a harness error that only says the machine was too busy ([`Outcome::busy`]).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Outcome::HarnessError { busy: true, .. })
+    }
+
     /// Short machine-readable kind, as in the JSON tag.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -225,7 +273,7 @@ impl Outcome {
                 }
                 text
             }
-            Outcome::HarnessError { reason } => format!(
+            Outcome::HarnessError { reason, .. } => format!(
                 "The evaluation harness failed before judging this kernel (not the kernel's fault): {reason}"
             ),
         }
@@ -345,9 +393,7 @@ mod tests {
                 feature: String::new(),
             },
             correct(1.0, 1.0),
-            Outcome::HarnessError {
-                reason: String::new(),
-            },
+            Outcome::harness(""),
         ];
         let kinds: Vec<&str> = every.iter().map(Outcome::kind).collect();
         assert_eq!(kinds, KINDS);
@@ -359,5 +405,40 @@ mod tests {
         assert_eq!(json, r#"{"kind":"compile_error","log":"x"}"#);
         let back: Outcome = serde_json::from_str(&json).unwrap();
         assert_eq!(back.kind(), "compile_error");
+    }
+
+    #[test]
+    fn a_busy_harness_error_says_so_in_json_and_older_json_reads_as_not_busy() {
+        let busy = serde_json::to_string(&Outcome::busy("starved")).unwrap();
+        assert_eq!(
+            busy,
+            r#"{"kind":"harness_error","reason":"starved","busy":true}"#
+        );
+        let back: Outcome = serde_json::from_str(&busy).unwrap();
+        assert!(back.is_busy() && back.is_harness_error());
+        // Episodes, WALs and remote nodes from before the field: not busy.
+        let old = r#"{"kind":"harness_error","reason":"no GPU"}"#;
+        assert_eq!(
+            serde_json::to_string(&Outcome::harness("no GPU")).unwrap(),
+            old
+        );
+        let back: Outcome = serde_json::from_str(old).unwrap();
+        assert!(!back.is_busy() && back.is_harness_error());
+        assert!(!Outcome::CompileError { log: String::new() }.is_busy());
+    }
+
+    #[test]
+    fn a_busy_answer_is_asked_again_twice_then_stands() {
+        let waits: Vec<_> = (0..BUSY_ATTEMPTS).map(|a| busy_retry(true, a)).collect();
+        let s = std::time::Duration::from_secs;
+        assert_eq!(waits, [Some(s(2)), Some(s(4)), None]);
+        assert_eq!(busy_retry(false, 0), None);
+    }
+
+    #[test]
+    fn busy_backoff_doubles_and_stays_bounded() {
+        assert_eq!(busy_backoff(0), std::time::Duration::from_secs(2));
+        assert_eq!(busy_backoff(1), std::time::Duration::from_secs(4));
+        assert_eq!(busy_backoff(40), std::time::Duration::from_secs(32));
     }
 }

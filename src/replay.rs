@@ -344,13 +344,7 @@ pub(crate) mod tests {
     fn a_group_with_a_harness_error_is_never_accepted() {
         let mut q = ReplayBuffer::new(ReplaySection::default(), None, Vec::new(), 0);
         let mut g = group(0, 0);
-        g.trajectories[1][1] = turn(
-            1,
-            Outcome::HarnessError {
-                reason: "cuMemAllocAsync: out of memory".into(),
-            },
-            0,
-        );
+        g.trajectories[1][1] = turn(1, Outcome::harness("cuMemAllocAsync: out of memory"), 0);
         let err = q.accept(g).unwrap_err();
         assert!(
             matches!(err, ReplayError::Unjudged { turn: 1, .. }),

@@ -267,7 +267,7 @@ fn oversized_tasks_are_harness_errors_and_large_tasks_fit() {
     );
     let source = std::fs::read_to_string(large.join("solutions/relu_large.cu")).unwrap();
     match evaluate(&env, "relu_huge", &source) {
-        Outcome::HarnessError { reason } => {
+        Outcome::HarnessError { reason, .. } => {
             assert!(
                 reason.contains("task `relu_huge` at preset `gpu` needs"),
                 "{reason}"

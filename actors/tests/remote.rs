@@ -228,19 +228,18 @@ fn evaluate_all(env: &Arc<dyn KernelEnv>, jobs: &[(String, String)]) -> Vec<Outc
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
-/// `outcome`, or, while it is the harness's "the machine is too busy" (a worker starved of CPU
-/// by the rest of the machine: no verdict on the candidate), the job evaluated again on its own,
-/// at most three times.
+/// `outcome`, or, while it is the harness's "the machine is too busy" ([`Outcome::is_busy`]: a
+/// worker starved of CPU by the rest of the machine, no verdict on the candidate), the job
+/// evaluated again on its own, at most three times (after `evaluate`'s own attempts, made while
+/// the rest of the batch still loaded the machine).
 fn rejudge_if_starved(
     env: &Arc<dyn KernelEnv>,
     job: &(String, String),
     outcome: Outcome,
 ) -> Outcome {
-    let starved =
-        |o: &Outcome| matches!(o, Outcome::HarnessError { reason } if reason.contains("too busy"));
     let mut outcome = outcome;
     for _ in 0..3 {
-        if !starved(&outcome) {
+        if !outcome.is_busy() {
             break;
         }
         eprintln!("{}: {outcome:?}; judged again", job.0);
@@ -448,7 +447,7 @@ fn a_job_no_node_finishes_is_a_harness_error() {
     let b = Node::start(&server, "maxdeliver", "b", &["--jobs", "1"], &[]);
     let t0 = Instant::now();
     let outcomes = runner.join().unwrap();
-    let Outcome::HarnessError { reason } = &outcomes[0] else {
+    let Outcome::HarnessError { reason, .. } = &outcomes[0] else {
         panic!("{:?}", outcomes[0])
     };
     println!(

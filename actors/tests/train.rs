@@ -717,6 +717,38 @@ fn harness_errors_are_counted_logged_and_never_trained_on() {
 }
 
 #[test]
+fn candidates_the_machine_was_too_busy_to_judge_are_sent_again_not_abandoned() {
+    // A third of the verifications find the machine too busy; each attempt draws anew, so a
+    // candidate is given up only after three busy answers in a row (1 in 27).
+    let (run, config) = setup("busy", "[env.simulated]\np_busy = 0.33\n");
+    let out = train(&run, &config, 4);
+    assert_ok(&out);
+    let last = jsonl(&run.join("metrics.jsonl")).pop().unwrap();
+    let busy = last["failures"]["Rollout.harness_busy"]
+        .as_u64()
+        .unwrap_or(0);
+    let abandoned = last["failures"]["Rollout.harness_error"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(busy > 0, "busy verdicts were not counted: {last}");
+    // Sent again, nearly all were judged: far fewer groups abandoned than busy answers.
+    assert!(
+        abandoned * 4 < busy,
+        "busy {busy}, abandoned {abandoned}: {last}"
+    );
+    let episodes = jsonl(&run.join("episodes.jsonl"));
+    assert!(!episodes.is_empty());
+    assert!(
+        !episodes
+            .iter()
+            .any(|e| e.to_string().contains("harness_error")),
+        "a harness error reached the episodes"
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("it is sent again"), "{log}");
+}
+
+#[test]
 fn component_panics_are_survived_and_counted() {
     let (run, config) = setup("panic", "[env.simulated]\np_panic = 0.1\n");
     assert_ok(&train(&run, &config, 4));

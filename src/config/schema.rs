@@ -456,6 +456,9 @@ pub struct SimEnvSection {
     /// out-of-memory of the harness's buffers): to exercise how harness errors are kept out of
     /// training.
     pub p_harness_error: f64,
+    /// Probability that verification finds the machine too busy to judge (a starved worker),
+    /// drawn anew at every attempt: to exercise how busy candidates are sent again.
+    pub p_busy: f64,
 }
 
 impl Default for SimEnvSection {
@@ -471,6 +474,7 @@ impl Default for SimEnvSection {
             median_speedup: 0.8,
             p_panic: 0.0,
             p_harness_error: 0.0,
+            p_busy: 0.0,
         }
     }
 }

@@ -345,6 +345,7 @@ impl Config {
             ("env.simulated.improve_per_turn", s.improve_per_turn),
             ("env.simulated.p_panic", s.p_panic),
             ("env.simulated.p_harness_error", s.p_harness_error),
+            ("env.simulated.p_busy", s.p_busy),
             (
                 "policy.simulated.p_format_error",
                 f.policy.simulated.p_format_error,

@@ -790,10 +790,13 @@ fn evaluate_all(
         parallel,
         |job| {
             let task = &tasks[answers[job.answer].task].name;
-            match env.compile(task, &job.source) {
-                Ok(compiled) => env.verify(&compiled).err(),
-                Err(o) => Some(o),
-            }
+            crate::env::patiently(
+                || match env.compile(task, &job.source) {
+                    Ok(compiled) => env.verify(&compiled).err(),
+                    Err(o) => Some(o),
+                },
+                |v| v.as_ref().is_some_and(Outcome::is_busy),
+            )
         },
         |n, job, verdict| {
             progress(Progress {

@@ -267,9 +267,7 @@ mod tests {
 
     #[test]
     fn a_failed_turn_is_answered_by_the_fastest_right_kernel_of_its_group_else_of_its_task() {
-        let harness = Outcome::HarnessError {
-            reason: "worker lost".into(),
-        };
+        let harness = Outcome::harness("worker lost");
         let compile = Outcome::CompileError { log: "err".into() };
         let format = Outcome::FormatError {
             reason: "no block".into(),

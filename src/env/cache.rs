@@ -188,9 +188,7 @@ pub fn cached(inner: Arc<dyn KernelEnv>, capacity: usize) -> Arc<dyn KernelEnv> 
 /// A copy answered at compile time whose slot no longer holds the verdict: cannot happen (the
 /// copy holds its slot), and is the harness's error, not the candidate's.
 fn lost() -> Outcome {
-    Outcome::HarnessError {
-        reason: "the evaluation cache lost a verdict it answered with".into(),
-    }
+    Outcome::harness("the evaluation cache lost a verdict it answered with")
 }
 
 /// Whether `o` may stand for every copy of its candidate (module docs).
@@ -453,9 +451,7 @@ mod tests {
                     limit_ms: 10,
                 })
             } else if source.contains("harness") {
-                Err(Outcome::HarnessError {
-                    reason: "the worker died".into(),
-                })
+                Err(Outcome::harness("the worker died"))
             } else {
                 Ok(())
             }

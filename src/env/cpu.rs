@@ -220,17 +220,13 @@ impl KernelEnv for CpuEnv {
                 },
                 starved @ CpuCompileError::Starved { .. } => {
                     tracing::warn!(stage = "compile", error = %starved, "the candidate was not judged");
-                    Outcome::HarnessError {
-                        reason: format!("compile: {starved}"),
-                    }
+                    Outcome::busy(format!("compile: {starved}"))
                 }
                 // No compiler, a workdir that cannot be written, a compiler that died silently:
                 // this installation's failure, never the candidate's.
                 CpuCompileError::Toolchain { reason } => {
                     tracing::warn!(stage = "compile", %reason, "the CPU toolchain failed; the candidate was not judged");
-                    Outcome::HarnessError {
-                        reason: format!("compile: the CPU toolchain failed: {reason}"),
-                    }
+                    Outcome::harness(format!("compile: the CPU toolchain failed: {reason}"))
                 }
             })?;
         Ok(Compiled {

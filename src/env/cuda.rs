@@ -474,17 +474,15 @@ impl KernelEnv for CudaEnv {
 
     fn compile(&self, task_name: &str, source: &str) -> Result<Compiled, Outcome> {
         if let Some(reason) = self.refused.get(task_name) {
-            return Err(Outcome::HarnessError {
-                reason: reason.clone(),
-            });
+            return Err(Outcome::harness(reason.clone()));
         }
         let started = Instant::now();
         let kernel = self.compiler.compile(task_name, source)?;
         let n = self.compiles.fetch_add(1, Ordering::Relaxed);
         let module = self.workdir.join(format!("{task_name}-{n}.cubin"));
         let bytes = kernel.image.into_bytes();
-        std::fs::write(&module, bytes).map_err(|e| Outcome::HarnessError {
-            reason: format!("the harness could not store the module: {e}"),
+        std::fs::write(&module, bytes).map_err(|e| {
+            Outcome::harness(format!("the harness could not store the module: {e}"))
         })?;
         Ok(Compiled {
             task: task_name.to_string(),

@@ -24,7 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::candidate::{self, Candidate, Limits, ResolvedPlan};
-use crate::outcome::Outcome;
+use crate::outcome::{busy_retry, Outcome};
 use crate::tasks::{Preset, Task, TaskSuite};
 use crate::worker::PoolStats;
 
@@ -179,9 +179,35 @@ pub fn admit_named(
 }
 
 /// One candidate through all three stages: compile, verify, then profile; the first failure is
-/// the outcome. (The actor system runs the stages in separate actors; `kevin eval` and tests
-/// run them in sequence with this.)
+/// the outcome. A candidate the machine was too busy to judge is judged again ([`patiently`]).
+/// (The actor system runs the stages in separate actors and asks again itself; `kevin eval` and
+/// tests run them in sequence with this.)
 pub fn evaluate(env: &dyn KernelEnv, task: &str, source: &str) -> Outcome {
+    patiently(|| evaluate_once(env, task, source), Outcome::is_busy)
+}
+
+/// Runs `judge` again while `busy` says its answer is a busy harness error
+/// ([`Outcome::is_busy`]: the machine did not give the harness its time, nothing is broken), as
+/// often and as far apart as [`busy_retry`] says; the last answer stands. Blocks the calling
+/// thread while it waits.
+pub fn patiently<T>(mut judge: impl FnMut() -> T, busy: impl Fn(&T) -> bool) -> T {
+    let mut attempt = 0;
+    loop {
+        let verdict = judge();
+        let Some(wait) = busy_retry(busy(&verdict), attempt) else {
+            return verdict;
+        };
+        tracing::warn!(
+            attempt,
+            ?wait,
+            "the machine was too busy to judge a candidate; it is judged again"
+        );
+        std::thread::sleep(wait);
+        attempt += 1;
+    }
+}
+
+fn evaluate_once(env: &dyn KernelEnv, task: &str, source: &str) -> Outcome {
     let compiled = match env.compile(task, source) {
         Ok(c) => c,
         Err(o) => return o,

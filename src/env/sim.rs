@@ -54,12 +54,17 @@ impl SimArtifact {
 #[derive(Debug)]
 pub struct SimEnv {
     cfg: SimEnvSection,
+    /// Verifications so far: salts the busy draw, so that a candidate sent again may be judged.
+    verifies: std::sync::atomic::AtomicU64,
 }
 
 impl SimEnv {
     /// A simulated environment.
     pub fn new(cfg: SimEnvSection) -> Self {
-        SimEnv { cfg }
+        SimEnv {
+            cfg,
+            verifies: Default::default(),
+        }
     }
 
     fn artifact(compiled: &Compiled) -> SimArtifact {
@@ -131,9 +136,18 @@ impl KernelEnv for SimEnv {
         let art = Self::artifact(compiled);
         // Its own stream, so the other draws do not depend on this setting.
         if SplitMix64::derive(art.draw, 14).next_f64() < self.cfg.p_harness_error {
-            return Err(Outcome::HarnessError {
-                reason: "simulated out-of-memory of the harness's buffers".into(),
-            });
+            return Err(Outcome::harness(
+                "simulated out-of-memory of the harness's buffers",
+            ));
+        }
+        // A fresh draw on every attempt: a machine too busy now may not be next time.
+        let attempt = self
+            .verifies
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if SplitMix64::derive(art.draw ^ attempt, 15).next_f64() < self.cfg.p_busy {
+            return Err(Outcome::busy(
+                "the machine is too busy: the worker waited for a CPU (simulated)",
+            ));
         }
         let mut rng = SplitMix64::derive(art.draw, 12);
         if rng.next_f64() < self.p(self.cfg.p_crash, art.turn) {

@@ -166,9 +166,7 @@ impl EvalResult {
             },
             EvalResult::HarnessError(e) => {
                 tracing::warn!(device, error = %e, "the harness failed; the candidate was not judged");
-                Outcome::HarnessError {
-                    reason: format!("the {device} harness failed: {e}"),
-                }
+                Outcome::harness(format!("the {device} harness failed: {e}"))
             }
             EvalResult::Baseline(_) => Outcome::Crash {
                 reason: format!("the {device} worker answered another request"),
@@ -196,15 +194,11 @@ pub fn unanswered(
         },
         spawn @ WorkerFailure::Spawn { .. } => {
             tracing::warn!(stage, error = %spawn, "no worker could be started; the candidate was not judged");
-            Outcome::HarnessError {
-                reason: format!("{stage}: {spawn}"),
-            }
+            Outcome::harness(format!("{stage}: {spawn}"))
         }
         starved @ WorkerFailure::Starved { .. } => {
             tracing::warn!(stage, error = %starved, "the candidate was not judged");
-            Outcome::HarnessError {
-                reason: format!("{stage}: {starved}"),
-            }
+            Outcome::busy(format!("{stage}: {starved}"))
         }
         other => Outcome::Crash {
             reason: reason(other),

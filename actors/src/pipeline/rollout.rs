@@ -1,9 +1,10 @@
 //! The Rollout actor: owns the episodes. For each group it runs m trajectories concurrently; each
 //! trajectory is an [`Episode`] state machine driven turn by turn: build the prompt, ask the
 //! Generator, parse the response, send the candidate through Compiler -> Verifier -> Profiler,
-//! record the outcome and its score. A finished group goes to the ReplayQueue. A turn the harness
-//! could not judge ([`Outcome::HarnessError`]) abandons its group: counted as
-//! `Rollout.harness_error`, logged, never scored or trained on.
+//! record the outcome and its score. A finished group goes to the ReplayQueue. A candidate the
+//! machine was too busy to judge ([`Outcome::is_busy`]) is sent again, a few times
+//! (`Rollout.harness_busy`). A turn the harness could not judge ([`Outcome::HarnessError`])
+//! abandons its group: counted as `Rollout.harness_error`, logged, never scored or trained on.
 //!
 //! The actor itself only starts groups; their turns run as tasks on its arbiter, which do no
 //! blocking work (prompts and parsing are microseconds; everything slow is in another actor).
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use kevin::config::RolloutSection;
 use kevin::episode::{Episode, EpisodeTask, Group};
-use kevin::outcome::Outcome;
+use kevin::outcome::{busy_retry, Outcome};
 use kevin::turn::{Responded, TurnRecord};
 use tokio::sync::oneshot;
 
@@ -136,6 +137,53 @@ async fn run_group(
     shared.inflight.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Sends `source` through Compiler -> Verifier -> Profiler and waits for its outcome. A
+/// candidate the machine was too busy to judge ([`Outcome::is_busy`]) is sent again, as often and
+/// as far apart as [`busy_retry`] says (each counted as `Rollout.harness_busy`), before its busy
+/// verdict stands and abandons the group.
+async fn judge(
+    shared: &RolloutShared,
+    task: &str,
+    source: &str,
+    group_id: u64,
+) -> Result<Outcome, String> {
+    let mut attempt = 0;
+    loop {
+        let (tx, rx) = oneshot::channel();
+        let (t, s) = (task.to_string(), source.to_string());
+        if shared
+            .compiler
+            .send(|ticket| Compile {
+                task: t,
+                source: s,
+                reply: tx,
+                ticket,
+            })
+            .await
+            .is_err()
+        {
+            return Err("the compiler is gone".into());
+        }
+        let verdict = rx.await.unwrap_or_else(|_| Outcome::Crash {
+            reason: "the evaluation pipeline dropped the candidate".into(),
+        });
+        let Some(wait) = busy_retry(verdict.is_busy(), attempt) else {
+            return Ok(verdict);
+        };
+        shared.failures.count("Rollout.harness_busy");
+        tracing::warn!(
+            actor = "Rollout",
+            task,
+            group = group_id,
+            attempt,
+            ?wait,
+            "the machine was too busy to judge the candidate; it is sent again"
+        );
+        tokio::time::sleep(wait).await;
+        attempt += 1;
+    }
+}
+
 async fn run_trajectory(
     shared: Arc<RolloutShared>,
     task: Arc<EpisodeTask>,
@@ -191,28 +239,9 @@ async fn run_trajectory(
         };
         let verdict = match responded.candidate() {
             None => None,
-            Some(source) => {
-                let (tx, rx) = oneshot::channel();
-                let (t, s) = (task.name.clone(), source.to_string());
-                if shared
-                    .compiler
-                    .send(|ticket| Compile {
-                        task: t,
-                        source: s,
-                        reply: tx,
-                        ticket,
-                    })
-                    .await
-                    .is_err()
-                {
-                    return Err("the compiler is gone".into());
-                }
-                Some(rx.await.unwrap_or_else(|_| Outcome::Crash {
-                    reason: "the evaluation pipeline dropped the candidate".into(),
-                }))
-            }
+            Some(source) => Some(judge(&shared, &task.name, source, group_id).await?),
         };
-        if let Some(Outcome::HarnessError { reason }) = &verdict {
+        if let Some(Outcome::HarnessError { reason, .. }) = &verdict {
             // Not the policy's doing: no reward, not trained on. The group is abandoned (its
             // other trajectories' advantages would be computed against a missing one).
             shared.failures.count("Rollout.harness_error");

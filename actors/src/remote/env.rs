@@ -238,13 +238,11 @@ impl RemoteEnv {
                             JobResult {
                                 id: id.clone(),
                                 node: String::new(),
-                                outcome: Outcome::HarnessError {
-                                    reason: format!(
-                                        "no worker node finished the evaluation in {max_deliver} \
+                                outcome: Outcome::harness(format!(
+                                    "no worker node finished the evaluation in {max_deliver} \
                                      deliveries (env.remote.max_deliver): the nodes died or \
                                      stalled on it"
-                                    ),
-                                },
+                                )),
                                 ended: Ended::Compile,
                                 compile_ms: 0.0,
                                 eval_ms: 0.0,
@@ -353,7 +351,7 @@ impl RemoteEnv {
         let harness = |reason: String| JobResult {
             id: id.clone(),
             node: String::new(),
-            outcome: Outcome::HarnessError { reason },
+            outcome: Outcome::harness(reason),
             ended: Ended::Compile,
             compile_ms: 0.0,
             eval_ms: 0.0,
@@ -455,18 +453,16 @@ impl KernelEnv for RemoteEnv {
             Some(a) if a.ended == Ended::Verify => Err(a.outcome.clone()),
             Some(_) => Ok(()),
             // kevin's own mistake, never the candidate's.
-            None => Err(Outcome::HarnessError {
-                reason: "the remote environment got an artifact it did not make".into(),
-            }),
+            None => Err(Outcome::harness(
+                "the remote environment got an artifact it did not make",
+            )),
         }
     }
 
     fn profile(&self, compiled: &Compiled) -> Outcome {
         match compiled.artifact.downcast_ref::<RemoteArtifact>() {
             Some(a) => a.outcome.clone(),
-            None => Outcome::HarnessError {
-                reason: "the remote environment got an artifact it did not make".into(),
-            },
+            None => Outcome::harness("the remote environment got an artifact it did not make"),
         }
     }
 }
@@ -479,7 +475,7 @@ mod tests {
         JobResult {
             id: id.into(),
             node: "n".into(),
-            outcome: Outcome::HarnessError { reason: "x".into() },
+            outcome: Outcome::harness("x"),
             ended: Ended::Compile,
             compile_ms: 0.0,
             eval_ms: 0.0,

@@ -218,9 +218,7 @@ impl Node {
         let (outcome, ended, compile_ms) = match evaluated {
             Ok(r) => r,
             Err(e) => (
-                Outcome::HarnessError {
-                    reason: format!("the worker node's environment failed: {e}"),
-                },
+                Outcome::harness(format!("the worker node's environment failed: {e}")),
                 Ended::Compile,
                 0.0,
             ),
