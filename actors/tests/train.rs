@@ -689,25 +689,34 @@ fn a_disk_budget_removes_old_archives_and_a_full_disk_stops_cleanly() {
     assert!(newest_checkpoint(&full).join("COMPLETE").exists());
 }
 
+/// A failure counter of a metrics line (0 when it never counted).
+fn failures(metrics: &Value, key: &str) -> u64 {
+    metrics["failures"][key].as_u64().unwrap_or(0)
+}
+
+/// The run wrote episodes, and none holds a turn the harness did not judge.
+fn assert_every_episode_judged(run: &Path) {
+    let episodes = jsonl(&run.join("episodes.jsonl"));
+    assert!(!episodes.is_empty());
+    assert!(
+        !episodes
+            .iter()
+            .any(|e| e.to_string().contains("harness_error")),
+        "a harness error reached the episodes"
+    );
+}
+
 #[test]
 fn harness_errors_are_counted_logged_and_never_trained_on() {
     let (run, config) = setup("harness", "[env.simulated]\np_harness_error = 0.05\n");
     let out = train(&run, &config, 4);
     assert_ok(&out);
     let last = jsonl(&run.join("metrics.jsonl")).pop().unwrap();
-    let counted = last["failures"]["Rollout.harness_error"]
-        .as_u64()
-        .unwrap_or(0);
+    let counted = failures(&last, "Rollout.harness_error");
     assert!(counted > 0, "harness errors were not counted: {last}");
     // No episode (what the learner trains on) holds an unjudged turn, and none was refused
     // late by the replay queue: the rollout dropped them first.
-    let episodes = jsonl(&run.join("episodes.jsonl"));
-    assert!(!episodes.is_empty());
-    let unjudged = episodes
-        .iter()
-        .filter(|e| e.to_string().contains("harness_error"))
-        .count();
-    assert_eq!(unjudged, 0, "a harness error reached the episodes");
+    assert_every_episode_judged(&run);
     assert!(last["failures"]["ReplayQueue.unjudged"].is_null(), "{last}");
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -724,26 +733,15 @@ fn candidates_the_machine_was_too_busy_to_judge_are_sent_again_not_abandoned() {
     let out = train(&run, &config, 4);
     assert_ok(&out);
     let last = jsonl(&run.join("metrics.jsonl")).pop().unwrap();
-    let busy = last["failures"]["Rollout.harness_busy"]
-        .as_u64()
-        .unwrap_or(0);
-    let abandoned = last["failures"]["Rollout.harness_error"]
-        .as_u64()
-        .unwrap_or(0);
+    let busy = failures(&last, "Rollout.harness_busy");
+    let abandoned = failures(&last, "Rollout.harness_error");
     assert!(busy > 0, "busy verdicts were not counted: {last}");
     // Sent again, nearly all were judged: far fewer groups abandoned than busy answers.
     assert!(
         abandoned * 4 < busy,
         "busy {busy}, abandoned {abandoned}: {last}"
     );
-    let episodes = jsonl(&run.join("episodes.jsonl"));
-    assert!(!episodes.is_empty());
-    assert!(
-        !episodes
-            .iter()
-            .any(|e| e.to_string().contains("harness_error")),
-        "a harness error reached the episodes"
-    );
+    assert_every_episode_judged(&run);
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(log.contains("it is sent again"), "{log}");
 }
@@ -753,7 +751,7 @@ fn component_panics_are_survived_and_counted() {
     let (run, config) = setup("panic", "[env.simulated]\np_panic = 0.1\n");
     assert_ok(&train(&run, &config, 4));
     let last = jsonl(&run.join("metrics.jsonl")).pop().unwrap();
-    let restarts = last["failures"]["Compiler.restart"].as_u64().unwrap_or(0);
+    let restarts = failures(&last, "Compiler.restart");
     assert!(restarts > 0, "{last}");
     let crashes = jsonl(&run.join("episodes.jsonl"))
         .iter()
