@@ -51,14 +51,4 @@ rm -rf "$OUT/model"
     --dtype "$DTYPE"
 [ "$EVAL" = 1 ] || exit 0
 
-ev() {
-    local name=$1; shift
-    step "eval $name"
-    "$KEVIN" eval --checkpoint "$OUT/model" --config "$CONFIG" --backend cuda --device cuda \
-        --json "$OUT/eval-$name.json" "$@" > "$OUT/eval-$name.log"
-    tail -n 4 "$OUT/eval-$name.log" >&2
-}
-ev s0 --samples 16 --turns 8 --seed 0
-ev s1 --samples 16 --turns 8 --seed 1
-ev 16x4 --budget 64 --turns 4 --seed 0
-ev 64x1 --budget 64 --turns 1 --seed 0
+KEVIN="$KEVIN" CONFIG="$CONFIG" TABLE2=1 bash benches/eval-heldout.sh "$OUT/model" "$OUT/eval"

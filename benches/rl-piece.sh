@@ -19,12 +19,11 @@
 # tasks:GEN-TASKS --count 240 --seed FRESH_SEED` with the generator's defaults of the day, none of
 # them a program of the warm start's corpus, so that RL rewards kernels for programs new to the
 # policy, as the held-out split asks; the default), FRESH_SEED (7001), STEPS (30), MAX_S
-# (520), DRAW (19), LR (3e-5), CONFIG (configs/gpu-burn.toml). A folder $OUT/gen240 made
-# beforehand (e.g. on a machine with more time) is used as it is. Then evaluate the newest
-# checkpoint on the held-out split, twice for the spread:
-#
-#   kevin eval --checkpoint $OUT/run/checkpoints/step-N/learner --config configs/gpu-burn.toml \
-#       --samples 16 --turns 8 --seed S --backend cuda --device cuda --json eval-S.json
+# (520), DRAW (19), LR (3e-5), CONFIG (configs/gpu-burn.toml), EVAL (0). A folder $OUT/gen240 made
+# beforehand (e.g. on a machine with more time) is used as it is. With EVAL=1 the newest
+# checkpoint is then evaluated on the held-out split (`benches/eval-heldout.sh`: 16 x 8 on seeds 0
+# and 1 for the spread, and with TABLE2=1 Table 2 too) into $OUT/eval. The replay's credit is the
+# config's (`"score"`); `KEVIN__REPLAY__CREDIT=improvement` in the environment passes through.
 set -euo pipefail
 KEVIN=${KEVIN:-target/release/kevin}
 OUT=${OUT:-runs/rl-piece}
@@ -95,4 +94,9 @@ rc=0
 wait "$pid" || rc=$?
 step "train exited $rc after $(( $(date +%s) - start )) s"
 ls "$OUT/run/checkpoints" >&2
+if [ "$rc" = 0 ] && [ "${EVAL:-0}" = 1 ]; then
+    newest=$(ls -d "$OUT"/run/checkpoints/step-* | sort | tail -n 1)
+    step "held-out evaluation of $newest"
+    KEVIN="$KEVIN" CONFIG="$CONFIG" bash benches/eval-heldout.sh "$newest/learner" "$OUT/eval"
+fi
 exit "$rc"
