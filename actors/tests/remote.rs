@@ -228,24 +228,20 @@ fn evaluate_all(env: &Arc<dyn KernelEnv>, jobs: &[(String, String)]) -> Vec<Outc
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
-/// `outcome`, or, while it is the harness's "the machine is too busy" ([`Outcome::is_busy`]: a
+/// `outcome`, or, when it is the harness's "the machine is too busy" ([`Outcome::is_busy`]: a
 /// worker starved of CPU by the rest of the machine, no verdict on the candidate), the job
-/// evaluated again on its own, at most three times (after `evaluate`'s own attempts, made while
-/// the rest of the batch still loaded the machine).
+/// evaluated again on its own: `evaluate` itself asks again while the answer stays busy (3 times
+/// in all, `kevin::outcome::busy_retry`), now without the rest of the batch loading the machine.
 fn rejudge_if_starved(
     env: &Arc<dyn KernelEnv>,
     job: &(String, String),
     outcome: Outcome,
 ) -> Outcome {
-    let mut outcome = outcome;
-    for _ in 0..3 {
-        if !outcome.is_busy() {
-            break;
-        }
-        eprintln!("{}: {outcome:?}; judged again", job.0);
-        outcome = evaluate(env.as_ref(), &job.0, &job.1);
+    if !outcome.is_busy() {
+        return outcome;
     }
-    outcome
+    eprintln!("{}: {outcome:?}; judged again, alone", job.0);
+    evaluate(env.as_ref(), &job.0, &job.1)
 }
 
 #[test]
