@@ -4,7 +4,8 @@
 # (16 x 4 against 64 x 1 at 64 kernels a task) on the seeds in T2_SEEDS. The runs of one table go
 # to the GPU at once (each kevin eval holds the GPU's timing lease while it times a candidate, so
 # the timings are those of a GPU alone). Per evaluation a line: avg@K, best@K, turn-1 correct,
-# format errors, mean speedup of the best kernel and of a trajectory's, and how often the next turn
+# format errors, mean speedup of the best kernel and of a trajectory's, the share of later turns
+# that resubmit a kernel their trajectory already submitted, and how often the next turn
 # is correct after a failed turn (by failure kind) and after a correct one.
 #
 #   KEVIN=target/release/kevin bash benches/eval-heldout.sh CHECKPOINT OUT
@@ -12,7 +13,10 @@
 # Knobs (environment): CONFIG (configs/gpu-burn.toml), SEEDS ("0 1"), SAMPLES and TURNS (16 and 8:
 # the issue's; smaller for a quick check), TABLE2 (0), T2_SEEDS ("0"), DEVICE (cuda; cpu evaluates
 # with the CPU backend, for a check without a GPU), EXTRA (more `kevin eval` arguments, e.g.
-# "--tasks elu,tanh").
+# "--tasks elu,tanh"), BASE (the OUT of an earlier run of this script on the checkpoint to compare
+# with, on the same SEEDS: `kevin eval --base --new` then pairs the evaluations by seed, prints
+# whether avg@K and the mean speedup rose by more than twice the spread between evaluations of
+# one checkpoint, and writes OUT/compare.json).
 set -euo pipefail
 if [ $# -ne 2 ]; then
     echo "usage: bash benches/eval-heldout.sh CHECKPOINT OUT" >&2
@@ -29,6 +33,12 @@ TABLE2=${TABLE2:-0}
 T2_SEEDS=${T2_SEEDS:-0}
 DEVICE=${DEVICE:-cuda}
 EXTRA=${EXTRA:-}
+BASE=${BASE:-}
+if [ -n "$BASE" ]; then
+    for s in $SEEDS; do
+        [ -f "$BASE/s$s.json" ] || { echo "BASE=$BASE: no s$s.json there (run this script on the base checkpoint with the same SEEDS)" >&2; exit 2; }
+    done
+fi
 [ -f "$CK/config.json" ] || { echo "CHECKPOINT=$CK: no model directory there (config.json is missing)" >&2; exit 2; }
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
@@ -78,10 +88,14 @@ for path in sys.argv[1:]:
         continue
     s = d["summary"]
     after_fail, after_ok = defaultdict(lambda: [0, 0]), [0, 0]
+    # Files written since 2026-12-07 mark a turn that resubmits an earlier kernel.
+    resubmitted = 0 if all("repeat" in r for t in d["tasks"] for tr in t["trajectories"] for r in tr) else None
     for t in d["tasks"]:
         for traj in t["trajectories"]:
             for a, b in zip(traj, traj[1:]):
                 c = after_ok if a["outcome"] == "correct" else after_fail[a["outcome"]]
+                if c is after_ok and resubmitted is not None:
+                    resubmitted += b["repeat"]
                 c[0] += b["outcome"] == "correct"
                 c[1] += 1
     rate = lambda c: c[0] / c[1] if c[1] else float("nan")
@@ -92,9 +106,20 @@ for path in sys.argv[1:]:
             f"best@K {100 * s['best_at_k']:.1f}% turn-1 {100 * s['turn_correct'][0]:.1f}% "
             f"format {100 * s['format_error_rate']:.1f}% speedup best {s['mean_speedup']:.3f}x "
             f"trajectory {s['mean_avg_speedup']:.3f}x")
+    if d["turns"] > 1 and "repeat_rate" in s:
+        line += f"; repeats {100 * s['repeat_rate']:.1f}% of later turns"
     if d["turns"] > 1:
         line += (f"; next correct after a failure {rate(fails):.2f} ({kinds})" if fails[1]
                  else "; no failed turn before the last")
         line += f", after a correct one {rate(after_ok):.2f}" if after_ok[1] else ""
+        if after_ok[1] and resubmitted is not None:
+            line += f" ({100 * resubmitted / after_ok[1]:.0f}% of those turns resubmit a kernel)"
     print(line)
 PY
+if [ -n "$BASE" ]; then
+    base_files=() new_files=()
+    for s in $SEEDS; do base_files+=("$BASE/s$s.json"); new_files+=("$OUT/s$s.json"); done
+    step "compared with $BASE"
+    "$KEVIN" eval --base "$(IFS=,; echo "${base_files[*]}")" --new "$(IFS=,; echo "${new_files[*]}")" \
+        --json "$OUT/compare.json"
+fi

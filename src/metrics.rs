@@ -31,6 +31,10 @@ pub struct StepMetrics {
     pub mean_speedup: f64,
     /// Fraction of turns per outcome kind.
     pub outcomes: BTreeMap<String, f64>,
+    /// Signs of collapse and of a vanishing learning signal in the batch (`None` in files written
+    /// before they were recorded, and for an empty batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signals: Option<BatchSignals>,
     /// Version gap -> number of groups in the batch with that staleness.
     pub staleness: BTreeMap<u64, u64>,
     /// Groups in the batch.
@@ -75,6 +79,72 @@ pub struct StepMetrics {
     pub eval_cache: BTreeMap<String, u64>,
 }
 
+/// What a learner step's batch says of the policy's health, beyond its reward: the figures a
+/// researcher looks at when RL does not improve the policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BatchSignals {
+    /// Mean response length in tokens (a falling length is a sign of collapse).
+    pub response_tokens: f64,
+    /// Of the turns after their trajectory's first, the fraction that resubmit a kernel the
+    /// trajectory already submitted unchanged ([`crate::turn::repeats`]).
+    pub repeat_rate: f64,
+    /// Mean over groups of the share of distinct first-turn kernels among the group's
+    /// trajectories (1: all different; 1/m: every sample wrote the same kernel).
+    pub distinct_first: f64,
+    /// Mean absolute advantage over the batch's turns.
+    pub advantage_abs_mean: f64,
+    /// Groups whose turns all had the same return: zero advantage, so no gradient.
+    pub flat_groups: u64,
+}
+
+impl BatchSignals {
+    /// The signals of `batch`'s groups; `None` when it has no turn.
+    pub fn of(batch: &Batch) -> Option<BatchSignals> {
+        let turns: Vec<_> = batch.groups.iter().flat_map(|g| g.group.turns()).collect();
+        if turns.is_empty() {
+            return None;
+        }
+        let mean = |sum: f64, n: usize| if n == 0 { 0.0 } else { sum / n as f64 };
+        let (mut repeated, mut later) = (0, 0);
+        let mut distinct = Vec::with_capacity(batch.groups.len());
+        let (mut adv_sum, mut adv_n, mut flat_groups) = (0.0, 0, 0);
+        for g in &batch.groups {
+            for traj in &g.group.trajectories {
+                let (r, n) = crate::turn::repeats(traj);
+                repeated += r;
+                later += n;
+            }
+            let firsts: Vec<Option<&str>> = g
+                .group
+                .trajectories
+                .iter()
+                .filter_map(|t| t.first().map(|r| r.kernel.as_deref()))
+                .collect();
+            if !firsts.is_empty() {
+                let unique: std::collections::HashSet<_> = firsts.iter().collect();
+                distinct.push(unique.len() as f64 / firsts.len() as f64);
+            }
+            let advs: Vec<f64> = g.advantages.iter().flatten().copied().collect();
+            adv_sum += advs.iter().map(|a| a.abs()).sum::<f64>();
+            adv_n += advs.len();
+            let first_return = g.returns.iter().flatten().next();
+            if g.returns.iter().flatten().all(|r| Some(r) == first_return) {
+                flat_groups += 1;
+            }
+        }
+        Some(BatchSignals {
+            response_tokens: mean(
+                turns.iter().map(|t| t.response_tokens.len() as f64).sum(),
+                turns.len(),
+            ),
+            repeat_rate: mean(repeated as f64, later),
+            distinct_first: mean(distinct.iter().sum(), distinct.len()),
+            advantage_abs_mean: mean(adv_sum, adv_n),
+            flat_groups,
+        })
+    }
+}
+
 impl StepMetrics {
     /// Fills the batch-derived fields from `batch`.
     pub fn from_batch(step: u64, batch: &Batch) -> StepMetrics {
@@ -116,6 +186,7 @@ impl StepMetrics {
         if correct > 0 {
             m.mean_speedup = speedup_sum / correct as f64;
         }
+        m.signals = BatchSignals::of(batch);
         m
     }
 }
@@ -127,6 +198,7 @@ mod tests {
     use crate::episode::Group;
     use crate::outcome::Outcome;
     use crate::replay::{score_group, ScoredGroup};
+    use crate::turn::TurnRecord;
 
     fn batch(outcomes: &[Outcome]) -> Batch {
         let group = Group {
@@ -169,6 +241,57 @@ mod tests {
             staleness: vec![],
         };
         assert_eq!(StepMetrics::from_batch(1, &empty).reward_std, None);
+    }
+
+    #[test]
+    fn batch_signals_show_repeats_sameness_and_flat_groups() {
+        let ok = || Outcome::Correct {
+            kernel_ms: 1.0,
+            baseline_ms: 2.0,
+            spread: 0.0,
+            timing: "cpu".into(),
+        };
+        let bad = || Outcome::CompileError { log: String::new() };
+        // Two trajectories of one group: [a, a] (a repeat) and [a, b]; first kernels both "a".
+        let traj = |kernels: [&str; 2], outcomes: [Outcome; 2]| -> Vec<TurnRecord> {
+            kernels
+                .iter()
+                .zip(outcomes)
+                .enumerate()
+                .map(|(i, (k, o))| {
+                    let mut t = turn(i as u32, o, 0);
+                    t.kernel = Some(k.to_string());
+                    t.response_tokens = vec![0; 10 * (i + 1)];
+                    t
+                })
+                .collect()
+        };
+        let group = Group {
+            id: 0,
+            task: "t".into(),
+            trajectories: vec![
+                traj(["a", "a"], [bad(), ok()]),
+                traj(["a", "b"], [bad(), bad()]),
+            ],
+        };
+        let mut b = batch(&[bad()]);
+        b.groups.push(score_group(1, group, &Default::default()));
+        let s = StepMetrics::from_batch(1, &b).signals.unwrap();
+        // Turns: 1 (the single-turn group) + 4, with 3, 10, 20, 10, 20 tokens.
+        assert!((s.response_tokens - 63.0 / 5.0).abs() < 1e-12, "{s:?}");
+        assert!((s.repeat_rate - 0.5).abs() < 1e-12, "{s:?}");
+        // Group 1: one first kernel of one; group 2: one distinct of two.
+        assert!((s.distinct_first - 0.75).abs() < 1e-12, "{s:?}");
+        // The single-turn group has one return: flat. The other has a correct turn: not flat.
+        assert_eq!(s.flat_groups, 1);
+        assert!(s.advantage_abs_mean > 0.0);
+        assert_eq!(
+            BatchSignals::of(&Batch {
+                groups: vec![],
+                ..b
+            }),
+            None
+        );
     }
 
     #[test]

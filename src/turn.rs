@@ -90,6 +90,30 @@ pub fn parse_response(response: &str) -> Result<(String, String), Outcome> {
         })
 }
 
+/// Per turn of one trajectory, whether it resubmits a kernel that an earlier turn of the
+/// trajectory already submitted, character for character: a sign of collapse (the policy repeats
+/// itself instead of refining) that the training metrics and `kevin eval` both report. Format
+/// errors, having no kernel, never repeat; the first turn cannot.
+pub fn repeated(trajectory: &[TurnRecord]) -> Vec<bool> {
+    trajectory
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.kernel.as_deref().is_some_and(|k| {
+                trajectory[..i]
+                    .iter()
+                    .any(|e| e.kernel.as_deref() == Some(k))
+            })
+        })
+        .collect()
+}
+
+/// Of the turns after the first of one trajectory, how many are [`repeated`], and out of how many.
+pub fn repeats(trajectory: &[TurnRecord]) -> (usize, usize) {
+    let n = repeated(trajectory).into_iter().filter(|r| *r).count();
+    (n, trajectory.len().saturating_sub(1))
+}
+
 /// The sampling seed of one turn: derived from the base seed and a `key` naming the trajectory's
 /// group (training: the group id; evaluation: [`name_key`] of the task, so that a task's samples
 /// do not depend on which other tasks are evaluated), then mixed with the trajectory and the turn.
@@ -178,5 +202,26 @@ mod tests {
         assert_eq!(seed(7, 42, 3, 2), old(7, 42, 3, 2));
         assert_eq!(name_key(""), 0xcbf2_9ce4_8422_2325);
         assert_ne!(name_key("relu"), name_key("gelu"));
+    }
+
+    fn with_kernel(turn: u32, kernel: Option<&str>) -> TurnRecord {
+        let outcome = Outcome::CompileError { log: String::new() };
+        let mut t = crate::episode::tests::turn(turn, outcome, 0);
+        t.kernel = kernel.map(str::to_string);
+        t
+    }
+
+    #[test]
+    fn a_repeat_is_a_kernel_the_trajectory_already_submitted() {
+        let traj: Vec<TurnRecord> = [Some("a"), Some("b"), Some("a"), None, None, Some("b ")]
+            .iter()
+            .enumerate()
+            .map(|(i, k)| with_kernel(i as u32, *k))
+            .collect();
+        // Turn 2 repeats turn 0; two format errors in a row are not repeats; "b " is a new text.
+        assert_eq!(repeats(&traj), (1, 5));
+        assert_eq!(repeated(&traj), [false, false, true, false, false, false]);
+        assert_eq!(repeats(&traj[..1]), (0, 0));
+        assert_eq!(repeats(&[]), (0, 0));
     }
 }

@@ -209,8 +209,83 @@ fn tiny_random_checkpoint_runs_end_to_end_and_reports_zeros() {
     assert!(s["geomean_speedup"].is_null());
     let tokens = s["mean_response_tokens"].as_f64().unwrap();
     assert!(tokens > 0.0 && tokens <= 32.0, "{tokens}");
+    // Format errors have no kernel to resubmit.
+    assert_eq!(s["repeat_rate"].as_f64(), Some(0.0));
     let task = &v["tasks"][0];
     assert_eq!(task["task"], TASK);
     assert_eq!(task["trajectories"].as_array().unwrap().len(), 2);
+    assert_eq!(task["trajectories"][0][1]["repeat"], false);
     assert_eq!(task["turn_correct"], serde_json::json!([0.0, 0.0]));
+}
+
+/// A `kevin eval --checkpoint --json` file as far as the comparison reads it.
+fn evaluation_file(dir: &std::path::Path, name: &str, seed: u64, avg: f64) -> PathBuf {
+    let v = serde_json::json!({
+        "command": "kevin eval --checkpoint",
+        "checkpoint": {"path": format!("models/{name}")},
+        "seed": seed, "samples": 16, "turns": 8,
+        "tasks": [{"task": "elu"}, {"task": TASK}],
+        "summary": {
+            "avg_at_k": avg, "mean_speedup": 0.3, "best_at_k": 0.5, "turn_correct": [0.2, 0.3],
+            "mean_avg_speedup": 0.2, "format_error_rate": 0.1, "repeat_rate": 0.05,
+        },
+    });
+    let path = dir.join(format!("{name}-s{seed}.json"));
+    std::fs::write(&path, v.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn base_and_new_evaluations_compare_by_seed_and_name_what_does_not_pair() {
+    let dir = std::env::temp_dir().join(format!("kevin-eval-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let list = |paths: &[PathBuf]| {
+        paths
+            .iter()
+            .map(|p| p.to_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let base = [
+        evaluation_file(&dir, "a", 0, 0.50),
+        evaluation_file(&dir, "a", 1, 0.52),
+    ];
+    let new = [
+        evaluation_file(&dir, "b", 0, 0.62),
+        evaluation_file(&dir, "b", 1, 0.63),
+    ];
+    let json = dir.join("compare.json");
+    let out = kevin_at_root(&[
+        "eval",
+        "--base",
+        &list(&base),
+        "--new",
+        &list(&new),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("paired on seeds 0, 1"), "{stdout}");
+    assert!(stdout.contains("verdict: better"), "{stdout}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["verdict"], "better");
+    assert_eq!(v["figures"][0]["change"], "up");
+    assert_eq!(v["base_files"][1], base[1].to_str().unwrap());
+
+    // A seed without its pair: usage error (exit 2) naming the file.
+    let out = kevin_at_root(&["eval", "--base", &list(&base), "--new", &list(&new[..1])]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(&format!(
+            "{}: seed 1 has no evaluation of the new checkpoint",
+            base[1].display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    // --base without --new is refused by the argument parser.
+    let out = kevin_at_root(&["eval", "--base", &list(&base)]);
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
 }

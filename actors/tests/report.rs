@@ -8,15 +8,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kevin::metrics::StepMetrics;
+use kevin::metrics::{BatchSignals, StepMetrics};
 use kevin_actors::cmd::report::{self, MetricsLog, ReportError, ReportOptions};
 
-const PLOTS: [&str; 5] = [
+const PLOTS: [&str; 7] = [
     "reward.png",
     "correctness.png",
     "speedup.png",
     "staleness.png",
     "utilisation.png",
+    "signal.png",
+    "length.png",
 ];
 /// The first line colour of every chart (plot.rs's palette), to show a line was drawn.
 const FIRST_LINE_RGB: [u8; 3] = [31, 119, 180];
@@ -45,7 +47,7 @@ max_staleness = 2
 /// Step `k` of the synthetic run: one session started at unix time 1000, a step every 10 s;
 /// reward 0.1k +- 0.05; correct rate 0 at step 1, else 0.5, with mean speedup 0.5k; two groups of
 /// lag 0 and two of lag 2; fixed busy fractions (Telemetry too idle to be drawn, Rollout busy
-/// enough).
+/// enough); responses of 100 + k tokens, a repeat rate of 0.01k, one flat group of the two.
 fn step(k: u64) -> StepMetrics {
     let busy = [
         ("Generator", 0.5),
@@ -68,6 +70,13 @@ fn step(k: u64) -> StepMetrics {
         groups: 2,
         accepted_total: 2 * k,
         busy: busy.iter().map(|(a, b)| (a.to_string(), *b)).collect(),
+        signals: Some(BatchSignals {
+            response_tokens: 100.0 + k as f64,
+            repeat_rate: 0.01 * k as f64,
+            distinct_first: 1.0,
+            advantage_abs_mean: 0.2,
+            flat_groups: 1,
+        }),
         ..Default::default()
     }
 }
@@ -121,7 +130,7 @@ fn check_row(summary: &str, label: &str, first: &str, last: &str, change: &str) 
 }
 
 #[test]
-fn synthetic_run_gives_five_plots_and_a_summary_with_its_numbers() {
+fn synthetic_run_gives_seven_plots_and_a_summary_with_its_numbers() {
     let dir = run_dir("synthetic", Some(CONFIG), &synthetic_lines());
     let r = report::write_report(&dir, &ReportOptions::default()).unwrap();
     assert_eq!(r.out, dir.join("report"));
@@ -187,6 +196,9 @@ fn synthetic_run_gives_five_plots_and_a_summary_with_its_numbers() {
     check_row(&summary, "staleness: max lag", "2.000", "2.000", "+0.000");
     check_row(&summary, "busy: Compiler", "1.500", "1.500", "+0.000");
     check_row(&summary, "busy: Rollout", "0.200", "0.200", "+0.000");
+    check_row(&summary, "repeat rate", "0.015", "0.095", "+0.080");
+    check_row(&summary, "flat groups", "0.500", "0.500", "+0.000");
+    check_row(&summary, "response tokens", "101.500", "109.500", "+8.000");
     assert!(!summary.contains("busy: Telemetry"), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -217,7 +229,7 @@ fn cli_writes_to_out_and_counts_the_skipped_line() {
     assert!(stderr.contains("metrics.jsonl line 4:"), "{stderr}");
     assert!(
         stdout.starts_with(&format!(
-            "kevin report: 10 learner steps, 5 plots in {}\n",
+            "kevin report: 10 learner steps, 7 plots in {}\n",
             out.display()
         )),
         "{stdout}"
@@ -314,8 +326,9 @@ fn a_run_without_tracing_or_reward_spread_skips_those_plots_and_says_so() {
         .collect();
     assert_eq!(
         names,
-        PLOTS[..4]
+        PLOTS
             .iter()
+            .filter(|p| **p != "utilisation.png")
             .map(Into::into)
             .collect::<Vec<std::ffi::OsString>>()
     );

@@ -15,7 +15,9 @@
 //! - `best_speedup`: the largest speedup of any correct kernel of any trajectory, 0 when none;
 //!   `avg_speedup`: the mean over trajectories of each one's best correct speedup (0 for an
 //!   incorrect trajectory): the speedup columns of best@K and avg@K in Table 1;
-//! - the format-error rate and the mean response tokens are over all K x N turns.
+//! - the format-error rate and the mean response tokens are over all K x N turns; the repeat
+//!   rate is over the turns after each trajectory's first: the fraction that resubmit a kernel
+//!   their trajectory already submitted ([`crate::turn::repeats`]).
 //!
 //! Over the tasks: avg@K, best@K and the per-turn figures are means over tasks; `mean_speedup`
 //! is the mean over tasks of `best_speedup` (unsolved tasks count 0, as in the paper, so it
@@ -25,6 +27,7 @@
 //! p times faster than the baseline (fast_1: faster than the reference at all), for p in
 //! [`crate::eval::FAST_P`]. The format-error rate and mean response tokens are over all turns.
 
+pub mod compare;
 mod run;
 
 pub use run::{request_seed, run, Progress, RunError, RunOptions};
@@ -90,6 +93,10 @@ pub struct TaskScores {
     pub format_error_rate: f64,
     /// Mean response tokens per turn.
     pub mean_response_tokens: f64,
+    /// Of the turns after a trajectory's first, the fraction that resubmit a kernel their
+    /// trajectory already submitted (0 in files written before it was recorded).
+    #[serde(default)]
+    pub repeat_rate: f64,
     /// Outcome kind -> turns.
     pub outcomes: BTreeMap<String, usize>,
     /// Correct kernels with a speedup flagged as suspicious (> 10x).
@@ -152,6 +159,13 @@ pub fn score_task(t: &TaskTrajectories) -> TaskScores {
                 .map(|r| (r.outcome.kind() == "format_error") as u8 as f64),
         ),
         mean_response_tokens: mean(turns.iter().map(|r| r.response_tokens.len() as f64)),
+        repeat_rate: {
+            let (repeated, later) = trajs
+                .iter()
+                .map(|tr| crate::turn::repeats(tr))
+                .fold((0, 0), |(r, l), (a, b)| (r + a, l + b));
+            frac_of(repeated, later)
+        },
         outcomes,
         flagged: turns.iter().filter(|r| r.outcome.flagged()).count(),
     }
@@ -184,6 +198,10 @@ pub struct PolicySummary {
     pub format_error_rate: f64,
     /// Mean response tokens over all turns.
     pub mean_response_tokens: f64,
+    /// Of all turns after a trajectory's first, the fraction that resubmit a kernel their
+    /// trajectory already submitted (0 in files written before it was recorded).
+    #[serde(default)]
+    pub repeat_rate: f64,
     /// Outcome kind -> turns, over all tasks.
     pub outcomes: BTreeMap<String, usize>,
     /// Correct kernels flagged as suspicious (> 10x).
@@ -259,6 +277,24 @@ pub fn summarize(scores: &[TaskScores]) -> PolicySummary {
             .collect(),
         format_error_rate: per_turn_mean(|s| s.format_error_rate),
         mean_response_tokens: per_turn_mean(|s| s.mean_response_tokens),
+        repeat_rate: {
+            // Weighted by each task's later turns, K x (N - 1).
+            let later: Vec<f64> = scores
+                .iter()
+                .map(|s| (s.samples * s.turns.saturating_sub(1)) as f64)
+                .collect();
+            let total: f64 = later.iter().sum();
+            if total == 0.0 {
+                0.0
+            } else {
+                scores
+                    .iter()
+                    .zip(&later)
+                    .map(|(s, l)| s.repeat_rate * l)
+                    .sum::<f64>()
+                    / total
+            }
+        },
         outcomes,
         flagged: scores.iter().map(|s| s.flagged).sum(),
     }

@@ -156,6 +156,35 @@ fn figures_on_hand_made_trajectories() {
 }
 
 #[test]
+fn repeat_rate_counts_resubmitted_kernels_over_the_later_turns() {
+    let with = |kernels: &[Option<&str>]| -> Vec<TurnRecord> {
+        let mut t = traj(&vec![ce(); kernels.len()], 1);
+        for (r, k) in t.iter_mut().zip(kernels) {
+            r.kernel = k.map(str::to_string);
+        }
+        t
+    };
+    // Task a: K=2, N=3, later turns 4, repeats 2 (x x, and y z y). Task b: K=1, N=3, later
+    // turns 2, no repeat (format errors have no kernel).
+    let a = score_task(&task(
+        "a",
+        vec![
+            with(&[Some("x"), Some("x"), Some("w")]),
+            with(&[Some("y"), Some("z"), Some("y")]),
+        ],
+    ));
+    let b = score_task(&task("b", vec![with(&[None, None, Some("v")])]));
+    assert!(close(a.repeat_rate, 0.5) && close(b.repeat_rate, 0.0));
+    // Weighted by later turns: 2 of 6.
+    assert!(close(summarize(&[a, b]).repeat_rate, 2.0 / 6.0));
+    // One-turn trajectories have no later turn to repeat in.
+    assert!(close(
+        score_task(&task("c", vec![with(&[Some("x")])])).repeat_rate,
+        0.0
+    ));
+}
+
+#[test]
 fn budget_splits_into_trajectories_of_n_turns() {
     // (budget, turns) -> K, or an error naming the budget.
     let cases: [(u32, u32, Option<u32>); 7] = [

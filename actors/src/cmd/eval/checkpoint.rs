@@ -272,9 +272,10 @@ pub fn render(scores: &[TaskScores], s: &PolicySummary, k: u32, n: u32) -> Strin
             .join(" ")
     );
     out += &format!(
-        "format errors {} of turns; mean response tokens {:.1}\n",
+        "format errors {} of turns; mean response tokens {:.1}; {} of the turns after the first resubmit a kernel their trajectory already submitted\n",
         pct(s.format_error_rate),
-        s.mean_response_tokens
+        s.mean_response_tokens,
+        pct(s.repeat_rate),
     );
     out += &format!(
         "outcomes: {}\n",
@@ -326,11 +327,13 @@ pub fn to_json(info: &RunInfo<'_>, report: &Report) -> serde_json::Value {
                 .iter()
                 .map(|tr| {
                     tr.iter()
-                        .map(|r| {
+                        .zip(kevin::turn::repeated(tr))
+                        .map(|(r, repeat)| {
                             serde_json::json!({
                                 "outcome": r.outcome.kind(),
                                 "speedup": r.outcome.speedup(),
                                 "tokens": r.response_tokens.len(),
+                                "repeat": repeat,
                             })
                         })
                         .collect()

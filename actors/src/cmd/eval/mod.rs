@@ -16,7 +16,7 @@ use super::{cores, env_vars, failure, usage, CmdResult};
 
 /// The flags of `kevin eval` (its help text is in `crate::cli`).
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["kernels", "checkpoint"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["kernels", "checkpoint", "base"])))]
 pub struct Args {
     /// Folder of `<task>.cu` files (e.g. tasks/solutions).
     #[arg(long)]
@@ -25,6 +25,14 @@ pub struct Args {
     /// model.safetensors), e.g. models/kevin-tiny or RUN/checkpoints/step-N/learner.
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
+    /// Compare two checkpoints: the `--json` files of this one's evaluations (comma-separated,
+    /// one per seed) against those of `--new`, paired by seed (issue 19's rule: a figure is up
+    /// when it rose by more than twice the spread between evaluations of one checkpoint).
+    #[arg(long, value_delimiter = ',', requires = "new")]
+    pub base: Vec<PathBuf>,
+    /// With --base: the new checkpoint's evaluation files, one per seed of --base.
+    #[arg(long, value_delimiter = ',', requires = "base")]
+    pub new: Vec<PathBuf>,
     /// K: trajectories per task (default 16, the paper's).
     #[arg(long, requires = "checkpoint", conflicts_with = "budget")]
     pub samples: Option<u32>,
@@ -82,6 +90,29 @@ pub struct Args {
     pub timing: Option<String>,
 }
 
+/// `--base A.json,... --new B.json,...`: the comparison table, and with `--json` its JSON.
+fn compare(args: &Args) -> CmdResult {
+    use kevin::policy_eval::compare;
+    let read = |paths: &[PathBuf]| {
+        paths
+            .iter()
+            .map(|p| compare::Evaluation::read(p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(usage)
+    };
+    let (base, new) = (read(&args.base)?, read(&args.new)?);
+    let c = compare::compare(&base, &new).map_err(usage)?;
+    print!("{}", compare::render(&c));
+    if let Some(path) = &args.json {
+        let mut v = serde_json::to_value(&c).map_err(failure)?;
+        v["command"] = serde_json::json!("kevin eval --base --new");
+        v["base_files"] = serde_json::json!(args.base);
+        v["new_files"] = serde_json::json!(args.new);
+        super::write_json(path, &v).map_err(failure)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 impl Args {
     /// `--timing`, when given.
     pub fn timing(&self) -> Result<Option<kevin::config::GpuTiming>, super::CmdError> {
@@ -93,8 +124,11 @@ impl Args {
     }
 }
 
-/// Runs the checkpoint or the kernels evaluation.
+/// Runs the checkpoint or the kernels evaluation, or compares two checkpoints' evaluations.
 pub fn run(args: Args) -> CmdResult {
+    if !args.base.is_empty() {
+        return compare(&args);
+    }
     if let Some(checkpoint) = &args.checkpoint {
         checkpoint::main(&args, checkpoint, &env_vars())?;
         return Ok(ExitCode::SUCCESS);

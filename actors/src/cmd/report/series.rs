@@ -137,7 +137,7 @@ pub fn busy_actors(steps: &[StepMetrics]) -> Vec<String> {
     names
 }
 
-/// The five charts of a report, in summary order.
+/// The seven charts of a report, in summary order (the comparison draws the first four by index).
 pub fn charts(steps: &[StepMetrics]) -> Vec<Chart> {
     let xs: Vec<u64> = steps.iter().map(|m| m.step).collect();
     let line = |s: Series| Line {
@@ -214,6 +214,38 @@ pub fn charts(steps: &[StepMetrics]) -> Vec<Chart> {
                 .into_iter()
                 .map(|a| line(Series::new(a.clone(), steps, |m| m.busy.get(&a).copied())))
                 .collect(),
+        ),
+        chart(
+            "signal.png",
+            "Learning signal and signs of collapse",
+            "batch signals",
+            "fraction (mean |advantage|: score units)",
+            1.0,
+            vec![
+                line(Series::new("repeat rate", steps, |m| {
+                    m.signals.as_ref().map(|s| s.repeat_rate)
+                })),
+                line(Series::new("distinct first kernels", steps, |m| {
+                    m.signals.as_ref().map(|s| s.distinct_first)
+                })),
+                line(Series::new("flat groups", steps, |m| {
+                    let s = m.signals.as_ref()?;
+                    (m.groups > 0).then(|| s.flat_groups as f64 / m.groups as f64)
+                })),
+                line(Series::new("mean |advantage|", steps, |m| {
+                    m.signals.as_ref().map(|s| s.advantage_abs_mean)
+                })),
+            ],
+        ),
+        chart(
+            "length.png",
+            "Response length",
+            "response length",
+            "tokens per response (batch mean)",
+            0.0,
+            vec![line(Series::new("response tokens", steps, |m| {
+                m.signals.as_ref().map(|s| s.response_tokens)
+            }))],
         ),
     ]
 }
