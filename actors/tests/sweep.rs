@@ -244,7 +244,7 @@ fn a_sweep_stopped_by_sigint_resumes_the_unfinished_and_skips_the_finished() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.starts_with(&format!(
-            "kevin report: {stopped_at} learner steps, 5 plots in {}",
+            "kevin report: {stopped_at} learner steps, 7 plots in {}",
             dir.join("report").display()
         )),
         "{stdout}"
