@@ -199,6 +199,11 @@ fn synthetic_run_gives_seven_plots_and_a_summary_with_its_numbers() {
     check_row(&summary, "repeat rate", "0.015", "0.095", "+0.080");
     check_row(&summary, "flat groups", "0.500", "0.500", "+0.000");
     check_row(&summary, "response tokens", "101.500", "109.500", "+8.000");
+    // No series label breaks the summary's markdown table with a pipe of its own.
+    for m in &r.means {
+        assert!(!m.series.contains('|'), "{:?}", m.series);
+    }
+    check_row(&summary, "mean abs advantage", "0.200", "0.200", "+0.000");
     assert!(!summary.contains("busy: Telemetry"), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }

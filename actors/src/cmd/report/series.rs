@@ -219,7 +219,7 @@ pub fn charts(steps: &[StepMetrics]) -> Vec<Chart> {
             "signal.png",
             "Learning signal and signs of collapse",
             "batch signals",
-            "fraction (mean |advantage|: score units)",
+            "fraction (mean absolute advantage: score units)",
             1.0,
             vec![
                 line(Series::new("repeat rate", steps, |m| {
@@ -232,7 +232,7 @@ pub fn charts(steps: &[StepMetrics]) -> Vec<Chart> {
                     let s = m.signals.as_ref()?;
                     (m.groups > 0).then(|| s.flat_groups as f64 / m.groups as f64)
                 })),
-                line(Series::new("mean |advantage|", steps, |m| {
+                line(Series::new("mean abs advantage", steps, |m| {
                     m.signals.as_ref().map(|s| s.advantage_abs_mean)
                 })),
             ],
