@@ -13,7 +13,9 @@
 # Knobs (environment): CONFIG (configs/gpu-burn.toml), SEEDS ("0 1"), SAMPLES and TURNS (16 and 8:
 # the issue's; smaller for a quick check), TABLE2 (0), T2_SEEDS ("0"), DEVICE (cuda; cpu evaluates
 # with the CPU backend, for a check without a GPU), EXTRA (more `kevin eval` arguments, e.g.
-# "--tasks elu,tanh"), BASE (the OUT of an earlier run of this script on the checkpoint to compare
+# "--tasks elu,tanh"), DIR (the task folders, `tasks` by default: the 14 held-out tasks;
+# benches/data/measure-5151 is the 120-program measurement split, for which SAMPLES=4 TURNS=4
+# are its usual shape), BASE (the OUT of an earlier run of this script on the checkpoint to compare
 # with, on the same SEEDS: `kevin eval --base --new` then pairs the evaluations by seed, prints
 # whether avg@K and the mean speedup rose by more than twice the spread between evaluations of
 # one checkpoint, and writes OUT/compare.json).
@@ -33,6 +35,7 @@ TABLE2=${TABLE2:-0}
 T2_SEEDS=${T2_SEEDS:-0}
 DEVICE=${DEVICE:-cuda}
 EXTRA=${EXTRA:-}
+DIR=${DIR:-tasks}
 BASE=${BASE:-}
 if [ -n "$BASE" ]; then
     for s in $SEEDS; do
@@ -49,7 +52,7 @@ ev() {
     local name=$1; shift
     # shellcheck disable=SC2086 # EXTRA is a list of arguments
     "$KEVIN" eval --checkpoint "$CK" --config "$CONFIG" --backend "$DEVICE" --device "$DEVICE" \
-        --json "$OUT/$name.json" "$@" $EXTRA > "$OUT/$name.log" 2>&1 &
+        --dir "$DIR" --json "$OUT/$name.json" "$@" $EXTRA > "$OUT/$name.log" 2>&1 &
     pids+=($!)
     names+=("$name")
 }
@@ -68,7 +71,7 @@ settle() {
 }
 
 names=()
-step "held-out, $SAMPLES x $TURNS, seeds $SEEDS"
+step "held-out ($DIR), $SAMPLES x $TURNS, seeds $SEEDS"
 for s in $SEEDS; do ev "s$s" --samples "$SAMPLES" --turns "$TURNS" --seed "$s"; done
 settle
 if [ "$TABLE2" = 1 ]; then

@@ -18,7 +18,9 @@
 # trained, with STEPS=25; fresh: 240 tasks the warm start never saw, `kevin tasks generate --dir
 # tasks:GEN-TASKS --count 240 --seed FRESH_SEED` with the generator's defaults of the day, none of
 # them a program of the warm start's corpus, so that RL rewards kernels for programs new to the
-# policy, as the held-out split asks; the default), FRESH_SEED (7001), STEPS (30), MAX_S
+# policy, as the held-out split asks; the default), FRESH_SEED (7001), FRESH_DRAWS (1: the
+# generator's one input draw per check of the day the 240 were first drawn; 3, the generator's
+# default since 2026-12-07, draws other tasks), STEPS (30), MAX_S
 # (520), DRAW (19), LR (3e-5), CONFIG (configs/gpu-burn.toml), EVAL (0). A folder $OUT/gen240 made
 # beforehand (e.g. on a machine with more time) is used as it is. With EVAL=1 the newest
 # checkpoint is then evaluated on the held-out split (`benches/eval-heldout.sh`: 16 x 8 on seeds 0
@@ -29,8 +31,8 @@ KEVIN=${KEVIN:-target/release/kevin}
 OUT=${OUT:-runs/rl-piece}
 GEN=${GEN:-gen3}
 case "$GEN" in
-    gen3) GEN_ARGS=(--count 1500 --seed 2612 --sums any); INIT=${INIT:-models/kevin-sft-gen3-4m} ;;
-    gen2) GEN_ARGS=(--count 2000 --seed 1903 --naming fixed --shapes simple --sums any
+    gen3) GEN_ARGS=(--count 1500 --seed 2612 --sums any --draws 1); INIT=${INIT:-models/kevin-sft-gen3-4m} ;;
+    gen2) GEN_ARGS=(--count 2000 --seed 1903 --naming fixed --shapes simple --sums any --draws 1
                     --families elementwise,reduce,row,matmul,transpose)
           INIT=${INIT:-models/kevin-sft-gen2-4m} ;;
     *) echo "GEN=$GEN: gen3 or gen2" >&2; exit 2 ;;
@@ -42,6 +44,7 @@ if [ ! -f "$INIT/config.json" ]; then
 fi
 TASKS=${TASKS:-fresh}
 FRESH_SEED=${FRESH_SEED:-7001}
+FRESH_DRAWS=${FRESH_DRAWS:-1}
 case "$TASKS" in seen|fresh) ;; *) echo "TASKS=$TASKS: seen or fresh" >&2; exit 2 ;; esac
 STEPS=${STEPS:-30}
 MAX_S=${MAX_S:-520}
@@ -60,7 +63,7 @@ if [ ! -d "$OUT/gen240" ]; then
         # `--dir` names the warm start's tasks too: the generator refuses their programs as
         # duplicates.
         "$KEVIN" tasks generate --dir "tasks:$OUT/gen-all" --count 240 --seed "$FRESH_SEED" \
-            --out "$OUT/gen240.part" >> "$OUT/generate.log"
+            --draws "$FRESH_DRAWS" --out "$OUT/gen240.part" >> "$OUT/generate.log"
     else
         # 240 of them drawn with random.Random(DRAW) over the sorted file names.
         mkdir -p "$OUT/gen240.part"

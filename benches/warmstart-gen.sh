@@ -15,7 +15,9 @@
 # "elementwise,reduce,row,matmul,transpose", the default of its time), NAMING (varied; fixed
 # for a seed's tasks of before 2026-12-06, on which the committed corpus was built), SHAPES
 # (composite; simple with NAMING=fixed for the programs of the committed corpus), SUMS (plain;
-# any for a seed's programs before the plain-sums check of 2026-12-06 evening, corpus v3's too), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
+# any for a seed's programs before the plain-sums check of 2026-12-06 evening, corpus v3's too),
+# DRAWS (the generator's input draws per check, 3; 1 for a seed's programs before 2026-12-07,
+# corpus v3's too), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
 # and their .json records, e.g. benches/data/warmstart: the committed corpus is used instead of
 # building one; it predates the multi-turn chains and the generator's varied names). Needs a GPU for training and evaluation as configured; the corpus runs on the
 # CPU backend and needs a C++ compiler.
@@ -37,6 +39,7 @@ FAMILIES=${FAMILIES:-}
 NAMING=${NAMING:-varied}
 SHAPES=${SHAPES:-composite}
 SUMS=${SUMS:-plain}
+DRAWS=${DRAWS:-3}
 CONFIG=configs/gpu-burn.toml
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
@@ -53,7 +56,7 @@ if [ ! -e "$OUT/gen.json" ] && [ ! -e "$OUT/tasks/generated.json" ]; then
     step "tasks: $COUNT from seed $SEED"
     rm -rf "$OUT/tasks"
     "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --naming "$NAMING" --shapes "$SHAPES" --sums "$SUMS" \
-        --out "$OUT/tasks" \
+        --draws "$DRAWS" --out "$OUT/tasks" \
         ${FAMILIES:+--families "$FAMILIES"}
 fi
 # The prompts at the preset the evaluation uses (the config's); breakages capped per generated

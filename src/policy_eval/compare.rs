@@ -367,13 +367,7 @@ fn compare_figure<'a>(
             _ => missing = true,
         }
     }
-    let mean = |v: &[f64]| {
-        if v.is_empty() {
-            0.0
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    };
+    let mean = |v: &[f64]| super::mean(v.iter().copied());
     let range = |v: &[f64]| {
         v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
             - v.iter().copied().fold(f64::INFINITY, f64::min)

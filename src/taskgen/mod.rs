@@ -23,7 +23,10 @@
 //!    operation rounded to its dtype ([`crate::ops::interp::run_eager`], what the baseline
 //!    computes) is within half the tolerance of them; index outputs match exactly; the output is
 //!    not (nearly) constant; every input changes the output when it is redrawn, so no kernel
-//!    passes by ignoring one; and (with [`GenOptions::plain_sums`], the default) a plain kernel,
+//!    passes by ignoring one (these two on [`GenOptions::draws`] independent draws of the inputs,
+//!    every one of which must pass: a program whose output is constant on most draws, e.g. an
+//!    argmax that a long column normalisation leaves to one input, once passed on a lucky draw
+//!    and took a kernel that ignored the other input for correct at 55x); and (with [`GenOptions::plain_sums`], the default) a plain kernel,
 //!    adding its long sums in order in an f32 accumulator, stays within half the tolerance at the
 //!    probe ([`plain_sums_fit`]), so that no correct kernel is judged wrong for f32 arithmetic;
 //! 5. its GPU preset meets the 0.1 ms rule ([`Task::estimate_gpu_baseline_ms`]) and the memory a
@@ -86,6 +89,10 @@ pub struct GenOptions {
     /// preset ([`plain_sums_fit`]: a long reduction, scan or product of values that cancel);
     /// off, a seed gives its programs of before the check (late on 2026-12-06).
     pub plain_sums: bool,
+    /// Independent input draws at each of the small and probe presets on which the output must
+    /// not be (nearly) constant and every input must move it (check 4); 1 gives a seed's
+    /// programs of before 2026-12-07, which checked one draw.
+    pub draws: u32,
 }
 
 impl GenOptions {
@@ -101,6 +108,7 @@ impl GenOptions {
             max_drafts_per_task: 200,
             naming: Naming::default(),
             composite: true,
+            draws: DRAWS,
             plain_sums: true,
         }
     }
@@ -109,6 +117,10 @@ impl GenOptions {
 /// The GPU estimate a generated preset must reach: the 0.1 ms rule with a margin for the
 /// estimate's error.
 pub const MIN_GPU_MS: f64 = 0.12;
+
+/// Input draws at each preset on which check 4's output and input checks must hold
+/// ([`GenOptions::draws`]).
+pub const DRAWS: u32 = 3;
 
 /// One generated task.
 #[derive(Clone, Debug)]
@@ -400,9 +412,9 @@ fn vet(
         return Err(Reject("held-out"));
     }
     let seed = rng.next_u64();
-    numerics(&task, &small, seed, false)?;
+    numerics(&task, &small, seed, false, opts.draws)?;
     if let Some(probe) = probe_sizes(&task) {
-        numerics(&task, &probe, seed ^ 1, opts.plain_sums)?;
+        numerics(&task, &probe, seed ^ 1, opts.plain_sums, opts.draws)?;
     }
     if task.estimate_gpu_baseline_ms() < MIN_GPU_MS {
         return Err(Reject("gpu-size"));
@@ -626,8 +638,8 @@ fn within_half(tol: Tolerance, want: f64, got: f64) -> bool {
 }
 
 /// Check 4 of the module doc at `sizes`, with the plain kernel's sums ([`plain_sums_fit`]) when
-/// `plain`.
-fn numerics(task: &Task, sizes: &Sizes, seed: u64, plain: bool) -> Result<(), Reject> {
+/// `plain`; the output and input checks ([`informative`]) on `draws` draws of the inputs.
+fn numerics(task: &Task, sizes: &Sizes, seed: u64, plain: bool, draws: u32) -> Result<(), Reject> {
     let p = &task.program;
     let (at, inputs) = draw_at(task, sizes, seed);
     let want = interp::run(p, sizes, &inputs).map_err(|_| Reject("interpreter"))?;
@@ -654,17 +666,46 @@ fn numerics(task: &Task, sizes: &Sizes, seed: u64, plain: bool) -> Result<(), Re
         if !ok {
             return Err(Reject("rounding"));
         }
-        if degenerate(w, d.ty.dtype) {
-            return Err(Reject("degenerate"));
-        }
     }
-    // Every input matters: redraw it alone and some output must move beyond the tolerance.
+    informative(task, &at, sizes, &inputs, &want, seed)?;
+    for k in 1..draws {
+        let seed = SplitMix64::derive(seed, u64::from(k)).next_u64();
+        let (at, inputs) = draw_at(task, sizes, seed);
+        let want = interp::run(p, sizes, &inputs).map_err(|_| Reject("interpreter"))?;
+        informative(task, &at, sizes, &inputs, &want, seed)?;
+    }
+    if plain {
+        plain_sums_meet(task, sizes, &inputs, &want).map_err(|_| Reject("plain-sums"))?;
+    }
+    Ok(())
+}
+
+/// On one draw of the inputs (`inputs` at `sizes`, drawn by `at` with `seed`; `want` their
+/// fp64 reference): no output is (nearly) constant, and redrawing any one input alone moves
+/// some output beyond the tolerance.
+fn informative(
+    task: &Task,
+    at: &Task,
+    sizes: &Sizes,
+    inputs: &[Vec<f64>],
+    want: &[Tensor],
+    seed: u64,
+) -> Result<(), Reject> {
+    let p = &task.program;
+    if want
+        .iter()
+        .zip(&p.outputs)
+        .any(|(w, d)| degenerate(w, d.ty.dtype))
+    {
+        return Err(Reject("degenerate"));
+    }
+    let tol = task.tolerance;
     let other = at.generate_inputs(Preset::Small, seed ^ 0x9e37_79b9);
     for i in 0..inputs.len() {
-        let mut changed = inputs.clone();
+        let mut changed = inputs.to_vec();
         changed[i] = other[i].clone();
         let got = interp::run(p, sizes, &changed).map_err(|_| Reject("interpreter"))?;
-        let moved = got.iter().zip(&want).any(|(g, w)| {
+        let moved = got.iter().zip(want).any(|(g, w)| {
             g.data
                 .iter()
                 .zip(&w.data)
@@ -673,9 +714,6 @@ fn numerics(task: &Task, sizes: &Sizes, seed: u64, plain: bool) -> Result<(), Re
         if !moved {
             return Err(Reject("input-ignored"));
         }
-    }
-    if plain {
-        plain_sums_meet(task, sizes, &inputs, &want).map_err(|_| Reject("plain-sums"))?;
     }
     Ok(())
 }

@@ -409,7 +409,7 @@ fn every_hand_written_task_can_be_passed_by_a_plain_kernel() {
 fn numerics_refuse_unsound_programs() {
     let check = |program: &str, extra: &str| {
         let t = task("n", program, extra);
-        numerics(&t, &t.small_sizes, 9, false).map_err(|Reject(r)| r)
+        numerics(&t, &t.small_sizes, 9, false, DRAWS).map_err(|Reject(r)| r)
     };
     assert_eq!(
         check(
@@ -744,4 +744,83 @@ fn composite_shapes_are_drawn_only_when_asked_and_each_gets_a_naive_kernel() {
     o.composite = false;
     let (simple, _) = generate(&o, &suite(), |_| {}).expect("generate");
     assert_eq!(kinds(&simple), [0, 0, 0]);
+}
+
+/// A program of the measurement split of 2026-12-07 (`kevin tasks generate --seed 5151`, one draw
+/// per check then): a column log_softmax over 16,384 rows leaves every value near -ln(16384),
+/// so the argmax's answer is the column with the largest divisor `U` on almost every row and
+/// draw, and a kernel that ignored `X` was judged correct at 55x. One draw at each preset
+/// passed it; several refuse it.
+#[test]
+fn numerics_hold_on_every_draw() {
+    let text = r#"name = "fading"
+level = 2
+split = "train"
+description = "t"
+program = """
+input X: f32[S, K]
+input U: f32[K]
+output b: i64[S]
+b = argmax(elu(log_softmax(relu(sigmoid(X)), axis=0), alpha=1.5) / U, axis=-1)
+"""
+
+[sizes.gpu]
+S = 16384
+K = 768
+
+[sizes.small]
+S = 61
+K = 89
+
+[inputs.X]
+dist = "uniform"
+lo = -2.0
+hi = 2.0
+
+[inputs.U]
+dist = "uniform"
+lo = 0.5
+hi = 2.0
+"#;
+    let t = crate::tasks::parse_task(&PathBuf::from("fading.toml"), text).expect("task");
+    let probe = probe_sizes(&t).expect("long axes");
+    let check = |draws: u32| {
+        numerics(&t, &t.small_sizes, 1, false, draws)
+            .and_then(|()| numerics(&t, &probe, 0, false, draws))
+            .map_err(|Reject(r)| r)
+    };
+    assert_eq!(check(1), Ok(()), "the lucky draw");
+    assert_eq!(check(DRAWS), Err("degenerate"));
+}
+
+/// The committed measurement split (`benches/data/measure-5151`): 120 generated programs marked
+/// held-out, so training never samples them, and a generation whose `--dir` names the folder
+/// keeps its programs apart from them as from the 14. Seed 5151 drafts them first.
+#[test]
+fn the_measurement_split_is_held_out_and_generation_keeps_apart_from_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dirs = std::env::join_paths([root.join("tasks"), root.join("benches/data/measure-5151")])
+        .expect("paths");
+    let suite = TaskSuite::load(PathBuf::from(dirs)).expect("tasks and the measurement split");
+    let measure: Vec<&Task> = suite
+        .split(Split::Heldout)
+        .filter(|t| t.name.starts_with("gen_"))
+        .collect();
+    assert_eq!(measure.len(), 120);
+    assert_eq!(suite.split(Split::Heldout).count(), 134);
+    let (tasks, stats) = generate(&opts(12, 5151), &suite, |_| {}).expect("generate");
+    assert!(
+        stats.rejected.get("held-out").copied().unwrap_or(0) > 0,
+        "{stats:?}"
+    );
+    for g in &tasks {
+        for m in &measure {
+            assert_ne!(
+                skeleton(&g.task.program),
+                skeleton(&m.program),
+                "{}",
+                g.task.name
+            );
+        }
+    }
 }

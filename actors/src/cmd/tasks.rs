@@ -82,6 +82,13 @@ pub enum TasksCommand {
         /// programs before this check, late on 2026-12-06, corpus v3's among them).
         #[arg(long, default_value = "plain", value_parser = ["plain", "any"])]
         sums: String,
+        /// Independent draws of the inputs, at the small preset and at the probe (the small
+        /// sizes with every reduced, normalised or contracted axis at its GPU size), on which
+        /// no output may be (nearly) constant and every input must move the output. 1 gives a
+        /// seed's programs of before 2026-12-07, which checked one draw and once let through
+        /// an argmax whose answer a long column normalisation left to one input.
+        #[arg(long, default_value_t = kevin::taskgen::DRAWS, value_parser = clap::value_parser!(u32).range(1..=16))]
+        draws: u32,
     },
     /// Write a task's inputs (drawn as the harness draws them) and its fp64 reference outputs
     /// at a preset as JSON, for checks outside kevin (e.g. scripts/kernelbench_crosscheck.py).
@@ -197,6 +204,7 @@ pub fn run(args: Args) -> CmdResult {
             naming,
             shapes,
             sums,
+            draws,
         }) => {
             let mut opts = kevin::taskgen::GenOptions::new(count as usize, seed);
             opts.max_ops = max_ops as usize;
@@ -204,6 +212,7 @@ pub fn run(args: Args) -> CmdResult {
             opts.naming = kevin::taskgen::Naming::from_name(&naming).unwrap_or_default();
             opts.composite = shapes == "composite";
             opts.plain_sums = sums == "plain";
+            opts.draws = draws;
             opts.families = families
                 .iter()
                 .map(|f| {
@@ -453,6 +462,7 @@ fn generate(suite_dir: &Path, out: &Path, opts: &kevin::taskgen::GenOptions) -> 
         "naming": opts.naming.name(),
         "shapes": if opts.composite { "composite" } else { "simple" },
         "sums": if opts.plain_sums { "plain" } else { "any" },
+        "draws": opts.draws,
         "families": opts.families.iter().map(|f| f.name()).collect::<Vec<_>>(),
         "max_gpu_bytes": opts.max_gpu_bytes,
         "suite": suite_dir.display().to_string(),
