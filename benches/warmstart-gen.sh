@@ -17,7 +17,9 @@
 # (composite; simple with NAMING=fixed for the programs of the committed corpus), SUMS (plain;
 # any for a seed's programs before the plain-sums check of 2026-12-06 evening, corpus v3's too),
 # DRAWS (the generator's input draws per check, 3; 1 for a seed's programs before 2026-12-07,
-# corpus v3's too), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
+# corpus v3's too), KEEP_APART (task folders, `:`-joined, whose held-out programs the generated
+# ones stay apart from besides the suite's 14: benches/data/measure-5151, the measurement split, by
+# default; empty for a seed's programs of before 2026-12-07), CORPUS_FROM (a folder with gen.jsonl.xz, hand.jsonl.xz
 # and their .json records, e.g. benches/data/warmstart: the committed corpus is used instead of
 # building one; it predates the multi-turn chains and the generator's varied names). Needs a GPU for training and evaluation as configured; the corpus runs on the
 # CPU backend and needs a C++ compiler.
@@ -40,6 +42,7 @@ NAMING=${NAMING:-varied}
 SHAPES=${SHAPES:-composite}
 SUMS=${SUMS:-plain}
 DRAWS=${DRAWS:-3}
+KEEP_APART=${KEEP_APART-benches/data/measure-5151}
 CONFIG=configs/gpu-burn.toml
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
@@ -55,7 +58,7 @@ fi
 if [ ! -e "$OUT/gen.json" ] && [ ! -e "$OUT/tasks/generated.json" ]; then
     step "tasks: $COUNT from seed $SEED"
     rm -rf "$OUT/tasks"
-    "$KEVIN" tasks generate --count "$COUNT" --seed "$SEED" --naming "$NAMING" --shapes "$SHAPES" --sums "$SUMS" \
+    "$KEVIN" tasks generate --dir "tasks${KEEP_APART:+:$KEEP_APART}" --count "$COUNT" --seed "$SEED" --naming "$NAMING" --shapes "$SHAPES" --sums "$SUMS" \
         --draws "$DRAWS" --out "$OUT/tasks" \
         ${FAMILIES:+--families "$FAMILIES"}
 fi
