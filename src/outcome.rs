@@ -22,7 +22,8 @@ pub const KINDS: [&str; 9] = [
 ];
 
 /// Speedups above this are flagged: they are more often a hole in the harness than a real win.
-pub const SUSPICIOUS_SPEEDUP: f64 = 10.0;
+/// A turn's score counts no more than this ([`rl::MAX_SCORED_SPEEDUP`]).
+pub const SUSPICIOUS_SPEEDUP: f64 = rl::MAX_SCORED_SPEEDUP;
 
 /// The first element where a candidate's output disagreed with the reference.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

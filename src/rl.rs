@@ -12,13 +12,21 @@ use serde::{Deserialize, Serialize};
 /// Bonus for a correct kernel in the turn score, before its speedup is added (the paper's 0.3).
 pub const CORRECTNESS_BONUS: f64 = 0.3;
 
-/// Turn score S = 0.3 * 1[correct] + speedup * 1[correct].
+/// The largest speedup a turn's score counts (the threshold above which an outcome is flagged,
+/// [`crate::outcome::SUSPICIOUS_SPEEDUP`]). A faster correct kernel scores as one at this speedup:
+/// such speedups are more often a hole in the harness or a task whose output barely depends on
+/// an input than a real win, and one of them would otherwise outweigh a whole group's honest
+/// kernels in the advantages (a kernel that ignored an input was judged correct at 55x on
+/// 2026-12-07). The measured speedup is still reported and flagged.
+pub const MAX_SCORED_SPEEDUP: f64 = 10.0;
+
+/// Turn score S = 0.3 * 1[correct] + min(speedup, [`MAX_SCORED_SPEEDUP`]) * 1[correct].
 ///
 /// `speedup` is T_baseline / T_kernel; it is ignored for an incorrect kernel, so a wrong kernel
 /// scores exactly 0 however fast it was.
 pub fn turn_score(correct: bool, speedup: f64) -> f64 {
     if correct && speedup.is_finite() && speedup >= 0.0 {
-        CORRECTNESS_BONUS + speedup
+        CORRECTNESS_BONUS + speedup.min(MAX_SCORED_SPEEDUP)
     } else if correct {
         // A correct kernel with a meaningless timing still earns the correctness bonus.
         CORRECTNESS_BONUS
@@ -228,6 +236,14 @@ mod tests {
         assert!(close(turn_score(true, 1.0), 1.3));
         assert!(close(turn_score(true, 0.5), 0.8));
         assert!(close(turn_score(true, f64::NAN), 0.3));
+    }
+
+    #[test]
+    fn a_flagged_speedup_scores_as_the_flag_threshold() {
+        assert!(close(turn_score(true, 55.0), 10.3));
+        assert!(close(turn_score(true, MAX_SCORED_SPEEDUP), 10.3));
+        assert!(close(turn_score(true, 9.5), 9.8));
+        assert!(close(turn_score(false, 55.0), 0.0));
     }
 
     #[test]

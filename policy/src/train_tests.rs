@@ -165,9 +165,18 @@ fn gradients(
     t: &Trainer<Ad, Lm>,
     batch: &[TrainSample],
 ) -> (Vec<(String, Vec<f64>)>, f64, u64, usize) {
+    gradients_normalised_by(t, batch, batch.len())
+}
+
+/// [`gradients`] of `batch` normalised as a batch of `samples` samples.
+fn gradients_normalised_by(
+    t: &Trainer<Ad, Lm>,
+    batch: &[TrainSample],
+    samples: usize,
+) -> (Vec<(String, Vec<f64>)>, f64, u64, usize) {
     let mbs = t.prepare(batch).unwrap();
     let n = mbs.len();
-    let g = t.batch_gradients(&mbs, batch.len());
+    let g = t.batch_gradients(&mbs, samples);
     let grads = param_table::<Ad, Lm>(t.model())
         .into_iter()
         .map(|(id, path, dims)| {
@@ -229,6 +238,79 @@ fn check_micro_batching(correction: Correction, kl_coef: f64) {
             }
         }
     }
+}
+
+/// Samples whose advantage is zero are left out of the forward and backward passes without a
+/// KL term, and the gradient, loss and clip count are those of the whole batch.
+#[test]
+fn samples_without_advantage_do_not_run_and_the_gradient_is_unchanged() {
+    let model = lm();
+    let mut batch = samples(&model, 9, 0.3, 21);
+    for i in [0, 3, 4, 7] {
+        batch[i].advantage = 0.0;
+    }
+    for correction in [Correction::Clipped, Correction::Decoupled] {
+        let t = trainer(
+            model.clone(),
+            TrainerConfig {
+                correction,
+                ..config()
+            },
+        );
+        let kept = t.gradient_samples(&batch);
+        // Sample 1 has no response token; 0, 3, 4 and 7 no advantage.
+        assert_eq!(kept.len(), 4, "{correction:?}");
+        assert!(kept
+            .iter()
+            .all(|s| s.advantage != 0.0 && !s.response_tokens.is_empty()));
+        let (whole, loss, clipped, _) = gradients(&t, &batch);
+        let (part, part_loss, part_clipped, _) = gradients_normalised_by(&t, &kept, batch.len());
+        assert!(
+            (loss - part_loss).abs() < 1e-6,
+            "{correction:?}: loss {loss} vs {part_loss}"
+        );
+        assert_eq!(clipped, part_clipped, "{correction:?}");
+        for ((path, w), (_, p)) in whole.iter().zip(&part) {
+            let max = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            assert!(max > 0.0, "{path} has no gradient");
+            for (i, (a, b)) in w.iter().zip(p).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-6 * max,
+                    "{correction:?}: {path}[{i}] {a} vs {b}"
+                );
+            }
+        }
+    }
+    // A KL term pulls every token: all run.
+    let t = trainer(
+        model.clone(),
+        TrainerConfig {
+            kl_coef: 0.2,
+            ..config()
+        },
+    );
+    assert_eq!(t.gradient_samples(&batch).len(), batch.len());
+    // No sample with an advantage: the batch runs whole (its optimizer step is unchanged).
+    let flat: Vec<TrainSample> = batch
+        .iter()
+        .map(|s| TrainSample {
+            advantage: 0.0,
+            ..s.clone()
+        })
+        .collect();
+    let t = trainer(model.clone(), config());
+    assert_eq!(t.gradient_samples(&flat).len(), flat.len());
+    // Training on the batch counts every sample and token in its stats.
+    let mut t = trainer(model, config());
+    let stats = t.train_batch(&batch).unwrap();
+    assert_eq!(stats.samples, batch.len() as u64);
+    assert_eq!(
+        stats.tokens,
+        batch
+            .iter()
+            .map(|s| s.response_tokens.len() as u64)
+            .sum::<u64>()
+    );
 }
 
 #[test]
