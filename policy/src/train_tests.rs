@@ -222,20 +222,37 @@ fn check_micro_batching(correction: Correction, kl_coef: f64) {
         let what =
             format!("{correction:?} kl {kl_coef}, micro-batches of {micro_batch_tokens} tokens");
         assert!(parts_n > 1, "{what}: {parts_n} micro-batches");
-        assert!(
-            (loss - part_loss).abs() < 1e-6,
-            "{what}: loss {loss} vs {part_loss}"
+        assert_same_gradients(
+            &what,
+            (&whole, loss, clipped),
+            (&parts, part_loss, part_clipped),
         );
-        assert_eq!(clipped, part_clipped, "{what}");
-        for ((path, w), (_, p)) in whole.iter().zip(&parts) {
-            let max = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-            assert!(max > 0.0, "{what}: {path} has no gradient");
-            for (i, (a, b)) in w.iter().zip(p).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-6 * max.max(1e-3),
-                    "{what}: {path}[{i}] {a} vs {b}"
-                );
-            }
+    }
+}
+
+/// A parameter table of gradients with its batch's loss and clip count.
+type GradientsOf<'a> = (&'a [(String, Vec<f64>)], f64, u64);
+
+/// The same loss (to 1e-6), clip count and gradients (to 1e-6 of each parameter's largest,
+/// every parameter having one) from two computations of one batch's update.
+fn assert_same_gradients(
+    what: &str,
+    (whole, loss, clipped): GradientsOf,
+    (parts, part_loss, part_clipped): GradientsOf,
+) {
+    assert!(
+        (loss - part_loss).abs() < 1e-6,
+        "{what}: loss {loss} vs {part_loss}"
+    );
+    assert_eq!(clipped, part_clipped, "{what}");
+    for ((path, w), (_, p)) in whole.iter().zip(parts) {
+        let max = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(max > 0.0, "{what}: {path} has no gradient");
+        for (i, (a, b)) in w.iter().zip(p).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-6 * max.max(1e-3),
+                "{what}: {path}[{i}] {a} vs {b}"
+            );
         }
     }
 }
@@ -265,21 +282,11 @@ fn samples_without_advantage_do_not_run_and_the_gradient_is_unchanged() {
             .all(|s| s.advantage != 0.0 && !s.response_tokens.is_empty()));
         let (whole, loss, clipped, _) = gradients(&t, &batch);
         let (part, part_loss, part_clipped, _) = gradients_normalised_by(&t, &kept, batch.len());
-        assert!(
-            (loss - part_loss).abs() < 1e-6,
-            "{correction:?}: loss {loss} vs {part_loss}"
+        assert_same_gradients(
+            &format!("{correction:?}, informative samples only"),
+            (&whole, loss, clipped),
+            (&part, part_loss, part_clipped),
         );
-        assert_eq!(clipped, part_clipped, "{correction:?}");
-        for ((path, w), (_, p)) in whole.iter().zip(&part) {
-            let max = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-            assert!(max > 0.0, "{path} has no gradient");
-            for (i, (a, b)) in w.iter().zip(p).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-6 * max,
-                    "{correction:?}: {path}[{i}] {a} vs {b}"
-                );
-            }
-        }
     }
     // A KL term pulls every token: all run.
     let t = trainer(
