@@ -529,11 +529,11 @@ where
         std::borrow::Cow::Owned(samples.iter().filter(|s| moves(s)).cloned().collect())
     }
 
-    /// Checks the samples and forms the micro-batches with every per-token constant of the
-    /// batch: behaviour log-probs, advantages, and the proximal and reference log-probs when the
-    /// loss needs them.
+    /// Forms the micro-batches of checked samples ([`Self::check_samples`], which `train_batch`
+    /// runs once over the whole batch, so that an error names the caller's index) with every
+    /// per-token constant of the batch: behaviour log-probs, advantages, and the proximal and
+    /// reference log-probs when the loss needs them.
     fn prepare(&self, samples: &[TrainSample]) -> Result<Vec<MicroBatch<B>>, TrainError> {
-        self.check_samples(samples)?;
         let mut batches = self.micro_batches(samples)?;
         if self.config.correction == Correction::Decoupled {
             // The proximal policy is the weights at the start of the batch, fixed for all its steps.

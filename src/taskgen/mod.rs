@@ -667,12 +667,12 @@ fn numerics(task: &Task, sizes: &Sizes, seed: u64, plain: bool, draws: u32) -> R
             return Err(Reject("rounding"));
         }
     }
-    informative(task, &at, sizes, &inputs, &want, seed)?;
+    informative(&at, sizes, &inputs, &want, seed)?;
     for k in 1..draws {
         let seed = SplitMix64::derive(seed, u64::from(k)).next_u64();
         let (at, inputs) = draw_at(task, sizes, seed);
         let want = interp::run(p, sizes, &inputs).map_err(|_| Reject("interpreter"))?;
-        informative(task, &at, sizes, &inputs, &want, seed)?;
+        informative(&at, sizes, &inputs, &want, seed)?;
     }
     if plain {
         plain_sums_meet(task, sizes, &inputs, &want).map_err(|_| Reject("plain-sums"))?;
@@ -680,18 +680,17 @@ fn numerics(task: &Task, sizes: &Sizes, seed: u64, plain: bool, draws: u32) -> R
     Ok(())
 }
 
-/// On one draw of the inputs (`inputs` at `sizes`, drawn by `at` with `seed`; `want` their
-/// fp64 reference): no output is (nearly) constant, and redrawing any one input alone moves
-/// some output beyond the tolerance.
+/// On one draw of the inputs (`inputs` at `sizes`, drawn by `at` ([`draw_at`]) with `seed`;
+/// `want` their fp64 reference): no output is (nearly) constant, and redrawing any one input
+/// alone moves some output beyond the tolerance.
 fn informative(
-    task: &Task,
     at: &Task,
     sizes: &Sizes,
     inputs: &[Vec<f64>],
     want: &[Tensor],
     seed: u64,
 ) -> Result<(), Reject> {
-    let p = &task.program;
+    let p = &at.program;
     if want
         .iter()
         .zip(&p.outputs)
@@ -699,7 +698,7 @@ fn informative(
     {
         return Err(Reject("degenerate"));
     }
-    let tol = task.tolerance;
+    let tol = at.tolerance;
     let other = at.generate_inputs(Preset::Small, seed ^ 0x9e37_79b9);
     for i in 0..inputs.len() {
         let mut changed = inputs.to_vec();
