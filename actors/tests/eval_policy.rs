@@ -141,12 +141,18 @@ fn tiny_random_checkpoint_runs_end_to_end_and_reports_zeros() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // One line per turn, in trajectory and turn order, with what the policy was asked and wrote.
-    let turns: Vec<Value> = std::fs::read_to_string(&lines)
-        .unwrap()
+    let text = std::fs::read_to_string(&lines).unwrap();
+    let turns: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let _ = std::fs::remove_file(&lines);
+    // The full outcome rides along as `result`: `kevin sft repairs` reads a transcript as turns.
+    let read = kevin::corpus::own::parse_episodes(0, "transcript", &text).unwrap();
+    assert_eq!(read.len(), 4);
+    assert!(read
+        .iter()
+        .all(|t| t.outcome.kind() == "format_error" && t.task == TASK));
     let order: Vec<(u64, u64)> = turns
         .iter()
         .map(|t| {

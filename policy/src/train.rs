@@ -516,17 +516,33 @@ where
     /// forward and backward; Dr. GRPO's normaliser still counts the whole batch
     /// ([`Self::batch_gradients`] takes its size), and the update is the same. In a group whose
     /// trajectories all return the same, every advantage is zero: about five groups in eight of a
-    /// step on unseen programs (2026-12-07). A batch with no other sample runs whole, so its
-    /// optimizer step (momentum, weight decay) is the one it always was.
+    /// step on unseen programs (2026-12-07). A batch with no other sample still takes its
+    /// optimizer step (momentum, weight decay) from a gradient of exactly zero: one position of
+    /// one sample (its last prompt token and first response token, advantage zero) runs forward
+    /// and backward, which gives every weight that zero gradient at the cost of a single token.
     fn gradient_samples<'s>(
         &self,
         samples: &'s [TrainSample],
     ) -> std::borrow::Cow<'s, [TrainSample]> {
         let moves = |s: &TrainSample| s.advantage != 0.0 && !s.response_tokens.is_empty();
-        if self.reference.is_some() || !samples.iter().any(moves) || samples.iter().all(moves) {
+        if self.reference.is_some() || samples.iter().all(moves) {
             return std::borrow::Cow::Borrowed(samples);
         }
-        std::borrow::Cow::Owned(samples.iter().filter(|s| moves(s)).cloned().collect())
+        let kept: Vec<TrainSample> = samples.iter().filter(|s| moves(s)).cloned().collect();
+        if !kept.is_empty() {
+            return std::borrow::Cow::Owned(kept);
+        }
+        // All flat. A sample with a response token has a prompt token (`check_samples`); without
+        // any, the batch has no token and takes no step either way.
+        match samples.iter().find(|s| !s.response_tokens.is_empty()) {
+            Some(s) => std::borrow::Cow::Owned(vec![TrainSample {
+                prompt_tokens: s.prompt_tokens[s.prompt_tokens.len() - 1..].to_vec(),
+                response_tokens: s.response_tokens[..1].to_vec(),
+                behaviour_logprobs: s.behaviour_logprobs[..1].to_vec(),
+                advantage: 0.0,
+            }]),
+            None => std::borrow::Cow::Borrowed(samples),
+        }
     }
 
     /// Forms the micro-batches of checked samples ([`Self::check_samples`], which `train_batch`

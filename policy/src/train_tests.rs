@@ -297,7 +297,8 @@ fn samples_without_advantage_do_not_run_and_the_gradient_is_unchanged() {
         },
     );
     assert_eq!(t.gradient_samples(&batch).len(), batch.len());
-    // No sample with an advantage: the batch runs whole (its optimizer step is unchanged).
+    // No sample with an advantage: one token of one sample runs, and its gradient is the whole
+    // batch's, zero for every weight (so the optimizer step is unchanged), as is the loss.
     let flat: Vec<TrainSample> = batch
         .iter()
         .map(|s| TrainSample {
@@ -305,8 +306,44 @@ fn samples_without_advantage_do_not_run_and_the_gradient_is_unchanged() {
             ..s.clone()
         })
         .collect();
+    for correction in [Correction::Clipped, Correction::Decoupled] {
+        let t = trainer(
+            model.clone(),
+            TrainerConfig {
+                correction,
+                ..config()
+            },
+        );
+        let one = t.gradient_samples(&flat);
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            (one[0].prompt_tokens.len(), one[0].response_tokens.len()),
+            (1, 1)
+        );
+        let (whole, loss, clipped, _) = gradients(&t, &flat);
+        let (tiny, tiny_loss, tiny_clipped, _) = gradients_normalised_by(&t, &one, flat.len());
+        assert_eq!((loss, clipped), (0.0, 0), "{correction:?}");
+        assert_eq!((tiny_loss, tiny_clipped), (0.0, 0), "{correction:?}");
+        assert_eq!(whole.len(), tiny.len());
+        for ((path, w), (_, p)) in whole.iter().zip(&tiny) {
+            assert!(
+                w.iter().chain(p).all(|v| *v == 0.0),
+                "{correction:?}: {path} is not zero"
+            );
+            assert_eq!(w.len(), p.len(), "{path}");
+        }
+    }
+    // Without any response token there is nothing to run and no step.
+    let empty: Vec<TrainSample> = flat
+        .iter()
+        .map(|s| TrainSample {
+            response_tokens: vec![],
+            behaviour_logprobs: vec![],
+            ..s.clone()
+        })
+        .collect();
     let t = trainer(model.clone(), config());
-    assert_eq!(t.gradient_samples(&flat).len(), flat.len());
+    assert_eq!(t.gradient_samples(&empty).len(), empty.len());
     // Training on the batch counts every sample and token in its stats.
     let mut t = trainer(model, config());
     let stats = t.train_batch(&batch).unwrap();

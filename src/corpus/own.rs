@@ -9,11 +9,17 @@
 //! misread) and are what a refinement turn has to mend.
 //!
 //! Input: the lines of a run's `episodes.jsonl` (one turn each: `seq`, `task`, `trajectory`,
-//! `turn`, `outcome`, `prompt`, `response`; what `kevin train` writes with `telemetry.episodes`).
+//! `turn`, `outcome`, `prompt`, `response`; what `kevin train` writes with `telemetry.episodes`),
+//! or of an evaluation's `kevin eval --transcripts` file on training tasks (`--split train`; the
+//! full outcome is its `result`, and all trajectories of a task are one group). The second is how
+//! a round of expert iteration collects turns on programs the policy has never trained on, at the
+//! evaluation's speed and without a learner.
 //! Every pair is a failed turn `t` of a trajectory that has a turn `t + 1` (so the prompt over
 //! the failure is the one the rollout built, inside its prompt budget) and a correct kernel for
 //! that task anywhere in the input: the fastest of the same group's when it has one, else the
-//! fastest of the task's. The answer is that kernel's ```cuda block and summary after one
+//! fastest of the task's; for a task the policy never got right, a verified kernel of the corpus
+//! given as `fallback` (`kevin sft corpus` on the same tasks), so the failures of the programs it
+//! cannot yet write are labelled too (DAgger's expert on the policy's own states). The answer is that kernel's ```cuda block and summary after one
 //! sentence on what failed (the policy's own reasoning paragraphs are often garbled at this
 //! scale, and a pair should teach the kernel, not the noise). Nothing is evaluated again: both outcomes are the run's own, on the
 //! GPU preset and environment the run used. A turn the harness failed on judged nothing and is
@@ -59,6 +65,9 @@ pub struct OwnRepairOptions {
     pub per_task: usize,
     /// Chooses which pairs a task keeps when it has more than `per_task`.
     pub seed: u64,
+    /// Answers for the tasks without a correct kernel in the input: a verified response for
+    /// each task name ([`corpus_answers`]).
+    pub fallback: BTreeMap<String, String>,
 }
 
 /// Counts of a build.
@@ -70,7 +79,8 @@ pub struct OwnRepairStats {
     pub tasks: usize,
     /// Failed turns with a next turn in their trajectory.
     pub failures_followed: usize,
-    /// Of those, the ones whose task has no correct kernel in the input (no pair).
+    /// Of those, the ones whose task has no correct kernel in the input and no fallback answer
+    /// (no pair).
     pub without_answer: usize,
     /// Failed responses seen before for the same task (the same text: one pair).
     pub repeated: usize,
@@ -78,6 +88,8 @@ pub struct OwnRepairStats {
     pub pairs: BTreeMap<String, usize>,
     /// Pairs whose answer came from the failed turn's own group.
     pub answered_in_group: usize,
+    /// Pairs whose answer came from the fallback (the task had no correct kernel in the input).
+    pub answered_from_fallback: usize,
     /// Tasks with at least one pair.
     pub tasks_with_pairs: usize,
 }
@@ -140,7 +152,7 @@ pub fn own_repairs(
                 continue;
             };
             stats.failures_followed += 1;
-            if !answers.contains_key(task) {
+            if !answers.contains_key(task) && !opts.fallback.contains_key(*task) {
                 stats.without_answer += 1;
                 continue;
             }
@@ -154,27 +166,31 @@ pub fn own_repairs(
     let mut examples = Vec::new();
     for (task, pairs) in candidates {
         let pairs = super::capped(pairs, Some(opts.per_task), opts.seed ^ super::fnv(task));
-        let pool = &answers[task];
+        let pool = answers.get(task).map(Vec::as_slice).unwrap_or_default();
         stats.tasks_with_pairs += 1;
         for (failed, next) in pairs {
             let in_group: Vec<&Answer<'_>> = pool
                 .iter()
                 .filter(|a| a.group == (failed.source, failed.seq))
                 .collect();
-            let (from, choices) = if in_group.is_empty() {
-                ("task", pool.iter().collect::<Vec<_>>())
-            } else {
+            let (from, choices) = if !in_group.is_empty() {
                 stats.answered_in_group += 1;
                 ("group", in_group)
+            } else {
+                ("task", pool.iter().collect::<Vec<_>>())
             };
-            // The fastest; the first of equals (input order).
-            let best = choices
-                .iter()
-                .fold(None::<&&Answer<'_>>, |b, a| match b {
-                    Some(b) if b.speedup >= a.speedup => Some(b),
-                    _ => Some(a),
-                })
-                .expect("a task in `candidates` has answers");
+            // The fastest; the first of equals (input order); else the fallback's.
+            let best = choices.iter().fold(None::<&&Answer<'_>>, |b, a| match b {
+                Some(b) if b.speedup >= a.speedup => Some(b),
+                _ => Some(a),
+            });
+            let (from, right) = match best {
+                Some(b) => (from, b.response),
+                None => {
+                    stats.answered_from_fallback += 1;
+                    ("fallback", opts.fallback[task].as_str())
+                }
+            };
             let kind = failed.outcome.kind();
             *stats.pairs.entry(kind.to_owned()).or_default() += 1;
             examples.push(Example {
@@ -188,7 +204,7 @@ pub fn own_repairs(
                     },
                     Turn {
                         prompt: next.prompt.clone(),
-                        response: answer(kind, best.response),
+                        response: answer(kind, right),
                     },
                 ],
                 outcomes: vec![kind.to_owned(), "correct".to_owned()],
@@ -216,18 +232,70 @@ fn answer(failed_kind: &str, right: &str) -> String {
     super::response(what, &c.source, &c.summary)
 }
 
-/// Reads `episodes.jsonl` lines of input number `source`; an error names the file and line.
-/// Blank lines are skipped.
+/// One line of `kevin eval --transcripts`, the fields a repair pair needs.
+#[derive(Deserialize)]
+struct TranscriptTurn {
+    task: String,
+    trajectory: usize,
+    turn: u32,
+    /// The full outcome (the line's `outcome` is only its kind).
+    result: Outcome,
+    prompt: String,
+    response: String,
+}
+
+/// Reads the lines of input number `source`: `episodes.jsonl` lines, or `kevin eval
+/// --transcripts` lines (a line without `seq`; each task's trajectories are its group 0). An
+/// error names the file and line. Blank lines are skipped.
 pub fn parse_episodes(source: usize, name: &str, text: &str) -> Result<Vec<EpisodeTurn>, String> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str::<EpisodeTurn>(l)
-                .map(|t| EpisodeTurn { source, ..t })
-                .map_err(|e| format!("{name} line {}: {e}", i + 1))
+            let at = |e: String| format!("{name} line {}: {e}", i + 1);
+            let value: serde_json::Value =
+                serde_json::from_str(l).map_err(|e| at(e.to_string()))?;
+            if value.get("seq").is_some() {
+                return serde_json::from_value::<EpisodeTurn>(value)
+                    .map(|t| EpisodeTurn { source, ..t })
+                    .map_err(|e| at(e.to_string()));
+            }
+            if value.get("result").is_none() && value.get("feedback").is_some() {
+                return Err(at(
+                    "an evaluation transcript without `result` (the full outcome; \
+                               written by a kevin before 2026-12-07): evaluate again"
+                        .into(),
+                ));
+            }
+            let t: TranscriptTurn = serde_json::from_value(value).map_err(|e| at(e.to_string()))?;
+            Ok(EpisodeTurn {
+                source,
+                seq: 0,
+                task: t.task,
+                trajectory: t.trajectory,
+                turn: t.turn,
+                outcome: t.result,
+                prompt: t.prompt,
+                response: t.response,
+            })
         })
         .collect()
+}
+
+/// The fallback answers of a corpus: for each task, the response of its first one-turn example
+/// (a first turn or a variant) whose kernel was judged correct.
+pub fn corpus_answers(examples: &[Example]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for e in examples {
+        if matches!(e.kind, Kind::FirstTurn | Kind::Variant)
+            && e.turns.len() == 1
+            && e.outcomes.last().is_some_and(|o| o == "correct")
+        {
+            out.entry(e.task.clone())
+                .or_insert_with(|| e.turns[0].response.clone());
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -262,7 +330,11 @@ mod tests {
     }
 
     fn opts(per_task: usize) -> OwnRepairOptions {
-        OwnRepairOptions { per_task, seed: 0 }
+        OwnRepairOptions {
+            per_task,
+            seed: 0,
+            fallback: BTreeMap::new(),
+        }
     }
 
     #[test]
@@ -407,6 +479,116 @@ mod tests {
         let mut firsts: Vec<&str> = ex.iter().map(|e| e.turns[0].response.as_str()).collect();
         firsts.dedup();
         assert_eq!(firsts.len(), 3, "three different failed turns");
+    }
+
+    /// One `kevin eval --transcripts` line, with the fields the evaluation writes.
+    fn transcript(task: &str, traj: usize, turn: u32, outcome: &Outcome, resp: &str) -> String {
+        serde_json::json!({
+            "task": task, "trajectory": traj, "turn": turn,
+            "prompt": format!("prompt {task} {traj} {turn}"), "response": resp,
+            "outcome": outcome.kind(), "feedback": outcome.feedback(),
+            "speedup": outcome.speedup(), "tokens": 7, "result": outcome,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn an_evaluation_transcript_reads_as_one_group_a_task() {
+        let lines = [
+            transcript("a", 0, 0, &wrong(), "w"),
+            transcript("a", 0, 1, &wrong(), "w2"),
+            transcript("a", 1, 0, &correct(2.0), "right"),
+        ]
+        .join("\n");
+        let turns = parse_episodes(3, "t.jsonl", &lines).unwrap();
+        assert_eq!(turns.len(), 3);
+        assert!(turns.iter().all(|t| t.source == 3 && t.seq == 0));
+        assert_eq!(turns[2].outcome.speedup(), Some(2.0));
+        let (ex, stats) = own_repairs(&turns, &BTreeSet::new(), &opts(8)).unwrap();
+        // The right kernel of another trajectory of the same evaluation is of the failed turn's group.
+        assert_eq!(ex.len(), 1);
+        assert_eq!(ex[0].form, "own:wrong+group");
+        assert_eq!(ex[0].turns[1].prompt, "prompt a 0 1");
+        assert_eq!(stats.answered_in_group, 1);
+        // A transcript of before the full outcome was written says so.
+        let old = serde_json::json!({
+            "task": "a", "trajectory": 0, "turn": 0, "prompt": "p", "response": "r",
+            "outcome": "wrong", "feedback": "values differ", "speedup": null, "tokens": 3,
+        })
+        .to_string();
+        let err = parse_episodes(0, "old.jsonl", &format!("{}\n{old}", lines)).unwrap_err();
+        assert!(
+            err.starts_with("old.jsonl line 4:") && err.contains("`result`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_task_never_got_right_is_answered_by_the_fallback_and_the_policys_own_come_first() {
+        let lines = [
+            line("a", 1, 0, 0, &wrong(), "wa"),
+            line("a", 1, 0, 1, &correct(0.5), "own-a"),
+            line("b", 1, 0, 0, &wrong(), "wb"),
+            line("b", 1, 0, 1, &wrong(), "wb2"),
+            line("c", 1, 0, 0, &wrong(), "wc"),
+            line("c", 1, 0, 1, &wrong(), "wc2"),
+        ]
+        .join("\n");
+        let turns = parse_episodes(0, "e", &lines).unwrap();
+        let corpus = |task: &str, kind: Kind, outcomes: &[&str], resp: &str| Example {
+            task: task.into(),
+            kind,
+            form: "naive:x".into(),
+            turns: vec![Turn {
+                prompt: "p".into(),
+                response: resp.into(),
+            }],
+            outcomes: outcomes.iter().map(|o| o.to_string()).collect(),
+        };
+        let fallback = corpus_answers(&[
+            corpus("a", Kind::Variant, &["correct"], "corpus-a"),
+            corpus("b", Kind::Variant, &["wrong"], "corpus-b-wrong"),
+            corpus("b", Kind::Repair, &["correct"], "corpus-b-repair"),
+            corpus("b", Kind::Variant, &["correct"], "corpus-b"),
+            corpus("b", Kind::FirstTurn, &["correct"], "corpus-b-later"),
+        ]);
+        assert_eq!(
+            fallback.into_iter().collect::<Vec<_>>(),
+            [
+                ("a".to_owned(), "corpus-a".to_owned()),
+                ("b".to_owned(), "corpus-b".to_owned())
+            ],
+            "the first correct one-turn kernel of each task"
+        );
+        let opts = OwnRepairOptions {
+            fallback: corpus_answers(&[
+                corpus("a", Kind::Variant, &["correct"], "corpus-a"),
+                corpus("b", Kind::Variant, &["correct"], "corpus-b"),
+            ]),
+            ..opts(8)
+        };
+        let (ex, stats) = own_repairs(&turns, &BTreeSet::new(), &opts).unwrap();
+        let got: Vec<(&str, &str, &str)> = ex
+            .iter()
+            .map(|e| {
+                (
+                    e.task.as_str(),
+                    e.form.as_str(),
+                    e.turns[1].response.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", "own:wrong+group", "own-a"),
+                ("b", "own:wrong+fallback", "corpus-b"),
+            ]
+        );
+        assert_eq!(stats.answered_from_fallback, 1);
+        // c has neither: its failure stays without an answer.
+        assert_eq!(stats.without_answer, 1);
+        assert_eq!(stats.tasks_with_pairs, 2);
     }
 
     #[test]

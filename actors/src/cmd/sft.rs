@@ -94,10 +94,16 @@ pub struct CorpusArgs {
 /// The flags of `kevin sft repairs`.
 #[derive(clap::Args, Debug)]
 pub struct RepairsArgs {
-    /// A run directory (its episodes.jsonl and the parts rotated from it) or an episodes file
-    /// (plain or .gz); repeat the flag for several runs.
+    /// A run directory (its episodes.jsonl and the parts rotated from it), an episodes file
+    /// (plain or .gz), or a `kevin eval --transcripts` file of training tasks (`--split
+    /// train`); repeat the flag for several.
     #[arg(long = "episodes", required = true)]
     pub episodes: Vec<PathBuf>,
+    /// A corpus (`kevin sft corpus` on the same tasks) whose verified one-turn kernels answer
+    /// the failures of tasks the policy never got right (otherwise those have no pair); repeat
+    /// the flag for several.
+    #[arg(long = "answers")]
+    pub answers: Vec<PathBuf>,
     /// The JSONL file to write.
     #[arg(long)]
     pub out: PathBuf,
@@ -355,9 +361,16 @@ pub fn repairs_main(args: &RepairsArgs) -> Result<(), String> {
             &text,
         )?);
     }
+    let mut fallback = std::collections::BTreeMap::new();
+    for path in &args.answers {
+        for (task, response) in corpus::own::corpus_answers(&corpus::read_jsonl(path)?) {
+            fallback.entry(task).or_insert(response);
+        }
+    }
     let opts = corpus::own::OwnRepairOptions {
         per_task: args.per_task as usize,
         seed: args.seed,
+        fallback,
     };
     let (examples, stats) = corpus::own::own_repairs(&turns, &held_out, &opts)?;
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -372,15 +385,16 @@ pub fn repairs_main(args: &RepairsArgs) -> Result<(), String> {
         .collect::<Vec<_>>()
         .join(", ");
     println!(
-        "wrote {}: {pairs} repair pairs over {} of {} tasks ({} answered from the failed turn's own group)",
+        "wrote {}: {pairs} repair pairs over {} of {} tasks ({} answered from the failed turn's own group, {} from --answers)",
         args.out.display(),
         stats.tasks_with_pairs,
         stats.tasks,
-        stats.answered_in_group
+        stats.answered_in_group,
+        stats.answered_from_fallback
     );
     println!("  failed turns: {kinds}");
     println!(
-        "  from {} turns: {} failed turns with a next turn, {} of tasks the policy never got right, {} repeating an earlier failed response",
+        "  from {} turns: {} failed turns with a next turn, {} without an answer (the policy never got the task right, and --answers has none), {} repeating an earlier failed response",
         stats.turns, stats.failures_followed, stats.without_answer, stats.repeated
     );
     if let Some(path) = &args.json {
@@ -388,6 +402,12 @@ pub fn repairs_main(args: &RepairsArgs) -> Result<(), String> {
         record["command"] = std::env::args().collect::<Vec<_>>().join(" ").into();
         record["episodes"] = args
             .episodes
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .into();
+        record["answers"] = args
+            .answers
             .iter()
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()

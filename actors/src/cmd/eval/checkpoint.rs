@@ -479,8 +479,9 @@ pub fn main(
     Ok(())
 }
 
-/// Every turn as one JSON line: task, trajectory, turn, prompt, response, outcome, its reason
-/// (as the feedback text the next turn sees), speedup and response tokens.
+/// Every turn as one JSON line: task, trajectory, turn, prompt, response, outcome (its kind),
+/// its reason (as the feedback text the next turn sees), speedup, response tokens, and the full
+/// outcome as `result` (what `kevin sft repairs` reads from a transcript).
 pub fn transcripts(trajectories: &[TaskTrajectories]) -> String {
     let mut out = String::new();
     for task in trajectories {
@@ -496,6 +497,7 @@ pub fn transcripts(trajectories: &[TaskTrajectories]) -> String {
                     "feedback": r.outcome.feedback(),
                     "speedup": r.outcome.speedup(),
                     "tokens": r.response_tokens.len(),
+                    "result": r.outcome,
                 });
                 out.push_str(&line.to_string());
                 out.push('\n');
