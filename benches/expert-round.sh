@@ -61,21 +61,12 @@ if [ ! -e "$OUT/collect.json" ]; then
         --transcripts "$OUT/turns.jsonl" --json "$OUT/collect.json.part" > "$OUT/collect.log"
     mv "$OUT/collect.json.part" "$OUT/collect.json"
 fi
-step "repair pairs, at most $PER_TASK a program"
-"$KEVIN" sft repairs --episodes "$OUT/turns.jsonl" --answers "$OUT/answers.jsonl" \
-    --dir "$OUT/tasks${KEEP_APART:+:$KEEP_APART}:tasks" --per-task "$PER_TASK" \
-    --out "$OUT/pairs.jsonl" --json "$OUT/pairs.json"
-{
-    xz -dc benches/data/warmstart-v3/gen.jsonl.xz benches/data/warmstart-v3/hand.jsonl.xz
-    for _ in $(seq "$COPIES"); do cat "$OUT/pairs.jsonl"; done
-} > "$OUT/corpus.jsonl"
-sha256sum "$OUT/corpus.jsonl" >&2
+# Pairs, corpus v3 then the pairs COPIES times, and the training: benches/repair-sft.sh's round.
 if [ ! -e "$OUT/model/sft.json" ]; then
-    step "train: $EPOCHS epoch(s) from $INIT, lr $LR"
-    rm -rf "$OUT/model"
-    "$KEVIN" sft train --init "$INIT" --corpus "$OUT/corpus.jsonl" --tokenizer "$INIT/tokenizer.json" \
-        --out "$OUT/model" --epochs "$EPOCHS" --lr "$LR" --max-len 4096 --device "$DEVICE" \
-        --dtype "$DTYPE"
+    KEVIN="$KEVIN" OUT="$OUT" INIT="$INIT" EPISODES="$OUT/turns.jsonl" ANSWERS="$OUT/answers.jsonl" \
+        SUITE="$OUT/tasks${KEEP_APART:+:$KEEP_APART}:tasks" PER_TASK="$PER_TASK" COPIES="$COPIES" \
+        EPOCHS="$EPOCHS" LR="$LR" DEVICE="$DEVICE" DTYPE="$DTYPE" EVAL=0 CONFIG="$CONFIG" \
+        bash benches/repair-sft.sh
 fi
 [ "$EVAL" = 1 ] || exit 0
 KEVIN="$KEVIN" CONFIG="$CONFIG" DIR="${KEEP_APART:-tasks}" SAMPLES=4 TURNS=4 \

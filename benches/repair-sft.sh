@@ -13,8 +13,11 @@
 #
 # Knobs (environment): INIT (models/kevin-rl-gen3-4m), EPISODES (an RL run directory or episodes
 # file, plain, .gz or .xz; default benches/data/rl-gen3-episodes.jsonl.xz, the episodes of the RL
-# piece that made INIT), PER_TASK (32 pairs a task at most), COPIES (3), EPOCHS (1), LR (2e-4),
-# DEVICE (cuda), DTYPE (bf16; f32 on the CPU), EVAL (0), CONFIG (configs/gpu-burn.toml).
+# piece that made INIT; or a `kevin eval --split train --transcripts` file), ANSWERS (a corpus
+# whose verified kernels answer the failures of tasks the policy never got right; none by
+# default), SUITE (the task folders of the episodes' tasks, `:`-joined; tasks), PER_TASK (32 pairs
+# a task at most), COPIES (3), EPOCHS (1), LR (2e-4), DEVICE (cuda), DTYPE (bf16; f32 on the CPU),
+# EVAL (0), CONFIG (configs/gpu-burn.toml). `benches/expert-round.sh` runs it on its collection.
 set -euo pipefail
 KEVIN=${KEVIN:-target/release/kevin}
 OUT=${OUT:-runs/repair-sft}
@@ -28,6 +31,8 @@ DEVICE=${DEVICE:-cuda}
 DTYPE=${DTYPE:-bf16}
 EVAL=${EVAL:-0}
 CONFIG=${CONFIG:-configs/gpu-burn.toml}
+ANSWERS=${ANSWERS:-}
+SUITE=${SUITE:-tasks}
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 
@@ -37,7 +42,7 @@ case "$EPISODES" in
 esac
 step "repairs from $EPISODES, at most $PER_TASK a task"
 "$KEVIN" sft repairs --episodes "$EPISODES" --out "$OUT/repairs.jsonl" --per-task "$PER_TASK" \
-    --json "$OUT/repairs.json"
+    --dir "$SUITE" ${ANSWERS:+--answers "$ANSWERS"} --json "$OUT/repairs.json"
 step "corpus: corpus v3, then the repairs $COPIES times"
 {
     xz -dc benches/data/warmstart-v3/gen.jsonl.xz benches/data/warmstart-v3/hand.jsonl.xz

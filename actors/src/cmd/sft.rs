@@ -400,18 +400,11 @@ pub fn repairs_main(args: &RepairsArgs) -> Result<(), String> {
     if let Some(path) = &args.json {
         let mut record = serde_json::to_value(&stats).map_err(|e| e.to_string())?;
         record["command"] = std::env::args().collect::<Vec<_>>().join(" ").into();
-        record["episodes"] = args
-            .episodes
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .into();
-        record["answers"] = args
-            .answers
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .into();
+        let shown = |paths: &[PathBuf]| -> serde_json::Value {
+            paths.iter().map(|p| p.display().to_string()).collect()
+        };
+        record["episodes"] = shown(&args.episodes);
+        record["answers"] = shown(&args.answers);
         record["per_task"] = args.per_task.into();
         record["seed"] = args.seed.into();
         write_json(path, &record)?;
