@@ -834,6 +834,43 @@ fn unavailable_backends_and_unknown_commands_say_so() {
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
 }
 
+/// Workers are this very binary started again. A process whose binary is replaced or removed on
+/// disk while it runs (a rebuild, or an upgrade in place under a long run) still starts them, and
+/// they are its own build: here every worker starts after the file is gone.
+#[test]
+fn workers_start_after_the_binary_on_disk_is_gone() {
+    if !cpu_backend_available() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let dir = std::env::temp_dir().join(format!("kevin-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("kevin");
+    std::fs::copy(common::bin(), &copy).unwrap();
+    let child = std::process::Command::new(&copy)
+        .current_dir(root)
+        .env("RUST_LOG", "warn")
+        .args(["eval", "--kernels", "tasks/solutions", "--backend", "cpu"])
+        .args(["--tasks", "relu,gelu"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `spawn` returns once the copy runs; it starts its workers later.
+    std::fs::remove_file(&copy).unwrap();
+    let _ = std::fs::remove_dir(&dir);
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{stdout}");
+    assert!(
+        stdout.contains("2 tasks: correct 100.0%"),
+        "{stderr}\n{stdout}"
+    );
+}
+
 fn nvrtc_available() -> bool {
     match kevin::compile::locate_nvrtc() {
         Ok(_) => true,

@@ -144,7 +144,8 @@ impl Process {
         let harness = |what: &str, e: &dyn std::fmt::Display| {
             ExecFailure::Harness(format!("starting the CPU executor: {what}: {e}"))
         };
-        let program = std::env::current_exe().map_err(|e| harness("current_exe", &e))?;
+        let program =
+            crate::worker::own_binary().map_err(|e| harness("locating the kevin binary", &e))?;
         let arena_fd = arena.fd.as_raw_fd();
         let mut command = Command::new(program);
         command

@@ -270,7 +270,7 @@ pub fn build(
         .ok_or_else(|| format!("env.kind = \"{}\" needs the task suite", spec.kind()))?
         .clone();
     // Workers are this very binary, started as `kevin worker --role <role>`.
-    let exe = std::env::current_exe().map_err(|e| format!("locating the kevin binary: {e}"))?;
+    let exe = crate::worker::own_binary().map_err(|e| format!("locating the kevin binary: {e}"))?;
     match spec {
         EnvSpec::Simulated(_) | EnvSpec::Remote { .. } => unreachable!("handled above"),
         EnvSpec::Nvrtc {

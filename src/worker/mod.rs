@@ -23,3 +23,16 @@ pub(crate) use child::TailBuffer;
 pub use pool::{ExitReport, PoolConfig, PoolStats, WorkerCommand, WorkerFailure, WorkerPool};
 pub use protocol::{FrameError, FromChild, ToChild, DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION};
 pub use serve::{serve, serve_on, ServeError};
+
+/// The program that starts this very binary again as a worker: `/proc/self/exe` where the
+/// kernel provides it, which opens the running executable's own file even after the path it was
+/// started from has been replaced or removed (a rebuild or an upgrade in place during a long
+/// run, which left every later worker start failing with "No such file or directory"); so a
+/// worker is always the parent's own build, speaking its protocol. Elsewhere, `current_exe`.
+pub fn own_binary() -> std::io::Result<std::path::PathBuf> {
+    let proc = std::path::Path::new("/proc/self/exe");
+    if cfg!(target_os = "linux") && proc.exists() {
+        return Ok(proc.to_path_buf());
+    }
+    std::env::current_exe()
+}

@@ -835,7 +835,7 @@ fn time_baselines(
         .iter()
         .map(|t| t.name.clone())
         .collect();
-    let exe = std::env::current_exe().map_err(|e| format!("locating the kevin binary: {e}"))?;
+    let exe = kevin::worker::own_binary().map_err(|e| format!("locating the kevin binary: {e}"))?;
     let cfg = CudaEnvConfig {
         workers_per_gpu: 1,
         compile_workers: 1,

@@ -92,7 +92,7 @@ fn speedup(o: &Outcome) -> Option<f64> {
 /// Runs the benchmark and prints (and optionally writes) the report.
 pub fn bench(args: &Args) -> Result<(), String> {
     let suite = TaskSuite::load(&args.dir).map_err(|e| format!("task suite: {e}"))?;
-    let exe = std::env::current_exe().map_err(|e| format!("locating the kevin binary: {e}"))?;
+    let exe = kevin::worker::own_binary().map_err(|e| format!("locating the kevin binary: {e}"))?;
     let cfg = CudaEnvConfig {
         workers_per_gpu: args.workers,
         ..CudaEnvConfig::default()

@@ -168,7 +168,7 @@ pub fn run(args: &Args) -> Result<ModesReport, String> {
         file.replay.max_staleness
     };
     std::fs::create_dir_all(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
-    let exe = std::env::current_exe().map_err(|e| format!("the kevin binary: {e}"))?;
+    let exe = kevin::worker::own_binary().map_err(|e| format!("the kevin binary: {e}"))?;
 
     if args.warmup > 0.0 {
         let dir = args.dir.join("warmup");

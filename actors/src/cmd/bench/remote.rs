@@ -224,7 +224,7 @@ pub fn run(args: &Args) -> Result<RemoteReport, String> {
         local_side.latency_median_ms, local_side.jobs_per_s
     );
 
-    let exe = std::env::current_exe().map_err(|e| format!("the kevin binary: {e}"))?;
+    let exe = kevin::worker::own_binary().map_err(|e| format!("the kevin binary: {e}"))?;
     let prefix = format!("bench{}", std::process::id());
     let per_node = workers.div_ceil(nodes);
     let mut children = Nodes(Vec::new());

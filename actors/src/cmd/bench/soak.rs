@@ -323,7 +323,7 @@ pub fn run(args: &Args) -> Result<SoakReport, String> {
     }
     std::fs::create_dir_all(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
     let run_dir = args.dir.join("run");
-    let exe = std::env::current_exe().map_err(|e| format!("the kevin binary: {e}"))?;
+    let exe = kevin::worker::own_binary().map_err(|e| format!("the kevin binary: {e}"))?;
 
     let log = args.dir.join("train.log");
     let t0 = Instant::now();

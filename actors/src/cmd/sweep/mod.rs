@@ -126,7 +126,7 @@ pub fn run(args: Args) -> CmdResult {
         );
     }
     manifest.write(&dir).map_err(failure)?;
-    let exe = std::env::current_exe().map_err(|e| failure(format!("the kevin binary: {e}")))?;
+    let exe = kevin::worker::own_binary().map_err(|e| failure(format!("the kevin binary: {e}")))?;
     let ended = launch::Launcher {
         exe: &exe,
         config: &args.config,
