@@ -26,6 +26,11 @@
 # checkpoint is then evaluated on the held-out split (`benches/eval-heldout.sh`: 16 x 8 on seeds 0
 # and 1 for the spread, and with TABLE2=1 Table 2 too) into $OUT/eval. The replay's credit is the
 # config's (`"score"`); `KEVIN__REPLAY__CREDIT=improvement` in the environment passes through.
+# PRIOR=1 first evaluates INIT on the run's tasks (the 240 and the hand-written train split, 4 x 4,
+# seed 7; kept in $OUT/prior-*.json, so later pieces reuse them) and starts the sampler from its
+# correct-turn rates (`tasks.prior`), with FLOOR (0.02 then; the config's 0.1 otherwise) as the
+# weight of a task always or never solved: without it, 61% of a step's groups were flat
+# (`benches/results/rl-prior-h100-2026-12-07.md`).
 set -euo pipefail
 KEVIN=${KEVIN:-target/release/kevin}
 OUT=${OUT:-runs/rl-piece}
@@ -51,6 +56,9 @@ MAX_S=${MAX_S:-520}
 DRAW=${DRAW:-19}
 LR=${LR:-3e-5}
 CONFIG=${CONFIG:-configs/gpu-burn.toml}
+PRIOR=${PRIOR:-0}
+case "$PRIOR" in 0|1) ;; *) echo "PRIOR=$PRIOR: 0 or 1" >&2; exit 2 ;; esac
+FLOOR=${FLOOR:-$([ "$PRIOR" = 1 ] && echo 0.02)}
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 
@@ -76,6 +84,26 @@ for n in random.Random(seed).sample(names, 240):
 EOF
     fi
     mv "$OUT/gen240.part" "$OUT/gen240"
+fi
+
+if [ "$PRIOR" = 1 ]; then
+    for part in gen hand; do
+        [ -f "$OUT/prior-$part.json" ] && continue
+        step "prior: $INIT on the $part tasks, 4 x 4, seed 7"
+        dir=$([ "$part" = gen ] && echo "$OUT/gen240" || echo tasks)
+        "$KEVIN" eval --checkpoint "$INIT" --config "$CONFIG" --dir "$dir" --split train \
+            --samples 4 --turns 4 --seed 7 --backend cuda --device cuda \
+            --json "$OUT/prior-$part.json.part" > "$OUT/prior-$part.log" 2>&1 \
+            && mv "$OUT/prior-$part.json.part" "$OUT/prior-$part.json" &
+    done
+    wait
+    for part in gen hand; do
+        [ -f "$OUT/prior-$part.json" ] || { echo "prior: the $part evaluation failed ($OUT/prior-$part.log)" >&2; exit 1; }
+    done
+    export KEVIN__TASKS__PRIOR="$OUT/prior-gen.json:$OUT/prior-hand.json"
+fi
+if [ -n "$FLOOR" ]; then
+    export KEVIN__TASKS__FLOOR="$FLOOR"
 fi
 
 step "train: $STEPS steps from $INIT (SIGINT after $MAX_S s at most)"

@@ -4,7 +4,9 @@
 //! a group whose turns all score alike (all advantages are zero), so a task that is always solved
 //! or never solved is sampled less: the weight is `floor + 4 p (1 - p)` where p is a moving
 //! average of the task's recent correctness (starting at 0.5). Only the train split is ever
-//! sampled. The state (averages, random stream, group counter) is checkpointed.
+//! sampled. The state (averages, random stream, group counter) is checkpointed. The floor is
+//! `tasks.floor`; a prior (`tasks.prior`: an evaluation of the starting policy) sets the averages
+//! of the tasks it covers at a fresh start ([`TaskSampler::set_prior`]).
 
 use std::collections::BTreeMap;
 
@@ -35,6 +37,7 @@ pub struct SamplerState {
 pub struct TaskSampler {
     tasks: Vec<String>,
     state: SamplerState,
+    floor: f64,
 }
 
 impl TaskSampler {
@@ -48,7 +51,30 @@ impl TaskSampler {
                 rng: SplitMix64::derive(seed, 1),
                 next_group_id: 0,
             },
+            floor: FLOOR_WEIGHT,
         }
+    }
+
+    /// The weight of a task without signal (`tasks.floor`; [`FLOOR_WEIGHT`] by default), above
+    /// zero.
+    pub fn with_floor(mut self, floor: f64) -> Self {
+        debug_assert!(floor > 0.0);
+        self.floor = floor;
+        self
+    }
+
+    /// Starts the average of every sampled task that `rates` names (task -> share of correct
+    /// turns, clamped to [0, 1]) at its rate; other names are ignored. Returns how many tasks it
+    /// set. Call before the first pick of a fresh run; a restored state replaces it.
+    pub fn set_prior(&mut self, rates: &BTreeMap<String, f64>) -> usize {
+        let mut set = 0;
+        for t in &self.tasks {
+            if let Some(&p) = rates.get(t) {
+                self.state.success.insert(t.clone(), p.clamp(0.0, 1.0));
+                set += 1;
+            }
+        }
+        set
     }
 
     /// Restores a checkpointed state (tasks no longer in the suite are forgotten).
@@ -66,7 +92,7 @@ impl TaskSampler {
     /// The current weight of `task`.
     pub fn weight(&self, task: &str) -> f64 {
         let p = self.state.success.get(task).copied().unwrap_or(0.5);
-        FLOOR_WEIGHT + 4.0 * p * (1.0 - p)
+        self.floor + 4.0 * p * (1.0 - p)
     }
 
     /// Picks the next group's task; returns (task name, group id).
@@ -112,6 +138,35 @@ mod tests {
         assert!(counts["mixed"] > 5 * counts["easy"], "{counts:?}");
         assert!(counts["hard"] > 0, "no task is starved");
         assert_eq!(s.state().next_group_id, 3000);
+    }
+
+    #[test]
+    fn a_prior_steers_the_first_picks_to_tasks_with_signal() {
+        let names: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+        // t0 solved half the time; t1..t8 never; t9 absent from the prior (0.5 then).
+        let rates: BTreeMap<String, f64> = names[..9]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), if i == 0 { 0.5 } else { 0.0 }))
+            .chain([("not-a-task".to_string(), 1.0)])
+            .collect();
+        let mut s = TaskSampler::new(names.clone(), 5).with_floor(0.01);
+        assert_eq!(s.set_prior(&rates), 9);
+        assert!((s.weight("t0") - 1.01).abs() < 1e-12 && (s.weight("t9") - 1.01).abs() < 1e-12);
+        assert!((s.weight("t3") - 0.01).abs() < 1e-12);
+        let mut counts = BTreeMap::new();
+        for _ in 0..2000 {
+            *counts.entry(s.pick().0).or_insert(0) += 1;
+        }
+        let signal = counts["t0"] + counts["t9"];
+        assert!(signal > 1800, "{counts:?}");
+        // The same sampler without a prior spreads its picks evenly.
+        let mut flat = TaskSampler::new(names, 5);
+        let mut c = BTreeMap::new();
+        for _ in 0..2000 {
+            *c.entry(flat.pick().0).or_insert(0) += 1;
+        }
+        assert!(c["t0"] + c["t9"] < 600, "{c:?}");
     }
 
     #[test]

@@ -785,6 +785,89 @@ fn check_config_error(extra_file: &str, env: &[(&str, &str)], expected: &str) {
     assert!(stderr.contains(expected), "{stderr}");
 }
 
+/// An evaluation's JSON as `kevin eval --checkpoint --json` writes it, reduced to what
+/// `tasks.prior` reads: each task's per-turn correct shares.
+fn prior_json(rates: &[(String, f64)]) -> String {
+    let tasks: Vec<Value> = rates
+        .iter()
+        .map(|(t, r)| serde_json::json!({"task": t, "turn_correct": [r, r]}))
+        .collect();
+    serde_json::json!({"command": "kevin eval --checkpoint", "tasks": tasks}).to_string()
+}
+
+#[test]
+fn a_prior_steers_sampling_to_tasks_with_signal_and_a_bad_one_is_named() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let suite = kevin::tasks::TaskSuite::load(repo.join("tasks")).unwrap();
+    let names: Vec<String> = suite
+        .split(kevin::tasks::Split::Train)
+        .map(|t| t.name.clone())
+        .collect();
+    assert!(names.len() > 20);
+    // The policy never solved any task but two, which it solved half the time.
+    let rates: Vec<(String, f64)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), if i < 2 { 0.5 } else { 0.0 }))
+        .collect();
+    let (run, config) = setup("prior", "");
+    let prior = run.parent().unwrap().join("prior.json");
+    std::fs::write(&prior, prior_json(&rates)).unwrap();
+    let tasks = |prior: &Path| {
+        format!(
+            "[tasks]\nsource = \"suite\"\ndir = {:?}\npreset = \"small\"\nprior = {:?}\nfloor = 0.001\n",
+            repo.join("tasks"),
+            prior
+        )
+    };
+    std::fs::write(&config, common::simulated_config(2.0, &tasks(&prior))).unwrap();
+    assert_ok(&train(&run, &config, 4));
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(newest_checkpoint(&run).join("state.json")).unwrap(),
+    )
+    .unwrap();
+    let sampled = state["sampler"]["sampled"].as_object().unwrap();
+    let count = |t: &str| sampled.get(t).and_then(Value::as_u64).unwrap_or(0);
+    let (signal, all): (u64, u64) = (
+        names[..2].iter().map(|t| count(t)).sum(),
+        sampled.values().filter_map(Value::as_u64).sum(),
+    );
+    // Uniform picks would give the two tasks 2 / names.len() (under a tenth) of the groups.
+    assert!(all >= 8 && signal * 10 >= all * 9, "{sampled:?}");
+    // A resumed run keeps its checkpointed sampler and needs the file no more.
+    std::fs::remove_file(&prior).unwrap();
+    assert_ok(&train(&run, &config, 6));
+
+    // A file that is not an evaluation, and one that names none of the run's tasks: the run stops
+    // before the policy loads, naming the key and the file, with nothing trained.
+    for (text, expected) in [
+        (
+            "{\"loss\": 1}".to_string(),
+            "not the JSON of `kevin eval --checkpoint`",
+        ),
+        (
+            prior_json(&[("no_such_task".into(), 1.0)]),
+            "covers none of the run's",
+        ),
+    ] {
+        let (run, config) = setup("badprior", "");
+        let bad = run.parent().unwrap().join("bad.json");
+        std::fs::write(&bad, text).unwrap();
+        std::fs::write(&config, common::simulated_config(2.0, &tasks(&bad))).unwrap();
+        let out = train(&run, &config, 2);
+        assert!(!out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("tasks.prior")
+                && stderr.contains(&bad.display().to_string())
+                && stderr.contains(expected),
+            "{stderr}"
+        );
+        let checkpoints = std::fs::read_dir(run.join("checkpoints")).map_or(0, |d| d.count());
+        assert_eq!(checkpoints, 0, "nothing trained");
+    }
+}
+
 #[test]
 fn bad_configs_exit_2_with_one_line_naming_the_key() {
     check_config_error(
@@ -811,6 +894,16 @@ fn bad_configs_exit_2_with_one_line_naming_the_key() {
         "",
         &[("KEVIN__NOPE__X", "1")],
         "unknown config key `nope` (from environment variable KEVIN__NOPE__X)",
+    );
+    check_config_error(
+        "[tasks]\nsource = \"suite\"\nfloor = 0.0\n",
+        &[],
+        "config key `tasks.floor` = 0 is invalid: a weight above 0 and at most 1",
+    );
+    check_config_error(
+        "[tasks]\nsource = \"simulated\"\nprior = \"eval.json\"\n",
+        &[],
+        "config key `tasks.prior` = \"eval.json\" is invalid: needs tasks.source = \"suite\"",
     );
 }
 

@@ -249,6 +249,20 @@ impl Config {
         check_min("run.checkpoint_every", f.run.checkpoint_every, 1)?;
         check_range("run.drain_timeout_s", f.run.drain_timeout_s, 0.0, 86_400.0)?;
         check_min("tasks.simulated_count", f.tasks.simulated_count.into(), 1)?;
+        if !(f.tasks.floor > 0.0 && f.tasks.floor <= 1.0) {
+            return Err(invalid(
+                "tasks.floor",
+                f.tasks.floor.to_string(),
+                "a weight above 0 and at most 1 (a task solved half the time weighs floor + 1)",
+            ));
+        }
+        if !f.tasks.prior.is_empty() && f.tasks.source != TaskSource::Suite {
+            return Err(invalid(
+                "tasks.prior",
+                format!("{:?}", f.tasks.prior),
+                "needs tasks.source = \"suite\" (a prior is an evaluation on real tasks)",
+            ));
+        }
         if f.env.kind != EnvKind::Simulated && f.tasks.source != TaskSource::Suite {
             return Err(invalid(
                 "env.kind",

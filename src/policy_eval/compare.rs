@@ -13,7 +13,7 @@
 //! The verdict on the policy: *better* when avg@K or the mean speedup (best@K) is up and neither
 //! is down; *worse* when one is down and neither is up; else *not shown*.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -118,6 +118,40 @@ pub enum CompareError {
         /// How.
         what: String,
     },
+}
+
+/// Each task's share of correct turns in one `kevin eval --checkpoint --json` file (the mean of
+/// its `turn_correct`: every trajectory has the same turns), for `tasks.prior`.
+pub fn task_correct_rates(path: &Path) -> Result<BTreeMap<String, f64>, CompareError> {
+    let bad = |what: String| CompareError::File {
+        path: path.to_path_buf(),
+        what,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    if v["command"] != "kevin eval --checkpoint" {
+        return Err(bad(
+            "not the JSON of `kevin eval --checkpoint` (its \"command\" field differs)".into(),
+        ));
+    }
+    let tasks = v["tasks"]
+        .as_array()
+        .ok_or_else(|| bad("no \"tasks\" list".into()))?;
+    let mut rates = BTreeMap::new();
+    for t in tasks {
+        let name = t["task"]
+            .as_str()
+            .ok_or_else(|| bad("a task without a \"task\" name".into()))?;
+        let per_turn = t["turn_correct"]
+            .as_array()
+            .filter(|a| !a.is_empty())
+            .and_then(|a| a.iter().map(|x| x.as_f64()).collect::<Option<Vec<f64>>>())
+            .ok_or_else(|| bad(format!("task {name}: no \"turn_correct\" list of numbers")))?;
+        let rate = per_turn.iter().sum::<f64>() / per_turn.len() as f64;
+        rates.insert(name.to_string(), rate);
+    }
+    Ok(rates)
 }
 
 impl Evaluation {

@@ -207,6 +207,34 @@ fn build_tasks(
     })
 }
 
+/// `tasks.prior`'s correct-turn rate of each task (None without one): an error when a file is
+/// not an evaluation's JSON or covers none of `tasks`.
+fn read_prior(
+    config: &Config,
+    tasks: &[Arc<EpisodeTask>],
+) -> Result<Option<std::collections::BTreeMap<String, f64>>, TrainError> {
+    if config.tasks.prior.is_empty() {
+        return Ok(None);
+    }
+    // Several files joined by `:` (as `tasks.dir`): a later file's rate of a task wins.
+    let mut rates = std::collections::BTreeMap::new();
+    for file in config.tasks.prior.split(':').filter(|f| !f.is_empty()) {
+        let path = std::path::Path::new(file);
+        let more = kevin::policy_eval::compare::task_correct_rates(path)
+            .map_err(|e| TrainError::Setup(format!("tasks.prior: {e}")))?;
+        if !tasks.iter().any(|t| more.contains_key(&t.name)) {
+            return Err(TrainError::Setup(format!(
+                "tasks.prior: {} covers none of the run's {} training tasks (evaluate the \
+                 starting policy on them: kevin eval --split train --dir DIR --json FILE)",
+                path.display(),
+                tasks.len()
+            )));
+        }
+        rates.extend(more);
+    }
+    Ok(Some(rates))
+}
+
 /// The policy and the learner the config names. The burn pair is built together, on the backend
 /// `[policy.burn].device` picks at run time, so that both start from the same weights (see
 /// `kevin_policy::runtime`); the burn types are `Send`, so they move to the policy and learner
@@ -323,9 +351,19 @@ pub fn train(
                     "no training tasks: the suite's train split is empty".into(),
                 ));
             }
+            // Before the policy loads, so that a bad prior costs no model load; not on resume,
+            // whose checkpoint holds the sampler's state (the file may be gone by then).
+            let resuming = kevin::run_dir::latest_checkpoint_of(&opts.run_dir)
+                .newest
+                .is_some();
+            let prior = if resuming {
+                None
+            } else {
+                read_prior(&config, &tasks)?
+            };
             let (policy, learner) = build_policy_and_learner(&config)?;
             let env = build_env(&config, suite.as_ref())?;
-            Ok((tasks, policy, learner, env))
+            Ok((tasks, prior, policy, learner, env))
         })();
         let recovered = match recovering {
             Ok(handle) => handle
@@ -338,7 +376,7 @@ pub fn train(
     });
     let (recovery, recovery_ms) = recovered;
     let recovery = recovery?;
-    let (tasks, policy, mut learner, env) = setup?;
+    let (tasks, prior, policy, mut learner, env) = setup?;
     if recovery.wal_compaction.deleted > 0 {
         tracing::info!(
             segments = recovery.wal_compaction.deleted,
@@ -359,7 +397,24 @@ pub fn train(
     let mut sampler = TaskSampler::new(
         tasks.iter().map(|t| t.name.clone()).collect(),
         config.run.seed,
-    );
+    )
+    .with_floor(config.tasks.floor);
+    // A fresh start only: a checkpoint's sampler state is what the run learned since.
+    if let (Some(rates), None) = (&prior, &recovery.checkpoint) {
+        let set = sampler.set_prior(rates);
+        let never = tasks
+            .iter()
+            .filter(|t| rates.get(&t.name) == Some(&0.0))
+            .count();
+        tracing::info!(
+            prior = %config.tasks.prior,
+            tasks = set,
+            of = tasks.len(),
+            never_solved = never,
+            floor = config.tasks.floor,
+            "sampler: averages start at the prior's correct-turn rates"
+        );
+    }
     let mut base_counters = Default::default();
     let resumed_from = match &recovery.checkpoint {
         Some((path, state)) => {
