@@ -120,21 +120,34 @@ pub enum CompareError {
     },
 }
 
-/// Each task's share of correct turns in one `kevin eval --checkpoint --json` file (the mean of
-/// its `turn_correct`: every trajectory has the same turns), for `tasks.prior`.
-pub fn task_correct_rates(path: &Path) -> Result<BTreeMap<String, f64>, CompareError> {
-    let bad = |what: String| CompareError::File {
+/// `path` read as the JSON of `kevin eval --checkpoint --json`, and the error maker naming it.
+fn read_eval_json(
+    path: &Path,
+) -> Result<(serde_json::Value, impl Fn(String) -> CompareError + '_), CompareError> {
+    let bad = move |what: String| CompareError::File {
         path: path.to_path_buf(),
         what,
     };
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
-    if v["command"] != "kevin eval --checkpoint" {
-        return Err(bad(
-            "not the JSON of `kevin eval --checkpoint` (its \"command\" field differs)".into(),
-        ));
+    is_eval_json(&v).map_err(&bad)?;
+    Ok((v, bad))
+}
+
+/// Whether `v` is the JSON of `kevin eval --checkpoint` (by its "command" field).
+fn is_eval_json(v: &serde_json::Value) -> Result<(), String> {
+    if v["command"] == "kevin eval --checkpoint" {
+        Ok(())
+    } else {
+        Err("not the JSON of `kevin eval --checkpoint` (its \"command\" field differs)".into())
     }
+}
+
+/// Each task's share of correct turns in one `kevin eval --checkpoint --json` file (the mean of
+/// its `turn_correct`: every trajectory has the same turns), for `tasks.prior`.
+pub fn task_correct_rates(path: &Path) -> Result<BTreeMap<String, f64>, CompareError> {
+    let (v, bad) = read_eval_json(path)?;
     let tasks = v["tasks"]
         .as_array()
         .ok_or_else(|| bad("no \"tasks\" list".into()))?;
@@ -157,23 +170,13 @@ pub fn task_correct_rates(path: &Path) -> Result<BTreeMap<String, f64>, CompareE
 impl Evaluation {
     /// Reads one `kevin eval --checkpoint --json` file.
     pub fn read(path: &Path) -> Result<Evaluation, CompareError> {
-        let bad = |what: String| CompareError::File {
-            path: path.to_path_buf(),
-            what,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let (v, bad) = read_eval_json(path)?;
         Evaluation::from_json(path, &v).map_err(bad)
     }
 
     /// The evaluation in `v`, the JSON of `path`.
     pub fn from_json(path: &Path, v: &serde_json::Value) -> Result<Evaluation, String> {
-        if v["command"] != "kevin eval --checkpoint" {
-            return Err(
-                "not the JSON of `kevin eval --checkpoint` (its \"command\" field differs)".into(),
-            );
-        }
+        is_eval_json(v)?;
         let int = |key: &str| {
             v[key]
                 .as_u64()
