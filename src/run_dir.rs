@@ -466,6 +466,12 @@ fn checkpoint_dirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+/// Whether the run directory `root` has any `checkpoints/step-*` folder, complete or not: a
+/// directory listing, nothing read or verified (that is [`latest_checkpoint_of`]'s work).
+pub fn has_checkpoint_dirs(root: &Path) -> bool {
+    !checkpoint_dirs(root).is_empty()
+}
+
 /// What [`latest_checkpoint_of`] found in a run directory.
 #[derive(Debug)]
 pub struct CheckpointScan {

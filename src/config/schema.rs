@@ -248,9 +248,9 @@ pub struct TasksSection {
     /// Number of synthetic tasks when `source = "simulated"`.
     pub simulated_count: u32,
     /// A `kevin eval --checkpoint --json` file of the starting policy on training tasks (e.g.
-    /// `kevin eval --split train --dir D --json F`), several joined by `:`, or "" for none. At a fresh start (not on
-    /// resume, whose checkpoint keeps the sampler's state) each task it covers starts its sampling
-    /// average at its share of correct turns there, instead of 0.5: GRPO learns nothing from a
+    /// `kevin eval --split train --dir D --json F`), several joined by `:`, or "" for none. At a
+    /// fresh start (not on resume, whose checkpoint keeps the sampler's state) each task it covers
+    /// starts its sampling average at its share of correct turns there, instead of 0.5: GRPO learns nothing from a
     /// task the policy always or never solves, and on programs it has never seen most are never
     /// solved, so without a prior a run spends its first visit to every task finding that out.
     pub prior: String,

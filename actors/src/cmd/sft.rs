@@ -361,12 +361,12 @@ pub fn repairs_main(args: &RepairsArgs) -> Result<(), String> {
             &text,
         )?);
     }
-    let mut fallback = std::collections::BTreeMap::new();
+    // All answer files as one corpus, in flag order: a task's first verified kernel answers it.
+    let mut answers = Vec::new();
     for path in &args.answers {
-        for (task, response) in corpus::own::corpus_answers(&corpus::read_jsonl(path)?) {
-            fallback.entry(task).or_insert(response);
-        }
+        answers.extend(corpus::read_jsonl(path)?);
     }
+    let fallback = corpus::own::corpus_answers(&answers);
     let opts = corpus::own::OwnRepairOptions {
         per_task: args.per_task as usize,
         seed: args.seed,

@@ -216,10 +216,10 @@ fn read_prior(
     if config.tasks.prior.is_empty() {
         return Ok(None);
     }
-    // Several files joined by `:` (as `tasks.dir`): a later file's rate of a task wins.
+    // Several files joined as `tasks.dir`'s folders are: a later file's rate of a task wins.
     let mut rates = std::collections::BTreeMap::new();
-    for file in config.tasks.prior.split(':').filter(|f| !f.is_empty()) {
-        let path = std::path::Path::new(file);
+    for path in kevin::tasks::suite_dirs(std::path::Path::new(&config.tasks.prior)) {
+        let path = path.as_path();
         let more = kevin::policy_eval::compare::task_correct_rates(path)
             .map_err(|e| TrainError::Setup(format!("tasks.prior: {e}")))?;
         if !tasks.iter().any(|t| more.contains_key(&t.name)) {
@@ -351,15 +351,12 @@ pub fn train(
                     "no training tasks: the suite's train split is empty".into(),
                 ));
             }
-            // Before the policy loads, so that a bad prior costs no model load; not on resume,
-            // whose checkpoint holds the sampler's state (the file may be gone by then).
-            let resuming = kevin::run_dir::latest_checkpoint_of(&opts.run_dir)
-                .newest
-                .is_some();
-            let prior = if resuming {
-                None
-            } else {
-                read_prior(&config, &tasks)?
+            // Before the policy loads, so that a bad prior costs no model load. A resumed run
+            // uses its checkpoint's sampler state instead, and may no longer have the file: its
+            // error waits for recovery to say whether a checkpoint is really there.
+            let prior = match read_prior(&config, &tasks) {
+                Err(e) if !kevin::run_dir::has_checkpoint_dirs(&opts.run_dir) => return Err(e),
+                prior => prior,
             };
             let (policy, learner) = build_policy_and_learner(&config)?;
             let env = build_env(&config, suite.as_ref())?;
@@ -400,7 +397,11 @@ pub fn train(
     )
     .with_floor(config.tasks.floor);
     // A fresh start only: a checkpoint's sampler state is what the run learned since.
-    if let (Some(rates), None) = (&prior, &recovery.checkpoint) {
+    let prior = match recovery.checkpoint {
+        None => prior?,
+        Some(_) => None,
+    };
+    if let Some(rates) = &prior {
         let set = sampler.set_prior(rates);
         let never = tasks
             .iter()
