@@ -11,7 +11,8 @@
 #
 #   KEVIN=target/release/kevin OUT=runs/repair-sft bash benches/repair-sft.sh
 #
-# Knobs (environment): INIT (models/kevin-rl-gen3-4m), EPISODES (an RL run directory or episodes
+# Knobs (environment): INIT (models/kevin-rl-gen3-4m, in git history since 2026-12-07:
+# `git checkout dd6bdb7 -- models/kevin-rl-gen3-4m`), EPISODES (an RL run directory or episodes
 # file, plain, .gz or .xz; default benches/data/rl-gen3-episodes.jsonl.xz, the episodes of the RL
 # piece that made INIT; or a `kevin eval --split train --transcripts` file), ANSWERS (a corpus
 # whose verified kernels answer the failures of tasks the policy never got right; none by
@@ -33,6 +34,12 @@ EVAL=${EVAL:-0}
 CONFIG=${CONFIG:-configs/gpu-burn.toml}
 ANSWERS=${ANSWERS:-}
 SUITE=${SUITE:-tasks}
+if [ ! -f "$INIT/config.json" ]; then
+    echo "INIT=$INIT: no model directory there (config.json is missing)" >&2
+    [ "$INIT" = models/kevin-rl-gen3-4m ] && \
+        echo "kevin-rl-gen3-4m is in git history: git checkout dd6bdb7 -- models/kevin-rl-gen3-4m" >&2
+    exit 2
+fi
 mkdir -p "$OUT"
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 

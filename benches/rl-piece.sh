@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One RL piece of issue 19 on the GPU, as `benches/results/rl-gen3-h100-2026-12-06.md` ran it
-# (models/kevin-rl-gen3-4m): from a committed warm start, on the hand-written training tasks and
+# (models/kevin-rl-gen3-4m, in git history since 2026-12-07): from a committed warm start, on the hand-written training tasks and
 # 240 generated ones, 8 trajectories x 4 turns, 8 tasks a step, lr 3e-5, until STEPS learner steps
 # (or SIGINT after MAX_S seconds, which checkpoints and stops cleanly). By default the 240 are
 # programs the warm start never saw (TASKS=fresh); TASKS=seen draws them from the warm start's own

@@ -7,7 +7,9 @@
 //! task's K trajectories share a batch and tasks finish in order) go to the policy in one
 //! `generate` call, and their candidates go to the evaluation threads; while those are compiled,
 //! checked and timed, the next batch generates. A response without a valid candidate is a format
-//! error at once, with no evaluation, as in training.
+//! error at once, with no evaluation, as in training. A failed `generate` call (most often a pass
+//! out of GPU memory) is not the end of the evaluation: the batch is halved for it and for every
+//! later call, down to one request, which ends the evaluation only if it fails twice.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use crate::config::SamplingSection;
 use crate::env::KernelEnv;
 use crate::episode::{Episode, EpisodeTask};
 use crate::outcome::Outcome;
-use crate::policy::{GenRequest, Policy, PolicyError};
+use crate::policy::{Completion, GenRequest, Policy, PolicyError};
 use crate::turn::{self, Responded, TurnRecord};
 
 use super::TaskTrajectories;
@@ -131,6 +133,8 @@ struct Driver<'a> {
     left_per_task: Vec<u32>,
     progress: Progress,
     started: Instant,
+    /// Requests per `generate` call now: `gen_batch`, halved after each failed call.
+    gen_cap: usize,
 }
 
 impl Driver<'_> {
@@ -208,6 +212,7 @@ pub fn run(
         waiting: HashMap::new(),
         left_per_task: vec![opts.samples; tasks.len()],
         started: Instant::now(),
+        gen_cap: opts.gen_batch.max(1),
     };
     let (job_tx, job_rx) = crossbeam_channel::unbounded::<Job>();
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
@@ -259,6 +264,69 @@ pub fn run(
     Ok(out)
 }
 
+/// Generates `requests` in calls of at most `cap` requests. After a failed call (most often a
+/// forward pass out of GPU memory: other processes on the device, or a prefill of many long
+/// prompts) `cap` is halved, for this batch and every later one, and the rest is asked again: the
+/// requests carry their own seeds, so nothing but the batching changes. A single request that
+/// fails twice (a second after the first failure) ends the evaluation with the policy's error.
+fn generate_halving(
+    policy: &mut dyn Policy,
+    requests: &[GenRequest],
+    sampling: &SamplingSection,
+    cap: &mut usize,
+) -> Result<Vec<Completion>, RunError> {
+    let mut out = Vec::with_capacity(requests.len());
+    let mut single_failed = false;
+    while out.len() < requests.len() {
+        let part = &requests[out.len()..(out.len() + *cap).min(requests.len())];
+        match policy.generate(part, sampling) {
+            Ok(completions) if completions.len() != part.len() => {
+                return Err(RunError::Completions {
+                    policy: policy.describe(),
+                    reason: format!(
+                        "{} completions for {} requests",
+                        completions.len(),
+                        part.len()
+                    ),
+                });
+            }
+            Ok(completions) => {
+                out.extend(completions);
+                single_failed = false;
+            }
+            Err(PolicyError::Generate {
+                policy: who,
+                reason,
+            }) if part.len() == 1 => {
+                if single_failed {
+                    return Err(RunError::Policy(PolicyError::Generate {
+                        policy: who,
+                        reason: format!(
+                            "{reason} (one request at a time failed twice, a second apart, after \
+                             the batch was halved; if other processes hold the GPU's memory, run \
+                             fewer at once)"
+                        ),
+                    }));
+                }
+                single_failed = true;
+                tracing::warn!(%reason, "generation of one request failed; asking again in a second");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(PolicyError::Generate { reason, .. }) => {
+                *cap = (part.len() / 2).max(1);
+                tracing::warn!(
+                    %reason,
+                    failed = part.len(),
+                    "generation failed; going on with batches of {}",
+                    *cap
+                );
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Ok(out)
+}
+
 fn drive(
     d: &mut Driver<'_>,
     policy: &mut dyn Policy,
@@ -282,12 +350,7 @@ fn drive(
             d.evaluated(r, report)?;
             continue;
         }
-        let batch: Vec<usize> = d
-            .ready
-            .iter()
-            .take(d.opts.gen_batch.max(1))
-            .copied()
-            .collect();
+        let batch: Vec<usize> = d.ready.iter().take(d.gen_cap).copied().collect();
         let requests: Vec<GenRequest> = batch
             .iter()
             .map(|&i| {
@@ -298,18 +361,8 @@ fn drive(
             })
             .collect();
         let t0 = Instant::now();
-        let completions = policy.generate(&requests, &d.opts.sampling)?;
+        let completions = generate_halving(policy, &requests, &d.opts.sampling, &mut d.gen_cap)?;
         let generate_ms = t0.elapsed().as_secs_f64() * 1e3;
-        if completions.len() != requests.len() {
-            return Err(RunError::Completions {
-                policy: policy.describe(),
-                reason: format!(
-                    "{} completions for {} requests",
-                    completions.len(),
-                    requests.len()
-                ),
-            });
-        }
         for (req, completion) in requests.into_iter().zip(completions) {
             if completion.id != req.id {
                 return Err(RunError::Completions {

@@ -8,7 +8,7 @@ use crate::config::SamplingSection;
 use crate::env::{Compiled, KernelEnv};
 use crate::episode::EpisodeTask;
 use crate::outcome::Outcome;
-use crate::policy::{Completion, FinishReason};
+use crate::policy::{Completion, FinishReason, GenRequest, Policy, PolicyError, Weights};
 use crate::scripted::ScriptedPolicy;
 use crate::turn::TurnRecord;
 
@@ -379,4 +379,89 @@ fn an_environment_panic_stops_the_run_with_the_task_named() {
     );
     let shape = run(&mut policy, &env, &[], &options(0, 1, 8), &mut |_| {}).unwrap_err();
     assert!(shape.to_string().contains("--samples 0"), "{shape}");
+}
+
+/// A test double standing in for a GPU policy whose passes run out of memory: a `generate` call
+/// of more than `fits` requests fails, as the burn policy's does when a pass cannot allocate
+/// (every request of the call aborted, the engine idle again); smaller calls go to the script.
+struct OutOfMemoryAbove {
+    inner: ScriptedPolicy,
+    fits: usize,
+    failed_calls: usize,
+}
+
+impl Policy for OutOfMemoryAbove {
+    fn describe(&self) -> String {
+        "scripted policy out of memory above a batch size (a test double)".into()
+    }
+
+    fn version(&self) -> u64 {
+        0
+    }
+
+    fn generate(
+        &mut self,
+        batch: &[GenRequest],
+        sampling: &SamplingSection,
+    ) -> Result<Vec<Completion>, PolicyError> {
+        if batch.len() > self.fits {
+            self.failed_calls += 1;
+            return Err(PolicyError::Generate {
+                policy: "oom-double".into(),
+                reason: format!(
+                    "forward pass failed: allocating on the GPU: out of memory; aborted requests \
+                     ({} of them)",
+                    batch.len()
+                ),
+            });
+        }
+        self.inner.generate(batch, sampling)
+    }
+
+    fn set_weights(&mut self, _: &Weights) -> Result<(), PolicyError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_batch_out_of_memory_is_halved_and_nothing_is_lost() {
+    let tasks = episode_tasks(&["fast", "slow"]);
+    let script = |task: &str, turn: u32| match turn {
+        0 => "garbage without a block".into(),
+        _ if task == "fast" => answer("speedup=3"),
+        _ => answer("speedup=0.5"),
+    };
+    let env = MarkerEnv {
+        evaluations: Mutex::new(0),
+    };
+    let mut policy = OutOfMemoryAbove {
+        inner: ScriptedPolicy::new(script),
+        fits: 2,
+        failed_calls: 0,
+    };
+    // gen_batch 8: 8 fails, 4 fails, then batches of 2 for the rest of the evaluation.
+    let out = run(&mut policy, &env, &tasks, &options(4, 3, 8), &mut |_| {}).unwrap();
+    assert_eq!(policy.failed_calls, 2);
+    assert!(policy.inner.batch_sizes().iter().all(|&b| b <= 2));
+    // Every turn was asked once and recorded: the same figures as without the failures.
+    assert_eq!(policy.inner.batch_sizes().iter().sum::<usize>(), 2 * 4 * 3);
+    let scores: Vec<TaskScores> = out.iter().map(score_task).collect();
+    for s in &scores {
+        assert_eq!(s.turn_correct, vec![0.0, 1.0, 1.0], "{}", s.task);
+    }
+
+    // A policy that fails even one request at a time ends the evaluation with its reason and
+    // what was tried.
+    let mut hopeless = OutOfMemoryAbove {
+        inner: ScriptedPolicy::new(script),
+        fits: 0,
+        failed_calls: 0,
+    };
+    let err = run(&mut hopeless, &env, &tasks, &options(2, 1, 4), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("out of memory"), "{err}");
+    assert!(err.contains("one request at a time failed twice"), "{err}");
+    // 4 fails, 2 fails, 1 fails twice.
+    assert_eq!(hopeless.failed_calls, 4);
 }
