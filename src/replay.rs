@@ -318,6 +318,47 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn gain_credit_costs_a_broken_kernel_what_improvement_lets_go() {
+        let g = Group {
+            id: 0,
+            task: "t0".into(),
+            trajectories: vec![
+                // correct, then the same again: scores [2.3, 2.3].
+                vec![turn(0, ok(), 0), turn(1, ok(), 0)],
+                // correct, then broken: scores [2.3, 0].
+                vec![turn(0, ok(), 0), turn(1, bad(), 0)],
+                // failed, then repaired: scores [0, 2.3].
+                vec![turn(0, bad(), 0), turn(1, ok(), 0)],
+            ],
+        };
+        let with = |credit| {
+            score_group(
+                0,
+                g.clone(),
+                &ReplaySection {
+                    credit,
+                    ..ReplaySection::default()
+                },
+            )
+        };
+        // Under "improvement" breaking a right kernel is credited as a repeat is: nothing.
+        let imp = with(rl::TurnCredit::Improvement);
+        assert!((imp.advantages[0][1] - imp.advantages[1][1]).abs() < 1e-12);
+        // Under "gain" it costs what it lost, the repeat nothing, the repair its whole score:
+        // credits [2.3, 0], [2.3, -2.3], [0, 2.3].
+        let gain = with(rl::TurnCredit::Gain);
+        let want = [[2.3, 0.0], [2.3 - 0.4 * 2.3, -2.3], [0.92, 2.3]];
+        for (got, want) in gain.returns.iter().zip(want) {
+            assert!(
+                got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-12),
+                "{gain:?}"
+            );
+        }
+        assert!(gain.advantages[1][1] < gain.advantages[0][1]);
+        assert!(gain.advantages[0][1] < gain.advantages[2][1]);
+    }
+
+    #[test]
     fn stale_groups_are_dropped_and_counted() {
         let cfg = ReplaySection {
             tasks_per_batch: 2,

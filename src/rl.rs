@@ -45,18 +45,28 @@ pub enum TurnCredit {
     /// max(0, S_t - max over i < t of S_i): a repeated kernel earns nothing the second time, a
     /// repair its whole score, a faster kernel the difference.
     Improvement,
+    /// The same difference without the floor at 0, S_t - max over i < t of S_i: as
+    /// `Improvement`, and a turn that breaks or slows a kernel its trajectory already had loses
+    /// what it lost. Under `Improvement` such a turn earns what a repeat earns (nothing), so
+    /// nothing stops a policy from breaking its own right kernels when it rewrites them.
+    Gain,
 }
 
 /// Each turn's credit from the trajectory's scores (`scores[i]`: turn i's; same length).
 pub fn turn_credits(scores: &[f64], credit: TurnCredit) -> Vec<f64> {
     match credit {
         TurnCredit::Score => scores.to_vec(),
-        TurnCredit::Improvement => {
+        TurnCredit::Improvement | TurnCredit::Gain => {
+            let floor = if credit == TurnCredit::Improvement {
+                0.0
+            } else {
+                f64::NEG_INFINITY
+            };
             let mut best = 0.0_f64;
             scores
                 .iter()
                 .map(|&s| {
-                    let gain = (s - best).max(0.0);
+                    let gain = (s - best).max(floor);
                     best = best.max(s);
                     gain
                 })
@@ -273,6 +283,15 @@ mod tests {
             "{got:?}"
         );
         assert!(turn_credits(&[], TurnCredit::Improvement).is_empty());
+        // Gain: the same, but the slower kernel and the broken one lose what they lost.
+        let got = turn_credits(&scores, TurnCredit::Gain);
+        let expected = [0.0, 1.3, 0.0, 1.0, -1.5, -2.3];
+        assert!(
+            got.iter().zip(&expected).all(|(g, e)| close(*g, *e)),
+            "{got:?}"
+        );
+        // A failed first turn is not a loss: nothing was had before it.
+        assert!(close(turn_credits(&[0.0, 0.0], TurnCredit::Gain)[1], 0.0));
     }
 
     #[test]

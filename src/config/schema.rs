@@ -642,7 +642,9 @@ pub struct ReplaySection {
     pub aggregation: ReturnAggregation,
     /// What a turn is credited with before discounting: "score" (its own score, the paper's)
     /// or "improvement" (what it adds over the best score before it in its trajectory, so a
-    /// resubmitted kernel earns nothing again and a repair earns its whole score).
+    /// resubmitted kernel earns nothing again and a repair earns its whole score), or "gain"
+    /// (that difference unfloored: a turn that breaks or slows a kernel the trajectory already
+    /// had is credited with the loss).
     pub credit: TurnCredit,
     /// Divide advantages by the group's standard deviation.
     pub std_normalize: bool,

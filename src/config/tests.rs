@@ -65,6 +65,8 @@ fn layers_file_then_environment() {
     )
     .unwrap();
     assert_eq!(c.replay.credit, crate::rl::TurnCredit::Improvement);
+    let gain = load_str("[replay]\ncredit = \"gain\"\n", &[]).unwrap();
+    assert_eq!(gain.replay.credit, crate::rl::TurnCredit::Gain);
     assert_eq!(c.env.simulated.compile_ms, 0.5);
     assert_eq!(c.run.mode, Mode::Sync);
     assert!(c.sources.iter().any(|s| s.starts_with("KEVIN__RUN__MODE")));
