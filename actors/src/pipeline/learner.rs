@@ -20,7 +20,7 @@ use crate::pipeline::failures::Failures;
 use crate::pipeline::generator::Generator;
 use crate::pipeline::mailbox::Mailbox;
 use crate::pipeline::messages::{
-    Finish, GetReplayStatus, GetSamplerState, PublishWeights, RecordMetrics, TakeBatch,
+    Finish, GetReplayStatus, GetSamplerState, PublishWeights, PutBack, RecordMetrics, TakeBatch,
 };
 use crate::pipeline::pool::BlockingPool;
 use crate::pipeline::replay_queue::ReplayQueue;
@@ -183,9 +183,20 @@ async fn learner_loop(
             error = Some("the replay queue is gone".to_string());
             break;
         }
+        let mut rx = rx;
         let batch = tokio::select! {
-            b = rx => match b { Ok(b) => b, Err(_) => break },
-            _ = finishing.changed() => break,
+            biased;
+            b = &mut rx => match b { Ok(b) => b, Err(_) => break },
+            _ = finishing.changed() => {
+                // Stopping while waiting. A batch the queue sent in the meantime was taken off
+                // its pending list: it goes back, or the final checkpoint would list neither
+                // its groups nor its stale drops (recovery would still find them in the WAL).
+                rx.close();
+                if let Ok(b) = rx.try_recv() {
+                    let _ = c.replay.send(PutBack(b)).await;
+                }
+                break;
+            }
         };
         let started = Instant::now();
         let (learner, run_dir) = (c.learner.clone(), c.run_dir.clone());

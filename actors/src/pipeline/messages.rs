@@ -122,6 +122,13 @@ pub struct TakeBatch {
     pub reply: oneshot::Sender<Batch>,
 }
 
+/// Learner -> ReplayQueue: a batch the learner took but will not train (the run stopped while
+/// it was on its way): its groups wait again and its stale drops are recorded with the next
+/// batch, so the final checkpoint lists them as pending.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PutBack(pub Batch);
+
 /// What the replay queue holds and has counted.
 #[derive(Debug, Clone, Default)]
 pub struct ReplayStatus {

@@ -14,7 +14,8 @@ use tokio::sync::oneshot;
 use crate::pipeline::failures::Failures;
 use crate::pipeline::mailbox::{actix_capacity, Handle};
 use crate::pipeline::messages::{
-    GetReplayStatus, GroupDone, GroupSlot, RecordGroup, ReplayStatus, TakeBatch, TaskFeedback,
+    GetReplayStatus, GroupDone, GroupSlot, PutBack, RecordGroup, ReplayStatus, TakeBatch,
+    TaskFeedback,
 };
 use crate::pipeline::telemetry::Telemetry;
 
@@ -132,6 +133,14 @@ impl Handler<TakeBatch> for ReplayQueue {
         let _span = tracing::info_span!("TakeBatch", actor = "ReplayQueue").entered();
         self.waiting = Some((msg.learner_version, msg.reply));
         self.try_fill();
+    }
+}
+
+impl Handler<PutBack> for ReplayQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: PutBack, _ctx: &mut Context<Self>) {
+        self.buffer.put_back(msg.0);
     }
 }
 
