@@ -409,10 +409,13 @@ fn a_worker_that_forges_a_reply_and_dies_does_not_kill_the_parent() {
     }
 }
 
-/// Deadlines are the worker's own time: on a machine with six spinning processes a core, a
-/// request that needs 100 ms of CPU is answered although that takes longer than its 300 ms limit,
+/// Deadlines are the worker's own time: on a machine with ten spinning processes a core, a
+/// request that needs 50 ms of CPU is answered although that takes longer than its 300 ms limit,
 /// and one that would spin for a minute ends at the backstop (5 x 300 ms) as the machine's
-/// failure, not a timeout. Unloaded, the same spin is a timeout at its limit.
+/// failure, not a timeout. Unloaded, the same spin is a timeout at its limit. The load gives the
+/// worker about a tenth of a core: its 50 ms take about 0.5 s, well inside the backstop, and its
+/// 300 ms limit would take about 3 s, well beyond it (six a core gave it up to a fifth, and the
+/// long spin then reached its limit at 1.49 s, a timeout, once on a 2-core CI machine).
 fn a_starved_worker_gets_its_time_and_then_the_machine_is_blamed() {
     let pool = pool(1);
     let limit = Duration::from_millis(300);
@@ -429,7 +432,7 @@ fn a_starved_worker_gets_its_time_and_then_the_machine_is_blamed() {
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut load: Vec<_> = (0..6 * cores)
+    let mut load: Vec<_> = (0..10 * cores)
         .map(|_| {
             std::process::Command::new("sh")
                 .args(["-c", "while :; do :; done"])
@@ -438,7 +441,7 @@ fn a_starved_worker_gets_its_time_and_then_the_machine_is_blamed() {
         })
         .collect();
     let start = Instant::now();
-    let answered = spin(100);
+    let answered = spin(50);
     let answered_in = start.elapsed();
     let start = Instant::now();
     let starved = spin(60_000);
@@ -449,7 +452,7 @@ fn a_starved_worker_gets_its_time_and_then_the_machine_is_blamed() {
     }
     assert_eq!(
         answered,
-        Ok(EchoResponse::Spun(100)),
+        Ok(EchoResponse::Spun(50)),
         "after {answered_in:?}"
     );
     match starved {
