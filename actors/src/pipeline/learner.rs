@@ -171,7 +171,7 @@ async fn learner_loop(
             }
             break;
         }
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         if c.replay
             .send(TakeBatch {
                 learner_version: version,
@@ -183,7 +183,6 @@ async fn learner_loop(
             error = Some("the replay queue is gone".to_string());
             break;
         }
-        let mut rx = rx;
         let batch = tokio::select! {
             biased;
             b = &mut rx => match b { Ok(b) => b, Err(_) => break },

@@ -219,8 +219,7 @@ fn read_prior(
     // Several files joined as `tasks.dir`'s folders are: a later file's rate of a task wins.
     let mut rates = std::collections::BTreeMap::new();
     for path in kevin::tasks::suite_dirs(std::path::Path::new(&config.tasks.prior)) {
-        let path = path.as_path();
-        let more = kevin::policy_eval::compare::task_correct_rates(path)
+        let more = kevin::policy_eval::compare::task_correct_rates(&path)
             .map_err(|e| TrainError::Setup(format!("tasks.prior: {e}")))?;
         if !tasks.iter().any(|t| more.contains_key(&t.name)) {
             return Err(TrainError::Setup(format!(
@@ -351,12 +350,13 @@ pub fn train(
                     "no training tasks: the suite's train split is empty".into(),
                 ));
             }
-            // Before the policy loads, so that a bad prior costs no model load. A resumed run
-            // uses its checkpoint's sampler state instead, and may no longer have the file: its
-            // error waits for recovery to say whether a checkpoint is really there.
-            let prior = match read_prior(&config, &tasks) {
-                Err(e) if !kevin::run_dir::has_checkpoint_dirs(&opts.run_dir) => return Err(e),
-                prior => prior,
+            // Read before the policy loads, so that a bad prior costs no model load. Not where
+            // checkpoints exist: a resumed run uses its checkpoint's sampler state and may no
+            // longer have the file, which is read only if recovery finds nothing to resume.
+            let prior = if kevin::run_dir::has_checkpoint_dirs(&opts.run_dir) {
+                None
+            } else {
+                Some(read_prior(&config, &tasks)?)
             };
             let (policy, learner) = build_policy_and_learner(&config)?;
             let env = build_env(&config, suite.as_ref())?;
@@ -397,9 +397,10 @@ pub fn train(
     )
     .with_floor(config.tasks.floor);
     // A fresh start only: a checkpoint's sampler state is what the run learned since.
-    let prior = match recovery.checkpoint {
-        None => prior?,
-        Some(_) => None,
+    let prior = match (&recovery.checkpoint, prior) {
+        (Some(_), _) => None,
+        (None, Some(read)) => read,
+        (None, None) => read_prior(&config, &tasks)?,
     };
     if let Some(rates) = &prior {
         let set = sampler.set_prior(rates);
